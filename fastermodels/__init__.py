@@ -1,0 +1,1 @@
+"""fastermodels: publish pruned PyTorch nets as safetensors, TorchScript and ONNX."""
