@@ -1,0 +1,73 @@
+"""load: the form an artifact publishes, from a local directory or a Hub repo id."""
+
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+from huggingface_hub import constants, hf_hub_download, list_repo_files, try_to_load_from_cache
+
+from fastermodels._errors import ArtifactNotFoundError
+from fastermodels._model import FasterModel
+from uform.exporters import ARTIFACT_FILES, quiet_torch_deprecations
+
+FORMS: dict[str, str] = dict(ARTIFACT_FILES)  # form → file, in the order `load` looks for them
+_HUB_KEYS = ("revision", "token", "cache_dir", "force_download", "local_files_only")
+
+
+def _offline(hub: dict[str, Any]) -> bool:
+    is_offline = getattr(constants, "is_offline_mode", None)
+    return bool(hub.get("local_files_only")) or bool(
+        is_offline() if callable(is_offline) else constants.HF_HUB_OFFLINE)
+
+
+def _hub_files(repo_id: str, hub: dict[str, Any]) -> set[str]:
+    """The repo's file names: listed on the Hub, or what the cache holds when offline."""
+    if _offline(hub):
+        return {name for name in FORMS.values() if isinstance(try_to_load_from_cache(
+            repo_id, name, cache_dir=hub.get("cache_dir"), revision=hub.get("revision")), str)}
+    return set(list_repo_files(repo_id, revision=hub.get("revision"), token=hub.get("token")))
+
+
+def _fetch(repo_id: str, name: str, local: bool, files: set[str], hub: dict[str, Any]) -> Path:
+    """Local path of ``name`` and of its external-data siblings (``name`` + ``.data`` etc.)."""
+    if local:
+        return Path(repo_id) / name
+    for sibling in sorted(f for f in files if f.startswith(name + ".")):
+        hf_hub_download(repo_id, sibling, **hub)
+    return Path(hf_hub_download(repo_id, name, **hub))
+
+
+def load(repo_id: str | os.PathLike[str], form: str = "auto",
+         **kw: Any) -> "FasterModel | torch.jit.ScriptModule | Path":
+    """Load the form a repo publishes: a FasterModel, a TorchScript module, or the ONNX file's path.
+
+    ``form='auto'`` looks for model.safetensors, then model.torchscript.pt, then model.onnx.
+    A local directory is read as is, never through the Hub. ``kw``: ``revision``, ``token``,
+    ``cache_dir``, ``force_download``, ``local_files_only`` (Hub downloads) and
+    ``map_location`` (safetensors and TorchScript; default ``'cpu'``).
+    """
+    if form != "auto" and form not in FORMS:
+        raise ValueError(f"form must be 'auto' or one of {', '.join(map(repr, FORMS))}, got {form!r}")
+    unknown = sorted(set(kw) - {*_HUB_KEYS, "map_location"})
+    if unknown:
+        raise TypeError(f"load() got unexpected keyword argument(s) {unknown}")
+    hub = {k: v for k, v in kw.items() if k in _HUB_KEYS}
+    repo = os.fspath(repo_id)
+    local = os.path.isdir(repo)
+    files = set(os.listdir(repo)) if local else _hub_files(repo, hub)
+    for f in FORMS if form == "auto" else [form]:
+        if FORMS[f] not in files:
+            continue
+        if f == "safetensors":
+            return FasterModel.from_pretrained(repo, **kw)
+        path = _fetch(repo, FORMS[f], local, files, hub)
+        if f == "torchscript":
+            with quiet_torch_deprecations():
+                module = torch.jit.load(  # type: ignore[no-untyped-call]
+                    str(path), map_location=kw.get("map_location", "cpu"))
+            return module.eval()  # type: ignore[no-any-return]
+        return path  # onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
+    wanted = ", ".join(FORMS.values()) if form == "auto" else FORMS[form]
+    raise ArtifactNotFoundError(f"{repo} publishes none of {wanted}"
+                                + ("" if form == "auto" else f" (form={form!r})"))
