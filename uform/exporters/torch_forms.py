@@ -62,11 +62,19 @@ def _names(prefix: str, n: int) -> list[str]:
 
 @contextmanager
 def quiet_torch_deprecations() -> Iterator[None]:
-    """Silence torch's deprecation notices for TorchScript and the TorchScript-based ONNX exporter."""
+    """Silence deprecation notices (TorchScript, the TorchScript-based ONNX exporter) in the block."""
     with warnings.catch_warnings():
-        for category in (FutureWarning, DeprecationWarning):
-            warnings.filterwarnings("ignore", category=category, module=r"torch\.")
+        warnings.simplefilter("ignore", FutureWarning)
+        warnings.simplefilter("ignore", DeprecationWarning)
         yield
+
+
+def _unwrapped(model: torch.nn.Module) -> torch.nn.Module:
+    """The net inside a FasterModel-like wrapper (``save_pretrained`` and a ``net``), else ``model``."""
+    import torch
+
+    net = getattr(model, "net", None)
+    return net if hasattr(model, "save_pretrained") and isinstance(net, torch.nn.Module) else model
 
 
 def export_torchscript(model: torch.nn.Module, path: str | Path, example_input: Any,
@@ -163,7 +171,8 @@ def export_artifact(model: torch.nn.Module, directory: str | Path,
 
     ``forms`` defaults to all three, or to ``("onnx",)`` when ``int8``: an INT8 variant is
     published as ``model.onnx`` alone, without ``model.safetensors``. The model is exported
-    in eval mode and its training flag restored. With ``verify``, each written file is run on
+    in eval mode and its training flag restored; a FasterModel's TorchScript and ONNX hold its
+    ``net`` (names without the ``net.`` prefix). With ``verify``, each written file is run on
     ``example_input`` and an FP32 form outside ``ATOL``/``RTOL`` raises `ExportMismatchError`.
     """
     import torch
@@ -191,12 +200,13 @@ def export_artifact(model: torch.nn.Module, directory: str | Path,
             if form == "safetensors":
                 model.save_pretrained(out)  # type: ignore[operator]
             elif form == "torchscript":
-                export_torchscript(model, path, args, mode=torchscript_mode)
+                export_torchscript(_unwrapped(model), path, args, mode=torchscript_mode)
             elif int8:
                 with tempfile.TemporaryDirectory() as tmp:
-                    quantize_int8(export_onnx(model, Path(tmp) / "fp32.onnx", args, opset=opset), path)
+                    fp32 = export_onnx(_unwrapped(model), Path(tmp) / "fp32.onnx", args, opset=opset)
+                    quantize_int8(fp32, path)
             else:
-                export_onnx(model, path, args, opset=opset)
+                export_onnx(_unwrapped(model), path, args, opset=opset)
             report.files[form] = path
             if verify and form != "safetensors":
                 diff, close = _max_abs_diff(form, path, args, reference)

@@ -1,0 +1,35 @@
+"""uform: one multimodal encoder checkpoint, every modality, on ONNX Runtime.
+
+Heavy modules (onnxruntime, av, torch) are imported by the plugins that need them, when
+they need them, never by ``import uform``.
+"""
+
+from .core.arena import Arena, Encoded, RowsTape
+from .core.errors import (
+    ArenaBusyError,
+    ArenaError,
+    CancelledError,
+    CheckpointError,
+    InputError,
+    PluginConflictError,
+    PluginError,
+    StaleArenaError,
+    UformError,
+    UnsupportedError,
+)
+from .core.executor import Deferred, DeferredOn, Executor, On
+from .core.hookspecs import hookimpl
+from .core.stats import EncodeStats
+from .core.types import CPUClass, GPUClass, ModelDescription, Outputs, Scalar
+from .model import Model
+from .plugins.text import TextEncodeStats
+
+__version__ = "4.0.0rc1"
+
+__all__ = [
+    "Arena", "ArenaBusyError", "ArenaError", "CPUClass", "CancelledError", "CheckpointError",
+    "Deferred", "DeferredOn", "EncodeStats", "Encoded", "Executor", "GPUClass", "InputError",
+    "Model", "ModelDescription", "On", "Outputs", "PluginConflictError", "PluginError",
+    "RowsTape", "Scalar", "StaleArenaError", "TextEncodeStats", "UformError", "UnsupportedError",
+    "hookimpl",
+]  # fmt: skip

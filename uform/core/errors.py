@@ -1,0 +1,67 @@
+"""The exceptions uform raises; every one derives from :class:`UformError`.
+
+::
+
+    UformError
+    ├── UnsupportedError        the hardware, install or checkpoint cannot do what was asked
+    ├── CheckpointError         a malformed checkpoint (names the tensor or config field)
+    ├── InputError              a bad input item (names its index, path and the reason)
+    ├── ArenaError
+    │   ├── StaleArenaError     an Encoded read after its Arena was reused
+    │   └── ArenaBusyError      an Arena handed to two calls at once
+    ├── CancelledError          a progress handler returned False
+    └── PluginError
+        └── PluginConflictError two plugins claim one modality, tower, verb or backend
+"""
+
+from __future__ import annotations
+
+
+class UformError(Exception):
+    """Base class of every error uform raises on purpose."""
+
+
+class UnsupportedError(UformError):
+    """What was asked cannot run here: a class the hardware lacks, a missing tower or plugin."""
+
+
+class CheckpointError(UformError, ValueError):
+    """A checkpoint is malformed; the message names the tensor or config field at fault."""
+
+
+class InputError(UformError, ValueError):
+    """One input item is unusable; nothing was written to the caller's arena.
+
+    ``index`` is the item's position in the call, ``path`` its file path when it has one.
+    """
+
+    def __init__(self, index: int, reason: str, path: str | None = None) -> None:
+        self.index = index
+        self.path = path
+        self.reason = reason
+        where = f"item {index}" + (f" ({path})" if path else "")
+        super().__init__(f"{where}: {reason}")
+
+
+class ArenaError(UformError):
+    """Misuse of an :class:`~uform.Arena`."""
+
+
+class StaleArenaError(ArenaError):
+    """An output was read after its arena was reused by a later call."""
+
+
+class ArenaBusyError(ArenaError):
+    """An arena was handed to a call while another call was still writing into it."""
+
+
+class CancelledError(UformError):
+    """A progress handler returned False; the call stopped and wrote nothing."""
+
+
+class PluginError(UformError):
+    """A plugin is broken or misdeclared."""
+
+
+class PluginConflictError(PluginError):
+    """Two plugins claim the same name; the message names both distributions."""

@@ -1,0 +1,162 @@
+"""Building tower graphs with ``onnx``: the op helpers and the transformer every tower shares.
+
+A tower graph's weights are named exactly like the checkpoint's tensors and are declared
+here without data; the backend binds their data (see ``weights.py``). Small constants
+(shapes, scales) are embedded. Activations are 2-D ``[batch * tokens, width]`` between
+blocks so that every linear layer is one ``Gemm`` with ``transB=1`` over the checkpoint's
+``[out, in]`` matrices.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from .config import LAYER_NORM_EPS, Geometry
+
+OPSET = 21
+NEG_INF = -1e9
+Dim = int | str | None
+
+
+class GraphBuilder:
+    """Accumulates nodes, inputs, outputs, embedded constants and weight references."""
+
+    def __init__(self, name: str, float_type: int = TensorProto.FLOAT) -> None:
+        self.name = name
+        self.float_type = float_type
+        self.nodes: list[onnx.NodeProto] = []
+        self.inputs: list[onnx.ValueInfoProto] = []
+        self.outputs: list[onnx.ValueInfoProto] = []
+        self.constants: list[onnx.TensorProto] = []
+        self.weights: dict[str, None] = {}  # ordered set of referenced checkpoint tensors
+        self._count = 0
+
+    def _fresh(self, hint: str) -> str:
+        self._count += 1
+        return f"{hint}_{self._count}"
+
+    def input(self, name: str, elem_type: int, dims: Sequence[Dim]) -> str:
+        self.inputs.append(helper.make_tensor_value_info(name, elem_type, list(dims)))
+        return name
+
+    def output(self, value: str, name: str, elem_type: int | None, dims: Sequence[Dim]) -> str:
+        self.nodes.append(helper.make_node("Identity", [value], [name], name=f"{name}_out"))
+        self.outputs.append(helper.make_tensor_value_info(name, elem_type or self.float_type, list(dims)))
+        return name
+
+    def weight(self, name: str) -> str:
+        self.weights[name] = None
+        return name
+
+    def const(self, value: Any, hint: str = "const", dtype: Any = None) -> str:
+        array = np.asarray(value, dtype=dtype)
+        name = self._fresh(hint)
+        self.constants.append(numpy_helper.from_array(array, name))
+        return name
+
+    def ints(self, values: Sequence[int]) -> str:
+        return self.const(np.asarray(values, dtype=np.int64), "shape")
+
+    def scalar(self, value: float) -> str:
+        """A float constant in the graph's float type."""
+        name = self.const(np.asarray(value, dtype=np.float32), "scalar")
+        if self.float_type == TensorProto.FLOAT:
+            return name
+        return self.op("Cast", name, to=self.float_type)
+
+    def op(self, op_type: str, *inputs: str, outputs: int = 1, **attrs: Any) -> Any:
+        names = [self._fresh(op_type.lower()) for _ in range(outputs)]
+        self.nodes.append(helper.make_node(op_type, list(inputs), names, name=names[0], **attrs))
+        return names[0] if outputs == 1 else names
+
+    # -- layers --------------------------------------------------------------------------
+
+    def linear(self, x: str, prefix: str, bias: bool = True) -> str:
+        """``x @ W.T + b`` for a 2-D ``x`` and a checkpoint matrix ``W`` of shape [out, in]."""
+        args = [x, self.weight(f"{prefix}.weight")]
+        if bias:
+            args.append(self.weight(f"{prefix}.bias"))
+        return self.op("Gemm", *args, transB=1)  # type: ignore[no-any-return]
+
+    def layer_norm(self, x: str, prefix: str) -> str:
+        w, b = self.weight(f"{prefix}.weight"), self.weight(f"{prefix}.bias")
+        return self.op("LayerNormalization", x, w, b, axis=-1, epsilon=LAYER_NORM_EPS)  # type: ignore[no-any-return]
+
+    def gelu(self, x: str) -> str:
+        """Exact GELU, ``0.5 x (1 + erf(x / sqrt 2))``, in standard ops."""
+        erf = self.op("Erf", self.op("Mul", x, self.scalar(1 / np.sqrt(2))))
+        return self.op("Mul", self.op("Mul", x, self.scalar(0.5)), self.op("Add", erf, self.scalar(1.0)))  # type: ignore[no-any-return]
+
+    def l2_normalize(self, x: str) -> str:
+        """Rows divided by their L2 norm (floored at 1e-12)."""
+        norm = self.op("ReduceL2", x, self.ints([-1]), keepdims=1)
+        return self.op("Div", x, self.op("Max", norm, self.scalar(1e-12)))  # type: ignore[no-any-return]
+
+    def padding_mask(self, lengths: str, tokens: str) -> str:
+        """Additive mask [B, 1, 1, T]: 0 where ``position < lengths[b]``, -1e9 elsewhere."""
+        positions = self.op("Range", self.const(np.int64(0)), tokens, self.const(np.int64(1)))
+        valid = self.op("Less", self.op("Unsqueeze", positions, self.ints([0])), self.op("Unsqueeze", lengths, self.ints([1])))
+        invalid = self.op("Cast", self.op("Not", valid), to=self.float_type)
+        return self.op("Unsqueeze", self.op("Mul", invalid, self.scalar(NEG_INF)), self.ints([1, 2]))  # type: ignore[no-any-return]
+
+    def causal_mask(self, tokens: str) -> str:
+        """Additive mask [T, T]: -1e9 above the diagonal, so a token sees itself and earlier ones."""
+        square = self.op("Concat", tokens, tokens, axis=0)
+        ones = self.op("ConstantOfShape", square, value=numpy_helper.from_array(np.ones(1, np.float32)))
+        upper = self.op("Trilu", ones, self.const(np.int64(1)), upper=1)
+        return self.op("Mul", self.op("Cast", upper, to=self.float_type), self.scalar(NEG_INF))  # type: ignore[no-any-return]
+
+    def attention(self, x: str, prefix: str, g: Geometry, bt: str, mask: str | None) -> str:
+        qkv = self.linear(x, f"{prefix}.qkv")
+        split_shape = self.op("Concat", bt, self.ints([3, g.heads, g.head_dim]), axis=0)
+        qkv = self.op("Transpose", self.op("Reshape", qkv, split_shape), perm=[2, 0, 3, 1, 4])
+        q, k, v = (self.op("Squeeze", part, self.ints([0])) for part in self.op("Split", qkv, axis=0, outputs=3))
+        q = self.op("Mul", q, self.scalar(1 / np.sqrt(g.head_dim)))
+        scores = self.op("MatMul", q, self.op("Transpose", k, perm=[0, 1, 3, 2]))
+        if mask is not None:
+            scores = self.op("Add", scores, mask)
+        context = self.op("MatMul", self.op("Softmax", scores, axis=-1), v)
+        context = self.op("Reshape", self.op("Transpose", context, perm=[0, 2, 1, 3]), self.ints([-1, g.width]))
+        return self.linear(context, f"{prefix}.out")
+
+    def block(self, x: str, prefix: str, g: Geometry, bt: str, mask: str | None) -> str:
+        """Pre-norm block: ``x + attn(ln1(x))`` then ``x + fc2(gelu(fc1(ln2(x))))``."""
+        x = self.op("Add", x, self.attention(self.layer_norm(x, f"{prefix}.ln1"), f"{prefix}.attn", g, bt, mask))
+        hidden = self.gelu(self.linear(self.layer_norm(x, f"{prefix}.ln2"), f"{prefix}.mlp.fc1"))
+        return self.op("Add", x, self.linear(hidden, f"{prefix}.mlp.fc2"))  # type: ignore[no-any-return]
+
+    def transformer(self, x: str, prefix: str, g: Geometry, mask: str | None = None) -> str:
+        """Run ``prefix.blocks.*`` then ``prefix.ln_final`` over ``x`` [B, T, W]; answer [B, T, W]."""
+        shape = self.op("Shape", x)
+        bt = self.op("Slice", shape, self.ints([0]), self.ints([2]))
+        h = self.op("Reshape", x, self.ints([-1, g.width]))
+        for i in range(g.depth):
+            h = self.block(h, f"{prefix}.blocks.{i}", g, bt, mask)
+        h = self.layer_norm(h, f"{prefix}.ln_final")
+        return self.op("Reshape", h, shape)  # type: ignore[no-any-return]
+
+    def pooled_embedding(self, hidden: str, prefix: str) -> str:
+        """The first (class) token of ``hidden`` [B, T, W], projected and L2-normalised: [B, D]."""
+        cls = self.op("Gather", hidden, self.const(np.int64(0)), axis=1)
+        return self.l2_normalize(self.linear(cls, f"{prefix}.projection", bias=False))
+
+    def prepend_class_token(self, x: str, prefix: str) -> str:
+        """``[cls + pos[0], x...]`` along tokens, for ``x`` [B, T, W] already holding pos[1:]."""
+        first = self.op("Add", self.weight(f"{prefix}.cls"), self.op("Gather", self.weight(f"{prefix}.pos.weight"), self.const(np.int64(0))))
+        batch = self.op("Slice", self.op("Shape", x), self.ints([0]), self.ints([1]))
+        tile_shape = self.op("Concat", batch, self.ints([1, 1]), axis=0)
+        first = self.op("Tile", self.op("Reshape", first, self.ints([1, 1, -1])), tile_shape)
+        return self.op("Concat", first, x, axis=1)  # type: ignore[no-any-return]
+
+    def build(self) -> onnx.ModelProto:
+        """The model, with weights declared as initializers still to be bound by a backend."""
+        graph = helper.make_graph(self.nodes, self.name, self.inputs, self.outputs, self.constants)
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="uform")
+        model.ir_version = 10
+        return model
+

@@ -1,0 +1,135 @@
+"""The batched encode loop every modality shares.
+
+A modality turns its inputs into a list of batch thunks. The loop prepares batch ``k + 1``
+on the executor's prefetch thread while ONNX Runtime computes batch ``k``, gathers float32
+results in a call-local staging area, and only once every batch succeeded (and no progress
+handler cancelled) writes them into the caller's arena in the requested scalar.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from . import scalars
+from .arena import Arena, Encoded, RowsTape
+from .errors import UnsupportedError
+from .progress import Progress, ProgressHandler
+from .stats import EncodeStats
+from .types import Outputs, Scalar
+
+if TYPE_CHECKING:
+    from .runtime import Call
+
+
+@dataclass(frozen=True)
+class Batch:
+    """One tower run: which items (positions in the call) it holds, and the graph's feeds.
+
+    ``token_counts`` gives, per row, how many leading rows of the ``tokens`` output are real.
+    """
+
+    indices: np.ndarray
+    feeds: dict[str, np.ndarray]
+    token_counts: np.ndarray | None = None
+
+
+def check_outputs(call: Call, outputs: Outputs) -> Outputs:
+    if not isinstance(outputs, Outputs) or not outputs:
+        raise ValueError(f"outputs must be Outputs.EMBEDDINGS, Outputs.TOKENS or both, got {outputs!r}")
+    if Outputs.TOKENS in outputs and "tokens" not in call.output_names:
+        raise UnsupportedError(f"the {call.tower} tower of this checkpoint has no token head; ask for Outputs.EMBEDDINGS")
+    return outputs
+
+
+def encode(
+    call: Call,
+    count: int,
+    batches: Sequence[Callable[[], Batch]],
+    arena: Arena,
+    *,
+    outputs: Outputs,
+    outputs_scalar: Scalar | str,
+    progress: ProgressHandler | None,
+    progress_steps: int,
+    stats: EncodeStats | None,
+) -> Encoded:
+    """Run ``batches`` (thunks building each :class:`Batch`) and publish ``count`` items."""
+    if not isinstance(arena, Arena):
+        raise TypeError(f"arena must be a uform.Arena, got {type(arena).__name__}")
+    scalar = scalars.coerce(outputs_scalar)
+    outputs = check_outputs(call, outputs)
+    tracker = Progress(progress, progress_steps, count)
+    names = ["embeddings"] + (["tokens"] if Outputs.TOKENS in outputs else [])
+    started = time.perf_counter()
+    waited = computed = 0.0
+    with arena._lease():
+        embeddings = np.empty((count, call.config.dimensions), np.float32)
+        token_parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        pending = call.executor.prefetch(batches[0]) if batches else None
+        for k in range(len(batches)):
+            t0 = time.perf_counter()
+            assert pending is not None
+            batch = pending.result()
+            pending = call.executor.prefetch(batches[k + 1]) if k + 1 < len(batches) else None
+            t1 = time.perf_counter()
+            result = call.runner.run(names, batch.feeds)
+            t2 = time.perf_counter()
+            waited, computed = waited + t1 - t0, computed + t2 - t1
+            embeddings[batch.indices] = result[0]
+            if len(result) > 1:
+                assert batch.token_counts is not None
+                keep = np.arange(result[1].shape[1])[None, :] < batch.token_counts[:, None]
+                token_parts.append((batch.indices, batch.token_counts, result[1][keep]))
+            tracker.advance(len(batch.indices))
+        encoded = _publish(arena, scalar, embeddings, token_parts if len(names) > 1 else None, count)
+    if stats is not None:
+        stats.items += count
+        stats.batches += len(batches)
+        stats.seconds_preprocess += waited
+        stats.seconds_compute += computed
+        stats.seconds_total += time.perf_counter() - started
+    return encoded
+
+
+def _publish(
+    arena: Arena,
+    scalar: Scalar,
+    embeddings: np.ndarray,
+    token_parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] | None,
+    count: int,
+) -> Encoded:
+    shape, dtype, scaled = scalars.layout(scalar, count, embeddings.shape[1])
+    parts = [(shape, dtype)] + ([((count,), np.dtype(np.float32))] if scaled else [])
+    if token_parts is not None:
+        counts = np.zeros(count, np.int64)
+        for indices, n, _ in token_parts:
+            counts[indices] = n
+        offsets = np.zeros(count + 1, np.int64)
+        np.cumsum(counts, out=offsets[1:])
+        width = token_parts[0][2].shape[1] if token_parts else 0
+        rows = int(offsets[-1])
+        tshape, tdtype, _ = scalars.layout(scalar, rows, width)
+        parts += [(tshape, tdtype), ((count + 1,), np.dtype(np.int64))]
+        parts += [((rows,), np.dtype(np.float32))] if scaled else []
+    generation, views = arena._carve(parts)
+    scalars.store(embeddings, scalar, views[0], views[1] if scaled else None)
+    tokens = None
+    if token_parts is not None:
+        base = 2 if scaled else 1
+        values, tape_offsets = views[base], views[base + 1]
+        tape_offsets[...] = offsets
+        flat = np.empty((rows, width), np.float32)
+        for indices, n, rows_of_batch in token_parts:
+            # destination row of every token: its item's offset plus its position in the item
+            starts = np.repeat(offsets[indices], n)
+            within = np.arange(len(rows_of_batch)) - np.repeat(np.cumsum(n) - n, n)
+            flat[starts + within] = rows_of_batch
+        token_scales = views[base + 2] if scaled else None
+        scalars.store(flat, scalar, values, token_scales)
+        tokens = RowsTape(values, tape_offsets, token_scales, arena=arena, generation=generation)
+    return Encoded(arena, generation, scalar, views[0], views[1] if scaled else None, tokens, count)

@@ -1,0 +1,144 @@
+"""The small frozen records plugins hand to the host: towers, modalities and backends.
+
+A modality plugin's ``uform_modalities`` hook yields :class:`Modality` records; a backend
+plugin's ``uform_backends`` hook yields :class:`Backend` records. The host never imports a
+plugin by name: it reads these records.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+import numpy as np
+import onnx
+
+from .config import Geometry, ModelConfig
+from .graph import GraphBuilder
+from .types import CPUClass, GPUClass, Scalar
+
+if TYPE_CHECKING:
+    from .executor import Executor
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """A tensor a tower expects: its shape (BF16 as stored) and the normal distribution
+    ``uform new`` draws it from (norm weights at mean 1, everything else at mean 0)."""
+
+    shape: tuple[int, ...]
+    mean: float = 0.0
+    std: float = 0.02
+
+
+def stack_tensors(prefix: str, g: Geometry, dimensions: int | None = None) -> dict[str, TensorSpec]:
+    """The tensors of ``prefix.blocks.*`` and ``prefix.ln_final`` (see docs/checkpoint.md),
+    plus ``prefix.projection.weight`` [dimensions, width] when ``dimensions`` is given."""
+    w, m = g.width, g.mlp_width
+    ones, zeros = TensorSpec((w,), mean=1.0), TensorSpec((w,))
+    out: dict[str, TensorSpec] = {}
+    for i in range(g.depth):
+        p = f"{prefix}.blocks.{i}"
+        out.update({
+            f"{p}.ln1.weight": ones, f"{p}.ln1.bias": zeros,
+            f"{p}.attn.qkv.weight": TensorSpec((3 * w, w)), f"{p}.attn.qkv.bias": TensorSpec((3 * w,)),
+            f"{p}.attn.out.weight": TensorSpec((w, w)), f"{p}.attn.out.bias": zeros,
+            f"{p}.ln2.weight": ones, f"{p}.ln2.bias": zeros,
+            f"{p}.mlp.fc1.weight": TensorSpec((m, w)), f"{p}.mlp.fc1.bias": TensorSpec((m,)),
+            f"{p}.mlp.fc2.weight": TensorSpec((w, m)), f"{p}.mlp.fc2.bias": zeros,
+        })  # fmt: skip
+    out[f"{prefix}.ln_final.weight"], out[f"{prefix}.ln_final.bias"] = ones, zeros
+    if dimensions is not None:
+        out[f"{prefix}.projection.weight"] = TensorSpec((dimensions, w))
+    return out
+
+
+@dataclass(frozen=True)
+class Tower:
+    """One tower of a checkpoint: config key ``name`` under ``towers``, tensors under ``name.``.
+
+    ``read(tower_config, model_config)`` checks the tower's config and answers the plugin's
+    own parsed form of it (raise :class:`~uform.CheckpointError` naming the field);
+    ``tensors(parsed, model_config)`` the tensors it expects; ``graph(parsed, model_config,
+    builder)`` adds its inputs, nodes and outputs to the builder; ``presets`` maps ``tiny``,
+    ``small`` and ``base`` to tower configs for ``uform new``.
+    """
+
+    name: str
+    read: Callable[[Mapping[str, Any], ModelConfig], Any]
+    tensors: Callable[[Any, ModelConfig], Mapping[str, TensorSpec]]
+    graph: Callable[[Any, ModelConfig, GraphBuilder], None]
+    presets: Mapping[str, Mapping[str, Any]]
+
+
+@dataclass(frozen=True)
+class Modality:
+    """A modality: the tower it runs and the verbs it adds to ``Model``.
+
+    Each verb is ``fn(call, *args, **kwargs)`` where ``call`` is the host's
+    :class:`~uform.core.runtime.Call` for this tower. ``describe(parsed, model_config)``
+    may contribute :class:`~uform.ModelDescription` fields (``token_width``,
+    ``choice_temperature_groups``).
+    """
+
+    name: str
+    tower: Tower
+    verbs: Mapping[str, Callable[..., Any]]
+    describe: Callable[[Any, ModelConfig], Mapping[str, int]] | None = None
+
+
+class Runner(Protocol):
+    """What a backend answers per tower: ONNX Runtime's ``InferenceSession.run`` shape."""
+
+    def run(self, output_names: Sequence[str] | None, input_feed: Mapping[str, np.ndarray]) -> list[np.ndarray]: ...
+
+
+@dataclass(frozen=True)
+class TowerPlan:
+    """A tower ready to place: its graph (weights declared, unbound) and the stored weights."""
+
+    graph: onnx.ModelProto
+    weights: Mapping[str, np.ndarray]
+
+
+@dataclass(frozen=True)
+class LoadRequest:
+    """Everything a backend needs to place a checkpoint's towers."""
+
+    config: ModelConfig
+    towers: Mapping[str, TowerPlan]
+    executor: Executor
+    quantization: Scalar
+    cpu_class: CPUClass | None = None
+    gpu_class: GPUClass | None = None
+    memory_domains: Sequence[int] | None = None
+    devices: Sequence[int] | None = None
+    advance: Callable[[int], None] = field(default=lambda n: None)
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Placed towers: a runner per tower, the bytes held, and the classes they run as."""
+
+    runners: Mapping[str, Runner]
+    memory_usage: int
+    quantization: Scalar
+    cpu_class: CPUClass | None = None
+    gpu_class: GPUClass | None = None
+
+
+@dataclass(frozen=True)
+class Backend:
+    """Where towers run. ``placement`` is ``"ram"`` (``load_ram``) or ``"vram"`` (``load_vram``).
+
+    ``probe()`` answers None when the backend can run here, else the reason it cannot;
+    ``open(request)`` places the towers or raises :class:`~uform.UnsupportedError`.
+    Among available backends of a placement the highest ``priority`` is used.
+    """
+
+    name: str
+    placement: Literal["ram", "vram"]
+    probe: Callable[[], str | None]
+    open: Callable[[LoadRequest], Placement]
+    priority: int = 0

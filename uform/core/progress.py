@@ -1,0 +1,40 @@
+"""Progress reporting and cancellation, shared by loads and verbs."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+from .errors import CancelledError
+
+ProgressHandler = Callable[[int, int], "bool | None"]
+
+
+class Progress:
+    """Calls ``handler(done, total)`` about ``steps`` times (every advance when ``steps`` is 0).
+
+    A handler that returns ``False`` cancels: :meth:`advance` raises
+    :class:`~uform.CancelledError`. Any other answer, ``None`` included, goes on.
+    """
+
+    def __init__(self, handler: ProgressHandler | None, steps: int, total: int) -> None:
+        if not isinstance(steps, int) or steps < 0:
+            raise ValueError(f"progress_steps must be a non-negative integer, got {steps!r}")
+        if handler is not None and not callable(handler):
+            raise TypeError(f"progress must be callable as progress(done, total), got {type(handler).__name__}")
+        self.handler, self.steps, self.total = handler, steps, total
+        self.done = 0
+        self._step = 0
+
+    def advance(self, n: int) -> None:
+        self.done += n
+        if self.handler is None:
+            return
+        if self.steps:
+            mark = math.ceil((self._step + 1) * self.total / self.steps) if self.total else 0
+            if self.done < mark and self.done < self.total:
+                return
+            while self._step < self.steps and math.ceil((self._step + 1) * self.total / self.steps) <= self.done:
+                self._step += 1
+        if self.handler(self.done, self.total) is False:
+            raise CancelledError(f"cancelled by the progress handler at {self.done} of {self.total}; nothing was written")

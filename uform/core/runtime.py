@@ -1,0 +1,185 @@
+"""Loading a checkpoint onto a backend, and dispatching verbs to the modality that owns them."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import onnx
+
+from . import safetensors
+from .config import ModelConfig
+from .errors import CheckpointError, UnsupportedError
+from .executor import Executor
+from .graph import GraphBuilder
+from .host import Host, get_host
+from .plugin import LoadRequest, Modality, Placement, Runner, TensorSpec, TowerPlan
+from .progress import Progress, ProgressHandler
+from .scalars import coerce
+from .types import CPUClass, GPUClass, ModelDescription, Scalar
+
+STORED_DTYPE = "BF16"
+
+
+@dataclass(frozen=True)
+class LoadedTower:
+    """A tower this model serves: its modality, parsed config, graph and placed runner."""
+
+    modality: Modality
+    parsed: Any
+    graph: onnx.ModelProto
+
+
+@dataclass(frozen=True)
+class Call:
+    """What a verb gets: the tower's runner and config, and the executor the call runs with."""
+
+    tower: str
+    parsed: Any
+    config: ModelConfig
+    runner: Runner
+    executor: Executor
+    output_names: tuple[str, ...]
+
+
+def plan_towers(container: safetensors.Container, config: ModelConfig, host: Host) -> dict[str, tuple[Modality, Any, dict[str, TensorSpec]]]:
+    """Match the checkpoint's towers with installed modalities and check every tensor."""
+    planned: dict[str, tuple[Modality, Any, dict[str, TensorSpec]]] = {}
+    skipped: list[str] = []
+    for name, tower_cfg in config.towers.items():
+        modality = host.tower_owner(name)
+        if modality is None:
+            skipped.append(name)
+            warnings.warn(
+                f"checkpoint tower {name!r} has no installed plugin; its verbs are unavailable "
+                "(`uform plugins` lists what is installed)",
+                RuntimeWarning,
+                stacklevel=4,
+            )
+            continue
+        parsed = modality.tower.read(tower_cfg, config)
+        specs = dict(modality.tower.tensors(parsed, config))
+        for tensor, spec in specs.items():
+            entry = container.entries.get(tensor)
+            if entry is None:
+                raise CheckpointError(f"tensor {tensor!r} is missing (tower {name!r} expects shape {list(spec.shape)})")
+            if entry.dtype != STORED_DTYPE:
+                raise CheckpointError(f"tensor {tensor!r}: dtype {entry.dtype}, the format stores {STORED_DTYPE}")
+            if entry.shape != spec.shape:
+                raise CheckpointError(
+                    f"tensor {tensor!r}: shape {list(entry.shape)}, but the config of tower {name!r} gives {list(spec.shape)}"
+                )
+        planned[name] = (modality, parsed, specs)
+    expected = {t for _, _, specs in planned.values() for t in specs}
+    for tensor in container.entries:
+        if tensor not in expected and not any(tensor.startswith(f"{s}.") for s in skipped):
+            raise CheckpointError(f"tensor {tensor!r} belongs to no tower of the config")
+    if not planned:
+        raise UnsupportedError(f"no installed plugin serves any tower of this checkpoint ({', '.join(config.towers)})")
+    return planned
+
+
+def build_graph(name: str, modality: Modality, parsed: Any, config: ModelConfig, specs: Mapping[str, TensorSpec]) -> onnx.ModelProto:
+    builder = GraphBuilder(name)
+    modality.tower.graph(parsed, config, builder)
+    unknown = [w for w in builder.weights if w not in specs]
+    if unknown:
+        raise RuntimeError(f"plugin bug: the {name!r} graph uses tensors its tower does not declare: {unknown}")
+    return builder.build()
+
+
+class Runtime:
+    """A loaded checkpoint: placed towers, the verbs they serve, and the description."""
+
+    def __init__(self, config: ModelConfig, towers: dict[str, LoadedTower], placement: Placement, executor: Executor) -> None:
+        self.config = config
+        self.towers = towers
+        self.placement = placement
+        self.executor = executor
+        self._outputs = {n: tuple(o.name for o in t.graph.graph.output) for n, t in towers.items()}
+
+    @classmethod
+    def load(
+        cls,
+        buffer: memoryview,
+        *,
+        placement: str,
+        executor: Executor | None,
+        quantization: Scalar | str,
+        progress: ProgressHandler | None,
+        progress_steps: int,
+        cpu_class: CPUClass | None = None,
+        gpu_class: GPUClass | None = None,
+        memory_domains: Sequence[int] | None = None,
+        devices: Sequence[int] | None = None,
+    ) -> Runtime:
+        quantization = coerce(quantization, "quantization")
+        if executor is not None and not isinstance(executor, Executor):
+            raise TypeError(f"executor must be a uform.Executor, got {type(executor).__name__}")
+        executor = executor or Executor()
+        container = safetensors.parse(buffer)
+        config = ModelConfig.from_metadata(container.metadata)
+        host = get_host()
+        planned = plan_towers(container, config, host)
+        towers, plans = {}, {}
+        for name, (modality, parsed, specs) in planned.items():
+            graph = build_graph(name, modality, parsed, config, specs)
+            towers[name] = LoadedTower(modality, parsed, graph)
+            plans[name] = TowerPlan(graph, {w: container.array(w) for w in specs})
+        total = sum(w.nbytes for p in plans.values() for w in p.weights.values())
+        tracker = Progress(progress, progress_steps, total)
+        request = LoadRequest(
+            config, plans, executor, quantization, cpu_class, gpu_class, memory_domains, devices, tracker.advance
+        )
+        return cls(config, towers, _open(host, placement, request), executor)
+
+    def describe(self) -> ModelDescription:
+        extra: dict[str, int] = {"token_width": 0, "choice_temperature_groups": 0}
+        for tower in self.towers.values():
+            if tower.modality.describe is not None:
+                extra.update(tower.modality.describe(tower.parsed, self.config))
+        p = self.placement
+        return ModelDescription(
+            self.config.dimensions, self.config.context, p.quantization, p.memory_usage,
+            p.cpu_class, p.gpu_class, extra["token_width"], extra["choice_temperature_groups"],
+        )  # fmt: skip
+
+    def call(self, verb: str, executor: Executor | None, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        for name, tower in self.towers.items():
+            fn = tower.modality.verbs.get(verb)
+            if fn is not None:
+                call = Call(name, tower.parsed, self.config, self.placement.runners[name], executor or self.executor, self._outputs[name])
+                return fn(call, *args, **kwargs)
+        owner = next((m for m in get_host().modalities.values() if verb in m.verbs), None)
+        if owner is None:
+            raise UnsupportedError(f"no installed plugin provides {verb}; `uform plugins` lists what is installed")
+        raise UnsupportedError(
+            f"{verb} needs the {owner.tower.name!r} tower, which this checkpoint does not have "
+            f"(it has: {', '.join(self.config.towers)})"
+        )
+
+
+def _open(host: Host, placement: str, request: LoadRequest) -> Placement:
+    reasons = []
+    for backend in host.backends_for(placement):
+        reason = backend.probe()
+        if reason is None:
+            return backend.open(request)
+        reasons.append(f"{backend.name}: {reason}")
+    detail = "; ".join(reasons) if reasons else "no backend plugin of that kind is installed"
+    raise UnsupportedError(f"cannot place a model in {placement.upper()}: {detail}")
+
+
+def as_buffer(buffer: Any) -> memoryview:
+    """A flat byte view of ``bytes``, ``bytearray``, ``memoryview``, ``mmap`` or a numpy array."""
+    try:
+        view = memoryview(buffer)
+    except TypeError:
+        raise TypeError(f"a checkpoint buffer must support the buffer protocol, got {type(buffer).__name__}") from None
+    if not view.contiguous:
+        raise ValueError("a checkpoint buffer must be contiguous")
+    return view.cast("B") if view.format != "B" or view.ndim != 1 else view
+
+

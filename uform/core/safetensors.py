@@ -1,0 +1,167 @@
+"""Reading and writing the safetensors container without trusting it.
+
+The layout: 8 bytes little-endian header length ``n``, ``n`` bytes of JSON header, then
+the data section. Each header entry maps a tensor name to ``dtype``, ``shape`` and
+``data_offsets`` (relative to the data section). ``__metadata__`` maps strings to strings.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, BinaryIO
+
+import ml_dtypes
+import numpy as np
+
+from .errors import CheckpointError
+
+MAX_HEADER_BYTES = 100 * 1024 * 1024
+MAX_RANK = 8
+
+DTYPES: dict[str, np.dtype[Any]] = {
+    "BF16": np.dtype(ml_dtypes.bfloat16),
+    "F16": np.dtype(np.float16),
+    "F32": np.dtype(np.float32),
+    "F64": np.dtype(np.float64),
+    "F8_E4M3": np.dtype(ml_dtypes.float8_e4m3fn),
+    "F8_E5M2": np.dtype(ml_dtypes.float8_e5m2),
+    "I8": np.dtype(np.int8),
+    "U8": np.dtype(np.uint8),
+    "I16": np.dtype(np.int16),
+    "I32": np.dtype(np.int32),
+    "I64": np.dtype(np.int64),
+    "BOOL": np.dtype(np.bool_),
+}
+DTYPE_NAMES = {dtype: name for name, dtype in DTYPES.items()}
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One tensor's header entry, checked against the data section."""
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    begin: int
+    end: int
+
+
+@dataclass(frozen=True)
+class Container:
+    """A parsed safetensors buffer: metadata, entries, and the data section."""
+
+    metadata: dict[str, str]
+    entries: dict[str, Entry]
+    data: memoryview
+
+    def array(self, name: str) -> np.ndarray:
+        """A read-only numpy view of a tensor over the buffer (no copy)."""
+        e = self.entries[name]
+        view = np.frombuffer(self.data[e.begin : e.end], dtype=DTYPES[e.dtype])
+        return view.reshape(e.shape)
+
+
+def _fail(reason: str) -> CheckpointError:
+    return CheckpointError(f"not a valid safetensors checkpoint: {reason}")
+
+
+def parse(buffer: memoryview) -> Container:
+    """Parse and check a safetensors buffer; raise :class:`CheckpointError` naming the fault."""
+    size = len(buffer)
+    if size < 8:
+        raise _fail(f"{size} bytes is too short for the 8-byte header length")
+    (header_len,) = struct.unpack("<Q", buffer[:8])
+    if header_len > MAX_HEADER_BYTES:
+        raise _fail(f"header length {header_len} exceeds the {MAX_HEADER_BYTES}-byte limit")
+    if 8 + header_len > size:
+        raise _fail(f"header length {header_len} runs past the end of the {size}-byte file")
+    try:
+        header = json.loads(bytes(buffer[8 : 8 + header_len]).decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise _fail(f"header is not JSON ({exc})") from None
+    if not isinstance(header, dict):
+        raise _fail("header is not a JSON object")
+    metadata = header.pop("__metadata__", None) or {}
+    if not isinstance(metadata, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()
+    ):
+        raise _fail("__metadata__ must map strings to strings")
+    data = buffer[8 + header_len :]
+    entries = {name: _entry(name, raw, len(data)) for name, raw in header.items()}
+    spans = sorted(entries.values(), key=lambda e: (e.begin, e.end))
+    for before, after in zip(spans, spans[1:]):
+        if after.begin < before.end:
+            raise _fail(f"tensors {before.name!r} and {after.name!r} overlap in the data section")
+    return Container(metadata, entries, data)
+
+
+def _entry(name: str, raw: Any, data_len: int) -> Entry:
+    if not isinstance(raw, dict):
+        raise _fail(f"tensor {name!r}: header entry is not an object")
+    dtype, shape, offsets = raw.get("dtype"), raw.get("shape"), raw.get("data_offsets")
+    if dtype not in DTYPES:
+        raise _fail(f"tensor {name!r}: unknown dtype {dtype!r}")
+    if (
+        not isinstance(shape, list)
+        or len(shape) > MAX_RANK
+        or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape)
+    ):
+        raise _fail(f"tensor {name!r}: shape {shape!r} is not a list of at most 8 sizes")
+    if (
+        not isinstance(offsets, list)
+        or len(offsets) != 2
+        or not all(isinstance(o, int) and not isinstance(o, bool) for o in offsets)
+    ):
+        raise _fail(f"tensor {name!r}: data_offsets {offsets!r} is not a pair of integers")
+    begin, end = offsets
+    if not 0 <= begin <= end <= data_len:
+        raise _fail(
+            f"tensor {name!r}: data_offsets [{begin}, {end}] fall outside the "
+            f"{data_len}-byte data section"
+        )
+    numel = 1
+    for d in shape:
+        numel *= d
+    if (end - begin) != numel * DTYPES[dtype].itemsize:
+        raise _fail(
+            f"tensor {name!r}: {end - begin} bytes stored but shape {shape} of {dtype} "
+            f"needs {numel * DTYPES[dtype].itemsize}"
+        )
+    return Entry(name, dtype, tuple(shape), begin, end)
+
+
+def write(
+    out: str | os.PathLike[str] | BinaryIO,
+    tensors: Mapping[str, np.ndarray],
+    metadata: Mapping[str, str],
+) -> None:
+    """Write tensors deterministically: names sorted, header padded to 8 bytes."""
+    names = sorted(tensors)
+    header: dict[str, Any] = {"__metadata__": dict(sorted(metadata.items()))}
+    offset = 0
+    for name in names:
+        arr = tensors[name]
+        header[name] = {
+            "dtype": DTYPE_NAMES[arr.dtype],
+            "shape": list(arr.shape),
+            "data_offsets": [offset, offset + arr.nbytes],
+        }
+        offset += arr.nbytes
+    blob = json.dumps(header, separators=(",", ":")).encode()
+    blob += b" " * (-len(blob) % 8)
+    if isinstance(out, (str, os.PathLike)):
+        with open(out, "wb") as f:
+            _stream(f, blob, (tensors[n] for n in names))
+    else:
+        _stream(out, blob, (tensors[n] for n in names))
+
+
+def _stream(f: BinaryIO, blob: bytes, arrays: Iterable[np.ndarray]) -> None:
+    f.write(struct.pack("<Q", len(blob)))
+    f.write(blob)
+    for arr in arrays:
+        f.write(np.ascontiguousarray(arr).reshape(-1).view(np.uint8).data)

@@ -1,0 +1,181 @@
+"""``Model``: a loaded checkpoint serving every modality it was trained on.
+
+The verbs are typed here as the API page states them; each forwards to whichever installed
+plugin provides it (the core knows no modality by name).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from .core.arena import Arena, Encoded
+from .core.checkpoint import map_file
+from .core.executor import DeferredOn, Executor, On
+from .core.progress import ProgressHandler
+from .core.runtime import Runtime, as_buffer
+from .core.types import CPUClass, GPUClass, ModelDescription, Outputs, Scalar
+
+if TYPE_CHECKING:
+    from typing_extensions import Buffer
+
+    from .plugins.text import TextEncodeStats
+
+_PathLike = str | os.PathLike[str]
+_Texts = Iterable[str | bytes]
+_Files = Iterable[_PathLike | bytes]
+
+
+class Model:
+    """A loaded encoder serving every modality it was trained on; load it with a ``load_*`` classmethod."""
+
+    def __init__(self, runtime: Runtime, executor: Executor | None = None) -> None:
+        self._runtime = runtime
+        self._executor = executor
+
+    # -- loading -------------------------------------------------------------------------
+
+    @classmethod
+    def load_ram(
+        cls,
+        path: _PathLike,
+        /,
+        *,
+        memory_domains: Sequence[int] | None = None,
+        cpu_class: CPUClass | None = None,
+        executor: Executor | None = None,
+        quantization: Scalar = Scalar.BF16,
+        progress: ProgressHandler | None = None,
+        progress_steps: int = 0,
+    ) -> Model:
+        """Copies a checkpoint file into host memory."""
+        with map_file(path) as mapped:
+            return cls.load_ram_buffer(
+                mapped, memory_domains=memory_domains, cpu_class=cpu_class, executor=executor,
+                quantization=quantization, progress=progress, progress_steps=progress_steps,
+            )  # fmt: skip
+
+    @classmethod
+    def load_ram_buffer(
+        cls,
+        buffer: Buffer,
+        /,
+        *,
+        memory_domains: Sequence[int] | None = None,
+        cpu_class: CPUClass | None = None,
+        executor: Executor | None = None,
+        quantization: Scalar = Scalar.BF16,
+        progress: ProgressHandler | None = None,
+        progress_steps: int = 0,
+    ) -> Model:
+        """Copies a checkpoint held in memory (bytes, bytearray, memoryview, mmap) into host memory."""
+        view = as_buffer(buffer)
+        try:
+            runtime = Runtime.load(
+                view, placement="ram", executor=executor, quantization=quantization, progress=progress,
+                progress_steps=progress_steps, cpu_class=cpu_class, memory_domains=memory_domains,
+            )  # fmt: skip
+        finally:
+            view.release()
+        return cls(runtime)
+
+    @classmethod
+    def load_vram(
+        cls,
+        path: _PathLike,
+        /,
+        *,
+        devices: Sequence[int] | None = None,
+        gpu_class: GPUClass | None = None,
+        executor: Executor | None = None,
+        quantization: Scalar = Scalar.BF16,
+        progress: ProgressHandler | None = None,
+        progress_steps: int = 0,
+    ) -> Model:
+        """Copies a checkpoint file onto the named GPUs."""
+        with map_file(path) as mapped:
+            return cls.load_vram_buffer(
+                mapped, devices=devices, gpu_class=gpu_class, executor=executor,
+                quantization=quantization, progress=progress, progress_steps=progress_steps,
+            )  # fmt: skip
+
+    @classmethod
+    def load_vram_buffer(
+        cls,
+        buffer: Buffer,
+        /,
+        *,
+        devices: Sequence[int] | None = None,
+        gpu_class: GPUClass | None = None,
+        executor: Executor | None = None,
+        quantization: Scalar = Scalar.BF16,
+        progress: ProgressHandler | None = None,
+        progress_steps: int = 0,
+    ) -> Model:
+        """Copies a checkpoint held in host memory onto the named GPUs."""
+        view = as_buffer(buffer)
+        try:
+            runtime = Runtime.load(
+                view, placement="vram", executor=executor, quantization=quantization, progress=progress,
+                progress_steps=progress_steps, gpu_class=gpu_class, devices=devices,
+            )  # fmt: skip
+        finally:
+            view.release()
+        return cls(runtime)
+
+    # -- receivers -----------------------------------------------------------------------
+
+    def on(self, executor: Executor, /) -> On[Model]:
+        """A receiver whose verbs run with ``executor`` and block until done."""
+        return On(Model(self._runtime, _check_executor(executor)), executor)
+
+    def deferred(self, executor: Executor, /) -> DeferredOn[Model]:
+        """A receiver whose verbs are submitted to ``executor`` and answer a :class:`Deferred`."""
+        return DeferredOn(Model(self._runtime, _check_executor(executor)), executor)
+
+    def _bound_verb(self, name: str, executor: Executor) -> Callable[..., Any]:
+        if name.startswith("_") or not callable(getattr(Model, name, None)) or name in _NOT_VERBS:
+            raise AttributeError(f"{name!r} is not a Model verb")
+        return getattr(Model(self._runtime, executor), name)  # type: ignore[no-any-return]
+
+    # -- verbs ---------------------------------------------------------------------------
+
+    def describe(self) -> ModelDescription:
+        """The model's geometry and placement."""
+        return self._runtime.describe()
+
+    def _verb(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        return self._runtime.call(name, self._executor, args, kwargs)
+
+    def text_encode(
+        self,
+        texts: _Texts,
+        arena: Arena,
+        /,
+        *,
+        outputs: Outputs = Outputs.EMBEDDINGS,
+        outputs_scalar: Scalar = Scalar.F32,
+        progress: ProgressHandler | None = None,
+        progress_steps: int = 0,
+        stats: TextEncodeStats | None = None,
+    ) -> Encoded:
+        """Encodes UTF-8 texts, a byte per token."""
+        return self._verb(  # type: ignore[no-any-return]
+            "text_encode", texts, arena, outputs=outputs, outputs_scalar=outputs_scalar,
+            progress=progress, progress_steps=progress_steps, stats=stats,
+        )  # fmt: skip
+
+    def __repr__(self) -> str:
+        d = self.describe()
+        return f"Model(towers={list(self._runtime.towers)}, dimensions={d.dimensions}, quantization={d.quantization.name})"
+
+
+_NOT_VERBS = {"load_ram", "load_ram_buffer", "load_vram", "load_vram_buffer", "on", "deferred"}
+
+
+def _check_executor(executor: Any) -> Executor:
+    if not isinstance(executor, Executor):
+        raise TypeError(f"expected a uform.Executor, got {type(executor).__name__}")
+    return executor
+

@@ -1,0 +1,1 @@
+"""uform's built-in plugins, each registered through the ``uform`` entry-point group."""

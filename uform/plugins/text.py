@@ -1,0 +1,169 @@
+"""The text modality: UTF-8 bytes, a byte per token, through the ``text`` tower.
+
+Tensors and math are in docs/checkpoint.md ("text tower"). Texts are truncated at the
+model's ``context`` bytes, sorted by length and cut into batches under a token budget, so
+padding is at most the length spread inside one batch of neighbours.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from onnx import TensorProto
+
+from uform.core.arena import Arena, Encoded
+from uform.core.config import Geometry, ModelConfig, integer
+from uform.core.errors import InputError
+from uform.core.graph import GraphBuilder
+from uform.core.hookspecs import hookimpl
+from uform.core.pipeline import Batch, encode
+from uform.core.plugin import Modality, TensorSpec, Tower, stack_tensors
+from uform.core.progress import ProgressHandler
+from uform.core.runtime import Call
+from uform.core.stats import EncodeStats
+from uform.core.types import Outputs, Scalar
+
+BYTES = 256
+MAX_ROWS = 64  # rows per batch
+TOKEN_BUDGET = 16384  # rows x padded length per batch
+
+
+@dataclass
+class TextEncodeStats(EncodeStats):
+    """Counters of text calls: bytes encoded, texts and bytes cut at ``context``, padding."""
+
+    tokens: int = 0
+    truncated_items: int = 0
+    truncated_tokens: int = 0
+    padding_tokens: int = 0
+
+
+@dataclass(frozen=True)
+class TextTower:
+    geometry: Geometry
+    token_width: int
+
+
+def read(cfg: Mapping[str, Any], model: ModelConfig) -> TextTower:
+    return TextTower(Geometry.read(cfg, "towers.text"), integer(cfg, "token_width", "towers.text", 0, 16384))
+
+
+def tensors(t: TextTower, model: ModelConfig) -> dict[str, TensorSpec]:
+    w = t.geometry.width
+    out = {
+        "text.embed.weight": TensorSpec((BYTES, w)),
+        "text.cls": TensorSpec((w,)),
+        "text.pos.weight": TensorSpec((model.context + 1, w)),
+    }
+    out.update(stack_tensors("text", t.geometry, model.dimensions))
+    if t.token_width:
+        out["text.token_head.weight"] = TensorSpec((t.token_width, w))
+    return out
+
+
+def graph(t: TextTower, model: ModelConfig, b: GraphBuilder) -> None:
+    ids = b.input("bytes", TensorProto.INT64, ["batch", "length"])
+    lengths = b.input("lengths", TensorProto.INT64, ["batch"])
+    length = b.op("Slice", b.op("Shape", ids), b.ints([1]), b.ints([2]))
+    positions = b.op("Slice", b.weight("text.pos.weight"), b.ints([1]), b.op("Add", length, b.ints([1])))
+    x = b.op("Add", b.op("Gather", b.weight("text.embed.weight"), ids), positions)
+    x = b.prepend_class_token(x, "text")
+    mask = b.padding_mask(b.op("Add", lengths, b.const(np.int64(1))), b.op("Add", length, b.ints([1])))
+    hidden = b.transformer(x, "text", t.geometry, mask)
+    b.output(b.pooled_embedding(hidden, "text"), "embeddings", None, ["batch", model.dimensions])
+    if t.token_width:
+        rows = b.op("Reshape", b.op("Slice", hidden, b.ints([1]), b.ints([1 << 62]), b.ints([1])), b.ints([-1, t.geometry.width]))
+        vectors = b.l2_normalize(b.linear(rows, "text.token_head", bias=False))
+        shape = b.op("Concat", b.op("Shape", ids), b.ints([t.token_width]), axis=0)
+        b.output(b.op("Reshape", vectors, shape), "tokens", None, ["batch", "length", t.token_width])
+
+
+def describe(t: TextTower, model: ModelConfig) -> dict[str, int]:
+    return {"token_width": t.token_width}
+
+
+def as_bytes(texts: Any) -> list[bytes]:
+    """Each text as bytes (``str`` as UTF-8); InputError names the first bad item."""
+    if isinstance(texts, (str, bytes, bytearray, memoryview)):
+        raise TypeError(f"texts must be a sequence of str or bytes, got a single {type(texts).__name__}; wrap it in a list")
+    out = []
+    for i, text in enumerate(texts):
+        if isinstance(text, str):
+            try:
+                out.append(text.encode("utf-8"))
+            except UnicodeEncodeError as exc:
+                raise InputError(i, f"text is not encodable as UTF-8 ({exc.reason} at {exc.start})") from None
+        elif isinstance(text, (bytes, bytearray, memoryview)):
+            out.append(bytes(text))
+        else:
+            raise InputError(i, f"expected str or bytes, got {type(text).__name__}")
+    return out
+
+
+def plan(lengths: np.ndarray, max_rows: int = MAX_ROWS, budget: int = TOKEN_BUDGET) -> list[np.ndarray]:
+    """Item indices per batch: sorted by length, each batch under ``budget`` padded tokens."""
+    order = np.argsort(lengths, kind="stable")
+    batches, start = [], 0
+    while start < len(order):
+        end = start + 1
+        while end < len(order) and end - start < max_rows and (end - start + 1) * (int(lengths[order[end]]) + 1) <= budget:
+            end += 1
+        batches.append(order[start:end])
+        start = end
+    return batches
+
+
+def feeds(chunks: Sequence[bytes], lengths: np.ndarray, indices: np.ndarray) -> Batch:
+    """The ``bytes`` [rows, longest] and ``lengths`` [rows] feeds of one batch, zero-padded."""
+    rows = lengths[indices]
+    width = int(rows.max(initial=0))
+    ids = np.zeros((len(indices), width), np.int64)
+    joined = np.frombuffer(b"".join([chunks[i] for i in indices]), np.uint8)
+    ids[np.arange(width)[None, :] < rows[:, None]] = joined
+    return Batch(indices, {"bytes": ids, "lengths": rows.astype(np.int64)}, token_counts=rows)
+
+
+def text_encode(
+    call: Call,
+    texts: Iterable[str | bytes],
+    arena: Arena,
+    /,
+    *,
+    outputs: Outputs = Outputs.EMBEDDINGS,
+    outputs_scalar: Scalar | str = Scalar.F32,
+    progress: ProgressHandler | None = None,
+    progress_steps: int = 0,
+    stats: TextEncodeStats | None = None,
+) -> Encoded:
+    if stats is not None and not isinstance(stats, TextEncodeStats):
+        raise TypeError(f"stats must be a TextEncodeStats, got {type(stats).__name__}")
+    encoded = as_bytes(texts)
+    context = call.config.context
+    full = np.fromiter((len(t) for t in encoded), np.int64, len(encoded))
+    lengths = np.minimum(full, context)
+    chunks = [t[:context] for t in encoded] if (full > context).any() else encoded
+    batches = plan(lengths)
+    result = encode(
+        call, len(chunks), [lambda idx=idx: feeds(chunks, lengths, idx) for idx in batches], arena,
+        outputs=outputs, outputs_scalar=outputs_scalar, progress=progress, progress_steps=progress_steps, stats=stats,
+    )  # fmt: skip
+    if stats is not None:
+        stats.tokens += int(lengths.sum())
+        stats.truncated_items += int((full > context).sum())
+        stats.truncated_tokens += int((full - lengths).sum())
+        stats.padding_tokens += sum(len(i) * int(lengths[i].max()) - int(lengths[i].sum()) for i in batches)
+    return result
+
+
+@hookimpl
+def uform_modalities() -> Iterable[Modality]:
+    presets = {
+        "tiny": {"width": 64, "depth": 2, "heads": 2, "mlp_width": 128, "token_width": 16},
+        "small": {"width": 256, "depth": 4, "heads": 4, "mlp_width": 1024, "token_width": 64},
+        "base": {"width": 768, "depth": 12, "heads": 12, "mlp_width": 3072, "token_width": 128},
+    }
+    tower = Tower("text", read, tensors, graph, presets)
+    yield Modality("text", tower, {"text_encode": text_encode}, describe)
