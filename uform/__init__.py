@@ -26,6 +26,23 @@ from .plugins.text import TextEncodeStats
 
 __version__ = "4.0.0rc1"
 
+# Stats types of the built-in media plugins, imported only when asked for.
+_LAZY = {
+    "ImageEncodeStats": "uform.plugins.image",
+    "VideoEncodeStats": "uform.plugins.video",
+    "AudioEncodeStats": "uform.plugins.audio",
+}
+
+
+def __getattr__(name: str) -> object:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'uform' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)
+
+
 __all__ = [
     "Arena", "ArenaBusyError", "ArenaError", "CPUClass", "CancelledError", "CheckpointError",
     "Deferred", "DeferredOn", "EncodeStats", "Encoded", "Executor", "GPUClass", "InputError",

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
-from .core.arena import Arena, Encoded
+from .core.arena import Arena, Encoded, RowsTape
 from .core.checkpoint import map_file
 from .core.executor import DeferredOn, Executor, On
 from .core.progress import ProgressHandler
@@ -20,11 +20,15 @@ from .core.types import CPUClass, GPUClass, ModelDescription, Outputs, Scalar
 if TYPE_CHECKING:
     from typing_extensions import Buffer
 
+    from .plugins.audio import AudioEncodeStats
+    from .plugins.image import ImageEncodeStats
     from .plugins.text import TextEncodeStats
+    from .plugins.video import VideoEncodeStats
 
 _PathLike = str | os.PathLike[str]
 _Texts = Iterable[str | bytes]
-_Files = Iterable[_PathLike | bytes]
+_Files = Iterable[_PathLike | bytes | BinaryIO]
+_Words = Sequence[int]
 
 
 class Model:
@@ -163,6 +167,115 @@ class Model:
         """Encodes UTF-8 texts, a byte per token."""
         return self._verb(  # type: ignore[no-any-return]
             "text_encode", texts, arena, outputs=outputs, outputs_scalar=outputs_scalar,
+            progress=progress, progress_steps=progress_steps, stats=stats,
+        )  # fmt: skip
+
+    def image_encode(
+        self,
+        files: _Files,
+        arena: Arena,
+        /,
+        *,
+        outputs: Outputs = Outputs.EMBEDDINGS,
+        outputs_scalar: Scalar = Scalar.F32,
+        progress: ProgressHandler | None = None,
+        progress_steps: int = 0,
+        stats: ImageEncodeStats | None = None,
+    ) -> Encoded:
+        """Decodes and encodes JPEG, PNG or WebP files (paths, bytes or binary file objects)."""
+        return self._verb(  # type: ignore[no-any-return]
+            "image_encode", files, arena, outputs=outputs, outputs_scalar=outputs_scalar,
+            progress=progress, progress_steps=progress_steps, stats=stats,
+        )  # fmt: skip
+
+    def image_encode_pixels(
+        self,
+        pixels: Sequence[Buffer],
+        arena: Arena,
+        /,
+        *,
+        outputs: Outputs = Outputs.EMBEDDINGS,
+        outputs_scalar: Scalar = Scalar.F32,
+        progress: ProgressHandler | None = None,
+        progress_steps: int = 0,
+        stats: ImageEncodeStats | None = None,
+    ) -> Encoded:
+        """Encodes [height, width, 3] uint8 images of any size."""
+        return self._verb(  # type: ignore[no-any-return]
+            "image_encode_pixels", pixels, arena, outputs=outputs, outputs_scalar=outputs_scalar,
+            progress=progress, progress_steps=progress_steps, stats=stats,
+        )  # fmt: skip
+
+    def video_encode(
+        self,
+        files: _Files,
+        arena: Arena,
+        /,
+        *,
+        outputs: Outputs = Outputs.EMBEDDINGS,
+        outputs_scalar: Scalar = Scalar.F32,
+        progress: ProgressHandler | None = None,
+        progress_steps: int = 0,
+        stats: VideoEncodeStats | None = None,
+    ) -> Encoded:
+        """Decodes and encodes MP4 or WebM clips."""
+        return self._verb(  # type: ignore[no-any-return]
+            "video_encode", files, arena, outputs=outputs, outputs_scalar=outputs_scalar,
+            progress=progress, progress_steps=progress_steps, stats=stats,
+        )  # fmt: skip
+
+    def audio_encode(
+        self,
+        files: _Files,
+        arena: Arena,
+        /,
+        *,
+        outputs: Outputs = Outputs.EMBEDDINGS,
+        outputs_scalar: Scalar = Scalar.F32,
+        progress: ProgressHandler | None = None,
+        progress_steps: int = 0,
+        stats: AudioEncodeStats | None = None,
+    ) -> Encoded:
+        """Decodes and encodes WAV, FLAC, MP3 or Opus recordings."""
+        return self._verb(  # type: ignore[no-any-return]
+            "audio_encode", files, arena, outputs=outputs, outputs_scalar=outputs_scalar,
+            progress=progress, progress_steps=progress_steps, stats=stats,
+        )  # fmt: skip
+
+    def audio_encode_samples(
+        self,
+        samples: Sequence[Buffer] | RowsTape,
+        sample_rate: int,
+        arena: Arena,
+        /,
+        *,
+        outputs: Outputs = Outputs.EMBEDDINGS,
+        outputs_scalar: Scalar = Scalar.F32,
+        progress: ProgressHandler | None = None,
+        progress_steps: int = 0,
+        stats: AudioEncodeStats | None = None,
+    ) -> Encoded:
+        """Encodes 1-D float32 mono recordings (a sequence of buffers, or a tape of rows)."""
+        return self._verb(  # type: ignore[no-any-return]
+            "audio_encode_samples", samples, sample_rate, arena, outputs=outputs, outputs_scalar=outputs_scalar,
+            progress=progress, progress_steps=progress_steps, stats=stats,
+        )  # fmt: skip
+
+    def text_choose(
+        self,
+        texts: _Texts,
+        choices: _Texts,
+        arena: Arena,
+        /,
+        *,
+        temperature_groups: _Words | None = None,
+        progress: ProgressHandler | None = None,
+        progress_steps: int = 0,
+        stats: TextEncodeStats | None = None,
+    ) -> RowsTape:
+        """Scores each text's single-byte choices, one probability each."""
+        return self._verb(  # type: ignore[no-any-return]
+            "text_choose", texts, choices, arena, temperature_groups=temperature_groups,
             progress=progress, progress_steps=progress_steps, stats=stats,
         )  # fmt: skip
 
