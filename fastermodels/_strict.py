@@ -21,8 +21,7 @@ def check_state_dict(module: nn.Module, state_dict: Mapping[str, Any]) -> None:
     missing = sorted(own.keys() - state_dict.keys())
     unexpected = sorted(state_dict.keys() - own.keys())
     shapes = [
-        f"{k} {tuple(getattr(state_dict[k], 'shape', ()))} in the weights, "
-        f"{tuple(own[k].shape)} in the model"
+        f"{k} (weights {tuple(getattr(state_dict[k], 'shape', ()))}, model {tuple(own[k].shape)})"
         for k in sorted(own.keys() & state_dict.keys())
         if tuple(getattr(state_dict[k], "shape", ())) != tuple(own[k].shape)
     ]

@@ -1,0 +1,181 @@
+"""Export forms: TorchScript, ONNX and INT8 ONNX written by export_artifact, read back by load."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("torchvision")
+pytest.importorskip("huggingface_hub")
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+sys.path.insert(0, str(Path(__file__).parent))
+
+import numpy as np  # noqa: E402
+from torch import nn  # noqa: E402
+
+from fastermodels import FasterModel, export_artifact, load, state_hash  # noqa: E402
+from test_fastermodels_nets import (MLP_KWARGS, MLP_SOURCE, RESNET_KWARGS,  # noqa: E402
+                                    RESNET_SOURCE, pruned_mlp, pruned_resnet18)
+from uform.exporters import ARTIFACT_FILES, INT8_RECIPE, ExportReport  # noqa: E402
+from uform.exporters.torch_forms import ATOL, RTOL  # noqa: E402
+
+EXAMPLE = torch.randn(1, 3, 64, 64, generator=torch.Generator().manual_seed(2))
+BATCH3 = torch.randn(3, 3, 64, 64, generator=torch.Generator().manual_seed(3))
+INT8_ATOL = 0.1  # INT8 outputs stay within this of FP32 on these nets (measured ≈ 0.04)
+
+
+def _session(path: Path) -> ort.InferenceSession:
+    return ort.InferenceSession(path, providers=["CPUExecutionProvider"])  # the documented one line
+
+
+def _run_onnx(path: Path, x: torch.Tensor) -> np.ndarray:
+    return np.asarray(_session(path).run(None, {"input": x.numpy()})[0])
+
+
+@pytest.fixture(scope="module")
+def pruned() -> nn.Module:
+    return pruned_resnet18()
+
+
+@pytest.fixture(scope="module")
+def fm(pruned: nn.Module) -> FasterModel:
+    return FasterModel.wrap(pruned, RESNET_SOURCE, RESNET_KWARGS, recipe={"prune": "odd widths"})
+
+
+@pytest.fixture(scope="module")
+def full(fm: FasterModel, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, ExportReport]:
+    directory = tmp_path_factory.mktemp("full")
+    return directory, export_artifact(fm, directory, example_input=EXAMPLE)
+
+
+@pytest.fixture(scope="module")
+def int8(fm: FasterModel, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, ExportReport]:
+    directory = tmp_path_factory.mktemp("int8")
+    return directory, export_artifact(fm, directory, example_input=EXAMPLE, int8=True)
+
+
+def _expected(pruned: nn.Module, x: torch.Tensor) -> np.ndarray:
+    with torch.no_grad():
+        return pruned(x).numpy()
+
+
+def test_export_writes_all_three_forms(full: tuple[Path, ExportReport]) -> None:
+    directory, report = full
+    names = {p.name for p in directory.iterdir()}
+    assert set(ARTIFACT_FILES.values()) <= names and "config.json" in names
+    assert report.files == {f: directory / n for f, n in ARTIFACT_FILES.items()}
+    assert report.max_abs_diff["torchscript"] <= 1e-5
+    assert report.max_abs_diff["onnx"] <= 1e-4
+
+
+def test_load_auto_prefers_safetensors(full: tuple[Path, ExportReport], fm: FasterModel) -> None:
+    model = load(full[0])
+    assert isinstance(model, FasterModel) and not model.training
+    assert state_hash(model) == state_hash(fm)
+
+
+def test_each_form_matches_the_pruned_net(full: tuple[Path, ExportReport], pruned: nn.Module) -> None:
+    directory = full[0]
+    expected = _expected(pruned, BATCH3)  # batch 3: the exports were made at batch 1
+    tolerance = {"safetensors": 0.0, "torchscript": 1e-5, "onnx": 1e-4}
+    for form, tol in tolerance.items():
+        model = load(directory, form=form)
+        if form == "onnx":
+            assert isinstance(model, Path) and model == directory / "model.onnx"
+            got = _run_onnx(model, BATCH3)
+        else:
+            assert isinstance(model, nn.Module) and not model.training
+            with torch.no_grad():
+                got = model(BATCH3).numpy()
+        assert np.abs(got - expected).max() <= tol, form
+        assert np.allclose(got, expected, atol=ATOL, rtol=RTOL)
+
+
+def test_torchscript_is_a_traced_module(full: tuple[Path, ExportReport]) -> None:
+    module = load(full[0], form="torchscript")
+    assert isinstance(module, torch.jit.ScriptModule) and not module.training
+
+
+def test_the_onnx_file_is_clean(full: tuple[Path, ExportReport]) -> None:
+    path = full[0] / "model.onnx"
+    onnx.checker.check_model(str(path))
+    proto = onnx.load(str(path))
+    assert max(o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")) >= 17
+    for value in (*proto.graph.input, *proto.graph.output):
+        assert value.type.tensor_type.shape.dim[0].dim_param == "batch"
+
+
+def test_int8_variant_has_no_safetensors_and_load_falls_through(
+        int8: tuple[Path, ExportReport], pruned: nn.Module) -> None:
+    directory, report = int8
+    assert {p.name for p in directory.iterdir()} == {"model.onnx", "config.json"}
+    assert report.int8 and report.max_abs_diff["onnx"] <= INT8_ATOL
+    path = load(directory)
+    assert path == directory / "model.onnx"
+    got, expected = _run_onnx(path, BATCH3), _expected(pruned, BATCH3)
+    assert np.abs(got - expected).max() <= INT8_ATOL
+    assert json.loads((directory / "config.json").read_text())["recipe"]["int8"] == INT8_RECIPE
+
+
+def test_int8_quantises_every_conv_and_the_linear(int8: tuple[Path, ExportReport],
+                                                  full: tuple[Path, ExportReport]) -> None:
+    ops = Counter(n.op_type for n in onnx.load(str(int8[0] / "model.onnx")).graph.node)
+    assert ops["ConvInteger"] == 20 and ops["MatMulInteger"] == 1  # 17 convs + 3 downsamples; fc
+    assert ops["Conv"] == ops["Gemm"] == ops["MatMul"] == 0
+    size = os.path.getsize(int8[0] / "model.onnx")
+    assert size < os.path.getsize(full[0] / "model.onnx") / 3
+
+
+def test_pruned_mlp_exports_every_form(tmp_path: Path) -> None:
+    net = pruned_mlp()
+    fm = FasterModel.wrap(net, MLP_SOURCE, MLP_KWARGS)
+    x = torch.randn(4, 16)
+    report = export_artifact(fm, tmp_path, example_input=torch.randn(1, 16), torchscript_mode="script")
+    assert set(report.files) == set(ARTIFACT_FILES)
+    expected = _expected(net, x)
+    with torch.no_grad():
+        assert np.array_equal(load(tmp_path)(x).numpy(), expected)
+        assert np.abs(load(tmp_path, form="torchscript")(x).numpy() - expected).max() <= 1e-5
+    assert np.abs(_run_onnx(load(tmp_path, form="onnx"), x) - expected).max() <= 1e-4
+
+
+def test_a_bare_module_exports_torchscript_and_onnx(tmp_path: Path) -> None:
+    net = pruned_mlp()
+    report = export_artifact(net, tmp_path, ("torchscript", "onnx"), example_input=torch.randn(2, 16))
+    assert set(report.files) == {"torchscript", "onnx"}
+    assert not (tmp_path / "config.json").exists()
+    with pytest.raises(TypeError, match="safetensors form needs a FasterModel"):
+        export_artifact(net, tmp_path, ("safetensors",), example_input=torch.randn(2, 16))
+
+
+def test_export_restores_the_training_flag(tmp_path: Path) -> None:
+    net = pruned_mlp().train()
+    export_artifact(net, tmp_path, ("onnx",), example_input=torch.randn(2, 16))
+    assert net.training
+
+
+@pytest.mark.parametrize("kwargs, error", [
+    ({"forms": ("pickle",)}, "unknown form"),
+    ({"forms": ("torchscript", "onnx"), "int8": True}, "INT8 variant is ONNX only"),
+    ({"forms": ("onnx",), "opset": 13}, "opset must be at least 17"),
+    ({"forms": ("torchscript",), "torchscript_mode": "compile"}, "'trace' or 'script'"),
+])
+def test_export_argument_errors(tmp_path: Path, kwargs: dict[str, object], error: str) -> None:
+    with pytest.raises(ValueError, match=error):
+        export_artifact(pruned_mlp(), tmp_path, example_input=torch.randn(2, 16), **kwargs)  # type: ignore[arg-type]
+
+
+def test_importing_uform_exporters_does_not_import_torch() -> None:
+    root = Path(__file__).resolve().parents[1]
+    code = "import sys, uform.exporters; assert 'torch' not in sys.modules, 'torch was imported'"
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
