@@ -29,7 +29,7 @@ from uform.exporters.torch_forms import ATOL, RTOL  # noqa: E402
 
 EXAMPLE = torch.randn(1, 3, 64, 64, generator=torch.Generator().manual_seed(2))
 BATCH3 = torch.randn(3, 3, 64, 64, generator=torch.Generator().manual_seed(3))
-INT8_ATOL = 0.1  # INT8 outputs stay within this of FP32 on these nets (measured ≈ 0.04)
+INT8_REL = 0.1  # INT8 max abs diff ≤ 10 % of the largest |output| (measured 3–6 % on this net)
 
 
 def _session(path: Path) -> ort.InferenceSession:
@@ -65,6 +65,10 @@ def int8(fm: FasterModel, tmp_path_factory: pytest.TempPathFactory) -> tuple[Pat
 def _expected(pruned: nn.Module, x: torch.Tensor) -> np.ndarray:
     with torch.no_grad():
         return pruned(x).numpy()
+
+
+def _scale(pruned: nn.Module, x: torch.Tensor) -> float:
+    return float(np.abs(_expected(pruned, x)).max())
 
 
 def test_export_writes_all_three_forms(full: tuple[Path, ExportReport]) -> None:
@@ -117,11 +121,11 @@ def test_int8_variant_has_no_safetensors_and_load_falls_through(
         int8: tuple[Path, ExportReport], pruned: nn.Module) -> None:
     directory, report = int8
     assert {p.name for p in directory.iterdir()} == {"model.onnx", "config.json"}
-    assert report.int8 and report.max_abs_diff["onnx"] <= INT8_ATOL
+    assert report.int8 and report.max_abs_diff["onnx"] <= INT8_REL * _scale(pruned, EXAMPLE)
     path = load(directory)
     assert path == directory / "model.onnx"
     got, expected = _run_onnx(path, BATCH3), _expected(pruned, BATCH3)
-    assert np.abs(got - expected).max() <= INT8_ATOL
+    assert np.abs(got - expected).max() <= INT8_REL * np.abs(expected).max()
     assert json.loads((directory / "config.json").read_text())["recipe"]["int8"] == INT8_RECIPE
 
 

@@ -180,7 +180,8 @@ def test_load_from_a_hub_repo_id(hub: tuple[StandInHub, Path, str],
     assert out["auto"][:3] == ["FasterModel", False, digest] and out["auto"][3] == 0.0
     assert out["from_pretrained"] == [False, digest, {"prune": "odd widths"}]
     assert out["torchscript"][0] is False and out["torchscript"][1] <= 1e-5
-    assert out["onnx"][1] <= 1e-4 and out["int8"][1] <= 0.1
+    scale = float(np.abs(np.load(tmp / "expected.npy")).max())
+    assert out["onnx"][1] <= 1e-4 and out["int8"][1] <= 0.1 * scale  # INT8: within 10 % of range
     cache = str(tmp / "hf_home")
     assert out["onnx"][0].startswith(cache) and out["onnx"][0].endswith("model.onnx")
     assert out["int8"][0].startswith(cache)
