@@ -6,6 +6,7 @@ plugin provides it (the core knows no modality by name).
 
 from __future__ import annotations
 
+import mmap
 import os
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, BinaryIO
@@ -54,11 +55,14 @@ class Model:
         progress_steps: int = 0,
     ) -> Model:
         """Copies a checkpoint file into host memory."""
-        with map_file(path) as mapped:
+        mapped = map_file(path)
+        try:
             return cls.load_ram_buffer(
                 mapped, memory_domains=memory_domains, cpu_class=cpu_class, executor=executor,
                 quantization=quantization, progress=progress, progress_steps=progress_steps,
             )  # fmt: skip
+        finally:
+            _close(mapped)
 
     @classmethod
     def load_ram_buffer(
@@ -98,11 +102,14 @@ class Model:
         progress_steps: int = 0,
     ) -> Model:
         """Copies a checkpoint file onto the named GPUs."""
-        with map_file(path) as mapped:
+        mapped = map_file(path)
+        try:
             return cls.load_vram_buffer(
                 mapped, devices=devices, gpu_class=gpu_class, executor=executor,
                 quantization=quantization, progress=progress, progress_steps=progress_steps,
             )  # fmt: skip
+        finally:
+            _close(mapped)
 
     @classmethod
     def load_vram_buffer(
@@ -282,6 +289,14 @@ class Model:
     def __repr__(self) -> str:
         d = self.describe()
         return f"Model(towers={list(self._runtime.towers)}, dimensions={d.dimensions}, quantization={d.quantization.name})"
+
+
+def _close(mapped: mmap.mmap) -> None:
+    """Unmap now, or, while an error's traceback still holds views into the map, when it goes."""
+    try:
+        mapped.close()
+    except BufferError:
+        pass
 
 
 _NOT_VERBS = {"load_ram", "load_ram_buffer", "load_vram", "load_vram_buffer", "on", "deferred"}

@@ -78,7 +78,7 @@ def graph(t: TextTower, model: ModelConfig, b: GraphBuilder) -> None:
         rows = b.op("Reshape", b.op("Slice", hidden, b.ints([1]), b.ints([1 << 62]), b.ints([1])), b.ints([-1, t.geometry.width]))
         vectors = b.l2_normalize(b.linear(rows, "text.token_head", bias=False))
         shape = b.op("Concat", b.op("Shape", ids), b.ints([t.token_width]), axis=0)
-        b.output(b.op("Reshape", vectors, shape), "tokens", None, ["batch", "length", t.token_width])
+        b.output(b.op("Reshape", vectors, shape, allowzero=1), "tokens", None, ["batch", "length", t.token_width])
 
 
 def describe(t: TextTower, model: ModelConfig) -> dict[str, int]:
@@ -104,12 +104,18 @@ def as_bytes(texts: Any) -> list[bytes]:
 
 
 def plan(lengths: np.ndarray, max_rows: int = MAX_ROWS, budget: int = TOKEN_BUDGET) -> list[np.ndarray]:
-    """Item indices per batch: sorted by length, each batch under ``budget`` padded tokens."""
+    """Item indices per batch: sorted by length, each batch under ``budget`` padded tokens,
+    and none padding a text by more than ``max(4, shortest // 8)`` bytes."""
     order = np.argsort(lengths, kind="stable")
     batches, start = [], 0
     while start < len(order):
+        shortest = int(lengths[order[start]])
+        limit = shortest + max(4, shortest // 8)
         end = start + 1
-        while end < len(order) and end - start < max_rows and (end - start + 1) * (int(lengths[order[end]]) + 1) <= budget:
+        while end < len(order) and end - start < max_rows:
+            longest = int(lengths[order[end]])
+            if longest > limit or (end - start + 1) * (longest + 1) > budget:
+                break
             end += 1
         batches.append(order[start:end])
         start = end

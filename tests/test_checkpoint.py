@@ -1,0 +1,185 @@
+"""Checkpoints: deterministic creation, and every malformed file refused with a clear error."""
+
+from __future__ import annotations
+
+import json
+import mmap
+import struct
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import uform
+from uform.core import checkpoint, safetensors
+from uform.core.host import get_host
+
+from ckpt import make_checkpoint
+
+
+def test_new_is_deterministic(tmp_path: Path) -> None:
+    a = make_checkpoint(tmp_path / "a.safetensors", seed=7, modalities=["text"])
+    b = make_checkpoint(tmp_path / "b.safetensors", seed=7, modalities=["text"])
+    c = make_checkpoint(tmp_path / "c.safetensors", seed=8, modalities=["text"])
+    assert a.read_bytes() == b.read_bytes()
+    assert a.read_bytes() != c.read_bytes()
+
+
+def test_written_file_reads_with_the_safetensors_library(tiny_text: Path) -> None:
+    from safetensors.numpy import load_file
+
+    ours = safetensors.parse(memoryview(tiny_text.read_bytes()))
+    theirs = load_file(str(tiny_text))
+    assert set(theirs) == set(ours.entries)
+    name = "text.embed.weight"
+    assert np.array_equal(theirs[name].view(np.uint16), ours.array(name).view(np.uint16))
+
+
+def test_config_round_trips_and_tensors_are_bf16(tiny_text: Path) -> None:
+    c = safetensors.parse(memoryview(tiny_text.read_bytes()))
+    config = json.loads(c.metadata["uform"])
+    assert config["format"] == "uform" and config["format_version"] == 1
+    assert config["dimensions"] == 32 and config["context"] == 32
+    assert config["towers"]["text"] == {"width": 64, "depth": 2, "heads": 2, "mlp_width": 128, "token_width": 16}
+    assert {e.dtype for e in c.entries.values()} == {"BF16"}
+    assert c.entries["text.pos.weight"].shape == (33, 64)
+
+
+def test_unknown_preset_and_modality() -> None:
+    with pytest.raises(ValueError, match="unknown preset 'huge'"):
+        checkpoint.new(get_host(), "huge", 0, ["text"])
+    with pytest.raises(uform.UnsupportedError, match="no installed plugin provides the modalities \\['smell'\\]"):
+        checkpoint.new(get_host(), "tiny", 0, ["smell"])
+
+
+# -- malformed files ----------------------------------------------------------------------
+
+
+def _raw(path: Path) -> tuple[dict, bytes]:
+    blob = path.read_bytes()
+    (n,) = struct.unpack("<Q", blob[:8])
+    return json.loads(blob[8 : 8 + n]), blob[8 + n :]
+
+
+def _pack(header: dict, data: bytes) -> bytes:
+    text = json.dumps(header).encode()
+    return struct.pack("<Q", len(text)) + text + data
+
+
+def _with_config(path: Path, edit) -> bytes:  # type: ignore[no-untyped-def]
+    header, data = _raw(path)
+    config = json.loads(header["__metadata__"]["uform"])
+    edit(config)
+    header["__metadata__"]["uform"] = json.dumps(config)
+    return _pack(header, data)
+
+
+def _with_entry(path: Path, name: str, **changes: object) -> bytes:
+    header, data = _raw(path)
+    header[name].update(changes)
+    return _pack(header, data)
+
+
+def _without(path: Path, name: str) -> bytes:
+    header, data = _raw(path)
+    del header[name]
+    return _pack(header, data)
+
+
+def _with_extra(path: Path) -> bytes:
+    header, data = _raw(path)
+    extra = np.zeros(4, ml_dtypes.bfloat16).tobytes()
+    header["text.stray"] = {"dtype": "BF16", "shape": [4], "data_offsets": [len(data), len(data) + 8]}
+    return _pack(header, data + extra)
+
+
+def _overlap(path: Path) -> bytes:
+    header, data = _raw(path)
+    first = header["text.cls"]["data_offsets"]
+    header["text.ln_final.bias"]["data_offsets"] = first  # same shape [64], same span
+    return _pack(header, data)
+
+
+CASES = {
+    "empty": (lambda p: b"", "too short"),
+    "truncated": (lambda p: p.read_bytes()[:1000], "runs past the end|outside the"),
+    "header beyond file": (lambda p: struct.pack("<Q", 1 << 20) + b"{}", "runs past the end"),
+    "huge header length": (lambda p: struct.pack("<Q", 1 << 62) + b"{}", "exceeds the"),
+    "header not json": (lambda p: struct.pack("<Q", 5) + b"{oops", "header is not JSON"),
+    "header not object": (lambda p: struct.pack("<Q", 2) + b"[]", "not a JSON object"),
+    "offsets outside": (lambda p: _with_entry(p, "text.cls", data_offsets=[0, 1 << 40]), "'text.cls'.*outside"),
+    "offsets vs shape": (lambda p: _with_entry(p, "text.cls", shape=[65]), "'text.cls'.*needs"),
+    "negative shape": (lambda p: _with_entry(p, "text.cls", shape=[-64]), "'text.cls'.*shape"),
+    "unknown dtype": (lambda p: _with_entry(p, "text.cls", dtype="Q7"), "'text.cls'.*unknown dtype"),
+    "overlap": (_overlap, "overlap"),
+    "wrong dtype": (lambda p: _with_entry(p, "text.cls", dtype="F16"), "'text.cls': dtype F16"),
+    "wrong shape": (lambda p: _with_entry(p, "text.cls", shape=[32, 2]), "'text.cls': shape \\[32, 2\\]"),
+    "missing tensor": (lambda p: _without(p, "text.blocks.1.mlp.fc2.bias"), "'text.blocks.1.mlp.fc2.bias' is missing"),
+    "extra tensor": (_with_extra, "'text.stray' belongs to no tower"),
+    "no config": (lambda p: _pack({k: v for k, v in _raw(p)[0].items() if k != "__metadata__"}, _raw(p)[1]), "has no config"),
+    "config missing field": (lambda p: _with_config(p, lambda c: c.pop("dimensions")), "config field dimensions is missing"),
+    "tower missing field": (lambda p: _with_config(p, lambda c: c["towers"]["text"].pop("heads")), "towers.text.heads is missing"),
+    "absurd width": (lambda p: _with_config(p, lambda c: c["towers"]["text"].update(width=10**9)), "towers.text.width.*1000000000"),
+    "heads not dividing": (lambda p: _with_config(p, lambda c: c["towers"]["text"].update(heads=3)), "does not divide width"),
+    "newer format": (lambda p: _with_config(p, lambda c: c.update(format_version=9)), "newer than this uform reads"),
+    "geometry vs tensors": (lambda p: _with_config(p, lambda c: c.update(context=64)), "'text.pos.weight': shape \\[33, 64\\].*\\[65, 64\\]"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_bad_checkpoint_raises_naming_the_fault(case: str, tiny_text: Path, tmp_path: Path) -> None:
+    make, pattern = CASES[case]
+    blob = make(tiny_text)
+    with pytest.raises(uform.CheckpointError, match=pattern):
+        uform.Model.load_ram_buffer(blob)
+    path = tmp_path / "bad.safetensors"
+    path.write_bytes(blob)
+    with pytest.raises(uform.CheckpointError, match=pattern if case != "empty" else "the file is empty"):
+        uform.Model.load_ram(path)
+
+
+def test_paths_that_are_not_files(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="no such checkpoint file"):
+        uform.Model.load_ram(tmp_path / "missing.safetensors")
+    with pytest.raises(uform.CheckpointError, match="is a directory"):
+        uform.Model.load_ram(tmp_path)
+
+
+def test_buffer_kinds_load_alike(tiny_text: Path) -> None:
+    blob = tiny_text.read_bytes()
+    texts = ["a cat", "a dog on a mat"]
+    reference = np.array(uform.Model.load_ram(tiny_text).text_encode(texts, uform.Arena()).embeddings)
+    with open(tiny_text, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+        for buffer in (blob, bytearray(blob), memoryview(blob), mapped, np.frombuffer(blob, np.uint8)):
+            got = uform.Model.load_ram_buffer(buffer).text_encode(texts, uform.Arena()).embeddings
+            assert np.array_equal(got, reference), type(buffer)
+
+
+def test_not_a_buffer() -> None:
+    with pytest.raises(TypeError, match="buffer protocol, got int"):
+        uform.Model.load_ram_buffer(12)  # type: ignore[arg-type]
+
+
+def test_load_progress_and_cancel(tiny_text: Path) -> None:
+    seen: list[tuple[int, int]] = []
+    uform.Model.load_ram(tiny_text, progress=lambda d, t: seen.append((d, t)), progress_steps=4)
+    total = seen[-1][1]
+    assert seen[-1] == (total, total) and 1 <= len(seen) <= 5
+    assert [d for d, _ in seen] == sorted(d for d, _ in seen)
+    with pytest.raises(uform.CancelledError):
+        uform.Model.load_ram(tiny_text, progress=lambda d, t: False)
+
+
+def test_vram_without_a_gpu_backend_is_unsupported(tiny_text: Path) -> None:
+    if "cuda" in get_host().backends:
+        pytest.skip("a vram backend is installed; its own tests cover load_vram")
+    with pytest.raises(uform.UnsupportedError, match="VRAM"):
+        uform.Model.load_vram(tiny_text)
+
+
+def test_quantization_not_served(tiny_text: Path) -> None:
+    with pytest.raises(uform.UnsupportedError, match="quantization E5M2"):
+        uform.Model.load_ram(tiny_text, quantization=uform.Scalar.E5M2)
+    with pytest.raises(ValueError, match="quantization must be one of"):
+        uform.Model.load_ram(tiny_text, quantization="int3")  # type: ignore[arg-type]
