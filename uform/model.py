@@ -6,6 +6,7 @@ plugin provides it (the core knows no modality by name).
 
 from __future__ import annotations
 
+import functools
 import mmap
 import os
 from collections.abc import Callable, Iterable, Sequence
@@ -146,9 +147,15 @@ class Model:
         return DeferredOn(Model(self._runtime, _check_executor(executor)), executor)
 
     def _bound_verb(self, name: str, executor: Executor) -> Callable[..., Any]:
-        if name.startswith("_") or not callable(getattr(Model, name, None)) or name in _NOT_VERBS:
+        if name.startswith("_") or name in _NOT_VERBS:
             raise AttributeError(f"{name!r} is not a Model verb")
         return getattr(Model(self._runtime, executor), name)  # type: ignore[no-any-return]
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        """Verbs of third-party modalities: ``model.smell_encode(...)`` when a plugin serves it."""
+        if not name.startswith("_") and any(name in t.modality.verbs for t in self._runtime.towers.values()):
+            return functools.partial(self._verb, name)
+        raise AttributeError(f"{name!r} is not a Model verb of this checkpoint's modalities")
 
     # -- verbs ---------------------------------------------------------------------------
 
