@@ -131,9 +131,17 @@ def test_int8_variant_has_no_safetensors_and_load_falls_through(
 
 def test_int8_quantises_every_conv_and_the_linear(int8: tuple[Path, ExportReport],
                                                   full: tuple[Path, ExportReport]) -> None:
-    ops = Counter(n.op_type for n in onnx.load(str(int8[0] / "model.onnx")).graph.node)
+    proto = onnx.load(str(int8[0] / "model.onnx"))
+    ops = Counter(n.op_type for n in proto.graph.node)
     assert ops["ConvInteger"] == 20 and ops["MatMulInteger"] == 1  # 17 convs + 3 downsamples; fc
     assert ops["Conv"] == ops["Gemm"] == ops["MatMul"] == 0
+    inits = {i.name: onnx.numpy_helper.to_array(i) for i in proto.graph.initializer}
+    for node in proto.graph.node:  # weights int8: conv per tensor, fc per output column
+        if node.op_type in ("ConvInteger", "MatMulInteger"):
+            weight = inits[node.input[1]]
+            scale = inits[node.input[1].replace("_quantized", "_scale")]
+            assert weight.dtype == np.int8
+            assert scale.shape == (() if node.op_type == "ConvInteger" else (10,))
     size = os.path.getsize(int8[0] / "model.onnx")
     assert size < os.path.getsize(full[0] / "model.onnx") / 3
 

@@ -34,9 +34,11 @@ ONNX_OPSET = 17
 ATOL = 1e-4  # FP32 forms must match eager PyTorch within atol + rtol * |reference|
 RTOL = 1e-4
 INT8_RECIPE = (
-    "onnxruntime quantize_dynamic: weights of every Conv, MatMul and Gemm to int8 per output "
-    "channel; their input activations to uint8 per tensor at run time; all else FP32"
+    "onnxruntime quantize_dynamic (QInt8, per_channel): Conv weights int8 per tensor, "
+    "MatMul/Gemm weights int8 per output column, their input activations uint8 per tensor "
+    "at run time; all else FP32"
 )
+
 
 class ExportMismatchError(RuntimeError):
     """An exported form's outputs differ from eager PyTorch by more than the tolerance."""
