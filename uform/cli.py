@@ -54,6 +54,23 @@ def _similarity(args: argparse.Namespace) -> int:
     return 0
 
 
+def _calibrate(args: argparse.Namespace) -> int:
+    from .calibrate import calibrate, summary
+
+    report = calibrate(args.checkpoint, args.examples, args.out, holdout=args.holdout, seed=args.seed, groups=args.groups, bins=args.bins)
+    if args.json:
+        print(json.dumps(summary(report), indent=2))
+        return 0
+    temps = ", ".join(f"{t:.4g}" for t in report.temperatures)
+    print(f"wrote {report.out}: choice_temperatures [{temps}] (was {list(report.previous)})")
+    print(f"fitted on {report.fit_examples} examples (per group {list(report.fit_counts)}), measured on {report.heldout_examples} held out")
+    print(f"ECE ({args.bins} bins)  before {report.ece_before:.4f}  after {report.ece_after:.4f}")
+    print(f"NLL            before {report.nll_before:.4f}  after {report.nll_after:.4f}   accuracy {report.accuracy:.3f}")
+    for note in report.notes:
+        print(f"note: {note}")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="uform", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -73,6 +90,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("checkpoint")
     p.add_argument("texts", nargs="+")
     p.set_defaults(run=_similarity)
+
+    p = sub.add_parser("calibrate", help="fit text_choose temperatures per question group; write a calibrated checkpoint")
+    p.add_argument("checkpoint")
+    p.add_argument("examples", help="JSON lines: {\"text\", \"choices\", \"answer\", \"group\"?} (docs/choose.md)")
+    p.add_argument("--out", required=True, help="path of the calibrated checkpoint to write")
+    p.add_argument("--holdout", type=float, default=0.25, help="fraction held out to measure ECE (default 0.25)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the fit / held-out split")
+    p.add_argument("--groups", type=int, default=None, help="number of groups (default: the checkpoint's count or as many as the examples name, whichever is more)")
+    p.add_argument("--bins", type=int, default=15, help="confidence bins of the ECE (default 15)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(run=_calibrate)
 
     args = parser.parse_args(argv)
     try:

@@ -1,0 +1,151 @@
+"""Calibration: NLL temperature fitting, ECE, writing calibrated checkpoints, the CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import uform
+from uform import Arena
+from uform import calibrate as cal
+from uform.cli import main
+from uform.core import checkpoint, safetensors
+from uform.core.host import get_host
+
+TRUE = [0.05, 0.2]  # the temperatures the labels are drawn at, per group
+
+
+@pytest.fixture(scope="module")
+def path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    config, tensors = checkpoint.new(get_host(), "tiny", 11, ["choose"])
+    out = tmp_path_factory.mktemp("calibrate") / "tiny-choose.safetensors"
+    checkpoint.save(out, config, tensors)
+    return out
+
+
+@pytest.fixture(scope="module")
+def examples(path: Path) -> list[cal.Example]:
+    rng = np.random.default_rng(3)
+    n = 1600
+    texts = [bytes(rng.integers(32, 127, int(k)).astype(np.uint8)).decode() for k in rng.integers(0, 48, n)]
+    choices = [("ABCD", "yn", "0123456789")[i % 3] for i in range(n)]
+    return cal.sample_examples(uform.Model.load_ram(path), texts, choices, [i % 2 for i in range(n)], TRUE, seed=5)
+
+
+def ragged(rows: list[list[float]]) -> tuple[np.ndarray, np.ndarray]:
+    offsets = np.zeros(len(rows) + 1, np.int64)
+    np.cumsum([len(r) for r in rows], out=offsets[1:])
+    return np.concatenate([np.asarray(r, np.float64) for r in rows]), offsets
+
+
+def test_fit_recovers_known_temperatures() -> None:
+    rng = np.random.default_rng(0)
+    n, k = 4000, 4
+    logits = rng.normal(0, 2, (n, k))
+    groups = np.arange(n) % 3
+    true = np.array([0.25, 1.0, 3.0])
+    p = np.exp(logits / true[groups, None])
+    p /= p.sum(1, keepdims=True)
+    answers = (p.cumsum(1) < rng.random((n, 1))).sum(1)
+    fitted, counts = cal.fit_temperatures(logits.reshape(-1), np.arange(n + 1) * k, answers, groups, 4)
+    assert counts.tolist() == [1334, 1333, 1333, 0]
+    np.testing.assert_allclose(fitted[:3], true, rtol=0.15)
+    assert fitted[3] == 1.0  # a group without examples keeps 1
+    # the fit is the NLL minimum: nudging any temperature makes it worse
+    z, o = logits.reshape(-1), np.arange(n + 1) * k
+    best = cal.nll(z, o, answers, fitted[groups])
+    for factor in (0.9, 1.1):
+        assert cal.nll(z, o, answers, (fitted * factor)[groups]) > best
+
+
+def test_fit_clamps_to_format_bounds() -> None:
+    z, o = ragged([[0.0, 1.0]] * 50)
+    right = np.ones(50, np.int64)
+    fitted, _ = cal.fit_temperatures(z, o, right, np.zeros(50, np.int64), 1)  # always right: T → 0
+    assert fitted[0] == pytest.approx(1e-3, rel=1e-9)
+    fitted, _ = cal.fit_temperatures(z, o, 1 - right, np.zeros(50, np.int64), 1)  # always the lower logit: T → ∞
+    assert fitted[0] == pytest.approx(1e3, rel=1e-9)
+    single, single_offsets = ragged([[0.3]] * 5)  # one choice each: nothing to learn
+    assert cal.fit_temperatures(single, single_offsets, np.zeros(5, np.int64), np.zeros(5, np.int64), 1)[0][0] == 1.0
+    half = np.arange(50) % 2
+    fitted, _ = cal.fit_temperatures(z, o, half, np.zeros(50, np.int64), 1)  # a coin flip: T → ∞
+    assert fitted[0] == pytest.approx(1e3, rel=1e-9)
+
+
+def test_ece_by_hand() -> None:
+    probs, offsets = ragged([[0.9, 0.1], [0.8, 0.2], [0.3, 0.7], [0.5, 0.5]])
+    answers = np.array([0, 1, 1, 1])
+    # confidences 0.9, 0.8, 0.7, 0.5 (a tie takes the first choice); correct 1, 0, 1, 0; 10 bins: one each
+    assert cal.ece(probs, offsets, answers, bins=10) == pytest.approx((0.1 + 0.8 + 0.3 + 0.5) / 4)
+    assert cal.ece(probs, offsets, answers, bins=1) == pytest.approx(abs(0.5 - 0.725))
+    assert cal.top_choice(probs, offsets).tolist() == [0, 0, 1, 0]
+
+
+def test_calibrate_writes_a_checkpoint(path: Path, examples: list[cal.Example], tmp_path: Path) -> None:
+    out = tmp_path / "calibrated.safetensors"
+    report = cal.calibrate(path, examples, out, holdout=0.25, seed=1)
+    print(cal.summary(report))
+    assert report.fit_examples == 1200 and report.heldout_examples == 400
+    assert report.previous == (1.0,) and len(report.temperatures) == 2
+    np.testing.assert_allclose(report.temperatures, TRUE, rtol=0.2)
+    assert report.ece_after < report.ece_before / 3 and report.nll_after < report.nll_before
+    model = uform.Model.load_ram(out)
+    assert model.describe().choice_temperature_groups == 2
+    # same tensors byte for byte, only the config changed
+    before = safetensors.parse(memoryview(path.read_bytes()))
+    after = safetensors.parse(memoryview(out.read_bytes()))
+    assert before.entries.keys() == after.entries.keys()
+    assert all(np.array_equal(before.array(n).view(np.uint16), after.array(n).view(np.uint16)) for n in before.entries)
+    config = json.loads(after.metadata["uform"])
+    assert config["choice_temperatures"] == list(report.temperatures)
+    # group 1 of the calibrated model uses its temperature
+    base = uform.Model.load_ram(path).text_choose(["Answer:"], "ABCD", Arena())[0].astype(np.float64)
+    got = model.text_choose(["Answer:"], "ABCD", Arena(), temperature_groups=[1])[0]
+    want = base ** (1 / report.temperatures[1])
+    np.testing.assert_allclose(got, want / want.sum(), rtol=1e-3)
+
+
+def test_cli_and_examples_file(path: Path, examples: list[cal.Example], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    lines = [{"text": e.text, "choices": e.choices, "answer": e.choices[e.answer], "group": e.group} for e in examples[:400]]
+    lines[1]["answer"] = examples[1].answer  # an index is accepted too
+    (tmp_path / "ex.jsonl").write_text("\n".join(json.dumps(x) for x in lines) + "\n\n")
+    assert cal.read_examples(tmp_path / "ex.jsonl") == examples[:400]
+    out = tmp_path / "new.safetensors"
+    assert main(["calibrate", str(path), str(tmp_path / "ex.jsonl"), "--out", str(out), "--holdout", "0.5"]) == 0
+    text = capsys.readouterr().out
+    assert f"wrote {out}: choice_temperatures [" in text and "ECE (15 bins)  before" in text
+    assert uform.Model.load_ram(out).describe().choice_temperature_groups == 2
+    # recalibrating the calibrated checkpoint in place keeps the fit (logits come back through T0 log p)
+    report = cal.calibrate(out, cal.read_examples(tmp_path / "ex.jsonl"), out, holdout=0.5)
+    first = json.loads(safetensors.parse(memoryview(out.read_bytes())).metadata["uform"])["choice_temperatures"]
+    np.testing.assert_allclose(report.previous, report.temperatures, rtol=1e-4)
+    assert first == list(report.temperatures)
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("{not json", "ex.jsonl:2: not JSON"),
+        ('{"text": "q", "choices": "AB", "answer": "C"}', "ex.jsonl:2: answer 'C' is not one of the choices 'AB'"),
+        ('{"text": "q", "choices": "", "answer": 0}', "ex.jsonl:2: choices must be a non-empty string"),
+        ('{"text": 3, "choices": "AB", "answer": 0}', "ex.jsonl:2: text must be a string"),
+        ('{"text": "q", "choices": "AB", "answer": 0, "group": -1}', "ex.jsonl:2: group must be a non-negative integer"),
+    ],
+)
+def test_bad_examples_name_the_line(tmp_path: Path, line: str, message: str) -> None:
+    (tmp_path / "ex.jsonl").write_text('{"text": "q", "choices": "AB", "answer": "A"}\n' + line + "\n")
+    with pytest.raises(ValueError, match=message):
+        cal.read_examples(tmp_path / "ex.jsonl")
+
+
+def test_bad_choices_in_examples_and_groups(path: Path, tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="example 1: choice b'A' appears twice"):
+        cal.calibrate(path, [cal.Example("q", "AB", 0), cal.Example("q", "AAB", 0)])
+    with pytest.raises(ValueError, match="names group 3, beyond the 2 groups"):
+        cal.calibrate(path, [cal.Example("q", "AB", 0, 3)], groups=2)
+    with pytest.raises(ValueError, match=r"holdout must be in \[0, 1\)"):
+        cal.calibrate(path, [cal.Example("q", "AB", 0)], holdout=1.0)
+    assert main(["calibrate", str(path), str(tmp_path / "missing.jsonl"), "--out", str(tmp_path / "x")]) == 2

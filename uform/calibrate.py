@@ -1,0 +1,288 @@
+"""Calibrating ``text_choose``: one temperature per question group, fitted on labelled examples.
+
+A group is a question type (multiple choice, yes/no, digits...). For each group the
+temperature ``T`` minimising the negative log-likelihood of the labelled answers under
+``softmax(logits / T)`` (over each example's choices) is found by bisection on the
+derivative, which is monotone in ``1 / T``; ``T`` stays within the format's bounds
+[0.001, 1000]. The fitted temperatures are written into a copy of the checkpoint
+(same tensors, config field ``choice_temperatures`` replaced). Numpy only: no torch.
+
+The logits come through the public ``Model.text_choose``: at the checkpoint's current
+temperature ``T₀`` of a group, ``T₀ · log p`` equals the choice logits up to a constant
+per row, which a softmax ignores. Probabilities that underflow float32 are clipped at
+1e-45 first. See docs/choose.md for the examples format and the ECE we report.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .core import safetensors
+from .core.checkpoint import map_file
+from .core.config import ModelConfig
+
+if TYPE_CHECKING:
+    from .model import Model
+
+T_MIN, T_MAX = 1e-3, 1e3
+ITERATIONS = 64  # bisection steps on log(1/T): 2^-64 of a 13.8-wide bracket
+
+
+@dataclass(frozen=True)
+class Example:
+    """One labelled question: ``answer`` is the index of the right choice in ``choices``."""
+
+    text: str | bytes
+    choices: str | bytes
+    answer: int
+    group: int = 0
+
+
+@dataclass(frozen=True)
+class CalibrationReport:
+    """Fitted temperatures and how calibrated the model was before and after, on held-out examples."""
+
+    temperatures: tuple[float, ...]
+    previous: tuple[float, ...]
+    fit_counts: tuple[int, ...]  # fitting examples per group; a group with 0 keeps its temperature
+    fit_examples: int
+    heldout_examples: int
+    ece_before: float
+    ece_after: float
+    nll_before: float
+    nll_after: float
+    accuracy: float
+    out: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def read_examples(path: str | os.PathLike[str]) -> list[Example]:
+    """Examples from JSON lines ``{"text", "choices", "answer", "group"?}``; errors name the line.
+
+    ``answer`` is the right choice itself (a one-character string found in ``choices``) or
+    its index; ``group`` defaults to 0. Blank lines are skipped.
+    """
+    out = []
+    with open(path, encoding="utf-8") as f:
+        for number, line in enumerate(f, 1):
+            if line.strip():
+                out.append(_example(line, f"{path}:{number}"))
+    if not out:
+        raise ValueError(f"{path}: no examples")
+    return out
+
+
+def _example(line: str, where: str) -> Example:
+    try:
+        raw = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{where}: not JSON ({exc})") from None
+    if not isinstance(raw, dict):
+        raise ValueError(f"{where}: expected an object with text, choices and answer")
+    text, choices, answer, group = raw.get("text"), raw.get("choices"), raw.get("answer"), raw.get("group", 0)
+    if not isinstance(text, str):
+        raise ValueError(f"{where}: text must be a string, got {text!r}")
+    if not isinstance(choices, str) or not choices:
+        raise ValueError(f"{where}: choices must be a non-empty string of single-byte choices, got {choices!r}")
+    if isinstance(answer, str) and len(answer) == 1 and answer in choices:
+        index = choices.index(answer)
+    elif isinstance(answer, int) and not isinstance(answer, bool) and 0 <= answer < len(choices):
+        index = answer
+    else:
+        raise ValueError(f"{where}: answer {answer!r} is not one of the choices {choices!r} (or its index)")
+    if not isinstance(group, int) or isinstance(group, bool) or group < 0:
+        raise ValueError(f"{where}: group must be a non-negative integer, got {group!r}")
+    return Example(text, choices, index, group)
+
+
+# -- the math, on ragged rows (values flat, offsets [rows + 1]) --------------------------
+
+
+def _softmax(z: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    owner = np.repeat(np.arange(len(offsets) - 1), np.diff(offsets))
+    e = np.exp(z - np.maximum.reduceat(z, offsets[:-1])[owner])
+    return e / np.add.reduceat(e, offsets[:-1])[owner]  # type: ignore[no-any-return]
+
+
+def _scaled(logits: np.ndarray, offsets: np.ndarray, row_temperatures: np.ndarray) -> np.ndarray:
+    return logits / np.repeat(row_temperatures, np.diff(offsets))  # type: ignore[no-any-return]
+
+
+def nll(logits: np.ndarray, offsets: np.ndarray, answers: np.ndarray, row_temperatures: np.ndarray) -> float:
+    """Mean negative log-likelihood of the answers under ``softmax(logits / T)`` per row."""
+    p = _softmax(_scaled(logits, offsets, row_temperatures), offsets)
+    return float(-np.log(np.maximum(p[offsets[:-1] + answers], 1e-300)).mean())
+
+
+def top_choice(probs: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """Per row, the index (within the row) of its most probable choice; the first on ties."""
+    starts = offsets[:-1]
+    owner = np.repeat(np.arange(len(starts)), np.diff(offsets))
+    is_top = probs == np.maximum.reduceat(probs, starts)[owner]
+    return np.minimum.reduceat(np.where(is_top, np.arange(len(probs)) - starts[owner], len(probs)), starts)
+
+
+def ece(probs: np.ndarray, offsets: np.ndarray, answers: np.ndarray, bins: int = 15) -> float:
+    """Expected calibration error of the top choice: ``Σ_b (n_b / N) |accuracy_b − confidence_b|``
+    over ``bins`` equal-width confidence bins (a confidence of exactly 1 goes in the last)."""
+    if len(offsets) < 2:
+        return 0.0
+    confidence = np.maximum.reduceat(probs, offsets[:-1])
+    correct = (top_choice(probs, offsets) == answers).astype(np.float64)
+    which = np.minimum((confidence * bins).astype(np.int64), bins - 1)
+    gap = np.bincount(which, correct - confidence, minlength=bins)  # n_b (accuracy_b - confidence_b)
+    return float(np.abs(gap).sum() / len(correct))
+
+
+def fit_temperatures(
+    logits: np.ndarray, offsets: np.ndarray, answers: np.ndarray, groups: np.ndarray, count: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """The NLL-minimising temperature of each of ``count`` groups, and its example count.
+
+    A group without examples (or whose examples all have one choice) answers 1.0. The
+    slope ``Σ p_j (z_j − z_answer)`` is summed as gaps so that it does not cancel to 0 early.
+    """
+    if len(offsets) < 2:
+        return np.ones(count), np.zeros(count, np.int64)
+    sizes = np.diff(offsets)
+    owner = np.repeat(np.arange(len(sizes)), sizes)
+    gaps = logits - logits[offsets[:-1] + answers][owner]  # each choice's logit minus the answer's
+    lo, hi = np.full(count, np.log(1 / T_MAX)), np.full(count, np.log(1 / T_MIN))
+    for _ in range(ITERATIONS):
+        mid = (lo + hi) / 2
+        beta = np.exp(mid)[groups]
+        p = _softmax(logits * beta[owner], offsets)
+        slope = np.bincount(groups, np.add.reduceat(p * gaps, offsets[:-1]), minlength=count)  # d NLL / d beta
+        up = slope <= 0  # flat (to float precision) means sharper is no worse
+        lo, hi = np.where(up, mid, lo), np.where(up, hi, mid)
+    counts = np.bincount(groups, minlength=count)
+    informative = np.bincount(groups, sizes > 1, minlength=count) > 0
+    temperatures = np.clip(1 / np.exp((lo + hi) / 2), T_MIN, T_MAX)
+    return np.where(informative, temperatures, 1.0), counts
+
+
+# -- through a model --------------------------------------------------------------------
+
+
+def choice_logits(model: Model, examples: Sequence[Example]) -> tuple[np.ndarray, np.ndarray]:
+    """Each example's choice logits (float64, flat) and offsets, up to a constant per row."""
+    from . import Arena, InputError
+
+    temps = np.asarray(_temperatures(model), np.float64)
+    groups = [e.group if e.group < len(temps) else 0 for e in examples]
+    try:
+        tape = model.text_choose([e.text for e in examples], [e.choices for e in examples], Arena(), temperature_groups=groups)
+    except InputError as exc:
+        raise ValueError(f"example {exc.index}: {exc.reason}") from None
+    probs, offsets = tape.to_numpy()
+    logp = np.log(np.maximum(probs.astype(np.float64), 1e-45))
+    return logp * np.repeat(temps[groups], np.diff(offsets)), offsets
+
+
+def _temperatures(model: Model) -> tuple[float, ...]:
+    """The loaded checkpoint's ``choice_temperatures`` (describe() only counts them)."""
+    return tuple(model._runtime.config.choice_temperatures)
+
+
+def sample_examples(model: Model, texts: Sequence[str | bytes], choices: Sequence[str | bytes], groups: Sequence[int],
+                    true_temperatures: Sequence[float], seed: int = 0) -> list[Example]:  # fmt: skip
+    """Examples whose answers are drawn from the model's own ``softmax(logits / T*_group)``:
+    a known truth for calibration experiments on checkpoints that were never trained."""
+    base = [Example(t, c, 0, 0) for t, c in zip(texts, choices)]
+    logits, offsets = choice_logits(model, base)
+    rows = np.asarray(true_temperatures, np.float64)[np.asarray(groups)]
+    p = _softmax(_scaled(logits, offsets, rows), offsets)
+    counts = np.diff(offsets)
+    owner = np.repeat(np.arange(len(base)), counts)
+    cumulative = np.cumsum(p)
+    within = cumulative - (cumulative[offsets[:-1]] - p[offsets[:-1]])[owner]  # cumulative inside each row
+    u = np.random.default_rng(seed).random(len(base))
+    answers = np.minimum(np.bincount(owner, within < u[owner], minlength=len(base)).astype(np.int64), counts - 1)
+    return [Example(t, c, int(a), int(g)) for t, c, a, g in zip(texts, choices, answers, groups)]
+
+
+def write_temperatures(checkpoint: str | os.PathLike[str], temperatures: Sequence[float], out: str | os.PathLike[str]) -> None:
+    """Copy ``checkpoint`` to ``out`` with ``choice_temperatures`` replaced (the tensors byte for byte)."""
+    mapped = map_file(checkpoint)
+    try:
+        container = safetensors.parse(memoryview(mapped))
+        config = ModelConfig.from_metadata(container.metadata)
+        raw = dict(config.raw) | {"choice_temperatures": [float(t) for t in temperatures]}
+        metadata = dict(container.metadata) | ModelConfig.from_dict(raw).to_metadata()
+        tensors = {name: container.array(name) for name in container.entries}
+        partial = Path(f"{os.fspath(out)}.partial")
+        safetensors.write(partial, tensors, metadata)
+        os.replace(partial, out)  # also safe when out is the checkpoint itself
+        del tensors, container
+    finally:
+        try:
+            mapped.close()
+        except BufferError:  # views still alive in a traceback; the map goes with them
+            pass
+
+
+def calibrate(
+    checkpoint: str | os.PathLike[str],
+    examples: str | os.PathLike[str] | Sequence[Example],
+    out: str | os.PathLike[str] | None = None,
+    *,
+    holdout: float = 0.25,
+    seed: int = 0,
+    groups: int | None = None,
+    bins: int = 15,
+) -> CalibrationReport:
+    """Fit one temperature per group on a random ``1 - holdout`` of ``examples``, report ECE and
+    NLL before and after on the rest, and write the calibrated checkpoint to ``out`` if given."""
+    from . import Model
+
+    items: Sequence[Example] = read_examples(examples) if isinstance(examples, (str, os.PathLike)) else examples
+    if not 0 <= holdout < 1:
+        raise ValueError(f"holdout must be in [0, 1), got {holdout}")
+    model = Model.load_ram(checkpoint)
+    previous = _temperatures(model)
+    count = groups if groups is not None else max(len(previous), 1 + max(e.group for e in items))
+    if any(e.group >= count for e in items):
+        raise ValueError(f"an example names group {max(e.group for e in items)}, beyond the {count} groups asked for")
+    logits, offsets = choice_logits(model, items)
+    answers = np.array([e.answer for e in items], np.int64)
+    group_of = np.array([e.group for e in items], np.int64)
+    order = np.random.default_rng(seed).permutation(len(items))
+    held = int(round(holdout * len(items)))
+    notes = [] if held else ["holdout is 0: ECE and NLL are measured on the fitting examples"]
+    fit_rows, test_rows = np.sort(order[held:]), np.sort(order[:held] if held else order)
+    fitted, counts = fit_temperatures(*_rows(logits, offsets, fit_rows), answers[fit_rows], group_of[fit_rows], count)
+    old = np.array([previous[g] if g < len(previous) else 1.0 for g in range(count)])
+    temperatures = np.where(counts > 0, fitted, old)
+    notes += [f"group {g} had no fitting examples and keeps temperature {old[g]:g}" for g in np.flatnonzero(counts == 0)]
+    z, o = _rows(logits, offsets, test_rows)
+    a, g = answers[test_rows], group_of[test_rows]
+    before, after = _softmax(_scaled(z, o, old[g]), o), _softmax(_scaled(z, o, temperatures[g]), o)
+    accuracy = float((top_choice(after, o) == a).mean()) if len(a) else 0.0
+    if out is not None:
+        write_temperatures(checkpoint, temperatures.tolist(), out)
+    return CalibrationReport(
+        tuple(float(t) for t in temperatures), previous, tuple(int(c) for c in counts), len(fit_rows), len(test_rows),
+        ece(before, o, a, bins), ece(after, o, a, bins), nll(z, o, a, old[g]), nll(z, o, a, temperatures[g]), accuracy,
+        None if out is None else os.fspath(out), notes,
+    )  # fmt: skip
+
+
+def _rows(logits: np.ndarray, offsets: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The ragged sub-tape of ``rows`` (in the order given)."""
+    counts = np.diff(offsets)[rows]
+    new = np.zeros(len(rows) + 1, np.int64)
+    np.cumsum(counts, out=new[1:])
+    take = np.repeat(offsets[rows], counts) + np.arange(int(new[-1])) - np.repeat(new[:-1], counts)
+    return logits[take], new
+
+
+def summary(report: CalibrationReport) -> dict[str, Any]:
+    """The report as plain JSON-able values."""
+    return {k: (list(v) if isinstance(v, tuple) else v) for k, v in report.__dict__.items()}
