@@ -3,7 +3,9 @@
 Weights are stored BF16; the CPU execution provider has no BF16 MatMul, so they are
 widened to float32 once at load and handed to ONNX Runtime as external data, which it
 reads into its own pre-packed form: the process then holds one float32 copy of the
-weights (twice the checkpoint's bytes) and nothing of the checkpoint itself.
+weights (twice the checkpoint's bytes) per memory domain, and nothing of the checkpoint.
+
+Classes and NUMA domains are described in docs/backends.md.
 """
 
 from __future__ import annotations
@@ -19,11 +21,13 @@ import numpy as np
 
 from uform.core.errors import UnsupportedError
 from uform.core.hookspecs import hookimpl
-from uform.core.plugin import Backend, LoadRequest, Placement
+from uform.core.plugin import Backend, LoadRequest, Placement, Runner
 from uform.core.types import CPUClass, Scalar
 from uform.core.weights import bind_external, remove_tree
+from uform.plugins._sessions import Replicas, on_cpus, session_options
 
-# Flags each class needs, lowest class first; a machine runs every class whose flags it has.
+# Flags each class adds to the one before it, lowest class first; a machine runs every
+# class whose flags (and those of every class below it) it has.
 X86_CLASSES: tuple[tuple[CPUClass, frozenset[str]], ...] = (
     (CPUClass.X86_64_V2, frozenset({"sse4_2", "popcnt", "ssse3"})),
     (CPUClass.X86_64_V3, frozenset({"avx2", "fma", "f16c", "bmi2", "movbe"})),
@@ -35,16 +39,25 @@ ARM_CLASSES: tuple[tuple[CPUClass, frozenset[str]], ...] = (
     (CPUClass.ARM64_NEON, frozenset({"asimd"})),
     (CPUClass.ARM64_SVE, frozenset({"sve"})),
 )
+NODE_ROOT = "/sys/devices/system/node"  # where Linux lists NUMA nodes (tests point it elsewhere)
+CPUINFO = "/proc/cpuinfo"
+
+
+def flags_from_cpuinfo(text: str) -> set[str]:
+    """The feature flags every processor of ``/proc/cpuinfo`` lists (x86 ``flags``, Arm
+    ``Features``): their intersection, so a class is one every core can run."""
+    common: set[str] | None = None
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() in ("flags", "Features"):
+            listed = set(value.split())
+            common = listed if common is None else common & listed
+    return common or set()
 
 
 def classes_from_cpuinfo(text: str) -> list[CPUClass]:
     """The classes a CPU can run, lowest first, from the text of ``/proc/cpuinfo``."""
-    flags: set[str] = set()
-    for line in text.splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() in ("flags", "Features"):
-            flags.update(value.split())
-            break
+    flags = flags_from_cpuinfo(text)
     table = ARM_CLASSES if "asimd" in flags else X86_CLASSES
     runnable: list[CPUClass] = []
     needed: set[str] = set()
@@ -57,56 +70,106 @@ def classes_from_cpuinfo(text: str) -> list[CPUClass]:
 
 
 def machine_classes() -> list[CPUClass]:
+    """The classes this machine runs, lowest first (from ``/proc/cpuinfo`` on Linux)."""
     try:
-        with open("/proc/cpuinfo") as f:
+        with open(CPUINFO) as f:
             return classes_from_cpuinfo(f.read())
-    except OSError:
+    except OSError:  # not Linux: the baseline of the architecture
         return [CPUClass.ARM64_NEON] if platform.machine().lower() in ("arm64", "aarch64") else [CPUClass.X86_64_V2]
 
 
-def choose_class(pinned: CPUClass | None, runnable: Sequence[CPUClass]) -> CPUClass:
+def _architecture(cls: CPUClass) -> str:
+    return "arm64" if cls.value.startswith("arm64") else "x86-64"
+
+
+def choose_class(pinned: CPUClass | str | None, runnable: Sequence[CPUClass]) -> CPUClass:
     """The pinned class if the machine runs it, else its best; UnsupportedError otherwise."""
     best = runnable[-1] if runnable else None
     if pinned is None:
         if best is None:
             raise UnsupportedError("this CPU reaches no class uform supports (x86-64-v2 or arm64-neon at least)")
         return best
-    pinned = CPUClass(pinned)
+    try:
+        pinned = CPUClass(pinned)
+    except ValueError:
+        raise ValueError(f"cpu_class {pinned!r} is not a CPUClass; choose one of {', '.join(c.value for c in CPUClass)}") from None
     if pinned not in runnable:
-        raise UnsupportedError(f"cpu_class {pinned} is beyond this machine; the best class it runs is {best or 'none'}")
+        where = f"the best class it runs is {best}" if best else "it runs no class uform supports"
+        if best is not None and _architecture(best) != _architecture(pinned):
+            where = f"this machine is {_architecture(best)} and {where}"
+        raise UnsupportedError(f"cpu_class {pinned} is beyond this machine; {where}")
     return pinned
 
 
-def numa_nodes(root: str = "/sys/devices/system/node") -> list[int]:
+def numa_nodes(root: str | None = None) -> list[int]:
+    """The NUMA node ids of this machine; ``[0]`` where the platform does not list them."""
     try:
-        names = os.listdir(root)
+        names = os.listdir(root or NODE_ROOT)
     except OSError:
         return [0]
     nodes = sorted(int(n[4:]) for n in names if n.startswith("node") and n[4:].isdigit())
     return nodes or [0]
 
 
-def check_domains(domains: Sequence[int] | None, nodes: Sequence[int]) -> None:
+def parse_cpulist(text: str) -> list[int]:
+    """``"0-3,8,10-11"`` (Linux's cpulist format) → ``[0, 1, 2, 3, 8, 10, 11]``."""
+    cpus: list[int] = []
+    for part in text.strip().split(","):
+        if part:
+            lo, _, hi = part.partition("-")
+            cpus.extend(range(int(lo), int(hi or lo) + 1))
+    return cpus
+
+
+def allowed_cpus() -> set[int] | None:
+    """The CPUs this process may run on, or None where the platform cannot say."""
+    return set(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+
+
+def node_cpus(node: int, root: str | None = None) -> list[int] | None:
+    """The CPUs of ``node`` this process may run on; None where nodes are not listed."""
+    try:
+        with open(os.path.join(root or NODE_ROOT, f"node{node}", "cpulist")) as f:
+            listed = parse_cpulist(f.read())
+    except OSError:
+        return None
+    allowed = allowed_cpus()
+    return [c for c in listed if allowed is None or c in allowed]
+
+
+def check_domains(domains: Sequence[int] | None, nodes: Sequence[int]) -> list[int] | None:
+    """``domains`` as a list of known, distinct nodes; UnsupportedError names the nodes that exist."""
     if domains is None:
-        return
-    unknown = [d for d in domains if d not in nodes]
-    if unknown or not domains:
-        raise UnsupportedError(f"memory_domains {list(domains)} name unknown NUMA nodes; this machine has {list(nodes)}")
+        return None
+    if isinstance(domains, (str, bytes)) or not all(isinstance(d, int) and not isinstance(d, bool) for d in domains):
+        raise TypeError(f"memory_domains must be a sequence of NUMA node ids (int), got {domains!r}")
+    chosen = list(domains)
+    if len(set(chosen)) != len(chosen):
+        raise ValueError(f"memory_domains {chosen} names a node twice")
+    unknown = [d for d in chosen if d not in nodes]
+    if unknown or not chosen:
+        what = f"name unknown NUMA nodes {unknown}" if unknown else "is empty"
+        raise UnsupportedError(f"memory_domains {chosen} {what}; this machine has NUMA nodes {list(nodes)}")
+    return chosen
 
 
-def session_options(threads: int) -> Any:
-    """Intra-op threads from the executor, one inter-op thread, no spinning while idle."""
-    import onnxruntime as ort
+def domain_plan(domains: list[int] | None, threads: int, root: str | None = None) -> list[tuple[list[int] | None, int]]:
+    """Per replica: the CPUs it is pinned to (None: unpinned) and its intra-op threads.
 
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = threads
-    so.inter_op_num_threads = 1
-    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    so.add_session_config_entry("session.inter_op.allow_spinning", "0")
-    so.log_severity_level = 3
-    return so
+    Without ``memory_domains`` there is one unpinned replica with the executor's threads.
+    With them there is one replica per node, the executor's threads shared evenly among
+    them and never more than a node has CPUs this process may use.
+    """
+    if domains is None:
+        return [(None, threads)]
+    plan: list[tuple[list[int] | None, int]] = []
+    for node in domains:
+        cpus = node_cpus(node, root)
+        if cpus is not None and not cpus:
+            raise UnsupportedError(f"NUMA node {node} has no CPU this process may run on (allowed: {sorted(allowed_cpus() or [])})")
+        share = max(1, threads // len(domains))
+        plan.append((cpus, min(share, len(cpus)) if cpus else share))
+    return plan
 
 
 def _widen(stored: np.ndarray) -> np.ndarray:
@@ -124,6 +187,7 @@ def probe() -> str | None:
 
 
 def open_ram(request: LoadRequest) -> Placement:
+    """Place every tower on the CPU: one session per memory domain (one without domains)."""
     import onnxruntime as ort
 
     if request.quantization is not Scalar.BF16:
@@ -131,17 +195,25 @@ def open_ram(request: LoadRequest) -> Placement:
             f"quantization {request.quantization.name} is not served by the cpu backend; it runs BF16 checkpoints as stored"
         )
     cpu_class = choose_class(request.cpu_class, machine_classes())
-    check_domains(request.memory_domains, numa_nodes())
-    options = session_options(request.executor.threads)
-    runners, held = {}, 0
-    for name, plan in request.towers.items():
+    domains = check_domains(request.memory_domains, numa_nodes())
+    plan = domain_plan(domains, request.executor.threads)
+    runners: dict[str, Runner] = {}
+    held = 0
+    for name, tower in request.towers.items():
         directory = Path(tempfile.mkdtemp(prefix=f"uform-{name}-"))
         try:
-            path = bind_external(plan.graph, plan.weights, directory, _widen, request.advance)
-            runners[name] = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+            path = bind_external(tower.graph, tower.weights, directory, _widen, request.advance)
+
+            def start(cpus: list[int] | None, threads: int, path: Path = path) -> Any:
+                options = session_options(threads, cpus)
+                return on_cpus(cpus, lambda: ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"]))
+
+            sessions = [start(cpus, threads) for cpus, threads in plan]
         finally:
             remove_tree(directory)
-        held += sum(w.size * 4 for w in plan.weights.values())
+        pinned = [cpus for cpus, _ in plan]
+        runners[name] = sessions[0] if pinned == [None] else Replicas(sessions, pinned)
+        held += sum(w.size * 4 for w in tower.weights.values()) * len(sessions)
     return Placement(runners, held, Scalar.BF16, cpu_class=cpu_class)
 
 
