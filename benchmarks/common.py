@@ -1,0 +1,59 @@
+"""Helpers shared by the benchmarks: timing, machine facts, result files."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+RESULTS = Path(__file__).parent / "results"
+
+
+def rate(fn: Callable[[], Any], items: int, seconds: float = 2.0, warmup: int = 1) -> float:
+    """Items per second of ``fn`` (which handles ``items`` items a call), best of repeated runs."""
+    for _ in range(warmup):
+        fn()
+    best, spent = float("inf"), 0.0
+    while spent < seconds or best == float("inf"):
+        t = time.perf_counter()
+        fn()
+        took = time.perf_counter() - t
+        best, spent = min(best, took), spent + took
+    return items / best
+
+
+def cpu_peak_gflops() -> tuple[float, str]:
+    """FP32 peak of this CPU from its flags and clock: cores x FLOP/cycle x GHz."""
+    flags, mhz = set(), 0.0
+    try:
+        for line in open("/proc/cpuinfo"):
+            key, _, value = line.partition(":")
+            if key.strip() == "flags" and not flags:
+                flags = set(value.split())
+            if key.strip() == "cpu MHz" and not mhz:
+                mhz = float(value)
+    except OSError:
+        pass
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    per_cycle = 64 if "avx512f" in flags else 32 if "fma" in flags else 16  # 2 FMA ports x lanes x 2
+    ghz = mhz / 1000 or 2.5
+    return cores * per_cycle * ghz, f"{cores} cores x {per_cycle} FP32 FLOP/cycle x {ghz:.2f} GHz ({platform.processor() or platform.machine()})"
+
+
+def save(name: str, data: dict[str, Any]) -> Path:
+    RESULTS.mkdir(exist_ok=True)
+    path = RESULTS / f"{name}.json"
+    path.write_text(json.dumps(data, indent=2) + "\n")
+    return path
+
+
+def table(rows: list[dict[str, Any]], columns: list[str]) -> str:
+    cells = [[str(r.get(c, "")) for c in columns] for r in rows]
+    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(columns)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths))]
+    lines += ["  ".join(v.ljust(w) for v, w in zip(row, widths)) for row in cells]
+    return "\n".join(lines)
