@@ -19,6 +19,7 @@ from uform.core.config import ModelConfig
 # tower name → "module:Class" of its reference; a new tower adds one line.
 TOWERS: dict[str, str] = {
     "text": "uform.exporters.reference.text:TextTower",
+    "image": "uform.exporters.reference.image:ImageTower",
     "decoder": "uform.exporters.reference.decoder:DecoderTower",
 }
 

@@ -1,0 +1,139 @@
+"""Test media made on the spot: images in every mode and format, clips in every codec. Nothing is downloaded."""
+
+from __future__ import annotations
+
+import io
+import struct
+import zlib
+from collections.abc import Sequence
+
+import numpy as np
+from PIL import Image
+
+LEVEL_STEP = 8  # grey level step between consecutive frames of a clip: frame i is 4 + 8 i
+
+
+def pattern(height: int, width: int, seed: int = 0) -> np.ndarray:
+    """A smooth RGB picture (compresses well, survives JPEG) with an asymmetric layout."""
+    y, x = np.mgrid[0:height, 0:width]
+    rng = np.random.default_rng(seed)
+    a, b, c = rng.uniform(0.5, 3.0, 3)
+    rgb = np.stack([128 + 100 * np.sin(a * x / width * 6), 128 + 100 * np.cos(b * y / height * 6), 255 * x / max(width - 1, 1) * (y < height // 3) + c], -1)
+    return np.clip(rgb, 0, 255).astype(np.uint8)
+
+
+def encode_image(image: Image.Image | np.ndarray, fmt: str, **kwargs: object) -> bytes:
+    if isinstance(image, np.ndarray):
+        image = Image.fromarray(image)
+    buf = io.BytesIO()
+    image.save(buf, fmt, **kwargs)
+    return buf.getvalue()
+
+
+def with_orientation(array: np.ndarray, orientation: int, fmt: str = "PNG") -> bytes:
+    """``array`` stored as is, with an EXIF orientation tag (lossless PNG by default)."""
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    return encode_image(array, fmt, exif=exif)
+
+
+def png_header_only(width: int, height: int) -> bytes:
+    """A PNG whose header claims ``width × height`` but holds almost no data (a bomb's header)."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(b"\x00" * 64)) + chunk(b"IEND", b"")
+
+
+def frame_level(i: int) -> int:
+    return 4 + LEVEL_STEP * i
+
+
+def level_index(frame: np.ndarray) -> int:
+    """Which frame of :func:`clip` a sampled (grey) frame is."""
+    return int(round((float(frame.mean()) - 4) / LEVEL_STEP))
+
+
+def clip(
+    codec: str = "libx264",
+    fmt: str = "mp4",
+    frames: int = 30,
+    fps: int = 30,
+    size: tuple[int, int] = (64, 48),
+    gop: int = 10,
+    rotation: int | None = None,
+    pts: Sequence[int] | None = None,
+    picture: np.ndarray | None = None,
+    audio: bool = False,
+) -> bytes:
+    """A clip whose frame ``i`` is flat grey at :func:`frame_level` ``(i)`` (or ``picture``).
+
+    ``pts`` gives each frame's presentation time in 1/``fps`` units (variable frame rate).
+    """
+    import av
+
+    width, height = size
+    buf = io.BytesIO()
+    with av.open(buf, "w", format=fmt) as container:
+        stream = container.add_stream(codec, rate=fps)
+        stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
+        stream.codec_context.gop_size = gop
+        if codec == "libx265":
+            stream.codec_context.options = {"x265-params": "log-level=none"}
+        if rotation is not None:
+            stream.set_display_rotation(rotation)
+        sound = container.add_stream("libopus" if fmt == "webm" else "aac", rate=48000) if audio else None
+        for i in range(frames):
+            array = picture if picture is not None else np.full((height, width, 3), frame_level(i), np.uint8)
+            frame = av.VideoFrame.from_ndarray(array, format="rgb24")
+            frame.pts = pts[i] if pts is not None else i
+            for packet in stream.encode(frame):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+        if sound is not None:
+            _write_tone(container, sound, 1.0)
+    return buf.getvalue()
+
+
+def _write_tone(container: object, stream: object, seconds: float) -> None:
+    import av
+
+    rate = 48000
+    samples = (0.1 * np.sin(np.arange(int(rate * seconds)) * 2 * np.pi * 440 / rate)).astype(np.float32)
+    for start in range(0, len(samples), 960):
+        part = samples[start : start + 960]
+        if len(part) < 960:
+            break
+        frame = av.AudioFrame.from_ndarray(part[None, :], format="flt", layout="mono")
+        frame.sample_rate, frame.pts = rate, start
+        for packet in stream.encode(frame):  # type: ignore[attr-defined]
+            container.mux(packet)  # type: ignore[attr-defined]
+    for packet in stream.encode():  # type: ignore[attr-defined]
+        container.mux(packet)  # type: ignore[attr-defined]
+
+
+def audio_only(fmt: str = "mp4") -> bytes:
+    """A container with one audio stream and no video."""
+    import av
+
+    buf = io.BytesIO()
+    with av.open(buf, "w", format=fmt) as container:
+        stream = container.add_stream("libopus" if fmt == "webm" else "aac", rate=48000)
+        _write_tone(container, stream, 0.5)
+    return buf.getvalue()
+
+
+def no_frames(fmt: str = "webm", codec: str = "libvpx") -> bytes:
+    """A container with a video stream that holds no frame (and a short audio stream, so it is written)."""
+    import av
+
+    buf = io.BytesIO()
+    with av.open(buf, "w", format=fmt) as container:
+        stream = container.add_stream(codec, rate=30)
+        stream.width, stream.height, stream.pix_fmt = 64, 48, "yuv420p"
+        sound = container.add_stream("libopus" if fmt == "webm" else "aac", rate=48000)
+        _write_tone(container, sound, 0.3)
+    return buf.getvalue()

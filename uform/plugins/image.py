@@ -1,0 +1,302 @@
+"""The image modality: JPEG, PNG and WebP files, or ``[h, w, 3]`` uint8 pixels, through the ``image`` tower.
+
+Tensors and math are in docs/checkpoint.md ("Image tower"); decoding rules in docs/media.md.
+Files are recognised by their content, never by their name. Each batch is decoded in the
+executor's threads on the prefetch thread while ONNX Runtime computes the batch before it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from uform.core.arena import Arena, Encoded
+from uform.core.config import Geometry, ModelConfig
+from uform.core.errors import InputError
+from uform.core.graph import GraphBuilder
+from uform.core.hookspecs import hookimpl
+from uform.core.pipeline import Batch, encode
+from uform.core.plugin import Modality, TensorSpec, Tower, stack_tensors
+from uform.core.progress import ProgressHandler
+from uform.core.runtime import Call
+from uform.core.stats import EncodeStats
+from uform.core.types import Outputs, Scalar
+
+from . import _frames
+from ._frames import Pixels, Source
+
+if TYPE_CHECKING:
+    from PIL import Image
+
+MAX_PIXELS = 100_000_000  # width × height above which a file is refused as a decompression bomb
+JPEG_DRAFT_MARGIN = 2  # decode big JPEGs at 1/2, 1/4, 1/8 scale keeping the shorter side ≥ margin × S; 0: never
+MAX_ROWS = 32  # images per batch
+FORMATS = ("JPEG", "PNG", "WEBP")
+_ORIENTATION = 0x0112
+
+
+@dataclass
+class ImageEncodeStats(EncodeStats):
+    """Counters of image calls.
+
+    ``pixels`` counts source pixels decoded (after any JPEG scale-down), ``bytes_read`` the
+    encoded bytes of files, ``reduced`` the JPEGs decoded at a reduced scale.
+    ``seconds_decode`` is the wall time spent preparing batches (decoding, converting,
+    resizing, in the executor's threads); it overlaps ``seconds_compute``, and the part of it
+    that did not is ``seconds_preprocess``.
+    """
+
+    pixels: int = 0
+    bytes_read: int = 0
+    reduced: int = 0
+    seconds_decode: float = 0.0
+
+
+@dataclass(frozen=True)
+class ImageTower:
+    geometry: Geometry
+    pixels: Pixels
+
+
+def read(cfg: Mapping[str, Any], model: ModelConfig) -> ImageTower:
+    return ImageTower(*_frames.read_geometry(cfg, "towers.image"))
+
+
+def tensors(t: ImageTower, model: ModelConfig) -> dict[str, TensorSpec]:
+    w, p = t.geometry.width, t.pixels.patch_size
+    out = {
+        "image.patch.weight": TensorSpec((w, 3 * p * p)),
+        "image.patch.bias": TensorSpec((w,)),
+        "image.cls": TensorSpec((w,)),
+        "image.pos.weight": TensorSpec((1 + t.pixels.grid**2, w)),
+    }
+    out.update(stack_tensors("image", t.geometry, model.dimensions))
+    return out
+
+
+def graph(t: ImageTower, model: ModelConfig, b: GraphBuilder) -> None:
+    s = t.pixels.image_size
+    pixels = _frames.pixels_input(b, "pixels", ["batch", s, s, 3])
+    x = _frames.patch_tokens(b, pixels, "image", t.pixels, t.geometry.width)
+    positions = b.op("Slice", b.weight("image.pos.weight"), b.ints([1]), b.ints([1 + t.pixels.grid**2]))
+    x = b.prepend_class_token(b.op("Add", x, positions), "image")
+    hidden = b.transformer(x, "image", t.geometry)
+    b.output(b.pooled_embedding(hidden, "image"), "embeddings", None, ["batch", model.dimensions])
+
+
+# -- decoding --------------------------------------------------------------------------
+
+
+def sniff(head: bytes) -> str | None:
+    """The format of an image by its first bytes, or None."""
+    if head.startswith(b"\xff\xd8\xff"):
+        return "JPEG"
+    if head.startswith(b"\x89PNG\r\n\x1a\n"):
+        return "PNG"
+    if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
+        return "WEBP"
+    return None
+
+
+def describe(head: bytes) -> str:
+    """What unsupported content looks like, for the error message."""
+    known = {b"GIF8": "a GIF", b"BM": "a BMP", b"II*\x00": "a TIFF", b"MM\x00*": "a TIFF", b"\x1aE\xdf\xa3": "a WebM/Matroska file"}
+    for magic, name in known.items():
+        if head.startswith(magic):
+            return name
+    if head[4:8] == b"ftyp":
+        return "an MP4/MOV file"
+    return f"unrecognised content (first bytes {head[:8].hex(' ')})"
+
+
+def to_rgb(image: Image.Image) -> Image.Image:
+    """8-bit RGB: 16-bit samples cut to their high byte, alpha composited over white, palette,
+    grayscale and CMYK converted (CMYK: ``round((255 − c)(255 − k) / 255)``, Pillow's rule)."""
+    mode = image.mode
+    if mode == "RGB":
+        return image
+    if mode.startswith("I"):  # 16-bit (I;16*) or 32-bit integer grayscale
+        wide = np.asarray(image).astype(np.int64)
+        gray = (np.clip(wide, 0, 65535) >> 8).astype(np.uint8)
+        return _frames.from_array(np.repeat(gray[..., None], 3, axis=2))
+    if "A" in mode or "a" in mode or "transparency" in image.info:
+        rgba = np.asarray(image.convert("RGBA"))
+        alpha = rgba[..., 3:].astype(np.uint32)
+        rgb = (rgba[..., :3] * alpha + 255 * (255 - alpha) + 127) // 255
+        return _frames.from_array(rgb.astype(np.uint8))
+    return image.convert("RGB")
+
+
+def orient(image: Image.Image) -> Image.Image:
+    """The picture turned upright as its EXIF orientation (1-8) says; an unreadable tag is ignored."""
+    from PIL import Image
+
+    try:
+        orientation = image.getexif().get(_ORIENTATION, 1)
+    except Exception:  # noqa: BLE001 - broken EXIF: show the pixels as stored
+        return image
+    method = {
+        2: Image.Transpose.FLIP_LEFT_RIGHT, 3: Image.Transpose.ROTATE_180, 4: Image.Transpose.FLIP_TOP_BOTTOM,
+        5: Image.Transpose.TRANSPOSE, 6: Image.Transpose.ROTATE_270, 7: Image.Transpose.TRANSVERSE,
+        8: Image.Transpose.ROTATE_90,
+    }.get(orientation)  # fmt: skip
+    return image if method is None else image.transpose(method)
+
+
+def draft_scale(width: int, height: int, size: int) -> int:
+    """The JPEG scale-down (1, 2, 4 or 8) keeping the shorter side at least ``margin × size``."""
+    if JPEG_DRAFT_MARGIN <= 0:
+        return 1
+    shorter = min(width, height)
+    return next((s for s in (8, 4, 2) if -(-shorter // s) >= JPEG_DRAFT_MARGIN * size), 1)
+
+
+def open_image(source: Source, size: int) -> tuple[Image.Image, int, bool]:
+    """The decoded picture (not yet converted), the bytes read, and whether it was scaled down."""
+    from PIL import Image, JpegImagePlugin, PngImagePlugin, WebPImagePlugin
+
+    plugins: dict[str, type[Image.Image]] = {
+        "JPEG": JpegImagePlugin.JpegImageFile, "PNG": PngImagePlugin.PngImageFile, "WEBP": WebPImagePlugin.WebPImageFile,
+    }  # fmt: skip
+    stream = source.open()
+    try:
+        head = stream.read(16)
+        kind = sniff(head)
+        if kind is None:
+            raise source.fail(f"not a JPEG, PNG or WebP image: {describe(head)}" if head else "the file is empty")
+        stream.seek(0)
+        # The plugin class itself, not Image.open: no other decoder is tried, and the size
+        # check below is ours (Pillow's own warns, or raises a non-OSError, at other sizes).
+        image = plugins[kind](stream)  # type: ignore[call-arg]
+        width, height = image.size
+        if width * height > MAX_PIXELS:
+            raise source.fail(
+                f"the image is {width}x{height} = {width * height} pixels, over the limit of {MAX_PIXELS} "
+                "(uform.plugins.image.MAX_PIXELS) against decompression bombs"
+            )
+        scale = draft_scale(width, height, size) if kind == "JPEG" else 1
+        if scale > 1:
+            image.draft(None, (width // scale, height // scale))
+        image.load()
+        read = stream.seek(0, 2)
+    except InputError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - whatever the decoder says, it is this item's fault
+        raise source.fail(f"cannot decode the image: {type(exc).__name__}: {exc}") from None
+    finally:
+        if source.stream is None:
+            stream.close()
+    return image, read, image.size != (width, height)
+
+
+def decode(source: Source, size: int) -> tuple[np.ndarray, int, int, bool]:
+    """``uint8 [S, S, 3]`` of one file, with the pixels decoded, bytes read and scale-down flag."""
+    image, read, reduced = open_image(source, size)
+    try:
+        rgb = to_rgb(orient(image))
+    except Exception as exc:  # noqa: BLE001
+        raise source.fail(f"cannot convert the image to RGB: {type(exc).__name__}: {exc}") from None
+    return _frames.fit(rgb, size), read, image.width * image.height, reduced
+
+
+def as_pixels(index: int, buffer: Any) -> np.ndarray:
+    """One ``[h, w, 3]`` uint8 buffer as an array; InputError says what is wrong with it."""
+    try:
+        array = np.asarray(buffer)
+    except Exception as exc:  # noqa: BLE001
+        raise InputError(index, f"not a buffer of pixels ({exc})") from None
+    if array.dtype != np.uint8 or array.ndim != 3 or array.shape[2] != 3 or 0 in array.shape:
+        raise InputError(index, f"expected uint8 [height, width, 3] pixels, got {array.dtype} {list(array.shape)}")
+    return array
+
+
+# -- verbs -----------------------------------------------------------------------------
+
+
+def _run(
+    call: Call, count: int, prepare: Any, arena: Arena, stats: ImageEncodeStats | None, kwargs: dict[str, Any]
+) -> Encoded:
+    if stats is not None and not isinstance(stats, ImageEncodeStats):
+        raise TypeError(f"stats must be an ImageEncodeStats, got {type(stats).__name__}")
+    tower: ImageTower = call.parsed
+    size = tower.pixels.image_size
+    totals = np.zeros(4)  # pixels, bytes, reduced, seconds; written by the prefetch thread only
+
+    def thunk(indices: np.ndarray) -> Batch:
+        started = time.perf_counter()
+        results = call.executor.map(lambda i: prepare(int(i), size), indices)
+        pixels = np.stack([r[0] for r in results]) if results else np.empty((0, size, size, 3), np.uint8)
+        totals[:3] += np.sum([r[1:] for r in results], axis=0)
+        totals[3] += time.perf_counter() - started
+        return Batch(indices, {"pixels": pixels})
+
+    result = encode(
+        call, count, [lambda idx=idx: thunk(idx) for idx in _frames.batches(count, MAX_ROWS)], arena, stats=stats, **kwargs
+    )
+    if stats is not None:
+        stats.bytes_read += int(totals[1])
+        stats.pixels += int(totals[0])
+        stats.reduced += int(totals[2])
+        stats.seconds_decode += float(totals[3])
+    return result
+
+
+def image_encode(
+    call: Call,
+    files: Iterable[Any],
+    arena: Arena,
+    /,
+    *,
+    outputs: Outputs = Outputs.EMBEDDINGS,
+    outputs_scalar: Scalar | str = Scalar.F32,
+    progress: ProgressHandler | None = None,
+    progress_steps: int = 0,
+    stats: ImageEncodeStats | None = None,
+) -> Encoded:
+    items = _frames.sources(files, "paths, bytes or binary file objects")
+
+    def prepare(i: int, size: int) -> tuple[np.ndarray, int, int, int]:
+        fitted, read, pixels, reduced = decode(items[i], size)
+        return fitted, pixels, read, int(reduced)
+
+    kwargs = {"outputs": outputs, "outputs_scalar": outputs_scalar, "progress": progress, "progress_steps": progress_steps}
+    return _run(call, len(items), prepare, arena, stats, kwargs)
+
+
+def image_encode_pixels(
+    call: Call,
+    pixels: Sequence[Any],
+    arena: Arena,
+    /,
+    *,
+    outputs: Outputs = Outputs.EMBEDDINGS,
+    outputs_scalar: Scalar | str = Scalar.F32,
+    progress: ProgressHandler | None = None,
+    progress_steps: int = 0,
+    stats: ImageEncodeStats | None = None,
+) -> Encoded:
+    if isinstance(pixels, np.ndarray) and pixels.ndim == 3:
+        raise TypeError("pixels must be a sequence of [height, width, 3] buffers, got a single array; wrap it in a list")
+    arrays = [as_pixels(i, p) for i, p in enumerate(pixels)]
+
+    def prepare(i: int, size: int) -> tuple[np.ndarray, int, int, int]:
+        return _frames.fit(_frames.from_array(arrays[i]), size), arrays[i].shape[0] * arrays[i].shape[1], 0, 0
+
+    kwargs = {"outputs": outputs, "outputs_scalar": outputs_scalar, "progress": progress, "progress_steps": progress_steps}
+    return _run(call, len(arrays), prepare, arena, stats, kwargs)
+
+
+@hookimpl
+def uform_modalities() -> Iterable[Modality]:
+    common = {"mean": _frames.MEAN, "std": _frames.STD}
+    presets = {
+        "tiny": {"width": 64, "depth": 2, "heads": 2, "mlp_width": 128, "image_size": 32, "patch_size": 8, **common},
+        "small": {"width": 256, "depth": 4, "heads": 4, "mlp_width": 1024, "image_size": 128, "patch_size": 16, **common},
+        "base": {"width": 768, "depth": 12, "heads": 12, "mlp_width": 3072, "image_size": 224, "patch_size": 16, **common},
+    }
+    tower = Tower("image", read, tensors, graph, presets)
+    yield Modality("image", tower, {"image_encode": image_encode, "image_encode_pixels": image_encode_pixels})
