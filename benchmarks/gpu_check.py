@@ -1,0 +1,209 @@
+"""One prepared check on a machine with an NVIDIA GPU, in under 5 minutes.
+
+    python benchmarks/gpu_check.py [--preset base] [--devices 0] [--seconds 1.5]
+
+1. Prints what the check runs on: Python, onnxruntime (which wheel, the CUDA and cuDNN it
+   was built for, its providers), the driver and devices, which CUDA libraries load.
+   Stops with exit status 2, saying why and writing nothing, when CUDA cannot run.
+2. Makes a random checkpoint of every installed modality (``--preset``), loads it with
+   ``Model.load_vram`` (the load time is reported) and, for every tower the PyTorch
+   reference supports, checks the CUDA tower against the reference (float32, CPU) on the
+   same inputs: max abs error and min cosine per tower.
+3. Throughput at batch 1 and 256: per tower (feeds already made: compute and transfers),
+   and end to end for the verbs with synthetic inputs (texts/s, images/s).
+
+Writes benchmarks/results/gpu_check.json (docs/benchmarks.md quotes it). Needs the
+``onnxruntime-gpu`` wheel in place of ``onnxruntime`` (docs/backends.md), with its CUDA 12
+and cuDNN 9 libraries, and torch (CPU is enough) for the reference.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import importlib.metadata as metadata
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).parent))
+from common import rate, save, table  # noqa: E402
+
+LIBRARIES = ["libcudart.so", "libcublas.so", "libcublasLt.so", "libcufft.so", "libcurand.so", "libcudnn.so"]
+MAJORS = {"libcudart.so": (12, 13), "libcublas.so": (12, 13), "libcublasLt.so": (12, 13), "libcufft.so": (11, 12), "libcurand.so": (10,), "libcudnn.so": (9,)}
+PARITY_ROWS, LENGTH = 8, 64  # rows compared with the reference; bytes per text / decoder row
+
+
+def versions() -> dict[str, Any]:
+    """Everything about the software and devices the numbers depend on (printed as found)."""
+    import onnxruntime as ort
+
+    wheels = {d: metadata.version(d) for d in ("onnxruntime", "onnxruntime-gpu") if _installed(d)}
+    info: dict[str, Any] = {"python": sys.version.split()[0], "platform": platform.platform(), "onnxruntime": ort.__version__}
+    info["wheels"] = wheels
+    try:
+        from onnxruntime.capi import build_and_package_info as build
+
+        info["built_for"] = {k: getattr(build, k) for k in ("package_name", "cuda_version", "cudnn_version") if hasattr(build, k)}
+    except ImportError:
+        info["built_for"] = {}
+    if hasattr(ort, "preload_dlls"):  # CUDA/cuDNN from pip's nvidia-* wheels, where installed
+        try:
+            ort.preload_dlls()
+            info["preload_dlls"] = "called"
+        except Exception as exc:  # noqa: BLE001
+            info["preload_dlls"] = f"failed: {exc}"
+    info["providers"] = ort.get_available_providers()
+    info["libraries"] = {lib: _loads(lib) for lib in LIBRARIES}
+    from uform.plugins import cuda
+
+    found = cuda.detect()
+    info["driver"], info["detected_by"] = found.driver, found.source
+    info["devices"] = [f"{g} {g.memory >> 20} MiB" for g in found.gpus]
+    info["detect_error"] = found.reason
+    try:
+        import torch
+
+        info["torch"] = f"{torch.__version__} (cuda {torch.version.cuda}, available {torch.cuda.is_available()})"
+    except ImportError:
+        info["torch"] = "not installed"
+    for key, value in info.items():
+        print(f"{key:>14}: {value}")
+    return info
+
+
+def _installed(name: str) -> bool:
+    try:
+        metadata.version(name)
+        return True
+    except metadata.PackageNotFoundError:
+        return False
+
+
+def _loads(lib: str) -> str:
+    for major in MAJORS[lib]:
+        try:
+            ctypes.CDLL(f"{lib}.{major}")
+            return f"{lib}.{major}"
+        except OSError:
+            continue
+    return "missing"
+
+
+def synthetic_feeds(graph: Any, rows: int, rng: np.random.Generator, length: int) -> dict[str, np.ndarray]:
+    """Valid feeds for any tower graph: bytes for 2-D integer inputs (``length`` of them, the
+    size of every unnamed dimension), positions under ``length`` for 1-D integer inputs
+    (text ``lengths``, decoder ``last``), pixels and samples else."""
+    from onnx import TensorProto
+
+    feeds: dict[str, np.ndarray] = {}
+    for value in graph.graph.input:
+        t = value.type.tensor_type
+        dims = [rows] + [d.dim_value or length for d in t.shape.dim[1:]]
+        if t.elem_type == TensorProto.INT64:
+            feeds[value.name] = rng.integers(0, 256, dims) if len(dims) > 1 else rng.integers(1, length, dims)
+        elif t.elem_type == TensorProto.UINT8:
+            feeds[value.name] = rng.integers(0, 256, dims, dtype=np.uint8)
+        else:
+            feeds[value.name] = (rng.standard_normal(dims) * 0.1).astype(np.float32)
+    return feeds
+
+
+def parity(model: Any, path: Path, towers: list[str]) -> list[dict[str, Any]]:
+    import torch
+
+    from uform.exporters.reference import ReferenceModel
+
+    ref = ReferenceModel.from_checkpoint(path)
+    rows, rng = [], np.random.default_rng(0)
+    for name in towers:
+        loaded = model._runtime.towers[name]
+        feeds = synthetic_feeds(loaded.graph, PARITY_ROWS, rng, min(LENGTH, model.describe().context))
+        first = loaded.graph.graph.output[0].name
+        got = model._runtime.placement.runners[name].run([first], feeds)[0].astype(np.float64)
+        with torch.no_grad():
+            want = ref.towers[name](*(torch.from_numpy(f) for f in feeds.values()))
+        want = (want[0] if isinstance(want, tuple) else want).double().numpy()
+        cosine = np.sum(got * want, 1) / (np.linalg.norm(got, axis=1) * np.linalg.norm(want, axis=1))
+        error = float(np.abs(got - want).max())
+        ok = bool(cosine.min() > 0.999 and error <= 1e-2 * max(1.0, float(np.abs(want).max())))
+        rows.append({"tower": name, "output": first, "max_abs_error": f"{error:.2e}", "min_cosine": f"{cosine.min():.6f}", "ok": ok})
+    return rows
+
+
+def throughput(model: Any, towers: list[str], seconds: float) -> list[dict[str, Any]]:
+    from uform import Arena
+
+    rows, rng = [], np.random.default_rng(1)
+    for name in towers:
+        loaded, runner = model._runtime.towers[name], model._runtime.placement.runners[name]
+        first = loaded.graph.graph.output[0].name
+        for batch in (1, 256):
+            feeds = synthetic_feeds(loaded.graph, batch, rng, min(LENGTH, model.describe().context))
+            per_s = rate(lambda: runner.run([first], feeds), batch, seconds)
+            rows.append({"what": f"{name} tower", "batch": batch, "items/s": round(per_s, 1)})
+    words = "the a cat dog sat on mat river city night morning bright market rose".split()
+    verbs: dict[str, tuple[str, Any]] = {
+        "text_encode": ("texts/s", lambda n: [" ".join(rng.choice(words, 12)) for _ in range(n)]),
+        "image_encode_pixels": ("images/s", lambda n: [rng.integers(0, 256, (256, 320, 3), dtype=np.uint8) for _ in range(n)]),
+    }
+    for verb, (unit, make) in verbs.items():
+        if not any(verb in t.modality.verbs for t in model._runtime.towers.values()):
+            continue
+        for batch in (1, 256):
+            items, arena = make(batch), Arena()
+            per_s = rate(lambda: getattr(model, verb)(items, arena), batch, seconds)
+            rows.append({"what": verb, "batch": batch, "items/s": round(per_s, 1), "unit": unit})
+    return rows
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--preset", default="base")
+    parser.add_argument("--devices", default="0", help="comma-separated CUDA ordinals, e.g. 0,1")
+    parser.add_argument("--seconds", type=float, default=1.5, help="seconds per throughput measurement")
+    args = parser.parse_args()
+    started = time.perf_counter()
+    result: dict[str, Any] = {"versions": versions(), "preset": args.preset}
+    from uform.plugins import cuda
+
+    reason = cuda.probe()
+    if reason is not None:
+        print(f"\nGPU CHECK CANNOT RUN: {reason}\n(nothing written)")
+        return 2
+
+    import uform
+    from uform.core import checkpoint
+    from uform.core.host import get_host
+    from uform.exporters.reference import TOWERS
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / f"{args.preset}.safetensors"
+        config, tensors = checkpoint.new(get_host(), args.preset, 0)
+        checkpoint.save(path, config, tensors)
+        result["checkpoint_bytes"] = path.stat().st_size
+        devices = [int(d) for d in args.devices.split(",")]
+        t = time.perf_counter()
+        model = uform.Model.load_vram(path, devices=devices)
+        result["load_vram_s"] = round(time.perf_counter() - t, 2)
+        result["description"] = {k: str(v) for k, v in model.describe()._asdict().items()}
+        towers = list(model._runtime.towers)
+        checked = [n for n in towers if n in TOWERS]
+        print(f"\nload_vram of {path.stat().st_size >> 20} MiB on devices {devices}: {result['load_vram_s']} s; towers {towers}")
+        result["parity"] = parity(model, path, checked)
+        print(table(result["parity"], ["tower", "output", "max_abs_error", "min_cosine", "ok"]))
+        result["throughput"] = throughput(model, towers, args.seconds)
+        print(table(result["throughput"], ["what", "batch", "items/s", "unit"]))
+    result["seconds"] = round(time.perf_counter() - started, 1)
+    result["status"] = "ok" if all(r["ok"] for r in result["parity"]) else "parity FAILED"
+    print(f"\n{result['status']} in {result['seconds']} s; wrote {save('gpu_check', result)}")
+    return 0 if result["status"] == "ok" else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
