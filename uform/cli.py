@@ -71,6 +71,15 @@ def _calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _export(args: argparse.Namespace) -> int:
+    from .exporters.towers import export_towers
+
+    written = export_towers(args.checkpoint, args.outdir, args.quantization)
+    for tower, path in written.items():
+        print(f"{tower}: {path} (+ {path.with_suffix('.json').name})")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="uform", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -85,6 +94,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = sub.add_parser("plugins", help="list the plugins found, with versions and load errors")
     p.add_argument("--json", action="store_true")
     p.set_defaults(run=_plugins)
+
+    p = sub.add_parser("export", help="write each tower as a standalone .onnx plus a JSON of its inputs, outputs and preprocessing")
+    p.add_argument("checkpoint")
+    p.add_argument("outdir")
+    p.add_argument("--quantization", choices=["f32", "bf16"], default="f32", help="weights in the .onnx files (default f32)")
+    p.set_defaults(run=_export)
 
     p = sub.add_parser("similarity", help="encode texts and print their cosine similarity table")
     p.add_argument("checkpoint")

@@ -1,0 +1,96 @@
+"""Tower export: each exported .onnx runs in a second runtime (onnx.reference) and matches Model."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx.reference import ReferenceEvaluator
+
+import uform
+from ckpt import make_checkpoint
+from uform.cli import main
+from uform.core.host import get_host
+
+SIZES = {"batch": 2, "length": 5}
+
+
+def feeds_for(model: onnx.ModelProto, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """Valid random feeds for a tower graph, from its declared inputs."""
+    out: dict[str, np.ndarray] = {}
+    for value in model.graph.input:
+        t = value.type.tensor_type
+        shape = [d.dim_value or SIZES.get(d.dim_param, 3) for d in t.shape.dim]
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(t.elem_type)
+        if value.name in ("lengths", "last"):
+            out[value.name] = np.array([5, 2], np.int64)
+        elif value.name == "bytes":
+            out[value.name] = rng.integers(0, 256, shape).astype(np.int64)
+        elif dtype == np.uint8:
+            out[value.name] = rng.integers(0, 256, shape).astype(np.uint8)
+        else:
+            out[value.name] = (rng.standard_normal(shape) * 0.1).astype(dtype)
+    if "last" in out:  # the decoder reads a begin token then `last` bytes
+        out["bytes"] = np.concatenate([np.full((2, 1), 256), out["bytes"]], axis=1)
+        out["last"] = np.array([out["bytes"].shape[1] - 1, 1], np.int64)
+    if "lengths" in out:
+        out["lengths"] = np.array([out["bytes"].shape[1], 2], np.int64)
+    return out
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("export")
+    path = make_checkpoint(root / "all.safetensors", "tiny", 5)
+    assert main(["export", str(path), str(root / "f32")]) == 0
+    assert main(["export", str(path), str(root / "bf16"), "--quantization", "bf16"]) == 0
+    return path, root
+
+
+@pytest.mark.parametrize("weights", ["f32", "bf16"])
+def test_exported_towers_match_model_in_a_second_runtime(exported: tuple[Path, Path], weights: str) -> None:
+    path, root = exported
+    model = uform.Model.load_ram(path)
+    runners = model._runtime.placement.runners
+    assert set(runners) == {p.stem for p in (root / weights).glob("*.onnx")}
+    rng = np.random.default_rng(0)
+    for tower, runner in runners.items():
+        proto = onnx.load(str(root / weights / f"{tower}.onnx"))
+        onnx.checker.check_model(proto, full_check=True)
+        info = json.loads((root / weights / f"{tower}.json").read_text())
+        assert [i["name"] for i in info["inputs"]] == [i.name for i in proto.graph.input]
+        assert info["weights"] == weights and info["opset"] >= 21 and info["preprocessing"]
+        feeds = feeds_for(proto, rng)
+        names = [o.name for o in proto.graph.output]
+        theirs = ReferenceEvaluator(proto).run(names, feeds)
+        ours = runner.run(names, feeds)
+        for name, a, b in zip(names, theirs, ours):
+            np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5, err_msg=f"{tower}.{name}")
+
+
+def test_exported_text_tower_matches_text_encode(exported: tuple[Path, Path]) -> None:
+    path, root = exported
+    proto = onnx.load(str(root / "f32" / "text.onnx"))
+    texts = [b"a cat", b"exported"]
+    ids = np.zeros((2, 8), np.int64)
+    for i, t in enumerate(texts):
+        ids[i, : len(t)] = list(t)
+    (theirs,) = ReferenceEvaluator(proto).run(["embeddings"], {"bytes": ids, "lengths": np.array([5, 8])})
+    want = uform.Model.load_ram(path).text_encode(texts, uform.Arena()).embeddings
+    np.testing.assert_allclose(theirs, want, atol=1e-5)
+
+
+def test_export_refuses_unknown_quantization(tiny_text: Path, tmp_path: Path) -> None:
+    from uform.exporters.towers import export_towers
+
+    with pytest.raises(ValueError, match="quantization must be one of f32, bf16"):
+        export_towers(tiny_text, tmp_path, "e4m3")
+
+
+def test_all_installed_towers_are_exported(exported: tuple[Path, Path]) -> None:
+    _, root = exported
+    towers = {m.tower.name for m in get_host().modalities.values()}
+    assert {p.stem for p in (root / "f32").glob("*.onnx")} == towers

@@ -1,0 +1,113 @@
+"""Tower export: each tower of a checkpoint as a self-contained ``.onnx`` for other runtimes.
+
+``export_towers(checkpoint, outdir)`` writes, per tower, ``{tower}.onnx`` (standard opset,
+weights inside, or as external data in ``{tower}.onnx.data`` beside it past 512 MiB) and
+``{tower}.json``: its inputs, outputs, config and preprocessing. Weights are float32
+(``quantization="f32"``, runs anywhere) or kept BF16 with a ``Cast`` to float32 in front
+of each (``"bf16"``, half the size; the runtime must implement BF16 ``Cast``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import helper
+
+from uform.core import safetensors
+from uform.core.checkpoint import map_file
+from uform.core.config import ModelConfig
+from uform.core.host import get_host
+from uform.core.runtime import build_graph, plan_towers
+from uform.core.weights import embed
+
+EXTERNAL_ABOVE = 512 * 1024 * 1024
+QUANTIZATIONS = ("f32", "bf16")
+
+PREPROCESSING = {
+    "text": "UTF-8 bytes, one token per byte, cut to the first `context` bytes; right-padded with 0; `lengths` holds each row's byte count",
+    "image": "decode, EXIF orientation, 8-bit RGB (alpha over white), resize shorter side to image_size (bicubic), centre crop; uint8 [S, S, 3]",
+    "video": "frames sampled at (i + 0.5) * duration / frames, each preprocessed as an image; uint8 [F, S, S, 3]",
+    "audio": "decode, mean of channels, resample to sample_rate, first `samples` samples, zero-padded; float32 [N]",
+    "decoder": "begin token 256, then the last `context` bytes of the text; right-padded with 0; `last` is each row's byte count",
+}
+DOC = "docs/checkpoint.md"
+
+
+def _types(values: Any) -> list[dict[str, Any]]:
+    out = []
+    for v in values:
+        t = v.type.tensor_type
+        dims = [d.dim_param or d.dim_value for d in t.shape.dim]
+        out.append({"name": v.name, "dtype": helper.tensor_dtype_to_np_dtype(t.elem_type).name, "shape": dims})
+    return out
+
+
+def _bf16_with_casts(model: onnx.ModelProto, weights: dict[str, np.ndarray]) -> onnx.ModelProto:
+    """Keep weights BF16 as ``name.bf16`` initializers, each widened by a Cast to ``name``."""
+    out = embed(model, {f"{n}.bf16": w for n, w in weights.items()}, lambda w: w)
+    casts = [helper.make_node("Cast", [f"{n}.bf16"], [n], to=onnx.TensorProto.FLOAT, name=f"{n}.cast") for n in weights]
+    nodes = list(out.graph.node)
+    del out.graph.node[:]
+    out.graph.node.extend(casts + nodes)
+    return out
+
+
+def export_towers(checkpoint: str | os.PathLike[str], outdir: str | os.PathLike[str], quantization: str = "f32") -> dict[str, Path]:
+    """Write every tower the installed plugins serve; answer tower name → ``.onnx`` path."""
+    if quantization not in QUANTIZATIONS:
+        raise ValueError(f"quantization must be one of {', '.join(QUANTIZATIONS)}; got {quantization!r}")
+    out = Path(outdir)
+    out.mkdir(parents=True, exist_ok=True)
+    mapped = map_file(checkpoint)
+    written: dict[str, Path] = {}
+    try:
+        container = safetensors.parse(memoryview(mapped))
+        config = ModelConfig.from_metadata(container.metadata)
+        for name, (modality, parsed, specs) in plan_towers(container, config, get_host()).items():
+            graph = build_graph(name, modality, parsed, config, specs)
+            weights = {w: container.array(w) for w in specs}
+            if quantization == "bf16":
+                model = _bf16_with_casts(graph, weights)
+            else:
+                model = embed(graph, weights, lambda w: w.astype(np.float32))
+            written[name] = _save(model, out, name, config, quantization)
+            _describe(model, out, name, config, quantization)
+            del weights, model
+    finally:
+        del container
+        try:
+            mapped.close()
+        except BufferError:
+            pass
+    return written
+
+
+def _save(model: onnx.ModelProto, out: Path, name: str, config: ModelConfig, quantization: str) -> Path:
+    path = out / f"{name}.onnx"
+    big = model.ByteSize() > EXTERNAL_ABOVE
+    onnx.save(model, str(path), save_as_external_data=big, location=f"{name}.onnx.data" if big else None)
+    return path
+
+
+def _describe(model: onnx.ModelProto, out: Path, name: str, config: ModelConfig, quantization: str) -> None:
+    info = {
+        "tower": name,
+        "opset": model.opset_import[0].version,
+        "weights": quantization,
+        "inputs": _types(model.graph.input),
+        "outputs": _types(model.graph.output),
+        "dimensions": config.dimensions,
+        "context": config.context,
+        "config": dict(config.towers[name]),
+        "preprocessing": PREPROCESSING.get(name, f"see {DOC}"),
+        "spec": f"{DOC}, section of tower {name!r}",
+    }
+    (out / f"{name}.json").write_text(json.dumps(info, indent=2) + "\n")
+
+
+__all__ = ["export_towers", "QUANTIZATIONS"]
