@@ -18,6 +18,7 @@ from uform.core.config import ModelConfig
 
 # tower name → "module:Class" of its reference; a new tower adds one line.
 TOWERS: dict[str, str] = {
+    "audio": "uform.exporters.reference.audio:AudioTower",
     "text": "uform.exporters.reference.text:TextTower",
     "image": "uform.exporters.reference.image:ImageTower",
     "decoder": "uform.exporters.reference.decoder:DecoderTower",

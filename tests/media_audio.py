@@ -1,0 +1,102 @@
+"""Recordings the audio tests make on the spot with PyAV (nothing is downloaded).
+
+PyAV's wheel writes pcm_s16le, flac, libmp3lame and libopus (and libvpx for a video-only
+WebM), so every format uform reads can be made here in milliseconds. A 10-hour WAV costs
+nothing: its header declares 10 hours, one second of tone is written, and the rest of the
+file is a sparse hole of zero bytes, which is exactly 16-bit digital silence.
+"""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+import av
+import numpy as np
+
+# name → (suffix, codec, container format or None, sample rate)
+FORMATS: dict[str, tuple[str, str, str | None, int]] = {
+    "wav": (".wav", "pcm_s16le", None, 44100),
+    "flac": (".flac", "flac", None, 44100),
+    "mp3": (".mp3", "libmp3lame", None, 44100),
+    "opus-ogg": (".ogg", "libopus", "ogg", 48000),
+    "opus-webm": (".webm", "libopus", "webm", 48000),
+}
+
+
+def tone(seconds: float, rate: int, freqs: tuple[float, ...] = (440.0,), amplitude: float = 0.5) -> np.ndarray:
+    """One channel per frequency: float32 [channels, seconds * rate] sine waves."""
+    t = np.arange(round(seconds * rate)) / rate
+    return np.stack([amplitude * np.sin(2 * np.pi * f * t) for f in freqs]).astype(np.float32)
+
+
+def write(path: Path, signal: np.ndarray, rate: int, codec: str, container: str | None = None) -> Path:
+    """Encode ``signal`` [channels, n] (float, -1…1) at ``rate`` into ``path``."""
+    layout = {1: "mono", 2: "stereo"}[signal.shape[0]]
+    with av.open(str(path), "w", format=container) as out:
+        stream = out.add_stream(codec, rate=rate, layout=layout)
+        for start in range(0, signal.shape[1], 4096):
+            frame = av.AudioFrame.from_ndarray(np.ascontiguousarray(signal[:, start : start + 4096]), format="fltp", layout=layout)
+            frame.sample_rate = rate
+            for packet in stream.encode(frame):
+                out.mux(packet)
+        for packet in stream.encode(None):
+            out.mux(packet)
+    return path
+
+
+def write_format(directory: Path, name: str, signal: np.ndarray, stem: str = "clip") -> Path:
+    """``signal`` (at the format's rate) encoded as one of :data:`FORMATS`."""
+    suffix, codec, container, rate = FORMATS[name]
+    return write(directory / f"{stem}-{name}{suffix}", signal, rate, codec, container)
+
+
+def wav_header(rate: int, channels: int, data_bytes: int) -> bytes:
+    """A canonical 44-byte PCM s16le WAV header."""
+    return b"RIFF" + struct.pack("<I", 36 + data_bytes) + b"WAVEfmt " + struct.pack(
+        "<IHHIIHH", 16, 1, channels, rate, rate * channels * 2, channels * 2, 16
+    ) + b"data" + struct.pack("<I", data_bytes)
+
+
+def pcm16(signal: np.ndarray) -> np.ndarray:
+    """``signal`` [channels, n] as interleaved int16, rounded and clipped."""
+    return np.clip(np.round(signal.T * 32768), -32768, 32767).astype("<i2")
+
+
+def wav(path: Path, signal: np.ndarray, rate: int, declared_samples: int | None = None) -> Path:
+    """A PCM WAV of ``signal``; ``declared_samples`` > n leaves a sparse hole of silence
+    (or, if the file is then cut, a truncated file)."""
+    data = pcm16(signal).tobytes()
+    n = declared_samples or signal.shape[1]
+    with open(path, "wb") as f:
+        f.write(wav_header(rate, signal.shape[0], n * 2 * signal.shape[0]) + data)
+        f.truncate(44 + n * 2 * signal.shape[0])
+    return path
+
+
+def ten_hour_wav(path: Path, rate: int = 16000) -> tuple[Path, np.ndarray]:
+    """A 10-hour mono WAV (1.15 GB, sparse): one second of tone, then silence. Answers the tone."""
+    head = tone(1.0, rate, (330.0,))
+    return wav(path, head, rate, declared_samples=10 * 3600 * rate), head
+
+
+def video_only_webm(path: Path) -> Path:
+    """A WebM holding two tiny VP8 frames and no audio stream."""
+    with av.open(str(path), "w", format="webm") as out:
+        stream = out.add_stream("libvpx", rate=10)
+        stream.width, stream.height, stream.pix_fmt = 32, 32, "yuv420p"
+        for i in range(2):
+            frame = av.VideoFrame.from_ndarray(np.full((32, 32, 3), 40 * i, np.uint8), format="rgb24")
+            for packet in stream.encode(frame):
+                out.mux(packet)
+        for packet in stream.encode(None):
+            out.mux(packet)
+    return path
+
+
+def cut(path: Path, keep: float, suffix: str = ".cut") -> Path:
+    """A copy of ``path`` holding only its first ``keep`` share of bytes."""
+    data = path.read_bytes()
+    target = path.with_name(path.name + suffix + path.suffix)
+    target.write_bytes(data[: int(len(data) * keep)])
+    return target

@@ -1,0 +1,286 @@
+"""The audio plugin: graph parity with the PyTorch reference, decoding every format, the
+window rules (mono mean, resampling without a lost tail, cut or pad), bad input, stats."""
+
+from __future__ import annotations
+
+import io
+import os
+import resource
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import uform
+from uform.core import checkpoint
+from uform.core.host import get_host
+from uform.plugins import audio
+
+import media_audio as media
+
+R, N = 16000, 16000  # the tiny preset's rate and window
+
+
+@pytest.fixture(scope="module")
+def ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    config, tensors = checkpoint.new(get_host(), "tiny", 7, ["audio"])
+    path = tmp_path_factory.mktemp("audio") / "tiny-audio.safetensors"
+    checkpoint.save(path, config, tensors)
+    return path
+
+
+@pytest.fixture(scope="module")
+def model(ckpt: Path) -> uform.Model:
+    return uform.Model.load_ram(ckpt, executor=uform.Executor(2))
+
+
+@pytest.fixture(scope="module")
+def tower() -> audio.AudioTower:
+    return audio.read(get_host().modalities["audio"].tower.presets["tiny"], None)  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="module")
+def clips(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Two seconds of a stereo chord (440 Hz left, 880 Hz right) in every format."""
+    d = tmp_path_factory.mktemp("clips")
+    return {name: media.write_format(d, name, media.tone(2.0, rate, (440.0, 880.0))) for name, (_, _, _, rate) in media.FORMATS.items()}
+
+
+def embed(model: uform.Model, files: list[Any], **kw: Any) -> np.ndarray:
+    return np.array(model.audio_encode(files, uform.Arena(), **kw).embeddings)
+
+
+def embed_samples(model: uform.Model, rows: Any, rate: int, **kw: Any) -> np.ndarray:
+    return np.array(model.audio_encode_samples(rows, rate, uform.Arena(), **kw).embeddings)
+
+
+# -- the tower ------------------------------------------------------------------------------
+
+
+def test_graph_matches_reference(model: uform.Model, ckpt: Path) -> None:
+    torch = pytest.importorskip("torch")
+    from uform.exporters.reference import ReferenceModel
+
+    rng = np.random.default_rng(0)
+    windows = np.stack([
+        rng.standard_normal(N).astype(np.float32) * 0.3,
+        media.tone(1.0, R, (1000.0,))[0],
+        np.zeros(N, np.float32),  # log of the floor everywhere
+        np.concatenate([rng.uniform(-1, 1, N // 3), np.zeros(N - N // 3)]).astype(np.float32),
+    ])  # fmt: skip
+    ours = embed_samples(model, list(windows), R)
+    with torch.no_grad():
+        ref = ReferenceModel.from_checkpoint(ckpt).towers["audio"].encode(torch.from_numpy(windows)).numpy()
+    assert ours.shape == (4, 32)
+    np.testing.assert_allclose(ours, ref, atol=2e-5)
+    np.testing.assert_allclose(np.linalg.norm(ours, axis=1), 1.0, atol=1e-5)
+
+
+def test_front_end_constants_match_the_reference(tower: audio.AudioTower) -> None:
+    torch = pytest.importorskip("torch")
+    from uform.exporters.reference.audio import mel_filters
+
+    ours = audio.mel_filters(tower)
+    ref = mel_filters(R, 400, 32).numpy().T
+    assert ours.shape == (201, 32)
+    np.testing.assert_allclose(ours, ref, atol=1e-12)
+    assert ours.max() <= 1.0 and (ours.sum(axis=0) > 0).all()  # every filter catches some bin
+    # the windowed DFT matrix gives torch.stft's power spectrum
+    x = np.random.default_rng(1).standard_normal(N).astype(np.float64)
+    frames = np.lib.stride_tricks.sliding_window_view(x, 400)[::160]
+    spec = frames @ audio.dft_matrix(tower)
+    power = spec[:, :201] ** 2 + spec[:, 201:] ** 2
+    stft = torch.stft(torch.from_numpy(x), 400, 160, window=torch.hann_window(400, periodic=True, dtype=torch.float64), center=False, return_complex=True)
+    np.testing.assert_allclose(power, (stft.abs() ** 2).numpy().T, rtol=1e-9, atol=1e-9)
+    assert tower.frames == 98 and tower.tokens == 14
+
+
+def test_config_is_checked() -> None:
+    preset = dict(get_host().modalities["audio"].tower.presets["tiny"])
+    with pytest.raises(uform.CheckpointError, match="towers.audio.patch_frames"):
+        audio.read({**preset, "patch_frames": 99}, None)  # type: ignore[arg-type]
+    with pytest.raises(uform.CheckpointError, match="towers.audio.samples"):
+        audio.read({**preset, "samples": 100}, None)  # type: ignore[arg-type]
+
+
+# -- the window -----------------------------------------------------------------------------
+
+
+def test_wav_at_the_tower_rate_is_exactly_its_samples(model: uform.Model, tmp_path: Path) -> None:
+    signal = media.tone(0.75, R, (300.0,))
+    path = media.wav(tmp_path / "mono16k.wav", signal, R)
+    pcm = media.pcm16(signal)[:, 0].astype(np.float32) / 32768
+    window = audio.decode(0, path, model._runtime.towers["audio"].parsed).samples
+    np.testing.assert_array_equal(window, np.concatenate([pcm, np.zeros(N - len(pcm), np.float32)]))
+    np.testing.assert_array_equal(embed(model, [path]), embed_samples(model, [pcm], R))
+
+
+def test_stereo_is_the_mean_of_channels_and_resampling_keeps_the_tail(model: uform.Model, tower: audio.AudioTower, tmp_path: Path) -> None:
+    left = media.tone(0.5, 44100, (1000.0,), amplitude=0.8)[0]
+    path = media.wav(tmp_path / "left-only.wav", np.stack([left, np.zeros_like(left)]), 44100)
+    window = audio.decode(0, path, tower).samples
+    expected = 0.4 * np.sin(2 * np.pi * 1000.0 * np.arange(8000) / R)  # mean of (L, 0), not (L + R) / sqrt 2
+    np.testing.assert_allclose(window[32:7968], expected[32:7968], atol=2e-3)
+    assert np.abs(window[7990:8000]).max() > 0.1  # the last samples were flushed out, not lost
+    assert not window[8000:].any()  # then zero padding
+    # files and buffers share the resampler: the same samples give the same window
+    pcm = media.pcm16(np.stack([left, np.zeros_like(left)])).astype(np.float32) / 32768
+    np.testing.assert_array_equal(audio.resample(0, pcm.mean(axis=1, dtype=np.float32), 44100, tower).samples, window)
+    np.testing.assert_allclose(embed(model, [path]), embed_samples(model, [pcm.mean(axis=1, dtype=np.float32)], 44100), atol=1e-6)
+
+
+def test_every_format_decodes_to_the_same_sound(model: uform.Model, clips: dict[str, Path]) -> None:
+    names = list(clips)
+    got = embed(model, [clips[n] for n in names])
+    chord = media.tone(2.0, 48000, (440.0, 880.0)).mean(axis=0)
+    want = embed_samples(model, [chord], 48000)[0]
+    floors = {"wav": 0.9999, "flac": 0.9999, "mp3": 0.999, "opus-ogg": 0.98, "opus-webm": 0.98}  # Opus is the lossiest
+    for name, row in zip(names, got):
+        assert row @ want > floors[name], (name, row @ want)
+    assert got[names.index("opus-ogg")] @ got[names.index("opus-webm")] > 0.9999  # one codec, two containers
+    stats = uform.AudioEncodeStats()
+    embed(model, [clips[n] for n in names], stats=stats)
+    assert (stats.items, stats.batches, stats.truncated_items, stats.padded_items) == (5, 1, 5, 0)
+    assert 5.0 <= stats.audio_seconds <= 5 * 2.0  # about the window each, never the whole file
+
+
+def test_paths_bytes_and_file_objects_agree(model: uform.Model, tower: audio.AudioTower, clips: dict[str, Path]) -> None:
+    path = clips["flac"]
+    with open(path, "rb") as f:
+        items = [path, str(path), path.read_bytes(), bytearray(path.read_bytes()), io.BytesIO(path.read_bytes()), f]
+        windows = [audio.decode(i, item, tower).samples for i, item in enumerate(items)]
+        for item in items[4:]:
+            item.seek(0)  # type: ignore[union-attr]
+        got = embed(model, items)
+    for window, row in zip(windows[1:], got[1:]):
+        np.testing.assert_array_equal(window, windows[0])
+        np.testing.assert_allclose(row, got[0], atol=1e-6)  # a row's place in the batch moves the last bit
+
+
+def test_content_not_extension_decides(model: uform.Model, clips: dict[str, Path], tmp_path: Path) -> None:
+    renamed = tmp_path / "really-flac.mp3"
+    renamed.write_bytes(clips["flac"].read_bytes())
+    np.testing.assert_array_equal(embed(model, [renamed]), embed(model, [clips["flac"]]))
+
+
+def test_ten_hour_recording_costs_its_window(model: uform.Model, tmp_path: Path) -> None:
+    path, head = media.ten_hour_wav(tmp_path / "ten-hours.wav")
+    assert path.stat().st_size > 10 * 3600 * R * 2
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    stats = uform.AudioEncodeStats()
+    started = time.perf_counter()
+    got = embed(model, [path, path], stats=stats)
+    assert time.perf_counter() - started < 10
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss < 200_000  # KiB: nowhere near 1.15 GB
+    assert stats.audio_seconds <= 2 * 1.1 and stats.truncated_items == 2
+    pcm = media.pcm16(head)[:, 0].astype(np.float32) / 32768
+    np.testing.assert_array_equal(got, embed_samples(model, [pcm, pcm], R))
+
+
+def test_undecodable_packets_are_skipped_and_counted(model: uform.Model, clips: dict[str, Path], tmp_path: Path) -> None:
+    data = bytearray(clips["mp3"].read_bytes())
+    middle = len(data) // 5
+    data[middle : middle + 400] = np.random.default_rng(2).bytes(400)
+    stats = uform.AudioEncodeStats()
+    got = embed(model, [bytes(data)], stats=stats)
+    assert np.isfinite(got).all() and stats.skipped_packets >= 1
+
+
+# -- bad input ------------------------------------------------------------------------------
+
+
+def bad_items(d: Path, clips: dict[str, Path]) -> dict[str, tuple[Any, str]]:
+    """name → (item, what the error says)."""
+    (d / "empty.wav").write_bytes(b"")
+    (d / "noise.mp3").write_bytes(np.random.default_rng(3).bytes(6000))
+    (d / "text.wav").write_text("not a recording " * 50)
+    (d / "folder.flac").mkdir()
+    from PIL import Image
+
+    Image.new("RGB", (8, 8)).save(d / "image.png")
+    header_says_2s = d / "short.wav"
+    media.wav(header_says_2s, media.tone(0.5, R), R)
+    data = bytearray(header_says_2s.read_bytes())
+    data[40:44] = (2 * R * 2).to_bytes(4, "little")
+    header_says_2s.write_bytes(bytes(data))
+    return {
+        "empty file": (d / "empty.wav", "is empty"),
+        "empty bytes": (b"", "is empty"),
+        "random bytes": (d / "noise.mp3", "not a recording uform can decode"),
+        "text as wav": (d / "text.wav", "not a recording uform can decode"),
+        "missing": (d / "missing.opus", "no such file"),
+        "directory": (d / "folder.flac", "is a directory"),
+        "image": (d / "image.png", "holds no audio stream"),
+        "video only": (media.video_only_webm(d / "video.webm"), "holds no audio stream"),
+        "truncated wav header": (header_says_2s, "truncated"),
+        **{f"truncated {n}": (media.cut(clips[n], 0.3), "truncated") for n in ("wav", "flac", "mp3", "opus-webm")},
+        "truncated ogg": (media.cut(clips["opus-ogg"], 0.3), "truncated"),
+        "not a file": (3.5, "expected a path, bytes or a binary file object, got float"),
+    }
+
+
+def test_bad_files_name_index_path_and_reason_and_write_nothing(model: uform.Model, clips: dict[str, Path], tmp_path: Path) -> None:
+    arena = uform.Arena()
+    good = model.audio_encode([clips["wav"]], arena)
+    before = np.array(good.embeddings)
+    for name, (item, reason) in bad_items(tmp_path, clips).items():
+        with pytest.raises(uform.InputError) as caught:
+            model.audio_encode([clips["wav"], clips["flac"], item], arena)
+        err = caught.value
+        assert err.index == 2 and reason in err.reason, (name, str(err))
+        if isinstance(item, Path):
+            assert err.path == str(item) and str(item) in str(err), name
+        assert arena.generation == 1, name
+    np.testing.assert_array_equal(good.embeddings, before)  # still readable: nothing was written
+
+
+def test_bad_samples(model: uform.Model) -> None:
+    ok = np.zeros(100, np.float32)
+    cases = [
+        ([ok, np.zeros(100, np.float64)], "float32"),
+        ([ok, np.zeros((2, 50), np.float32)], "1-D"),
+        ([ok, np.zeros(0, np.float32)], "holds no samples"),
+        ([ok, np.array([0.0, np.nan], np.float32)], "NaN or infinite"),
+        ([ok, [0.0, 1.0]], "got list"),
+    ]
+    for rows, reason in cases:
+        with pytest.raises(uform.InputError, match=reason) as caught:
+            model.audio_encode_samples(rows, R, uform.Arena())
+        assert caught.value.index == 1
+    with pytest.raises(TypeError, match="wrap one buffer in a list"):
+        model.audio_encode_samples(ok, R, uform.Arena())
+    for rate in (0, -5, 44100.0, True, 10**7):
+        with pytest.raises(ValueError, match="sample_rate"):
+            model.audio_encode_samples([ok], rate, uform.Arena())  # type: ignore[arg-type]
+    with pytest.raises(uform.UnsupportedError, match="token head"):
+        model.audio_encode_samples([ok], R, uform.Arena(), outputs=uform.Outputs.TOKENS)
+    with pytest.raises(TypeError, match="AudioEncodeStats"):
+        model.audio_encode_samples([ok], R, uform.Arena(), stats=uform.TextEncodeStats())  # type: ignore[arg-type]
+
+
+# -- buffers and tapes ----------------------------------------------------------------------
+
+
+def test_tape_list_and_batches_agree(model: uform.Model) -> None:
+    rng = np.random.default_rng(5)
+    rows = [rng.standard_normal(n).astype(np.float32) * 0.2 for n in (22050, 4000, 44100, 1)]
+    listed = embed_samples(model, rows, 22050)
+    tape = uform.RowsTape.from_numpy(np.concatenate(rows), np.cumsum([0] + [len(r) for r in rows]))
+    np.testing.assert_array_equal(embed_samples(model, tape, 22050), listed)
+    alone = np.concatenate([embed_samples(model, [r], 22050) for r in rows])
+    np.testing.assert_allclose(alone, listed, atol=1e-6)  # results do not depend on the batch
+    stats = uform.AudioEncodeStats()
+    embed_samples(model, rows * 10, 22050, stats=stats)  # 40 items: two batches
+    assert (stats.items, stats.batches, stats.padded_items, stats.truncated_items) == (40, 2, 20, 10)  # 1 s exactly fills the window: neither
+    assert stats.seconds_decode > 0 and stats.seconds_compute > 0
+
+
+def test_import_uform_loads_no_av() -> None:
+    import subprocess
+    import sys
+
+    code = "import sys, uform; uform.AudioEncodeStats; print(sorted(m for m in ('av', 'onnxruntime', 'torch') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env={**os.environ})
+    assert out.stdout.strip() == "[]"

@@ -1,0 +1,509 @@
+"""The audio modality: recordings as log-mel patches through the ``audio`` tower.
+
+Tensors and math are in docs/checkpoint.md ("Audio tower"); decoding rules in docs/media.md
+("Audio"). The host decodes with PyAV (FFmpeg), one packet at a time, mixes every frame to
+mono as the mean of its channels, resamples with FFmpeg's libswresample (the same
+resampler for files and for ``audio_encode_samples``) and stops as soon as the tower's
+window of ``N`` samples is full, so a 10-hour file costs what its first seconds cost. The
+log-mel front end runs inside the ONNX graph: framing is a ``Gather``, the windowed DFT
+and the mel filters are constant matrices built from the config.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import os
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from onnx import TensorProto
+
+from uform.core.arena import Arena, Encoded, RowsTape
+from uform.core.config import Geometry, ModelConfig, integer
+from uform.core.errors import CheckpointError, InputError
+from uform.core.graph import GraphBuilder
+from uform.core.hookspecs import hookimpl
+from uform.core.pipeline import Batch, encode
+from uform.core.plugin import Modality, TensorSpec, Tower, stack_tensors
+from uform.core.progress import ProgressHandler
+from uform.core.runtime import Call
+from uform.core.stats import EncodeStats
+from uform.core.types import Outputs, Scalar
+
+LOG_FLOOR = 1e-6
+MAX_ROWS = 32  # items per batch
+SAMPLE_BUDGET = 1 << 22  # items x window samples per batch (16 MiB of float32)
+CHUNK = 1 << 15  # source samples gathered before one resampler call
+MAX_FAILED_PACKETS = 64  # undecodable packets in a row before a recording is refused
+MAX_RATE = 1_000_000
+# an ended recording shorter than its container declares, by more than this, is truncated
+TRUNCATION_SLACK_SECONDS, TRUNCATION_SLACK_SHARE = 0.25, 0.05
+
+
+@dataclass
+class AudioEncodeStats(EncodeStats):
+    """Counters of audio calls.
+
+    ``audio_seconds``: seconds of recording read (decoded from files, or taken from
+    buffers), at the source rate; decoding stops at the window, so a long file counts
+    about the window's length. ``seconds_decode``: wall time spent preparing batches
+    (decode, mix, resample) on the prefetch thread and its workers; the part of it hidden
+    behind ONNX Runtime is ``seconds_decode - seconds_preprocess``. ``padded_items``:
+    recordings shorter than the window, zero-padded; ``truncated_items``: longer ones, cut.
+    ``skipped_packets``: packets that failed to decode and were left out.
+    """
+
+    audio_seconds: float = 0.0
+    seconds_decode: float = 0.0
+    padded_items: int = 0
+    truncated_items: int = 0
+    skipped_packets: int = 0
+
+
+@dataclass(frozen=True)
+class AudioTower:
+    geometry: Geometry
+    sample_rate: int
+    samples: int
+    n_fft: int
+    hop: int
+    n_mels: int
+    patch_frames: int
+
+    @property
+    def frames(self) -> int:
+        return 1 + (self.samples - self.n_fft) // self.hop
+
+    @property
+    def tokens(self) -> int:
+        return self.frames // self.patch_frames
+
+    @property
+    def bins(self) -> int:
+        return self.n_fft // 2 + 1
+
+
+def read(cfg: Mapping[str, Any], model: ModelConfig) -> AudioTower:
+    w = "towers.audio"
+    n_fft = integer(cfg, "n_fft", w, 2, 65536)
+    t = AudioTower(
+        Geometry.read(cfg, w), integer(cfg, "sample_rate", w, 1000, 384000), integer(cfg, "samples", w, n_fft, 1 << 24),
+        n_fft, integer(cfg, "hop", w, 1, 65536), integer(cfg, "n_mels", w, 1, 1024), integer(cfg, "patch_frames", w, 1, 65536),
+    )  # fmt: skip
+    if t.tokens < 1:
+        raise CheckpointError(
+            f"config field {w}.patch_frames: {t.patch_frames} is more than the {t.frames} frames of the window"
+        )
+    return t
+
+
+def tensors(t: AudioTower, model: ModelConfig) -> dict[str, TensorSpec]:
+    w = t.geometry.width
+    out = {
+        "audio.patch.weight": TensorSpec((w, t.n_mels * t.patch_frames)),
+        "audio.patch.bias": TensorSpec((w,)),
+        "audio.cls": TensorSpec((w,)),
+        "audio.pos.weight": TensorSpec((1 + t.tokens, w)),
+    }
+    out.update(stack_tensors("audio", t.geometry, model.dimensions))
+    return out
+
+
+def mel_filters(t: AudioTower) -> np.ndarray:
+    """The triangular HTK mel filter bank, float64 [bins, n_mels] (no area normalisation)."""
+    top = 2595.0 * np.log10(1.0 + t.sample_rate / 2 / 700.0)  # mel(0) = 0
+    points = np.linspace(0.0, top, t.n_mels + 2)
+    z = 700.0 * (10.0 ** (points / 2595.0) - 1.0)
+    f = np.arange(t.bins)[:, None] * t.sample_rate / t.n_fft
+    up = (f - z[None, :-2]) / (z[1:-1] - z[:-2])[None, :]
+    down = (z[None, 2:] - f) / (z[2:] - z[1:-1])[None, :]
+    return np.maximum(0.0, np.minimum(up, down))
+
+
+def dft_matrix(t: AudioTower) -> np.ndarray:
+    """``[cos | sin]`` of the real DFT with the periodic Hann window folded in: [n_fft, 2 bins]."""
+    n = np.arange(t.n_fft)
+    window = 0.5 - 0.5 * np.cos(2 * np.pi * n / t.n_fft)
+    angle = 2 * np.pi * ((n[:, None] * np.arange(t.bins)[None, :]) % t.n_fft) / t.n_fft
+    return np.concatenate([np.cos(angle), np.sin(angle)], axis=1) * window[:, None]
+
+
+def graph(t: AudioTower, model: ModelConfig, b: GraphBuilder) -> None:
+    samples = b.input("samples", TensorProto.FLOAT, ["batch", t.samples])
+    used = t.tokens * t.patch_frames  # trailing frames are dropped, so never computed
+    index = np.arange(used)[:, None] * t.hop + np.arange(t.n_fft)[None, :]
+    frames = b.op("Gather", samples, b.const(index, "frame_index", np.int64), axis=1)  # [B, used, n_fft]
+    spectrum = b.op("MatMul", frames, b.const(dft_matrix(t), "dft", np.float32))  # [B, used, 2 bins]
+    filters = mel_filters(t)
+    power_to_mel = b.const(np.concatenate([filters, filters]), "mel", np.float32)  # re² and im² share a filter
+    mel = b.op("MatMul", b.op("Mul", spectrum, spectrum), power_to_mel)  # [B, used, n_mels]
+    logmel = b.op("Log", b.op("Add", mel, b.const(np.float32(LOG_FLOOR), "floor")))
+    if b.float_type != TensorProto.FLOAT:
+        logmel = b.op("Cast", logmel, to=b.float_type)
+    patches = b.op("Reshape", logmel, b.ints([-1, t.tokens, t.patch_frames, t.n_mels]))
+    patches = b.op("Reshape", b.op("Transpose", patches, perm=[0, 1, 3, 2]), b.ints([-1, t.n_mels * t.patch_frames]))
+    x = b.op("Reshape", b.linear(patches, "audio.patch"), b.ints([-1, t.tokens, t.geometry.width]))
+    x = b.op("Add", x, b.op("Slice", b.weight("audio.pos.weight"), b.ints([1]), b.ints([1 + t.tokens])))
+    hidden = b.transformer(b.prepend_class_token(x, "audio"), "audio", t.geometry)
+    b.output(b.pooled_embedding(hidden, "audio"), "embeddings", None, ["batch", model.dimensions])
+
+
+# -- host side: mono, resampling, the window ----------------------------------------------
+
+_SCALE = {"u8": 1 / 128, "s16": 1 / 32768, "s32": 1 / 2**31, "s64": 1 / 2**63, "flt": 1.0, "dbl": 1.0}
+
+
+def mono(frame: Any) -> np.ndarray:
+    """A decoded PyAV frame as float32 mono: integers scaled to -1…1, channels averaged."""
+    kind = frame.format.name.rstrip("p")
+    a = frame.to_ndarray()
+    if not frame.format.is_planar:
+        a = a.reshape(-1, frame.layout.nb_channels).T
+    x = a.astype(np.float32)
+    if kind == "u8":
+        x -= 128
+    if kind not in _SCALE:
+        raise ValueError(f"unsupported sample format {frame.format.name}")
+    if _SCALE[kind] != 1.0:
+        x *= np.float32(_SCALE[kind])
+    out: np.ndarray = x[0] if len(x) == 1 else x.mean(axis=0, dtype=np.float32)
+    return out
+
+
+class Window:
+    """The first ``samples`` samples at ``rate`` of a mono recording fed in chunks at any rate.
+
+    Resampling is libswresample's default (through PyAV's ``AudioResampler``), run on
+    chunks of ``CHUNK`` source samples; it is flushed at the end so no tail is lost, and its
+    output does not depend on how the source was chunked.
+    """
+
+    def __init__(self, rate: int, samples: int) -> None:
+        self.rate, self.samples = rate, samples
+        self.parts: list[np.ndarray] = []
+        self.produced = 0
+        self.pending: list[np.ndarray] = []
+        self.pending_count = self.pending_rate = 0
+        self.seconds = 0.0
+        self.resampler: Any = None
+
+    @property
+    def full(self) -> bool:
+        return self.produced >= self.samples
+
+    def add(self, x: np.ndarray, rate: int) -> None:
+        if rate != self.pending_rate:
+            self._drain(flush=True)
+            self.pending_rate = rate
+        self.pending.append(x)
+        self.pending_count += len(x)
+        self.seconds += len(x) / rate
+        if self.pending_count >= CHUNK or rate == self.rate:  # at the tower's rate nothing waits
+            self._drain(flush=False)
+
+    def _emit(self, x: np.ndarray) -> None:
+        if not self.full and len(x):
+            self.parts.append(x)
+            self.produced += len(x)
+
+    def _drain(self, flush: bool) -> None:
+        import av
+
+        if self.pending:
+            x = np.concatenate(self.pending) if len(self.pending) > 1 else self.pending[0]
+            self.pending, self.pending_count = [], 0
+            if self.pending_rate == self.rate:
+                self._emit(x)
+            else:
+                if self.resampler is None:
+                    self.resampler = av.AudioResampler(format="fltp", layout="mono", rate=self.rate)
+                frame = av.AudioFrame.from_ndarray(np.ascontiguousarray(x[None, :], np.float32), format="fltp", layout="mono")
+                frame.sample_rate = self.pending_rate
+                for out in self.resampler.resample(frame):
+                    self._emit(out.to_ndarray()[0])
+        if flush and self.resampler is not None:
+            for out in self.resampler.resample(None):
+                self._emit(out.to_ndarray()[0])
+            self.resampler = None
+
+    def finish(self) -> np.ndarray:
+        """The window: float32 [samples], zero-padded when the recording is shorter."""
+        if not self.full:
+            self._drain(flush=True)
+        out = np.zeros(self.samples, np.float32)
+        got = np.concatenate(self.parts)[: self.samples] if self.parts else out[:0]
+        out[: len(got)] = got
+        return out
+
+
+# -- reading items --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Recording:
+    """One prepared item: its window and what reading it took."""
+
+    samples: np.ndarray
+    seconds: float
+    padded: bool
+    truncated: bool
+    skipped_packets: int = 0
+
+
+def source(index: int, item: Any, open_it: bool = True) -> tuple[Any, str | None]:
+    """What ``av.open`` takes for ``item``, and its path for messages; only cheap checks.
+
+    Paths must name a non-empty regular file (a FIFO or device could block forever).
+    """
+    if isinstance(item, (str, os.PathLike)):
+        path = os.fsdecode(item)
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            raise InputError(index, "no such file", path) from None
+        except OSError as exc:
+            raise InputError(index, f"cannot be read ({exc.strerror or exc})", path) from None
+        if os.path.isdir(path):
+            raise InputError(index, "is a directory, not a recording", path)
+        if not os.path.isfile(path):
+            raise InputError(index, "is not a regular file", path)
+        if st.st_size == 0:
+            raise InputError(index, "is empty (0 bytes)", path)
+        return path, path
+    if isinstance(item, (bytes, bytearray, memoryview)):
+        if memoryview(item).nbytes == 0:
+            raise InputError(index, "is empty (0 bytes)")
+        return (io.BytesIO(bytes(item)) if open_it else None), None
+    if callable(getattr(item, "read", None)):
+        name = getattr(item, "name", None)
+        return item, name if isinstance(name, str) else None
+    raise InputError(index, f"expected a path, bytes or a binary file object, got {type(item).__name__}")
+
+
+def _reason(exc: BaseException) -> str:
+    return str(getattr(exc, "strerror", None) or exc or type(exc).__name__)
+
+
+def _wav_seconds(head: bytes) -> float | None:
+    """Seconds a RIFF/WAVE header's ``data`` chunk declares (FFmpeg clamps it to the file)."""
+    if head[:4] != b"RIFF" or head[8:12] != b"WAVE":
+        return None
+    pos, byte_rate = 12, 0
+    while pos + 8 <= len(head):
+        kind, size = head[pos : pos + 4], int.from_bytes(head[pos + 4 : pos + 8], "little")
+        if kind == b"fmt " and pos + 20 <= len(head):
+            byte_rate = int.from_bytes(head[pos + 16 : pos + 20], "little")
+        if kind == b"data":
+            return size / byte_rate if byte_rate and size not in (0, 0xFFFFFFFF) else None
+        pos += 8 + size + (size & 1)
+    return None
+
+
+def _head(item: Any) -> bytes:
+    if isinstance(item, (bytes, bytearray, memoryview)):
+        return bytes(memoryview(item).cast("B")[:4096])
+    if isinstance(item, (str, os.PathLike)):
+        with open(item, "rb") as f:
+            return f.read(4096)
+    return b""
+
+
+def declared_seconds(container: Any, stream: Any, item: Any) -> float | None:
+    """How long the container says the audio is: the stream's duration, else the
+    container's, or what a WAV header's ``data`` chunk declares when that is longer."""
+    found = None
+    if stream.duration and stream.time_base:
+        found = float(stream.duration * stream.time_base)
+    elif container.duration:
+        found = container.duration / 1_000_000
+    wav = _wav_seconds(_head(item)) if container.format.name == "wav" else None
+    return max(found or 0.0, wav or 0.0) or None
+
+
+def decode(index: int, item: Any, t: AudioTower) -> Recording:
+    """Decode ``item`` packet by packet until the tower's window is full; InputError if bad."""
+    import av
+
+    src, path = source(index, item)
+    try:
+        container = av.open(src, metadata_errors="replace")
+    except av.error.EOFError:
+        raise InputError(index, "is truncated: it ends before its headers do", path) from None
+    except Exception as exc:  # noqa: BLE001 - FFmpeg, OS and metadata errors all mean "cannot open"
+        raise InputError(index, f"is not a recording uform can decode ({_reason(exc)})", path) from None
+    with container:
+        if not container.streams.audio:
+            raise InputError(index, "holds no audio stream", path)
+        stream = container.streams.audio[0]
+        window = Window(t.sample_rate, t.samples)
+        skipped = in_row = 0
+        ended = True
+        try:
+            for packet in container.demux(stream):
+                try:
+                    frames = packet.decode()
+                except av.FFmpegError:
+                    skipped, in_row = skipped + 1, in_row + 1
+                    if in_row > MAX_FAILED_PACKETS:
+                        raise InputError(index, f"is corrupt: {in_row} packets in a row fail to decode", path) from None
+                    continue
+                in_row = 0
+                for frame in frames:
+                    window.add(mono(frame), frame.sample_rate)
+                if window.full:
+                    ended = False
+                    break
+            samples = window.finish()
+        except (av.FFmpegError, ValueError) as exc:
+            raise InputError(index, f"cannot be decoded past {window.seconds:.3f} s ({_reason(exc)})", path) from None
+        if window.seconds == 0:
+            failed = f" ({skipped} packets failed to decode)" if skipped else ""
+            raise InputError(index, f"holds no decodable audio{failed}", path)
+        declared = declared_seconds(container, stream, item) if ended else None
+        if declared is not None and window.seconds + max(TRUNCATION_SLACK_SECONDS, TRUNCATION_SLACK_SHARE * declared) < declared:
+            raise InputError(
+                index, f"is truncated or corrupt: its container declares {declared:.2f} s of audio, "
+                f"only {window.seconds:.2f} s decode", path,
+            )  # fmt: skip
+    if not np.isfinite(samples).all():
+        raise InputError(index, "holds NaN or infinite samples", path)
+    return Recording(samples, window.seconds, window.produced < t.samples, not ended or window.produced > t.samples, skipped)
+
+
+def resample(index: int, x: np.ndarray, rate: int, t: AudioTower) -> Recording:
+    """The window of a mono float32 buffer at ``rate``, made exactly as for decoded files."""
+    window = Window(t.sample_rate, t.samples)
+    start = 0
+    while start < len(x) and not window.full:
+        window.add(x[start : start + CHUNK], rate)
+        start += CHUNK
+    samples = window.finish()
+    if not np.isfinite(samples).all():
+        raise InputError(index, "holds NaN or infinite samples")
+    return Recording(samples, window.seconds, window.produced < t.samples, start < len(x) or window.produced > t.samples)
+
+
+def buffers(samples: Any) -> list[np.ndarray]:
+    """Each recording of a sequence of buffers, or of a tape, as a 1-D float32 array."""
+    if isinstance(samples, RowsTape):
+        values, offsets = samples.values, samples.offsets
+        if values.dtype != np.float32 or values.ndim != 1:
+            raise TypeError(f"a tape of samples must hold 1-D float32 values, got {values.dtype} {values.shape}")
+        rows = [values[offsets[i] : offsets[i + 1]] for i in range(len(samples))]
+    else:
+        if isinstance(samples, (str, bytes, bytearray, memoryview)) or (isinstance(samples, np.ndarray) and samples.ndim < 2):
+            raise TypeError("samples must be a sequence of 1-D float32 buffers or a RowsTape; wrap one buffer in a list")
+        rows = []
+        for i, item in enumerate(samples):
+            try:
+                a = np.asarray(memoryview(item))
+            except TypeError:
+                raise InputError(i, f"expected a 1-D float32 buffer, got {type(item).__name__}") from None
+            if a.dtype != np.float32 or a.ndim != 1:
+                raise InputError(i, f"expected a 1-D float32 buffer, got {a.dtype} of shape {list(a.shape)}")
+            rows.append(a)
+    for i, a in enumerate(rows):
+        if not len(a):
+            raise InputError(i, "holds no samples")
+    return rows
+
+
+# -- verbs ------------------------------------------------------------------------------------
+
+
+def _check_stats(stats: Any) -> None:
+    if stats is not None and not isinstance(stats, AudioEncodeStats):
+        raise TypeError(f"stats must be an AudioEncodeStats, got {type(stats).__name__}")
+
+
+def _run(call: Call, count: int, prepare: Callable[[int], Recording], arena: Arena, stats: AudioEncodeStats | None, **kw: Any) -> Encoded:
+    """Encode ``count`` items, each window made by ``prepare(index)`` in the executor's threads."""
+    t: AudioTower = call.parsed
+    rows = max(1, min(MAX_ROWS, SAMPLE_BUDGET // t.samples))
+    tally = AudioEncodeStats()
+
+    def batch(indices: np.ndarray) -> Callable[[], Batch]:
+        def build() -> Batch:
+            started = time.perf_counter()
+            recordings = call.executor.map(prepare, indices.tolist())
+            feed = np.stack([r.samples for r in recordings])
+            tally.seconds_decode += time.perf_counter() - started
+            tally.audio_seconds += math.fsum(r.seconds for r in recordings)
+            tally.padded_items += sum(r.padded for r in recordings)
+            tally.truncated_items += sum(r.truncated for r in recordings)
+            tally.skipped_packets += sum(r.skipped_packets for r in recordings)
+            return Batch(indices, {"samples": feed})
+
+        return build
+
+    plan = [batch(np.arange(s, min(s + rows, count))) for s in range(0, count, rows)]
+    result = encode(call, count, plan, arena, stats=stats, **kw)
+    if stats is not None:
+        for name in ("audio_seconds", "seconds_decode", "padded_items", "truncated_items", "skipped_packets"):
+            setattr(stats, name, getattr(stats, name) + getattr(tally, name))
+    return result
+
+
+def audio_encode(
+    call: Call,
+    files: Iterable[Any],
+    arena: Arena,
+    /,
+    *,
+    outputs: Outputs = Outputs.EMBEDDINGS,
+    outputs_scalar: Scalar | str = Scalar.F32,
+    progress: ProgressHandler | None = None,
+    progress_steps: int = 0,
+    stats: AudioEncodeStats | None = None,
+) -> Encoded:
+    _check_stats(stats)
+    if isinstance(files, (str, bytes, bytearray, memoryview, os.PathLike)):
+        raise TypeError(f"files must be a sequence of recordings, got a single {type(files).__name__}; wrap it in a list")
+    items = list(files)
+    for i, item in enumerate(items):  # paths that cannot work fail before anything is decoded
+        source(i, item, open_it=False)
+    t: AudioTower = call.parsed
+    return _run(
+        call, len(items), lambda i: decode(i, items[i], t), arena, stats,
+        outputs=outputs, outputs_scalar=outputs_scalar, progress=progress, progress_steps=progress_steps,
+    )  # fmt: skip
+
+
+def audio_encode_samples(
+    call: Call,
+    samples: Sequence[Any] | RowsTape,
+    sample_rate: int,
+    arena: Arena,
+    /,
+    *,
+    outputs: Outputs = Outputs.EMBEDDINGS,
+    outputs_scalar: Scalar | str = Scalar.F32,
+    progress: ProgressHandler | None = None,
+    progress_steps: int = 0,
+    stats: AudioEncodeStats | None = None,
+) -> Encoded:
+    _check_stats(stats)
+    if isinstance(sample_rate, bool) or not isinstance(sample_rate, (int, np.integer)) or not 1 <= sample_rate <= MAX_RATE:
+        raise ValueError(f"sample_rate must be an integer in [1, {MAX_RATE}] Hz, got {sample_rate!r}")
+    rows = buffers(samples)
+    t: AudioTower = call.parsed
+    return _run(
+        call, len(rows), lambda i: resample(i, rows[i], int(sample_rate), t), arena, stats,
+        outputs=outputs, outputs_scalar=outputs_scalar, progress=progress, progress_steps=progress_steps,
+    )  # fmt: skip
+
+
+@hookimpl
+def uform_modalities() -> Iterable[Modality]:
+    front = {"sample_rate": 16000, "n_fft": 400, "hop": 160}
+    presets = {
+        "tiny": {"width": 64, "depth": 2, "heads": 2, "mlp_width": 128, "samples": 16000, "n_mels": 32, "patch_frames": 7, **front},
+        "small": {"width": 256, "depth": 4, "heads": 4, "mlp_width": 1024, "samples": 80000, "n_mels": 64, "patch_frames": 8, **front},
+        "base": {"width": 768, "depth": 12, "heads": 12, "mlp_width": 3072, "samples": 160000, "n_mels": 128, "patch_frames": 16, **front},
+    }
+    tower = Tower("audio", read, tensors, graph, presets)
+    yield Modality("audio", tower, {"audio_encode": audio_encode, "audio_encode_samples": audio_encode_samples})
