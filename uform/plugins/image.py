@@ -7,6 +7,7 @@ executor's threads on the prefetch thread while ONNX Runtime computes the batch 
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -235,7 +236,7 @@ def _run(
         return Batch(indices, {"pixels": pixels})
 
     result = encode(
-        call, count, [lambda idx=idx: thunk(idx) for idx in _frames.batches(count, MAX_ROWS)], arena, stats=stats, **kwargs
+        call, count, [functools.partial(thunk, idx) for idx in _frames.batches(count, MAX_ROWS)], arena, stats=stats, **kwargs
     )
     if stats is not None:
         stats.bytes_read += int(totals[1])

@@ -32,6 +32,9 @@ def patches(pixels: torch.Tensor, patch: int, mean: torch.Tensor, std: torch.Ten
 
 
 class ImageTower(Stack):
+    mean: torch.Tensor
+    std: torch.Tensor
+
     def __init__(self, cfg: Mapping[str, Any], model: ModelConfig) -> None:
         g = Geometry.read(cfg, "towers.image")
         super().__init__(g)
