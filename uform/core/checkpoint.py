@@ -54,7 +54,8 @@ def new(
     if not chosen:
         raise ValueError("a checkpoint needs one modality at least")
     towers = {host.modalities[m].tower.name: host.modalities[m].tower for m in sorted(chosen)}
-    config = make_config(**PRESETS[preset], towers={name: t.presets[preset] for name, t in towers.items()})
+    shape = PRESETS[preset]
+    config = make_config(shape["dimensions"], shape["context"], {name: t.presets[preset] for name, t in towers.items()})
     tensors: dict[str, np.ndarray] = {}
     for name, tower in towers.items():
         parsed = tower.read(config.towers[name], config)

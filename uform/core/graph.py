@@ -67,7 +67,7 @@ class GraphBuilder:
         name = self.const(np.asarray(value, dtype=np.float32), "scalar")
         if self.float_type == TensorProto.FLOAT:
             return name
-        return self.op("Cast", name, to=self.float_type)
+        return self.op("Cast", name, to=self.float_type)  # type: ignore[no-any-return]
 
     def op(self, op_type: str, *inputs: str, outputs: int = 1, **attrs: Any) -> Any:
         names = [self._fresh(op_type.lower()) for _ in range(outputs)]

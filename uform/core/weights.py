@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -55,7 +56,7 @@ def embed(model: onnx.ModelProto, weights: Mapping[str, np.ndarray], convert: Ca
     return out
 
 
-def _onnx_type(dtype: np.dtype) -> int:  # type: ignore[type-arg]
+def _onnx_type(dtype: np.dtype[Any]) -> int:
     import ml_dtypes
 
     special = {np.dtype(ml_dtypes.bfloat16): onnx.TensorProto.BFLOAT16, np.dtype(ml_dtypes.float8_e4m3fn): onnx.TensorProto.FLOAT8E4M3FN}

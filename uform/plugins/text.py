@@ -7,6 +7,7 @@ padding is at most the length spread inside one batch of neighbours.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -153,7 +154,7 @@ def text_encode(
     chunks = [t[:context] for t in encoded] if (full > context).any() else encoded
     batches = plan(lengths)
     result = encode(
-        call, len(chunks), [lambda idx=idx: feeds(chunks, lengths, idx) for idx in batches], arena,
+        call, len(chunks), [functools.partial(feeds, chunks, lengths, idx) for idx in batches], arena,
         outputs=outputs, outputs_scalar=outputs_scalar, progress=progress, progress_steps=progress_steps, stats=stats,
     )  # fmt: skip
     if stats is not None:

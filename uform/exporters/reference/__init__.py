@@ -21,13 +21,14 @@ TOWERS: dict[str, str] = {
     "audio": "uform.exporters.reference.audio:AudioTower",
     "text": "uform.exporters.reference.text:TextTower",
     "image": "uform.exporters.reference.image:ImageTower",
+    "video": "uform.exporters.reference.video:VideoTower",
     "decoder": "uform.exporters.reference.decoder:DecoderTower",
 }
 
 
 def tower_class(name: str) -> type[nn.Module]:
     module, _, cls = TOWERS[name].partition(":")
-    return getattr(importlib.import_module(module), cls)  # type: ignore[no-any-return]
+    return getattr(importlib.import_module(module), cls)
 
 
 class ReferenceModel(nn.Module):
