@@ -1,6 +1,6 @@
 """One prepared check on a machine with an NVIDIA GPU, in under 5 minutes.
 
-    python benchmarks/gpu_check.py [--preset base] [--devices 0] [--seconds 1.5]
+    python benchmarks/gpu_check.py [--preset base] [--devices 0] [--seconds 1.5] [--compute tf32,f16]
 
 1. Prints what the check runs on: Python, onnxruntime (which wheel, the CUDA and cuDNN it
    was built for, its providers), the driver and devices, which CUDA libraries load.
@@ -11,6 +11,9 @@
    same inputs: max abs error and min cosine per tower.
 3. Throughput at batch 1 and 256: per tower (feeds already made: compute and transfers),
    and end to end for the verbs with synthetic inputs (texts/s, images/s).
+
+Steps 2 and 3 run once per ``--compute`` setting of the cuda backend: ``tf32`` (the
+default: float32, TF32 products) and ``f16`` (weight matrix products in float16).
 
 Writes benchmarks/results/gpu_check.json (docs/benchmarks.md quotes it). Needs the
 ``onnxruntime-gpu`` wheel in place of ``onnxruntime`` (docs/backends.md), with its CUDA 12
@@ -167,6 +170,7 @@ def main() -> int:
     parser.add_argument("--preset", default="base")
     parser.add_argument("--devices", default="0", help="comma-separated CUDA ordinals, e.g. 0,1")
     parser.add_argument("--seconds", type=float, default=1.5, help="seconds per throughput measurement")
+    parser.add_argument("--compute", default="tf32,f16", help="cuda.COMPUTE settings to check, in order")
     args = parser.parse_args()
     started = time.perf_counter()
     result: dict[str, Any] = {"versions": versions(), "preset": args.preset}
@@ -188,21 +192,26 @@ def main() -> int:
         checkpoint.save(path, config, tensors)
         result["checkpoint_bytes"] = path.stat().st_size
         devices = [int(d) for d in args.devices.split(",")]
-        t = time.perf_counter()
-        model = uform.Model.load_vram(path, devices=devices)
-        result["load_vram_s"] = round(time.perf_counter() - t, 2)
-        result["description"] = {k: str(v) for k, v in model.describe()._asdict().items()}
-        towers = list(model._runtime.towers)
-        checked = [n for n in towers if n in TOWERS]
-        print(f"\nload_vram of {path.stat().st_size >> 20} MiB on devices {devices}: {result['load_vram_s']} s; towers {towers}")
-        result["parity"] = parity(model, path, checked)
-        print(table(result["parity"], ["tower", "output", "max_abs_error", "min_cosine", "ok"]))
-        result["throughput"] = throughput(model, towers, args.seconds)
-        print(table(result["throughput"], ["what", "batch", "items/s", "unit"]))
+        result["devices"], result["runs"] = devices, {}
+        for compute in args.compute.split(","):
+            cuda.COMPUTE = compute
+            t = time.perf_counter()
+            model = uform.Model.load_vram(path, devices=devices)
+            run: dict[str, Any] = {"load_vram_s": round(time.perf_counter() - t, 2)}
+            run["description"] = {k: str(v) for k, v in model.describe()._asdict().items()}
+            towers = list(model._runtime.towers)
+            print(f"\n[{compute}] load_vram of {path.stat().st_size >> 20} MiB on devices {devices}: {run['load_vram_s']} s; towers {towers}")
+            run["parity"] = parity(model, path, [n for n in towers if n in TOWERS])
+            print(table(run["parity"], ["tower", "output", "max_abs_error", "min_cosine", "ok"]))
+            run["throughput"] = throughput(model, towers, args.seconds)
+            print(table(run["throughput"], ["what", "batch", "items/s", "unit"]))
+            result["runs"][compute] = run
+            del model
     result["seconds"] = round(time.perf_counter() - started, 1)
-    result["status"] = "ok" if all(r["ok"] for r in result["parity"]) else "parity FAILED"
+    parity_ok = all(r["ok"] for run in result["runs"].values() for r in run["parity"])
+    result["status"] = "ok" if parity_ok else "parity FAILED"
     print(f"\n{result['status']} in {result['seconds']} s; wrote {save('gpu_check', result)}")
-    return 0 if result["status"] == "ok" else 1
+    return 0 if parity_ok else 1
 
 
 if __name__ == "__main__":

@@ -233,6 +233,10 @@ def test_load_vram_errors_name_what_is_available(fake_cuda: list[int], tiny_text
         uform.Model.load_vram(tiny_text, gpu_class=SM90)
     with pytest.raises(UnsupportedError, match="quantization E4M3 is not served by the cuda backend"):
         uform.Model.load_vram(tiny_text, quantization=uform.Scalar.E4M3)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(cuda, "COMPUTE", "bf16")
+        with pytest.raises(ValueError, match="uform.plugins.cuda.COMPUTE must be 'tf32' or 'f16', not 'bf16'"):
+            uform.Model.load_vram(tiny_text)
     assert fake_cuda == []  # nothing started
 
 
@@ -302,15 +306,80 @@ def test_a_provider_that_does_not_start_is_an_error(monkeypatch: pytest.MonkeyPa
     assert isinstance(cuda.start_session(tmp_path / "t.onnx", None, 0), _Session)
 
 
+# -- the experimental float16 products ----------------------------------------------------
+
+
+def text_graph() -> tuple[Any, dict[str, np.ndarray]]:
+    from uform.core import checkpoint
+    from uform.core.host import get_host
+    from uform.core.runtime import build_graph
+
+    host = get_host()
+    config, tensors = checkpoint.new(host, "tiny", 0, ["text"])
+    modality = host.tower_owner("text")
+    assert modality is not None
+    parsed = modality.tower.read(config.towers["text"], config)
+    specs = dict(modality.tower.tensors(parsed, config))
+    return build_graph("text", modality, parsed, config, specs), {k: tensors[k] for k in specs}
+
+
+def test_half_products_cast_around_every_weight_gemm() -> None:
+    import onnx
+
+    graph, weights = text_graph()
+    half, halves = cuda.half_products(graph, list(weights))
+    gemms = [n for n in graph.graph.node if n.op_type == "Gemm"]
+    assert halves == {w for n in gemms for w in n.input[1:]} and all(w.endswith((".weight", ".bias")) for w in halves)
+    assert len(half.graph.node) == len(graph.graph.node) + 2 * len(gemms)
+    casts = [n for n in half.graph.node if n.op_type == "Cast" and n.name.endswith(("_to16", "_to32"))]
+    assert len(casts) == 2 * len(gemms)
+    assert [(i.name, i.type.tensor_type.elem_type) for i in half.graph.input] == [
+        (i.name, i.type.tensor_type.elem_type) for i in graph.graph.input
+    ]
+    assert [o.type.tensor_type.elem_type for o in half.graph.output] == [onnx.TensorProto.FLOAT] * len(graph.graph.output)
+    assert "text.embed.weight" not in halves and "text.ln_final.weight" not in halves  # Gather, LayerNorm stay float32
+
+
+def test_half_products_compute_in_float16_close_to_float32() -> None:
+    import onnxruntime as ort
+    from onnx.reference import ReferenceEvaluator
+
+    from uform.core.weights import embed
+
+    graph, weights = text_graph()
+    half, halves = cuda.half_products(graph, list(weights))
+    ids = {id(weights[w]) for w in halves}
+    model16 = embed(half, weights, lambda a: cuda._halve(a) if id(a) in ids else a.astype(np.float32))
+    model32 = embed(graph, weights, lambda a: a.astype(np.float32))
+    rng = np.random.default_rng(0)
+    feeds = {"bytes": rng.integers(0, 256, (4, 20)), "lengths": np.array([20, 5, 1, 12])}
+    got = ReferenceEvaluator(model16).run(["embeddings"], feeds)[0]  # numpy: float16 products for real
+    want = ort.InferenceSession(model32.SerializeToString(), providers=["CPUExecutionProvider"]).run(["embeddings"], feeds)[0]
+    assert got.dtype == np.float32
+    assert 1e-6 < np.abs(got - want).max() < 2e-3 and np.sum(got * want, axis=1).min() > 0.9999
+
+
+def test_f16_load_holds_half_the_bytes(fake_cuda: list[int], tiny_text: Path, tiny_model: uform.Model, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cuda, "COMPUTE", "f16")
+    model = uform.Model.load_vram(tiny_text)
+    full = tiny_model.describe().memory_usage
+    assert full // 2 < model.describe().memory_usage < full  # Gemm weights float16, embeddings and norms float32
+    got = np.array(model.text_encode(TEXTS, Arena()).embeddings)
+    want = np.array(tiny_model.text_encode(TEXTS, Arena()).embeddings)
+    np.testing.assert_allclose(got, want, atol=2e-3)
+
+
 # -- on a GPU -------------------------------------------------------------------------------
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(cuda.probe() is not None, reason=f"needs CUDA: {cuda.probe()}")
-def test_gpu_parity_with_the_reference(tiny_text: Path) -> None:
+@pytest.mark.parametrize("compute", ["tf32", "f16"])
+def test_gpu_parity_with_the_reference(compute: str, tiny_text: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     torch = pytest.importorskip("torch")
     from uform.exporters.reference import ReferenceModel
 
+    monkeypatch.setattr(cuda, "COMPUTE", compute)
     devices = list(range(min(2, len(cuda.detect().gpus))))
     model = uform.Model.load_vram(tiny_text, devices=devices)
     assert model.describe().gpu_class == cuda.choose_class(None, [cuda.detect().gpus[d] for d in devices])
@@ -318,5 +387,5 @@ def test_gpu_parity_with_the_reference(tiny_text: Path) -> None:
     got = np.array(model.text_encode(texts, Arena()).embeddings)
     with torch.no_grad():
         want = ReferenceModel.from_checkpoint(tiny_text).towers["text"].encode(texts)[0].numpy()
-    np.testing.assert_allclose(got, want, atol=3e-3)  # TF32 matrix products
+    np.testing.assert_allclose(got, want, atol=3e-3)  # TF32 or float16 matrix products
     assert np.sum(got * want, axis=1).min() > 0.9999

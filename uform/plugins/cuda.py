@@ -6,7 +6,8 @@ replica, large batches cut into row ranges that run on every replica at once). O
 come back to the host and the verbs write them into the caller's arena as on the CPU.
 
 Weights are widened from BF16 to float32 once at load and computed with TF32 tensor-core
-matrix products; docs/backends.md gives the reasons, the classes and the install path.
+matrix products (``COMPUTE = "f16"`` makes the weight matrix products float16, an
+experimental setting); docs/backends.md gives the reasons, the classes and the install path.
 Nothing here ever falls back to the CPU: a missing provider, a device that does not exist
 or a class beyond a device raises :class:`~uform.UnsupportedError` naming what there is.
 """
@@ -25,6 +26,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
 
 from uform.core.errors import UnsupportedError
 from uform.core.hookspecs import hookimpl
@@ -44,6 +47,7 @@ CLASSES: tuple[tuple[GPUClass, tuple[int, int]], ...] = (
     (GPUClass.SM100, (10, 0)),
     (GPUClass.SM120, (12, 0)),
 )
+COMPUTE = "tf32"  # "tf32": float32 with TF32 products; "f16": weight matrix products in float16 (experimental)
 SESSION_THREADS = 4  # intra-op threads per CUDA session, at most: only shape arithmetic runs on the CPU
 SMI_QUERY = ["nvidia-smi", "--query-gpu=index,uuid,name,compute_cap,memory.total,driver_version", "--format=csv"]
 
@@ -254,6 +258,47 @@ def start_session(path: Path, options: Any, device: int) -> Runner:
     return session  # type: ignore[no-any-return]
 
 
+def half_products(model: onnx.ModelProto, weights: Sequence[str]) -> tuple[onnx.ModelProto, set[str]]:
+    """A copy of ``model`` whose ``Gemm`` nodes multiply in float16, and the weights that
+    become float16.
+
+    Each ``Gemm`` over checkpoint weights (or embedded constants) used by no other node gets
+    its activation cast to float16 before and its result cast back to float32 after; the rest
+    of the graph (residual stream, LayerNorm, softmax, pooling) stays float32, as do the
+    graph's inputs and outputs. Constants it multiplies become float16 in place.
+    """
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    g = out.graph
+    constants = {t.name: i for i, t in enumerate(g.initializer)}
+    elsewhere = {name for n in g.node if n.op_type != "Gemm" for name in n.input}
+    declared, halves, nodes = set(weights), set(), []
+    for node in g.node:
+        operands = node.input[1:]
+        if node.op_type != "Gemm" or not all((w in declared or w in constants) and w not in elsewhere for w in operands):
+            nodes.append(node)
+            continue
+        x16, y16 = f"{node.name}_x16", f"{node.name}_y16"
+        nodes.append(helper.make_node("Cast", [node.input[0]], [x16], name=f"{node.name}_to16", to=TensorProto.FLOAT16))
+        half = onnx.NodeProto()
+        half.CopyFrom(node)
+        half.input[0], half.output[0] = x16, y16
+        nodes.append(half)
+        nodes.append(helper.make_node("Cast", [y16], [node.output[0]], name=f"{node.name}_to32", to=TensorProto.FLOAT))
+        for w in operands:
+            if w in constants and w not in halves:
+                table = numpy_helper.to_array(g.initializer[constants[w]])
+                g.initializer[constants[w]].CopyFrom(numpy_helper.from_array(_halve(table), w))
+            halves.add(w)
+    del g.node[:]
+    g.node.extend(nodes)
+    return out, halves & declared
+
+
+def _halve(values: np.ndarray) -> np.ndarray:
+    return np.clip(values.astype(np.float32), -65504, 65504).astype(np.float16)
+
+
 def _widen(stored: np.ndarray) -> np.ndarray:
     return stored.astype(np.float32)
 
@@ -264,6 +309,8 @@ def open_vram(request: LoadRequest) -> Placement:
         raise UnsupportedError(
             f"quantization {request.quantization.name} is not served by the cuda backend; it runs BF16 checkpoints as stored"
         )
+    if COMPUTE not in ("tf32", "f16"):
+        raise ValueError(f"uform.plugins.cuda.COMPUTE must be 'tf32' or 'f16', not {COMPUTE!r}")
     reason = probe()
     if reason is not None:
         raise UnsupportedError(f"cannot place a model in VRAM: {reason}")
@@ -274,14 +321,20 @@ def open_vram(request: LoadRequest) -> Placement:
     runners: dict[str, Runner] = {}
     held = 0
     for name, tower in request.towers.items():
+        graph, halves = (tower.graph, set()) if COMPUTE != "f16" else half_products(tower.graph, list(tower.weights))
+        half_ids = {id(tower.weights[w]) for w in halves}  # bind_external hands convert the stored arrays
+
+        def convert(stored: np.ndarray, half_ids: set[int] = half_ids) -> np.ndarray:
+            return _halve(stored) if id(stored) in half_ids else _widen(stored)
+
         directory = Path(tempfile.mkdtemp(prefix=f"uform-{name}-"))
         try:
-            path = bind_external(tower.graph, tower.weights, directory, _widen, request.advance)
+            path = bind_external(graph, tower.weights, directory, convert, request.advance)
             sessions = [start_session(path, options, d) for d in devices]
         finally:
             remove_tree(directory)
         runners[name] = sessions[0] if len(sessions) == 1 else Replicas(sessions)
-        held += sum(w.size * 4 for w in tower.weights.values()) * len(sessions)
+        held += sum(w.size * (2 if n in halves else 4) for n, w in tower.weights.items()) * len(sessions)
     return Placement(runners, held, Scalar.BF16, gpu_class=gpu_class)
 
 
