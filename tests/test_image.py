@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from media import encode_image, pattern, png_header_only, with_orientation
+from media import encode_image, pattern, png16, png_header_only, with_orientation
 from PIL import Image
 
 import uform
@@ -130,9 +130,14 @@ def test_modes_convert_to_8_bit_rgb() -> None:
     np.testing.assert_array_equal(_rgb(Image.fromarray(gray)), np.repeat(gray[..., None], 3, 2))
     # 16-bit grayscale keeps the high byte; so does Pillow's own 16-bit RGB PNG reader
     wide = (np.arange(600, dtype=np.uint16).reshape(20, 30) * 109).astype(np.uint16)
-    png16 = Image.open(io.BytesIO(encode_image(Image.fromarray(wide), "PNG")))
-    assert png16.mode.startswith("I")
-    np.testing.assert_array_equal(_rgb(png16)[..., 1], (wide >> 8).astype(np.uint8))
+    gray16 = Image.open(io.BytesIO(encode_image(Image.fromarray(wide), "PNG")))
+    assert gray16.mode.startswith("I")
+    np.testing.assert_array_equal(_rgb(gray16)[..., 1], (wide >> 8).astype(np.uint8))
+    deep = (np.random.default_rng(3).integers(0, 65536, (20, 30, 4))).astype(np.uint16)
+    np.testing.assert_array_equal(_rgb(Image.open(io.BytesIO(png16(deep[..., :3])))), (deep[..., :3] >> 8).astype(np.uint8))
+    high = (deep >> 8).astype(np.int64)
+    over_white = (high[..., :3] * high[..., 3:] + 255 * (255 - high[..., 3:]) + 127) // 255
+    np.testing.assert_array_equal(_rgb(Image.open(io.BytesIO(png16(deep)))), over_white.astype(np.uint8))
     # alpha over white: c' = (c a + 255 (255 - a) + 127) // 255
     rgba = np.dstack([pattern(20, 30), np.arange(600).reshape(20, 30) % 256]).astype(np.uint8)
     a = rgba[..., 3:].astype(np.int64)

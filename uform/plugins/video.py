@@ -1,0 +1,358 @@
+"""The video modality: MP4 (H.264, HEVC) and WebM (VP8, VP9, AV1) clips through the ``video`` tower.
+
+Tensors and math are in docs/checkpoint.md ("Video tower"); sampling and decoding rules in
+docs/media.md. A demux-only pass reads every packet's presentation time and keyframe flag
+(no decoding); the ``F`` frames the format names are then decoded, seeking only when the
+next one lies in a later keyframe group than the decoder's position, which never decodes
+more than reading the clip through. Clips decode in the executor's threads, one clip per
+thread, on the prefetch thread while ONNX Runtime computes the batch before.
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from uform.core.arena import Arena, Encoded
+from uform.core.config import Geometry, ModelConfig, integer
+from uform.core.errors import InputError
+from uform.core.graph import GraphBuilder
+from uform.core.hookspecs import hookimpl
+from uform.core.pipeline import Batch, encode
+from uform.core.plugin import Modality, TensorSpec, Tower, stack_tensors
+from uform.core.progress import ProgressHandler
+from uform.core.runtime import Call
+from uform.core.stats import EncodeStats
+from uform.core.types import Outputs, Scalar
+
+from . import _frames
+from ._frames import Pixels, Source
+
+MAX_FRAME_PIXELS = 40_000_000  # width × height of a frame (8K UHD is 33.2 M)
+MAX_SECONDS = 6 * 3600  # span of a clip's presentation times
+MAX_PACKETS = 2_000_000  # video packets the demux-only pass reads
+MAX_ROWS = 8  # clips per batch
+MAX_FRAMES = 1024  # bound on a tower's F
+CONTAINERS = {"mp4": "mp4", "webm": "matroska"}
+_MP4_BOXES = (b"ftyp", b"moov", b"mdat", b"free", b"skip", b"wide")
+
+
+@dataclass
+class VideoEncodeStats(EncodeStats):
+    """Counters of video calls.
+
+    ``frames`` counts frames handed to the tower (``items × F``), ``frames_decoded`` the
+    frames the decoders produced (sampled or passed over), ``seconds_media`` the clips'
+    summed duration, ``seeks`` the seeks done, ``bytes_read`` the files' sizes.
+    ``seconds_decode`` is the wall time spent preparing batches; the part of it not hidden
+    behind ``seconds_compute`` is ``seconds_preprocess``.
+    """
+
+    frames: int = 0
+    frames_decoded: int = 0
+    seconds_media: float = 0.0
+    seeks: int = 0
+    bytes_read: int = 0
+    seconds_decode: float = 0.0
+
+
+@dataclass(frozen=True)
+class VideoTower:
+    geometry: Geometry
+    pixels: Pixels
+    frames: int
+
+
+def read(cfg: Mapping[str, Any], model: ModelConfig) -> VideoTower:
+    geometry, pixels = _frames.read_geometry(cfg, "towers.video")
+    return VideoTower(geometry, pixels, integer(cfg, "frames", "towers.video", 1, MAX_FRAMES))
+
+
+def tensors(t: VideoTower, model: ModelConfig) -> dict[str, TensorSpec]:
+    w, p = t.geometry.width, t.pixels.patch_size
+    out = {
+        "video.patch.weight": TensorSpec((w, 3 * p * p)),
+        "video.patch.bias": TensorSpec((w,)),
+        "video.cls": TensorSpec((w,)),
+        "video.pos.weight": TensorSpec((1 + t.pixels.grid**2, w)),
+        "video.time.weight": TensorSpec((t.frames, w)),
+    }
+    out.update(stack_tensors("video", t.geometry, model.dimensions))
+    return out
+
+
+def graph(t: VideoTower, model: ModelConfig, b: GraphBuilder) -> None:
+    s, f, w, n = t.pixels.image_size, t.frames, t.geometry.width, t.pixels.grid**2
+    frames = _frames.pixels_input(b, "frames", ["batch", f, s, s, 3])
+    x = _frames.patch_tokens(b, b.op("Reshape", frames, b.ints([-1, s, s, 3])), "video", t.pixels, w)
+    x = b.op("Reshape", x, b.ints([-1, f, n, w]))
+    positions = b.op("Slice", b.weight("video.pos.weight"), b.ints([1]), b.ints([1 + n]))  # [G², W]
+    times = b.op("Unsqueeze", b.weight("video.time.weight"), b.ints([1]))  # [F, 1, W]
+    x = b.op("Reshape", b.op("Add", b.op("Add", x, positions), times), b.ints([0, f * n, w]))
+    hidden = b.transformer(b.prepend_class_token(x, "video"), "video", t.geometry)
+    b.output(b.pooled_embedding(hidden, "video"), "embeddings", None, ["batch", model.dimensions])
+
+
+# -- sampling --------------------------------------------------------------------------
+
+
+@dataclass
+class Plan:
+    """What the demux-only pass found: frame times and keyframe times (stream time base)."""
+
+    times: np.ndarray  # presentation times of every frame, sorted
+    keys: np.ndarray  # presentation times of keyframes, sorted
+    start: int  # t₀
+    span: int  # d
+    seconds: float
+
+    def targets(self, count: int) -> np.ndarray:
+        """Index into ``times`` of the frame each of ``count`` samples takes: the last frame at or
+        before ``t₀ + (i + ½) d / F`` (exact, in integers), the first frame if none is."""
+        scaled = 2 * count * (self.times - self.start)
+        picks = np.searchsorted(scaled, (2 * np.arange(count) + 1) * self.span, side="right") - 1
+        return np.maximum(picks, 0)
+
+    def group(self, pts: int) -> int:
+        return int(np.searchsorted(self.keys, pts, side="right")) - 1
+
+
+@dataclass
+class Counters:
+    decoded: int = 0
+    seeks: int = 0
+    seconds: float = 0.0
+    bytes_read: int = 0
+
+
+class _SeekMissed(Exception):
+    """A seek landed after the frame it aimed at: decode from the start instead."""
+
+
+class _NoFrames(Exception):
+    """The decoder produced no frame at all."""
+
+
+def sniff(head: bytes) -> str | None:
+    if head.startswith(b"\x1aE\xdf\xa3"):
+        return "webm"
+    if head[4:8] in _MP4_BOXES:
+        return "mp4"
+    return None
+
+
+def video_stream(container: Any, source: Source) -> Any:
+    streams = [s for s in container.streams.video if not s.disposition & 0x400]  # AV_DISPOSITION_ATTACHED_PIC
+    if not container.streams:
+        raise source.fail("cannot decode the video: no stream could be read (a truncated or damaged file?)")
+    if not streams:
+        others = ", ".join(sorted({s.type for s in container.streams}))
+        raise source.fail(f"the file has no video stream (streams: {others})")
+    stream = streams[0]
+    width, height = stream.codec_context.width, stream.codec_context.height
+    if width * height > MAX_FRAME_PIXELS:
+        raise source.fail(f"frames are {width}x{height}, over the limit of {MAX_FRAME_PIXELS} pixels (uform.plugins.video.MAX_FRAME_PIXELS)")
+    return stream
+
+
+def plan(container: Any, stream: Any, source: Source) -> Plan:
+    """Demux (never decode) the video stream: every frame's presentation time and keyframes."""
+    times, keys, durations = [], [], {}
+    for packet in container.demux(stream):
+        if packet.pts is None or packet.size == 0:
+            continue
+        times.append(packet.pts)
+        durations[packet.pts] = packet.duration or 0
+        if packet.is_keyframe:
+            keys.append(packet.pts)
+        if len(times) > MAX_PACKETS:
+            raise source.fail(f"the video stream has over {MAX_PACKETS} frames (uform.plugins.video.MAX_PACKETS)")
+    if not times:
+        raise source.fail("the video stream has no frames")
+    order = np.sort(np.asarray(times, np.int64))
+    gaps = np.diff(order)
+    last = durations[int(order[-1])] or (int(np.median(gaps)) if len(gaps) else 1)
+    span = int(order[-1] - order[0]) + max(int(last), 1)
+    seconds = float(span * stream.time_base)
+    if seconds > MAX_SECONDS:
+        raise source.fail(f"the clip spans {seconds:.0f} s, over the limit of {MAX_SECONDS} s (uform.plugins.video.MAX_SECONDS)")
+    return Plan(order, np.sort(np.asarray(keys or times[:1], np.int64)), int(order[0]), span, seconds)
+
+
+def _frames_from(container: Any, stream: Any, seek_to: int | None) -> Iterator[Any]:
+    if seek_to is not None:
+        container.seek(seek_to, stream=stream, backward=True, any_frame=False)
+    for packet in container.demux(stream):
+        yield from packet.decode()
+
+
+def pick(container: Any, stream: Any, p: Plan, count: int, seeking: bool, keep: Callable[[int, Any], None]) -> Counters:
+    """Decode up to the ``count`` sampled frames, calling ``keep(i, frame)`` for each sample in order.
+
+    Frames come out of the decoder in presentation order; sample ``i`` is the last frame at or
+    before its target time. With ``seeking``, when the next sample lies in a later keyframe
+    group than the frame just decoded, the container seeks to that group's keyframe.
+    """
+    wanted = p.times[p.targets(count)]
+    c = Counters()
+    j, prev = 0, None
+    first = p.group(int(wanted[0]))
+    seek_to: int | None = int(p.keys[first]) if seeking and first > 0 else None
+    while True:
+        jump, c.seeks = seek_to is not None, c.seeks + int(seek_to is not None)
+        frames, seek_to = _frames_from(container, stream, seek_to), None
+        for frame in frames:
+            c.decoded += 1
+            pts = frame.pts if frame.pts is not None else (prev.pts + 1 if prev is not None else p.start)
+            if jump and pts > wanted[j]:
+                raise _SeekMissed
+            jump = False
+            while j < count and 2 * count * (pts - p.start) > (2 * j + 1) * p.span:
+                keep(j, prev if prev is not None else frame)
+                j += 1
+            if j == count:
+                return c
+            prev = frame
+            group = p.group(int(wanted[j]))
+            if seeking and group > p.group(pts):
+                seek_to = int(p.keys[group])
+                break
+        if jump:
+            raise _SeekMissed  # the seek found no frames
+        if seek_to is None:
+            break
+    if prev is None:
+        raise _NoFrames
+    while j < count:
+        keep(j, prev)
+        j += 1
+    return c
+
+
+def _opener(source: Source) -> tuple[Callable[[], Any], bytes, int]:
+    """How to (re)open the clip for PyAV, its first bytes, and its size in bytes."""
+    if source.data is None and source.stream is None:
+        assert source.path is not None
+        path = source.path
+        with open(path, "rb") as f:
+            head, size = f.read(16), f.seek(0, 2)
+        return (lambda: path), head, size
+    data = source.data if source.data is not None else source.open().read()
+    return (lambda: io.BytesIO(data)), data[:16], len(data)
+
+
+def frame_pixels(frame: Any, size: int, source: Source) -> np.ndarray:
+    """One decoded frame as ``uint8 [S, S, 3]``: RGB, turned as its display matrix says, fitted."""
+    if frame.width * frame.height > MAX_FRAME_PIXELS:
+        raise source.fail(f"a frame is {frame.width}x{frame.height}, over the limit of {MAX_FRAME_PIXELS} pixels")
+    rgb = frame.to_ndarray(format="rgb24")
+    turns = round((frame.rotation or 0) / 90) % 4  # counterclockwise quarter turns, as FFmpeg's autorotate
+    if turns:
+        rgb = np.rot90(rgb, turns)
+    return _frames.fit(_frames.from_array(rgb), size)
+
+
+def sample(source: Source, t: VideoTower, seeking: bool = True) -> tuple[np.ndarray, Counters]:
+    """``uint8 [F, S, S, 3]`` of one clip, and what decoding it cost."""
+    import av
+
+    count, size = t.frames, t.pixels.image_size
+    try:
+        opener, head, nbytes = _opener(source)
+    except OSError as exc:
+        raise source.fail(f"cannot read the file ({exc})") from None
+    kind = sniff(head)
+    if kind is None:
+        raise source.fail(f"not an MP4 or WebM file (first bytes {head[:8].hex(' ')})" if head else "the file is empty")
+    out = np.empty((count, size, size, 3), np.uint8)
+    last: list[Any] = [None]
+
+    def keep(i: int, frame: Any) -> None:
+        if last[0] is not frame:
+            out[i] = frame_pixels(frame, size, source)
+            last[0] = frame
+        else:
+            out[i] = out[i - 1]
+
+    try:
+        with av.open(opener(), format=CONTAINERS[kind], metadata_errors="replace") as container:
+            index = video_stream(container, source).index
+            p = plan(container, container.streams[index], source)
+        for attempt in ((True, False) if seeking else (False,)):
+            with av.open(opener(), format=CONTAINERS[kind], metadata_errors="replace") as container:
+                try:
+                    c = pick(container, container.streams[index], p, count, attempt, keep)
+                    break
+                except _SeekMissed:
+                    last[0] = None
+    except InputError:
+        raise
+    except _NoFrames:
+        raise source.fail("the video stream has no decodable frames") from None
+    except Exception as exc:  # noqa: BLE001 - whatever FFmpeg says, it is this item's fault
+        raise source.fail(f"cannot decode the video: {type(exc).__name__}: {exc}") from None
+    c.seconds, c.bytes_read = p.seconds, nbytes
+    return out, c
+
+
+# -- verb ------------------------------------------------------------------------------
+
+
+def video_encode(
+    call: Call,
+    files: Iterable[Any],
+    arena: Arena,
+    /,
+    *,
+    outputs: Outputs = Outputs.EMBEDDINGS,
+    outputs_scalar: Scalar | str = Scalar.F32,
+    progress: ProgressHandler | None = None,
+    progress_steps: int = 0,
+    stats: VideoEncodeStats | None = None,
+) -> Encoded:
+    if stats is not None and not isinstance(stats, VideoEncodeStats):
+        raise TypeError(f"stats must be a VideoEncodeStats, got {type(stats).__name__}")
+    items = _frames.sources(files, "paths, bytes or binary file objects")
+    tower: VideoTower = call.parsed
+    s = tower.pixels.image_size
+    counters: list[Counters] = []
+    seconds = [0.0]  # batch preparation wall time, written by the prefetch thread only
+
+    def thunk(indices: np.ndarray) -> Batch:
+        started = time.perf_counter()
+        results = call.executor.map(lambda i: sample(items[int(i)], tower), indices)
+        frames = np.stack([r[0] for r in results]) if results else np.empty((0, tower.frames, s, s, 3), np.uint8)
+        counters.extend(r[1] for r in results)
+        seconds[0] += time.perf_counter() - started
+        return Batch(indices, {"frames": frames})
+
+    result = encode(
+        call, len(items), [functools.partial(thunk, idx) for idx in _frames.batches(len(items), MAX_ROWS)], arena,
+        outputs=outputs, outputs_scalar=outputs_scalar, progress=progress, progress_steps=progress_steps, stats=stats,
+    )  # fmt: skip
+    if stats is not None:
+        stats.frames += len(items) * tower.frames
+        stats.frames_decoded += sum(c.decoded for c in counters)
+        stats.seconds_media += sum(c.seconds for c in counters)
+        stats.seeks += sum(c.seeks for c in counters)
+        stats.bytes_read += sum(c.bytes_read for c in counters)
+        stats.seconds_decode += seconds[0]
+    return result
+
+
+@hookimpl
+def uform_modalities() -> Iterable[Modality]:
+    common = {"mean": _frames.MEAN, "std": _frames.STD}
+    presets = {
+        "tiny": {"width": 64, "depth": 2, "heads": 2, "mlp_width": 128, "frames": 4, "image_size": 32, "patch_size": 8, **common},
+        "small": {"width": 256, "depth": 4, "heads": 4, "mlp_width": 1024, "frames": 8, "image_size": 112, "patch_size": 16, **common},
+        "base": {"width": 768, "depth": 12, "heads": 12, "mlp_width": 3072, "frames": 8, "image_size": 224, "patch_size": 16, **common},
+    }  # fmt: skip
+    tower = Tower("video", read, tensors, graph, presets)
+    yield Modality("video", tower, {"video_encode": video_encode})
