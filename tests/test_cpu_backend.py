@@ -52,6 +52,16 @@ def test_a_class_is_one_every_core_runs() -> None:
     assert cpu.classes_from_cpuinfo("") == []
 
 
+def test_without_cpuinfo_the_architecture_baseline(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import platform
+
+    monkeypatch.setattr(cpu, "CPUINFO", str(tmp_path / "absent"))
+    monkeypatch.setattr(platform, "machine", lambda: "arm64")
+    assert cpu.machine_classes() == [NEON]
+    monkeypatch.setattr(platform, "machine", lambda: "AMD64")
+    assert cpu.machine_classes() == [V2]
+
+
 def test_pin_validation_names_the_class_asked_and_the_best() -> None:
     zen3 = MACHINES["zen3-epyc-7r13.txt"]
     assert cpu.choose_class(V2, zen3) == V2 and cpu.choose_class("x86-64-v3", zen3) == V3

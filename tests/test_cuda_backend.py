@@ -90,6 +90,84 @@ def test_cuda_visible_devices_renumbers_like_cuda() -> None:
     assert cuda.visible(h100, "") == [] and [g.uuid for g in cuda.visible(h100, "1,1")] == [h100[1].uuid]
 
 
+class FakeDriver:
+    """libcuda as ctypes sees it: each call fills its by-reference arguments."""
+
+    def __init__(self, init: int = 0, devices: tuple[tuple[bytes, int, int], ...] = ((b"NVIDIA H200", 9, 0),)) -> None:
+        self.init, self.devices = init, devices
+
+    def cuInit(self, flags: int) -> int:
+        return self.init
+
+    def cuDriverGetVersion(self, out: Any) -> int:
+        out._obj.value = 12080
+        return 0
+
+    def cuDeviceGetCount(self, out: Any) -> int:
+        out._obj.value = len(self.devices)
+        return 0
+
+    def cuDeviceGet(self, out: Any, i: int) -> int:
+        out._obj.value = i
+        return 0
+
+    def cuDeviceGetName(self, buffer: Any, size: int, dev: Any) -> int:
+        buffer.value = self.devices[dev.value][0]
+        return 0
+
+    def cuDeviceGetAttribute(self, out: Any, attribute: int, dev: Any) -> int:
+        out._obj.value = self.devices[dev.value][1 if attribute == 75 else 2]
+        return 0
+
+    def cuDeviceTotalMem_v2(self, out: Any, dev: Any) -> int:
+        out._obj.value = 141 << 30
+        return 0
+
+
+def test_detection_through_the_driver_library(monkeypatch: pytest.MonkeyPatch) -> None:
+    import ctypes
+
+    monkeypatch.setattr(ctypes, "CDLL", lambda name: FakeDriver(devices=((b"NVIDIA H200", 9, 0), (b"NVIDIA L4", 8, 9))))
+    found = cuda._from_driver()
+    assert (found.driver, found.source, found.reason) == ("CUDA 12.8", "libcuda", None)
+    assert [str(g) for g in found.gpus] == ["0 (NVIDIA H200, sm_90)", "1 (NVIDIA L4, sm_89)"] and found.gpus[0].memory == 141 << 30
+    monkeypatch.setattr(ctypes, "CDLL", lambda name: FakeDriver(init=100))
+    assert cuda._from_driver() == cuda.Detected([], "", "libcuda")  # CUDA_ERROR_NO_DEVICE
+    monkeypatch.setattr(ctypes, "CDLL", lambda name: FakeDriver(init=999))
+    assert cuda._from_driver().reason == "the CUDA driver did not initialise (cuInit error 999)"
+
+
+def test_detection_falls_back_to_nvidia_smi(monkeypatch: pytest.MonkeyPatch) -> None:
+    import ctypes
+    import subprocess
+
+    def no_library(name: str) -> None:
+        raise OSError(f"{name}: cannot open shared object file")
+
+    captured = (DATA / "h100-80gb-hbm3-x4.csv").read_text()
+    monkeypatch.setattr(ctypes, "CDLL", no_library)
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 0, captured, ""))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,1")
+    cuda.detect.cache_clear()
+    try:
+        found = cuda.detect()
+    finally:
+        cuda.detect.cache_clear()
+    assert (found.driver, found.source) == ("driver 560.35.03", "nvidia-smi")
+    assert [(g.index, g.uuid[:12]) for g in found.gpus] == [(0, "GPU-0c2e4a6c"), (1, "GPU-4d6f8b0d")]
+    old = (DATA / "old-driver-no-compute-cap.txt").read_text()
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 2, old, ""))
+    assert cuda._from_smi().reason == 'nvidia-smi failed: Field "compute_cap" is not a valid field to query.'
+
+    def missing(*a: Any, **k: Any) -> None:
+        raise FileNotFoundError(2, "No such file or directory", "nvidia-smi")
+
+    monkeypatch.setattr(subprocess, "run", missing)
+    assert cuda._from_smi().reason == (
+        "no CUDA driver found (libcuda does not load; nvidia-smi: [Errno 2] No such file or directory: 'nvidia-smi')"
+    )
+
+
 def test_devices_are_checked_against_what_exists() -> None:
     l4 = gpus("l4-x2.csv")
     assert cuda.check_devices(None, l4) == [0] and cuda.check_devices([1, 0], l4) == [1, 0]
