@@ -128,9 +128,13 @@ def parity(model: Any, path: Path, towers: list[str]) -> list[dict[str, Any]]:
         loaded = model._runtime.towers[name]
         feeds = synthetic_feeds(loaded.graph, PARITY_ROWS, rng, min(LENGTH, model.describe().context))
         first = loaded.graph.graph.output[0].name
-        got = model._runtime.placement.runners[name].run([first], feeds)[0].astype(np.float64)
-        with torch.no_grad():
-            want = ref.towers[name](*(torch.from_numpy(f) for f in feeds.values()))
+        try:
+            got = model._runtime.placement.runners[name].run([first], feeds)[0].astype(np.float64)
+            with torch.no_grad():
+                want = ref.towers[name](*(torch.from_numpy(f) for f in feeds.values()))
+        except Exception as exc:  # noqa: BLE001 - one tower's failure is reported, the others still run
+            rows.append({"tower": name, "output": first, "error": f"{type(exc).__name__}: {exc}"[:300], "ok": False})
+            continue
         want = (want[0] if isinstance(want, tuple) else want).double().numpy()
         cosine = np.sum(got * want, 1) / (np.linalg.norm(got, axis=1) * np.linalg.norm(want, axis=1))
         error = float(np.abs(got - want).max())
@@ -148,8 +152,7 @@ def throughput(model: Any, towers: list[str], seconds: float) -> list[dict[str, 
         first = loaded.graph.graph.output[0].name
         for batch in (1, 256):
             feeds = synthetic_feeds(loaded.graph, batch, rng, min(LENGTH, model.describe().context))
-            per_s = rate(lambda: runner.run([first], feeds), batch, seconds)
-            rows.append({"what": f"{name} tower", "batch": batch, "items/s": round(per_s, 1)})
+            rows.append(_measure(f"{name} tower", batch, "", lambda: runner.run([first], feeds), seconds))
     words = "the a cat dog sat on mat river city night morning bright market rose".split()
     verbs: dict[str, tuple[str, Any]] = {
         "text_encode": ("texts/s", lambda n: [" ".join(rng.choice(words, 12)) for _ in range(n)]),
@@ -160,9 +163,16 @@ def throughput(model: Any, towers: list[str], seconds: float) -> list[dict[str, 
             continue
         for batch in (1, 256):
             items, arena = make(batch), Arena()
-            per_s = rate(lambda: getattr(model, verb)(items, arena), batch, seconds)
-            rows.append({"what": verb, "batch": batch, "items/s": round(per_s, 1), "unit": unit})
+            rows.append(_measure(verb, batch, unit, lambda: getattr(model, verb)(items, arena), seconds))
     return rows
+
+
+def _measure(what: str, batch: int, unit: str, fn: Any, seconds: float) -> dict[str, Any]:
+    """One throughput row; a failure (e.g. out of memory at batch 256) is recorded, not fatal."""
+    try:
+        return {"what": what, "batch": batch, "items/s": round(rate(fn, batch, seconds), 1), "unit": unit}
+    except Exception as exc:  # noqa: BLE001
+        return {"what": what, "batch": batch, "items/s": "failed", "unit": f"{type(exc).__name__}: {exc}"[:200]}
 
 
 def main() -> int:
@@ -202,7 +212,7 @@ def main() -> int:
             towers = list(model._runtime.towers)
             print(f"\n[{compute}] load_vram of {path.stat().st_size >> 20} MiB on devices {devices}: {run['load_vram_s']} s; towers {towers}")
             run["parity"] = parity(model, path, [n for n in towers if n in TOWERS])
-            print(table(run["parity"], ["tower", "output", "max_abs_error", "min_cosine", "ok"]))
+            print(table(run["parity"], ["tower", "output", "max_abs_error", "min_cosine", "ok", "error"]))
             run["throughput"] = throughput(model, towers, args.seconds)
             print(table(run["throughput"], ["what", "batch", "items/s", "unit"]))
             result["runs"][compute] = run
