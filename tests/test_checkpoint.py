@@ -171,11 +171,15 @@ def test_load_progress_and_cancel(tiny_text: Path) -> None:
         uform.Model.load_ram(tiny_text, progress=lambda d, t: False)
 
 
-def test_vram_without_a_gpu_backend_is_unsupported(tiny_text: Path) -> None:
-    if "cuda" in get_host().backends:
-        pytest.skip("a vram backend is installed; its own tests cover load_vram")
-    with pytest.raises(uform.UnsupportedError, match="VRAM"):
+def test_vram_without_a_usable_gpu_is_unsupported_never_cpu(tiny_text: Path) -> None:
+    import onnxruntime as ort
+
+    if "CUDAExecutionProvider" in ort.get_available_providers():
+        pytest.skip("this machine has the CUDA execution provider; tests/test_cuda_backend.py covers it")
+    with pytest.raises(uform.UnsupportedError, match="cannot place a model in VRAM: cuda: .*no CUDAExecutionProvider"):
         uform.Model.load_vram(tiny_text)
+    with pytest.raises(uform.UnsupportedError, match="cannot place a model in VRAM"):
+        uform.Model.load_vram_buffer(tiny_text.read_bytes())
 
 
 def test_quantization_not_served(tiny_text: Path) -> None:

@@ -32,7 +32,7 @@ class DecoderTower(Stack):
         tokens = ids.shape[1]
         x = self.embed(ids) + self.pos.weight[:tokens]
         hidden = self.run(x, causal_mask(tokens))
-        return self.head(hidden[torch.arange(ids.shape[0]), last])  # type: ignore[no-any-return]
+        return self.head(hidden[torch.arange(ids.shape[0]), last])
 
     def logits(self, texts: Sequence[bytes]) -> torch.Tensor:
         """Next-byte logits [N, 256] for byte strings, each cut to its last ``context`` bytes."""
@@ -42,7 +42,7 @@ class DecoderTower(Stack):
         ids[:, 0] = BEGIN
         for i, c in enumerate(chunks):
             ids[i, 1 : len(c) + 1] = torch.tensor(list(c), dtype=torch.long)
-        return self(ids, torch.tensor([len(c) for c in chunks], dtype=torch.long))  # type: ignore[no-any-return]
+        return self(ids, torch.tensor([len(c) for c in chunks], dtype=torch.long))
 
     def choose(self, texts: Sequence[bytes], choices: Sequence[bytes], groups: Sequence[int] | None = None) -> list[torch.Tensor]:
         """Per text, the softmax over its choice bytes of ``logits / choice_temperatures[group]``."""
