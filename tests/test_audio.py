@@ -108,6 +108,21 @@ def test_config_is_checked() -> None:
 # -- the window -----------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("fmt", ["u8", "s16", "s16p", "s32", "s32p", "flt", "fltp", "dbl", "dblp"])
+def test_mono_reads_every_sample_format(fmt: str) -> None:
+    import av
+
+    rng = np.random.default_rng(4)
+    x = rng.uniform(-0.9, 0.9, (3, 64))  # three channels, a layout no mean shortcut fits
+    dtype, scale = audio._KINDS[fmt.rstrip("p")]
+    raw = x * (1 / scale) + (128 if fmt == "u8" else 0)
+    raw = np.round(raw).astype(dtype) if np.issubdtype(dtype, np.integer) else raw.astype(dtype)
+    planar = fmt.endswith("p")
+    frame = av.AudioFrame.from_ndarray(raw if planar else np.ascontiguousarray(raw.T).reshape(1, -1), format=fmt, layout="3.0")
+    want = (raw.astype(np.float64) - (128 if fmt == "u8" else 0)).mean(axis=0) * scale
+    np.testing.assert_allclose(audio.mono(frame), want, atol=1e-6)
+
+
 def test_wav_at_the_tower_rate_is_exactly_its_samples(model: uform.Model, tmp_path: Path) -> None:
     signal = media.tone(0.75, R, (300.0,))
     path = media.wav(tmp_path / "mono16k.wav", signal, R)
@@ -272,8 +287,8 @@ def test_tape_list_and_batches_agree(model: uform.Model) -> None:
     alone = np.concatenate([embed_samples(model, [r], 22050) for r in rows])
     np.testing.assert_allclose(alone, listed, atol=1e-6)  # results do not depend on the batch
     stats = uform.AudioEncodeStats()
-    embed_samples(model, rows * 10, 22050, stats=stats)  # 40 items: two batches
-    assert (stats.items, stats.batches, stats.padded_items, stats.truncated_items) == (40, 2, 20, 10)  # 1 s exactly fills the window: neither
+    embed_samples(model, rows * 10, 22050, stats=stats)  # 40 items: batches of 16
+    assert (stats.items, stats.batches, stats.padded_items, stats.truncated_items) == (40, 3, 20, 10)  # 1 s exactly fills the window: neither
     assert stats.seconds_decode > 0 and stats.seconds_compute > 0
 
 
