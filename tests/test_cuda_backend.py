@@ -418,6 +418,26 @@ def test_half_products_cast_around_every_weight_gemm() -> None:
     assert "text.embed.weight" not in halves and "text.ln_final.weight" not in halves  # Gather, LayerNorm stay float32
 
 
+def test_half_products_leave_shared_or_computed_operands_float32() -> None:
+    from onnx import TensorProto, helper, numpy_helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])
+    outs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("y1", "y2", "y3")]
+    table = numpy_helper.from_array(np.full((3, 4), 70000, np.float32), "table")  # an embedded constant
+    nodes = [
+        helper.make_node("Gemm", ["x", "W"], ["y1"], name="g1", transB=1),
+        helper.make_node("Add", ["b", "b"], ["b2"], name="computed"),
+        helper.make_node("Gemm", ["x", "W", "b2"], ["y2"], name="g2", transB=1),  # computed bias: stays float32
+        helper.make_node("Gemm", ["x", "table"], ["y3"], name="g3", transB=1),
+    ]
+    graph = helper.make_model(helper.make_graph(nodes, "t", [x], outs, [table]))
+    half, halves = cuda.half_products(graph, ["W", "b"])
+    assert halves == set()  # W is shared with g2, which cannot be float16, so g1 stays float32 too
+    assert [n.name for n in half.graph.node] == ["g1", "computed", "g2", "g3_to16", "g3", "g3_to32"]
+    clamped = numpy_helper.to_array(half.graph.initializer[0])
+    assert clamped.dtype == np.float16 and clamped.max() == 65504
+
+
 def test_half_products_compute_in_float16_close_to_float32() -> None:
     import onnxruntime as ort
     from onnx.reference import ReferenceEvaluator

@@ -271,11 +271,15 @@ def half_products(model: onnx.ModelProto, weights: Sequence[str]) -> tuple[onnx.
     out.CopyFrom(model)
     g = out.graph
     constants = {t.name: i for i, t in enumerate(g.initializer)}
-    elsewhere = {name for n in g.node if n.op_type != "Gemm" for name in n.input}
     declared, halves, nodes = set(weights), set(), []
+    gemms = [n for n in g.node if n.op_type == "Gemm"]
+    elsewhere = {name for n in g.node if n.op_type != "Gemm" for name in n.input} | {n.input[0] for n in gemms}
+    chosen = {id(n) for n in gemms if all((w in declared or w in constants) and w not in elsewhere for w in n.input[1:])}
+    blocked = {w for n in gemms if id(n) not in chosen for w in n.input[1:]}  # shared with a float32 Gemm
+    chosen = {id(n) for n in gemms if id(n) in chosen and not blocked.intersection(n.input[1:])}
     for node in g.node:
         operands = node.input[1:]
-        if node.op_type != "Gemm" or not all((w in declared or w in constants) and w not in elsewhere for w in operands):
+        if id(node) not in chosen:
             nodes.append(node)
             continue
         x16, y16 = f"{node.name}_x16", f"{node.name}_y16"
