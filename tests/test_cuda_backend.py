@@ -353,9 +353,13 @@ def test_real_machine_without_cuda_refuses(tiny_text: Path) -> None:
 class _Session:
     def __init__(self, providers: list[str]) -> None:
         self.providers = providers
+        self.fallback = True
 
     def get_providers(self) -> list[str]:
         return self.providers
+
+    def disable_fallback(self) -> None:
+        self.fallback = False
 
 
 def test_a_provider_that_does_not_start_is_an_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -381,7 +385,8 @@ def test_a_provider_that_does_not_start_is_an_error(monkeypatch: pytest.MonkeyPa
     with pytest.raises(UnsupportedError, match="cannot start on device 0: CUDA failure 2: out of memory"):
         cuda.start_session(tmp_path / "t.onnx", None, 0)
     monkeypatch.setattr(ort, "InferenceSession", lambda *a, **k: _Session([cuda.PROVIDER, "CPUExecutionProvider"]))
-    assert isinstance(cuda.start_session(tmp_path / "t.onnx", None, 0), _Session)
+    session = cuda.start_session(tmp_path / "t.onnx", None, 0)
+    assert isinstance(session, _Session) and not session.fallback  # a failing run is never retried on the CPU
 
 
 # -- the experimental float16 products ----------------------------------------------------

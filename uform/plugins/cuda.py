@@ -249,6 +249,7 @@ def start_session(path: Path, options: Any, device: int) -> Runner:
         session = ort.InferenceSession(str(path), options, providers=providers)
     except Exception as exc:  # noqa: BLE001 - the provider's own reason, named
         raise UnsupportedError(f"the CUDA execution provider cannot start on device {device}: {exc}") from exc
+    session.disable_fallback()  # onnxruntime would otherwise rerun a failing call on the CPU, silently
     started = session.get_providers()
     if PROVIDER not in started:
         raise UnsupportedError(
