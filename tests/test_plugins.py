@@ -145,3 +145,4 @@ def test_plugins_cli_table(capsys: pytest.CaptureFixture[str]) -> None:
     rows = {line.split()[0]: line for line in lines[1:]}
     assert "backend" in rows["cpu"] and "ok" in rows["cpu"]
     assert "modality" in rows["text"] and "ok" in rows["text"]
+    assert "  cpu (ram): available" in lines

@@ -25,7 +25,8 @@ def _new(args: argparse.Namespace) -> int:
 def _plugins(args: argparse.Namespace) -> int:
     from .core.host import get_host
 
-    records = get_host().records
+    host = get_host()
+    records = host.records
     if args.json:
         print(json.dumps([r.__dict__ | {"provides": list(r.provides)} for r in records], indent=2))
         return 0
@@ -35,6 +36,10 @@ def _plugins(args: argparse.Namespace) -> int:
     widths = [max(len(row[i]) for row in rows) for i in range(4)]
     for row in rows:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[4])
+    print("\nbackends:")
+    for backend in sorted(host.backends.values(), key=lambda b: (b.placement, -b.priority)):
+        reason = backend.probe()
+        print(f"  {backend.name} ({backend.placement}): {'available' if reason is None else 'unavailable: ' + reason}")
     return 0
 
 
