@@ -142,7 +142,7 @@ def test_plugins_cli_table(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["plugins"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].split()[:4] == ["name", "version", "kind", "status"]
-    rows = {line.split()[0]: line for line in lines[1:]}
+    rows = {line.split()[0]: line for line in lines[1 : lines.index("")]}
     assert "backend" in rows["cpu"] and "ok" in rows["cpu"]
     assert "modality" in rows["text"] and "ok" in rows["text"]
     assert "  cpu (ram): available" in lines
