@@ -178,6 +178,12 @@ def test_bad_text_and_cancel(model: uform.Model) -> None:
     seen: list[tuple[int, int]] = []
     model.text_choose(TEXTS, CHOICES, arena, progress=lambda d, t: seen.append((d, t)) and None)
     assert arena.generation == 1 and seen[-1] == (8, 8)
+    with pytest.raises(TypeError, match="choices must be a str or bytes shared by all texts, or one per text; got int"):
+        model.text_choose(["a"], 5, arena)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="temperature_groups must be a sequence of ints, one per text, or None; got int"):
+        model.text_choose(["a"], "AB", arena, temperature_groups=1)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="arena must be a uform.Arena"):
+        model.text_choose(["a"], "AB", None)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="stats must be a TextEncodeStats"):
         model.text_choose(TEXTS, CHOICES, Arena(), stats=uform.EncodeStats())  # type: ignore[arg-type]
 
@@ -205,3 +211,13 @@ def test_describe_and_unsupported(tmp_path: Path, model: uform.Model) -> None:
     assert text_only.describe().choice_temperature_groups == 0
     with pytest.raises(UnsupportedError, match="text_choose needs the 'decoder' tower"):
         text_only.text_choose(["a"], "AB", Arena())
+
+
+def test_receivers_and_threads(model: uform.Model) -> None:
+    want = rows(model.text_choose(TEXTS, CHOICES, Arena(), temperature_groups=[1] * 8))
+    with uform.Executor(1) as one, uform.Executor(2) as two:
+        blocking = rows(model.on(one).text_choose(TEXTS, CHOICES, Arena(), temperature_groups=[1] * 8))
+        deferred = model.deferred(two).text_choose(TEXTS, CHOICES, Arena(), temperature_groups=[1] * 8).result(timeout=60)
+    for a, b, c in zip(want, blocking, rows(deferred)):
+        np.testing.assert_allclose(a, b, atol=1e-6)
+        np.testing.assert_allclose(a, c, atol=1e-6)

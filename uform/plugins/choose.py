@@ -106,7 +106,10 @@ def choice_sets(choices: Any, count: int) -> tuple[np.ndarray, np.ndarray]:
         raw = _choice_set(0, choices)
         flat = np.tile(np.frombuffer(raw, np.uint8), count)
         return flat, np.arange(count + 1, dtype=np.int64) * len(raw)
-    items = list(choices)
+    try:
+        items = list(choices)
+    except TypeError:
+        raise TypeError(f"choices must be a str or bytes shared by all texts, or one per text; got {type(choices).__name__}") from None
     if len(items) != count:
         raise InputError(
             min(len(items), count), f"choices has {len(items)} entries for {count} texts; "
@@ -130,9 +133,12 @@ def group_indices(groups: Sequence[int] | None, count: int, available: int) -> n
     """One temperature group per text (int64 [count]); None means group 0 for every text."""
     if groups is None:
         return np.zeros(count, np.int64)
-    if isinstance(groups, (str, bytes)):
-        raise TypeError("temperature_groups must be a sequence of ints, one per text")
-    items = list(groups)
+    try:
+        if isinstance(groups, (str, bytes)):
+            raise TypeError
+        items = list(groups)
+    except TypeError:
+        raise TypeError(f"temperature_groups must be a sequence of ints, one per text, or None; got {type(groups).__name__}") from None
     if len(items) != count:
         raise InputError(
             min(len(items), count), f"temperature_groups has {len(items)} entries for {count} texts; "
