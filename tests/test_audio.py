@@ -212,6 +212,7 @@ def bad_items(d: Path, clips: dict[str, Path]) -> dict[str, tuple[Any, str]]:
     (d / "noise.mp3").write_bytes(np.random.default_rng(3).bytes(6000))
     (d / "text.wav").write_text("not a recording " * 50)
     (d / "folder.flac").mkdir()
+    os.mkfifo(d / "pipe.wav")  # opening it would block until a writer came
     from PIL import Image
 
     Image.new("RGB", (8, 8)).save(d / "image.png")
@@ -227,6 +228,7 @@ def bad_items(d: Path, clips: dict[str, Path]) -> dict[str, tuple[Any, str]]:
         "text as wav": (d / "text.wav", "not a recording uform can decode"),
         "missing": (d / "missing.opus", "no such file"),
         "directory": (d / "folder.flac", "is a directory"),
+        "fifo": (d / "pipe.wav", "is not a regular file"),
         "image": (d / "image.png", "holds no audio stream"),
         "video only": (media.video_only_webm(d / "video.webm"), "holds no audio stream"),
         "truncated wav header": (header_says_2s, "truncated"),
