@@ -146,6 +146,8 @@ def test_bad_choices_in_examples_and_groups(path: Path, tmp_path: Path) -> None:
         cal.calibrate(path, [cal.Example("q", "AB", 0), cal.Example("q", "AAB", 0)])
     with pytest.raises(ValueError, match="names group 3, beyond the 2 groups"):
         cal.calibrate(path, [cal.Example("q", "AB", 0, 3)], groups=2)
+    with pytest.raises(ValueError, match="no examples to calibrate on"):
+        cal.calibrate(path, [])
     with pytest.raises(ValueError, match=r"holdout must be in \[0, 1\)"):
         cal.calibrate(path, [cal.Example("q", "AB", 0)], holdout=1.0)
     assert main(["calibrate", str(path), str(tmp_path / "missing.jsonl"), "--out", str(tmp_path / "x")]) == 2

@@ -218,8 +218,11 @@ def write_temperatures(checkpoint: str | os.PathLike[str], temperatures: Sequenc
         metadata = dict(container.metadata) | ModelConfig.from_dict(raw).to_metadata()
         tensors = {name: container.array(name) for name in container.entries}
         partial = Path(f"{os.fspath(out)}.partial")
-        safetensors.write(partial, tensors, metadata)
-        os.replace(partial, out)  # also safe when out is the checkpoint itself
+        try:
+            safetensors.write(partial, tensors, metadata)
+            os.replace(partial, out)  # also safe when out is the checkpoint itself
+        finally:
+            partial.unlink(missing_ok=True)
         del tensors, container
     finally:
         try:
@@ -243,6 +246,8 @@ def calibrate(
     from . import Model
 
     items: Sequence[Example] = read_examples(examples) if isinstance(examples, (str, os.PathLike)) else examples
+    if not items:
+        raise ValueError("no examples to calibrate on")
     if not 0 <= holdout < 1:
         raise ValueError(f"holdout must be in [0, 1), got {holdout}")
     model = Model.load_ram(checkpoint)
