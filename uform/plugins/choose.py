@@ -57,15 +57,42 @@ def tensors(t: DecoderTower, model: ModelConfig) -> dict[str, TensorSpec]:
 
 
 def graph(t: DecoderTower, model: ModelConfig, b: GraphBuilder) -> None:
-    """``bytes`` [B, T] (begin token first, zero right-padded), ``last`` [B] → ``logits`` [B, 256]."""
+    """``bytes`` [B, T] (begin token first, zero right-padded), ``last`` [B] → ``logits`` [B, 256].
+
+    Only each row's last real token reaches the head, and causal attention lets no earlier
+    token see it, so the final block runs its query, output projection and MLP for that
+    token alone (keys and values for all): the same math for a fraction of the last block.
+    """
+    g = t.geometry
     ids = b.input("bytes", TensorProto.INT64, ["batch", "tokens"])
     last = b.input("last", TensorProto.INT64, ["batch"])
     tokens = b.op("Slice", b.op("Shape", ids), b.ints([1]), b.ints([2]))
     positions = b.op("Slice", b.weight("decoder.pos.weight"), b.ints([0]), tokens)
     x = b.op("Add", b.op("Gather", b.weight("decoder.embed.weight"), ids), positions)
-    hidden = b.transformer(x, "decoder", t.geometry, b.causal_mask(tokens))
-    final = b.op("GatherND", hidden, b.op("Unsqueeze", last, b.ints([1])), batch_dims=1)  # [B, W]
-    b.output(b.linear(final, "decoder.head"), "logits", None, ["batch", BYTES])
+    shape = b.op("Shape", x)
+    bt = b.op("Slice", shape, b.ints([0]), b.ints([2]))
+    mask = b.causal_mask(tokens)
+    h = b.op("Reshape", x, b.ints([-1, g.width]))
+    for i in range(g.depth - 1):
+        h = b.block(h, f"decoder.blocks.{i}", g, bt, mask)
+    final = _last_block(b, g, f"decoder.blocks.{g.depth - 1}", h, shape, bt, last, tokens)
+    b.output(b.linear(b.layer_norm(final, "decoder.ln_final"), "decoder.head"), "logits", None, ["batch", BYTES])
+
+
+def _last_block(b: GraphBuilder, g: Geometry, p: str, h: str, shape: str, bt: str, last: str, tokens: str) -> str:
+    """Block ``p`` for the token at ``last`` of each row: ``h`` [B*T, W] → [B, W]."""
+    mine = b.op("GatherND", b.op("Reshape", h, shape), b.op("Unsqueeze", last, b.ints([1])), batch_dims=1)  # [B, W]
+    split = b.op("Concat", bt, b.ints([3, g.heads, g.head_dim]), axis=0)
+    qkv = b.op("Transpose", b.op("Reshape", b.linear(b.layer_norm(h, f"{p}.ln1"), f"{p}.attn.qkv"), split), perm=[2, 0, 3, 1, 4])
+    _, k, v = (b.op("Squeeze", part, b.ints([0])) for part in b.op("Split", qkv, axis=0, outputs=3))  # [B, H, T, d]
+    q = b.op("Slice", b.linear(b.layer_norm(mine, f"{p}.ln1"), f"{p}.attn.qkv"), b.ints([0]), b.ints([g.width]), b.ints([1]))
+    q = b.op("Mul", b.op("Reshape", q, b.ints([-1, g.heads, 1, g.head_dim])), b.scalar(1 / np.sqrt(g.head_dim)))
+    scores = b.op("MatMul", q, b.op("Transpose", k, perm=[0, 1, 3, 2]))  # [B, H, 1, T]
+    scores = b.op("Add", scores, b.padding_mask(b.op("Add", last, b.const(np.int64(1))), tokens))
+    context = b.op("Reshape", b.op("MatMul", b.op("Softmax", scores, axis=-1), v), b.ints([-1, g.width]))
+    mine = b.op("Add", mine, b.linear(context, f"{p}.attn.out"))
+    hidden = b.gelu(b.linear(b.layer_norm(mine, f"{p}.ln2"), f"{p}.mlp.fc1"))
+    return b.op("Add", mine, b.linear(hidden, f"{p}.mlp.fc2"))  # type: ignore[no-any-return]
 
 
 def describe(t: DecoderTower, model: ModelConfig) -> dict[str, int]:
