@@ -146,6 +146,32 @@ def test_stereo_is_the_mean_of_channels_and_resampling_keeps_the_tail(model: ufo
     np.testing.assert_allclose(embed(model, [path]), embed_samples(model, [pcm.mean(axis=1, dtype=np.float32)], 44100), atol=1e-6)
 
 
+@pytest.mark.parametrize("rate", [1, 100, 8000, 11025, 22050, 44100, 48000, 96000, 1_000_000])
+def test_resampling_loses_no_sample_however_short(rate: int) -> None:
+    for n in (1, 5, 33, 100, 4321, 70001):
+        if n * R > 2_000_000 * rate:
+            continue  # more than the 2 M samples of this window
+        x = np.random.default_rng(n).uniform(-0.5, 0.5, n).astype(np.float32)
+        window = audio.Window(R, 2_000_000)
+        for start in range(0, n, 5000):
+            window.add(x[start : start + 5000], rate)
+        out = window.finish()
+        due = (n * R + rate // 2) // rate  # round(n R / rate)
+        assert window.produced == due, (rate, n)
+        assert not out[due:].any() and (due < 8 or np.abs(out[due - 8 : due]).max() > 0), (rate, n)
+
+
+def test_a_rate_change_mid_stream_flushes_and_goes_on() -> None:
+    window = audio.Window(R, 10**6)
+    window.add(np.ones(4410, np.float32) * 0.5, 44100)  # 0.1 s
+    window.add(np.ones(800, np.float32) * 0.5, 8000)  # 0.1 s
+    window.add(np.ones(1600, np.float32) * 0.5, R)  # 0.1 s, not resampled
+    out = window.finish()
+    assert window.produced == 3 * 1600 and window.seconds == pytest.approx(0.3)
+    np.testing.assert_allclose(out[200:1400], 0.5, atol=0.01)
+    np.testing.assert_array_equal(out[3200:4800], 0.5)
+
+
 def test_every_format_decodes_to_the_same_sound(model: uform.Model, clips: dict[str, Path]) -> None:
     names = list(clips)
     got = embed(model, [clips[n] for n in names])

@@ -38,6 +38,7 @@ LOG_FLOOR = 1e-6
 MAX_ROWS = 16  # items per batch: small enough that decoding batch k + 1 overlaps computing k
 SAMPLE_BUDGET = 1 << 21  # items x window samples per batch (8 MiB of float32)
 CHUNK = 1 << 14  # source samples gathered before one resampler call
+TAIL = 64  # periods of zeros fed to the resampler before its flush
 MAX_FAILED_PACKETS = 64  # undecodable packets in a row before a recording is refused
 MAX_RATE = 1_000_000
 # FFmpeg probes a WAV's PCM for S/PDIF-wrapped DTS/AC-3 over up to 2500 packets, which is
@@ -196,8 +197,10 @@ class Window:
     """The first ``samples`` samples at ``rate`` of a mono recording fed in chunks at any rate.
 
     Resampling is libswresample's default (through PyAV's ``AudioResampler``), run on
-    chunks of ``CHUNK`` source samples; it is flushed at the end so no tail is lost, and its
-    output does not depend on how the source was chunked.
+    chunks of ``CHUNK`` source samples; its output does not depend on the chunking. At the
+    end the resampler gets ``TAIL`` periods of zeros and is flushed, and its output is cut
+    to what the input's duration gives (``round(n R / rate)``): no tail sample is lost, even
+    of a recording too short for libswresample to answer anything without the zeros.
     """
 
     def __init__(self, rate: int, samples: int) -> None:
@@ -208,6 +211,7 @@ class Window:
         self.pending_count = self.pending_rate = 0
         self.seconds = 0.0
         self.resampler: Any = None
+        self.fed = self.made = 0  # source samples into, and samples out of, the resampler
 
     @property
     def full(self) -> bool:
@@ -228,24 +232,35 @@ class Window:
             self.parts.append(x)
             self.produced += len(x)
 
-    def _drain(self, flush: bool) -> None:
+    def _resample(self, x: np.ndarray, rate: int) -> list[np.ndarray]:
         import av
 
+        if self.resampler is None:
+            self.resampler = av.AudioResampler(format="fltp", layout="mono", rate=self.rate)
+            self.fed = self.made = 0
+        frame = av.AudioFrame.from_ndarray(np.ascontiguousarray(x[None, :], np.float32), format="fltp", layout="mono")
+        frame.sample_rate = rate
+        return [out.to_ndarray()[0] for out in self.resampler.resample(frame)]
+
+    def _drain(self, flush: bool) -> None:
+        rate = self.pending_rate
         if self.pending:
             x = np.concatenate(self.pending) if len(self.pending) > 1 else self.pending[0]
             self.pending, self.pending_count = [], 0
-            if self.pending_rate == self.rate:
+            if rate == self.rate:
                 self._emit(x)
             else:
-                if self.resampler is None:
-                    self.resampler = av.AudioResampler(format="fltp", layout="mono", rate=self.rate)
-                frame = av.AudioFrame.from_ndarray(np.ascontiguousarray(x[None, :], np.float32), format="fltp", layout="mono")
-                frame.sample_rate = self.pending_rate
-                for out in self.resampler.resample(frame):
-                    self._emit(out.to_ndarray()[0])
+                made = self._resample(x, rate)
+                self.fed += len(x)
+                for y in made:
+                    self.made += len(y)
+                    self._emit(y)
         if flush and self.resampler is not None:
-            for out in self.resampler.resample(None):
-                self._emit(out.to_ndarray()[0])
+            tail = self._resample(np.zeros(TAIL * (-(-rate // self.rate) + 1), np.float32), rate)
+            tail += [out.to_ndarray()[0] for out in self.resampler.resample(None)]
+            due = (self.fed * self.rate + rate // 2) // rate - self.made
+            if tail and due > 0:
+                self._emit(np.concatenate(tail)[:due])
             self.resampler = None
 
     def finish(self) -> np.ndarray:
