@@ -103,6 +103,10 @@ def test_config_is_checked() -> None:
         audio.read({**preset, "patch_frames": 99}, None)  # type: ignore[arg-type]
     with pytest.raises(uform.CheckpointError, match="towers.audio.samples"):
         audio.read({**preset, "samples": 100}, None)  # type: ignore[arg-type]
+    with pytest.raises(uform.CheckpointError, match="towers.audio.n_fft"):
+        audio.read({**preset, "n_fft": 65536}, None)  # type: ignore[arg-type]
+    with pytest.raises(uform.CheckpointError, match="towers.audio.hop: 16776817 frames"):
+        audio.read({**preset, "samples": 1 << 24, "hop": 1}, None)  # type: ignore[arg-type]
 
 
 # -- the window -----------------------------------------------------------------------------

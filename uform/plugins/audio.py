@@ -41,6 +41,7 @@ CHUNK = 1 << 14  # source samples gathered before one resampler call
 TAIL = 64  # periods of zeros fed to the resampler before its flush
 MAX_FAILED_PACKETS = 64  # undecodable packets in a row before a recording is refused
 MAX_RATE = 1_000_000
+MAX_FRAME_VALUES = 1 << 26  # frames x n_fft a config may ask for
 # FFmpeg probes a WAV's PCM for S/PDIF-wrapped DTS/AC-3 over up to 2500 packets, which is
 # most of the time spent opening a WAV; a few packets decide it.
 OPEN_OPTIONS = {"max_probe_packets": "4"}
@@ -92,16 +93,18 @@ class AudioTower:
 
 
 def read(cfg: Mapping[str, Any], model: ModelConfig) -> AudioTower:
+    """Check ``towers.audio``; the bounds keep the graph's constants (DFT [n_fft, n_fft + 2],
+    frame index [frames, n_fft]) within a few hundred MiB whatever the file says."""
     w = "towers.audio"
-    n_fft = integer(cfg, "n_fft", w, 2, 65536)
+    n_fft = integer(cfg, "n_fft", w, 2, 4096)
     t = AudioTower(
         Geometry.read(cfg, w), integer(cfg, "sample_rate", w, 1000, 384000), integer(cfg, "samples", w, n_fft, 1 << 24),
         n_fft, integer(cfg, "hop", w, 1, 65536), integer(cfg, "n_mels", w, 1, 1024), integer(cfg, "patch_frames", w, 1, 65536),
     )  # fmt: skip
     if t.tokens < 1:
-        raise CheckpointError(
-            f"config field {w}.patch_frames: {t.patch_frames} is more than the {t.frames} frames of the window"
-        )
+        raise CheckpointError(f"config field {w}.patch_frames: {t.patch_frames} is more than the {t.frames} frames of the window")
+    if t.frames * t.n_fft > MAX_FRAME_VALUES:
+        raise CheckpointError(f"config field {w}.hop: {t.frames} frames of {t.n_fft} samples are over {MAX_FRAME_VALUES} values")
     return t
 
 
