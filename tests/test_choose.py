@@ -154,6 +154,8 @@ def test_choice_forms(model: uform.Model) -> None:
         (["AB", "AB"], None, 2, "choices has 2 entries for 3 texts"),
         ("AB", [0, 3, 0], 1, "temperature group 3 is out of range: this model has 3 group(s), 0 … 2"),
         ("AB", [0, 0, -1], 2, "temperature group -1 is out of range"),
+        ("AB", np.array([0, 0, 7]), 2, "temperature group 7 is out of range"),
+        ("AB", [0, 2**70, 0], 1, "temperature group 1180591620717411303424 is out of range"),
         ("AB", [0, 1], 2, "temperature_groups has 2 entries for 3 texts"),
         ("AB", [0, 1, 2, 0], 3, "temperature_groups has 4 entries for 3 texts"),
         ("AB", [0, 1.0, 0], 1, "temperature group must be an int, got float"),

@@ -157,28 +157,38 @@ def choice_sets(choices: Any, count: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def group_indices(groups: Sequence[int] | None, count: int, available: int) -> np.ndarray:
-    """One temperature group per text (int64 [count]); None means group 0 for every text."""
+    """One temperature group per text (int64 [count]); None means group 0 for every text.
+
+    A numpy integer array is checked without a Python loop; other sequences item by item.
+    """
     if groups is None:
         return np.zeros(count, np.int64)
-    try:
-        if isinstance(groups, (str, bytes)):
-            raise TypeError
-        items = list(groups)
-    except TypeError:
-        raise TypeError(f"temperature_groups must be a sequence of ints, one per text, or None; got {type(groups).__name__}") from None
+    if isinstance(groups, np.ndarray) and groups.ndim == 1 and groups.dtype.kind in "iu":
+        items: Sequence[Any] = groups
+    else:
+        try:
+            if isinstance(groups, (str, bytes)):
+                raise TypeError
+            items = list(groups)
+        except TypeError:
+            raise TypeError(f"temperature_groups must be a sequence of ints, one per text, or None; got {type(groups).__name__}") from None
+        for i, g in enumerate(items):
+            if isinstance(g, bool) or not isinstance(g, (int, np.integer)):
+                raise InputError(i, f"temperature group must be an int, got {type(g).__name__} {g!r}")
     if len(items) != count:
         raise InputError(
             min(len(items), count), f"temperature_groups has {len(items)} entries for {count} texts; "
             "give one group per text, or None for group 0",
         )  # fmt: skip
-    out = np.zeros(count, np.int64)
-    for i, g in enumerate(items):
-        if isinstance(g, bool) or not isinstance(g, (int, np.integer)):
-            raise InputError(i, f"temperature group must be an int, got {type(g).__name__} {g!r}")
-        if not 0 <= g < available:
-            raise InputError(i, f"temperature group {int(g)} is out of range: this model has {available} group(s), 0 … {available - 1}")
-        out[i] = g
-    return out
+    try:
+        wide = np.asarray(items) if len(items) else np.zeros(0, np.int64)
+    except OverflowError:  # ints past 64 bits: compare them as Python ints
+        wide = np.asarray(items, dtype=object)
+    bad = np.flatnonzero((wide < 0) | (wide >= available))
+    if len(bad):
+        i = int(bad[0])
+        raise InputError(i, f"temperature group {int(items[i])} is out of range: this model has {available} group(s), 0 … {available - 1}")
+    return wide.astype(np.int64)
 
 
 # -- running ----------------------------------------------------------------------------
