@@ -233,3 +233,31 @@ def test_stats(model: uform.Model, tmp_path: Path) -> None:
     assert stats.seconds_decode > 0 and stats.seconds_total >= stats.seconds_compute > 0
     with pytest.raises(TypeError, match="ImageEncodeStats"):
         model.image_encode([path], uform.Arena(), stats=uform.TextEncodeStats())  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("fmt", ["JPEG", "PNG", "WEBP"])
+def test_corrupted_files_raise_input_errors_only(model: uform.Model, fmt: str) -> None:
+    """Flipped bytes and cuts anywhere: each item either decodes or raises InputError naming it."""
+    data = encode_image(pattern(64, 80), fmt)
+    rng = np.random.default_rng(7)
+    mutants = []
+    for _ in range(40):
+        b = bytearray(data)
+        for at in rng.integers(0, len(b), rng.integers(1, 8)):
+            b[at] = int(rng.integers(0, 256))
+        mutants.append(bytes(b[: int(rng.integers(len(b) // 3, len(b) + 1))]))
+    for i, m in enumerate(mutants):
+        try:
+            out = model.image_encode([m], uform.Arena())
+            assert np.isfinite(out.embeddings).all()
+        except uform.InputError as exc:
+            assert exc.index == 0 and exc.reason, i
+
+
+def test_jpeg_orientation_and_empty_calls(model: uform.Model) -> None:
+    data = with_orientation(pattern(40, 70), 6, "JPEG")
+    upright = Image.open(io.BytesIO(data)).convert("RGB").transpose(Image.Transpose.ROTATE_270)
+    got, *_ = image.decode(_frames.Source(0, None, data=data), S)
+    np.testing.assert_array_equal(got, _frames.fit(upright, S))
+    assert model.image_encode([], uform.Arena()).embeddings.shape == (0, 32)
+    assert model.image_encode_pixels([], uform.Arena()).embeddings.shape == (0, 32)

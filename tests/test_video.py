@@ -203,3 +203,24 @@ def test_a_missed_seek_falls_back_to_reading_through(tower: video.VideoTower, mo
     monkeypatch.setattr(video, "pick", missing)
     np.testing.assert_array_equal(sampled(tower, data)[1], want)
     assert calls == [True, False]
+
+
+@pytest.mark.parametrize(("codec", "fmt"), [("libx264", "mp4"), ("libvpx-vp9", "webm")])
+def test_corrupted_clips_raise_input_errors_only(model: uform.Model, codec: str, fmt: str) -> None:
+    """Flipped bytes and cuts anywhere: each clip either decodes or raises InputError naming it."""
+    data = clip(codec, fmt, frames=12, gop=4, picture=pattern(48, 64))
+    rng = np.random.default_rng(11)
+    for _ in range(25):
+        b = bytearray(data)
+        for at in rng.integers(0, len(b), rng.integers(1, 8)):
+            b[at] = int(rng.integers(0, 256))
+        mutant = bytes(b[: int(rng.integers(len(b) // 3, len(b) + 1))])
+        try:
+            out = model.video_encode([mutant], uform.Arena())
+            assert np.isfinite(out.embeddings).all()
+        except uform.InputError as exc:
+            assert exc.index == 0 and exc.reason
+
+
+def test_empty_call(model: uform.Model) -> None:
+    assert model.video_encode([], uform.Arena()).embeddings.shape == (0, 32)
