@@ -88,6 +88,8 @@ def test_variable_frame_rate(tower: video.VideoTower) -> None:
         data = clip(codec, fmt, frames=len(pts), pts=pts, gop=3)
         picks, _, _ = sampled(tower, data)
         assert picks == expected([float(p) for p in pts], 60.0) == [3, 6, 6, 8], codec
+        late = clip(codec, fmt, frames=len(pts), pts=[p + 45 for p in pts], gop=3)  # a clip that starts at 1.5 s
+        assert sampled(tower, late)[0] == picks, codec
 
 
 @pytest.mark.parametrize("rotation", [90, -90, 180])

@@ -165,7 +165,7 @@ def plan(container: Any, stream: Any, source: Source) -> Plan:
     """Demux (never decode) the video stream: every frame's presentation time and keyframes."""
     times, keys, durations = [], [], {}
     for packet in container.demux(stream):
-        if packet.pts is None or packet.size == 0:
+        if packet.pts is None or packet.size == 0 or packet.is_discard:  # discard: cut by an MP4 edit list
             continue
         times.append(packet.pts)
         durations[packet.pts] = packet.duration or 0
