@@ -1,7 +1,8 @@
 """The batched encode loop every modality shares.
 
-A modality turns its inputs into a list of batch thunks. The loop prepares batch ``k + 1``
-on the executor's prefetch thread while ONNX Runtime computes batch ``k``, gathers float32
+A modality turns its inputs into a list of batch thunks. The loop prepares the first batch
+itself, then batch ``k + 1`` on the executor's prefetch thread while ONNX Runtime computes
+batch ``k``, gathers float32
 results in a call-local staging area, and only once every batch succeeded (and no progress
 handler cancelled) writes them into the caller's arena in the requested scalar.
 """
@@ -70,11 +71,11 @@ def encode(
     with arena._lease():
         embeddings = np.empty((count, call.config.dimensions), np.float32)
         token_parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
-        pending = call.executor.prefetch(batches[0]) if batches else None
+        pending = None
         for k in range(len(batches)):
             t0 = time.perf_counter()
-            assert pending is not None
-            batch = pending.result()
+            # the first batch is prepared right here: a one-batch call never waits on a thread hop
+            batch = batches[0]() if pending is None else pending.result()
             pending = call.executor.prefetch(batches[k + 1]) if k + 1 < len(batches) else None
             t1 = time.perf_counter()
             result = call.runner.run(names, batch.feeds)
