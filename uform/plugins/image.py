@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -218,9 +218,13 @@ def as_pixels(index: int, buffer: Any) -> np.ndarray:
 # -- verbs -----------------------------------------------------------------------------
 
 
+Prepared = tuple[np.ndarray, int, int, int]  # fitted pixels, source pixels, bytes read, reduced (0/1)
+
+
 def _run(
-    call: Call, count: int, prepare: Any, arena: Arena, stats: ImageEncodeStats | None, kwargs: dict[str, Any]
+    call: Call, count: int, prepare: Callable[[int, int], Prepared], arena: Arena, stats: ImageEncodeStats | None, kwargs: dict[str, Any]
 ) -> Encoded:
+    """Encode ``count`` items, ``prepare(i, S)`` giving item ``i`` (called in the executor's threads)."""
     if stats is not None and not isinstance(stats, ImageEncodeStats):
         raise TypeError(f"stats must be an ImageEncodeStats, got {type(stats).__name__}")
     tower: ImageTower = call.parsed
@@ -260,7 +264,7 @@ def image_encode(
 ) -> Encoded:
     items = _frames.sources(files, "paths, bytes or binary file objects")
 
-    def prepare(i: int, size: int) -> tuple[np.ndarray, int, int, int]:
+    def prepare(i: int, size: int) -> Prepared:
         fitted, read, pixels, reduced = decode(items[i], size)
         return fitted, pixels, read, int(reduced)
 
@@ -284,7 +288,7 @@ def image_encode_pixels(
         raise TypeError("pixels must be a sequence of [height, width, 3] buffers, got a single array; wrap it in a list")
     arrays = [as_pixels(i, p) for i, p in enumerate(pixels)]
 
-    def prepare(i: int, size: int) -> tuple[np.ndarray, int, int, int]:
+    def prepare(i: int, size: int) -> Prepared:
         return _frames.fit(_frames.from_array(arrays[i]), size), arrays[i].shape[0] * arrays[i].shape[1], 0, 0
 
     kwargs = {"outputs": outputs, "outputs_scalar": outputs_scalar, "progress": progress, "progress_steps": progress_steps}
