@@ -212,6 +212,31 @@ def test_bad_files_name_item_path_and_reason_and_write_nothing(model: uform.Mode
     np.testing.assert_array_equal(before.embeddings, kept)
 
 
+class _OneWay(io.RawIOBase):
+    """A readable, unseekable stream (a pipe, a socket)."""
+
+    def __init__(self, data: bytes) -> None:
+        self._inner = io.BytesIO(data)
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: bytearray) -> int:  # type: ignore[override]
+        return self._inner.readinto(b)
+
+
+def test_one_way_and_text_streams(model: uform.Model, tmp_path: Path) -> None:
+    data = encode_image(pattern(30, 30), "PNG")
+    np.testing.assert_array_equal(embed(model, [_OneWay(data)]), embed(model, [data]))
+    path = tmp_path / "x.png"
+    path.write_bytes(data)
+    with open(path, encoding="latin-1") as text, pytest.raises(uform.InputError, match="text mode"):
+        model.image_encode([text], uform.Arena())
+    with open(path, encoding="latin-1") as text, pytest.raises(uform.InputError, match="text mode") as info:
+        model.image_encode([data, text], uform.Arena())
+    assert info.value.index == 1 and info.value.path == str(path)
+
+
 def test_bad_pixels(model: uform.Model) -> None:
     for bad in [np.zeros((4, 4), np.uint8), np.zeros((4, 4, 3), np.float32), np.zeros((0, 4, 3), np.uint8), np.zeros((4, 4, 4), np.uint8)]:
         with pytest.raises(uform.InputError, match=r"item 1: expected uint8 \[height, width, 3\]"):

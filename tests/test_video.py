@@ -224,5 +224,19 @@ def test_corrupted_clips_raise_input_errors_only(model: uform.Model, codec: str,
             assert exc.index == 0 and exc.reason
 
 
-def test_empty_call(model: uform.Model) -> None:
+def test_empty_call_and_one_way_streams(model: uform.Model) -> None:
     assert model.video_encode([], uform.Arena()).embeddings.shape == (0, 32)
+
+    class OneWay(io.RawIOBase):
+        def __init__(self, data: bytes) -> None:
+            self._inner = io.BytesIO(data)
+
+        def readable(self) -> bool:
+            return True
+
+        def readinto(self, b: bytearray) -> int:  # type: ignore[override]
+            return self._inner.readinto(b)
+
+    data = clip(frames=5)
+    out = np.array(model.video_encode([OneWay(data), data], uform.Arena()).embeddings)
+    np.testing.assert_array_equal(out[0], out[1])

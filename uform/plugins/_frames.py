@@ -131,7 +131,10 @@ class Source:
         except Exception:  # noqa: BLE001 - a broken file object is just not seekable
             seekable = False
         if not seekable:
-            return io.BytesIO(self.stream.read())
+            data = self.stream.read()
+            if not isinstance(data, (bytes, bytearray)):
+                raise self.fail(f"the file object gave {type(data).__name__}, not bytes; open it with 'rb'")
+            return io.BytesIO(data)
         self.stream.seek(0)
         return self.stream
 
@@ -164,6 +167,8 @@ def sources(files: Iterable[Any], what: str) -> list[Source]:
             out.append(Source(i, None, data=data))
         elif hasattr(item, "read"):
             name = getattr(item, "name", None)
+            if isinstance(item, io.TextIOBase):
+                raise InputError(i, "the file object is in text mode; open it with 'rb'", name if isinstance(name, str) else None)
             out.append(Source(i, name if isinstance(name, str) else None, stream=item))
         else:
             raise InputError(i, f"expected a path, bytes or a binary file object, got {type(item).__name__}")
