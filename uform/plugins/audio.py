@@ -43,8 +43,8 @@ MAX_FAILED_PACKETS = 64  # undecodable packets in a row before a recording is re
 MAX_RATE = 1_000_000
 MAX_FRAME_VALUES = 1 << 26  # frames x n_fft a config may ask for
 # FFmpeg probes a WAV's PCM for S/PDIF-wrapped DTS/AC-3 over up to 2500 packets, which is
-# most of the time spent opening a WAV; a few packets decide it.
-OPEN_OPTIONS = {"max_probe_packets": "4"}
+# most of the time spent opening a WAV; one packet (16 KiB, several S/PDIF bursts) decides it.
+OPEN_OPTIONS = {"max_probe_packets": "1"}
 # an ended recording shorter than its container declares, by more than this, is truncated
 TRUNCATION_SLACK_SECONDS, TRUNCATION_SLACK_SHARE = 0.25, 0.05
 
@@ -316,6 +316,8 @@ def source(index: int, item: Any, open_it: bool = True) -> tuple[Any, str | None
         return (io.BytesIO(bytes(item)) if open_it else None), None
     if callable(getattr(item, "read", None)):
         name = getattr(item, "name", None)
+        if open_it and callable(getattr(item, "seekable", None)) and item.seekable():
+            item.seek(0)  # read from the start, as image_encode does
         return item, name if isinstance(name, str) else None
     raise InputError(index, f"expected a path, bytes or a binary file object, got {type(item).__name__}")
 
