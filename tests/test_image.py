@@ -286,3 +286,42 @@ def test_jpeg_orientation_and_empty_calls(model: uform.Model) -> None:
     np.testing.assert_array_equal(got, _frames.fit(upright, S))
     assert model.image_encode([], uform.Arena()).embeddings.shape == (0, 32)
     assert model.image_encode_pixels([], uform.Arena()).embeddings.shape == (0, 32)
+
+
+def test_decoding_overlaps_the_tower(model: uform.Model, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Batch k + 1 decodes in worker threads while the session computes batch k."""
+    import threading
+    import time
+
+    events: list[tuple[str, float, float, str]] = []
+    real_decode, runners = image.decode, model._runtime.placement.runners
+    real_runner = runners["image"]
+
+    def slow_decode(source: _frames.Source, size: int) -> tuple[np.ndarray, int, int, bool]:
+        t0 = time.perf_counter()
+        time.sleep(0.01)
+        out = real_decode(source, size)
+        events.append(("decode", t0, time.perf_counter(), threading.current_thread().name))
+        return out
+
+    class SlowRunner:
+        def run(self, names: list[str], feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+            t0 = time.perf_counter()
+            time.sleep(0.15)
+            out = real_runner.run(names, feeds)
+            events.append(("compute", t0, time.perf_counter(), threading.current_thread().name))
+            return out  # type: ignore[no-any-return]
+
+    monkeypatch.setattr(image, "decode", slow_decode)
+    monkeypatch.setattr(image, "MAX_ROWS", 4)
+    monkeypatch.setitem(runners, "image", SlowRunner())
+    stats = uform.ImageEncodeStats()
+    model.image_encode([encode_image(pattern(20, 20, seed=i), "PNG") for i in range(12)], uform.Arena(), stats=stats)
+    computes = [e for e in events if e[0] == "compute"]
+    decodes = [e for e in events if e[0] == "decode"]
+    assert len(computes) == 3 and len(decodes) == 12
+    assert all(e[3] != threading.main_thread().name for e in decodes)
+    first_compute = computes[0]
+    overlapped = [d for d in decodes if d[1] < first_compute[2] and d[2] > first_compute[1]]
+    assert len(overlapped) >= 4  # the whole second batch decoded during the first compute
+    assert stats.seconds_preprocess < 0.8 * stats.seconds_decode  # only the first batch is exposed
