@@ -325,3 +325,15 @@ def test_decoding_overlaps_the_tower(model: uform.Model, monkeypatch: pytest.Mon
     overlapped = [d for d in decodes if d[1] < first_compute[2] and d[2] > first_compute[1]]
     assert len(overlapped) >= 4  # the whole second batch decoded during the first compute
     assert stats.seconds_preprocess < 0.8 * stats.seconds_decode  # only the first batch is exposed
+
+
+def test_unreadable_file(model: uform.Model, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "gone.png"
+    path.write_bytes(encode_image(pattern(8, 8), "PNG"))
+
+    def refuse(self: _frames.Source) -> object:
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(_frames.Source, "open", refuse)
+    with pytest.raises(uform.InputError, match=r"item 0 \(.*gone.png\): cannot read the file \(Permission denied\)"):
+        model.image_encode([path], uform.Arena())

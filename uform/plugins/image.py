@@ -163,7 +163,10 @@ def open_image(source: Source, size: int) -> tuple[Image.Image, int, bool]:
     plugins: dict[str, type[Image.Image]] = {
         "JPEG": JpegImagePlugin.JpegImageFile, "PNG": PngImagePlugin.PngImageFile, "WEBP": WebPImagePlugin.WebPImageFile,
     }  # fmt: skip
-    stream = source.open()
+    try:
+        stream = source.open()
+    except OSError as exc:
+        raise source.fail(f"cannot read the file ({exc.strerror or exc})") from None
     try:
         head = stream.read(16)
         kind = sniff(head)
