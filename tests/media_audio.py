@@ -51,6 +51,21 @@ def write_format(directory: Path, name: str, signal: np.ndarray, stem: str = "cl
     return write(directory / f"{stem}-{name}{suffix}", signal, rate, codec, container)
 
 
+def bad_tags_flac(path: Path, signal: np.ndarray, rate: int) -> Path:
+    """A FLAC whose title tag is not UTF-8 (PyAV's default ``av.open`` raises
+    ``UnicodeDecodeError`` on it)."""
+    layout = {1: "mono", 2: "stereo"}[signal.shape[0]]
+    with av.open(str(path), "w") as out:
+        out.metadata["title"] = "QQQQQQQQ"
+        stream = out.add_stream("flac", rate=rate, layout=layout)
+        frame = av.AudioFrame.from_ndarray(np.ascontiguousarray(signal), format="fltp", layout=layout)
+        frame.sample_rate = rate
+        for packet in [*stream.encode(frame), *stream.encode(None)]:
+            out.mux(packet)
+    path.write_bytes(path.read_bytes().replace(b"QQQQQQQQ", b"\xff\xfe\xfd\xfc\xc3\x28\xa0\xa1"))
+    return path
+
+
 def wav_header(rate: int, channels: int, data_bytes: int) -> bytes:
     """A canonical 44-byte PCM s16le WAV header."""
     return b"RIFF" + struct.pack("<I", 36 + data_bytes) + b"WAVEfmt " + struct.pack(

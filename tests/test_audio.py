@@ -208,6 +208,14 @@ def test_content_not_extension_decides(model: uform.Model, clips: dict[str, Path
     np.testing.assert_array_equal(embed(model, [renamed]), embed(model, [clips["flac"]]))
 
 
+def test_tags_that_are_not_utf8_do_not_fail_a_file(model: uform.Model, tower: audio.AudioTower, tmp_path: Path) -> None:
+    signal = media.tone(0.5, 44100)
+    path = media.bad_tags_flac(tmp_path / "latin1-title.flac", signal, 44100)
+    window = audio.decode(0, path, tower).samples
+    pcm = media.pcm16(signal)[:, 0].astype(np.float32) / 32768
+    np.testing.assert_allclose(window, audio.resample(0, pcm, 44100, tower).samples, atol=1e-4)
+
+
 def test_ten_hour_recording_costs_its_window(model: uform.Model, tmp_path: Path) -> None:
     path, head = media.ten_hour_wav(tmp_path / "ten-hours.wav")
     assert path.stat().st_size > 10 * 3600 * R * 2
