@@ -330,6 +330,20 @@ def test_tape_list_and_batches_agree(model: uform.Model) -> None:
     assert stats.seconds_decode > 0 and stats.seconds_compute > 0
 
 
+def test_any_buffer_and_empty_calls(model: uform.Model, clips: dict[str, Path]) -> None:
+    import array
+
+    x = np.random.default_rng(6).standard_normal((3, 2 * N)).astype(np.float32) * 0.1
+    want = embed_samples(model, x, R)  # a 2-D array is a sequence of rows
+    got = embed_samples(model, [array.array("f", x[0]), memoryview(x[1]), np.ascontiguousarray(x[2])], R)
+    np.testing.assert_array_equal(got, want)
+    strided = embed_samples(model, [x[0][::2]], R // 2)  # a strided view, at half the rate
+    assert strided.shape == (1, 32) and np.isfinite(strided).all()
+    assert embed(model, []).shape == (0, 32) and embed_samples(model, [], R).shape == (0, 32)
+    with open(clips["wav"]) as text_mode, pytest.raises(uform.InputError, match="not a recording uform can decode"):
+        model.audio_encode([text_mode], uform.Arena())
+
+
 def test_import_uform_loads_no_av() -> None:
     import subprocess
     import sys

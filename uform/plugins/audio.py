@@ -498,6 +498,7 @@ def audio_encode(
     progress_steps: int = 0,
     stats: AudioEncodeStats | None = None,
 ) -> Encoded:
+    """Decode recordings (paths, bytes, binary file objects) to windows and embed them."""
     _check_stats(stats)
     if isinstance(files, (str, bytes, bytearray, memoryview, os.PathLike)):
         raise TypeError(f"files must be a sequence of recordings, got a single {type(files).__name__}; wrap it in a list")
@@ -524,6 +525,7 @@ def audio_encode_samples(
     progress_steps: int = 0,
     stats: AudioEncodeStats | None = None,
 ) -> Encoded:
+    """Resample 1-D float32 mono recordings at ``sample_rate`` to windows and embed them."""
     _check_stats(stats)
     if isinstance(sample_rate, bool) or not isinstance(sample_rate, (int, np.integer)) or not 1 <= sample_rate <= MAX_RATE:
         raise ValueError(f"sample_rate must be an integer in [1, {MAX_RATE}] Hz, got {sample_rate!r}")
