@@ -5,7 +5,8 @@
 For each preset and executor size: ``audio_encode`` of ``items`` recordings twice the
 window long (44.1 kHz stereo WAV, FLAC, MP3; 48 kHz Opus in Ogg) and
 ``audio_encode_samples`` of the same sound as float32 mono at 44.1 kHz (resampled) and at
-the tower's rate (not), beside the tower graph alone on prepared windows. "x realtime" is
+the tower's rate (not), beside the tower graph alone on prepared windows and the PyTorch
+reference tower (FP32 eager) on the same windows. "x realtime" is
 window seconds encoded per wall second. The stats split each call into decode (batch
 preparation, in threads), compute (ONNX Runtime) and the part of decode the compute loop
 waited for; "overlap" is decode that ran while ONNX Runtime computed (decode - waited), and
@@ -74,6 +75,23 @@ def graph_only(model: Any, items: int, window: int, seconds: float) -> float:
     return rate(lambda: runner.run(["embeddings"], {"samples": feed}), items, seconds)
 
 
+def reference_only(ckpt: Path, items: int, window: int, threads: int, seconds: float) -> float:
+    """Items/s of the PyTorch reference tower (FP32 eager) on the same windows."""
+    import torch
+
+    from uform.exporters.reference import ReferenceModel
+
+    torch.set_num_threads(threads)
+    tower = ReferenceModel.from_checkpoint(ckpt).towers["audio"]
+    feed = torch.from_numpy(np.random.default_rng(0).standard_normal((items, window)).astype(np.float32) * 0.1)
+
+    def run() -> None:
+        with torch.no_grad():
+            tower.encode(feed)
+
+    return rate(run, items, seconds)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--presets", default="tiny,small")
@@ -104,6 +122,8 @@ def main() -> None:
                     model = uform.Model.load_ram(ckpt, executor=executor)
                     graph = graph_only(model, args.items, cfg["samples"], args.seconds)
                     rows.append({"threads": threads, "input": "graph only", "items/s": round(graph, 1), "x realtime": round(graph * window_seconds, 1)})
+                    ref = reference_only(ckpt, args.items, cfg["samples"], threads, args.seconds)
+                    rows.append({"threads": threads, "input": "PyTorch reference", "items/s": round(ref, 1), "x realtime": round(ref * window_seconds, 1)})
                     for kind, items in inputs.items():
                         rows.append({"threads": threads, **measure(model, kind, items, window_seconds, args.seconds)})
             columns = ["threads", "input", "items/s", "x realtime", "decode ms/call", "compute ms/call", "waited ms/call", "overlap ms/call", "overlap of max", "audio s read/item"]

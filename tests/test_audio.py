@@ -78,6 +78,28 @@ def test_graph_matches_reference(model: uform.Model, ckpt: Path) -> None:
     np.testing.assert_allclose(np.linalg.norm(ours, axis=1), 1.0, atol=1e-5)
 
 
+@pytest.mark.parametrize("front", [{"n_fft": 255, "hop": 100, "n_mels": 20, "patch_frames": 5}, {"n_fft": 2, "hop": 2, "n_mels": 3, "patch_frames": 1000}])
+def test_odd_and_tiny_ffts_match_the_reference(front: dict[str, int], tmp_path: Path) -> None:
+    """Geometries off the presets: an odd n_fft (no Nyquist bin), the smallest n_fft."""
+    torch = pytest.importorskip("torch")
+    import ml_dtypes
+
+    from uform.core.config import make_config
+    from uform.exporters.reference import ReferenceModel
+
+    cfg = {**get_host().modalities["audio"].tower.presets["tiny"], "samples": 8000, **front}
+    config = make_config(32, 32, {"audio": cfg})
+    parsed = audio.read(cfg, config)
+    rng = np.random.default_rng(8)
+    weights = {k: (rng.standard_normal(v.shape) * v.std + v.mean).astype(ml_dtypes.bfloat16) for k, v in audio.tensors(parsed, config).items()}
+    checkpoint.save(tmp_path / "odd.safetensors", config, weights)
+    x = (rng.standard_normal((3, 8000)) * 0.2).astype(np.float32)
+    ours = embed_samples(uform.Model.load_ram(tmp_path / "odd.safetensors"), x, R)
+    with torch.no_grad():
+        ref = ReferenceModel.from_checkpoint(tmp_path / "odd.safetensors").towers["audio"].encode(torch.from_numpy(x)).numpy()
+    np.testing.assert_allclose(ours, ref, atol=2e-5)
+
+
 def test_front_end_constants_match_the_reference(tower: audio.AudioTower) -> None:
     torch = pytest.importorskip("torch")
     from uform.exporters.reference.audio import mel_filters
@@ -87,11 +109,11 @@ def test_front_end_constants_match_the_reference(tower: audio.AudioTower) -> Non
     assert ours.shape == (201, 32)
     np.testing.assert_allclose(ours, ref, atol=1e-12)
     assert ours.max() <= 1.0 and (ours.sum(axis=0) > 0).all()  # every filter catches some bin
-    # the windowed DFT matrix gives torch.stft's power spectrum
+    # the DFT folded on the window's symmetry gives torch.stft's power spectrum
     x = np.random.default_rng(1).standard_normal(N).astype(np.float64)
     frames = np.lib.stride_tricks.sliding_window_view(x, 400)[::160]
-    spec = frames @ audio.dft_matrix(tower)
-    power = spec[:, :201] ** 2 + spec[:, 201:] ** 2
+    j, cos, sin = audio.dft_halves(tower)
+    power = ((frames[:, j] + frames[:, 400 - j]) @ cos) ** 2 + ((frames[:, j] - frames[:, 400 - j]) @ sin) ** 2
     stft = torch.stft(torch.from_numpy(x), 400, 160, window=torch.hann_window(400, periodic=True, dtype=torch.float64), center=False, return_complex=True)
     np.testing.assert_allclose(power, (stft.abs() ** 2).numpy().T, rtol=1e-9, atol=1e-9)
     assert tower.frames == 98 and tower.tokens == 14

@@ -6,7 +6,8 @@ mono as the mean of its channels, resamples with FFmpeg's libswresample (the sam
 resampler for files and for ``audio_encode_samples``) and stops as soon as the tower's
 window of ``N`` samples is full, so a 10-hour file costs what its first seconds cost. The
 log-mel front end runs inside the ONNX graph: framing is a ``Gather``, the windowed DFT
-and the mel filters are constant matrices built from the config.
+(folded on the frame's symmetry, half the products) and the mel filters are constant
+matrices built from the config.
 """
 
 from __future__ import annotations
@@ -93,8 +94,8 @@ class AudioTower:
 
 
 def read(cfg: Mapping[str, Any], model: ModelConfig) -> AudioTower:
-    """Check ``towers.audio``; the bounds keep the graph's constants (DFT [n_fft, n_fft + 2],
-    frame index [frames, n_fft]) within a few hundred MiB whatever the file says."""
+    """Check ``towers.audio``; the bounds keep the graph's constants (DFT 2 × [n_fft/2, bins],
+    frame indices 2 × [frames, n_fft/2]) within a few hundred MiB whatever the file says."""
     w = "towers.audio"
     n_fft = integer(cfg, "n_fft", w, 2, 4096)
     t = AudioTower(
@@ -131,23 +132,34 @@ def mel_filters(t: AudioTower) -> np.ndarray:
     return np.maximum(0.0, np.minimum(up, down))
 
 
-def dft_matrix(t: AudioTower) -> np.ndarray:
-    """``[cos | sin]`` of the real DFT with the periodic Hann window folded in: [n_fft, 2 bins]."""
-    n = np.arange(t.n_fft)
-    window = 0.5 - 0.5 * np.cos(2 * np.pi * n / t.n_fft)
-    angle = 2 * np.pi * ((n[:, None] * np.arange(t.bins)[None, :]) % t.n_fft) / t.n_fft
-    return np.concatenate([np.cos(angle), np.sin(angle)], axis=1) * window[:, None]
+def dft_halves(t: AudioTower) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The windowed real DFT folded on the frame's symmetry: ``(j, C, S)`` with
+    ``j = 1 … ⌊n_fft/2⌋`` and ``C``, ``S`` float64 [len(j), bins] such that for a frame ``x``
+
+        Re = (x[j] + x[n_fft − j]) @ C,   Im = (x[j] − x[n_fft − j]) @ S
+
+    (the periodic Hann window is symmetric, ``w[n] = w[n_fft − n]``, and ``w[0] = 0``; at
+    ``j = n_fft/2`` the pair is one sample counted twice, so that row of ``C`` is halved).
+    Two products of half the size of the plain ``[n_fft, 2 bins]`` DFT matrix.
+    """
+    j = np.arange(1, t.n_fft // 2 + 1)
+    window = 0.5 - 0.5 * np.cos(2 * np.pi * j / t.n_fft)
+    angle = 2 * np.pi * ((j[:, None] * np.arange(t.bins)[None, :]) % t.n_fft) / t.n_fft
+    once = np.where(2 * j == t.n_fft, 0.5, 1.0)
+    return j, np.cos(angle) * (window * once)[:, None], np.sin(angle) * window[:, None]
 
 
 def graph(t: AudioTower, model: ModelConfig, b: GraphBuilder) -> None:
     samples = b.input("samples", TensorProto.FLOAT, ["batch", t.samples])
     used = t.tokens * t.patch_frames  # trailing frames are dropped, so never computed
-    index = np.arange(used)[:, None] * t.hop + np.arange(t.n_fft)[None, :]
-    frames = b.op("Gather", samples, b.const(index, "frame_index", np.int64), axis=1)  # [B, used, n_fft]
-    spectrum = b.op("MatMul", frames, b.const(dft_matrix(t), "dft", np.float32))  # [B, used, 2 bins]
-    filters = mel_filters(t)
-    power_to_mel = b.const(np.concatenate([filters, filters]), "mel", np.float32)  # re² and im² share a filter
-    mel = b.op("MatMul", b.op("Mul", spectrum, spectrum), power_to_mel)  # [B, used, n_mels]
+    j, cos, sin = dft_halves(t)
+    starts = np.arange(used)[:, None] * t.hop
+    head = b.op("Gather", samples, b.const(starts + j, "frame_head", np.int64), axis=1)  # x[j], [B, used, n_fft/2]
+    tail = b.op("Gather", samples, b.const(starts + t.n_fft - j, "frame_tail", np.int64), axis=1)  # x[n_fft − j]
+    real = b.op("MatMul", b.op("Add", head, tail), b.const(cos, "dft_cos", np.float32))  # [B, used, bins]
+    imag = b.op("MatMul", b.op("Sub", head, tail), b.const(sin, "dft_sin", np.float32))
+    power = b.op("Add", b.op("Mul", real, real), b.op("Mul", imag, imag))
+    mel = b.op("MatMul", power, b.const(mel_filters(t), "mel", np.float32))  # [B, used, n_mels]
     logmel = b.op("Log", b.op("Add", mel, b.const(np.float32(LOG_FLOOR), "floor")))
     if b.float_type != TensorProto.FLOAT:
         logmel = b.op("Cast", logmel, to=b.float_type)
