@@ -191,6 +191,8 @@ def mono(frame: Any) -> np.ndarray:
         raise ValueError(f"unsupported sample format {frame.format.name}")
     dtype, scale = _KINDS[kind]
     n, channels = frame.samples, frame.layout.nb_channels
+    if channels < 1 or frame.sample_rate < 1:
+        raise ValueError(f"a frame of {channels} channels at {frame.sample_rate} Hz")
     if frame.format.is_planar:
         planes = [np.frombuffer(p, dtype, n) for p in frame.planes]
     else:
