@@ -191,8 +191,8 @@ def mono(frame: Any) -> np.ndarray:
         raise ValueError(f"unsupported sample format {frame.format.name}")
     dtype, scale = _KINDS[kind]
     n, channels = frame.samples, frame.layout.nb_channels
-    if channels < 1 or frame.sample_rate < 1:
-        raise ValueError(f"a frame of {channels} channels at {frame.sample_rate} Hz")
+    if channels < 1:
+        raise ValueError("a frame without channels")
     if frame.format.is_planar:
         planes = [np.frombuffer(p, dtype, n) for p in frame.planes]
     else:
@@ -235,6 +235,8 @@ class Window:
         return self.produced >= self.samples
 
     def add(self, x: np.ndarray, rate: int) -> None:
+        if rate < 1:
+            raise ValueError(f"samples at {rate} Hz")
         if rate != self.pending_rate:
             self._drain(flush=True)
             self.pending_rate = rate
