@@ -279,7 +279,16 @@ def bad_items(d: Path, clips: dict[str, Path]) -> dict[str, tuple[Any, str]]:
     data = bytearray(header_says_2s.read_bytes())
     data[40:44] = (2 * R * 2).to_bytes(4, "little")
     header_says_2s.write_bytes(bytes(data))
+    pcm = media.pcm16(media.tone(0.2, 8000)).tobytes()
+    odd_headers = {  # (rate, channels) a WAV header may claim
+        (0, 1): "not a recording uform can decode",
+        (8000, 0): "holds no decodable audio",
+        (2**31 - 1, 1): "cannot be decoded past 0.000 s",
+    }
+    for (rate, channels), _ in odd_headers.items():
+        (d / f"odd-{rate}-{channels}.wav").write_bytes(media.wav_header(rate, channels, len(pcm)) + pcm)
     return {
+        **{f"wav of {r} Hz, {c} channels": (d / f"odd-{r}-{c}.wav", why) for (r, c), why in odd_headers.items()},
         "empty file": (d / "empty.wav", "is empty"),
         "empty bytes": (b"", "is empty"),
         "random bytes": (d / "noise.mp3", "not a recording uform can decode"),
