@@ -359,6 +359,8 @@ def test_tape_list_and_batches_agree(model: uform.Model) -> None:
     embed_samples(model, rows * 10, 22050, stats=stats)  # 40 items: batches of 16
     assert (stats.items, stats.batches, stats.padded_items, stats.truncated_items) == (40, 3, 20, 10)  # 1 s exactly fills the window: neither
     assert stats.seconds_decode > 0 and stats.seconds_compute > 0
+    # batches 2 and 3 were resampled on the prefetch thread while ONNX Runtime computed
+    assert stats.seconds_decode > stats.seconds_preprocess
 
 
 def test_any_buffer_and_empty_calls(model: uform.Model, clips: dict[str, Path]) -> None:
