@@ -3,7 +3,8 @@
 PyAV's wheel writes pcm_s16le, flac, libmp3lame and libopus (and libvpx for a video-only
 WebM), so every format uform reads can be made here in milliseconds. A 10-hour WAV costs
 nothing: its header declares 10 hours, one second of tone is written, and the rest of the
-file is a sparse hole of zero bytes, which is exactly 16-bit digital silence.
+file is a sparse hole of zero bytes, which is exactly 16-bit digital silence. A 10-hour MP3
+is one short CBR file repeated.
 """
 
 from __future__ import annotations
@@ -93,6 +94,25 @@ def ten_hour_wav(path: Path, rate: int = 16000) -> tuple[Path, np.ndarray]:
     """A 10-hour mono WAV (1.15 GB, sparse): one second of tone, then silence. Answers the tone."""
     head = tone(1.0, rate, (330.0,))
     return wav(path, head, rate, declared_samples=10 * 3600 * rate), head
+
+
+def ten_hour_mp3(path: Path) -> tuple[Path, Path]:
+    """A 10.8-hour MP3 (39 MB, made in ~0.1 s): a 2 s 8 kHz CBR MP3 without ID3 or Xing
+    headers, repeated 18000 times; FFmpeg takes its duration from the bit rate. Answers it
+    and the 2 s file, whose first second is the same bytes."""
+    two = path.with_name(path.stem + "-2s.mp3")
+    with av.open(str(two), "w", format="mp3", options={"write_xing": "0", "id3v2_version": "0"}) as out:
+        stream = out.add_stream("libmp3lame", rate=8000, layout="mono")
+        stream.bit_rate = 8000
+        frame = av.AudioFrame.from_ndarray(tone(2.0, 8000, (330.0,)), format="fltp", layout="mono")
+        frame.sample_rate = 8000
+        for packet in [*stream.encode(frame), *stream.encode(None)]:
+            out.mux(packet)
+    data = two.read_bytes()
+    with open(path, "wb") as f:
+        for _ in range(18000):
+            f.write(data)
+    return path, two
 
 
 def video_only_webm(path: Path) -> Path:

@@ -247,9 +247,20 @@ def test_ten_hour_recording_costs_its_window(model: uform.Model, tmp_path: Path)
     got = embed(model, [path, path], stats=stats)
     assert time.perf_counter() - started < 10
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss < 200_000  # KiB: nowhere near 1.15 GB
-    assert stats.audio_seconds <= 2 * 1.1 and stats.truncated_items == 2
+    assert stats.audio_seconds <= 2 * 1.1 and stats.truncated_items == 2  # 1 s of 10 h each
     pcm = media.pcm16(head)[:, 0].astype(np.float32) / 32768
     np.testing.assert_array_equal(got, embed_samples(model, [pcm, pcm], R))
+
+
+def test_ten_hour_mp3_costs_its_window(model: uform.Model, tower: audio.AudioTower, tmp_path: Path) -> None:
+    path, two_seconds = media.ten_hour_mp3(tmp_path / "ten-hours.mp3")
+    stats = uform.AudioEncodeStats()
+    started = time.perf_counter()
+    got = embed(model, [path], stats=stats)
+    assert time.perf_counter() - started < 10
+    assert stats.audio_seconds < 1.1 and stats.truncated_items == 1
+    np.testing.assert_array_equal(audio.decode(0, path, tower).samples, audio.decode(0, two_seconds, tower).samples)
+    np.testing.assert_allclose(got, embed(model, [two_seconds]), atol=1e-6)
 
 
 def test_undecodable_packets_are_skipped_and_counted(model: uform.Model, clips: dict[str, Path], tmp_path: Path) -> None:

@@ -243,7 +243,9 @@ class Window:
         self.pending.append(x)
         self.pending_count += len(x)
         self.seconds += len(x) / rate
-        if self.pending_count >= CHUNK or rate == self.rate:  # at the tower's rate nothing waits
+        # resample a chunk at a time, or as soon as what is pending could finish the window
+        missing = -(-(self.samples - self.produced) * rate // self.rate) + TAIL
+        if self.pending_count >= min(CHUNK, missing) or rate == self.rate:  # at the tower's rate nothing waits
             self._drain(flush=False)
 
     def _emit(self, x: np.ndarray) -> None:
