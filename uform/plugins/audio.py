@@ -214,7 +214,7 @@ class Window:
     """The first ``samples`` samples at ``rate`` of a mono recording fed in chunks at any rate.
 
     Resampling is libswresample's default (through PyAV's ``AudioResampler``), run on
-    chunks of ``CHUNK`` source samples; its output does not depend on the chunking. At the
+    chunks of up to ``CHUNK`` source samples; its output does not depend on the chunking. At the
     end the resampler gets ``TAIL`` periods of zeros and is flushed, and its output is cut
     to what the input's duration gives (``round(n R / rate)``): no tail sample is lost, even
     of a recording too short for libswresample to answer anything without the zeros.
