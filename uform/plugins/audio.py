@@ -244,9 +244,12 @@ class Window:
         self.pending_count += len(x)
         self.seconds += len(x) / rate
         # resample a chunk at a time, or as soon as what is pending could finish the window
-        missing = -(-(self.samples - self.produced) * rate // self.rate) + TAIL
-        if self.pending_count >= min(CHUNK, missing) or rate == self.rate:  # at the tower's rate nothing waits
+        if self.pending_count >= self.wanted(rate) or rate == self.rate:  # at the tower's rate nothing waits
             self._drain(flush=False)
+
+    def wanted(self, rate: int) -> int:
+        """Source samples at ``rate`` worth gathering before the next resampler call."""
+        return min(CHUNK, -(-(self.samples - self.produced) * rate // self.rate) + TAIL)
 
     def _emit(self, x: np.ndarray) -> None:
         if not self.full and len(x):
@@ -435,8 +438,9 @@ def resample(index: int, x: np.ndarray, rate: int, t: AudioTower) -> Recording:
     window = Window(t.sample_rate, t.samples)
     start = 0
     while start < len(x) and not window.full:
-        window.add(x[start : start + CHUNK], rate)
-        start += CHUNK
+        step = window.wanted(rate)
+        window.add(x[start : start + step], rate)
+        start += step
     samples = window.finish()
     if not np.isfinite(samples).all():
         raise InputError(index, "holds NaN or infinite samples")
