@@ -28,9 +28,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parent.parent / "tests"))
-from common import rate, save, table  # noqa: E402
-
-import media_audio as media  # noqa: E402
+import media_audio as media
+from common import rate, save, table
 
 
 def recordings(directory: Path, items: int, seconds: float) -> dict[str, list[Any]]:
@@ -50,9 +49,9 @@ def measure(model: Any, kind: str, items: list[Any], window_seconds: float, seco
     arena, stats = uform.Arena(), uform.AudioEncodeStats()
     if kind.startswith("samples"):
         sr = 44100 if "44.1k" in kind else 16000
-        call = lambda: model.audio_encode_samples(items, sr, arena, stats=stats)  # noqa: E731
+        call = lambda: model.audio_encode_samples(items, sr, arena, stats=stats)
     else:
-        call = lambda: model.audio_encode(items, arena, stats=stats)  # noqa: E731
+        call = lambda: model.audio_encode(items, arena, stats=stats)
     per_second = rate(call, len(items), seconds)
     calls = stats.items / len(items)
     return {

@@ -110,8 +110,7 @@ def ten_hour_mp3(path: Path) -> tuple[Path, Path]:
             out.mux(packet)
     data = two.read_bytes()
     with open(path, "wb") as f:
-        for _ in range(18000):
-            f.write(data)
+        f.writelines(data for _ in range(18000))
     return path, two
 
 

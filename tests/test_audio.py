@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import media_audio as media
 import numpy as np
 import pytest
 
@@ -17,8 +18,6 @@ import uform
 from uform.core import checkpoint
 from uform.core.host import get_host
 from uform.plugins import audio
-
-import media_audio as media
 
 R, N = 16000, 16000  # the tiny preset's rate and window
 
@@ -296,7 +295,7 @@ def bad_items(d: Path, clips: dict[str, Path]) -> dict[str, tuple[Any, str]]:
         (8000, 0): "holds no decodable audio",
         (2**31 - 1, 1): "cannot be decoded past 0.000 s",
     }
-    for (rate, channels), _ in odd_headers.items():
+    for rate, channels in odd_headers:
         (d / f"odd-{rate}-{channels}.wav").write_bytes(media.wav_header(rate, channels, len(pcm)) + pcm)
     return {
         **{f"wav of {r} Hz, {c} channels": (d / f"odd-{r}-{c}.wav", why) for (r, c), why in odd_headers.items()},
