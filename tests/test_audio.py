@@ -3,6 +3,7 @@ window rules (mono mean, resampling without a lost tail, cut or pad), bad input,
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import os
 import resource
@@ -17,7 +18,7 @@ import pytest
 import uform
 from uform.core import checkpoint
 from uform.core.host import get_host
-from uform.plugins import audio
+from uform.plugins import _sources, audio
 
 R, N = 16000, 16000  # the tiny preset's rate and window
 
@@ -45,6 +46,12 @@ def clips(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """Two seconds of a stereo chord (440 Hz left, 880 Hz right) in every format."""
     d = tmp_path_factory.mktemp("clips")
     return {name: media.write_format(d, name, media.tone(2.0, rate, (440.0, 880.0))) for name, (_, _, _, rate) in media.FORMATS.items()}
+
+
+def decode_item(index: int, item: object, tower: object) -> "audio.Recording":
+    """``audio.decode`` of one item as the verb sees it (checked, at position ``index``)."""
+    (source,) = _sources.sources([item], "recordings")
+    return audio.decode(dataclasses.replace(source, index=index), tower)  # type: ignore[arg-type]
 
 
 def embed(model: uform.Model, files: list[Any], **kw: Any) -> np.ndarray:
@@ -152,7 +159,7 @@ def test_wav_at_the_tower_rate_is_exactly_its_samples(model: uform.Model, tmp_pa
     signal = media.tone(0.75, R, (300.0,))
     path = media.wav(tmp_path / "mono16k.wav", signal, R)
     pcm = media.pcm16(signal)[:, 0].astype(np.float32) / 32768
-    window = audio.decode(0, path, model._runtime.towers["audio"].parsed).samples
+    window = decode_item(0, path, model._runtime.towers["audio"].parsed).samples
     np.testing.assert_array_equal(window, np.concatenate([pcm, np.zeros(N - len(pcm), np.float32)]))
     np.testing.assert_array_equal(embed(model, [path]), embed_samples(model, [pcm], R))
 
@@ -160,7 +167,7 @@ def test_wav_at_the_tower_rate_is_exactly_its_samples(model: uform.Model, tmp_pa
 def test_stereo_is_the_mean_of_channels_and_resampling_keeps_the_tail(model: uform.Model, tower: audio.AudioTower, tmp_path: Path) -> None:
     left = media.tone(0.5, 44100, (1000.0,), amplitude=0.8)[0]
     path = media.wav(tmp_path / "left-only.wav", np.stack([left, np.zeros_like(left)]), 44100)
-    window = audio.decode(0, path, tower).samples
+    window = decode_item(0, path, tower).samples
     expected = 0.4 * np.sin(2 * np.pi * 1000.0 * np.arange(8000) / R)  # mean of (L, 0), not (L + R) / sqrt 2
     np.testing.assert_allclose(window[32:7968], expected[32:7968], atol=2e-3)
     assert np.abs(window[7990:8000]).max() > 0.1  # the last samples were flushed out, not lost
@@ -216,7 +223,7 @@ def test_paths_bytes_and_file_objects_agree(model: uform.Model, tower: audio.Aud
     path = clips["flac"]
     with open(path, "rb") as f:
         items = [path, str(path), path.read_bytes(), bytearray(path.read_bytes()), io.BytesIO(path.read_bytes()), f]
-        windows = [audio.decode(i, item, tower).samples for i, item in enumerate(items)]
+        windows = [decode_item(i, item, tower).samples for i, item in enumerate(items)]
         got = embed(model, items)  # file objects are read from their start again
     for window, row in zip(windows[1:], got[1:]):
         np.testing.assert_array_equal(window, windows[0])
@@ -232,7 +239,7 @@ def test_content_not_extension_decides(model: uform.Model, clips: dict[str, Path
 def test_tags_that_are_not_utf8_do_not_fail_a_file(model: uform.Model, tower: audio.AudioTower, tmp_path: Path) -> None:
     signal = media.tone(0.5, 44100)
     path = media.bad_tags_flac(tmp_path / "latin1-title.flac", signal, 44100)
-    window = audio.decode(0, path, tower).samples
+    window = decode_item(0, path, tower).samples
     pcm = media.pcm16(signal)[:, 0].astype(np.float32) / 32768
     np.testing.assert_allclose(window, audio.resample(0, pcm, 44100, tower).samples, atol=1e-4)
 
@@ -258,7 +265,7 @@ def test_ten_hour_mp3_costs_its_window(model: uform.Model, tower: audio.AudioTow
     got = embed(model, [path], stats=stats)
     assert time.perf_counter() - started < 10
     assert stats.audio_seconds < 1.1 and stats.truncated_items == 1
-    np.testing.assert_array_equal(audio.decode(0, path, tower).samples, audio.decode(0, two_seconds, tower).samples)
+    np.testing.assert_array_equal(decode_item(0, path, tower).samples, decode_item(0, two_seconds, tower).samples)
     np.testing.assert_allclose(got, embed(model, [two_seconds]), atol=1e-6)
 
 
@@ -300,7 +307,7 @@ def bad_items(d: Path, clips: dict[str, Path]) -> dict[str, tuple[Any, str]]:
     return {
         **{f"wav of {r} Hz, {c} channels": (d / f"odd-{r}-{c}.wav", why) for (r, c), why in odd_headers.items()},
         "empty file": (d / "empty.wav", "is empty"),
-        "empty bytes": (b"", "is empty"),
+        "empty bytes": (b"", "the bytes are empty"),
         "random bytes": (d / "noise.mp3", "not a recording uform can decode"),
         "text as wav": (d / "text.wav", "not a recording uform can decode"),
         "missing": (d / "missing.opus", "no such file"),
@@ -383,7 +390,7 @@ def test_any_buffer_and_empty_calls(model: uform.Model, clips: dict[str, Path]) 
     strided = embed_samples(model, [x[0][::2]], R // 2)  # a strided view, at half the rate
     assert strided.shape == (1, 32) and np.isfinite(strided).all()
     assert embed(model, []).shape == (0, 32) and embed_samples(model, [], R).shape == (0, 32)
-    with open(clips["wav"]) as text_mode, pytest.raises(uform.InputError, match="not a recording uform can decode"):
+    with open(clips["wav"]) as text_mode, pytest.raises(uform.InputError, match="in text mode; open it with .rb."):
         model.audio_encode([text_mode], uform.Arena())
 
 

@@ -13,7 +13,7 @@ from PIL import Image
 import uform
 from uform.core import checkpoint
 from uform.core.host import get_host
-from uform.plugins import _frames, image
+from uform.plugins import _frames, _sources, image
 
 S = 32  # tiny preset
 
@@ -117,7 +117,7 @@ def test_exif_orientation(model: uform.Model, orientation: int) -> None:
         1: stored, 2: stored[:, ::-1], 3: stored[::-1, ::-1], 4: stored[::-1], 5: stored.transpose(1, 0, 2),
         6: np.rot90(stored, -1), 7: stored[::-1, ::-1].transpose(1, 0, 2), 8: np.rot90(stored, 1),
     }[orientation]  # fmt: skip
-    got, *_ = image.decode(_frames.Source(0, None, data=with_orientation(stored, orientation)), S)
+    got, *_ = image.decode(_sources.Source(0, None, data=with_orientation(stored, orientation)), S)
     np.testing.assert_array_equal(got, _frames.fit(Image.fromarray(np.ascontiguousarray(upright)), S))
 
 
@@ -163,10 +163,10 @@ def test_modes_convert_to_8_bit_rgb() -> None:
 
 def test_large_jpegs_decode_at_reduced_scale(monkeypatch: pytest.MonkeyPatch) -> None:
     data = encode_image(pattern(600, 800), "JPEG", quality=95)
-    reduced, _, pixels, was_reduced = image.decode(_frames.Source(0, None, data=data), S)
+    reduced, _, pixels, was_reduced = image.decode(_sources.Source(0, None, data=data), S)
     assert was_reduced and pixels == 75 * 100  # 1/8 scale keeps the shorter side >= 2 S (75 >= 64)
     monkeypatch.setattr(image, "JPEG_DRAFT_MARGIN", 0)
-    full, _, pixels, was_reduced = image.decode(_frames.Source(0, None, data=data), S)
+    full, _, pixels, was_reduced = image.decode(_sources.Source(0, None, data=data), S)
     assert not was_reduced and pixels == 600 * 800
     assert np.abs(full.astype(int) - reduced).mean() < 2
 
@@ -282,7 +282,7 @@ def test_corrupted_files_raise_input_errors_only(model: uform.Model, fmt: str) -
 def test_jpeg_orientation_and_empty_calls(model: uform.Model) -> None:
     data = with_orientation(pattern(40, 70), 6, "JPEG")
     upright = Image.open(io.BytesIO(data)).convert("RGB").transpose(Image.Transpose.ROTATE_270)
-    got, *_ = image.decode(_frames.Source(0, None, data=data), S)
+    got, *_ = image.decode(_sources.Source(0, None, data=data), S)
     np.testing.assert_array_equal(got, _frames.fit(upright, S))
     assert model.image_encode([], uform.Arena()).embeddings.shape == (0, 32)
     assert model.image_encode_pixels([], uform.Arena()).embeddings.shape == (0, 32)
@@ -297,7 +297,7 @@ def test_decoding_overlaps_the_tower(model: uform.Model, monkeypatch: pytest.Mon
     real_decode, runners = image.decode, model._runtime.placement.runners
     real_runner = runners["image"]
 
-    def slow_decode(source: _frames.Source, size: int) -> tuple[np.ndarray, int, int, bool]:
+    def slow_decode(source: _sources.Source, size: int) -> tuple[np.ndarray, int, int, bool]:
         t0 = time.perf_counter()
         time.sleep(0.01)
         out = real_decode(source, size)
@@ -331,9 +331,9 @@ def test_unreadable_file(model: uform.Model, tmp_path: Path, monkeypatch: pytest
     path = tmp_path / "gone.png"
     path.write_bytes(encode_image(pattern(8, 8), "PNG"))
 
-    def refuse(self: _frames.Source) -> object:
+    def refuse(self: _sources.Source) -> object:
         raise PermissionError(13, "Permission denied")
 
-    monkeypatch.setattr(_frames.Source, "open", refuse)
+    monkeypatch.setattr(_sources.Source, "open", refuse)
     with pytest.raises(uform.InputError, match=r"item 0 \(.*gone.png\): cannot read the file \(Permission denied\)"):
         model.image_encode([path], uform.Arena())

@@ -13,7 +13,7 @@ from PIL import Image
 import uform
 from uform.core import checkpoint
 from uform.core.host import get_host
-from uform.plugins import _frames, video
+from uform.plugins import _frames, _sources, video
 
 F, S = 4, 32  # tiny preset
 CODECS = [("libx264", "mp4"), ("libx265", "mp4"), ("libvpx", "webm"), ("libvpx-vp9", "webm"), ("libsvtav1", "webm")]
@@ -39,7 +39,7 @@ def tower(ckpt: Path) -> video.VideoTower:
 
 
 def sampled(tower: video.VideoTower, data: bytes, seeking: bool = True) -> tuple[list[int], np.ndarray, video.Counters]:
-    frames, counters = video.sample(_frames.Source(0, None, data=data), tower, seeking)
+    frames, counters = video.sample(_sources.Source(0, None, data=data), tower, seeking)
     return [level_index(f) for f in frames], frames, counters
 
 
@@ -108,7 +108,7 @@ def test_parity_with_reference(model: uform.Model, ckpt: Path, tower: video.Vide
 
     clips = [clip(frames=12), clip("libvpx", "webm", frames=5, picture=pattern(48, 64)), clip(frames=9, size=(80, 32))]
     ours = np.array(model.video_encode(clips, uform.Arena()).embeddings)
-    frames = np.stack([video.sample(_frames.Source(0, None, data=c), tower)[0] for c in clips])
+    frames = np.stack([video.sample(_sources.Source(0, None, data=c), tower)[0] for c in clips])
     with torch.no_grad():
         ref = ReferenceModel.from_checkpoint(ckpt).towers["video"](torch.from_numpy(frames)).numpy()
     assert ours.shape == (3, 32)

@@ -8,17 +8,15 @@ through :func:`fit`, so equal RGB pixels always give equal tower inputs, byte fo
 
 from __future__ import annotations
 
-import io
-import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from onnx import TensorProto
 
 from uform.core.config import Geometry, integer, numbers
-from uform.core.errors import CheckpointError, InputError
+from uform.core.errors import CheckpointError
 from uform.core.graph import GraphBuilder
 
 if TYPE_CHECKING:
@@ -102,77 +100,6 @@ def from_array(array: np.ndarray) -> Image.Image:
     from PIL import Image
 
     return Image.fromarray(np.ascontiguousarray(array), mode="RGB")
-
-
-# -- inputs ----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Source:
-    """One input item: a file path, or bytes, or a readable binary file object."""
-
-    index: int
-    path: str | None  # what errors name: the path, or a file object's ``name``
-    data: bytes | None = None
-    stream: BinaryIO | None = None
-
-    def fail(self, reason: str) -> InputError:
-        return InputError(self.index, reason, self.path)
-
-    def open(self) -> BinaryIO:
-        """A seekable binary stream over the item (a path is opened, a one-way stream read whole)."""
-        if self.data is not None:
-            return io.BytesIO(self.data)
-        if self.stream is None:
-            assert self.path is not None
-            return open(self.path, "rb")
-        try:
-            seekable = self.stream.seekable()
-        except Exception:  # noqa: BLE001 - a broken file object is just not seekable
-            seekable = False
-        if not seekable:
-            data = self.stream.read()
-            if not isinstance(data, (bytes, bytearray)):
-                raise self.fail(f"the file object gave {type(data).__name__}, not bytes; open it with 'rb'")
-            return io.BytesIO(data)
-        self.stream.seek(0)
-        return self.stream
-
-
-def sources(files: Iterable[Any], what: str) -> list[Source]:
-    """Each item as a :class:`Source`; paths are checked here, before anything is decoded."""
-    if isinstance(files, (str, bytes, bytearray, memoryview, os.PathLike)) or hasattr(files, "read"):
-        raise TypeError(f"files must be a sequence of {what}, got a single {type(files).__name__}; wrap it in a list")
-    out = []
-    for i, item in enumerate(files):
-        if isinstance(item, (str, os.PathLike)):
-            path = os.fspath(item)
-            if not isinstance(path, str):
-                raise InputError(i, "a path must be str, not bytes", repr(path))
-            try:
-                st = os.stat(path)
-            except FileNotFoundError:
-                raise InputError(i, "no such file", path) from None
-            except OSError as exc:
-                raise InputError(i, f"cannot read the file ({exc.strerror})", path) from None
-            if os.path.isdir(path):
-                raise InputError(i, "is a directory, not a file", path)
-            if st.st_size == 0:
-                raise InputError(i, "the file is empty", path)
-            out.append(Source(i, path))
-        elif isinstance(item, (bytes, bytearray, memoryview)):
-            data = bytes(item)
-            if not data:
-                raise InputError(i, "the bytes are empty")
-            out.append(Source(i, None, data=data))
-        elif hasattr(item, "read"):
-            name = getattr(item, "name", None)
-            if isinstance(item, io.TextIOBase):
-                raise InputError(i, "the file object is in text mode; open it with 'rb'", name if isinstance(name, str) else None)
-            out.append(Source(i, name if isinstance(name, str) else None, stream=item))
-        else:
-            raise InputError(i, f"expected a path, bytes or a binary file object, got {type(item).__name__}")
-    return out
 
 
 def batches(count: int, rows: int) -> list[np.ndarray]:

@@ -12,9 +12,7 @@ matrices built from the config.
 
 from __future__ import annotations
 
-import io
 import math
-import os
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -34,6 +32,7 @@ from uform.core.progress import ProgressHandler
 from uform.core.runtime import Call
 from uform.core.stats import EncodeStats
 from uform.core.types import Outputs, Scalar
+from ._sources import Source, sources
 
 LOG_FLOOR = 1e-6
 MAX_ROWS = 16  # items per batch: small enough that decoding batch k + 1 overlaps computing k
@@ -311,38 +310,6 @@ class Recording:
     skipped_packets: int = 0
 
 
-def source(index: int, item: Any, open_it: bool = True) -> tuple[Any, str | None]:
-    """What ``av.open`` takes for ``item``, and its path for messages; only cheap checks.
-
-    Paths must name a non-empty regular file (a FIFO or device could block forever).
-    """
-    if isinstance(item, (str, os.PathLike)):
-        path = os.fsdecode(item)
-        try:
-            st = os.stat(path)
-        except FileNotFoundError:
-            raise InputError(index, "no such file", path) from None
-        except OSError as exc:
-            raise InputError(index, f"cannot be read ({exc.strerror or exc})", path) from None
-        if os.path.isdir(path):
-            raise InputError(index, "is a directory, not a recording", path)
-        if not os.path.isfile(path):
-            raise InputError(index, "is not a regular file", path)
-        if st.st_size == 0:
-            raise InputError(index, "is empty (0 bytes)", path)
-        return path, path
-    if isinstance(item, (bytes, bytearray, memoryview)):
-        if memoryview(item).nbytes == 0:
-            raise InputError(index, "is empty (0 bytes)")
-        return (io.BytesIO(bytes(item)) if open_it else None), None
-    if callable(getattr(item, "read", None)):
-        name = getattr(item, "name", None)
-        if open_it and callable(getattr(item, "seekable", None)) and item.seekable():
-            item.seek(0)  # read from the start, as image_encode does
-        return item, name if isinstance(name, str) else None
-    raise InputError(index, f"expected a path, bytes or a binary file object, got {type(item).__name__}")
-
-
 def _reason(exc: BaseException) -> str:
     return str(getattr(exc, "strerror", None) or exc or type(exc).__name__)
 
@@ -362,16 +329,7 @@ def _wav_seconds(head: bytes) -> float | None:
     return None
 
 
-def _head(item: Any) -> bytes:
-    if isinstance(item, (bytes, bytearray, memoryview)):
-        return bytes(memoryview(item).cast("B")[:4096])
-    if isinstance(item, (str, os.PathLike)):
-        with open(item, "rb") as f:
-            return f.read(4096)
-    return b""
-
-
-def declared_seconds(container: Any, stream: Any, item: Any) -> float | None:
+def declared_seconds(container: Any, stream: Any, source: Source) -> float | None:
     """How long the container says the audio is: the stream's duration, else the
     container's, or what a WAV header's ``data`` chunk declares when that is longer."""
     found = None
@@ -379,17 +337,17 @@ def declared_seconds(container: Any, stream: Any, item: Any) -> float | None:
         found = float(stream.duration * stream.time_base)
     elif container.duration:
         found = container.duration / 1_000_000
-    wav = _wav_seconds(_head(item)) if container.format.name == "wav" else None
+    wav = _wav_seconds(source.head()) if container.format.name == "wav" else None
     return max(found or 0.0, wav or 0.0) or None
 
 
-def decode(index: int, item: Any, t: AudioTower) -> Recording:
-    """Decode ``item`` packet by packet until the tower's window is full; InputError if bad."""
+def decode(source: Source, t: AudioTower) -> Recording:
+    """Decode ``source`` packet by packet until the tower's window is full; InputError if bad."""
     import av
 
-    src, path = source(index, item)
+    index, path = source.index, source.path
     try:
-        container = av.open(src, metadata_errors="replace", options=OPEN_OPTIONS)
+        container: Any = av.open(source.target(), metadata_errors="replace", options=OPEN_OPTIONS)
     except av.error.EOFError:
         raise InputError(index, "is truncated: it ends before its headers do", path) from None
     except Exception as exc:  # noqa: BLE001 - FFmpeg, OS and metadata errors all mean "cannot open"
@@ -422,7 +380,7 @@ def decode(index: int, item: Any, t: AudioTower) -> Recording:
         if window.seconds == 0:
             failed = f" ({skipped} packets failed to decode)" if skipped else ""
             raise InputError(index, f"holds no decodable audio{failed}", path)
-        declared = declared_seconds(container, stream, item) if ended else None
+        declared = declared_seconds(container, stream, source) if ended else None
         if declared is not None and window.seconds + max(TRUNCATION_SLACK_SECONDS, TRUNCATION_SLACK_SHARE * declared) < declared:
             raise InputError(
                 index, f"is truncated or corrupt: its container declares {declared:.2f} s of audio, "
@@ -522,14 +480,10 @@ def audio_encode(
 ) -> Encoded:
     """Decode recordings (paths, bytes, binary file objects) to windows and embed them."""
     _check_stats(stats)
-    if isinstance(files, (str, bytes, bytearray, memoryview, os.PathLike)):
-        raise TypeError(f"files must be a sequence of recordings, got a single {type(files).__name__}; wrap it in a list")
-    items = list(files)
-    for i, item in enumerate(items):  # paths that cannot work fail before anything is decoded
-        source(i, item, open_it=False)
+    items = sources(files, "recordings (paths, bytes or binary file objects)")
     t: AudioTower = call.parsed
     return _run(
-        call, len(items), lambda i: decode(i, items[i], t), arena, stats,
+        call, len(items), lambda i: decode(items[i], t), arena, stats,
         outputs=outputs, outputs_scalar=outputs_scalar, progress=progress, progress_steps=progress_steps,
     )  # fmt: skip
 

@@ -28,7 +28,8 @@ from uform.core.stats import EncodeStats
 from uform.core.types import Outputs, Scalar
 
 from . import _frames
-from ._frames import Pixels, Source
+from ._frames import Pixels
+from ._sources import Source, sources
 
 if TYPE_CHECKING:
     from PIL import Image
@@ -158,7 +159,7 @@ def draft_scale(width: int, height: int, size: int) -> int:
 
 def open_image(source: Source, size: int) -> tuple[Image.Image, int, bool]:
     """The decoded picture (not yet converted), the bytes read, and whether it was scaled down."""
-    from PIL import Image, JpegImagePlugin, PngImagePlugin, WebPImagePlugin
+    from PIL import JpegImagePlugin, PngImagePlugin, WebPImagePlugin
 
     plugins: dict[str, type[Image.Image]] = {
         "JPEG": JpegImagePlugin.JpegImageFile, "PNG": PngImagePlugin.PngImageFile, "WEBP": WebPImagePlugin.WebPImageFile,
@@ -265,7 +266,7 @@ def image_encode(
     progress_steps: int = 0,
     stats: ImageEncodeStats | None = None,
 ) -> Encoded:
-    items = _frames.sources(files, "paths, bytes or binary file objects")
+    items = sources(files, "paths, bytes or binary file objects")
 
     def prepare(i: int, size: int) -> Prepared:
         fitted, read, pixels, reduced = decode(items[i], size)

@@ -32,7 +32,8 @@ from uform.core.stats import EncodeStats
 from uform.core.types import Outputs, Scalar
 
 from . import _frames
-from ._frames import Pixels, Source
+from ._frames import Pixels
+from ._sources import Source, sources
 
 MAX_FRAME_PIXELS = 40_000_000  # width × height of a frame (8K UHD is 33.2 M)
 MAX_SECONDS = 6 * 3600  # span of a clip's presentation times
@@ -320,7 +321,7 @@ def video_encode(
 ) -> Encoded:
     if stats is not None and not isinstance(stats, VideoEncodeStats):
         raise TypeError(f"stats must be a VideoEncodeStats, got {type(stats).__name__}")
-    items = _frames.sources(files, "paths, bytes or binary file objects")
+    items = sources(files, "paths, bytes or binary file objects")
     tower: VideoTower = call.parsed
     s = tower.pixels.image_size
     counters: list[Counters] = []
