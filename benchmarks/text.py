@@ -58,7 +58,7 @@ def main() -> None:
             ref = ReferenceModel.from_checkpoint(path).towers["text"]
         g = config.towers["text"]
         for batch in (1, 64):
-            texts = sentences(batch * 4)
+            texts = sentences(8 if batch == 1 else batch)
             calls = [texts[i : i + batch] for i in range(0, len(texts), batch)]
             mean_tokens = float(np.mean([min(len(t), config.context) + 1 for t in texts]))
             arena = uform.Arena()
