@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 import uform
+from ckpt import make_checkpoint
 from uform.core import checkpoint
 from uform.core.host import get_host
 from uform.plugins import _sources, audio
@@ -25,10 +26,7 @@ R, N = 16000, 16000  # the tiny preset's rate and window
 
 @pytest.fixture(scope="module")
 def ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    config, tensors = checkpoint.new(get_host(), "tiny", 7, ["audio"])
-    path = tmp_path_factory.mktemp("audio") / "tiny-audio.safetensors"
-    checkpoint.save(path, config, tensors)
-    return path
+    return make_checkpoint(tmp_path_factory.mktemp("audio") / "tiny-audio.safetensors", "tiny", 7, ["audio"])
 
 
 @pytest.fixture(scope="module")

@@ -9,21 +9,18 @@ import numpy as np
 import pytest
 
 import uform
+from ckpt import make_checkpoint
 from uform import Arena
 from uform import calibrate as cal
 from uform.cli import main
-from uform.core import checkpoint, safetensors
-from uform.core.host import get_host
+from uform.core import safetensors
 
 TRUE = [0.05, 0.2]  # the temperatures the labels are drawn at, per group
 
 
 @pytest.fixture(scope="module")
 def path(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    config, tensors = checkpoint.new(get_host(), "tiny", 11, ["choose"])
-    out = tmp_path_factory.mktemp("calibrate") / "tiny-choose.safetensors"
-    checkpoint.save(out, config, tensors)
-    return out
+    return make_checkpoint(tmp_path_factory.mktemp("calibrate") / "tiny-choose.safetensors", "tiny", 11, ["choose"])
 
 
 @pytest.fixture(scope="module")

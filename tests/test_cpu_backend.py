@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 
 import uform
-from ckpt import make_checkpoint
 from uform import Arena, CPUClass, Executor, UnsupportedError
 from uform.plugins import cpu
 from uform.plugins._sessions import Replicas, affinity_string, session_options

@@ -11,8 +11,7 @@ from media import encode_image, pattern, png16, png_header_only, with_orientatio
 from PIL import Image
 
 import uform
-from uform.core import checkpoint
-from uform.core.host import get_host
+from ckpt import make_checkpoint
 from uform.plugins import _frames, _sources, image
 
 S = 32  # tiny preset
@@ -20,10 +19,7 @@ S = 32  # tiny preset
 
 @pytest.fixture(scope="module")
 def ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    config, tensors = checkpoint.new(get_host(), "tiny", 3, ["image"])
-    path = tmp_path_factory.mktemp("image") / "tiny-image.safetensors"
-    checkpoint.save(path, config, tensors)
-    return path
+    return make_checkpoint(tmp_path_factory.mktemp("image") / "tiny-image.safetensors", "tiny", 3, ["image"])
 
 
 @pytest.fixture(scope="module")

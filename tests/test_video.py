@@ -11,6 +11,7 @@ from media import audio_only, clip, encode_image, level_index, no_frames, patter
 from PIL import Image
 
 import uform
+from ckpt import make_checkpoint
 from uform.core import checkpoint
 from uform.core.host import get_host
 from uform.plugins import _frames, _sources, video
@@ -21,10 +22,7 @@ CODECS = [("libx264", "mp4"), ("libx265", "mp4"), ("libvpx", "webm"), ("libvpx-v
 
 @pytest.fixture(scope="module")
 def ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    config, tensors = checkpoint.new(get_host(), "tiny", 5, ["video"])
-    path = tmp_path_factory.mktemp("video") / "tiny-video.safetensors"
-    checkpoint.save(path, config, tensors)
-    return path
+    return make_checkpoint(tmp_path_factory.mktemp("video") / "tiny-video.safetensors", "tiny", 5, ["video"])
 
 
 @pytest.fixture(scope="module")
