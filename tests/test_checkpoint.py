@@ -75,6 +75,17 @@ def _with_config(path: Path, edit) -> bytes:  # type: ignore[no-untyped-def]
     return _pack(header, data)
 
 
+def _deep_header() -> bytes:
+    text = b'{"a":' + b"[" * 10**5 + b"]" * 10**5 + b"}"
+    return struct.pack("<Q", len(text)) + text
+
+
+def _with_config_text(path: Path, text: str) -> bytes:
+    header, data = _raw(path)
+    header["__metadata__"]["uform"] = text
+    return _pack(header, data)
+
+
 def _with_entry(path: Path, name: str, **changes: object) -> bytes:
     header, data = _raw(path)
     header[name].update(changes)
@@ -108,6 +119,8 @@ CASES = {
     "huge header length": (lambda p: struct.pack("<Q", 1 << 62) + b"{}", "exceeds the"),
     "header not json": (lambda p: struct.pack("<Q", 5) + b"{oops", "header is not JSON"),
     "header not object": (lambda p: struct.pack("<Q", 2) + b"[]", "not a JSON object"),
+    "header nested too deeply": (lambda p: _deep_header(), "header JSON is nested too deeply"),
+    "config nested too deeply": (lambda p: _with_config_text(p, "[" * 10**5 + "]" * 10**5), "config .* nested too deeply"),
     "offsets outside": (lambda p: _with_entry(p, "text.cls", data_offsets=[0, 1 << 40]), "'text.cls'.*outside"),
     "offsets vs shape": (lambda p: _with_entry(p, "text.cls", shape=[65]), "'text.cls'.*needs"),
     "negative shape": (lambda p: _with_entry(p, "text.cls", shape=[-64]), "'text.cls'.*shape"),

@@ -114,6 +114,8 @@ class ModelConfig:
             raw = json.loads(text)
         except json.JSONDecodeError as exc:
             raise CheckpointError(f'config in __metadata__["{METADATA_KEY}"] is not JSON ({exc})') from None
+        except RecursionError:
+            raise CheckpointError(f'config in __metadata__["{METADATA_KEY}"] is nested too deeply') from None
         if not isinstance(raw, dict):
             raise CheckpointError("config is not a JSON object")
         return cls.from_dict(raw)

@@ -83,6 +83,8 @@ def parse(buffer: memoryview) -> Container:
         header = json.loads(bytes(buffer[8 : 8 + header_len]).decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise _fail(f"header is not JSON ({exc})") from None
+    except RecursionError:
+        raise _fail("header JSON is nested too deeply") from None
     if not isinstance(header, dict):
         raise _fail("header is not a JSON object")
     metadata = header.pop("__metadata__", None) or {}
