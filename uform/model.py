@@ -56,14 +56,10 @@ class Model:
         progress_steps: int = 0,
     ) -> Model:
         """Copies a checkpoint file into host memory."""
-        mapped = map_file(path)
-        try:
-            return cls.load_ram_buffer(
-                mapped, memory_domains=memory_domains, cpu_class=cpu_class, executor=executor,
-                quantization=quantization, progress=progress, progress_steps=progress_steps,
-            )  # fmt: skip
-        finally:
-            _close(mapped)
+        return _mapped(path, lambda buffer: cls.load_ram_buffer(
+            buffer, memory_domains=memory_domains, cpu_class=cpu_class, executor=executor,
+            quantization=quantization, progress=progress, progress_steps=progress_steps,
+        ))  # fmt: skip
 
     @classmethod
     def load_ram_buffer(
@@ -79,15 +75,10 @@ class Model:
         progress_steps: int = 0,
     ) -> Model:
         """Copies a checkpoint held in memory (bytes, bytearray, memoryview, mmap) into host memory."""
-        view = as_buffer(buffer)
-        try:
-            runtime = Runtime.load(
-                view, placement="ram", executor=executor, quantization=quantization, progress=progress,
-                progress_steps=progress_steps, cpu_class=cpu_class, memory_domains=memory_domains,
-            )  # fmt: skip
-        finally:
-            view.release()
-        return cls(runtime)
+        return cls(_runtime(
+            buffer, placement="ram", executor=executor, quantization=quantization, progress=progress,
+            progress_steps=progress_steps, cpu_class=cpu_class, memory_domains=memory_domains,
+        ))  # fmt: skip
 
     @classmethod
     def load_vram(
@@ -103,14 +94,10 @@ class Model:
         progress_steps: int = 0,
     ) -> Model:
         """Copies a checkpoint file onto the named GPUs."""
-        mapped = map_file(path)
-        try:
-            return cls.load_vram_buffer(
-                mapped, devices=devices, gpu_class=gpu_class, executor=executor,
-                quantization=quantization, progress=progress, progress_steps=progress_steps,
-            )  # fmt: skip
-        finally:
-            _close(mapped)
+        return _mapped(path, lambda buffer: cls.load_vram_buffer(
+            buffer, devices=devices, gpu_class=gpu_class, executor=executor,
+            quantization=quantization, progress=progress, progress_steps=progress_steps,
+        ))  # fmt: skip
 
     @classmethod
     def load_vram_buffer(
@@ -126,15 +113,10 @@ class Model:
         progress_steps: int = 0,
     ) -> Model:
         """Copies a checkpoint held in host memory onto the named GPUs."""
-        view = as_buffer(buffer)
-        try:
-            runtime = Runtime.load(
-                view, placement="vram", executor=executor, quantization=quantization, progress=progress,
-                progress_steps=progress_steps, gpu_class=gpu_class, devices=devices,
-            )  # fmt: skip
-        finally:
-            view.release()
-        return cls(runtime)
+        return cls(_runtime(
+            buffer, placement="vram", executor=executor, quantization=quantization, progress=progress,
+            progress_steps=progress_steps, gpu_class=gpu_class, devices=devices,
+        ))  # fmt: skip
 
     # -- receivers -----------------------------------------------------------------------
 
@@ -298,12 +280,26 @@ class Model:
         return f"Model(towers={list(self._runtime.towers)}, dimensions={d.dimensions}, quantization={d.quantization.name})"
 
 
-def _close(mapped: mmap.mmap) -> None:
-    """Unmap now, or, while an error's traceback still holds views into the map, when it goes."""
+def _mapped(path: _PathLike, load: Callable[[mmap.mmap], Model]) -> Model:
+    """``load`` over a read-only map of ``path``, unmapped afterwards (or, while an error's
+    traceback still holds views into the map, when that traceback goes)."""
+    mapped = map_file(path)
     try:
-        mapped.close()
-    except BufferError:
-        pass
+        return load(mapped)
+    finally:
+        try:
+            mapped.close()
+        except BufferError:
+            pass
+
+
+def _runtime(buffer: Buffer, **options: Any) -> Runtime:
+    """The runtime loaded from a checkpoint's bytes; the caller's buffer is not held after."""
+    view = as_buffer(buffer)
+    try:
+        return Runtime.load(view, **options)
+    finally:
+        view.release()
 
 
 _NOT_VERBS = {"load_ram", "load_ram_buffer", "load_vram", "load_vram_buffer", "on", "deferred"}
