@@ -47,6 +47,43 @@ def check_outputs(call: Call, outputs: Outputs) -> Outputs:
     return outputs
 
 
+def run_batches(
+    call: Call,
+    batches: Sequence[Callable[[], Batch]],
+    output_names: list[str],
+    tracker: Progress,
+    consume: Callable[[Batch, list[np.ndarray]], None],
+) -> tuple[float, float]:
+    """Run every batch, handing each result to ``consume``; answer (seconds waited, computed).
+
+    The first batch is prepared right here (a one-batch call never waits on a thread hop);
+    batch ``k + 1`` is prepared on the executor's prefetch thread while batch ``k`` computes.
+    """
+    waited = computed = 0.0
+    pending = None
+    for k in range(len(batches)):
+        t0 = time.perf_counter()
+        batch = batches[0]() if pending is None else pending.result()
+        pending = call.executor.prefetch(batches[k + 1]) if k + 1 < len(batches) else None
+        t1 = time.perf_counter()
+        result = call.runner.run(output_names, batch.feeds)
+        t2 = time.perf_counter()
+        waited, computed = waited + t1 - t0, computed + t2 - t1
+        consume(batch, result)
+        tracker.advance(len(batch.indices))
+    return waited, computed
+
+
+def count_call(stats: EncodeStats | None, items: int, batches: int, waited: float, computed: float, started: float) -> None:
+    """Add one call's counts to ``stats`` (when given)."""
+    if stats is not None:
+        stats.items += items
+        stats.batches += batches
+        stats.seconds_preprocess += waited
+        stats.seconds_compute += computed
+        stats.seconds_total += time.perf_counter() - started
+
+
 def encode(
     call: Call,
     count: int,
@@ -67,33 +104,20 @@ def encode(
     tracker = Progress(progress, progress_steps, count)
     names = ["embeddings"] + (["tokens"] if Outputs.TOKENS in outputs else [])
     started = time.perf_counter()
-    waited = computed = 0.0
     with arena._lease():
         embeddings = np.empty((count, call.config.dimensions), np.float32)
         token_parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
-        pending = None
-        for k in range(len(batches)):
-            t0 = time.perf_counter()
-            # the first batch is prepared right here: a one-batch call never waits on a thread hop
-            batch = batches[0]() if pending is None else pending.result()
-            pending = call.executor.prefetch(batches[k + 1]) if k + 1 < len(batches) else None
-            t1 = time.perf_counter()
-            result = call.runner.run(names, batch.feeds)
-            t2 = time.perf_counter()
-            waited, computed = waited + t1 - t0, computed + t2 - t1
+
+        def consume(batch: Batch, result: list[np.ndarray]) -> None:
             embeddings[batch.indices] = result[0]
             if len(result) > 1:
                 assert batch.token_counts is not None
                 keep = np.arange(result[1].shape[1])[None, :] < batch.token_counts[:, None]
                 token_parts.append((batch.indices, batch.token_counts, result[1][keep]))
-            tracker.advance(len(batch.indices))
+
+        waited, computed = run_batches(call, batches, names, tracker, consume)
         encoded = _publish(arena, scalar, embeddings, token_parts if len(names) > 1 else None, count)
-    if stats is not None:
-        stats.items += count
-        stats.batches += len(batches)
-        stats.seconds_preprocess += waited
-        stats.seconds_compute += computed
-        stats.seconds_total += time.perf_counter() - started
+    count_call(stats, count, len(batches), waited, computed, started)
     return encoded
 
 

@@ -10,6 +10,7 @@ anything is computed; the probabilities are written to the caller's arena only a
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -23,11 +24,11 @@ from uform.core.config import Geometry, ModelConfig
 from uform.core.errors import InputError
 from uform.core.graph import GraphBuilder
 from uform.core.hookspecs import hookimpl
-from uform.core.pipeline import Batch
+from uform.core.pipeline import Batch, count_call, run_batches
 from uform.core.plugin import Modality, TensorSpec, Tower, stack_tensors
 from uform.core.progress import Progress, ProgressHandler
 from uform.core.runtime import Call
-from uform.plugins.text import TextEncodeStats, as_bytes, plan
+from uform.plugins.text import TextEncodeStats, as_bytes, count_bytes, plan
 
 BYTES = 256
 BEGIN = 256  # the begin token's row of decoder.embed.weight
@@ -245,33 +246,19 @@ def text_choose(
     chunks = [t[max(0, len(t) - context) :] for t in encoded] if (full > context).any() else encoded
     batches = plan(lengths)
     tracker = Progress(progress, progress_steps, count)
-    thunks = [lambda idx=idx: feeds(chunks, lengths, idx) for idx in batches]
-    waited = computed = 0.0
+    thunks = [functools.partial(feeds, chunks, lengths, idx) for idx in batches]
     with arena._lease():
         logits = np.empty((count, BYTES), np.float32)
-        pending = None  # batch 0 is prepared inline: nothing to overlap it with, and no thread hop
-        for k in range(len(thunks)):
-            t0 = time.perf_counter()
-            batch = thunks[0]() if pending is None else pending.result()
-            pending = call.executor.prefetch(thunks[k + 1]) if k + 1 < len(thunks) else None
-            t1 = time.perf_counter()
-            logits[batch.indices] = call.runner.run(["logits"], batch.feeds)[0]
-            t2 = time.perf_counter()
-            waited, computed = waited + t1 - t0, computed + t2 - t1
-            tracker.advance(len(batch.indices))
+
+        def consume(batch: Batch, result: list[np.ndarray]) -> None:
+            logits[batch.indices] = result[0]
+
+        waited, computed = run_batches(call, thunks, ["logits"], tracker, consume)
         probs = probabilities(logits, flat, offsets, temps[groups])
         generation, (values, tape_offsets) = arena._carve([(probs.shape, np.dtype(np.float32)), (offsets.shape, np.dtype(np.int64))])
         values[...], tape_offsets[...] = probs, offsets
-    if stats is not None:
-        stats.items += count
-        stats.batches += len(batches)
-        stats.seconds_preprocess += waited
-        stats.seconds_compute += computed
-        stats.seconds_total += time.perf_counter() - started
-        stats.tokens += int(lengths.sum())
-        stats.truncated_items += int((full > context).sum())
-        stats.truncated_tokens += int((full - lengths).sum())
-        stats.padding_tokens += sum(len(i) * int(lengths[i].max()) - int(lengths[i].sum()) for i in batches)
+    count_call(stats, count, len(batches), waited, computed, started)
+    count_bytes(stats, full, lengths, batches)
     return RowsTape(values, tape_offsets, arena=arena, generation=generation)
 
 

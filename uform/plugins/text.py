@@ -157,12 +157,17 @@ def text_encode(
         call, len(chunks), [functools.partial(feeds, chunks, lengths, idx) for idx in batches], arena,
         outputs=outputs, outputs_scalar=outputs_scalar, progress=progress, progress_steps=progress_steps, stats=stats,
     )  # fmt: skip
-    if stats is not None:
-        stats.tokens += int(lengths.sum())
-        stats.truncated_items += int((full > context).sum())
-        stats.truncated_tokens += int((full - lengths).sum())
-        stats.padding_tokens += sum(len(i) * int(lengths[i].max()) - int(lengths[i].sum()) for i in batches)
+    count_bytes(stats, full, lengths, batches)
     return result
+
+
+def count_bytes(stats: TextEncodeStats | None, full: np.ndarray, kept: np.ndarray, batches: Sequence[np.ndarray]) -> None:
+    """Add bytes encoded, cut at ``context`` and padded to ``stats`` (when given)."""
+    if stats is not None:
+        stats.tokens += int(kept.sum())
+        stats.truncated_items += int((full > kept).sum())
+        stats.truncated_tokens += int((full - kept).sum())
+        stats.padding_tokens += sum(len(i) * int(kept[i].max()) - int(kept[i].sum()) for i in batches)
 
 
 @hookimpl
