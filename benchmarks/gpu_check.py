@@ -1,6 +1,6 @@
 """One prepared check on a machine with an NVIDIA GPU, in under 5 minutes.
 
-    python benchmarks/gpu_check.py [--preset base] [--devices 0] [--seconds 1.5] [--compute tf32,f16]
+    python benchmarks/gpu_check.py [--preset base] [--devices 0] [--seconds 1.5] [--compute tf32,f16] [--batches 1,256]
 
 1. Prints what the check runs on: Python, onnxruntime (which wheel, the CUDA and cuDNN it
    was built for, its providers), the driver and devices, which CUDA libraries load.
@@ -9,7 +9,7 @@
    ``Model.load_vram`` (the load time is reported) and, for every tower the PyTorch
    reference supports, checks the CUDA tower against the reference (float32, CPU) on the
    same inputs: max abs error and min cosine per tower.
-3. Throughput at batch 1 and 256: per tower (feeds already made: compute and transfers),
+3. Throughput at batch 1 and 256 (``--batches``): per tower (feeds already made: compute and transfers),
    and end to end for the verbs with synthetic inputs (texts/s, images/s).
 
 Steps 2 and 3 run once per ``--compute`` setting of the cuda backend: ``tf32`` (the
@@ -17,13 +17,13 @@ default: float32, TF32 products) and ``f16`` (weight matrix products in float16)
 
 Writes benchmarks/results/gpu_check.json (docs/benchmarks.md quotes it). Needs the
 ``onnxruntime-gpu`` wheel in place of ``onnxruntime`` (docs/backends.md), with its CUDA 12
-and cuDNN 9 libraries, and torch (CPU is enough) for the reference.
+and cuDNN 9 libraries (CUDA 13 for onnxruntime-gpu 1.27 and newer on PyPI), and torch (CPU is
+enough) for the reference.
 """
 
 from __future__ import annotations
 
 import argparse
-import ctypes
 import importlib.metadata as metadata
 import platform
 import sys
@@ -37,8 +37,6 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).parent))
 from common import rate, save, table  # noqa: E402
 
-LIBRARIES = ["libcudart.so", "libcublas.so", "libcublasLt.so", "libcufft.so", "libcurand.so", "libcudnn.so"]
-MAJORS = {"libcudart.so": (12, 13), "libcublas.so": (12, 13), "libcublasLt.so": (12, 13), "libcufft.so": (11, 12), "libcurand.so": (10,), "libcudnn.so": (9,)}
 PARITY_ROWS, LENGTH = 8, 64  # rows compared with the reference; bytes per text / decoder row
 
 
@@ -55,16 +53,12 @@ def versions() -> dict[str, Any]:
         info["built_for"] = {k: getattr(build, k) for k in ("package_name", "cuda_version", "cudnn_version") if hasattr(build, k)}
     except ImportError:
         info["built_for"] = {}
-    if hasattr(ort, "preload_dlls"):  # CUDA/cuDNN from pip's nvidia-* wheels, where installed
-        try:
-            ort.preload_dlls()
-            info["preload_dlls"] = "called"
-        except Exception as exc:  # noqa: BLE001
-            info["preload_dlls"] = f"failed: {exc}"
-    info["providers"] = ort.get_available_providers()
-    info["libraries"] = {lib: _loads(lib) for lib in LIBRARIES}
     from uform.plugins import cuda
 
+    info["providers"] = ort.get_available_providers()
+    needed = cuda.needed_libraries(cuda.built_for())
+    missing = cuda.missing_libraries(cuda.built_for())  # after onnxruntime.preload_dlls(), as the backend does
+    info["libraries"] = {lib: "missing" if lib in missing else "loads" for lib in needed} or "not known for this wheel"
     found = cuda.detect()
     info["driver"], info["detected_by"] = found.driver, found.source
     info["devices"] = [f"{g} {g.memory >> 20} MiB" for g in found.gpus]
@@ -86,16 +80,6 @@ def _installed(name: str) -> bool:
         return True
     except metadata.PackageNotFoundError:
         return False
-
-
-def _loads(lib: str) -> str:
-    for major in MAJORS[lib]:
-        try:
-            ctypes.CDLL(f"{lib}.{major}")
-            return f"{lib}.{major}"
-        except OSError:
-            continue
-    return "missing"
 
 
 def synthetic_feeds(graph: Any, rows: int, rng: np.random.Generator, length: int) -> dict[str, np.ndarray]:
@@ -143,14 +127,14 @@ def parity(model: Any, path: Path, towers: list[str]) -> list[dict[str, Any]]:
     return rows
 
 
-def throughput(model: Any, towers: list[str], seconds: float) -> list[dict[str, Any]]:
+def throughput(model: Any, towers: list[str], seconds: float, batches: list[int]) -> list[dict[str, Any]]:
     from uform import Arena
 
     rows, rng = [], np.random.default_rng(1)
     for name in towers:
         loaded, runner = model._runtime.towers[name], model._runtime.placement.runners[name]
         first = loaded.graph.graph.output[0].name
-        for batch in (1, 256):
+        for batch in batches:
             feeds = synthetic_feeds(loaded.graph, batch, rng, min(LENGTH, model.describe().context))
             rows.append(_measure(f"{name} tower", batch, "", lambda: runner.run([first], feeds), seconds))
     words = "the a cat dog sat on mat river city night morning bright market rose".split()
@@ -161,7 +145,7 @@ def throughput(model: Any, towers: list[str], seconds: float) -> list[dict[str, 
     for verb, (unit, make) in verbs.items():
         if not any(verb in t.modality.verbs for t in model._runtime.towers.values()):
             continue
-        for batch in (1, 256):
+        for batch in batches:
             items, arena = make(batch), Arena()
             rows.append(_measure(verb, batch, unit, lambda: getattr(model, verb)(items, arena), seconds))
     return rows
@@ -175,13 +159,14 @@ def _measure(what: str, batch: int, unit: str, fn: Any, seconds: float) -> dict[
         return {"what": what, "batch": batch, "items/s": "failed", "unit": f"{type(exc).__name__}: {exc}"[:200]}
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--preset", default="base")
     parser.add_argument("--devices", default="0", help="comma-separated CUDA ordinals, e.g. 0,1")
     parser.add_argument("--seconds", type=float, default=1.5, help="seconds per throughput measurement")
     parser.add_argument("--compute", default="tf32,f16", help="cuda.COMPUTE settings to check, in order")
-    args = parser.parse_args()
+    parser.add_argument("--batches", default="1,256", help="batch sizes of the throughput rows")
+    args = parser.parse_args(argv)
     started = time.perf_counter()
     result: dict[str, Any] = {"versions": versions(), "preset": args.preset}
     from uform.plugins import cuda
@@ -213,7 +198,7 @@ def main() -> int:
             print(f"\n[{compute}] load_vram of {path.stat().st_size >> 20} MiB on devices {devices}: {run['load_vram_s']} s; towers {towers}")
             run["parity"] = parity(model, path, [n for n in towers if n in TOWERS])
             print(table(run["parity"], ["tower", "output", "max_abs_error", "min_cosine", "ok", "error"]))
-            run["throughput"] = throughput(model, towers, args.seconds)
+            run["throughput"] = throughput(model, towers, args.seconds, [int(b) for b in args.batches.split(",")])
             print(table(run["throughput"], ["what", "batch", "items/s", "unit"]))
             result["runs"][compute] = run
             del model

@@ -278,6 +278,7 @@ def fake_cuda(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
         return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
     monkeypatch.setattr(cuda, "onnxruntime_providers", lambda: ("1.32.0", [cuda.PROVIDER, "CPUExecutionProvider"]))
+    monkeypatch.setattr(cuda, "built_for", lambda: None)  # the libraries a real wheel needs are not looked for
     monkeypatch.setattr(cuda, "detect", lambda: cuda.Detected(gpus("l4-x2.csv"), "CUDA 12.4", "test"))
     monkeypatch.setattr(cuda, "start_session", start)
     yield started
@@ -341,6 +342,48 @@ def test_no_device_or_no_driver(monkeypatch: pytest.MonkeyPatch, tiny_text: Path
     monkeypatch.setattr(cuda, "detect", lambda: cuda.Detected(reason="no CUDA driver found (libcuda does not load; nvidia-smi: x)"))
     with pytest.raises(UnsupportedError, match=re.escape("cuda: no CUDA driver found")):
         uform.Model.load_vram(tiny_text)
+
+
+def test_a_driver_older_than_the_wheel_is_named(monkeypatch: pytest.MonkeyPatch, tiny_text: Path) -> None:
+    monkeypatch.setattr(cuda, "onnxruntime_providers", lambda: ("1.31.1", [cuda.PROVIDER, "CPUExecutionProvider"]))
+    monkeypatch.setattr(cuda, "built_for", lambda: (13, 0))
+    monkeypatch.setattr(cuda, "detect", lambda: cuda.Detected(gpus("a10g.csv"), "CUDA 12.4", "libcuda", cuda=(12, 4)))
+    message = (
+        "cuda: onnxruntime 1.31.1 (built for CUDA 13.0) needs a driver for CUDA 13, and this one runs CUDA 12.4 at most; "
+        "upgrade the NVIDIA driver or install an onnxruntime-gpu built for your CUDA (docs/backends.md)"
+    )
+    with pytest.raises(UnsupportedError, match=re.escape(message)):
+        uform.Model.load_vram(tiny_text)
+
+
+def test_missing_cuda_libraries_are_named_after_preloading(monkeypatch: pytest.MonkeyPatch, tiny_text: Path) -> None:
+    monkeypatch.setattr(cuda, "onnxruntime_providers", lambda: ("1.31.1", [cuda.PROVIDER, "CPUExecutionProvider"]))
+    monkeypatch.setattr(cuda, "built_for", lambda: (13, 0))
+    monkeypatch.setattr(cuda, "detect", lambda: cuda.Detected(gpus("h200-x1.csv"), "CUDA 13.0", "libcuda", cuda=(13, 0)))
+    present = {"libcudart.so.13", "libcurand.so.10"}
+    preloaded: list[bool] = []
+    monkeypatch.setattr(cuda, "loads", lambda name: name in present)
+    monkeypatch.setattr(cuda, "_preload", lambda: preloaded.append(True) or present.add("libcublas.so.13"))
+    message = (
+        "cuda: onnxruntime 1.31.1 (built for CUDA 13.0) cannot load libcublasLt.so.13, libcudnn.so.9; install them with "
+        "pip install 'onnxruntime-gpu[cuda,cudnn]' or put CUDA 13 and cuDNN 9 on the library path (docs/backends.md)"
+    )
+    with pytest.raises(UnsupportedError, match=re.escape(message)):
+        uform.Model.load_vram(tiny_text)
+    assert preloaded == [True]  # pip's nvidia-* libraries were given their chance first
+    present.update(cuda.needed_libraries((13, 0)))
+    assert cuda.probe() is None
+
+
+def test_the_libraries_each_cuda_build_needs(monkeypatch: pytest.MonkeyPatch) -> None:
+    from onnxruntime import capi
+
+    assert cuda.needed_libraries((12, 8)) == ["libcudart.so.12", "libcublas.so.12", "libcublasLt.so.12", "libcurand.so.10", "libcudnn.so.9"]
+    assert cuda.needed_libraries((13, 0))[:3] == ["libcudart.so.13", "libcublas.so.13", "libcublasLt.so.13"]
+    assert cuda.needed_libraries(None) == cuda.needed_libraries((11, 8)) == []
+    for recorded, read in [("13.0", (13, 0)), ("12.8", (12, 8)), ("12", (12, 0)), ("", None), ("cpu", None)]:
+        monkeypatch.setattr(capi, "build_and_package_info", type("Build", (), {"cuda_version": recorded}), raising=False)
+        assert cuda.built_for() == read
 
 
 def test_real_machine_without_cuda_refuses(tiny_text: Path) -> None:
@@ -492,3 +535,48 @@ def test_gpu_parity_with_the_reference(compute: str, tiny_text: Path, monkeypatc
         want = ReferenceModel.from_checkpoint(tiny_text).towers["text"].encode(texts)[0].numpy()
     np.testing.assert_allclose(got, want, atol=3e-3)  # TF32 or float16 matrix products
     assert np.sum(got * want, axis=1).min() > 0.9999
+
+
+# -- benchmarks/gpu_check.py, end to end over fake devices ---------------------------------
+
+
+@pytest.fixture
+def gpu_check(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Any:
+    """The prepared GPU script as a module, writing its results under ``tmp_path``."""
+    import importlib
+    import sys
+
+    monkeypatch.syspath_prepend(str(Path(__file__).parents[1] / "benchmarks"))
+    common = importlib.import_module("common")
+    monkeypatch.setattr(common, "RESULTS", tmp_path)
+    yield importlib.import_module("gpu_check")
+    sys.modules.pop("gpu_check", None)
+
+
+def test_gpu_check_runs_every_step_over_fake_devices(fake_cuda: list[int], gpu_check: Any, tmp_path: Path) -> None:
+    """The script the GPU machine runs, run here with CPU sessions standing in for devices:
+    every tower's parity row, every throughput row, both compute settings, the result file."""
+    import json
+
+    pytest.importorskip("torch")
+    args = ["--preset", "tiny", "--devices", "0,1", "--seconds", "0.01", "--batches", "1,20"]
+    assert gpu_check.main(args) == 0
+    result = json.loads((tmp_path / "gpu_check.json").read_text())
+    assert result["status"] == "ok" and result["devices"] == [0, 1] and list(result["runs"]) == ["tf32", "f16"]
+    towers = ["audio", "decoder", "image", "text", "video"]
+    for run in result["runs"].values():
+        assert run["description"]["gpu_class"] == "sm_89" and run["load_vram_s"] >= 0
+        assert [(r["tower"], r["ok"]) for r in run["parity"]] == [(t, True) for t in towers]
+        assert all(float(r["max_abs_error"]) < 1e-3 for r in run["parity"])
+        measured = [(r["what"], r["batch"]) for r in run["throughput"]]
+        verbs = ["text_encode", "image_encode_pixels"]
+        assert measured == [(f"{t} tower", b) for t in towers for b in (1, 20)] + [(v, b) for v in verbs for b in (1, 20)]
+        assert all(isinstance(r["items/s"], float) and r["items/s"] > 0 for r in run["throughput"])
+    assert fake_cuda == [0, 1] * 10  # 5 towers x 2 devices, twice
+
+
+def test_gpu_check_stops_without_cuda_and_writes_nothing(gpu_check: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    if cuda.probe() is None:
+        pytest.skip("this machine has CUDA")
+    assert gpu_check.main(["--preset", "tiny"]) == 2
+    assert "GPU CHECK CANNOT RUN: " in capsys.readouterr().out and not list(tmp_path.iterdir())

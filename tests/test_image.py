@@ -39,7 +39,7 @@ def embed_pixels(model: uform.Model, pixels: list[np.ndarray]) -> np.ndarray:
 
 
 def test_parity_with_reference(model: uform.Model, ckpt: Path) -> None:
-    import torch
+    torch = pytest.importorskip("torch")
 
     from uform.exporters.reference import ReferenceModel
 

@@ -74,6 +74,7 @@ class Detected:
     driver: str = ""
     source: str = ""
     reason: str | None = None
+    cuda: tuple[int, int] | None = None  # the newest CUDA the driver runs, where libcuda says
 
 
 # -- classes ---------------------------------------------------------------------------------
@@ -158,7 +159,8 @@ def _from_driver() -> Detected:
         lib.cuDeviceGetAttribute(ctypes.byref(minor), 76, dev)  # COMPUTE_CAPABILITY_MINOR
         lib.cuDeviceTotalMem_v2(ctypes.byref(memory), dev)
         gpus.append(GPU(i, name.value.decode(errors="replace"), (major.value, minor.value), memory.value))
-    return Detected(gpus, f"CUDA {version.value // 1000}.{version.value % 1000 // 10}", "libcuda")
+    cuda = (version.value // 1000, version.value % 1000 // 10)
+    return Detected(gpus, f"CUDA {cuda[0]}.{cuda[1]}", "libcuda", cuda=cuda)
 
 
 def _from_smi() -> Detected:
@@ -210,6 +212,56 @@ def onnxruntime_providers() -> tuple[str, list[str]]:
     return ort.__version__, list(ort.get_available_providers())
 
 
+def built_for() -> tuple[int, int] | None:
+    """The CUDA version the installed onnxruntime wheel was built for, where it records one."""
+    try:
+        from onnxruntime.capi import build_and_package_info as build
+    except ImportError:
+        return None
+    major, _, minor = str(getattr(build, "cuda_version", "")).partition(".")
+    return (int(major), int(minor.partition(".")[0] or 0)) if major.isdigit() else None
+
+
+def needed_libraries(cuda: tuple[int, int] | None) -> list[str]:
+    """The libraries the CUDA provider of a wheel built for ``cuda`` cannot run without
+    (cuDNN included: the provider opens it for every session), or [] when not known."""
+    if cuda is None or cuda[0] < 12:
+        return []
+    major = cuda[0]
+    return [f"libcudart.so.{major}", f"libcublas.so.{major}", f"libcublasLt.so.{major}", "libcurand.so.10", "libcudnn.so.9"]
+
+
+@functools.lru_cache(maxsize=1)
+def _preload() -> None:
+    """``onnxruntime.preload_dlls()`` once, quietly: it loads the CUDA and cuDNN libraries of
+    pip's ``nvidia-*`` wheels (``onnxruntime-gpu[cuda,cudnn]``), which are on no library path."""
+    import contextlib
+    import io
+
+    import onnxruntime as ort
+
+    if hasattr(ort, "preload_dlls"):
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(Exception):
+            ort.preload_dlls()
+
+
+def loads(name: str) -> bool:
+    """Whether the shared library ``name`` loads in this process (by soname)."""
+    try:
+        ctypes.CDLL(name)
+        return True
+    except OSError:
+        return False
+
+
+def missing_libraries(cuda: tuple[int, int] | None) -> list[str]:
+    """Of :func:`needed_libraries`, those that do not load, after :func:`_preload`."""
+    needed = needed_libraries(cuda)
+    if needed and not all(loads(n) for n in needed):
+        _preload()
+    return [n for n in needed if not loads(n)]
+
+
 def _both_wheels() -> bool:
     names = {(d.metadata["Name"] or "").lower() for d in metadata.distributions()}
     return "onnxruntime" in names and "onnxruntime-gpu" in names
@@ -232,6 +284,19 @@ def probe() -> str | None:
     if not found.gpus:
         mask = os.environ.get("CUDA_VISIBLE_DEVICES")
         return "no CUDA device is visible" + (f" (CUDA_VISIBLE_DEVICES={mask!r})" if mask is not None else "")
+    cuda = built_for()
+    wheel = f"onnxruntime {version}" + (f" (built for CUDA {cuda[0]}.{cuda[1]})" if cuda else "")
+    if cuda is not None and found.cuda is not None and found.cuda[0] < cuda[0]:
+        return (
+            f"{wheel} needs a driver for CUDA {cuda[0]}, and this one runs CUDA {found.cuda[0]}.{found.cuda[1]} at most; "
+            "upgrade the NVIDIA driver or install an onnxruntime-gpu built for your CUDA (docs/backends.md)"
+        )
+    missing = missing_libraries(cuda)
+    if missing:
+        return (
+            f"{wheel} cannot load {', '.join(missing)}; install them with pip install 'onnxruntime-gpu[cuda,cudnn]' "
+            f"or put CUDA {cuda[0] if cuda else ''} and cuDNN 9 on the library path (docs/backends.md)"
+        )
     return None
 
 
