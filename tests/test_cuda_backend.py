@@ -415,11 +415,16 @@ def test_a_provider_that_does_not_start_is_an_error(monkeypatch: pytest.MonkeyPa
         return _Session(["CPUExecutionProvider"])
 
     monkeypatch.setattr(ort, "InferenceSession", fell_back)
+    monkeypatch.setattr(cuda, "provider_load_error", lambda: "libcuda.so.1: cannot open shared object file: No such file or directory")
     with pytest.raises(UnsupportedError, match=re.escape(
-        "the CUDA execution provider did not start on device 1 (the session got CPUExecutionProvider): its CUDA or cuDNN"
+        "the CUDA execution provider did not start on device 1 (the session got CPUExecutionProvider): "
+        "libcuda.so.1: cannot open shared object file: No such file or directory; docs/backends.md lists"
     )):  # fmt: skip
         cuda.start_session(tmp_path / "t.onnx", None, 1)
-    assert asked == [[(cuda.PROVIDER, {"device_id": "1", "use_tf32": "1", "cudnn_conv_algo_search": "HEURISTIC"}), "CPUExecutionProvider"]]
+    monkeypatch.setattr(cuda, "provider_load_error", lambda: None)
+    with pytest.raises(UnsupportedError, match=re.escape("(the session got CPUExecutionProvider): ONNX Runtime's log above says why;")):
+        cuda.start_session(tmp_path / "t.onnx", None, 1)
+    assert asked[0] == [(cuda.PROVIDER, {"device_id": "1", "use_tf32": "1", "cudnn_conv_algo_search": "HEURISTIC"}), "CPUExecutionProvider"]
 
     def broken(path: str, options: Any, providers: list[Any]) -> _Session:
         raise RuntimeError("CUDA failure 2: out of memory")
@@ -580,3 +585,13 @@ def test_gpu_check_stops_without_cuda_and_writes_nothing(gpu_check: Any, tmp_pat
         pytest.skip("this machine has CUDA")
     assert gpu_check.main(["--preset", "tiny"]) == 2
     assert "GPU CHECK CANNOT RUN: " in capsys.readouterr().out and not list(tmp_path.iterdir())
+
+
+def test_the_provider_library_reason_is_the_loaders() -> None:
+    import onnxruntime as ort
+
+    reason = cuda.provider_load_error()
+    if cuda.PROVIDER not in ort.get_available_providers():
+        assert reason is not None and reason.endswith("libonnxruntime_providers_cuda.so does not exist")
+    elif cuda.probe() is not None:  # onnxruntime-gpu on a machine without a driver: the loader names a library
+        assert reason is not None and ".so" in reason

@@ -317,11 +317,27 @@ def start_session(path: Path, options: Any, device: int) -> Runner:
     session.disable_fallback()  # onnxruntime would otherwise rerun a failing call on the CPU, silently
     started = session.get_providers()
     if PROVIDER not in started:
+        why = provider_load_error() or "ONNX Runtime's log above says why"
         raise UnsupportedError(
             f"the CUDA execution provider did not start on device {device} (the session got {', '.join(started)}): "
-            "its CUDA or cuDNN libraries are missing or too old; docs/backends.md lists what onnxruntime-gpu needs"
+            f"{why}; docs/backends.md lists what onnxruntime-gpu needs"
         )
     return session  # type: ignore[no-any-return]
+
+
+def provider_load_error() -> str | None:
+    """The dynamic loader's reason the CUDA provider's library does not load, or None."""
+    import onnxruntime as ort
+
+    name = "onnxruntime_providers_cuda.dll" if os.name == "nt" else "libonnxruntime_providers_cuda.so"
+    library = Path(ort.__file__).parent / "capi" / name
+    if not library.exists():
+        return f"{library} does not exist"
+    try:
+        ctypes.CDLL(str(library))
+    except OSError as exc:
+        return str(exc)
+    return None
 
 
 def half_products(model: onnx.ModelProto, weights: Sequence[str]) -> tuple[onnx.ModelProto, set[str]]:
