@@ -79,16 +79,33 @@ def clip(
     pts: Sequence[int] | None = None,
     picture: np.ndarray | None = None,
     audio: bool = False,
+    options: dict[str, str] | None = None,
 ) -> bytes:
     """A clip whose frame ``i`` is flat grey at :func:`frame_level` ``(i)`` (or ``picture``).
 
-    ``pts`` gives each frame's presentation time in 1/``fps`` units (variable frame rate).
+    ``pts`` gives each frame's presentation time in 1/``fps`` units (variable frame rate);
+    ``options`` are the muxer's (``{"movflags": "faststart"}``: the MP4 index first;
+    ``{"live": "1"}``: a WebM that declares no duration, as a live recording).
     """
+    import tempfile
+
     import av
 
     width, height = size
-    buf = io.BytesIO()
-    with av.open(buf, "w", format=fmt) as container:
+    with tempfile.TemporaryDirectory() as tmp:  # a real file: faststart rewrites it when closing
+        path = f"{tmp}/clip.{fmt}"
+        _write_clip(path, codec, fmt, frames, fps, width, height, gop, rotation, pts, picture, audio, options or {})
+        with open(path, "rb") as f:
+            return f.read()
+
+
+def _write_clip(
+    path: str, codec: str, fmt: str, frames: int, fps: int, width: int, height: int, gop: int, rotation: int | None,
+    pts: Sequence[int] | None, picture: np.ndarray | None, audio: bool, options: dict[str, str],
+) -> None:  # fmt: skip
+    import av
+
+    with av.open(path, "w", format=fmt, options=options) as container:
         stream = container.add_stream(codec, rate=fps)
         stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
         stream.codec_context.gop_size = gop
@@ -107,7 +124,6 @@ def clip(
             container.mux(packet)
         if sound is not None:
             _write_tone(container, sound, 1.0)
-    return buf.getvalue()
 
 
 def _write_tone(container: object, stream: object, seconds: float) -> None:

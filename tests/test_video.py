@@ -135,6 +135,18 @@ def test_stats_and_batches(model: uform.Model, monkeypatch: pytest.MonkeyPatch) 
     assert stats.seconds_decode > 0 and stats.seconds_compute > 0
 
 
+def cut(data: bytes) -> bytes:
+    return data[: len(data) * 6 // 10]
+
+
+def test_a_cut_file_that_declares_no_duration_encodes_what_it_holds(model: uform.Model) -> None:
+    """A live WebM recording declares no duration: a cut one cannot be told from a short one."""
+    whole, live = clip("libvpx", "webm", frames=40), clip("libvpx", "webm", frames=40, options={"live": "1"})
+    with pytest.raises(uform.InputError, match="is truncated or corrupt"):
+        model.video_encode([cut(whole)], uform.Arena())
+    assert np.isfinite(np.array(model.video_encode([cut(live)], uform.Arena()).embeddings)).all()
+
+
 def _bad_inputs(tmp_path: Path) -> dict[str, tuple[object, str]]:
     good = clip(frames=10)
     (tmp_path / "empty.mp4").write_bytes(b"")
@@ -147,6 +159,9 @@ def _bad_inputs(tmp_path: Path) -> dict[str, tuple[object, str]]:
         "random bytes": (np.random.default_rng(0).bytes(5000), "not an MP4 or WebM file"),
         "random after an mp4 box": (b"\x00\x00\x00\x18ftypmp42" + np.random.default_rng(1).bytes(3000), "cannot decode the video"),
         "truncated mp4": (good[: len(good) // 2], "cannot decode the video"),
+        "truncated mp4, index first": (cut(clip(frames=40, options={"movflags": "faststart"})), "is truncated or corrupt: its container declares 1.33 s"),
+        "truncated webm": (cut(clip("libvpx-vp9", "webm", frames=40)), "is truncated or corrupt: its container declares 1.33 s, its packets end at 0."),
+        "truncated webm with sound": (cut(clip("libvpx", "webm", frames=40, audio=True)), "is truncated or corrupt: its container declares 1.33 s"),
         "image": (encode_image(pattern(20, 20), "PNG"), "not an MP4 or WebM file"),
         "audio-only mp4": (audio_only("mp4"), "no video stream"),
         "audio-only webm": (audio_only("webm"), "no video stream"),
@@ -157,8 +172,9 @@ def _bad_inputs(tmp_path: Path) -> dict[str, tuple[object, str]]:
 
 @pytest.mark.parametrize(
     "case",
-    ["empty bytes", "empty file", "missing", "directory", "random bytes", "random after an mp4 box", "truncated mp4", "image",
-     "audio-only mp4", "audio-only webm", "no frames", "no frames mp4"],
+    ["empty bytes", "empty file", "missing", "directory", "random bytes", "random after an mp4 box", "truncated mp4",
+     "truncated mp4, index first", "truncated webm", "truncated webm with sound", "image", "audio-only mp4", "audio-only webm",
+     "no frames", "no frames mp4"],
 )  # fmt: skip
 def test_bad_files_name_item_path_and_reason_and_write_nothing(model: uform.Model, tmp_path: Path, case: str) -> None:
     bad, reason = _bad_inputs(tmp_path)[case]

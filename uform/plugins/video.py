@@ -40,6 +40,7 @@ MAX_SECONDS = 6 * 3600  # span of a clip's presentation times
 MAX_PACKETS = 2_000_000  # video packets the demux-only pass reads
 MAX_ROWS = 8  # clips per batch
 MAX_FRAMES = 1024  # bound on a tower's F
+TRUNCATION_SLACK_SECONDS, TRUNCATION_SLACK_SHARE = 0.25, 0.05  # how far short of the declared duration a file may end
 CONTAINERS = {"mp4": "mp4", "webm": "matroska"}
 _MP4_BOXES = (b"ftyp", b"moov", b"mdat", b"free", b"skip", b"wide")
 
@@ -163,10 +164,14 @@ def video_stream(container: Any, source: Source) -> Any:
 
 
 def plan(container: Any, stream: Any, source: Source) -> Plan:
-    """Demux (never decode) the video stream: every frame's presentation time and keyframes."""
-    times, keys, durations = [], [], {}
-    for packet in container.demux(stream):
+    """Demux (never decode) the file: every video frame's presentation time and keyframes,
+    and where each stream's packets end, to tell a truncated file (:func:`check_complete`)."""
+    times, keys, durations, ends = [], [], {}, {}
+    for packet in container.demux():
         if packet.pts is None or packet.size == 0 or packet.is_discard:  # discard: cut by an MP4 edit list
+            continue
+        if packet.stream is not stream:
+            ends[packet.stream] = max(ends.get(packet.stream, packet.pts), packet.pts + (packet.duration or 0))
             continue
         times.append(packet.pts)
         durations[packet.pts] = packet.duration or 0
@@ -183,7 +188,31 @@ def plan(container: Any, stream: Any, source: Source) -> Plan:
     seconds = float(span * stream.time_base)
     if seconds > MAX_SECONDS:
         raise source.fail(f"the clip spans {seconds:.0f} s, over the limit of {MAX_SECONDS} s (uform.plugins.video.MAX_SECONDS)")
+    ends[stream] = int(order[0]) + span
+    check_complete(container, stream, ends, source)
     return Plan(order, np.sort(np.asarray(keys or times[:1], np.int64)), int(order[0]), span, seconds)
+
+
+def check_complete(container: Any, stream: Any, ends: Mapping[Any, int], source: Source) -> None:
+    """Refuse a file whose packets end well before the duration its container declares.
+
+    The video stream's own declared duration (MP4) is compared with where its packets end;
+    where it declares none (WebM), the container's duration is compared with where the
+    packets of any stream end (a cut file loses the end of every stream). Containers count
+    a duration from time 0 or from the first timestamp, so a file is refused only when it
+    falls short either way. A file that declares nothing (a live WebM recording) is not judged.
+    """
+    if stream.duration and stream.time_base:
+        declared, start = float(stream.duration * stream.time_base), float((stream.start_time or 0) * stream.time_base)
+        end = float(ends[stream] * stream.time_base)
+    elif container.duration:
+        declared, start = container.duration / 1_000_000, (container.start_time or 0) / 1_000_000
+        end = max(float(last * s.time_base) for s, last in ends.items() if s.time_base)
+    else:
+        return
+    ended = max(end, end - start)
+    if ended + max(TRUNCATION_SLACK_SECONDS, TRUNCATION_SLACK_SHARE * declared) < declared:
+        raise source.fail(f"is truncated or corrupt: its container declares {declared:.2f} s, its packets end at {max(ended, 0):.2f} s")
 
 
 def _frames_from(container: Any, stream: Any, seek_to: int | None) -> Iterator[Any]:
