@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypedDict
 
 import numpy as np
 
@@ -84,17 +84,33 @@ def count_call(stats: EncodeStats | None, items: int, batches: int, waited: floa
         stats.seconds_total += time.perf_counter() - started
 
 
+class EncodeOptions(TypedDict, total=False):
+    """The keyword arguments every encoding verb hands on to :func:`encode` unchanged."""
+
+    outputs: Outputs
+    outputs_scalar: Scalar | str
+    progress: ProgressHandler | None
+    progress_steps: int
+
+
+def check_stats(stats: object, kind: type[EncodeStats]) -> None:
+    """TypeError unless ``stats`` is None or a ``kind`` (the verb's own stats class)."""
+    if stats is not None and not isinstance(stats, kind):
+        article = "an" if kind.__name__[0] in "AEIOU" else "a"
+        raise TypeError(f"stats must be {article} {kind.__name__}, got {type(stats).__name__}")
+
+
 def encode(
     call: Call,
     count: int,
     batches: Sequence[Callable[[], Batch]],
     arena: Arena,
     *,
-    outputs: Outputs,
-    outputs_scalar: Scalar | str,
-    progress: ProgressHandler | None,
-    progress_steps: int,
     stats: EncodeStats | None,
+    outputs: Outputs = Outputs.EMBEDDINGS,
+    outputs_scalar: Scalar | str = Scalar.F32,
+    progress: ProgressHandler | None = None,
+    progress_steps: int = 0,
 ) -> Encoded:
     """Run ``batches`` (thunks building each :class:`Batch`) and publish ``count`` items."""
     if not isinstance(arena, Arena):

@@ -23,3 +23,8 @@ class EncodeStats:
         """Set every counter back to zero."""
         for f in fields(self):
             setattr(self, f.name, type(getattr(self, f.name))())
+
+    def add(self, other: EncodeStats) -> None:
+        """Add every counter of ``other`` (of this class or a base of it) to this object's."""
+        for f in fields(other):
+            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))

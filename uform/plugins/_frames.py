@@ -100,8 +100,3 @@ def from_array(array: np.ndarray) -> Image.Image:
     from PIL import Image
 
     return Image.fromarray(np.ascontiguousarray(array), mode="RGB")
-
-
-def batches(count: int, rows: int) -> list[np.ndarray]:
-    """Item indices cut into consecutive batches of at most ``rows``."""
-    return [np.arange(start, min(start + rows, count)) for start in range(0, count, rows)]

@@ -13,10 +13,9 @@ matrices built from the config.
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from onnx import TensorProto
@@ -26,13 +25,16 @@ from uform.core.config import Geometry, ModelConfig, integer
 from uform.core.errors import CheckpointError, InputError
 from uform.core.graph import GraphBuilder
 from uform.core.hookspecs import hookimpl
-from uform.core.pipeline import Batch, encode
+from uform.core.pipeline import EncodeOptions, check_stats, encode
 from uform.core.plugin import Modality, TensorSpec, Tower, stack_tensors
-from uform.core.progress import ProgressHandler
+from uform.core.prepare import ItemBatches
 from uform.core.runtime import Call
 from uform.core.stats import EncodeStats
-from uform.core.types import Outputs, Scalar
+
 from ._sources import Source, sources
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 LOG_FLOOR = 1e-6
 MAX_ROWS = 16  # items per batch: small enough that decoding batch k + 1 overlaps computing k
@@ -433,59 +435,33 @@ def buffers(samples: Any) -> list[np.ndarray]:
 # -- verbs ------------------------------------------------------------------------------------
 
 
-def _check_stats(stats: Any) -> None:
-    if stats is not None and not isinstance(stats, AudioEncodeStats):
-        raise TypeError(f"stats must be an AudioEncodeStats, got {type(stats).__name__}")
-
-
-def _run(call: Call, count: int, prepare: Callable[[int], Recording], arena: Arena, stats: AudioEncodeStats | None, **kw: Any) -> Encoded:
+def _run(call: Call, count: int, prepare: Callable[[int], Recording], arena: Arena, stats: AudioEncodeStats | None, options: EncodeOptions) -> Encoded:
     """Encode ``count`` items, each window made by ``prepare(index)`` in the executor's threads."""
     t: AudioTower = call.parsed
-    rows = max(1, min(MAX_ROWS, SAMPLE_BUDGET // t.samples))
     tally = AudioEncodeStats()
 
-    def batch(indices: np.ndarray) -> Callable[[], Batch]:
-        def build() -> Batch:
-            started = time.perf_counter()
-            recordings = call.executor.map(prepare, indices.tolist())
-            feed = np.stack([r.samples for r in recordings])
-            tally.seconds_decode += time.perf_counter() - started
-            tally.audio_seconds += math.fsum(r.seconds for r in recordings)
-            tally.padded_items += sum(r.padded for r in recordings)
-            tally.truncated_items += sum(r.truncated for r in recordings)
-            tally.skipped_packets += sum(r.skipped_packets for r in recordings)
-            return Batch(indices, {"samples": feed})
+    def count_items(recordings: list[Recording]) -> None:
+        tally.audio_seconds += math.fsum(r.seconds for r in recordings)
+        tally.padded_items += sum(r.padded for r in recordings)
+        tally.truncated_items += sum(r.truncated for r in recordings)
+        tally.skipped_packets += sum(r.skipped_packets for r in recordings)
 
-        return build
-
-    plan = [batch(np.arange(s, min(s + rows, count))) for s in range(0, count, rows)]
-    result = encode(call, count, plan, arena, stats=stats, **kw)
+    items = ItemBatches(call, prepare, lambda recordings: {"samples": np.stack([r.samples for r in recordings])}, count_items)
+    result = encode(call, count, items.thunks(count, max(1, min(MAX_ROWS, SAMPLE_BUDGET // t.samples))), arena, stats=stats, **options)
     if stats is not None:
-        for name in ("audio_seconds", "seconds_decode", "padded_items", "truncated_items", "skipped_packets"):
-            setattr(stats, name, getattr(stats, name) + getattr(tally, name))
+        tally.seconds_decode = items.seconds
+        stats.add(tally)
     return result
 
 
 def audio_encode(
-    call: Call,
-    files: Iterable[Any],
-    arena: Arena,
-    /,
-    *,
-    outputs: Outputs = Outputs.EMBEDDINGS,
-    outputs_scalar: Scalar | str = Scalar.F32,
-    progress: ProgressHandler | None = None,
-    progress_steps: int = 0,
-    stats: AudioEncodeStats | None = None,
+    call: Call, files: Iterable[Any], arena: Arena, /, *, stats: AudioEncodeStats | None = None, **options: Unpack[EncodeOptions]
 ) -> Encoded:
     """Decode recordings (paths, bytes, binary file objects) to windows and embed them."""
-    _check_stats(stats)
+    check_stats(stats, AudioEncodeStats)
     items = sources(files, "recordings (paths, bytes or binary file objects)")
     t: AudioTower = call.parsed
-    return _run(
-        call, len(items), lambda i: decode(items[i], t), arena, stats,
-        outputs=outputs, outputs_scalar=outputs_scalar, progress=progress, progress_steps=progress_steps,
-    )  # fmt: skip
+    return _run(call, len(items), lambda i: decode(items[i], t), arena, stats, options)
 
 
 def audio_encode_samples(
@@ -495,22 +471,16 @@ def audio_encode_samples(
     arena: Arena,
     /,
     *,
-    outputs: Outputs = Outputs.EMBEDDINGS,
-    outputs_scalar: Scalar | str = Scalar.F32,
-    progress: ProgressHandler | None = None,
-    progress_steps: int = 0,
     stats: AudioEncodeStats | None = None,
+    **options: Unpack[EncodeOptions],
 ) -> Encoded:
     """Resample 1-D float32 mono recordings at ``sample_rate`` to windows and embed them."""
-    _check_stats(stats)
+    check_stats(stats, AudioEncodeStats)
     if isinstance(sample_rate, bool) or not isinstance(sample_rate, (int, np.integer)) or not 1 <= sample_rate <= MAX_RATE:
         raise ValueError(f"sample_rate must be an integer in [1, {MAX_RATE}] Hz, got {sample_rate!r}")
     rows = buffers(samples)
     t: AudioTower = call.parsed
-    return _run(
-        call, len(rows), lambda i: resample(i, rows[i], int(sample_rate), t), arena, stats,
-        outputs=outputs, outputs_scalar=outputs_scalar, progress=progress, progress_steps=progress_steps,
-    )  # fmt: skip
+    return _run(call, len(rows), lambda i: resample(i, rows[i], int(sample_rate), t), arena, stats, options)
 
 
 @hookimpl

@@ -24,7 +24,7 @@ from uform.core.config import Geometry, ModelConfig
 from uform.core.errors import InputError
 from uform.core.graph import GraphBuilder
 from uform.core.hookspecs import hookimpl
-from uform.core.pipeline import Batch, count_call, run_batches
+from uform.core.pipeline import Batch, check_stats, count_call, run_batches
 from uform.core.plugin import Modality, TensorSpec, Tower, stack_tensors
 from uform.core.progress import Progress, ProgressHandler
 from uform.core.runtime import Call
@@ -234,8 +234,7 @@ def text_choose(
     started = time.perf_counter()
     if not isinstance(arena, Arena):
         raise TypeError(f"arena must be a uform.Arena, got {type(arena).__name__}")
-    if stats is not None and not isinstance(stats, TextEncodeStats):
-        raise TypeError(f"stats must be a TextEncodeStats, got {type(stats).__name__}")
+    check_stats(stats, TextEncodeStats)
     encoded = as_bytes(texts)
     count, context = len(encoded), call.config.context
     flat, offsets = choice_sets(choices, count)

@@ -7,8 +7,6 @@ executor's threads on the prefetch thread while ONNX Runtime computes the batch 
 
 from __future__ import annotations
 
-import functools
-import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -20,12 +18,11 @@ from uform.core.config import Geometry, ModelConfig
 from uform.core.errors import InputError
 from uform.core.graph import GraphBuilder
 from uform.core.hookspecs import hookimpl
-from uform.core.pipeline import Batch, encode
+from uform.core.pipeline import EncodeOptions, check_stats, encode
 from uform.core.plugin import Modality, TensorSpec, Tower, stack_tensors
-from uform.core.progress import ProgressHandler
+from uform.core.prepare import ItemBatches
 from uform.core.runtime import Call
 from uform.core.stats import EncodeStats
-from uform.core.types import Outputs, Scalar
 
 from . import _frames
 from ._frames import Pixels
@@ -33,6 +30,7 @@ from ._sources import Source, sources
 
 if TYPE_CHECKING:
     from PIL import Image
+    from typing_extensions import Unpack
 
 MAX_PIXELS = 100_000_000  # width × height above which a file is refused as a decompression bomb
 JPEG_DRAFT_MARGIN = 2  # decode big JPEGs at 1/2, 1/4, 1/8 scale keeping the shorter side ≥ margin × S; 0: never
@@ -225,46 +223,27 @@ def as_pixels(index: int, buffer: Any) -> np.ndarray:
 Prepared = tuple[np.ndarray, int, int, int]  # fitted pixels, source pixels, bytes read, reduced (0/1)
 
 
-def _run(
-    call: Call, count: int, prepare: Callable[[int, int], Prepared], arena: Arena, stats: ImageEncodeStats | None, kwargs: dict[str, Any]
-) -> Encoded:
+def _run(call: Call, count: int, prepare: Callable[[int, int], Prepared], arena: Arena, stats: ImageEncodeStats | None, options: EncodeOptions) -> Encoded:
     """Encode ``count`` items, ``prepare(i, S)`` giving item ``i`` (called in the executor's threads)."""
-    if stats is not None and not isinstance(stats, ImageEncodeStats):
-        raise TypeError(f"stats must be an ImageEncodeStats, got {type(stats).__name__}")
-    tower: ImageTower = call.parsed
-    size = tower.pixels.image_size
-    totals = np.zeros(4)  # pixels, bytes, reduced, seconds; written by the prefetch thread only
+    check_stats(stats, ImageEncodeStats)
+    size = call.parsed.pixels.image_size
+    tally = ImageEncodeStats()
 
-    def thunk(indices: np.ndarray) -> Batch:
-        started = time.perf_counter()
-        results = call.executor.map(lambda i: prepare(int(i), size), indices)
-        pixels = np.stack([r[0] for r in results]) if results else np.empty((0, size, size, 3), np.uint8)
-        totals[:3] += np.sum([r[1:] for r in results], axis=0)
-        totals[3] += time.perf_counter() - started
-        return Batch(indices, {"pixels": pixels})
+    def count_items(prepared: list[Prepared]) -> None:
+        tally.pixels += sum(p[1] for p in prepared)
+        tally.bytes_read += sum(p[2] for p in prepared)
+        tally.reduced += sum(p[3] for p in prepared)
 
-    result = encode(
-        call, count, [functools.partial(thunk, idx) for idx in _frames.batches(count, MAX_ROWS)], arena, stats=stats, **kwargs
-    )
+    items = ItemBatches(call, lambda i: prepare(i, size), lambda prepared: {"pixels": np.stack([p[0] for p in prepared])}, count_items)
+    result = encode(call, count, items.thunks(count, MAX_ROWS), arena, stats=stats, **options)
     if stats is not None:
-        stats.bytes_read += int(totals[1])
-        stats.pixels += int(totals[0])
-        stats.reduced += int(totals[2])
-        stats.seconds_decode += float(totals[3])
+        tally.seconds_decode = items.seconds
+        stats.add(tally)
     return result
 
 
 def image_encode(
-    call: Call,
-    files: Iterable[Any],
-    arena: Arena,
-    /,
-    *,
-    outputs: Outputs = Outputs.EMBEDDINGS,
-    outputs_scalar: Scalar | str = Scalar.F32,
-    progress: ProgressHandler | None = None,
-    progress_steps: int = 0,
-    stats: ImageEncodeStats | None = None,
+    call: Call, files: Iterable[Any], arena: Arena, /, *, stats: ImageEncodeStats | None = None, **options: Unpack[EncodeOptions]
 ) -> Encoded:
     items = sources(files, "paths, bytes or binary file objects")
 
@@ -272,21 +251,11 @@ def image_encode(
         fitted, read, pixels, reduced = decode(items[i], size)
         return fitted, pixels, read, int(reduced)
 
-    kwargs = {"outputs": outputs, "outputs_scalar": outputs_scalar, "progress": progress, "progress_steps": progress_steps}
-    return _run(call, len(items), prepare, arena, stats, kwargs)
+    return _run(call, len(items), prepare, arena, stats, options)
 
 
 def image_encode_pixels(
-    call: Call,
-    pixels: Sequence[Any],
-    arena: Arena,
-    /,
-    *,
-    outputs: Outputs = Outputs.EMBEDDINGS,
-    outputs_scalar: Scalar | str = Scalar.F32,
-    progress: ProgressHandler | None = None,
-    progress_steps: int = 0,
-    stats: ImageEncodeStats | None = None,
+    call: Call, pixels: Sequence[Any], arena: Arena, /, *, stats: ImageEncodeStats | None = None, **options: Unpack[EncodeOptions]
 ) -> Encoded:
     if isinstance(pixels, np.ndarray) and pixels.ndim == 3:
         raise TypeError("pixels must be a sequence of [height, width, 3] buffers, got a single array; wrap it in a list")
@@ -295,8 +264,7 @@ def image_encode_pixels(
     def prepare(i: int, size: int) -> Prepared:
         return _frames.fit(_frames.from_array(arrays[i]), size), arrays[i].shape[0] * arrays[i].shape[1], 0, 0
 
-    kwargs = {"outputs": outputs, "outputs_scalar": outputs_scalar, "progress": progress, "progress_steps": progress_steps}
-    return _run(call, len(arrays), prepare, arena, stats, kwargs)
+    return _run(call, len(arrays), prepare, arena, stats, options)
 
 
 @hookimpl

@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from onnx import TensorProto
@@ -20,12 +20,13 @@ from uform.core.config import Geometry, ModelConfig, integer
 from uform.core.errors import InputError
 from uform.core.graph import GraphBuilder
 from uform.core.hookspecs import hookimpl
-from uform.core.pipeline import Batch, encode
+from uform.core.pipeline import Batch, EncodeOptions, check_stats, encode
 from uform.core.plugin import Modality, TensorSpec, Tower, stack_tensors
-from uform.core.progress import ProgressHandler
 from uform.core.runtime import Call
 from uform.core.stats import EncodeStats
-from uform.core.types import Outputs, Scalar
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 BYTES = 256
 MAX_ROWS = 64  # rows per batch
@@ -139,24 +140,17 @@ def text_encode(
     arena: Arena,
     /,
     *,
-    outputs: Outputs = Outputs.EMBEDDINGS,
-    outputs_scalar: Scalar | str = Scalar.F32,
-    progress: ProgressHandler | None = None,
-    progress_steps: int = 0,
     stats: TextEncodeStats | None = None,
+    **options: Unpack[EncodeOptions],
 ) -> Encoded:
-    if stats is not None and not isinstance(stats, TextEncodeStats):
-        raise TypeError(f"stats must be a TextEncodeStats, got {type(stats).__name__}")
+    check_stats(stats, TextEncodeStats)
     encoded = as_bytes(texts)
     context = call.config.context
     full = np.fromiter((len(t) for t in encoded), np.int64, len(encoded))
     lengths = np.minimum(full, context)
     chunks = [t[:context] for t in encoded] if (full > context).any() else encoded
     batches = plan(lengths)
-    result = encode(
-        call, len(chunks), [functools.partial(feeds, chunks, lengths, idx) for idx in batches], arena,
-        outputs=outputs, outputs_scalar=outputs_scalar, progress=progress, progress_steps=progress_steps, stats=stats,
-    )  # fmt: skip
+    result = encode(call, len(chunks), [functools.partial(feeds, chunks, lengths, idx) for idx in batches], arena, stats=stats, **options)
     count_bytes(stats, full, lengths, batches)
     return result
 

@@ -10,12 +10,10 @@ thread, on the prefetch thread while ONNX Runtime computes the batch before.
 
 from __future__ import annotations
 
-import functools
 import io
-import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -24,16 +22,18 @@ from uform.core.config import Geometry, ModelConfig, integer
 from uform.core.errors import InputError
 from uform.core.graph import GraphBuilder
 from uform.core.hookspecs import hookimpl
-from uform.core.pipeline import Batch, encode
+from uform.core.pipeline import EncodeOptions, check_stats, encode
 from uform.core.plugin import Modality, TensorSpec, Tower, stack_tensors
-from uform.core.progress import ProgressHandler
+from uform.core.prepare import ItemBatches
 from uform.core.runtime import Call
 from uform.core.stats import EncodeStats
-from uform.core.types import Outputs, Scalar
 
 from . import _frames
 from ._frames import Pixels
 from ._sources import Source, sources
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 MAX_FRAME_PIXELS = 40_000_000  # width × height of a frame (8K UHD is 33.2 M)
 MAX_SECONDS = 6 * 3600  # span of a clip's presentation times
@@ -166,7 +166,8 @@ def video_stream(container: Any, source: Source) -> Any:
 def plan(container: Any, stream: Any, source: Source) -> Plan:
     """Demux (never decode) the file: every video frame's presentation time and keyframes,
     and where each stream's packets end, to tell a truncated file (:func:`check_complete`)."""
-    times, keys, durations, ends = [], [], {}, {}
+    times, keys, durations = [], [], {}
+    ends: dict[Any, int] = {}  # stream → where its packets end (its time base)
     for packet in container.demux():
         if packet.pts is None or packet.size == 0 or packet.is_discard:  # discard: cut by an MP4 edit list
             continue
@@ -337,44 +338,24 @@ def sample(source: Source, t: VideoTower, seeking: bool = True) -> tuple[np.ndar
 
 
 def video_encode(
-    call: Call,
-    files: Iterable[Any],
-    arena: Arena,
-    /,
-    *,
-    outputs: Outputs = Outputs.EMBEDDINGS,
-    outputs_scalar: Scalar | str = Scalar.F32,
-    progress: ProgressHandler | None = None,
-    progress_steps: int = 0,
-    stats: VideoEncodeStats | None = None,
+    call: Call, files: Iterable[Any], arena: Arena, /, *, stats: VideoEncodeStats | None = None, **options: Unpack[EncodeOptions]
 ) -> Encoded:
-    if stats is not None and not isinstance(stats, VideoEncodeStats):
-        raise TypeError(f"stats must be a VideoEncodeStats, got {type(stats).__name__}")
-    items = sources(files, "paths, bytes or binary file objects")
+    check_stats(stats, VideoEncodeStats)
+    sources_ = sources(files, "paths, bytes or binary file objects")
     tower: VideoTower = call.parsed
-    s = tower.pixels.image_size
-    counters: list[Counters] = []
-    seconds = [0.0]  # batch preparation wall time, written by the prefetch thread only
+    tally = VideoEncodeStats()
 
-    def thunk(indices: np.ndarray) -> Batch:
-        started = time.perf_counter()
-        results = call.executor.map(lambda i: sample(items[int(i)], tower), indices)
-        frames = np.stack([r[0] for r in results]) if results else np.empty((0, tower.frames, s, s, 3), np.uint8)
-        counters.extend(r[1] for r in results)
-        seconds[0] += time.perf_counter() - started
-        return Batch(indices, {"frames": frames})
+    def count_items(prepared: list[tuple[np.ndarray, Counters]]) -> None:
+        tally.frames_decoded += sum(c.decoded for _, c in prepared)
+        tally.seconds_media += sum(c.seconds for _, c in prepared)
+        tally.seeks += sum(c.seeks for _, c in prepared)
+        tally.bytes_read += sum(c.bytes_read for _, c in prepared)
 
-    result = encode(
-        call, len(items), [functools.partial(thunk, idx) for idx in _frames.batches(len(items), MAX_ROWS)], arena,
-        outputs=outputs, outputs_scalar=outputs_scalar, progress=progress, progress_steps=progress_steps, stats=stats,
-    )  # fmt: skip
+    items = ItemBatches(call, lambda i: sample(sources_[i], tower), lambda prepared: {"frames": np.stack([f for f, _ in prepared])}, count_items)
+    result = encode(call, len(sources_), items.thunks(len(sources_), MAX_ROWS), arena, stats=stats, **options)
     if stats is not None:
-        stats.frames += len(items) * tower.frames
-        stats.frames_decoded += sum(c.decoded for c in counters)
-        stats.seconds_media += sum(c.seconds for c in counters)
-        stats.seeks += sum(c.seeks for c in counters)
-        stats.bytes_read += sum(c.bytes_read for c in counters)
-        stats.seconds_decode += seconds[0]
+        tally.frames, tally.seconds_decode = len(sources_) * tower.frames, items.seconds
+        stats.add(tally)
     return result
 
 
