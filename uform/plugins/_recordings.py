@@ -18,7 +18,7 @@ import numpy as np
 from uform.core.arena import RowsTape
 from uform.core.errors import InputError
 
-from ._sources import Source
+from ._sources import Source, falls_short
 
 CHUNK = 1 << 14  # source samples gathered before one resampler call
 TAIL = 64  # periods of zeros fed to the resampler before its flush
@@ -26,8 +26,6 @@ MAX_FAILED_PACKETS = 64  # undecodable packets in a row before a recording is re
 # FFmpeg probes a WAV's PCM for S/PDIF-wrapped DTS/AC-3 over up to 2500 packets, which is
 # most of the time spent opening a WAV; one packet (16 KiB, several S/PDIF bursts) decides it.
 OPEN_OPTIONS = {"max_probe_packets": "1"}
-# an ended recording shorter than its container declares, by more than this, is truncated
-TRUNCATION_SLACK_SECONDS, TRUNCATION_SLACK_SHARE = 0.25, 0.05
 
 
 # -- mono and the window -------------------------------------------------------------------
@@ -242,7 +240,7 @@ def decode(source: Source, rate: int, samples: int) -> Recording:
             failed = f" ({skipped} packets failed to decode)" if skipped else ""
             raise InputError(index, f"holds no decodable audio{failed}", path)
         declared = declared_seconds(container, stream, source) if ended else None
-        if declared is not None and window.seconds + max(TRUNCATION_SLACK_SECONDS, TRUNCATION_SLACK_SHARE * declared) < declared:
+        if declared is not None and falls_short(window.seconds, declared):
             raise InputError(
                 index, f"is truncated or corrupt: its container declares {declared:.2f} s of audio, "
                 f"only {window.seconds:.2f} s decode", path,

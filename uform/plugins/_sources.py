@@ -16,6 +16,14 @@ from typing import Any, BinaryIO
 
 from uform.core.errors import InputError
 
+# a recording or clip that ends more than this short of what its container declares is truncated
+TRUNCATION_SLACK_SECONDS, TRUNCATION_SLACK_SHARE = 0.25, 0.05
+
+
+def falls_short(ended: float, declared: float) -> bool:
+    """Whether media that ends at ``ended`` seconds is cut short of the ``declared`` length."""
+    return ended + max(TRUNCATION_SLACK_SECONDS, TRUNCATION_SLACK_SHARE * declared) < declared
+
 
 @dataclass(frozen=True)
 class Source:

@@ -30,7 +30,7 @@ from uform.core.stats import EncodeStats
 
 from . import _frames
 from ._frames import Pixels
-from ._sources import Source, sources
+from ._sources import Source, falls_short, sources
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -40,7 +40,6 @@ MAX_SECONDS = 6 * 3600  # span of a clip's presentation times
 MAX_PACKETS = 2_000_000  # video packets the demux-only pass reads
 MAX_ROWS = 8  # clips per batch
 MAX_FRAMES = 1024  # bound on a tower's F
-TRUNCATION_SLACK_SECONDS, TRUNCATION_SLACK_SHARE = 0.25, 0.05  # how far short of the declared duration a file may end
 CONTAINERS = {"mp4": "mp4", "webm": "matroska"}
 _MP4_BOXES = (b"ftyp", b"moov", b"mdat", b"free", b"skip", b"wide")
 
@@ -212,7 +211,7 @@ def check_complete(container: Any, stream: Any, ends: Mapping[Any, int], source:
     else:
         return
     ended = max(end, end - start)
-    if ended + max(TRUNCATION_SLACK_SECONDS, TRUNCATION_SLACK_SHARE * declared) < declared:
+    if falls_short(ended, declared):
         raise source.fail(f"is truncated or corrupt: its container declares {declared:.2f} s, its packets end at {max(ended, 0):.2f} s")
 
 
@@ -341,7 +340,7 @@ def video_encode(
     call: Call, files: Iterable[Any], arena: Arena, /, *, stats: VideoEncodeStats | None = None, **options: Unpack[EncodeOptions]
 ) -> Encoded:
     check_stats(stats, VideoEncodeStats)
-    sources_ = sources(files, "paths, bytes or binary file objects")
+    clips = sources(files, "paths, bytes or binary file objects")
     tower: VideoTower = call.parsed
     tally = VideoEncodeStats()
 
@@ -351,10 +350,10 @@ def video_encode(
         tally.seeks += sum(c.seeks for _, c in prepared)
         tally.bytes_read += sum(c.bytes_read for _, c in prepared)
 
-    items = ItemBatches(call, lambda i: sample(sources_[i], tower), lambda prepared: {"frames": np.stack([f for f, _ in prepared])}, count_items)
-    result = encode(call, len(sources_), items.thunks(len(sources_), MAX_ROWS), arena, stats=stats, **options)
+    items = ItemBatches(call, lambda i: sample(clips[i], tower), lambda prepared: {"frames": np.stack([f for f, _ in prepared])}, count_items)
+    result = encode(call, len(clips), items.thunks(len(clips), MAX_ROWS), arena, stats=stats, **options)
     if stats is not None:
-        tally.frames, tally.seconds_decode = len(sources_) * tower.frames, items.seconds
+        tally.frames, tally.seconds_decode = len(clips) * tower.frames, items.seconds
         stats.add(tally)
     return result
 
