@@ -92,7 +92,7 @@ def main() -> None:
     from uform.core.executor import available_cores
     from uform.core.host import get_host
     from uform.exporters.reference import ReferenceModel
-    from uform.plugins import _frames, video
+    from uform.plugins import _frames, _sources, video
 
     threads = available_cores()
     torch.set_num_threads(threads)
@@ -150,7 +150,7 @@ def main() -> None:
         vt = video.read(vcfg, config)
         for gop in (30, 250):
             clips = [movie(root / f"clip{gop}_{i}.mp4", 10, gop) for i in range(args.clips)]
-            sources = [_frames.Source(i, str(c)) for i, c in enumerate(clips)]
+            sources = [_sources.Source(i, str(c)) for i, c in enumerate(clips)]
             seek = rate(lambda: [video.sample(src, vt, True) for src in sources], len(clips), args.seconds)
             through = rate(lambda: [video.sample(src, vt, False) for src in sources], len(clips), args.seconds)
             every = rate(lambda: [_decode_every_frame(c) for c in clips], len(clips), args.seconds)
