@@ -305,6 +305,19 @@ def test_load_vram_over_fake_devices_matches_load_ram(fake_cuda: list[int], tiny
     assert one.describe().gpu_class == SM80 and not isinstance(one._runtime.placement.runners["text"], Replicas)
 
 
+def test_vram_batches_hold_more_rows_split_over_the_devices(fake_cuda: list[int], tiny_text: Path, tiny_model: uform.Model) -> None:
+    model = uform.Model.load_vram(tiny_text, devices=[0, 1])
+    assert model._runtime.placement.batch_scale == 2 * cuda.BATCH_SCALE == 8
+    texts = [f"caption {i}" for i in range(600)]
+    on_gpu, on_cpu = uform.TextEncodeStats(), uform.TextEncodeStats()
+    got = np.array(model.text_encode(texts, Arena(), stats=on_gpu).embeddings)
+    want = np.array(tiny_model.text_encode(texts, Arena(), stats=on_cpu).embeddings)
+    assert (on_cpu.batches, on_gpu.batches) == (10, 2)  # 64 rows a batch on the CPU, 8 x 64 on two devices
+    runner = model._runtime.placement.runners["text"]
+    assert isinstance(runner, Replicas) and runner.calls == [2, 2]  # each batch split over both devices
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+
+
 def test_load_vram_errors_name_what_is_available(fake_cuda: list[int], tiny_text: Path) -> None:
     with pytest.raises(UnsupportedError, match=re.escape("CUDA devices [2] do not exist; this process sees 2: 0 (NVIDIA L4, sm_89)")):
         uform.Model.load_vram(tiny_text, devices=[0, 2])

@@ -119,13 +119,18 @@ class LoadRequest:
 
 @dataclass(frozen=True)
 class Placement:
-    """Placed towers: a runner per tower, the bytes held, and the classes they run as."""
+    """Placed towers: a runner per tower, the bytes held, and the classes they run as.
+
+    ``batch_scale`` multiplies the verbs' batch bounds, which are sized for the CPU (a GPU
+    amortises launches and transfers over more rows; replicas split a batch between them).
+    """
 
     runners: Mapping[str, Runner]
     memory_usage: int
     quantization: Scalar
     cpu_class: CPUClass | None = None
     gpu_class: GPUClass | None = None
+    batch_scale: int = 1
 
 
 @dataclass(frozen=True)

@@ -42,6 +42,11 @@ class Call:
     runner: Runner
     executor: Executor
     output_names: tuple[str, ...]
+    batch_scale: int = 1
+
+    def rows(self, cpu_rows: int) -> int:
+        """A batch bound sized for the CPU (rows, or a token budget), scaled for the placement."""
+        return cpu_rows * self.batch_scale
 
 
 def plan_towers(container: safetensors.Container, config: ModelConfig, host: Host) -> dict[str, tuple[Modality, Any, dict[str, TensorSpec]]]:
@@ -150,7 +155,8 @@ class Runtime:
         for name, tower in self.towers.items():
             fn = tower.modality.verbs.get(verb)
             if fn is not None:
-                call = Call(name, tower.parsed, self.config, self.placement.runners[name], executor or self.executor, self._outputs[name])
+                runner, scale = self.placement.runners[name], self.placement.batch_scale
+                call = Call(name, tower.parsed, self.config, runner, executor or self.executor, self._outputs[name], scale)
                 return fn(call, *args, **kwargs)
         owner = next((m for m in get_host().modalities.values() if verb in m.verbs), None)
         if owner is None:

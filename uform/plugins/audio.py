@@ -178,7 +178,7 @@ def _run(call: Call, count: int, prepare: Callable[[int], Recording], arena: Are
         tally.skipped_packets += sum(r.skipped_packets for r in recordings)
 
     items = ItemBatches(call, prepare, lambda recordings: {"samples": np.stack([r.samples for r in recordings])}, count_items)
-    result = encode(call, count, items.thunks(count, max(1, min(MAX_ROWS, SAMPLE_BUDGET // t.samples))), arena, stats=stats, **options)
+    result = encode(call, count, items.thunks(count, max(1, min(call.rows(MAX_ROWS), call.rows(SAMPLE_BUDGET) // t.samples))), arena, stats=stats, **options)
     if stats is not None:
         tally.seconds_decode = items.seconds
         stats.add(tally)

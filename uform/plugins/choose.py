@@ -28,7 +28,7 @@ from uform.core.pipeline import Batch, check_stats, count_call, run_batches
 from uform.core.plugin import Modality, TensorSpec, Tower, stack_tensors
 from uform.core.progress import Progress, ProgressHandler
 from uform.core.runtime import Call
-from uform.plugins.text import TextEncodeStats, as_bytes, count_bytes, plan
+from uform.plugins.text import MAX_ROWS, TOKEN_BUDGET, TextEncodeStats, as_bytes, count_bytes, plan
 
 BYTES = 256
 BEGIN = 256  # the begin token's row of decoder.embed.weight
@@ -243,7 +243,7 @@ def text_choose(
     full = np.fromiter((len(t) for t in encoded), np.int64, count)
     lengths = np.minimum(full, context)
     chunks = [t[max(0, len(t) - context) :] for t in encoded] if (full > context).any() else encoded
-    batches = plan(lengths)
+    batches = plan(lengths, call.rows(MAX_ROWS), call.rows(TOKEN_BUDGET))
     tracker = Progress(progress, progress_steps, count)
     thunks = [functools.partial(feeds, chunks, lengths, idx) for idx in batches]
     with arena._lease():

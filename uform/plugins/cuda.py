@@ -38,6 +38,7 @@ from uform.plugins._sessions import Replicas, session_options
 PROVIDER = "CUDAExecutionProvider"
 COMPUTE = "tf32"  # "tf32": float32 with TF32 products; "f16": weight matrix products in float16 (experimental)
 SESSION_THREADS = 4  # intra-op threads per CUDA session, at most: only shape arithmetic runs on the CPU
+BATCH_SCALE = 4  # per device: verbs' batches hold this many times their CPU-sized bounds (not yet tuned on a GPU)
 
 
 # -- the wheel and its libraries -------------------------------------------------------------
@@ -262,7 +263,7 @@ def open_vram(request: LoadRequest) -> Placement:
             remove_tree(directory)
         runners[name] = sessions[0] if len(sessions) == 1 else Replicas(sessions)
         held += sum(w.size * (2 if n in halves else 4) for n, w in tower.weights.items()) * len(sessions)
-    return Placement(runners, held, Scalar.BF16, gpu_class=gpu_class)
+    return Placement(runners, held, Scalar.BF16, gpu_class=gpu_class, batch_scale=BATCH_SCALE * len(devices))
 
 
 @hookimpl

@@ -235,7 +235,7 @@ def _run(call: Call, count: int, prepare: Callable[[int, int], Prepared], arena:
         tally.reduced += sum(p[3] for p in prepared)
 
     items = ItemBatches(call, lambda i: prepare(i, size), lambda prepared: {"pixels": np.stack([p[0] for p in prepared])}, count_items)
-    result = encode(call, count, items.thunks(count, MAX_ROWS), arena, stats=stats, **options)
+    result = encode(call, count, items.thunks(count, call.rows(MAX_ROWS)), arena, stats=stats, **options)
     if stats is not None:
         tally.seconds_decode = items.seconds
         stats.add(tally)

@@ -149,7 +149,7 @@ def text_encode(
     full = np.fromiter((len(t) for t in encoded), np.int64, len(encoded))
     lengths = np.minimum(full, context)
     chunks = [t[:context] for t in encoded] if (full > context).any() else encoded
-    batches = plan(lengths)
+    batches = plan(lengths, call.rows(MAX_ROWS), call.rows(TOKEN_BUDGET))
     result = encode(call, len(chunks), [functools.partial(feeds, chunks, lengths, idx) for idx in batches], arena, stats=stats, **options)
     count_bytes(stats, full, lengths, batches)
     return result

@@ -351,7 +351,7 @@ def video_encode(
         tally.bytes_read += sum(c.bytes_read for _, c in prepared)
 
     items = ItemBatches(call, lambda i: sample(clips[i], tower), lambda prepared: {"frames": np.stack([f for f, _ in prepared])}, count_items)
-    result = encode(call, len(clips), items.thunks(len(clips), MAX_ROWS), arena, stats=stats, **options)
+    result = encode(call, len(clips), items.thunks(len(clips), call.rows(MAX_ROWS)), arena, stats=stats, **options)
     if stats is not None:
         tally.frames, tally.seconds_decode = len(clips) * tower.frames, items.seconds
         stats.add(tally)
