@@ -14,7 +14,7 @@ the size). Writes benchmarks/results/choose.json.
 from __future__ import annotations
 
 import argparse
-import json
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -22,6 +22,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).parent))
+from common import save  # noqa: E402
 
 SUBJECTS = "the river city market price night morning engine planet theorem protein election".split()
 TRUE_TEMPERATURES = [0.05, 0.15, 0.5]  # per group: multiple choice, yes/no, digits
@@ -145,10 +148,7 @@ def main() -> None:
     c = results["calibration"]
     print(f"  fitted {[round(t, 4) for t in c['temperatures']]}  ECE {c['ece_before']:.4f} -> {c['ece_after']:.4f}"
           f"  NLL {c['nll_before']:.4f} -> {c['nll_after']:.4f}  accuracy {c['accuracy']:.3f}")  # fmt: skip
-    out = Path(__file__).parent / "results" / "choose.json"
-    out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps(results, indent=2) + "\n")
-    print(f"wrote {out}")
+    print(f"wrote {save('choose', results)}")
 
 
 if __name__ == "__main__":

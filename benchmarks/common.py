@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-RESULTS = Path(__file__).parent / "results"
+RESULTS = Path(os.environ.get("UFORM_BENCHMARK_RESULTS") or Path(__file__).parent / "results")  # the env var: for smoke runs
 
 
 def rate(fn: Callable[[], Any], items: int, seconds: float = 2.0, warmup: int = 1) -> float:
