@@ -337,7 +337,7 @@ def test_no_cuda_provider_is_an_error_never_a_cpu_fallback(monkeypatch: pytest.M
     monkeypatch.setattr(cuda, "_both_wheels", lambda: False)
     message = (
         "cannot place a model in VRAM: cuda: onnxruntime 1.32.0 has no CUDAExecutionProvider (it has AzureExecutionProvider, "
-        "CPUExecutionProvider); install onnxruntime-gpu in place of onnxruntime (docs/backends.md)"
+        "CPUExecutionProvider); install onnxruntime-gpu[cuda,cudnn] in place of onnxruntime (docs/backends.md)"
     )
     with pytest.raises(UnsupportedError, match=f"^{re.escape(message)}$"):
         uform.Model.load_vram(tiny_text)

@@ -113,7 +113,7 @@ def probe() -> str | None:
     except ImportError as exc:
         return f"onnxruntime does not import ({exc})"
     if PROVIDER not in providers:
-        hint = "install onnxruntime-gpu in place of onnxruntime (docs/backends.md)"
+        hint = "install onnxruntime-gpu[cuda,cudnn] in place of onnxruntime (docs/backends.md)"
         if _both_wheels():
             hint = "onnxruntime and onnxruntime-gpu are both installed and overwrite each other; uninstall both, then install onnxruntime-gpu"
         return f"onnxruntime {version} has no {PROVIDER} (it has {', '.join(providers)}); {hint}"
