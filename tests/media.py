@@ -13,6 +13,19 @@ from PIL import Image
 LEVEL_STEP = 6  # grey level step between consecutive frames of a clip: frame i is 4 + 6 i (40 frames at most)
 
 
+class OneWay(io.RawIOBase):
+    """A readable, unseekable stream of ``data`` (as a pipe or a socket gives)."""
+
+    def __init__(self, data: bytes) -> None:
+        self._inner = io.BytesIO(data)
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: bytearray) -> int:  # type: ignore[override]
+        return self._inner.readinto(b)
+
+
 def pattern(height: int, width: int, seed: int = 0) -> np.ndarray:
     """A smooth RGB picture (compresses well, survives JPEG) with an asymmetric layout."""
     y, x = np.mgrid[0:height, 0:width]
@@ -88,8 +101,6 @@ def clip(
     ``{"live": "1"}``: a WebM that declares no duration, as a live recording).
     """
     import tempfile
-
-    import av
 
     width, height = size
     with tempfile.TemporaryDirectory() as tmp:  # a real file: faststart rewrites it when closing

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from media import encode_image, pattern, png16, png_header_only, with_orientation
+from media import OneWay, encode_image, pattern, png16, png_header_only, with_orientation
 from PIL import Image
 
 import uform
@@ -208,22 +208,9 @@ def test_bad_files_name_item_path_and_reason_and_write_nothing(model: uform.Mode
     np.testing.assert_array_equal(before.embeddings, kept)
 
 
-class _OneWay(io.RawIOBase):
-    """A readable, unseekable stream (a pipe, a socket)."""
-
-    def __init__(self, data: bytes) -> None:
-        self._inner = io.BytesIO(data)
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, b: bytearray) -> int:  # type: ignore[override]
-        return self._inner.readinto(b)
-
-
 def test_one_way_and_text_streams(model: uform.Model, tmp_path: Path) -> None:
     data = encode_image(pattern(30, 30), "PNG")
-    np.testing.assert_array_equal(embed(model, [_OneWay(data)]), embed(model, [data]))
+    np.testing.assert_array_equal(embed(model, [OneWay(data)]), embed(model, [data]))
     path = tmp_path / "x.png"
     path.write_bytes(data)
     with open(path, encoding="latin-1") as text, pytest.raises(uform.InputError, match="text mode"):

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from media import audio_only, clip, encode_image, level_index, no_frames, pattern
+from media import OneWay, audio_only, clip, encode_image, level_index, no_frames, pattern
 from PIL import Image
 
 import uform
@@ -240,16 +240,6 @@ def test_corrupted_clips_raise_input_errors_only(model: uform.Model, codec: str,
 
 def test_empty_call_and_one_way_streams(model: uform.Model) -> None:
     assert model.video_encode([], uform.Arena()).embeddings.shape == (0, 32)
-
-    class OneWay(io.RawIOBase):
-        def __init__(self, data: bytes) -> None:
-            self._inner = io.BytesIO(data)
-
-        def readable(self) -> bool:
-            return True
-
-        def readinto(self, b: bytearray) -> int:  # type: ignore[override]
-            return self._inner.readinto(b)
 
     data = clip(frames=5)
     out = np.array(model.video_encode([OneWay(data), data], uform.Arena()).embeddings)
