@@ -160,6 +160,7 @@ def test_two_domains_make_two_pinned_replicas(tmp_path: Path, tiny_text: Path, t
     runner = model._runtime.placement.runners["text"]
     assert isinstance(runner, Replicas) and runner.affinities == [[first], [last]]
     assert model.describe().memory_usage == 2 * tiny_model.describe().memory_usage
+    assert (model._runtime.placement.batch_scale, tiny_model._runtime.placement.batch_scale) == (2, 1)
     want = np.array(tiny_model.text_encode(TEXTS, Arena()).embeddings)
     np.testing.assert_allclose(np.array(model.text_encode(TEXTS, Arena()).embeddings), want, rtol=1e-6, atol=1e-7)
     assert min(runner.calls) > 0  # both domains served the call

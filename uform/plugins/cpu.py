@@ -214,7 +214,7 @@ def open_ram(request: LoadRequest) -> Placement:
         pinned = [cpus for cpus, _ in plan]
         runners[name] = sessions[0] if pinned == [None] else Replicas(sessions, pinned)
         held += sum(w.size * 4 for w in tower.weights.values()) * len(sessions)
-    return Placement(runners, held, Scalar.BF16, cpu_class=cpu_class)
+    return Placement(runners, held, Scalar.BF16, cpu_class=cpu_class, batch_scale=len(plan))  # each domain a CPU-sized share
 
 
 @hookimpl
