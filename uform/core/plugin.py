@@ -121,8 +121,8 @@ class LoadRequest:
 class Placement:
     """Placed towers: a runner per tower, the bytes held, and the classes they run as.
 
-    ``batch_scale`` multiplies the verbs' batch bounds, which are sized for the CPU (a GPU
-    amortises launches and transfers over more rows; replicas split a batch between them).
+    ``batch_scale`` multiplies the verbs' batch bounds, which are sized for one CPU session
+    (a GPU amortises launches and transfers over more rows; replicas split a batch between them).
     """
 
     runners: Mapping[str, Runner]
