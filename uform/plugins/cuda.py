@@ -8,8 +8,10 @@ come back to the host and the verbs write them into the caller's arena as on the
 Weights are widened from BF16 to float32 once at load and computed with TF32 tensor-core
 matrix products (``COMPUTE = "f16"`` makes the weight matrix products float16, an
 experimental setting); docs/backends.md gives the reasons, the classes and the install path.
-Nothing here ever falls back to the CPU: a missing provider, a device that does not exist
-or a class beyond a device raises :class:`~uform.UnsupportedError` naming what there is.
+Nothing here ever falls back to the CPU: a missing provider, a driver older than the
+wheel's CUDA, a CUDA or cuDNN library that does not load, a device that does not exist or a
+class beyond a device raises :class:`~uform.UnsupportedError` naming what there is. Devices
+and classes are read in :mod:`uform.plugins._gpus`.
 """
 
 from __future__ import annotations
