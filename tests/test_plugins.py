@@ -18,7 +18,7 @@ import pytest
 import uform
 from uform.cli import main
 from uform.core import checkpoint, hookspecs, plugin
-from uform.core.host import get_host, reset_host
+from uform.core.host import Host, get_host, reset_host
 
 DOCS = Path(__file__).parent.parent / "docs" / "plugins.md"
 
@@ -61,10 +61,11 @@ def install(root: Path, dist: str, entry: str, modules: dict[str, str]) -> None:
 
 
 @pytest.fixture
-def site(tmp_path: Path) -> Iterator[Path]:
+def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     root = tmp_path / "site"
     root.mkdir()
     sys.path.insert(0, str(root))
+    monkeypatch.delenv("UFORM_BLOCK_PLUGINS", raising=False)
     reset_host()
     try:
         yield root
@@ -116,20 +117,143 @@ def test_hook_yielding_junk_is_reported(site: Path) -> None:
     assert "cpu" in host.backends
 
 
-def test_two_plugins_claiming_one_modality_conflict(site: Path) -> None:
+RIVAL_TEXT = textwrap.dedent(
+    """
+    import uform
+    from uform.plugins import text
+
+    @uform.hookimpl
+    def uform_modalities():
+        yield from text.uform_modalities()
+    """
+)
+
+
+def test_a_conflict_is_recorded_and_only_loads_needing_the_name_fail(
+    site: Path, tmp_path: Path, tiny_text: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    install(site, "uform-rival", "rival = uform_rival", {"uform_rival/__init__.py": RIVAL_TEXT})
+    install(site, "uform-smell", "smell = uform_smell.plugin", {"uform_smell/__init__.py": "", "uform_smell/plugin.py": example_plugin()})
+    host = get_host()  # no longer raises: the conflict is recorded
+    assert "text" not in host.modalities and {"smell", "image"} <= set(host.modalities)
+    (conflict,) = host.conflicts
+    assert conflict.names == (("modality", "text"), ("tower", "text"), ("verb", "text_encode"))
+    assert {c.plugin for c in conflict.claimants} == {"text", "rival"}
+    records = {r.name: r for r in host.records}
+    assert records["rival"].status == records["text"].status == "conflict"
+    assert "uform-rival 0.1 (plugin 'rival')" in records["text"].error and "UFORM_BLOCK_PLUGINS=rival" in records["text"].error
+    assert records["smell"].status == "ok"
+
+    config, tensors = checkpoint.new(host, "tiny", 0, ["smell"])
+    checkpoint.save(tmp_path / "smell.safetensors", config, tensors)
+    odours = np.ones((2, 16), np.float32)
+    assert uform.Model.load_ram(tmp_path / "smell.safetensors").smell_encode(odours, uform.Arena()).embeddings.shape == (2, 32)
+    with pytest.raises(uform.PluginConflictError) as err:
+        uform.Model.load_ram(tiny_text)
+    message = str(err.value)
+    assert message.startswith("tower 'text': ")
+    assert "both claim the modality 'text', the tower 'text' and the verb 'text_encode'; neither claim is used" in message
+    assert "(plugin 'rival')" in message and "(plugin 'text')" in message and "UFORM_BLOCK_PLUGINS=" in message
+
+    assert main(["plugins"]) == 0
+    out = capsys.readouterr().out
+    assert "conflicts:" in out
+    assert next(x for x in out.splitlines() if x.startswith("rival")).split()[4] == "conflict"
+
+
+def test_a_contested_backend_fails_only_loads_of_its_placement(site: Path, tiny_text: Path) -> None:
+    rival = "import uform\nfrom uform.plugins import cpu\n@uform.hookimpl\ndef uform_backends():\n    yield from cpu.uform_backends()\n"
+    install(site, "uform-rival", "rival = uform_rival", {"uform_rival/__init__.py": rival})
+    with pytest.raises(uform.PluginConflictError, match=r"placing in RAM: .*\(plugin '(cpu|rival)'\) and .*\(plugin '(cpu|rival)'\) both claim the backend 'cpu'"):
+        uform.Model.load_ram(tiny_text)
+    assert "text" in get_host().modalities
+
+
+def test_blocked_plugins_are_not_loaded(site: Path, tiny_text: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    install(site, "uform-rival", "rival = uform_rival", {"uform_rival/__init__.py": RIVAL_TEXT})
+    monkeypatch.setenv("UFORM_BLOCK_PLUGINS", " rival ,")
+    host = get_host()
+    assert host.conflicts == [] and "text" in host.modalities
+    rival = next(r for r in host.records if r.name == "rival")
+    assert (rival.status, rival.error) == ("blocked", "blocked by UFORM_BLOCK_PLUGINS or Host(blocked=...)")
+    assert uform.Model.load_ram(tiny_text).text_encode(["ok"], uform.Arena()).embeddings.shape == (1, 32)
+    assert main(["plugins"]) == 0
+    assert next(x for x in capsys.readouterr().out.splitlines() if x.startswith("rival")).split()[4] == "blocked"
+
+
+def test_blocking_an_unknown_name_warns(site: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("UFORM_BLOCK_PLUGINS", "rivl")
+    with pytest.warns(RuntimeWarning, match="UFORM_BLOCK_PLUGINS names 'rivl', which no installed uform plugin is called"):
+        get_host()
+
+
+def test_host_blocks_by_argument() -> None:
+    host = Host(blocked=["cuda"])
+    host.discover()
+    assert "cuda" not in host.backends and "cpu" in host.backends
+    assert next(r for r in host.records if r.name == "cuda").status == "blocked"
+
+
+@pytest.mark.parametrize(
+    ("source", "reason"),
+    [
+        (
+            "import uform\n@uform.hookimpl\ndef uform_modalites():\n    return []\n",
+            "unknown hook 'uform_modalites' (did you mean 'uform_modalities'?): uform's hooks are uform_backends, uform_modalities; "
+            "a hook of a newer uform is marked @uform.hookimpl(optionalhook=True)",
+        ),
+        (
+            "CALLED = []\ndef uform_backends():\n    CALLED.append(1)\n    return []\n",
+            "uform_backends is not marked with @uform.hookimpl, so uform never calls it; mark it",
+        ),
+        (
+            "import uform\n@uform.hookimpl\ndef uform_backends(device):\n    return []\n",
+            "uform_backends names 'device', which the hook does not pass in this uform "
+            "(hookspec version 1: uform_backends takes no arguments); upgrade uform or drop the argument",
+        ),
+    ],
+    ids=["misspelled", "unmarked", "unknown-argument"],
+)
+def test_a_plugin_not_matching_the_hookspecs_fails_naming_why(site: Path, source: str, reason: str) -> None:
+    install(site, "uform-broken", "odd = uform_broken", {"uform_broken/__init__.py": source})
+    with pytest.warns(RuntimeWarning, match="uform plugin 'odd' from uform-broken 0.1 is unusable"):
+        host = get_host()
+    record = next(r for r in host.records if r.name == "odd")
+    assert (record.status, record.error) == ("failed", reason)
+    assert getattr(sys.modules["uform_broken"], "CALLED", []) == []  # an unmarked hook is never called
+    assert {"text", "cpu"} <= set(host.modalities) | set(host.backends)
+
+
+def test_a_hook_of_a_newer_uform_marked_optional_is_ignored(site: Path) -> None:
     source = textwrap.dedent(
         """
         import uform
         from uform.plugins import text
 
+        @uform.hookimpl(optionalhook=True)
+        def uform_future_hook(model):
+            raise AssertionError("an unknown optional hook is never called")
+
         @uform.hookimpl
-        def uform_modalities():
-            yield from text.uform_modalities()
+        def uform_backends():
+            return []
         """
     )
-    install(site, "uform-rival", "rival = uform_rival", {"uform_rival/__init__.py": source})
-    with pytest.raises(uform.PluginConflictError, match=r"modality 'text': .*uform .*and uform-rival \(plugin 'rival'\)|modality 'text': uform-rival .* and uform "):
-        get_host()
+    install(site, "uform-broken", "future = uform_broken", {"uform_broken/__init__.py": source})
+    record = next(r for r in get_host().records if r.name == "future")
+    assert (record.status, record.kind, record.error) == ("ok", "", "")
+
+
+def test_hooks_are_called_through_the_plugin_manager() -> None:
+    """pluggy's call monitoring sees every hook call the host makes, one plugin at a time."""
+    from uform.plugins import cpu
+
+    calls: list[tuple[str, list[str]]] = []
+    host = Host()
+    host.manager.add_hookcall_monitoring(lambda hook, impls, kwargs: calls.append((hook, [i.plugin_name for i in impls])), lambda *a: None)
+    host.add(cpu, "cpu", "uform")
+    assert calls == [("uform_modalities", []), ("uform_backends", ["cpu"])]
+    assert list(host.backends) == ["cpu"]
 
 
 def test_import_uform_stays_light() -> None:

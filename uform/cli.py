@@ -36,6 +36,10 @@ def _plugins(args: argparse.Namespace) -> int:
     widths = [max(len(row[i]) for row in rows) for i in range(4)]
     for row in rows:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[4])
+    if host.conflicts:
+        print("\nconflicts:")
+        for conflict in host.conflicts:
+            print(f"  {conflict.message()}")
     print("\nbackends:")
     for backend in sorted(host.backends.values(), key=lambda b: (b.placement, -b.priority)):
         reason = backend.probe()
@@ -96,7 +100,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--modalities", default="all", help="comma-separated modalities, or 'all' (default)")
     p.set_defaults(run=_new)
 
-    p = sub.add_parser("plugins", help="list the plugins found, with versions and load errors")
+    p = sub.add_parser(
+        "plugins", help="list the plugins found, with versions, load errors and conflicts (UFORM_BLOCK_PLUGINS=a,b skips plugins)"
+    )
     p.add_argument("--json", action="store_true")
     p.set_defaults(run=_plugins)
 
