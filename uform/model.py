@@ -7,13 +7,12 @@ plugin provides it (the core knows no modality by name).
 from __future__ import annotations
 
 import functools
-import mmap
 import os
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from .core.arena import Arena, Encoded, RowsTape
-from .core.checkpoint import map_file
+from .core.checkpoint import read_file
 from .core.executor import DeferredOn, Executor, On
 from .core.progress import ProgressHandler
 from .core.runtime import Runtime, as_buffer
@@ -280,17 +279,10 @@ class Model:
         return f"Model(towers={list(self._runtime.towers)}, dimensions={d.dimensions}, quantization={d.quantization.name})"
 
 
-def _mapped(path: _PathLike, load: Callable[[mmap.mmap], Model]) -> Model:
-    """``load`` over a read-only map of ``path``, unmapped afterwards (or, while an error's
-    traceback still holds views into the map, when that traceback goes)."""
-    mapped = map_file(path)
-    try:
-        return load(mapped)
-    finally:
-        try:
-            mapped.close()
-        except BufferError:
-            pass
+def _mapped(path: _PathLike, load: Callable[[memoryview], Model]) -> Model:
+    """``load`` over the bytes of ``path``, copied into anonymous memory (``read_file``), never
+    a map of the file: nothing loaded refers to the file, so it may shrink or change meanwhile."""
+    return load(read_file(path))
 
 
 def _runtime(buffer: Buffer, **options: Any) -> Runtime:

@@ -38,6 +38,19 @@ DTYPES: dict[str, np.dtype[Any]] = {
 }
 DTYPE_NAMES = {dtype: name for name, dtype in DTYPES.items()}
 
+# Floating dtypes: the unsigned view, and the bits of the magnitude at or above which a value
+# is NaN or infinite (the exponent all ones). F8_E4M3 has no infinities and one NaN per sign,
+# S.1111.111, which the same test catches (0x7F is the largest magnitude).
+_NONFINITE: dict[str, tuple[np.dtype[Any], int, int]] = {
+    "BF16": (np.dtype(np.uint16), 0x7FFF, 0x7F80),
+    "F16": (np.dtype(np.uint16), 0x7FFF, 0x7C00),
+    "F32": (np.dtype(np.uint32), 0x7FFFFFFF, 0x7F800000),
+    "F64": (np.dtype(np.uint64), 0x7FFFFFFFFFFFFFFF, 0x7FF0000000000000),
+    "F8_E4M3": (np.dtype(np.uint8), 0x7F, 0x7F),
+    "F8_E5M2": (np.dtype(np.uint8), 0x7F, 0x7C),
+}
+FINITE_CHUNK = 1 << 18  # elements per step of the finiteness check: 512 KiB of BF16, cache-sized
+
 
 @dataclass(frozen=True)
 class Entry:
@@ -98,7 +111,37 @@ def parse(buffer: memoryview) -> Container:
     for before, after in zip(spans, spans[1:]):
         if after.begin < before.end:
             raise _fail(f"tensors {before.name!r} and {after.name!r} overlap in the data section")
-    return Container(metadata, entries, data)
+    container = Container(metadata, entries, data)
+    check_finite(container)
+    return container
+
+
+def check_finite(container: Container) -> None:
+    """Refuse a floating tensor holding a NaN or an infinity, naming it and the first element.
+
+    Works on the stored bits (an unsigned view: magnitude bits at or above the all-ones
+    exponent), in chunks of :data:`FINITE_CHUNK` elements, so nothing is converted and no
+    temporary grows with the tensor.
+    """
+    scratch: dict[np.dtype[Any], np.ndarray] = {}
+    for e in sorted(container.entries.values(), key=lambda e: e.begin):
+        rule = _NONFINITE.get(e.dtype)
+        if rule is None or e.end == e.begin:
+            continue
+        kind, magnitude, limit = rule
+        bits = np.frombuffer(container.data[e.begin : e.end], dtype=kind)
+        tmp = scratch.setdefault(kind, np.empty(FINITE_CHUNK, kind))
+        for start in range(0, len(bits), FINITE_CHUNK):
+            chunk = bits[start : start + FINITE_CHUNK]
+            part = np.bitwise_and(chunk, kind.type(magnitude), out=tmp[: len(chunk)])
+            if part.max() >= limit:
+                first = start + int(np.flatnonzero(part >= limit)[0])
+                index = tuple(int(i) for i in np.unravel_index(first, e.shape))
+                value = np.frombuffer(container.data[e.begin : e.end], dtype=DTYPES[e.dtype])[first]
+                raise CheckpointError(
+                    f"tensor {e.name!r}: holds NaN or infinite values (the first, {value}, at index {list(index)}); "
+                    "the weights are corrupt or diverged"
+                )
 
 
 def _entry(name: str, raw: Any, data_len: int) -> Entry:

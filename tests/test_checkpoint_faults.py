@@ -1,0 +1,179 @@
+"""Faults while reading a checkpoint: each ends in a named error or a correct result, never a crash or a hang."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import struct
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import uform
+from uform.core import checkpoint, safetensors
+
+TEXTS = ["a cat", "a dog on a mat"]
+
+
+def _embed(model: uform.Model) -> np.ndarray:
+    return np.array(model.text_encode(TEXTS, uform.Arena()).embeddings)
+
+
+# A load whose progress handler cuts the checkpoint to 64 bytes as soon as the weights are
+# being converted: over a memory map the next page touched faults (SIGBUS kills the process).
+SHRINK = """
+import os, sys
+import numpy as np
+import uform
+path = sys.argv[1]
+shrunk = []
+def progress(done, total):
+    if not shrunk:
+        os.truncate(path, 64)
+        shrunk.append(done)
+    return True
+model = uform.Model.load_ram(path, progress=progress, progress_steps=16)
+print(os.path.getsize(path), len(shrunk))
+np.save(sys.argv[2], np.array(model.text_encode(["a cat", "a dog on a mat"], uform.Arena()).embeddings))
+"""
+
+
+def test_shrinking_the_file_during_a_load_cannot_fault(tiny_text: Path, tmp_path: Path) -> None:
+    path = tmp_path / "shrinking.safetensors"
+    path.write_bytes(tiny_text.read_bytes())
+    out = subprocess.run(
+        [sys.executable, "-c", SHRINK, str(path), str(tmp_path / "got.npy")], capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, (out.returncode, out.stderr[-2000:])  # -7 was SIGBUS
+    assert out.stdout.split() == ["64", "1"]  # the file was cut during the load
+    expected = _embed(uform.Model.load_ram(tiny_text))
+    assert np.array_equal(np.load(tmp_path / "got.npy"), expected)
+
+
+def test_a_file_that_ends_before_its_stated_size(tiny_text: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "short.safetensors"
+    path.write_bytes(tiny_text.read_bytes())
+    real = os.fstat
+    stated = path.stat().st_size + 4096
+
+    def larger(fd: int) -> os.stat_result:  # the size fstat answered, before the file shrank
+        st = real(fd)
+        if st.st_size == stated - 4096:
+            return os.stat_result((st.st_mode, st.st_ino, st.st_dev, st.st_nlink, st.st_uid, st.st_gid, stated, *st[7:10]))
+        return st
+
+    monkeypatch.setattr(checkpoint, "READ_CHUNK", 4096)
+    monkeypatch.setattr(os, "fstat", larger)
+    size = stated - 4096
+    with pytest.raises(uform.CheckpointError, match=rf"short.safetensors: the file ends at byte {size}, before its stated size of {stated} bytes"):
+        uform.Model.load_ram(path)
+
+
+def test_read_file_copies_whole_files_in_chunks(tiny_text: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(checkpoint, "READ_CHUNK", 1000)  # many reads, the last one partial
+    data = checkpoint.read_file(tiny_text)
+    assert data.format == "B" and data.tobytes() == tiny_text.read_bytes()
+    assert _embed(uform.Model.load_ram_buffer(data)).shape == (2, 32)
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
+def test_a_fifo_is_refused_at_once(tmp_path: Path) -> None:
+    fifo = tmp_path / "model.safetensors"
+    os.mkfifo(fifo)
+    outcome: list[BaseException | None] = []
+
+    def load() -> None:
+        try:
+            uform.Model.load_ram(fifo)
+            outcome.append(None)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            outcome.append(exc)
+
+    worker = threading.Thread(target=load, daemon=True)
+    worker.start()
+    worker.join(timeout=30)
+    if worker.is_alive():  # blocked in open(): let it go before failing
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        pytest.fail("load_ram blocked on a FIFO")
+    assert isinstance(outcome[0], uform.CheckpointError), outcome
+    assert str(outcome[0]) == f"{fifo}: is not a regular file (a FIFO); a checkpoint must be a regular file"
+
+
+def test_an_unreadable_file_is_a_permission_error_naming_it(tiny_text: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    real = os.open
+
+    def refuse(path: str, flags: int, *args: int) -> int:
+        if os.fspath(path) == os.fspath(tiny_text):
+            raise PermissionError(13, "Permission denied", os.fspath(path))
+        return real(path, flags, *args)
+
+    monkeypatch.setattr(os, "open", refuse)
+    with pytest.raises(PermissionError, match=rf"^{tiny_text}: permission denied, cannot read the checkpoint file \(Permission denied\)$"):
+        uform.Model.load_ram(tiny_text)
+
+
+# -- NaN and infinities ----------------------------------------------------------------
+
+
+def _poisoned(path: Path, tensor: str, index: int, value: float) -> bytes:
+    """The checkpoint at ``path`` with element ``index`` (flat) of ``tensor`` set to ``value``."""
+    blob = bytearray(path.read_bytes())
+    (n,) = struct.unpack("<Q", blob[:8])
+    begin = json.loads(blob[8 : 8 + n])[tensor]["data_offsets"][0]
+    at = 8 + n + begin + 2 * index
+    blob[at : at + 2] = np.array([value], ml_dtypes.bfloat16).tobytes()
+    return bytes(blob)
+
+
+@pytest.mark.parametrize(
+    ("tensor", "index", "value", "shown"),
+    [
+        ("text.blocks.1.mlp.fc2.weight", 130, np.nan, "nan, at index [1, 2]"),
+        ("text.cls", 0, np.inf, "inf, at index [0]"),
+        ("text.ln_final.weight", 63, -np.inf, "-inf, at index [63]"),
+    ],
+)
+def test_nonfinite_weights_are_refused_naming_the_tensor(
+    tiny_text: Path, tmp_path: Path, tensor: str, index: int, value: float, shown: str
+) -> None:
+    blob = _poisoned(tiny_text, tensor, index, value)
+    message = re.escape(f"tensor '{tensor}': holds NaN or infinite values (the first, {shown})")
+    with pytest.raises(uform.CheckpointError, match=message):
+        uform.Model.load_ram_buffer(blob)
+    path = tmp_path / "poisoned.safetensors"
+    path.write_bytes(blob)
+    with pytest.raises(uform.CheckpointError, match=message):
+        uform.Model.load_ram(path)
+
+
+def test_nonfinite_check_reads_the_bits_of_every_float_dtype(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(safetensors, "FINITE_CHUNK", 7)  # the bad value lies in a later chunk
+    for dtype in ("BF16", "F16", "F32", "F64", "F8_E4M3", "F8_E5M2"):
+        np_dtype = safetensors.DTYPES[dtype]
+        finfo = ml_dtypes.finfo(np_dtype)  # type: ignore[no-untyped-call]
+        fine = np.array([0.0, -0.0, 1.0, -2.0, float(finfo.max), float(finfo.min), float(finfo.tiny)] * 3, np_dtype)
+        safetensors.check_finite(safetensors.parse(_container({"ok": fine})))
+        for bad in (np.nan, np.inf, -np.inf):
+            poisoned = fine.copy()
+            poisoned[15] = bad
+            if dtype == "F8_E4M3" and np.isinf(bad):
+                continue  # no infinities in E4M3FN (a cast gives NaN)
+            with pytest.raises(uform.CheckpointError, match=r"tensor 'w': holds NaN or infinite values .* at index \[15\]"):
+                safetensors.parse(_container({"w": poisoned}))
+    ints = np.array([-1, 0x7FFF, -32768], np.int16)  # integer tensors are never judged
+    safetensors.parse(_container({"i": ints}))
+
+
+def _container(tensors: dict[str, np.ndarray]) -> memoryview:
+    import io
+
+    buf = io.BytesIO()
+    safetensors.write(buf, tensors, {})
+    return memoryview(buf.getvalue())
+
