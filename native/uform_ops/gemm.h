@@ -1,0 +1,63 @@
+// The matrix product every kernel variant computes, and what the variants export.
+//
+//   y[m, n] = scale[n] * sum_k x[m, k] * w[n, k] + bias[n]
+//
+// x is float32 [m, k] (row stride k); w holds the checkpoint's [n, k] matrix as raw bits,
+// BF16 (uint16) or FLOAT8 E4M3FN (uint8), packed at load for the variant (pack.cpp): panels
+// of `nr` output columns, each [k / pair][nr][pair] with pair = 2 for the BF16 dot-product
+// variant and 1 for the FMA ones, zero-padded past n and k. scale (E4M3's per-output-channel
+// scale) and bias may be null. Work is cut into tasks (a panel of output columns times a
+// block of rows) that any thread may run in any order: each writes its own part of y only.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace uform {
+
+enum WeightType : int { kBF16 = 0, kE4M3 = 1 };
+enum Variant : int { kAVX2 = 0, kAVX512 = 1, kAVX512BF16 = 2, kVariants = 3 };
+
+struct Gemm {
+  const float* x;         // [m, k]
+  const void* w;          // packed panels (see above)
+  const float* scale;     // [n] or null
+  const float* bias;      // [n] or null
+  float* y;               // [m, n]
+  const uint16_t* xb;     // x rounded to BF16, [m, kpad] (kAVX512BF16 only; others null)
+  int64_t m, n, k, kpad;  // kpad: k rounded up to even
+  int wtype;
+  uint64_t serial;        // unique per product: a thread's decoded panel is reused within one only
+};
+
+// A variant: its tile sizes and its task function (defined in kernels_<variant>.cpp, compiled
+// for that instruction set; only called after the CPU was checked to have it).
+struct Kernel {
+  const char* name;
+  int64_t nr;                       // output columns per panel
+  int64_t pair;                     // consecutive k of one column stored together (2: BF16 pairs)
+  int64_t mc;                       // rows per task
+  bool bf16_x;                      // wants Gemm::xb
+  void (*task)(const Gemm&, int64_t);
+  void (*round_rows)(const float* x, int64_t k, uint16_t* xb, int64_t kpad, int64_t row_begin, int64_t row_end);
+};
+
+extern const Kernel kernel_avx2;
+extern const Kernel kernel_avx512;
+extern const Kernel kernel_avx512bf16;
+
+// The 256 E4M3FN codes decoded exactly (NaN codes decode to 0: quantize never writes them).
+extern const float e4m3_to_f32[256];
+extern const uint16_t e4m3_to_bf16[256];
+
+// Elements of one packed panel, and of the whole packed matrix.
+inline int64_t panel_elements(int64_t k, const Kernel& kern) { return (k + kern.pair - 1) / kern.pair * kern.pair * kern.nr; }
+inline int64_t packed_elements(int64_t n, int64_t k, const Kernel& kern) {
+  return (n + kern.nr - 1) / kern.nr * panel_elements(k, kern);
+}
+
+inline int64_t panels(const Gemm& g, const Kernel& kern) { return (g.n + kern.nr - 1) / kern.nr; }
+inline int64_t row_blocks(const Gemm& g, const Kernel& kern) { return (g.m + kern.mc - 1) / kern.mc; }
+inline int64_t tasks(const Gemm& g, const Kernel& kern) { return panels(g, kern) * row_blocks(g, kern); }
+
+}  // namespace uform

@@ -1,0 +1,107 @@
+// AVX-512 BF16 (x86-64-v4+vnni+bf16 and above): products of BF16 pairs with float32
+// accumulation (VDPBF16PS). Activations are rounded to BF16 once per product (round to
+// nearest even); weights decode to BF16 exactly (E4M3 through a 256-entry table).
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,fma")
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+#include "gemm.h"
+
+namespace uform {
+namespace avx512bf16 {
+
+constexpr int64_t NR = 32, MR = 12, MC = 192, PAIR = 2;
+using Panel = uint32_t;  // a BF16 pair: w[n, 2p] in the low half, w[n, 2p + 1] in the high
+
+// BF16 weights are packed exactly as the micro-kernel reads them.
+static const Panel* in_place(const Gemm& g, int64_t j) {
+  return g.wtype == kBF16 ? static_cast<const Panel*>(g.w) + j * (g.kpad / 2) * NR : nullptr;
+}
+
+// E4M3 codes (packed like BF16 pairs, a byte each) to BF16, 32 at a time: a normal code's
+// exponent and mantissa move into BF16's fields and rebias by 120; the 8 subnormal
+// magnitudes (m * 2^-9) come from a table.
+static void decode(const Gemm& g, int64_t j, Panel* out) {
+  const int64_t count = g.kpad * NR;  // bytes of one panel
+  const uint8_t* src = static_cast<const uint8_t*>(g.w) + j * count;
+  alignas(64) uint16_t small[32] = {};
+  for (int m = 0; m < 8; ++m) small[m] = e4m3_to_bf16[m];
+  const __m512i table = _mm512_load_si512(small);
+  const __m512i low7 = _mm512_set1_epi16(0x7F), bias = _mm512_set1_epi16(0x3C00), signbit = _mm512_set1_epi16(0x80);
+  uint16_t* dst = reinterpret_cast<uint16_t*>(out);
+  for (int64_t i = 0; i < count; i += 32) {
+    const __m512i v = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i)));
+    const __m512i magnitude = _mm512_and_si512(v, low7);
+    const __m512i normal = _mm512_add_epi16(_mm512_slli_epi16(magnitude, 4), bias);
+    const __mmask32 subnormal = _mm512_cmplt_epu16_mask(magnitude, _mm512_set1_epi16(8));
+    const __m512i value = _mm512_mask_blend_epi16(subnormal, normal, _mm512_permutexvar_epi16(magnitude, table));
+    const __m512i sign = _mm512_slli_epi16(_mm512_and_si512(v, signbit), 8);
+    _mm512_store_si512(dst + i, _mm512_or_si512(value, sign));
+  }
+}
+
+static inline __mmask16 lanes(int64_t count) {
+  return count >= 16 ? __mmask16(0xFFFF) : count <= 0 ? __mmask16(0) : __mmask16((1u << count) - 1);
+}
+
+template <int R>
+static inline void micro(const Gemm& g, int64_t row, int64_t n0, const Panel* panel) {
+  __m512 acc[R][2];
+#pragma GCC unroll 12
+  for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+  const int32_t* x = reinterpret_cast<const int32_t*>(g.xb + row * g.kpad);
+  const int64_t stride = g.kpad / 2, pairs = g.kpad / 2;
+  for (int64_t p = 0; p < pairs; ++p) {
+    const __m512bh b0 = (__m512bh)_mm512_loadu_si512(panel + p * NR);
+    const __m512bh b1 = (__m512bh)_mm512_loadu_si512(panel + p * NR + 16);
+#pragma GCC unroll 12
+    for (int r = 0; r < R; ++r) {
+      const __m512bh a = (__m512bh)_mm512_set1_epi32(x[r * stride + p]);
+      acc[r][0] = _mm512_dpbf16_ps(acc[r][0], a, b0);
+      acc[r][1] = _mm512_dpbf16_ps(acc[r][1], a, b1);
+    }
+  }
+  const int64_t cols = std::min<int64_t>(NR, g.n - n0);
+  const __mmask16 m0 = lanes(cols), m1 = lanes(cols - 16);
+  const __m512 s0 = g.scale ? _mm512_maskz_loadu_ps(m0, g.scale + n0) : _mm512_set1_ps(1.0f);
+  const __m512 s1 = g.scale ? _mm512_maskz_loadu_ps(m1, g.scale + n0 + 16) : _mm512_set1_ps(1.0f);
+  const __m512 c0 = g.bias ? _mm512_maskz_loadu_ps(m0, g.bias + n0) : _mm512_setzero_ps();
+  const __m512 c1 = g.bias ? _mm512_maskz_loadu_ps(m1, g.bias + n0 + 16) : _mm512_setzero_ps();
+#pragma GCC unroll 12
+  for (int r = 0; r < R; ++r) {
+    float* y = g.y + (row + r) * g.n + n0;
+    _mm512_mask_storeu_ps(y, m0, _mm512_fmadd_ps(acc[r][0], s0, c0));
+    _mm512_mask_storeu_ps(y + 16, m1, _mm512_fmadd_ps(acc[r][1], s1, c1));
+  }
+}
+
+#include "tiling.inc"
+
+static void round_rows(const float* x, int64_t k, uint16_t* xb, int64_t kpad, int64_t begin, int64_t end) {
+  for (int64_t r = begin; r < end; ++r) {
+    const float* src = x + r * k;
+    uint16_t* dst = xb + r * kpad;
+    int64_t i = 0;
+    for (; i + 32 <= k; i += 32) {
+      const __m512bh v = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(src + i + 16), _mm512_loadu_ps(src + i));
+      _mm512_storeu_si512(dst + i, (__m512i)v);
+    }
+    for (; i < k; i += 16) {
+      const __mmask16 m = lanes(k - i);
+      const __m256bh v = _mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, src + i));
+      _mm256_mask_storeu_epi16(dst + i, m, (__m256i)v);
+    }
+    if (kpad > k) dst[k] = 0;
+  }
+}
+
+}  // namespace avx512bf16
+
+const Kernel kernel_avx512bf16 = {"avx512-bf16", avx512bf16::NR, avx512bf16::PAIR, avx512bf16::MC, true, avx512bf16::task,
+                                  avx512bf16::round_rows};
+
+}  // namespace uform
