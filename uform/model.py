@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import os
+import threading
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, BinaryIO
 
@@ -32,12 +33,46 @@ _Files = Iterable[_PathLike | bytes | BinaryIO]
 _Words = Sequence[int]
 
 
-class Model:
-    """A loaded encoder serving every modality it was trained on; load it with a ``load_*`` classmethod."""
+class _Life:
+    """Whether a model (and every receiver made from it) is open, and how many calls run."""
 
-    def __init__(self, runtime: Runtime, executor: Executor | None = None) -> None:
+    def __init__(self, owns_executor: bool) -> None:
+        self.owns_executor = owns_executor
+        self.closed = False
+        self._calls = 0
+        self._changed = threading.Condition()
+
+    def enter(self) -> None:
+        with self._changed:
+            if self.closed:
+                raise ValueError("this Model was closed (Model.close() or the end of its with block); load it again to use it")
+            self._calls += 1
+
+    def leave(self) -> None:
+        with self._changed:
+            self._calls -= 1
+            self._changed.notify_all()
+
+    def close(self) -> bool:
+        """Refuse new calls and wait for those running; False when it was closed already."""
+        with self._changed:
+            if self.closed:
+                return False
+            self.closed = True
+            self._changed.wait_for(lambda: self._calls == 0)
+            return True
+
+
+class Model:
+    """A loaded encoder serving every modality it was trained on; load it with a ``load_*`` classmethod.
+
+    ``close()`` (or leaving a ``with Model.load_ram(...) as model:`` block) releases it.
+    """
+
+    def __init__(self, runtime: Runtime, executor: Executor | None = None, *, owns_executor: bool = False, _life: _Life | None = None) -> None:
         self._runtime = runtime
         self._executor = executor
+        self._life = _life or _Life(owns_executor)
 
     # -- loading -------------------------------------------------------------------------
 
@@ -77,7 +112,7 @@ class Model:
         return cls(_runtime(
             buffer, placement="ram", executor=executor, quantization=quantization, progress=progress,
             progress_steps=progress_steps, cpu_class=cpu_class, memory_domains=memory_domains,
-        ))  # fmt: skip
+        ), owns_executor=executor is None)  # fmt: skip
 
     @classmethod
     def load_vram(
@@ -115,22 +150,22 @@ class Model:
         return cls(_runtime(
             buffer, placement="vram", executor=executor, quantization=quantization, progress=progress,
             progress_steps=progress_steps, gpu_class=gpu_class, devices=devices,
-        ))  # fmt: skip
+        ), owns_executor=executor is None)  # fmt: skip
 
     # -- receivers -----------------------------------------------------------------------
 
     def on(self, executor: Executor, /) -> On[Model]:
         """A receiver whose verbs run with ``executor`` and block until done."""
-        return On(Model(self._runtime, _check_executor(executor)), executor)
+        return On(Model(self._runtime, _check_executor(executor), _life=self._life), executor)
 
     def deferred(self, executor: Executor, /) -> DeferredOn[Model]:
         """A receiver whose verbs are submitted to ``executor`` and answer a :class:`Deferred`."""
-        return DeferredOn(Model(self._runtime, _check_executor(executor)), executor)
+        return DeferredOn(Model(self._runtime, _check_executor(executor), _life=self._life), executor)
 
     def _bound_verb(self, name: str, executor: Executor) -> Callable[..., Any]:
         if name.startswith("_") or name in _NOT_VERBS:
             raise AttributeError(f"{name!r} is not a Model verb")
-        return getattr(Model(self._runtime, executor), name)  # type: ignore[no-any-return]
+        return getattr(Model(self._runtime, executor, _life=self._life), name)  # type: ignore[no-any-return]
 
     def __getattr__(self, name: str) -> Callable[..., Any]:
         """Verbs of third-party modalities: ``model.smell_encode(...)`` when a plugin serves it."""
@@ -145,7 +180,36 @@ class Model:
         return self._runtime.describe()
 
     def _verb(self, name: str, *args: Any, **kwargs: Any) -> Any:
-        return self._runtime.call(name, self._executor, args, kwargs)
+        self._life.enter()
+        try:
+            return self._runtime.call(name, self._executor, args, kwargs)
+        finally:
+            self._life.leave()
+
+    # -- closing -------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Refuse further calls (``ValueError``), wait for the calls running, close the
+        placement's runners (replica threads; sessions go with the last reference) and join the
+        threads of the executor the load made. An executor passed to the load is the caller's
+        to close. Closing again does nothing; receivers made by ``on``/``deferred`` close too."""
+        if not self._life.close():
+            return
+        runners = self._runtime.placement.runners
+        for runner in runners.values():
+            close = getattr(runner, "close", None)
+            if callable(close):
+                close()
+        if isinstance(runners, dict):
+            runners.clear()
+        if self._life.owns_executor:
+            self._runtime.executor.close()
+
+    def __enter__(self) -> Model:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def text_encode(
         self,
@@ -276,7 +340,8 @@ class Model:
 
     def __repr__(self) -> str:
         d = self.describe()
-        return f"Model(towers={list(self._runtime.towers)}, dimensions={d.dimensions}, quantization={d.quantization.name})"
+        closed = ", closed" if self._life.closed else ""
+        return f"Model(towers={list(self._runtime.towers)}, dimensions={d.dimensions}, quantization={d.quantization.name}{closed})"
 
 
 def _mapped(path: _PathLike, load: Callable[[memoryview], Model]) -> Model:
@@ -294,7 +359,7 @@ def _runtime(buffer: Buffer, **options: Any) -> Runtime:
         view.release()
 
 
-_NOT_VERBS = {"load_ram", "load_ram_buffer", "load_vram", "load_vram_buffer", "on", "deferred"}
+_NOT_VERBS = {"load_ram", "load_ram_buffer", "load_vram", "load_vram_buffer", "on", "deferred", "close"}
 
 
 def _check_executor(executor: Any) -> Executor:

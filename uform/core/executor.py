@@ -2,7 +2,9 @@
 
 An :class:`Executor` is a thread budget. ONNX Runtime sessions created by a load use
 ``threads`` intra-op threads; decoding and preprocessing fan out over a pool of the same
-size; :meth:`Executor.submit` runs whole calls for ``Model.deferred``.
+size; :meth:`Executor.submit` runs whole calls for ``Model.deferred``. Each call prepares
+its next batch on a look-ahead thread of its own (:class:`Prefetcher`), so concurrent calls
+never queue behind one another's preparation, and nothing a call started outlives it.
 """
 
 from __future__ import annotations
@@ -42,7 +44,6 @@ class Executor:
         self._lock = threading.Lock()
         self._workers: cf.ThreadPoolExecutor | None = None
         self._dispatch: cf.ThreadPoolExecutor | None = None
-        self._prefetch: cf.ThreadPoolExecutor | None = None
 
     def __repr__(self) -> str:
         return f"Executor(threads={self.threads}, calls={self.calls})"
@@ -56,15 +57,24 @@ class Executor:
             return pool
 
     def map(self, fn: Callable[[T], R], items: Iterable[T]) -> list[R]:
-        """``[fn(x) for x in items]`` over the worker threads; the first error propagates."""
+        """``[fn(x) for x in items]`` over the worker threads; the first error (in item order)
+        propagates once no item is running any more: items not started are cancelled, items
+        running are waited for, so no ``fn`` outlives the call."""
         items = list(items)
         if len(items) <= 1 or self.threads == 1:
             return [fn(x) for x in items]
-        return list(self._pool("_workers", self.threads, "uform-work").map(fn, items))
+        pool = self._pool("_workers", self.threads, "uform-work")
+        futures = [pool.submit(fn, x) for x in items]
+        try:
+            return [f.result() for f in futures]
+        finally:
+            for f in futures:
+                f.cancel()
+            cf.wait(futures)
 
-    def prefetch(self, fn: Callable[[], R]) -> cf.Future[R]:
-        """Run ``fn`` on the prefetch thread, to prepare the next batch while one computes."""
-        return self._pool("_prefetch", 1, "uform-prefetch").submit(fn)
+    def prefetcher(self) -> Prefetcher:
+        """A look-ahead thread for one call (use it as a context manager)."""
+        return Prefetcher()
 
     def submit(self, fn: Callable[..., R], /, *args: Any, **kwargs: Any) -> Deferred[R]:
         """Run a whole call on the dispatch threads and answer a :class:`Deferred`."""
@@ -73,12 +83,51 @@ class Executor:
     def close(self) -> None:
         """Wait for running work and join every thread."""
         with self._lock:
-            pools = [p for p in (self._dispatch, self._prefetch, self._workers) if p is not None]
-            self._dispatch = self._prefetch = self._workers = None
+            pools = [p for p in (self._dispatch, self._workers) if p is not None]
+            self._dispatch = self._workers = None
         for pool in pools:
             pool.shutdown(wait=True)
 
     def __enter__(self) -> Executor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Prefetcher:
+    """One call's look-ahead thread: prepares batch ``k + 1`` while batch ``k`` computes.
+
+    Each call gets its own (concurrent calls never wait for each other's preparation), made
+    on the first :meth:`submit`. Leaving the ``with`` block, however the call ends (a result,
+    an error, a cancellation), cancels work not yet started and waits for work running,
+    retrieving its error, so nothing the call started reads the caller's inputs afterwards.
+    """
+
+    def __init__(self) -> None:
+        self._pool: cf.ThreadPoolExecutor | None = None
+        self._futures: list[cf.Future[Any]] = []
+
+    def submit(self, fn: Callable[[], R]) -> cf.Future[R]:
+        """Run ``fn`` on this call's look-ahead thread."""
+        if self._pool is None:
+            self._pool = cf.ThreadPoolExecutor(1, thread_name_prefix="uform-prefetch")
+        future = self._pool.submit(fn)
+        self._futures.append(future)
+        return future
+
+    def close(self) -> None:
+        """Cancel what has not started, wait for what runs, join the thread."""
+        for f in self._futures:
+            f.cancel()
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+        for f in self._futures:
+            if not f.cancelled():
+                f.exception()  # retrieved: an abandoned batch's error goes with it
+        self._pool, self._futures = None, []
+
+    def __enter__(self) -> Prefetcher:
         return self
 
     def __exit__(self, *exc: object) -> None:

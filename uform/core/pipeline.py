@@ -1,10 +1,10 @@
 """The batched encode loop every modality shares.
 
 A modality turns its inputs into a list of batch thunks. The loop prepares the first batch
-itself, then batch ``k + 1`` on the executor's prefetch thread while ONNX Runtime computes
-batch ``k``, gathers float32
-results in a call-local staging area, and only once every batch succeeded (and no progress
-handler cancelled) writes them into the caller's arena in the requested scalar.
+itself, then batch ``k + 1`` on the call's own look-ahead thread while ONNX Runtime computes
+batch ``k``, gathers float32 results in a call-local staging area, and only once every batch
+succeeded (and no progress handler cancelled) writes them into the caller's arena in the
+requested scalar. However the call ends, the look-ahead is cancelled or waited for first.
 """
 
 from __future__ import annotations
@@ -57,20 +57,23 @@ def run_batches(
     """Run every batch, handing each result to ``consume``; answer (seconds waited, computed).
 
     The first batch is prepared right here (a one-batch call never waits on a thread hop);
-    batch ``k + 1`` is prepared on the executor's prefetch thread while batch ``k`` computes.
+    batch ``k + 1`` is prepared on this call's look-ahead thread while batch ``k`` computes.
+    When a batch, ``consume`` or the progress handler raises, the batch being prepared is
+    cancelled or waited for (its error dropped) before the error propagates.
     """
     waited = computed = 0.0
-    pending = None
-    for k in range(len(batches)):
-        t0 = time.perf_counter()
-        batch = batches[0]() if pending is None else pending.result()
-        pending = call.executor.prefetch(batches[k + 1]) if k + 1 < len(batches) else None
-        t1 = time.perf_counter()
-        result = call.runner.run(output_names, batch.feeds)
-        t2 = time.perf_counter()
-        waited, computed = waited + t1 - t0, computed + t2 - t1
-        consume(batch, result)
-        tracker.advance(len(batch.indices))
+    with call.executor.prefetcher() as lookahead:
+        pending = None
+        for k in range(len(batches)):
+            t0 = time.perf_counter()
+            batch = batches[0]() if pending is None else pending.result()
+            pending = lookahead.submit(batches[k + 1]) if k + 1 < len(batches) else None
+            t1 = time.perf_counter()
+            result = call.runner.run(output_names, batch.feeds)
+            t2 = time.perf_counter()
+            waited, computed = waited + t1 - t0, computed + t2 - t1
+            consume(batch, result)
+            tracker.advance(len(batch.indices))
     return waited, computed
 
 

@@ -4,8 +4,9 @@ A media verb knows how to prepare one item (decode a file, resample a buffer) an
 stack prepared items into the tower's feeds. :class:`ItemBatches` cuts a call into batches
 of at most ``rows`` items whose thunks map that preparation over the executor's threads.
 The shared loop (:func:`uform.core.pipeline.run_batches`) builds batch ``k + 1`` on the
-prefetch thread while batch ``k`` computes, so most of :attr:`ItemBatches.seconds` hides
-behind compute. Thunks are built one at a time, never concurrently, so the tallies a verb
+call's look-ahead thread while batch ``k`` computes, so most of :attr:`ItemBatches.seconds`
+hides behind compute; when the call fails, the batch being built is waited for before the
+error propagates, and items not yet started are never prepared (:meth:`Executor.map`). Thunks are built one at a time, never concurrently, so the tallies a verb
 keeps in ``tally`` need no lock.
 """
 

@@ -2,14 +2,18 @@
 
 :func:`sources` checks every item before anything is decoded, so a missing file, a
 directory, a FIFO (which would block a reader forever) or an empty item fails the call
-up front, naming its index and path.
+up front, naming its index and path. A file object listed more than once in one call is
+read once, there, and each of its items decodes those bytes, so two worker threads never
+read one file object at once.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import os
 import stat
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, BinaryIO
@@ -80,7 +84,29 @@ def sources(files: Iterable[Any], what: str) -> list[Source]:
     """Each item as a :class:`Source`; paths are checked here, before anything is decoded."""
     if isinstance(files, (str, bytes, bytearray, memoryview, os.PathLike)) or hasattr(files, "read"):
         raise TypeError(f"files must be a sequence of {what}, got a single {type(files).__name__}; wrap it in a list")
-    return [_source(i, item) for i, item in enumerate(files)]
+    return _read_repeated([_source(i, item) for i, item in enumerate(files)])
+
+
+def _read_repeated(items: list[Source]) -> list[Source]:
+    """Items sharing one file object get its bytes, read once (from its start when it seeks)."""
+    counts = Counter(id(s.stream) for s in items if s.stream is not None)
+    read: dict[int, bytes] = {}
+    out = []
+    for s in items:
+        if s.stream is not None and counts[id(s.stream)] > 1:
+            key = id(s.stream)
+            if key not in read:
+                if s._seekable():
+                    s.stream.seek(0)
+                data = s.stream.read()
+                if not isinstance(data, (bytes, bytearray)):
+                    raise s.fail(f"the file object gave {type(data).__name__}, not bytes; open it with 'rb'")
+                read[key] = bytes(data)
+            if not read[key]:
+                raise s.fail("the file object is empty")
+            s = dataclasses.replace(s, data=read[key], stream=None)
+        out.append(s)
+    return out
 
 
 def _source(i: int, item: Any) -> Source:
