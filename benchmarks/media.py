@@ -92,7 +92,7 @@ def main() -> None:
     from uform.core.executor import available_cores
     from uform.core.host import get_host
     from uform.exporters.reference import ReferenceModel
-    from uform.plugins import _frames, _sources, video
+    from uform.plugins import frames, sources, video
 
     threads = available_cores()
     torch.set_num_threads(threads)
@@ -113,7 +113,7 @@ def main() -> None:
             files = photos(root, n, size)
             arena, stats = uform.Arena(), uform.ImageEncodeStats()
             end_to_end = rate(lambda: model.image_encode(files, arena, stats=stats), n, args.seconds)
-            pixels = np.stack([_frames.fit(_frames.from_array(np.asarray(_open_rgb(f))), s) for f in files])
+            pixels = np.stack([frames.fit(frames.from_array(np.asarray(_open_rgb(f))), s) for f in files])
             runner = model._runtime.placement.runners["image"]
             batches = [pixels[i : i + 32] for i in range(0, n, 32)]
             tower = rate(lambda: [runner.run(["embeddings"], {"pixels": b}) for b in batches], n, args.seconds)
@@ -150,9 +150,9 @@ def main() -> None:
         vt = video.read(vcfg, config)
         for gop in (30, 250):
             clips = [movie(root / f"clip{gop}_{i}.mp4", 10, gop) for i in range(args.clips)]
-            sources = [_sources.Source(i, str(c)) for i, c in enumerate(clips)]
-            seek = rate(lambda: [video.sample(src, vt, True) for src in sources], len(clips), args.seconds)
-            through = rate(lambda: [video.sample(src, vt, False) for src in sources], len(clips), args.seconds)
+            items = [sources.Source(i, str(c)) for i, c in enumerate(clips)]
+            seek = rate(lambda: [video.sample(src, vt, True) for src in items], len(clips), args.seconds)
+            through = rate(lambda: [video.sample(src, vt, False) for src in items], len(clips), args.seconds)
             every = rate(lambda: [_decode_every_frame(c) for c in clips], len(clips), args.seconds)
             vstats = uform.VideoEncodeStats()
             arena = uform.Arena()

@@ -19,7 +19,7 @@ import uform
 from ckpt import make_checkpoint
 from uform.core import checkpoint
 from uform.core.host import get_host
-from uform.plugins import _recordings, _sources, audio
+from uform.plugins import _recordings, audio, sources
 
 R, N = 16000, 16000  # the tiny preset's rate and window
 
@@ -48,7 +48,7 @@ def clips(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 def decode_item(index: int, item: object, tower: audio.AudioTower) -> _recordings.Recording:
     """``_recordings.decode`` of one item as the verb sees it (checked, at position ``index``)."""
-    (source,) = _sources.sources([item], "recordings")
+    (source,) = sources.sources([item], "recordings")
     return _recordings.decode(dataclasses.replace(source, index=index), tower.sample_rate, tower.samples)
 
 

@@ -15,7 +15,8 @@ import pytest
 
 import uform
 from uform import Arena, Executor, GPUClass, Outputs, UnsupportedError
-from uform.plugins import _gpus, cuda
+from uform.plugins import cuda
+from uform.plugins import gpus as gpu_info
 from uform.plugins._sessions import Replicas, rows_of
 
 DATA = Path(__file__).parent / "data" / "nvidia"
@@ -33,8 +34,8 @@ MACHINES = {  # file → (devices, first device's name, capability, the class th
 }
 
 
-def gpus(name: str) -> list[_gpus.GPU]:
-    return _gpus.parse_nvidia_smi((DATA / name).read_text())
+def gpus(name: str) -> list[gpu_info.GPU]:
+    return gpu_info.parse_nvidia_smi((DATA / name).read_text())
 
 
 @pytest.mark.parametrize("name", sorted(MACHINES))
@@ -44,7 +45,7 @@ def test_devices_and_classes_from_nvidia_smi(name: str) -> None:
     assert [g.index for g in found] == list(range(count))
     assert (found[0].name, found[0].capability) == (first, capability)
     assert found[0].memory > 10 << 30 and found[0].uuid.startswith("GPU-")
-    assert _gpus.choose_class(None, found) == cls
+    assert gpu_info.choose_class(None, found) == cls
 
 
 def test_every_captured_file_is_tested() -> None:
@@ -52,42 +53,42 @@ def test_every_captured_file_is_tested() -> None:
 
 
 def test_class_order_and_runnable_sets() -> None:
-    assert _gpus.runnable((7, 5)) == []
-    assert _gpus.runnable((8, 7)) == [SM80, SM86]  # Orin runs what sm_86 runs
-    assert _gpus.runnable((12, 1)) == list(GPUClass)
+    assert gpu_info.runnable((7, 5)) == []
+    assert gpu_info.runnable((8, 7)) == [SM80, SM86]  # Orin runs what sm_86 runs
+    assert gpu_info.runnable((12, 1)) == list(GPUClass)
     assert str(gpus("h200-x1.csv")[0]) == "0 (NVIDIA H200, sm_90)"
 
 
 def test_pins_beyond_a_device_name_the_device_and_the_best_shared_class() -> None:
     h100 = gpus("h100-80gb-hbm3-x4.csv")
-    assert _gpus.choose_class(SM80, h100) == SM80 and _gpus.choose_class("sm_90", h100) == SM90
+    assert gpu_info.choose_class(SM80, h100) == SM80 and gpu_info.choose_class("sm_90", h100) == SM90
     with pytest.raises(UnsupportedError, match=re.escape("gpu_class sm_100 is beyond CUDA device 0 (NVIDIA H100 80GB HBM3, sm_90), 1 (")):
-        _gpus.choose_class(SM100, h100)
+        gpu_info.choose_class(SM100, h100)
     mixed = gpus("mixed-a100-rtx3090.csv")
     with pytest.raises(UnsupportedError, match=re.escape(
         "gpu_class sm_86 is beyond CUDA device 0 (NVIDIA A100 80GB PCIe, sm_80); the best class every chosen device runs is sm_80"
     )):  # fmt: skip
-        _gpus.choose_class(SM86, mixed)
-    assert _gpus.choose_class(None, mixed[1:]) == SM86
+        gpu_info.choose_class(SM86, mixed)
+    assert gpu_info.choose_class(None, mixed[1:]) == SM86
     with pytest.raises(UnsupportedError, match=re.escape("CUDA device 0 (Tesla T4, sm_75) is below sm_80, the lowest class uform runs")):
-        _gpus.choose_class(None, gpus("tesla-t4.csv"))
+        gpu_info.choose_class(None, gpus("tesla-t4.csv"))
     with pytest.raises(ValueError, match="gpu_class 'sm_70' is not a GPUClass; choose one of sm_80, sm_86"):
-        _gpus.choose_class("sm_70", h100)
+        gpu_info.choose_class("sm_70", h100)
 
 
 def test_old_driver_output_is_refused() -> None:
     with pytest.raises(ValueError, match="unexpected nvidia-smi output: 'Field \"compute_cap\" is not a valid field"):
-        _gpus.parse_nvidia_smi((DATA / "old-driver-no-compute-cap.txt").read_text())
+        gpu_info.parse_nvidia_smi((DATA / "old-driver-no-compute-cap.txt").read_text())
 
 
 def test_cuda_visible_devices_renumbers_like_cuda() -> None:
     h100 = gpus("h100-80gb-hbm3-x4.csv")
-    assert _gpus.visible(h100, None) == h100
-    picked = _gpus.visible(h100, "2,0")
+    assert gpu_info.visible(h100, None) == h100
+    picked = gpu_info.visible(h100, "2,0")
     assert [(g.index, g.uuid) for g in picked] == [(0, h100[2].uuid), (1, h100[0].uuid)]
-    assert [g.uuid for g in _gpus.visible(h100, "GPU-7b9d1f3b,3")] == [h100[2].uuid, h100[3].uuid]
-    assert [g.uuid for g in _gpus.visible(h100, "1,9,2")] == [h100[1].uuid]  # stops at the first unknown entry
-    assert _gpus.visible(h100, "") == [] and [g.uuid for g in _gpus.visible(h100, "1,1")] == [h100[1].uuid]
+    assert [g.uuid for g in gpu_info.visible(h100, "GPU-7b9d1f3b,3")] == [h100[2].uuid, h100[3].uuid]
+    assert [g.uuid for g in gpu_info.visible(h100, "1,9,2")] == [h100[1].uuid]  # stops at the first unknown entry
+    assert gpu_info.visible(h100, "") == [] and [g.uuid for g in gpu_info.visible(h100, "1,1")] == [h100[1].uuid]
 
 
 class FakeDriver:
@@ -128,13 +129,13 @@ def test_detection_through_the_driver_library(monkeypatch: pytest.MonkeyPatch) -
     import ctypes
 
     monkeypatch.setattr(ctypes, "CDLL", lambda name: FakeDriver(devices=((b"NVIDIA H200", 9, 0), (b"NVIDIA L4", 8, 9))))
-    found = _gpus._from_driver()
+    found = gpu_info._from_driver()
     assert (found.driver, found.source, found.reason) == ("CUDA 12.8", "libcuda", None)
     assert [str(g) for g in found.gpus] == ["0 (NVIDIA H200, sm_90)", "1 (NVIDIA L4, sm_89)"] and found.gpus[0].memory == 141 << 30
     monkeypatch.setattr(ctypes, "CDLL", lambda name: FakeDriver(init=100))
-    assert _gpus._from_driver() == _gpus.Detected([], "", "libcuda")  # CUDA_ERROR_NO_DEVICE
+    assert gpu_info._from_driver() == gpu_info.Detected([], "", "libcuda")  # CUDA_ERROR_NO_DEVICE
     monkeypatch.setattr(ctypes, "CDLL", lambda name: FakeDriver(init=999))
-    assert _gpus._from_driver().reason == "the CUDA driver did not initialise (cuInit error 999)"
+    assert gpu_info._from_driver().reason == "the CUDA driver did not initialise (cuInit error 999)"
 
 
 def test_detection_falls_back_to_nvidia_smi(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -157,32 +158,32 @@ def test_detection_falls_back_to_nvidia_smi(monkeypatch: pytest.MonkeyPatch) -> 
     assert [(g.index, g.uuid[:12]) for g in found.gpus] == [(0, "GPU-0c2e4a6c"), (1, "GPU-4d6f8b0d")]
     old = (DATA / "old-driver-no-compute-cap.txt").read_text()
     monkeypatch.setattr(subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 2, old, ""))
-    assert _gpus._from_smi().reason == 'nvidia-smi failed: Field "compute_cap" is not a valid field to query.'
+    assert gpu_info._from_smi().reason == 'nvidia-smi failed: Field "compute_cap" is not a valid field to query.'
 
     def missing(*a: Any, **k: Any) -> None:
         raise FileNotFoundError(2, "No such file or directory", "nvidia-smi")
 
     monkeypatch.setattr(subprocess, "run", missing)
-    assert _gpus._from_smi().reason == (
+    assert gpu_info._from_smi().reason == (
         "no CUDA driver found (libcuda does not load; nvidia-smi: [Errno 2] No such file or directory: 'nvidia-smi')"
     )
 
 
 def test_devices_are_checked_against_what_exists() -> None:
     l4 = gpus("l4-x2.csv")
-    assert _gpus.check_devices(None, l4) == [0] and _gpus.check_devices([1, 0], l4) == [1, 0]
+    assert gpu_info.check_devices(None, l4) == [0] and gpu_info.check_devices([1, 0], l4) == [1, 0]
     with pytest.raises(UnsupportedError, match=re.escape(
         "CUDA devices [5] do not exist; this process sees 2: 0 (NVIDIA L4, sm_89), 1 (NVIDIA L4, sm_89)"
     )):  # fmt: skip
-        _gpus.check_devices([0, 5], l4)
+        gpu_info.check_devices([0, 5], l4)
     with pytest.raises(UnsupportedError, match=re.escape("CUDA devices [0] do not exist; this process sees 0: none")):
-        _gpus.check_devices(None, [])
+        gpu_info.check_devices(None, [])
     with pytest.raises(ValueError, match=re.escape("devices [0, 0] names a device twice")):
-        _gpus.check_devices([0, 0], l4)
+        gpu_info.check_devices([0, 0], l4)
     with pytest.raises(ValueError, match="devices is empty"):
-        _gpus.check_devices([], l4)
+        gpu_info.check_devices([], l4)
     with pytest.raises(TypeError, match="devices must be a sequence of CUDA device ordinals"):
-        _gpus.check_devices(["cuda:0"], l4)  # type: ignore[list-item]
+        gpu_info.check_devices(["cuda:0"], l4)  # type: ignore[list-item]
 
 
 # -- replica scheduling over fake devices -------------------------------------------------
@@ -279,7 +280,7 @@ def fake_cuda(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
 
     monkeypatch.setattr(cuda, "onnxruntime_providers", lambda: ("1.32.0", [cuda.PROVIDER, "CPUExecutionProvider"]))
     monkeypatch.setattr(cuda, "built_for", lambda: None)  # the libraries a real wheel needs are not looked for
-    monkeypatch.setattr(cuda, "detect", lambda: _gpus.Detected(gpus("l4-x2.csv"), "CUDA 12.4", "test"))
+    monkeypatch.setattr(cuda, "detect", lambda: gpu_info.Detected(gpus("l4-x2.csv"), "CUDA 12.4", "test"))
     monkeypatch.setattr(cuda, "start_session", start)
     yield started
 
@@ -349,10 +350,10 @@ def test_no_cuda_provider_is_an_error_never_a_cpu_fallback(monkeypatch: pytest.M
 def test_no_device_or_no_driver(monkeypatch: pytest.MonkeyPatch, tiny_text: Path) -> None:
     monkeypatch.setattr(cuda, "onnxruntime_providers", lambda: ("1.32.0", [cuda.PROVIDER]))
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
-    monkeypatch.setattr(cuda, "detect", lambda: _gpus.Detected([], "CUDA 12.4", "test"))
+    monkeypatch.setattr(cuda, "detect", lambda: gpu_info.Detected([], "CUDA 12.4", "test"))
     with pytest.raises(UnsupportedError, match=re.escape("cuda: no CUDA device is visible (CUDA_VISIBLE_DEVICES='')")):
         uform.Model.load_vram(tiny_text)
-    monkeypatch.setattr(cuda, "detect", lambda: _gpus.Detected(reason="no CUDA driver found (libcuda does not load; nvidia-smi: x)"))
+    monkeypatch.setattr(cuda, "detect", lambda: gpu_info.Detected(reason="no CUDA driver found (libcuda does not load; nvidia-smi: x)"))
     with pytest.raises(UnsupportedError, match=re.escape("cuda: no CUDA driver found")):
         uform.Model.load_vram(tiny_text)
 
@@ -360,7 +361,7 @@ def test_no_device_or_no_driver(monkeypatch: pytest.MonkeyPatch, tiny_text: Path
 def test_a_driver_older_than_the_wheel_is_named(monkeypatch: pytest.MonkeyPatch, tiny_text: Path) -> None:
     monkeypatch.setattr(cuda, "onnxruntime_providers", lambda: ("1.31.1", [cuda.PROVIDER, "CPUExecutionProvider"]))
     monkeypatch.setattr(cuda, "built_for", lambda: (13, 0))
-    monkeypatch.setattr(cuda, "detect", lambda: _gpus.Detected(gpus("a10g.csv"), "CUDA 12.4", "libcuda", cuda=(12, 4)))
+    monkeypatch.setattr(cuda, "detect", lambda: gpu_info.Detected(gpus("a10g.csv"), "CUDA 12.4", "libcuda", cuda=(12, 4)))
     message = (
         "cuda: onnxruntime 1.31.1 (built for CUDA 13.0) needs a driver for CUDA 13, and this one runs CUDA 12.4 at most; "
         "upgrade the NVIDIA driver or install an onnxruntime-gpu built for your CUDA (docs/backends.md)"
@@ -372,7 +373,7 @@ def test_a_driver_older_than_the_wheel_is_named(monkeypatch: pytest.MonkeyPatch,
 def test_missing_cuda_libraries_are_named_after_preloading(monkeypatch: pytest.MonkeyPatch, tiny_text: Path) -> None:
     monkeypatch.setattr(cuda, "onnxruntime_providers", lambda: ("1.31.1", [cuda.PROVIDER, "CPUExecutionProvider"]))
     monkeypatch.setattr(cuda, "built_for", lambda: (13, 0))
-    monkeypatch.setattr(cuda, "detect", lambda: _gpus.Detected(gpus("h200-x1.csv"), "CUDA 13.0", "libcuda", cuda=(13, 0)))
+    monkeypatch.setattr(cuda, "detect", lambda: gpu_info.Detected(gpus("h200-x1.csv"), "CUDA 13.0", "libcuda", cuda=(13, 0)))
     present = {"libcudart.so.13", "libcurand.so.10"}
     preloaded: list[bool] = []
     monkeypatch.setattr(cuda, "loads", lambda name: name in present)
@@ -546,7 +547,7 @@ def test_gpu_parity_with_the_reference(compute: str, tiny_text: Path, monkeypatc
     monkeypatch.setattr(cuda, "COMPUTE", compute)
     devices = list(range(min(2, len(cuda.detect().gpus))))
     model = uform.Model.load_vram(tiny_text, devices=devices)
-    assert model.describe().gpu_class == _gpus.choose_class(None, [cuda.detect().gpus[d] for d in devices])
+    assert model.describe().gpu_class == gpu_info.choose_class(None, [cuda.detect().gpus[d] for d in devices])
     texts = [t.encode() for t in TEXTS]
     got = np.array(model.text_encode(texts, Arena()).embeddings)
     with torch.no_grad():

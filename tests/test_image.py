@@ -12,7 +12,7 @@ from PIL import Image
 
 import uform
 from ckpt import make_checkpoint
-from uform.plugins import _frames, _sources, image
+from uform.plugins import frames, image, sources
 
 S = 32  # tiny preset
 
@@ -46,7 +46,7 @@ def test_parity_with_reference(model: uform.Model, ckpt: Path) -> None:
     rng = np.random.default_rng(0)
     pictures = [rng.integers(0, 256, (h, w, 3), dtype=np.uint8) for h, w in [(32, 32), (50, 20), (7, 90), (300, 301)]]
     ours = embed_pixels(model, pictures)
-    fitted = np.stack([_frames.fit(Image.fromarray(p), S) for p in pictures])
+    fitted = np.stack([frames.fit(Image.fromarray(p), S) for p in pictures])
     with torch.no_grad():
         ref = ReferenceModel.from_checkpoint(ckpt).towers["image"](torch.from_numpy(fitted)).numpy()
     assert ours.shape == (4, 32)
@@ -78,15 +78,15 @@ def test_tokens_are_unsupported(model: uform.Model) -> None:
     [(32, 32, (32, 32)), (64, 48, (43, 32)), (48, 64, (32, 43)), (33, 32, (33, 32)), (3, 1000, (32, 10667)), (1, 1, (32, 32)), (95, 64, (48, 32))],
 )
 def test_resized_size_rounds_half_up(w: int, h: int, expected: tuple[int, int]) -> None:
-    assert _frames.resized_size(w, h, 32) == expected
+    assert frames.resized_size(w, h, 32) == expected
 
 
 def test_fit_is_bicubic_resize_then_central_crop() -> None:
     picture = pattern(48, 100)
-    got = _frames.fit(Image.fromarray(picture), S)
+    got = frames.fit(Image.fromarray(picture), S)
     resized = np.asarray(Image.fromarray(picture).resize((67, 32), Image.Resampling.BICUBIC))
     np.testing.assert_array_equal(got, resized[:, 17:49])
-    assert _frames.fit(Image.fromarray(pattern(S, S)), S).tobytes() == pattern(S, S).tobytes()
+    assert frames.fit(Image.fromarray(pattern(S, S)), S).tobytes() == pattern(S, S).tobytes()
 
 
 def test_files_and_pixels_are_preprocessed_byte_for_byte_alike(model: uform.Model) -> None:
@@ -113,8 +113,8 @@ def test_exif_orientation(model: uform.Model, orientation: int) -> None:
         1: stored, 2: stored[:, ::-1], 3: stored[::-1, ::-1], 4: stored[::-1], 5: stored.transpose(1, 0, 2),
         6: np.rot90(stored, -1), 7: stored[::-1, ::-1].transpose(1, 0, 2), 8: np.rot90(stored, 1),
     }[orientation]  # fmt: skip
-    got, *_ = image.decode(_sources.Source(0, None, data=with_orientation(stored, orientation)), S)
-    np.testing.assert_array_equal(got, _frames.fit(Image.fromarray(np.ascontiguousarray(upright)), S))
+    got, *_ = image.decode(sources.Source(0, None, data=with_orientation(stored, orientation)), S)
+    np.testing.assert_array_equal(got, frames.fit(Image.fromarray(np.ascontiguousarray(upright)), S))
 
 
 def _rgb(im: Image.Image) -> np.ndarray:
@@ -159,10 +159,10 @@ def test_modes_convert_to_8_bit_rgb() -> None:
 
 def test_large_jpegs_decode_at_reduced_scale(monkeypatch: pytest.MonkeyPatch) -> None:
     data = encode_image(pattern(600, 800), "JPEG", quality=95)
-    reduced, _, pixels, was_reduced = image.decode(_sources.Source(0, None, data=data), S)
+    reduced, _, pixels, was_reduced = image.decode(sources.Source(0, None, data=data), S)
     assert was_reduced and pixels == 75 * 100  # 1/8 scale keeps the shorter side >= 2 S (75 >= 64)
     monkeypatch.setattr(image, "JPEG_DRAFT_MARGIN", 0)
-    full, _, pixels, was_reduced = image.decode(_sources.Source(0, None, data=data), S)
+    full, _, pixels, was_reduced = image.decode(sources.Source(0, None, data=data), S)
     assert not was_reduced and pixels == 600 * 800
     assert np.abs(full.astype(int) - reduced).mean() < 2
 
@@ -265,8 +265,8 @@ def test_corrupted_files_raise_input_errors_only(model: uform.Model, fmt: str) -
 def test_jpeg_orientation_and_empty_calls(model: uform.Model) -> None:
     data = with_orientation(pattern(40, 70), 6, "JPEG")
     upright = Image.open(io.BytesIO(data)).convert("RGB").transpose(Image.Transpose.ROTATE_270)
-    got, *_ = image.decode(_sources.Source(0, None, data=data), S)
-    np.testing.assert_array_equal(got, _frames.fit(upright, S))
+    got, *_ = image.decode(sources.Source(0, None, data=data), S)
+    np.testing.assert_array_equal(got, frames.fit(upright, S))
     assert model.image_encode([], uform.Arena()).embeddings.shape == (0, 32)
     assert model.image_encode_pixels([], uform.Arena()).embeddings.shape == (0, 32)
 
@@ -280,7 +280,7 @@ def test_decoding_overlaps_the_tower(model: uform.Model, monkeypatch: pytest.Mon
     real_decode, runners = image.decode, model._runtime.placement.runners
     real_runner = runners["image"]
 
-    def slow_decode(source: _sources.Source, size: int) -> tuple[np.ndarray, int, int, bool]:
+    def slow_decode(source: sources.Source, size: int) -> tuple[np.ndarray, int, int, bool]:
         t0 = time.perf_counter()
         time.sleep(0.01)
         out = real_decode(source, size)
@@ -314,9 +314,9 @@ def test_unreadable_file(model: uform.Model, tmp_path: Path, monkeypatch: pytest
     path = tmp_path / "gone.png"
     path.write_bytes(encode_image(pattern(8, 8), "PNG"))
 
-    def refuse(self: _sources.Source) -> object:
+    def refuse(self: sources.Source) -> object:
         raise PermissionError(13, "Permission denied")
 
-    monkeypatch.setattr(_sources.Source, "open", refuse)
+    monkeypatch.setattr(sources.Source, "open", refuse)
     with pytest.raises(uform.InputError, match=r"item 0 \(.*gone.png\): cannot read the file \(Permission denied\)"):
         model.image_encode([path], uform.Arena())

@@ -13,7 +13,7 @@ from PIL import Image
 
 import uform
 from ckpt import make_checkpoint
-from uform.plugins import _frames, _sources, image
+from uform.plugins import frames, image, sources
 
 S = 32  # tiny preset
 
@@ -34,7 +34,7 @@ def strip(height: int, width: int) -> np.ndarray:
 def documented(picture: np.ndarray, size: int) -> np.ndarray:
     """docs/checkpoint.md literally: bicubic resize to shorter side ``size``, central crop."""
     h, w = picture.shape[:2]
-    tw, th = _frames.resized_size(w, h, size)
+    tw, th = frames.resized_size(w, h, size)
     resized = np.asarray(Image.fromarray(picture).resize((tw, th), Image.Resampling.BICUBIC))
     top, left = (th - size) // 2, (tw - size) // 2
     return resized[top : top + size, left : left + size]
@@ -42,18 +42,18 @@ def documented(picture: np.ndarray, size: int) -> np.ndarray:
 
 @pytest.mark.parametrize(("h", "w", "size"), [(20000, 1, 32), (1, 20000, 32), (3000, 5, 32), (40, 1000, 32), (6000, 200, 112), (300, 9000, 224)])
 def test_extreme_pictures_follow_the_documented_rule(h: int, w: int, size: int) -> None:
-    tw, th = _frames.resized_size(w, h, size)
-    assert tw * th > _frames.FULL_RESIZE_AREA * size * size  # the region path
+    tw, th = frames.resized_size(w, h, size)
+    assert tw * th > frames.FULL_RESIZE_AREA * size * size  # the region path
     picture = pattern(h, w, seed=w)
-    np.testing.assert_array_equal(_frames.fit(Image.fromarray(picture), size), documented(picture, size))
+    np.testing.assert_array_equal(frames.fit(Image.fromarray(picture), size), documented(picture, size))
     busy = strip(h, w)  # every row differs: rounding in another pass order shows, by a level or two at most
-    assert np.abs(_frames.fit(Image.fromarray(busy), size).astype(int) - documented(busy, size)).max() <= 2
+    assert np.abs(frames.fit(Image.fromarray(busy), size).astype(int) - documented(busy, size)).max() <= 2
 
 
 def test_ordinary_pictures_are_resized_whole_as_before() -> None:
     for h, w in [(48, 100), (100, 48), (32, 512), (512, 32), (300, 301)]:  # up to 16:1
         picture = pattern(h, w)
-        np.testing.assert_array_equal(_frames.fit(Image.fromarray(picture), S), documented(picture, S))
+        np.testing.assert_array_equal(frames.fit(Image.fromarray(picture), S), documented(picture, S))
 
 
 # The old fit resized a 1×1,000,000 strip to 32×32,000,000 (4 GB) before cropping 32×32.
@@ -63,16 +63,16 @@ import numpy as np
 from PIL import Image
 resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
 sys.path.insert(0, sys.argv[1])
-from uform.plugins import _frames
+from uform.plugins import frames
 for shape in [(1_000_000, 1), (1, 1_000_000)]:
     picture = np.full(shape + (3,), 90, np.uint8)
     picture[shape[0] // 2, shape[1] // 2] = 250  # the centre pixel shows in the centre
-    print(_frames.fit(Image.fromarray(picture), 32).tobytes().hex())
+    print(frames.fit(Image.fromarray(picture), 32).tobytes().hex())
 """
 
 
 def test_a_million_to_one_strip_fits_in_little_memory() -> None:
-    root = str(Path(_frames.__file__).parents[2])
+    root = str(Path(frames.__file__).parents[2])
     out = subprocess.run([sys.executable, "-c", BOUNDED, root], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     # The same local geometry at a size the documented rule handles whole: 40 rows, the
@@ -87,7 +87,7 @@ def test_a_million_to_one_png_and_its_pixels_encode_alike(model: uform.Model) ->
     picture = strip(1_000_000, 1)
     data = encode_image(picture, "PNG")
     assert len(data) < 100_000
-    fitted, _, pixels, _ = image.decode(_sources.Source(0, None, data=data), S)
+    fitted, _, pixels, _ = image.decode(sources.Source(0, None, data=data), S)
     assert pixels == 1_000_000 and fitted.shape == (S, S, 3)
     wide = np.ascontiguousarray(picture.transpose(1, 0, 2))
     files = np.array(model.image_encode([data, encode_image(wide, "PNG")], uform.Arena()).embeddings)

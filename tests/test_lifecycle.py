@@ -199,12 +199,12 @@ class Watched(io.BytesIO):
 def test_a_file_object_listed_twice_is_read_once() -> None:
     from media import encode_image, pattern
 
-    from uform.plugins import _sources
+    from uform.plugins import sources
 
     png = encode_image(pattern(40, 30), "PNG")
     f, other = Watched(png), Watched(png)
     f.seek(7)
-    items = _sources.sources([f, b"x", f, other], "images")
+    items = sources.sources([f, b"x", f, other], "images")
     assert [(s.index, s.stream, s.data) for s in items] == [(0, None, png), (1, None, b"x"), (2, None, png), (3, other, None)]
     assert f.reads == 1
 

@@ -14,7 +14,8 @@ import uform
 from ckpt import make_checkpoint
 from uform.core import checkpoint
 from uform.core.host import get_host
-from uform.plugins import _frames, _sources, video
+from uform.plugins import frames as frames_module
+from uform.plugins import sources, video
 
 F, S = 4, 32  # tiny preset
 CODECS = [("libx264", "mp4"), ("libx265", "mp4"), ("libvpx", "webm"), ("libvpx-vp9", "webm"), ("libsvtav1", "webm")]
@@ -37,7 +38,7 @@ def tower(ckpt: Path) -> video.VideoTower:
 
 
 def sampled(tower: video.VideoTower, data: bytes, seeking: bool = True) -> tuple[list[int], np.ndarray, video.Counters]:
-    frames, counters = video.sample(_sources.Source(0, None, data=data), tower, seeking)
+    frames, counters = video.sample(sources.Source(0, None, data=data), tower, seeking)
     return [level_index(f) for f in frames], frames, counters
 
 
@@ -95,7 +96,7 @@ def test_rotation_metadata_is_applied(tower: video.VideoTower, rotation: int) ->
     picture = pattern(48, 64)
     _, frames, _ = sampled(tower, clip(frames=3, rotation=rotation, picture=picture))
     # the display matrix turns the stored picture counterclockwise by its angle, as FFmpeg's autorotate does
-    errors = [np.abs(frames[0].astype(int) - _frames.fit(Image.fromarray(np.ascontiguousarray(np.rot90(picture, k))), S)).mean() for k in range(4)]
+    errors = [np.abs(frames[0].astype(int) - frames_module.fit(Image.fromarray(np.ascontiguousarray(np.rot90(picture, k))), S)).mean() for k in range(4)]
     assert int(np.argmin(errors)) == (rotation // 90) % 4 and min(errors) < 6 < sorted(errors)[1]
 
 
@@ -106,7 +107,7 @@ def test_parity_with_reference(model: uform.Model, ckpt: Path, tower: video.Vide
 
     clips = [clip(frames=12), clip("libvpx", "webm", frames=5, picture=pattern(48, 64)), clip(frames=9, size=(80, 32))]
     ours = np.array(model.video_encode(clips, uform.Arena()).embeddings)
-    frames = np.stack([video.sample(_sources.Source(0, None, data=c), tower)[0] for c in clips])
+    frames = np.stack([video.sample(sources.Source(0, None, data=c), tower)[0] for c in clips])
     with torch.no_grad():
         ref = ReferenceModel.from_checkpoint(ckpt).towers["video"](torch.from_numpy(frames)).numpy()
     assert ours.shape == (3, 32)

@@ -45,30 +45,13 @@ class Arena:
     def __repr__(self) -> str:
         return f"Arena(nbytes={self.nbytes}, generation={self._generation})"
 
-    @contextlib.contextmanager
-    def _lease(self) -> Iterator[Arena]:
-        """Hold the arena for one call; a second concurrent call raises ArenaBusyError."""
-        if not self._busy.acquire(blocking=False):
-            raise ArenaBusyError("this Arena is being written by another call; give each concurrent call its own Arena")
-        try:
-            yield self
-        finally:
-            self._busy.release()
+    # The names plugins use are the module functions lease() and carve(); these two stay for
+    # callers not yet moved to them.
+    def _lease(self) -> contextlib.AbstractContextManager[Arena]:
+        return lease(self)
 
     def _carve(self, parts: Sequence[tuple[tuple[int, ...], np.dtype[Any]]]) -> tuple[int, list[np.ndarray]]:
-        """Start a new generation and answer one array per ``(shape, dtype)`` part."""
-        offsets, total = [], 0
-        for shape, dtype in parts:
-            offsets.append(total)
-            total += -(-int(np.prod(shape, dtype=np.int64)) * dtype.itemsize // ALIGN) * ALIGN
-        if total > self._buffer.nbytes:
-            self._buffer = np.empty(max(total, 2 * self._buffer.nbytes), dtype=np.uint8)
-        self._generation += 1
-        views = []
-        for (shape, dtype), offset in zip(parts, offsets):
-            size = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-            views.append(self._buffer[offset : offset + size].view(dtype).reshape(shape))
-        return self._generation, views
+        return carve(self, parts)
 
     def _check(self, generation: int) -> None:
         if generation != self._generation:
@@ -76,6 +59,37 @@ class Arena:
                 "this output's Arena was reused by a later call and its data overwritten; "
                 "copy arrays you keep (np.array(...)) or give each batch of results its own Arena"
             )
+
+
+@contextlib.contextmanager
+def lease(arena: Arena) -> Iterator[Arena]:
+    """Hold ``arena`` for one call (a verb's whole run); a second concurrent call raises
+    :class:`~uform.ArenaBusyError`. For plugins: what a verb writes goes through :func:`carve`
+    inside the lease."""
+    if not arena._busy.acquire(blocking=False):
+        raise ArenaBusyError("this Arena is being written by another call; give each concurrent call its own Arena")
+    try:
+        yield arena
+    finally:
+        arena._busy.release()
+
+
+def carve(arena: Arena, parts: Sequence[tuple[tuple[int, ...], np.dtype[Any]]]) -> tuple[int, list[np.ndarray]]:
+    """Start a new generation of ``arena`` and answer it with one writable array per
+    ``(shape, dtype)`` part, each 64-byte aligned (the buffer grows when it must). Outputs of
+    earlier generations go stale. For plugins, inside :func:`lease`."""
+    offsets, total = [], 0
+    for shape, dtype in parts:
+        offsets.append(total)
+        total += -(-int(np.prod(shape, dtype=np.int64)) * dtype.itemsize // ALIGN) * ALIGN
+    if total > arena._buffer.nbytes:
+        arena._buffer = np.empty(max(total, 2 * arena._buffer.nbytes), dtype=np.uint8)
+    arena._generation += 1
+    views = []
+    for (shape, dtype), offset in zip(parts, offsets):
+        size = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        views.append(arena._buffer[offset : offset + size].view(dtype).reshape(shape))
+    return arena._generation, views
 
 
 def _readonly(a: np.ndarray) -> np.ndarray:

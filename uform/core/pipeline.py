@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, TypedDict
 import numpy as np
 
 from . import scalars
-from .arena import Arena, Encoded, RowsTape
+from .arena import Arena, Encoded, RowsTape, carve, lease
 from .errors import UnsupportedError
 from .progress import Progress, ProgressHandler
 from .stats import EncodeStats
@@ -123,7 +123,7 @@ def encode(
     tracker = Progress(progress, progress_steps, count)
     names = ["embeddings"] + (["tokens"] if Outputs.TOKENS in outputs else [])
     started = time.perf_counter()
-    with arena._lease():
+    with lease(arena):
         embeddings = np.empty((count, call.config.dimensions), np.float32)
         token_parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
 
@@ -160,7 +160,7 @@ def _publish(
         tshape, tdtype, _ = scalars.layout(scalar, rows, width)
         parts += [(tshape, tdtype), ((count + 1,), np.dtype(np.int64))]
         parts += [((rows,), np.dtype(np.float32))] if scaled else []
-    generation, views = arena._carve(parts)
+    generation, views = carve(arena, parts)
     scalars.store(embeddings, scalar, views[0], views[1] if scaled else None)
     tokens = None
     if token_parts is not None:

@@ -1,0 +1,140 @@
+"""What the image and video plugins share: pixel geometry, preprocessing, inputs, patch tokens.
+
+Preprocessing (docs/checkpoint.md, "Image tower"): an 8-bit RGB picture is resized with
+Pillow's bicubic filter so that its shorter side is ``S`` (the longer side rounded half up),
+then its central ``S x S`` square is cut out. Both image verbs and every video frame go
+through :func:`fit`, so equal RGB pixels always give equal tower inputs, byte for byte.
+Past ``FULL_RESIZE_AREA`` (aspect ratios over about 16:1) only the region that maps onto
+the central square is resampled (:func:`fit_region`), so the work is bounded by the output.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from onnx import TensorProto
+
+from uform.core.config import Geometry, integer, numbers
+from uform.core.errors import CheckpointError
+from uform.core.graph import GraphBuilder
+
+if TYPE_CHECKING:
+    from PIL import Image
+
+MAX_IMAGE_SIZE = 4096  # bound on a tower's S, so a hostile config cannot ask for absurd inputs
+FULL_RESIZE_AREA = 16  # resized pictures up to this many S² are resized whole, then cropped (see fit)
+MEAN = [0.485, 0.456, 0.406]
+STD = [0.229, 0.224, 0.225]
+
+
+@dataclass(frozen=True)
+class Pixels:
+    """A tower's pixel geometry: ``S``, ``P`` and the per-channel normalisation."""
+
+    image_size: int
+    patch_size: int
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+
+    @property
+    def grid(self) -> int:
+        """``G``: patches per side."""
+        return self.image_size // self.patch_size
+
+    @classmethod
+    def read(cls, cfg: Mapping[str, Any], where: str) -> Pixels:
+        size = integer(cfg, "image_size", where, 1, MAX_IMAGE_SIZE)
+        patch = integer(cfg, "patch_size", where, 1, size)
+        if size % patch:
+            raise CheckpointError(f"config field {where}.patch_size: {patch} does not divide image_size {size}")
+        mean = numbers(cfg, "mean", where, 3, -1000.0, 1000.0)
+        std = numbers(cfg, "std", where, 3, 1e-6, 1000.0)
+        return cls(size, patch, mean, std)
+
+
+def read_geometry(cfg: Mapping[str, Any], where: str) -> tuple[Geometry, Pixels]:
+    return Geometry.read(cfg, where), Pixels.read(cfg, where)
+
+
+def patch_tokens(b: GraphBuilder, pixels: str, prefix: str, px: Pixels, width: int) -> str:
+    """``uint8 [N, S, S, 3]`` → ``[N, G², W]``: normalised, cut into patches flattened in
+    (channel, row, column) order, each through ``prefix.patch`` (one Gemm)."""
+    s, p, g = px.image_size, px.patch_size, px.grid
+    x = b.op("Cast", pixels, to=b.float_type)
+    x = b.op("Div", x, b.scalar(255.0))
+    x = b.op("Sub", x, b.const(np.asarray(px.mean, np.float32), "mean"))
+    x = b.op("Div", x, b.const(np.asarray(px.std, np.float32), "std"))
+    x = b.op("Reshape", x, b.ints([-1, g, p, g, p, 3]))  # [N, gy, py, gx, px, c]
+    x = b.op("Transpose", x, perm=[0, 1, 3, 5, 2, 4])  # [N, gy, gx, c, py, px]
+    x = b.linear(b.op("Reshape", x, b.ints([-1, 3 * p * p])), f"{prefix}.patch")
+    return b.op("Reshape", x, b.ints([-1, g * g, width]))  # type: ignore[no-any-return]
+
+
+def pixels_input(b: GraphBuilder, name: str, dims: list[int | str]) -> str:
+    return b.input(name, TensorProto.UINT8, dims)
+
+
+# -- preprocessing ---------------------------------------------------------------------
+
+
+def resized_size(width: int, height: int, size: int) -> tuple[int, int]:
+    """The size after the resize: shorter side ``size``, longer side ``round_half_up(side * size / shorter)``."""
+    if width <= height:
+        return size, max(1, (2 * height * size + width) // (2 * width))
+    return max(1, (2 * width * size + height) // (2 * height)), size
+
+
+def fit(image: Image.Image, size: int) -> np.ndarray:
+    """An RGB picture as the tower's ``uint8 [size, size, 3]``: bicubic resize, central crop.
+
+    The work is bounded by the output: when the resized picture would exceed
+    ``FULL_RESIZE_AREA × size²`` pixels (an aspect ratio over about 16:1), only the source
+    region that maps onto the central square is resampled (:func:`fit_region`), instead of
+    resizing a 1×1,000,000 strip to 32×32,000,000 and cropping 32×32 out of it.
+    """
+    from PIL import Image
+
+    target = resized_size(image.width, image.height, size)
+    if target[0] * target[1] > FULL_RESIZE_AREA * size * size:
+        return fit_region(image, size, target)
+    if target != image.size:
+        image = image.resize(target, Image.Resampling.BICUBIC)
+    array = np.asarray(image)
+    top, left = (target[1] - size) // 2, (target[0] - size) // 2
+    return np.ascontiguousarray(array[top : top + size, left : left + size])
+
+
+def fit_region(image: Image.Image, size: int, target: tuple[int, int]) -> np.ndarray:
+    """The central ``size × size`` of ``image`` resized to ``target``, resampling only what it needs.
+
+    Two one-axis resizes, each with a ``box`` on its own axis: the horizontal pass makes the
+    ``size`` central columns of only the rows the vertical pass reads (its taps: 2 source
+    pixels, times the scale when shrinking, plus one), then the vertical pass the ``size``
+    central rows. Work and memory are those of the output. The filter positions are the
+    whole resize's up to float rounding of the box (Pillow takes it in float32), but the
+    8-bit intermediate can be rounded in another pass order than Pillow's whole resize
+    chooses, so a pixel may differ from a whole resize and crop by a level or two on
+    natural pictures (more on noise).
+    """
+    from PIL import Image
+
+    w, h = image.size
+    (tw, th), bicubic = target, Image.Resampling.BICUBIC
+    left, top = (tw - size) // 2, (th - size) // 2
+    sx, sy = w / tw, h / th
+    x0, x1 = (0.0, float(w)) if tw == size else (left * sx, (left + size) * sx)
+    y0, y1 = (0.0, float(h)) if th == size else (top * sy, (top + size) * sy)
+    reach = 2 * max(sy, 1.0) + 1
+    r0, r1 = max(0, math.floor(y0 - reach)), min(h, math.ceil(y1 + reach))
+    rows = image.crop((0, r0, w, r1)).resize((size, r1 - r0), bicubic, box=(x0, 0, x1, r1 - r0))
+    return np.asarray(rows.resize((size, size), bicubic, box=(0, y0 - r0, size, y1 - r0)))
+
+
+def from_array(array: np.ndarray) -> Image.Image:
+    from PIL import Image
+
+    return Image.fromarray(np.ascontiguousarray(array), mode="RGB")
