@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from typing_extensions import Unpack
 
 MAX_PIXELS = 100_000_000  # width × height above which a file is refused as a decompression bomb
-JPEG_DRAFT_MARGIN = 2  # decode big JPEGs at 1/2, 1/4, 1/8 scale keeping the shorter side ≥ margin × S; 0: never
+JPEG_DRAFT_MARGIN = 2  # decode JPEGs at 1/s (s = 8, 4, 2: the largest with shorter ≥ margin × s × S); 0: never
 MAX_ROWS = 32  # images per batch
 FORMATS = ("JPEG", "PNG", "WEBP")
 _ORIENTATION = 0x0112
@@ -113,16 +113,46 @@ def describe(head: bytes) -> str:
     return f"unrecognised content (first bytes {head[:8].hex(' ')})"
 
 
+_PNG_DEPTH = "uform.png_bit_depth"  # image.info key: the bit depth the PNG header states
+
+
+def png_bit_depth(head: bytes) -> int:
+    """The sample bit depth (1, 2, 4, 8 or 16) an IHDR chunk at the start of a PNG states; 8 if absent."""
+    return head[24] if len(head) > 25 and head[12:16] == b"IHDR" else 8
+
+
 def to_rgb(image: Image.Image) -> Image.Image:
     """8-bit RGB: 16-bit samples cut to their high byte, alpha composited over white, palette,
-    grayscale and CMYK converted (CMYK: ``round((255 − c)(255 − k) / 255)``, Pillow's rule)."""
-    mode = image.mode
-    if mode == "RGB":
-        return image
+    grayscale and CMYK converted (CMYK: ``round((255 − c)(255 − k) / 255)``, Pillow's rule).
+
+    A PNG's transparent value (tRNS) is alpha 0 where a pixel equals it, so it becomes white
+    (``c' = (c·0 + 255·255 + 127) // 255 = 255``), alpha 255 elsewhere: for grayscale at any
+    depth it is matched against the stored sample (Pillow scales 2- and 4-bit samples to 8
+    bits but not the value, and drops it for 16-bit grayscale, so uform matches itself), for
+    8-bit truecolour against ``(r, g, b)``; for 16-bit truecolour Pillow keeps only the high
+    bytes, so the colour's high bytes are matched against them.
+    """
+    mode, depth = image.mode, image.info.get(_PNG_DEPTH, 8)
+    key = image.info.get("transparency")
     if mode.startswith("I"):  # 16-bit (I;16*) or 32-bit integer grayscale
         wide = np.asarray(image).astype(np.int64)
         gray = (np.clip(wide, 0, 65535) >> 8).astype(np.uint8)
-        return _frames.from_array(np.repeat(gray[..., None], 3, axis=2))
+        rgb = np.repeat(gray[..., None], 3, axis=2)
+        if isinstance(key, int):
+            rgb[wide == key] = 255
+        return _frames.from_array(rgb)
+    if mode == "L" and isinstance(key, int) and depth < 8:
+        stored = np.asarray(image)
+        rgb = np.repeat(stored[..., None], 3, axis=2)
+        rgb[stored == key * 255 // ((1 << depth) - 1)] = 255  # the 1-, 2- or 4-bit value as Pillow scales samples
+        return _frames.from_array(rgb)
+    if mode == "RGB" and isinstance(key, tuple) and len(key) == 3:
+        rgb = np.array(image)
+        colour = np.asarray(key, np.int64) >> (8 if depth == 16 else 0)
+        rgb[(rgb == colour).all(axis=2)] = 255
+        return _frames.from_array(rgb)
+    if mode == "RGB":
+        return image
     if "A" in mode or "a" in mode or "transparency" in image.info:
         rgba = np.asarray(image.convert("RGBA"))
         alpha = rgba[..., 3:].astype(np.uint32)
@@ -148,11 +178,15 @@ def orient(image: Image.Image) -> Image.Image:
 
 
 def draft_scale(width: int, height: int, size: int) -> int:
-    """The JPEG scale-down (1, 2, 4 or 8) keeping the shorter side at least ``margin × size``."""
+    """The JPEG scale-down: the largest ``s`` of 8, 4, 2 with ``shorter ≥ margin × s × size``, else 1.
+
+    The one rule docs/media.md states (integers only); libjpeg then decodes
+    ``ceil(w / s) × ceil(h / s)`` pixels, so the shorter side stays at least ``margin × size``.
+    """
     if JPEG_DRAFT_MARGIN <= 0:
         return 1
     shorter = min(width, height)
-    return next((s for s in (8, 4, 2) if -(-shorter // s) >= JPEG_DRAFT_MARGIN * size), 1)
+    return next((s for s in (8, 4, 2) if shorter >= JPEG_DRAFT_MARGIN * s * size), 1)
 
 
 def open_image(source: Source, size: int) -> tuple[Image.Image, int, bool]:
@@ -167,7 +201,7 @@ def open_image(source: Source, size: int) -> tuple[Image.Image, int, bool]:
     except OSError as exc:
         raise source.fail(f"cannot read the file ({exc.strerror or exc})") from None
     try:
-        head = stream.read(16)
+        head = stream.read(32)
         kind = sniff(head)
         if kind is None:
             raise source.fail(f"not a JPEG, PNG or WebP image: {describe(head)}" if head else "the file is empty")
@@ -175,6 +209,8 @@ def open_image(source: Source, size: int) -> tuple[Image.Image, int, bool]:
         # The plugin class itself, not Image.open: no other decoder is tried, and the size
         # check below is ours (Pillow's own warns, or raises a non-OSError, at other sizes).
         image = plugins[kind](stream)  # type: ignore[call-arg]
+        if kind == "PNG":
+            image.info[_PNG_DEPTH] = png_bit_depth(head)
         width, height = image.size
         if width * height > MAX_PIXELS:
             raise source.fail(
