@@ -283,6 +283,8 @@ def frame_pixels(frame: Any, size: int, source: Source) -> np.ndarray:
     """One decoded frame as ``uint8 [S, S, 3]``: RGB, turned as its display matrix says, fitted."""
     if frame.width * frame.height > MAX_FRAME_PIXELS:
         raise source.fail(f"a frame is {frame.width}x{frame.height}, over the limit of {MAX_FRAME_PIXELS} pixels")
+    # libswscale with PyAV's defaults (SWS_BILINEAR): the matrix and range the frame is tagged
+    # with; untagged is BT.601, limited range (docs/checkpoint.md, "Video tower")
     rgb = frame.to_ndarray(format="rgb24")
     turns = round((frame.rotation or 0) / 90) % 4  # counterclockwise quarter turns, as FFmpeg's autorotate
     if turns:
