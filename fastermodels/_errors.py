@@ -11,3 +11,7 @@ class WeightsMismatchError(RuntimeError):
 
 class ArtifactNotFoundError(FileNotFoundError):
     """An artifact publishes none of the forms asked for."""
+
+
+class UntrustedSourceError(ImportError):
+    """An artifact's ``source`` lies outside the model zoos loaded by default; nothing was imported."""

@@ -1,6 +1,7 @@
 """load: the form an artifact publishes, from a local directory or a Hub repo id."""
 
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,33 @@ from uform.exporters import ARTIFACT_FILES, quiet_torch_deprecations
 
 FORMS: dict[str, str] = dict(ARTIFACT_FILES)  # form → file, in the order `load` looks for them
 _HUB_KEYS = ("revision", "token", "cache_dir", "force_download", "local_files_only")
+# What the Hub accepts as a repo id: namespace/name, each of letters, digits, '-', '_', '.'
+_HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}")
+
+
+def _missing(repo: str, why: str) -> ArtifactNotFoundError:
+    return ArtifactNotFoundError(f"{repo}: no such artifact folder ({why}); nothing was looked up on the Hub")
+
+
+def _is_local(repo_id: "str | os.PathLike[str]", repo: str) -> bool:
+    """True for an artifact folder; False for a Hub repo id; a folder that is not there raises at once.
+
+    A Hub look-up is only tried for a ``str`` of the Hub's ``namespace/name`` shape whose
+    first part is not a local folder: a ``Path``, a bare name, an absolute or ``./`` path,
+    or ``out/name`` beside an existing ``out/`` is a local path that does not exist.
+    """
+    if os.path.isdir(repo):
+        return True
+    if os.path.exists(repo):
+        raise ArtifactNotFoundError(f"{repo}: is a file; an artifact is a folder (config.json, model.safetensors, ...)")
+    if isinstance(repo_id, os.PathLike):
+        raise _missing(repo, "a path object is never a Hub repo id")
+    if not _HUB_ID.fullmatch(repo) or ".." in repo or "--" in repo:
+        raise _missing(repo, "nor a Hub repo id, which reads 'namespace/name'")
+    namespace = repo.split("/")[0]
+    if os.path.isdir(namespace):
+        raise _missing(repo, f"{namespace}/ is a local folder, so this is taken as a path in it")
+    return False
 
 
 def _offline(hub: dict[str, Any]) -> bool:
@@ -43,19 +71,30 @@ def load(repo_id: str | os.PathLike[str], form: str = "auto",
     """Load the form a repo publishes: a FasterModel, a TorchScript module, or the ONNX file's path.
 
     ``form='auto'`` looks for model.safetensors, then model.torchscript.pt, then model.onnx.
-    A local directory is read as is, never through the Hub. ``kw``: ``revision``, ``token``,
-    ``cache_dir``, ``force_download``, ``local_files_only`` (Hub downloads) and
-    ``map_location`` (safetensors and TorchScript; default ``'cpu'``).
+    A local directory is read as is, never through the Hub; a missing one raises
+    :class:`ArtifactNotFoundError` at once, and only a ``'namespace/name'`` string is looked
+    up on the Hub (:func:`_is_local`). ``kw``: ``revision``, ``token``, ``cache_dir``,
+    ``force_download``, ``local_files_only`` (Hub downloads), ``map_location`` (safetensors
+    and TorchScript; default ``'cpu'``) and ``trust_remote_code`` (safetensors: import a
+    ``source`` outside :data:`~fastermodels.TRUSTED_SOURCES`; default ``False``).
     """
     if form != "auto" and form not in FORMS:
         raise ValueError(f"form must be 'auto' or one of {', '.join(map(repr, FORMS))}, got {form!r}")
-    unknown = sorted(set(kw) - {*_HUB_KEYS, "map_location"})
+    unknown = sorted(set(kw) - {*_HUB_KEYS, "map_location", "trust_remote_code"})
     if unknown:
         raise TypeError(f"load() got unexpected keyword argument(s) {unknown}")
     hub = {k: v for k, v in kw.items() if k in _HUB_KEYS}
     repo = os.fspath(repo_id)
-    local = os.path.isdir(repo)
-    files = set(os.listdir(repo)) if local else _hub_files(repo, hub)
+    local = _is_local(repo_id, repo)
+    if local:
+        files = set(os.listdir(repo))
+    else:
+        try:
+            files = _hub_files(repo, hub)
+        except Exception as e:  # noqa: BLE001 - whatever the Hub client says, say what was tried
+            raise ArtifactNotFoundError(
+                f"{repo}: no such local folder, and looking it up on the Hub as a repo id failed: "
+                f"{type(e).__name__}: {e}") from e
     for f in FORMS if form == "auto" else [form]:
         if FORMS[f] not in files:
             continue

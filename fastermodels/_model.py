@@ -11,7 +11,7 @@ from huggingface_hub import PyTorchModelHubMixin, hf_hub_download
 from torch import nn
 
 from fastermodels._errors import ArtifactNotFoundError
-from fastermodels._spec import rebuild, resolve, spec_from
+from fastermodels._spec import check_source, rebuild, resolve, spec_from
 from fastermodels._strict import check_state_dict
 
 WEIGHTS_FILE = "model.safetensors"
@@ -93,12 +93,18 @@ class FasterModel(nn.Module, PyTorchModelHubMixin,
                          cache_dir: str | Path | None, force_download: bool,
                          local_files_only: bool, token: str | bool | None,
                          map_location: str = "cpu", strict: bool = True,
+                         trust_remote_code: bool = False,
                          **model_kwargs: Any) -> "FasterModel":
-        """Rebuild from config.json, load model.safetensors strictly, return in eval mode."""
+        """Rebuild from config.json, load model.safetensors strictly, return in eval mode.
+
+        The ``source`` config.json names is imported only from :data:`TRUSTED_SOURCES`
+        unless ``trust_remote_code=True`` (:func:`check_source`).
+        """
         if not strict:
             raise ValueError("FasterModel loading is always strict")
         if "source" not in model_kwargs:
             raise ArtifactNotFoundError(f"{model_id}: no {CONFIG_FILE} naming a `source` factory")
+        check_source(model_kwargs["source"], model_kwargs.get("source_kwargs"), trust_remote_code, model_id)
         model = cls(**model_kwargs)
         if os.path.isdir(model_id):
             weights = os.path.join(model_id, WEIGHTS_FILE)

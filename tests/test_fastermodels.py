@@ -159,7 +159,7 @@ def test_pruned_mlp_with_batchnorm1d_round_trips(tmp_path: Path) -> None:
     assert fm.spec is not None and fm.spec["1"]["type"] == "BatchNorm1d"
     assert fm.spec["1"]["num_features"] == MLP_KEEP
     fm.save_pretrained(tmp_path)
-    back = load(tmp_path)
+    back = load(tmp_path, trust_remote_code=True)  # the factory is this test suite's own module
     x = torch.randn(3, 16)
     assert isinstance(back, FasterModel) and not back.training
     with torch.no_grad():

@@ -1,0 +1,140 @@
+"""fastermodels loading what it may: the source allow-list, trust_remote_code, and local folders
+that do not exist (answered at once, never looked up on the Hub)."""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("torchvision")
+pytest.importorskip("huggingface_hub")
+sys.path.insert(0, str(Path(__file__).parent))
+
+from safetensors.torch import save_file  # noqa: E402
+
+import fastermodels  # noqa: E402
+from fastermodels import (ArtifactNotFoundError, FasterModel, UntrustedSourceError, load,  # noqa: E402
+                          state_hash)
+from fastermodels import _load  # noqa: E402
+from test_fastermodels_nets import (MLP_KWARGS, MLP_SOURCE, RESNET_KWARGS, RESNET_SOURCE,  # noqa: E402
+                                    pruned_mlp, pruned_resnet18)
+
+
+def _artifact(directory: Path, source: str, source_kwargs: dict[str, object], state: dict[str, object]) -> Path:
+    """An artifact laid out as fastermodels 0.1.2 writes it: config.json (five keys, sorted,
+    indent 2) and model.safetensors (the weights under ``net.``)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    config = {"source": source, "source_kwargs": source_kwargs, "modules": {}, "recipe": None, "provenance": None}
+    (directory / "config.json").write_text(json.dumps(config, sort_keys=True, indent=2))
+    save_file({f"net.{k}": v.contiguous() for k, v in state.items()}, str(directory / "model.safetensors"))  # type: ignore[union-attr]
+    return directory
+
+
+def test_a_model_zoo_artifact_of_upstream_0_1_2_loads_as_before(tmp_path: Path) -> None:
+    pruned = pruned_resnet18()
+    fm = FasterModel.wrap(pruned, RESNET_SOURCE, RESNET_KWARGS, recipe={"prune": "odd widths"})
+    fm.save_pretrained(tmp_path / "zoo")
+    model = load(tmp_path / "zoo")
+    assert isinstance(model, FasterModel) and state_hash(model) == state_hash(fm)
+    assert isinstance(FasterModel.from_pretrained(tmp_path / "zoo"), FasterModel)
+
+
+def test_a_source_outside_the_zoos_is_refused_naming_it(tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    evil = _artifact(tmp_path / "evil", "os.system", {"command": f"touch {marker}"}, {})
+    message = r"evil: config.json names the source 'os.system', outside the model zoos .*trust_remote_code=True"
+    with pytest.raises(UntrustedSourceError, match=message) as info:
+        load(evil)
+    assert isinstance(info.value, ImportError)
+    with pytest.raises(UntrustedSourceError, match=message):
+        FasterModel.from_pretrained(evil)
+    assert not marker.exists()  # nothing was imported or called
+
+
+def test_trust_remote_code_loads_a_local_factory(tmp_path: Path) -> None:
+    net = pruned_mlp()
+    FasterModel.wrap(net, MLP_SOURCE, MLP_KWARGS).save_pretrained(tmp_path)
+    with pytest.raises(UntrustedSourceError, match=f"'{MLP_SOURCE}'"):
+        load(tmp_path)
+    x = torch.randn(3, 16)
+    for back in (load(tmp_path, trust_remote_code=True), FasterModel.from_pretrained(tmp_path, trust_remote_code=True)):
+        assert isinstance(back, FasterModel) and not back.training
+        with torch.no_grad():
+            assert torch.equal(back(x), net.eval()(x))
+
+
+def test_source_kwargs_asking_to_trust_remote_code_are_refused(tmp_path: Path) -> None:
+    artifact = _artifact(tmp_path / "remote", "transformers.pipeline", {"model": "x/y", "trust_remote_code": True}, {})
+    with pytest.raises(UntrustedSourceError, match="calls 'transformers.pipeline' with trust_remote_code=true"):
+        load(artifact)
+
+
+def test_the_allow_list_is_by_module_prefix() -> None:
+    for fine in ("torchvision.models.resnet18", "timm.create_model", "timm.models.resnet.resnet50", "transformers.AutoModel"):
+        fastermodels.check_source(fine)
+    for refused in ("torchvision.io.read_file", "torchvisionx.models.f", "timmy.create_model", "builtins.exec", "resnet18"):
+        with pytest.raises(UntrustedSourceError):
+            fastermodels.check_source(refused)
+    fastermodels.check_source("builtins.exec", trust_remote_code=True)
+
+
+# -- folders that do not exist --------------------------------------------------------------
+
+
+@pytest.fixture
+def no_network(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("network access for a local folder")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)
+    monkeypatch.setattr(_load, "_hub_files", refuse)
+
+
+@pytest.mark.parametrize(
+    ("name", "why"),
+    [
+        ("artifcat", "nor a Hub repo id, which reads 'namespace/name'"),
+        ("./artifcat", "nor a Hub repo id, which reads 'namespace/name'"),
+        ("out/artifcat", "out/ is a local folder, so this is taken as a path in it"),
+        ("a/b/c", "nor a Hub repo id, which reads 'namespace/name'"),
+    ],
+)
+def test_a_mistyped_folder_is_answered_at_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                               no_network: None, name: str, why: str) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "out").mkdir()
+    started = time.monotonic()
+    with pytest.raises(ArtifactNotFoundError) as info:
+        load(name)
+    assert str(info.value) == f"{name}: no such artifact folder ({why}); nothing was looked up on the Hub"
+    assert isinstance(info.value, FileNotFoundError)
+    with pytest.raises(ArtifactNotFoundError, match="a path object is never a Hub repo id"):
+        load(tmp_path / "artifcat")
+    assert time.monotonic() - started < 5  # no retries: nothing waited on a network
+
+
+def test_a_file_is_not_an_artifact(tmp_path: Path, no_network: None) -> None:
+    (tmp_path / "model.safetensors").write_bytes(b"")
+    with pytest.raises(ArtifactNotFoundError, match="is a file; an artifact is a folder"):
+        load(tmp_path / "model.safetensors")
+
+
+def test_a_failed_hub_look_up_says_it_was_tried(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+
+    def unreachable(repo_id: str, hub: dict[str, object]) -> set[str]:
+        raise ConnectionError("[Errno -2] Name or service not known")
+
+    monkeypatch.setattr(_load, "_hub_files", unreachable)
+    with pytest.raises(ArtifactNotFoundError) as info:
+        load("someone/artifcat")
+    assert str(info.value) == ("someone/artifcat: no such local folder, and looking it up on the Hub as a repo id "
+                               "failed: ConnectionError: [Errno -2] Name or service not known")
+    assert isinstance(info.value.__cause__, ConnectionError)
