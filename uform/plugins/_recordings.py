@@ -72,9 +72,11 @@ class Window:
 
     Resampling is libswresample's default (through PyAV's ``AudioResampler``), run on
     chunks of up to ``CHUNK`` source samples; its output does not depend on the chunking. At the
-    end the resampler gets ``TAIL`` periods of zeros and is flushed, and its output is cut
-    to what the input's duration gives (``round(n R / rate)``): no tail sample is lost, even
-    of a recording too short for libswresample to answer anything without the zeros.
+    end the resampler gets ``TAIL`` periods of zeros (a period: ``ceil(rate / R) + 1`` source
+    samples) and is flushed, and its output is cut to what the input's duration gives
+    (``(n R + rate // 2) // rate``, ``n R / rate`` rounded half up): no tail sample is lost,
+    even of a recording too short for libswresample to answer anything without the zeros.
+    docs/checkpoint.md ("Audio tower") states this for a second implementation.
     """
 
     def __init__(self, rate: int, samples: int) -> None:
