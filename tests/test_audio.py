@@ -31,7 +31,7 @@ def ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def model(ckpt: Path) -> uform.Model:
-    return uform.Model.load_ram(ckpt, executor=uform.Executor(2))
+    return uform.Model.load_ram(ckpt, executor=uform.Executor(2), quantization=uform.Scalar.F32)
 
 
 @pytest.fixture(scope="module")
@@ -98,7 +98,7 @@ def test_odd_and_tiny_ffts_match_the_reference(front: dict[str, int], tmp_path: 
     weights = {k: (rng.standard_normal(v.shape) * v.std + v.mean).astype(ml_dtypes.bfloat16) for k, v in audio.tensors(parsed, config).items()}
     checkpoint.save(tmp_path / "odd.safetensors", config, weights)
     x = (rng.standard_normal((3, 8000)) * 0.2).astype(np.float32)
-    ours = embed_samples(uform.Model.load_ram(tmp_path / "odd.safetensors"), x, R)
+    ours = embed_samples(uform.Model.load_ram(tmp_path / "odd.safetensors", quantization=uform.Scalar.F32), x, R)
     with torch.no_grad():
         ref = ReferenceModel.from_checkpoint(tmp_path / "odd.safetensors").towers["audio"].encode(torch.from_numpy(x)).numpy()
     np.testing.assert_allclose(ours, ref, atol=2e-5)

@@ -43,8 +43,9 @@ def rows(tape: RowsTape) -> list[np.ndarray]:
     return [np.array(r) for r in tape]
 
 
-def test_parity_with_reference(path: Path, model: uform.Model) -> None:
+def test_parity_with_reference(path: Path) -> None:
     torch = pytest.importorskip("torch")
+    model = uform.Model.load_ram(path, quantization=uform.Scalar.F32)  # the graph against the reference, exactly
     from uform.exporters.reference import ReferenceModel
     from uform.plugins.choose import feeds
 

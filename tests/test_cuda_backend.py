@@ -285,6 +285,12 @@ def fake_cuda(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
     yield started
 
 
+@pytest.fixture(scope="module")
+def tiny_model(tiny_text: Path) -> uform.Model:
+    """The CPU's float32 path, which the fake devices (the CPU provider under CUDA's name) must match."""
+    return uform.Model.load_ram(tiny_text, quantization=uform.Scalar.F32)
+
+
 TEXTS = [("a caption %d " % i) * (i % 4 + 1) for i in range(100)]
 
 

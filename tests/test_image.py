@@ -24,7 +24,7 @@ def ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def model(ckpt: Path) -> uform.Model:
-    return uform.Model.load_ram(ckpt)
+    return uform.Model.load_ram(ckpt, quantization=uform.Scalar.F32)  # the graph against the reference, exactly
 
 
 def embed(model: uform.Model, files: list[object]) -> np.ndarray:

@@ -179,6 +179,17 @@ class Model:
         """The model's geometry and placement."""
         return self._runtime.describe()
 
+    @property
+    def backend(self) -> str:
+        """The backend plugin that placed the model (``"e4m3"``, ``"cpu"``, ``"cuda"``, ...)."""
+        return self._runtime.placement.backend
+
+    @property
+    def compute(self) -> str:
+        """What the transformer's products run in, in words: ``describe().quantization`` is
+        what the weights are held in (``"bf16 products, float32 sums (avx512-bf16 kernels)"``)."""
+        return self._runtime.placement.compute
+
     def _verb(self, name: str, *args: Any, **kwargs: Any) -> Any:
         self._life.enter()
         try:

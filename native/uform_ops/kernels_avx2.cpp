@@ -60,6 +60,39 @@ static inline void micro(const Gemm& g, int64_t row, int64_t n0, const Panel* pa
 
 }  // namespace avx2
 
+// E4M3 codes of row[i] * inverse (BF16 weights), 8 at a time; the same bits as the scalar
+// encode_e4m3 (round to nearest even, saturating at 448) for the tail.
+void encode_e4m3_avx2(const uint16_t* row, int64_t k, float inverse, uint8_t* codes) {
+  const __m256 scale = _mm256_set1_ps(inverse), tiny = _mm256_set1_ps(0.015625f), one = _mm256_set1_ps(1.0f);
+  const __m256i magnitude = _mm256_set1_epi32(0x7FFFFFFF), half = _mm256_set1_epi32(0x7FFFF);
+  const __m256i rebias = _mm256_set1_epi32(120 << 3), top = _mm256_set1_epi32(0x7E);
+  int64_t i = 0;
+  for (; i + 8 <= k; i += 8) {
+    const __m256i wide = _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + i))), 16);
+    const __m256i bits = _mm256_castps_si256(_mm256_mul_ps(_mm256_castsi256_ps(wide), scale));
+    const __m256i sign = _mm256_and_si256(_mm256_srli_epi32(bits, 24), _mm256_set1_epi32(0x80));
+    const __m256i abs = _mm256_and_si256(bits, magnitude);
+    const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(abs, 20), _mm256_set1_epi32(1));
+    const __m256i field = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(abs, half), odd), 20);
+    const __m256i normal = _mm256_min_epu32(_mm256_sub_epi32(_mm256_max_epu32(field, rebias), rebias), top);
+    const __m256 a = _mm256_castsi256_ps(abs);
+    const __m256i subnormal = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_min_ps(a, one), _mm256_set1_ps(512.0f)));
+    const __m256i code = _mm256_or_si256(
+        _mm256_blendv_epi8(normal, subnormal, _mm256_castps_si256(_mm256_cmp_ps(a, tiny, _CMP_LT_OQ))), sign);
+    const __m256i narrow = _mm256_packus_epi16(_mm256_packus_epi32(code, code), _mm256_setzero_si256());
+    const uint32_t low = uint32_t(_mm_cvtsi128_si32(_mm256_castsi256_si128(narrow)));
+    const uint32_t high = uint32_t(_mm_cvtsi128_si32(_mm256_extracti128_si256(narrow, 1)));
+    std::memcpy(codes + i, &low, 4);
+    std::memcpy(codes + i + 4, &high, 4);
+  }
+  for (; i < k; ++i) {
+    const uint32_t bits = uint32_t(row[i]) << 16;
+    float w;
+    std::memcpy(&w, &bits, 4);
+    codes[i] = encode_e4m3(w * inverse);
+  }
+}
+
 const Kernel kernel_avx2 = {"avx2", avx2::NR, avx2::PAIR, avx2::MC, false, avx2::task, nullptr};
 
 }  // namespace uform

@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cfloat>
 #include <cmath>
 #include <cstring>
 #include <mutex>
@@ -59,21 +60,6 @@ float decode_e4m3(uint8_t code) {
   return code & 0x80 ? -magnitude : magnitude;
 }
 
-// Round to nearest even, saturating at ±448 (E4M3FN has no infinity).
-inline uint8_t encode_e4m3(float v) {
-  uint32_t bits;
-  std::memcpy(&bits, &v, 4);
-  const uint8_t sign = uint8_t((bits >> 24) & 0x80);
-  bits &= 0x7FFFFFFFu;
-  float a;
-  std::memcpy(&a, &bits, 4);
-  if (a >= 448.0f) return sign | 0x7E;
-  if (a < 0.015625f) return sign | uint8_t(std::nearbyint(a * 512.0f));  // subnormals: multiples of 2^-9
-  const uint32_t rounded = bits + 0x7FFFFu + ((bits >> 20) & 1u);  // keep 3 mantissa bits, ties to even
-  const uint32_t code = (rounded >> 20) - (120u << 3);               // exponent bias 127 -> 7
-  return sign | uint8_t(std::min<uint32_t>(code, 0x7E));
-}
-
 inline float widen(uint16_t bf16) {
   const uint32_t bits = uint32_t(bf16) << 16;
   float f;
@@ -87,23 +73,37 @@ inline float widen(uint16_t bf16) {
 int64_t pack_rows(const uint16_t* w, int64_t k, const Kernel& kern, int wtype, void* out, float* scale, int64_t begin,
                   int64_t end) {
   const int64_t size = panel_elements(k, kern), nr = kern.nr, pair = kern.pair;
+  std::vector<uint8_t> codes(wtype == kE4M3 ? size_t(k) : 0);
   for (int64_t r = begin; r < end; ++r) {
     const uint16_t* row = w + r * k;
-    float amax = 0.0f;
-    for (int64_t i = 0; i < k; ++i) {
-      if ((row[i] & 0x7F80u) == 0x7F80u) return r * k + i;
-      amax = std::max(amax, std::fabs(widen(row[i])));
+    uint16_t top = 0;  // the largest magnitude's bits: BF16 magnitudes order as integers
+    for (int64_t i = 0; i < k; ++i) top = std::max<uint16_t>(top, row[i] & 0x7FFFu);
+    if (top >= 0x7F80u) {
+      for (int64_t i = 0; i < k; ++i)
+        if ((row[i] & 0x7F80u) == 0x7F80u) return r * k + i;
     }
     const int64_t base = r / nr * size, c = r % nr;
     if (wtype == kBF16) {
       uint16_t* dst = static_cast<uint16_t*>(out) + base;
-      for (int64_t i = 0; i < k; ++i) dst[(i / pair * nr + c) * pair + i % pair] = row[i];
+      if (pair == 2) {
+        for (int64_t p = 0; p < k / 2; ++p) std::memcpy(dst + (p * nr + c) * 2, row + 2 * p, 4);
+        if (k & 1) dst[(k / 2 * nr + c) * 2] = row[k - 1];
+      } else {
+        for (int64_t i = 0; i < k; ++i) dst[i * nr + c] = row[i];
+      }
       continue;
     }
-    const float inverse = amax > 0.0f ? 448.0f / amax : 1.0f;
+    const float amax = widen(top);
+    const float inverse = amax > 0.0f ? std::min(448.0f / amax, FLT_MAX) : 1.0f;  // a subnormal amax: no infinity
     scale[r] = amax > 0.0f ? amax / 448.0f : 1.0f;
+    encode_e4m3_avx2(row, k, inverse, codes.data());
     uint8_t* dst = static_cast<uint8_t*>(out) + base;
-    for (int64_t i = 0; i < k; ++i) dst[(i / pair * nr + c) * pair + i % pair] = encode_e4m3(widen(row[i]) * inverse);
+    if (pair == 2) {
+      for (int64_t p = 0; p < k / 2; ++p) std::memcpy(dst + (p * nr + c) * 2, codes.data() + 2 * p, 2);
+      if (k & 1) dst[(k / 2 * nr + c) * 2] = codes[k - 1];
+    } else {
+      for (int64_t i = 0; i < k; ++i) dst[i * nr + c] = codes[i];
+    }
   }
   return -1;
 }
@@ -309,6 +309,23 @@ const Op<kE4M3> matmul_e4m3;
 
 }  // namespace
 
+// Round to nearest even, saturating at ±448 (E4M3FN has no infinity). Branch-free so that
+// a row's codes vectorize: normal magnitudes keep 3 mantissa bits and rebias the exponent
+// from 127 to 7; below 2^-6 the codes count multiples of 2^-9.
+uint8_t encode_e4m3(float v) {
+  uint32_t bits;
+  std::memcpy(&bits, &v, 4);
+  const uint32_t sign = (bits >> 24) & 0x80u;
+  bits &= 0x7FFFFFFFu;
+  float a;
+  std::memcpy(&a, &bits, 4);
+  const uint32_t rounded = bits + 0x7FFFFu + ((bits >> 20) & 1u);
+  const uint32_t normal = std::min<uint32_t>((rounded >> 20) - std::min<uint32_t>(rounded >> 20, 120u << 3), 0x7Eu);
+  const float magic = 12582912.0f;  // 1.5 * 2^23: adding it rounds [0, 2^22) to an integer, ties to even
+  const uint32_t subnormal = uint32_t((std::min(a, 1.0f) * 512.0f + magic) - magic);
+  return uint8_t(sign | (a < 0.015625f ? subnormal : normal));
+}
+
 const float e4m3_to_f32[256] = {
 #define D(i) decode_e4m3(uint8_t(i))
 #define D8(i) D(i), D(i + 1), D(i + 2), D(i + 3), D(i + 4), D(i + 5), D(i + 6), D(i + 7)
@@ -346,12 +363,13 @@ UFORM_EXPORT int64_t uform_packed_elements(int variant, int64_t n, int64_t k) {
 
 // w: BF16 bits [n, k] -> out (zeroed, uform_packed_elements long) packed for `variant`, as
 // BF16 or as E4M3FN codes with scale[n] (w ~ code * scale, per output channel). Answers -1,
-// -2 for bad arguments, or the flat index of a weight that is NaN or infinite (out is then
+// -2 for bad arguments, -3 when this CPU cannot run `variant`, or the flat index of a weight that is NaN or infinite (out is then
 // partly written).
 UFORM_EXPORT int64_t uform_pack(int variant, int wtype, const uint16_t* w, int64_t n, int64_t k, void* out, float* scale,
                                 int threads) {
   if (variant < 0 || variant >= kVariants || n <= 0 || k <= 0 || (wtype != kBF16 && wtype != kE4M3)) return -2;
   if (wtype == kE4M3 && scale == nullptr) return -2;
+  if (!runnable(variant)) return -3;
   const Kernel& kern = *kernels[variant];
   const int64_t pieces = (n + kern.nr - 1) / kern.nr;  // a panel each: no two threads share a cache line
   std::atomic<int64_t> bad{-1};

@@ -121,8 +121,11 @@ class LoadRequest:
 class Placement:
     """Placed towers: a runner per tower, the bytes held, and the classes they run as.
 
-    ``batch_scale`` multiplies the verbs' batch bounds, which are sized for one CPU session
-    (a GPU amortises launches and transfers over more rows; replicas split a batch between them).
+    ``quantization`` is the scalar the transformer blocks' weights are held in; ``compute``
+    says in words what their products run in (``"bf16 products, float32 sums (avx512-bf16
+    kernels)"``). ``batch_scale`` multiplies the verbs' batch bounds, which are sized for one
+    CPU session (a GPU amortises launches and transfers over more rows; replicas split a
+    batch between them). ``backend`` is filled in by the host with the backend's name.
     """
 
     runners: Mapping[str, Runner]
@@ -131,6 +134,13 @@ class Placement:
     cpu_class: CPUClass | None = None
     gpu_class: GPUClass | None = None
     batch_scale: int = 1
+    compute: str = ""
+    backend: str = ""
+
+
+def accepts_all(request: LoadRequest) -> str | None:
+    """The default of :attr:`Backend.accepts`: every request this backend can run."""
+    return None
 
 
 @dataclass(frozen=True)
@@ -138,8 +148,10 @@ class Backend:
     """Where towers run. ``placement`` is ``"ram"`` (``load_ram``) or ``"vram"`` (``load_vram``).
 
     ``probe()`` answers None when the backend can run here, else the reason it cannot;
-    ``open(request)`` places the towers or raises :class:`~uform.UnsupportedError`.
-    Among available backends of a placement the highest ``priority`` is used.
+    ``accepts(request)`` answers None when it serves this load (its quantization, its pinned
+    class), else the reason it leaves the load to the next backend; ``open(request)`` places
+    the towers or raises :class:`~uform.UnsupportedError`. Backends of a placement are tried
+    from the highest ``priority`` down; the first that probes and accepts opens the load.
     """
 
     name: str
@@ -147,3 +159,4 @@ class Backend:
     probe: Callable[[], str | None]
     open: Callable[[LoadRequest], Placement]
     priority: int = 0
+    accepts: Callable[[LoadRequest], str | None] = accepts_all

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import onnx
@@ -168,11 +168,12 @@ class Runtime:
 
 
 def _open(host: Host, placement: str, request: LoadRequest) -> Placement:
+    """The placement of the first backend, best first, that runs here and accepts the load."""
     reasons = []
     for backend in host.backends_for(placement):
-        reason = backend.probe()
+        reason = backend.probe() or backend.accepts(request)
         if reason is None:
-            return backend.open(request)
+            return replace(backend.open(request), backend=backend.name)
         reasons.append(f"{backend.name}: {reason}")
     detail = "; ".join(reasons) if reasons else "no backend plugin of that kind is installed"
     raise UnsupportedError(f"cannot place a model in {placement.upper()}: {detail}")

@@ -63,6 +63,49 @@ def _onnx_type(dtype: np.dtype[Any]) -> int:
     return special.get(dtype) or int(onnx.helper.np_dtype_to_tensor_dtype(dtype))
 
 
+IN_MEMORY = "uform-memory"  # external-data location of initializers handed to ONNX Runtime from memory
+
+
+def in_memory(name: str, array: np.ndarray) -> onnx.TensorProto:
+    """An initializer declaring ``array``'s type and shape whose data the session gets from
+    memory (``SessionOptions.add_external_initializers``): nothing is copied or written."""
+    tensor = onnx.TensorProto(name=name, data_type=_onnx_type(array.dtype), dims=array.shape)
+    tensor.data_location = onnx.TensorProto.EXTERNAL
+    for key, value in (("location", IN_MEMORY), ("offset", "0"), ("length", str(array.nbytes))):
+        entry = tensor.external_data.add()
+        entry.key, entry.value = key, value
+    return tensor
+
+
+def matrix_products(model: onnx.ModelProto, weights: Mapping[str, np.ndarray]) -> dict[int, str]:
+    """The graph's ``Gemm(x, W, b?, transB=1)`` nodes over a checkpoint matrix ``W`` that
+    nothing else reads, by node index: the products a backend may run its own way."""
+    uses: dict[str, int] = {}
+    for node in model.graph.node:
+        for name in node.input:
+            uses[name] = uses.get(name, 0) + 1
+    found = {}
+    for i, node in enumerate(model.graph.node):
+        if node.op_type != "Gemm" or len(node.input) < 2:
+            continue
+        attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+        plain = attrs.get("transB") == 1 and attrs.get("transA", 0) == 0 and attrs.get("alpha", 1.0) == attrs.get("beta", 1.0) == 1.0
+        matrix = node.input[1]
+        if plain and matrix in weights and weights[matrix].ndim == 2 and uses[matrix] == 1:
+            found[i] = matrix
+    return found
+
+
+def with_nodes(model: onnx.ModelProto, nodes: list[onnx.NodeProto], arrays: Mapping[str, np.ndarray]) -> onnx.ModelProto:
+    """A copy of ``model`` with ``nodes`` and an in-memory initializer for each of ``arrays``."""
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    del out.graph.node[:]
+    out.graph.node.extend(nodes)
+    out.graph.initializer.extend(in_memory(name, array) for name, array in arrays.items())
+    return out
+
+
 def remove_tree(directory: Path) -> None:
     for child in directory.iterdir():
         child.unlink()

@@ -44,6 +44,22 @@ def session_options(threads: int, affinity: Iterable[int] | None = None) -> Any:
     return so
 
 
+def ort_values(arrays: Mapping[str, np.ndarray]) -> dict[str, Any]:
+    """ONNX Runtime values over ``arrays`` without a copy (float8 arrays by their ONNX type),
+    for ``SessionOptions.add_external_initializers`` (which copies them into the session)."""
+    import ml_dtypes
+    import onnxruntime as ort
+    from onnx import TensorProto
+
+    values = {}
+    for name, array in arrays.items():
+        if array.dtype == ml_dtypes.float8_e4m3fn:
+            values[name] = ort.OrtValue.ortvalue_from_numpy_with_onnx_type(array.view(np.uint8), TensorProto.FLOAT8E4M3FN)
+        else:
+            values[name] = ort.OrtValue.ortvalue_from_numpy(array)
+    return values
+
+
 def affinity_string(cpus: Iterable[int], threads: int) -> str:
     """ONNX Runtime's affinity string: every worker thread may run on any of ``cpus``."""
     one = ",".join(str(c + 1) for c in sorted(set(cpus)))

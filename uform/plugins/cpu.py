@@ -1,9 +1,15 @@
 """The CPU backend: ONNX Runtime's CPU execution provider, for ``Model.load_ram``.
 
-Weights are stored BF16; the CPU execution provider has no BF16 MatMul, so they are
-widened to float32 once at load and handed to ONNX Runtime as external data, which it
-reads into its own pre-packed form: the process then holds one float32 copy of the
-weights (twice the checkpoint's bytes) per memory domain, and nothing of the checkpoint.
+It serves the loads the e4m3 backend (uform's op library) does not: ``quantization=F32``,
+and BF16 or E4M3 where the library is missing or has no kernels for the CPU class.
+
+- F32 and BF16: the CPU execution provider has no BF16 matrix product, so weights are
+  widened to float32 once at load and handed to ONNX Runtime as external data, which it
+  reads into its own pre-packed form: the process holds one float32 copy of the weights
+  (twice the checkpoint's bytes) per memory domain. ``describe().quantization`` says F32.
+- E4M3: the blocks' matrices are quantized at load and each product runs on weights that
+  a standard ``DequantizeLinear`` makes on every run (see :mod:`uform.plugins.dequantize`);
+  nothing is written to disk.
 
 Classes and NUMA domains are described in docs/backends.md.
 """
@@ -13,7 +19,7 @@ from __future__ import annotations
 import os
 import platform
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,10 +27,11 @@ import numpy as np
 
 from uform.core.errors import UnsupportedError
 from uform.core.hookspecs import hookimpl
-from uform.core.plugin import Backend, LoadRequest, Placement, Runner
+from uform.core.plugin import Backend, LoadRequest, Placement, Runner, TowerPlan
 from uform.core.types import CPUClass, Scalar
 from uform.core.weights import bind_external, remove_tree
-from uform.plugins._sessions import Replicas, on_cpus, session_options
+from uform.plugins import dequantize
+from uform.plugins._sessions import Replicas, on_cpus, ort_values, session_options
 
 # Flags each class adds to the one before it, lowest class first; a machine runs every
 # class whose flags (and those of every class below it) it has.
@@ -186,37 +193,75 @@ def probe() -> str | None:
     return None
 
 
+def accepts(request: LoadRequest) -> str | None:
+    if request.quantization not in (Scalar.F32, Scalar.BF16, Scalar.E4M3):
+        return f"holds weights in f32, bf16 or e4m3, not {request.quantization}"
+    return None
+
+
 def open_ram(request: LoadRequest) -> Placement:
     """Place every tower on the CPU: one session per memory domain (one without domains)."""
-    import onnxruntime as ort
-
-    if request.quantization is not Scalar.BF16:
-        raise UnsupportedError(
-            f"quantization {request.quantization.name} is not served by the cpu backend; it runs BF16 checkpoints as stored"
-        )
     cpu_class = choose_class(request.cpu_class, machine_classes())
     domains = check_domains(request.memory_domains, numa_nodes())
     plan = domain_plan(domains, request.executor.threads)
     runners: dict[str, Runner] = {}
     held = 0
     for name, tower in request.towers.items():
-        directory = Path(tempfile.mkdtemp(prefix=f"uform-{name}-"))
-        try:
-            path = bind_external(tower.graph, tower.weights, directory, _widen, request.advance)
-
-            def start(cpus: list[int] | None, threads: int, path: Path = path) -> Any:
-                options = session_options(threads, cpus)
-                return on_cpus(cpus, lambda: ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"]))
-
-            sessions = [start(cpus, threads) for cpus, threads in plan]
-        finally:
-            remove_tree(directory)
+        if request.quantization is Scalar.E4M3:
+            sessions, bytes_held = _dequantizing(tower, plan, request.advance)
+        else:
+            sessions, bytes_held = _widened(name, tower, plan, request.advance)
         pinned = [cpus for cpus, _ in plan]
         runners[name] = sessions[0] if pinned == [None] else Replicas(sessions, pinned)
-        held += sum(w.size * 4 for w in tower.weights.values()) * len(sessions)
-    return Placement(runners, held, Scalar.BF16, cpu_class=cpu_class, batch_scale=len(plan))  # each domain a CPU-sized share
+        held += bytes_held
+    quantization, compute = (
+        (Scalar.E4M3, "float32 products of E4M3 weights dequantized on every run (DequantizeLinear)")
+        if request.quantization is Scalar.E4M3
+        else (Scalar.F32, "float32 products (ONNX Runtime's MLAS)")
+    )
+    return Placement(runners, held, quantization, cpu_class=cpu_class, batch_scale=len(plan), compute=compute)
+
+
+Plan = list[tuple[list[int] | None, int]]
+
+
+def _widened(name: str, tower: TowerPlan, plan: Plan, advance: Callable[[int], None]) -> tuple[list[Any], int]:
+    """Sessions over float32 weights that ONNX Runtime reads from a temporary file and packs."""
+    import onnxruntime as ort
+
+    directory = Path(tempfile.mkdtemp(prefix=f"uform-{name}-"))
+    try:
+        path = bind_external(tower.graph, tower.weights, directory, _widen, advance)
+
+        def start(cpus: list[int] | None, threads: int) -> Any:
+            options = session_options(threads, cpus)
+            return on_cpus(cpus, lambda: ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"]))
+
+        sessions = [start(cpus, threads) for cpus, threads in plan]
+    finally:
+        remove_tree(directory)
+    return sessions, sum(w.size * 4 for w in tower.weights.values()) * len(sessions)
+
+
+def _dequantizing(tower: TowerPlan, plan: Plan, advance: Callable[[int], None]) -> tuple[list[Any], int]:
+    """Sessions over E4M3 codes dequantized before each product, read from memory."""
+    import onnxruntime as ort
+
+    graph, arrays = dequantize.lower(tower.graph, tower.weights)
+    advance(sum(w.nbytes for w in tower.weights.values()))
+    values = ort_values(arrays)
+    model = graph.SerializeToString()
+
+    def start(cpus: list[int] | None, threads: int) -> Any:
+        options = session_options(threads, cpus)
+        options.execution_order = ort.ExecutionOrder.PRIORITY_BASED  # each weight dropped after its product
+        options.add_external_initializers(list(values), list(values.values()))  # copied into the session
+        return on_cpus(cpus, lambda: ort.InferenceSession(model, options, providers=["CPUExecutionProvider"]))
+
+    sessions = [start(cpus, threads) for cpus, threads in plan]
+    return sessions, sum(a.nbytes for a in arrays.values()) * len(sessions)
 
 
 @hookimpl
 def uform_backends() -> Iterable[Backend]:
-    yield Backend(name="cpu", placement="ram", probe=probe, open=open_ram, priority=0)
+    yield Backend(name="cpu", placement="ram", probe=probe, open=open_ram, priority=0, accepts=accepts)

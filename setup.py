@@ -1,0 +1,50 @@
+"""Builds the op library (native/uform_ops) as part of the package; see docs/backends.md.
+
+Everything else about the package is in pyproject.toml. The library is a plain shared object
+loaded by ONNX Runtime and ctypes, not a Python module. When it cannot be built (no C++
+compiler, no ONNX Runtime headers), the package still installs: the reason is written beside
+where the library would be, `uform plugins` shows it, and loads use the cpu backend.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+ROOT = Path(__file__).parent
+NATIVE = ROOT / "native" / "uform_ops"
+sys.path.insert(0, str(ROOT / "native"))
+
+from ort_headers import HeadersUnavailable, find  # noqa: E402
+
+ERROR_SUFFIX = ".build-error.txt"
+
+
+class BuildOps(build_ext):
+    def build_extension(self, ext: Extension) -> None:
+        target = Path(self.get_ext_fullpath(ext.name))
+        failure = target.parent / (ext.name.rpartition(".")[2] + ERROR_SUFFIX)
+        try:
+            ext.include_dirs.append(str(find()))
+            super().build_extension(ext)
+        except (HeadersUnavailable, OSError, Exception) as exc:  # noqa: BLE001 - the package installs without it
+            failure.parent.mkdir(parents=True, exist_ok=True)
+            failure.write_text(f"{type(exc).__name__}: {exc}\n")
+            print(f"uform: the op library was not built ({exc}); loads will use the cpu backend", file=sys.stderr)
+            return
+        failure.unlink(missing_ok=True)
+
+
+ops = Extension(
+    "uform._ops",
+    sources=[str(p.relative_to(ROOT)) for p in sorted(NATIVE.glob("*.cpp"))],
+    depends=[str(p.relative_to(ROOT)) for p in sorted(NATIVE.glob("*.[hi]*"))],
+    include_dirs=[str(NATIVE.relative_to(ROOT))],
+    extra_compile_args=["-O3", "-std=c++17", "-fvisibility=hidden", "-fno-math-errno"],
+    language="c++",
+)
+
+setup(ext_modules=[ops], cmdclass={"build_ext": BuildOps})

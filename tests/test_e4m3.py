@@ -1,0 +1,233 @@
+"""The e4m3 backend: the op library's kernels against numpy, quantization bits, loads
+through the library, pins, and the fallback when the library cannot be used.
+
+Every kernel variant this machine runs is checked; the others are skipped with the reason.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import uform
+from uform import Arena, CPUClass, Scalar
+from uform.plugins import e4m3
+from uform.plugins.dequantize import quantize_e4m3
+from uform.plugins.oplib import VARIANTS, OpLibrary, OpLibraryError, library
+
+try:
+    LIBRARY: OpLibrary | None = library()
+    WHY_NOT = ""
+except OpLibraryError as exc:  # the suite still runs: the fallback tests below cover this case
+    LIBRARY, WHY_NOT = None, str(exc)
+
+needs_library = pytest.mark.skipif(LIBRARY is None, reason=f"the op library is not usable here: {WHY_NOT}")
+
+
+def runnable(variant: str) -> OpLibrary:
+    if LIBRARY is None:
+        pytest.skip(f"the op library is not usable here: {WHY_NOT}")
+    if variant not in LIBRARY.runnable:
+        pytest.skip(f"this CPU cannot run the {variant} kernels (it runs {sorted(LIBRARY.runnable)})")
+    return LIBRARY
+
+
+def bf16(rng: np.random.Generator, *shape: int, scale: float = 0.05) -> np.ndarray:
+    return (rng.standard_normal(shape) * scale).astype(ml_dtypes.bfloat16)
+
+
+def reference(variant: str, x: np.ndarray, w: np.ndarray, scale: np.ndarray | None, bias: np.ndarray | None) -> np.ndarray:
+    """float64 numpy of what the kernels compute; the BF16 dot-product variant rounds x to BF16."""
+    if variant == "avx512-bf16":
+        x = x.astype(ml_dtypes.bfloat16).astype(np.float32)
+    y = x.astype(np.float64) @ w.astype(np.float64).T
+    if scale is not None:
+        y = y * scale
+    return y + (0 if bias is None else bias)
+
+
+SHAPES = [(1, 8, 1), (7, 33, 5), (13, 64, 33), (25, 31, 70), (200, 96, 48), (12, 768, 2304)]
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("m,k,n", SHAPES)
+def test_kernels_match_numpy(variant: str, m: int, k: int, n: int) -> None:
+    lib = runnable(variant)
+    rng = np.random.default_rng(m * 1000 + k + n)
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    w = bf16(rng, n, k)
+    bias = rng.standard_normal(n).astype(np.float32)
+    codes, scale = quantize_e4m3(w)
+    decoded = codes.view(ml_dtypes.float8_e4m3fn).astype(np.float32)
+    for quantized, want_w, want_scale in ((False, w.astype(np.float32), None), (True, decoded, scale)):
+        packed, got_scale = lib.pack(variant, w, quantized, threads=2)
+        if quantized:
+            assert got_scale is not None and np.array_equal(got_scale, scale)
+        for b in (None, bias):
+            y = lib.gemm(variant, x, packed, n, got_scale, b, threads=2)
+            want = reference(variant, x, want_w, want_scale, b)
+            np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_quantization_is_the_reference_bit_for_bit(variant: str) -> None:
+    """Every finite BF16 value, at several scales, gets the code numpy's reference gives:
+    a product with the identity reads the decoded weights back exactly."""
+    lib = runnable(variant)
+    finite = np.arange(0x7F80, dtype=np.uint16)
+    values = np.concatenate([finite, finite | 0x8000]).view(ml_dtypes.bfloat16).reshape(-1, 32)
+    values[::3, 0] = 448  # rows whose largest weight is 448: codes of the values themselves
+    codes, scale = quantize_e4m3(values)
+    packed, got_scale = lib.pack(variant, values, True, threads=2)
+    assert got_scale is not None and np.array_equal(got_scale, scale)
+    y = lib.gemm(variant, np.eye(32, dtype=np.float32), packed, values.shape[0], got_scale)
+    decoded = codes.view(ml_dtypes.float8_e4m3fn).astype(np.float32) * scale[:, None]
+    assert np.array_equal(y.T, decoded)
+
+
+@needs_library
+def test_a_weight_that_is_not_finite_is_named() -> None:
+    assert LIBRARY is not None
+    w = np.zeros((40, 10), ml_dtypes.bfloat16)
+    w[33, 7] = np.inf
+    variant = sorted(LIBRARY.runnable)[0]
+    for quantized in (False, True):
+        with pytest.raises(ValueError, match=r"^weight \[33, 7\] is not finite$"):
+            LIBRARY.pack(variant, w, quantized)
+
+
+@needs_library
+def test_packing_refuses_shapes_and_vectors_that_do_not_fit() -> None:
+    assert LIBRARY is not None
+    variant = sorted(LIBRARY.runnable)[0]
+    packed, _ = LIBRARY.pack(variant, np.ones((4, 6), ml_dtypes.bfloat16), False)
+    with pytest.raises(ValueError, match="not an \\[40, 6\\] matrix packed for"):
+        LIBRARY.gemm(variant, np.ones((2, 6), np.float32), packed, 40)
+    with pytest.raises(ValueError, match="not an \\[4, 7\\] matrix packed for"):
+        LIBRARY.gemm(variant, np.ones((2, 7), np.float32), packed, 4)
+    with pytest.raises(ValueError, match=r"bias must be float32 \[4\]"):
+        LIBRARY.gemm(variant, np.ones((2, 6), np.float32), packed, 4, bias=np.ones(3, np.float32))
+    with pytest.raises(ValueError, match="non-empty"):
+        LIBRARY.pack(variant, np.ones((0, 6), ml_dtypes.bfloat16), False)
+
+
+TEXTS = [f"caption {i}: " + "a red circle moves left " * (i % 5 + 1) for i in range(40)]
+
+
+def embeddings(model: uform.Model) -> np.ndarray:
+    return np.array(model.text_encode(TEXTS, Arena()).embeddings)
+
+
+@needs_library
+def test_bf16_and_e4m3_loads_run_on_the_library(tiny_text: Path) -> None:
+    f32 = uform.Model.load_ram(tiny_text, quantization=Scalar.F32)
+    held = uform.Model.load_ram(tiny_text)  # bf16, as stored
+    quantized = uform.Model.load_ram(tiny_text, quantization=Scalar.E4M3)
+    variant = e4m3.VARIANT_OF[held.describe().cpu_class]  # type: ignore[index]
+    for model, scalar in ((held, Scalar.BF16), (quantized, Scalar.E4M3)):
+        assert model.describe().quantization == scalar
+        assert (model.backend, model.compute) == ("e4m3", e4m3.COMPUTE[variant])
+    assert (f32.describe().quantization, f32.backend) == (Scalar.F32, "cpu")
+    reference, got_bf16, got_e4m3 = embeddings(f32), embeddings(held), embeddings(quantized)
+    assert np.sum(reference * got_bf16, axis=1).min() > 0.9999
+    assert np.sum(got_bf16 * got_e4m3, axis=1).min() > 0.99
+    # E4M3 holds half the bytes of BF16's matrices (a tiny tower: float32 norms and padding weigh in)
+    assert quantized.describe().memory_usage < 0.75 * held.describe().memory_usage
+
+
+@needs_library
+def test_every_class_the_machine_runs_picks_its_kernels(tiny_text: Path) -> None:
+    from uform.plugins.cpu import machine_classes
+
+    for cls in machine_classes():
+        model = uform.Model.load_ram(tiny_text, cpu_class=cls)
+        variant = e4m3.VARIANT_OF.get(cls)
+        assert model.describe().cpu_class == cls
+        if variant is None:  # no kernels for the class: the cpu backend serves, in float32
+            assert (model.backend, model.describe().quantization) == ("cpu", Scalar.F32)
+        else:
+            assert (model.backend, model.compute) == ("e4m3", e4m3.COMPUTE[variant])
+
+
+@needs_library
+def test_the_fallback_graphs_compute_what_the_kernels_do(tiny_text: Path) -> None:
+    """E4M3 through standard DequantizeLinear (the cpu backend) against the library's FMA
+    kernels: the same codes and scales, float32 products both."""
+    from uform.plugins.cpu import machine_classes
+
+    fma = next((c for c in machine_classes() if e4m3.VARIANT_OF.get(c) in ("avx2", "avx512")), None)
+    if fma is None:
+        pytest.skip("this machine runs no class with float32 FMA kernels")
+    kernels = uform.Model.load_ram(tiny_text, quantization=Scalar.E4M3, cpu_class=fma)
+    assert kernels.backend == "e4m3"
+    fallback = run_without_library(tiny_text, "e4m3")
+    assert (fallback["backend"], fallback["quantization"]) == ("cpu", "e4m3")
+    np.testing.assert_allclose(np.array(fallback["embeddings"]), embeddings(kernels), atol=2e-5)
+
+
+PROBE = """
+import json, sys
+import numpy as np
+import uform
+from uform.core.host import get_host
+model = uform.Model.load_ram(sys.argv[1], quantization=sys.argv[2])
+texts = json.loads(sys.argv[3])
+e = np.array(model.text_encode(texts, uform.Arena()).embeddings)
+backends = {b.name: b.probe() for b in get_host().backends.values()}
+print(json.dumps({"backend": model.backend, "quantization": model.describe().quantization.value,
+                  "embeddings": e.tolist(), "e4m3": backends.get("e4m3")}))
+"""
+
+
+def run_without_library(path: Path, quantization: str, library: str = "/nonexistent/libuform_ops.so") -> dict:  # type: ignore[type-arg]
+    env = dict(os.environ, UFORM_OPS_LIBRARY=library)
+    out = subprocess.run(
+        [sys.executable, "-c", PROBE, str(path), quantization, json.dumps(TEXTS)], env=env, capture_output=True, text=True, check=True
+    )
+    return json.loads(out.stdout)  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("kind", ["missing", "corrupt", "foreign", "older abi"])
+def test_an_unusable_library_is_reported_and_the_cpu_backend_serves(tiny_text: Path, tmp_path: Path, kind: str) -> None:
+    path = tmp_path / "libuform_ops.so"
+    if kind == "corrupt":
+        path.write_bytes(b"\x7fELF" + bytes(range(256)) * 8)
+    elif kind == "foreign":  # a real shared library that is not uform's
+        import _ctypes
+
+        path = Path(_ctypes.__file__)
+    elif kind == "older abi":
+        if LIBRARY is None:
+            pytest.skip(f"the op library is not usable here: {WHY_NOT}")
+        path.write_bytes(LIBRARY.path.read_bytes().replace(b"uform_ops_abi", b"uform_ops_abX"))
+    reason = {
+        "missing": "no such file",
+        "corrupt": "does not load",
+        "foreign": "is not uform's op library",
+        "older abi": "is not uform's op library",
+    }[kind]
+    for quantization, held in (("bf16", "f32"), ("e4m3", "e4m3")):
+        got = run_without_library(tiny_text, quantization, str(path))
+        assert got["backend"] == "cpu" and got["quantization"] == held
+        assert reason in got["e4m3"]
+    listed = subprocess.run(
+        [sys.executable, "-m", "uform.cli", "plugins"], env=dict(os.environ, UFORM_OPS_LIBRARY=str(path)),
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    assert "e4m3 (ram): unavailable" in listed and reason in listed
+
+
+def test_a_pinned_class_beyond_the_machine_is_refused_by_name(tiny_text: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from uform.plugins import cpu
+
+    monkeypatch.setattr(cpu, "CPUINFO", str(Path(__file__).parent / "data" / "cpuinfo" / "zen3-epyc-7r13.txt"))
+    for quantization in (Scalar.BF16, Scalar.E4M3):
+        with pytest.raises(uform.UnsupportedError, match="cpu_class x86-64-v4 is beyond this machine; the best class it runs is x86-64-v3"):
+            uform.Model.load_ram(tiny_text, cpu_class=CPUClass.X86_64_V4, quantization=quantization)

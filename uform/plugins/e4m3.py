@@ -1,0 +1,156 @@
+"""The e4m3 backend: BF16 and E4M3 weights on uform's op library, for ``Model.load_ram``.
+
+The transformer's matrix products become the library's ONNX Runtime custom ops (domain
+``ai.uform``): ``MatMulBF16`` over the checkpoint's BF16 matrices as stored, or, with
+``quantization=Scalar.E4M3``, ``MatMulE4M3`` over the blocks' matrices quantized at load to
+FLOAT8 E4M3 (FN) with a scale per output channel (other matrices stay BF16). Each matrix is
+packed once, natively, straight from the checkpoint's bytes into the panels its kernels read;
+no float32 copy of a matrix exists and nothing is written to disk. The few small tensors
+the standard ops take (norms, biases, class tokens, positions, byte embeddings; under 1 % of
+the weights) are held in float32.
+
+Kernels come in a variant per CPU class — AVX2 FMA (x86-64-v3), AVX-512 FMA (x86-64-v4),
+AVX-512 BF16 dot products (x86-64-v4+vnni+bf16 and AMX machines) — chosen by the detected or
+pinned ``cpu_class``, and run on ONNX Runtime's intra-op thread pool. A class without
+kernels (x86-64-v2, Arm) is left to the cpu backend, as is ``quantization=Scalar.F32``.
+Exported towers never use these ops (see ``uform.exporters``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import helper
+
+from uform.core.errors import CheckpointError
+from uform.core.hookspecs import hookimpl
+from uform.core.plugin import Backend, LoadRequest, Placement, Runner
+from uform.core.types import CPUClass, Scalar
+from uform.core.weights import matrix_products, with_nodes
+from uform.plugins._sessions import Replicas, on_cpus, ort_values, session_options
+from uform.plugins.cpu import check_domains, choose_class, domain_plan, machine_classes, numa_nodes
+from uform.plugins.oplib import VARIANTS, OpLibrary, OpLibraryError, library
+
+DOMAIN = "ai.uform"
+MIN_ONNXRUNTIME = (1, 21)  # the C API version the library is built against
+VARIANT_OF = {
+    CPUClass.X86_64_V3: "avx2",
+    CPUClass.X86_64_V4: "avx512",
+    CPUClass.X86_64_V4_VNNI_BF16: "avx512-bf16",
+    CPUClass.X86_64_AMX: "avx512-bf16",
+}
+COMPUTE = {
+    "avx2": "float32 products of weights widened in cache (avx2 kernels)",
+    "avx512": "float32 products of weights widened in cache (avx512 kernels)",
+    "avx512-bf16": "bf16 products, float32 sums (avx512-bf16 kernels)",
+}
+
+
+def probe() -> str | None:
+    try:
+        import onnxruntime as ort
+    except ImportError as exc:
+        return f"onnxruntime does not import ({exc})"
+    version = tuple(int(p) for p in ort.__version__.split(".")[:2] if p.isdigit())
+    if version < MIN_ONNXRUNTIME:
+        return f"onnxruntime {ort.__version__} is older than the op library's C API ({'.'.join(map(str, MIN_ONNXRUNTIME))})"
+    try:
+        lib = library()
+    except OpLibraryError as exc:
+        return str(exc)
+    if not lib.runnable:
+        return "this CPU runs none of the op library's kernels (they need AVX2 and FMA at least)"
+    return None
+
+
+def accepts(request: LoadRequest) -> str | None:
+    if request.quantization not in (Scalar.BF16, Scalar.E4M3):
+        return f"holds weights in bf16 or e4m3, not {request.quantization}"
+    chosen = choose_class(request.cpu_class, machine_classes())  # a class beyond the machine raises
+    variant = VARIANT_OF.get(chosen)
+    if variant is None or variant not in library().runnable:
+        return f"has no kernels for cpu_class {chosen} (it has {', '.join(sorted(library().runnable))})"
+    return None
+
+
+def describe_here() -> str:
+    """The kernels a load on this machine would run, in words (for ``uform plugins``)."""
+    best = choose_class(None, machine_classes())
+    variant = VARIANT_OF.get(best)
+    return f"{variant} kernels for {best}" if variant else f"no kernels for {best}"
+
+
+def lower(
+    graph: onnx.ModelProto, weights: Mapping[str, np.ndarray], quantize: bool, variant: str, lib: OpLibrary, threads: int
+) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    """``graph`` with every ``Gemm(x, W, b, transB=1)`` over a checkpoint matrix made the
+    library's op, and the arrays its initializers take (packed matrices, scales, and the
+    remaining weights widened to float32). Blocks' matrices are quantized when ``quantize``."""
+    products = matrix_products(graph, weights)
+    arrays: dict[str, np.ndarray] = {}
+    nodes = list(graph.graph.node)
+    for index, matrix in products.items():
+        node = nodes[index]
+        e4m3 = quantize and ".blocks." in matrix
+        try:
+            arrays[matrix], scale = lib.pack(variant, weights[matrix], e4m3, threads)
+        except ValueError as exc:
+            raise CheckpointError(f"tensor {matrix!r}: {exc}") from None
+        inputs = [node.input[0], matrix]
+        if scale is not None:
+            arrays[f"{matrix}:scale"] = scale
+            inputs.append(f"{matrix}:scale")
+        if len(node.input) > 2 and node.input[2]:
+            inputs.append(node.input[2])
+        op = "MatMulE4M3" if e4m3 else "MatMulBF16"
+        n = weights[matrix].shape[0]
+        nodes[index] = helper.make_node(op, inputs, list(node.output), name=node.name, domain=DOMAIN, variant=VARIANTS.index(variant), n=n)
+    for name, stored in weights.items():
+        if name not in arrays:
+            arrays[name] = stored.astype(np.float32)
+    lowered = with_nodes(graph, nodes, arrays)
+    lowered.opset_import.append(helper.make_opsetid(DOMAIN, 1))
+    return lowered, arrays
+
+
+def open_ram(request: LoadRequest) -> Placement:
+    """Place every tower on the CPU through the library: one session per memory domain, each
+    holding its own copy of the packed weights (ONNX Runtime copies in-memory initializers,
+    so the arrays packed here are dropped once the sessions exist)."""
+    import onnxruntime as ort
+
+    lib = library()
+    cpu_class = choose_class(request.cpu_class, machine_classes())
+    variant = VARIANT_OF[cpu_class]
+    plan = domain_plan(check_domains(request.memory_domains, numa_nodes()), request.executor.threads)
+    runners: dict[str, Runner] = {}
+    held = 0
+    for name, tower in request.towers.items():
+        quantize = request.quantization is Scalar.E4M3
+        graph, arrays = lower(tower.graph, tower.weights, quantize, variant, lib, request.executor.threads)
+        request.advance(sum(w.nbytes for w in tower.weights.values()))
+        values = ort_values(arrays)
+        model = graph.SerializeToString()
+
+        def start(cpus: list[int] | None, threads: int, model: bytes = model, values: dict[str, Any] = values) -> Any:
+            options = session_options(threads, cpus)
+            options.register_custom_ops_library(str(lib.path))
+            options.add_external_initializers(list(values), list(values.values()))  # copied into the session
+            return on_cpus(cpus, lambda: ort.InferenceSession(model, options, providers=["CPUExecutionProvider"]))
+
+        sessions = [start(cpus, threads) for cpus, threads in plan]
+        pinned = [cpus for cpus, _ in plan]
+        runners[name] = sessions[0] if pinned == [None] else Replicas(sessions, pinned)
+        held += sum(a.nbytes for a in arrays.values()) * len(sessions)
+        del values, arrays  # each session holds its own copy
+    return Placement(
+        runners, held, request.quantization, cpu_class=cpu_class, batch_scale=len(plan), compute=COMPUTE[variant]
+    )  # fmt: skip
+
+
+@hookimpl
+def uform_backends() -> Iterable[Backend]:
+    yield Backend(name="e4m3", placement="ram", probe=probe, open=open_ram, priority=10, accepts=accepts)

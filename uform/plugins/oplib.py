@@ -1,0 +1,141 @@
+"""The op library built from ``native/uform_ops``: finding it, loading it, and its C entries.
+
+The package's build (``setup.py``) compiles the library beside this package as
+``uform/_ops*.so``; ``UFORM_OPS_LIBRARY`` names another file instead. :func:`library`
+answers the loaded :class:`OpLibrary`, or raises :class:`OpLibraryError` saying why not: not
+built (with the build's own reason), not loadable (corrupt, wrong machine), or built for
+another ABI. Nothing here runs an instruction the CPU lacks: the library reports which
+kernel variants this CPU runs, and refuses the others itself.
+
+Weights are packed once, at load, into the panels the kernels read (:meth:`OpLibrary.pack`);
+:meth:`OpLibrary.gemm` runs a product outside ONNX Runtime, for parity tests and benchmarks.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import mmap
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ABI = 1  # uform_ops_abi() of the library this module speaks to
+VARIANTS = ("avx2", "avx512", "avx512-bf16")  # kernel variants, by the index the ops take
+BF16, E4M3 = 0, 1  # weight types, as the library numbers them
+ENVIRONMENT = "UFORM_OPS_LIBRARY"
+_P, _I64 = ctypes.c_void_p, ctypes.c_int64
+
+
+class OpLibraryError(RuntimeError):
+    """The op library cannot be used here; the message says why."""
+
+
+def _pointer(array: np.ndarray | None) -> Any:
+    return None if array is None else array.ctypes.data_as(_P)
+
+
+@dataclass(frozen=True)
+class OpLibrary:
+    """A loaded op library: its path and the kernel variants this CPU runs."""
+
+    path: Path
+    handle: ctypes.CDLL
+    runnable: frozenset[str]
+
+    def packed_elements(self, variant: str, n: int, k: int) -> int:
+        """Elements of an [n, k] matrix packed for ``variant`` (panels padded with zeros)."""
+        return int(self.handle.uform_packed_elements(VARIANTS.index(variant), _I64(n), _I64(k)))
+
+    def pack(self, variant: str, weights: np.ndarray, e4m3: bool, threads: int = 1) -> tuple[np.ndarray, np.ndarray | None]:
+        """``weights`` (BF16, [n, k]) packed for ``variant``: BF16 bits (uint16), or E4M3
+        codes (uint8) and a float32 scale per output row. ValueError names the index of a
+        weight that is NaN or infinite."""
+        bits = np.ascontiguousarray(weights).view(np.uint16)
+        if bits.ndim != 2 or 0 in bits.shape:
+            raise ValueError(f"weights must be a non-empty [n, k] matrix, got shape {list(bits.shape)}")
+        n, k = bits.shape
+        out = _zeros(self.packed_elements(variant, n, k), np.dtype(np.uint8 if e4m3 else np.uint16))
+        scale = np.zeros(n, np.float32) if e4m3 else None
+        wtype = E4M3 if e4m3 else BF16
+        found = self.handle.uform_pack(
+            VARIANTS.index(variant), wtype, _pointer(bits), _I64(n), _I64(k), _pointer(out), _pointer(scale), max(1, threads)
+        )
+        if found == -2:
+            raise ValueError(f"the op library refused to pack a [{n}, {k}] matrix for {variant}")
+        if found >= 0:
+            raise ValueError(f"weight [{found // k}, {found % k}] is not finite")
+        return out, scale
+
+    def gemm(
+        self, variant: str, x: np.ndarray, packed: np.ndarray, n: int,
+        scale: np.ndarray | None = None, bias: np.ndarray | None = None, threads: int = 1,
+    ) -> np.ndarray:  # fmt: skip
+        """``scale * (x @ W.T) + bias`` with W packed for ``variant`` by :meth:`pack`."""
+        x = np.ascontiguousarray(x, np.float32)
+        m, k = x.shape
+        if packed.size != self.packed_elements(variant, n, k):
+            raise ValueError(f"packed holds {packed.size} elements, not an [{n}, {k}] matrix packed for {variant}")
+        for name, vector in (("scale", scale), ("bias", bias)):
+            if vector is not None and (vector.dtype != np.float32 or vector.shape != (n,)):
+                raise ValueError(f"{name} must be float32 [{n}]")
+        y = np.empty((m, n), np.float32)
+        wtype = E4M3 if packed.dtype == np.uint8 else BF16
+        rc = self.handle.uform_gemm(
+            VARIANTS.index(variant), _pointer(x), _I64(m), _I64(k), _pointer(packed), wtype, _I64(n),
+            _pointer(scale), _pointer(bias), _pointer(y), max(1, threads),
+        )  # fmt: skip
+        if rc == 1:
+            raise OpLibraryError(f"this CPU cannot run the {variant} kernels")
+        if rc != 0:
+            raise OpLibraryError(f"uform_gemm failed ({rc})")
+        return y
+
+
+def _zeros(count: int, dtype: np.dtype[Any]) -> np.ndarray:
+    """Zeros in an anonymous map of their own: the pages go back to the system when the
+    array goes (packed weights are dropped once a session has copied them; from malloc's
+    heap they would stay in the process)."""
+    buffer = mmap.mmap(-1, max(1, count * dtype.itemsize))
+    return np.frombuffer(buffer, dtype, count)
+
+
+def library_path() -> Path:
+    """Where the library is: ``UFORM_OPS_LIBRARY``, else built beside the package."""
+    given = os.environ.get(ENVIRONMENT)
+    if given:
+        return Path(given)
+    package = Path(__file__).resolve().parent.parent
+    built = sorted(package.glob("_ops*.so")) + sorted(package.glob("_ops*.pyd"))
+    if built:
+        return built[0]
+    reason = package / "_ops.build-error.txt"
+    detail = reason.read_text().strip() if reason.is_file() else "no build of it was found"
+    raise OpLibraryError(f"the op library was not built with this install of uform: {detail}")
+
+
+@functools.lru_cache(maxsize=1)
+def library() -> OpLibrary:
+    """The op library, loaded once; :class:`OpLibraryError` with the reason when it cannot be."""
+    path = library_path()
+    if not path.is_file():
+        raise OpLibraryError(f"{path}: no such file ({ENVIRONMENT} or the build names it)")
+    try:
+        handle = ctypes.CDLL(str(path))
+    except OSError as exc:
+        raise OpLibraryError(f"{path} does not load: {exc}") from None
+    try:
+        abi = int(handle.uform_ops_abi())
+    except AttributeError:
+        raise OpLibraryError(f"{path} is not uform's op library (it has no uform_ops_abi)") from None
+    if abi != ABI:
+        raise OpLibraryError(f"{path} speaks ABI {abi}, this uform speaks {ABI}: rebuild it (pip install the package again)")
+    handle.uform_packed_elements.restype = ctypes.c_int64
+    handle.uform_pack.restype = ctypes.c_int64
+    handle.uform_gemm.restype = ctypes.c_int
+    handle.uform_ops_runnable.restype = ctypes.c_uint
+    mask = int(handle.uform_ops_runnable())
+    return OpLibrary(path, handle, frozenset(v for i, v in enumerate(VARIANTS) if mask >> i & 1))
