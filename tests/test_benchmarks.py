@@ -16,6 +16,7 @@ RUNS = {  # script → (smallest arguments, keys its result file must have)
     "text": (["--presets", "tiny", "--seconds", "0.02"], {"peak_gflops", "runs"}),
     "audio": (["--presets", "tiny", "--items", "4", "--threads", "1", "--seconds", "0.02"], {"items", "presets"}),
     "choose": (["--presets", "tiny", "--seconds", "0.02", "--examples", "200"], {"throughput", "calibration"}),
+    "lowp": (["--towers", "text:tiny", "--seconds", "0.02", "--runs", "uform bf16,uform e4m3 dql,ort int8 nbits,torch bf16 autocast"], {"variant", "runs"}),
     "media": (["--preset", "tiny", "--seconds", "0.02", "--images", "4", "--clips", "1"], {"images_640x480", "video_gop30", "video_gop250"}),
 }
 

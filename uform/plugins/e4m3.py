@@ -4,10 +4,11 @@ The transformer's matrix products become the library's ONNX Runtime custom ops (
 ``ai.uform``): ``MatMulBF16`` over the checkpoint's BF16 matrices as stored, or, with
 ``quantization=Scalar.E4M3``, ``MatMulE4M3`` over the blocks' matrices quantized at load to
 FLOAT8 E4M3 (FN) with a scale per output channel (other matrices stay BF16). Each matrix is
-packed once, natively, straight from the checkpoint's bytes into the panels its kernels read;
-no float32 copy of a matrix exists and nothing is written to disk. The few small tensors
-the standard ops take (norms, biases, class tokens, positions, byte embeddings; under 1 % of
-the weights) are held in float32.
+packed once, natively, straight from the checkpoint's bytes into the panels its kernels read,
+and fed to the session with every run (a graph input, so ONNX Runtime neither copies nor
+owns it; replicas share it); no float32 copy of a matrix exists and nothing is written to
+disk. The few small tensors the standard ops take (norms, biases, class tokens, positions,
+byte embeddings; under 1 % of the weights) are float32 initializers.
 
 Kernels come in a variant per CPU class — AVX2 FMA (x86-64-v3), AVX-512 FMA (x86-64-v4),
 AVX-512 BF16 dot products (x86-64-v4+vnni+bf16 and AMX machines) — chosen by the detected or
@@ -18,7 +19,8 @@ Exported towers never use these ops (see ``uform.exporters``).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -83,43 +85,61 @@ def describe_here() -> str:
     return f"{variant} kernels for {best}" if variant else f"no kernels for {best}"
 
 
+@dataclass(frozen=True)
+class Lowered:
+    """A tower graph for the library: packed matrices (and E4M3 scales) are graph inputs fed
+    on every run from ``fed`` (no copy is made of them, at load or at run); the small tensors
+    the standard ops take are in-memory initializers from ``initializers`` (copied in)."""
+
+    graph: onnx.ModelProto
+    fed: dict[str, np.ndarray]
+    initializers: dict[str, np.ndarray]
+
+
 def lower(
     graph: onnx.ModelProto, weights: Mapping[str, np.ndarray], quantize: bool, variant: str, lib: OpLibrary, threads: int
-) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+) -> Lowered:
     """``graph`` with every ``Gemm(x, W, b, transB=1)`` over a checkpoint matrix made the
-    library's op, and the arrays its initializers take (packed matrices, scales, and the
-    remaining weights widened to float32). Blocks' matrices are quantized when ``quantize``."""
-    products = matrix_products(graph, weights)
-    arrays: dict[str, np.ndarray] = {}
+    library's op over ``W`` packed for ``variant`` (the blocks' matrices quantized to E4M3
+    when ``quantize``), and the remaining weights widened to float32."""
+    fed: dict[str, np.ndarray] = {}
     nodes = list(graph.graph.node)
-    for index, matrix in products.items():
+    for index, matrix in matrix_products(graph, weights).items():
         node = nodes[index]
         e4m3 = quantize and ".blocks." in matrix
         try:
-            arrays[matrix], scale = lib.pack(variant, weights[matrix], e4m3, threads)
+            fed[matrix], scale = lib.pack(variant, weights[matrix], e4m3, threads)
         except ValueError as exc:
             raise CheckpointError(f"tensor {matrix!r}: {exc}") from None
         inputs = [node.input[0], matrix]
         if scale is not None:
-            arrays[f"{matrix}:scale"] = scale
+            fed[f"{matrix}:scale"] = scale
             inputs.append(f"{matrix}:scale")
         if len(node.input) > 2 and node.input[2]:
             inputs.append(node.input[2])
         op = "MatMulE4M3" if e4m3 else "MatMulBF16"
         n = weights[matrix].shape[0]
         nodes[index] = helper.make_node(op, inputs, list(node.output), name=node.name, domain=DOMAIN, variant=VARIANTS.index(variant), n=n)
-    for name, stored in weights.items():
-        if name not in arrays:
-            arrays[name] = stored.astype(np.float32)
-    lowered = with_nodes(graph, nodes, arrays)
+    initializers = {name: stored.astype(np.float32) for name, stored in weights.items() if name not in fed}
+    lowered = with_nodes(graph, nodes, initializers)
+    lowered.graph.input.extend(helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape) for n, a in fed.items())
     lowered.opset_import.append(helper.make_opsetid(DOMAIN, 1))
-    return lowered, arrays
+    return Lowered(lowered, fed, initializers)
+
+
+class Fed:
+    """A session whose packed weights are fed with every run (a :class:`~uform.core.plugin.Runner`)."""
+
+    def __init__(self, session: Any, weights: Mapping[str, np.ndarray]) -> None:
+        self.session, self.weights = session, dict(weights)
+
+    def run(self, output_names: Sequence[str] | None, input_feed: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+        return self.session.run(output_names, {**input_feed, **self.weights})  # type: ignore[no-any-return]
 
 
 def open_ram(request: LoadRequest) -> Placement:
-    """Place every tower on the CPU through the library: one session per memory domain, each
-    holding its own copy of the packed weights (ONNX Runtime copies in-memory initializers,
-    so the arrays packed here are dropped once the sessions exist)."""
+    """Place every tower on the CPU through the library: one session per memory domain, all
+    of them reading the same packed weights."""
     import onnxruntime as ort
 
     lib = library()
@@ -130,22 +150,21 @@ def open_ram(request: LoadRequest) -> Placement:
     held = 0
     for name, tower in request.towers.items():
         quantize = request.quantization is Scalar.E4M3
-        graph, arrays = lower(tower.graph, tower.weights, quantize, variant, lib, request.executor.threads)
+        lowered = lower(tower.graph, tower.weights, quantize, variant, lib, request.executor.threads)
         request.advance(sum(w.nbytes for w in tower.weights.values()))
-        values = ort_values(arrays)
-        model = graph.SerializeToString()
+        values = ort_values(lowered.initializers)
+        model = lowered.graph.SerializeToString()
 
         def start(cpus: list[int] | None, threads: int, model: bytes = model, values: dict[str, Any] = values) -> Any:
             options = session_options(threads, cpus)
             options.register_custom_ops_library(str(lib.path))
-            options.add_external_initializers(list(values), list(values.values()))  # copied into the session
+            options.add_external_initializers(list(values), list(values.values()))  # small: copied in
             return on_cpus(cpus, lambda: ort.InferenceSession(model, options, providers=["CPUExecutionProvider"]))
 
-        sessions = [start(cpus, threads) for cpus, threads in plan]
+        sessions = [Fed(start(cpus, threads), lowered.fed) for cpus, threads in plan]
         pinned = [cpus for cpus, _ in plan]
         runners[name] = sessions[0] if pinned == [None] else Replicas(sessions, pinned)
-        held += sum(a.nbytes for a in arrays.values()) * len(sessions)
-        del values, arrays  # each session holds its own copy
+        held += sum(a.nbytes for a in lowered.fed.values()) + sum(a.nbytes for a in lowered.initializers.values()) * len(sessions)
     return Placement(
         runners, held, request.quantization, cpu_class=cpu_class, batch_scale=len(plan), compute=COMPUTE[variant]
     )  # fmt: skip
