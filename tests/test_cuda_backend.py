@@ -274,9 +274,9 @@ def fake_cuda(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
 
     started: list[int] = []
 
-    def start(path: Path, options: Any, device: int) -> Any:
+    def start(model: Path | bytes, options: Any, device: int) -> Any:
         started.append(device)
-        return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        return ort.InferenceSession(model if isinstance(model, bytes) else str(model), options, providers=["CPUExecutionProvider"])
 
     monkeypatch.setattr(cuda, "onnxruntime_providers", lambda: ("1.32.0", [cuda.PROVIDER, "CPUExecutionProvider"]))
     monkeypatch.setattr(cuda, "built_for", lambda: None)  # the libraries a real wheel needs are not looked for
@@ -325,13 +325,50 @@ def test_vram_batches_hold_more_rows_split_over_the_devices(fake_cuda: list[int]
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
 
 
+def test_e4m3_on_fake_fp8_devices_dequantizes_on_the_device(
+    fake_cuda: list[int], tiny_text: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from uform.core.host import reset_host
+
+    model = uform.Model.load_vram(tiny_text, devices=[1], quantization=uform.Scalar.E4M3)
+    d = model.describe()
+    assert (d.quantization, d.gpu_class, model.backend) == (uform.Scalar.E4M3, SM89, "cuda")
+    assert "DequantizeLinear" in model.compute
+    wide = uform.Model.load_vram(tiny_text, devices=[1])
+    assert wide.describe().quantization == uform.Scalar.F32  # what TF32 products hold, never a false BF16
+    assert d.memory_usage < 0.6 * wide.describe().memory_usage
+    got = np.array(model.text_encode(TEXTS, Arena()).embeddings)
+    monkeypatch.setenv("UFORM_BLOCK_PLUGINS", "e4m3")  # the cpu backend's DequantizeLinear graphs: the same graph
+    reset_host()
+    try:
+        on_cpu = uform.Model.load_ram(tiny_text, quantization=uform.Scalar.E4M3)
+    finally:
+        monkeypatch.delenv("UFORM_BLOCK_PLUGINS")
+        reset_host()
+    assert on_cpu.backend == "cpu"
+    np.testing.assert_allclose(got, np.array(on_cpu.text_encode(TEXTS, Arena()).embeddings), rtol=1e-6, atol=1e-7)
+    assert fake_cuda == [1, 1]
+
+
+def test_e4m3_is_refused_on_a_class_without_fp8(fake_cuda: list[int], tiny_text: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cuda, "detect", lambda: gpu_info.Detected(gpus("a10g.csv"), "CUDA 12.4", "test"))
+    message = "quantization e4m3 needs FP8 on the GPU (sm_89 and later: Ada, Hopper, Blackwell); devices [0] run as sm_86: load bf16 instead"
+    with pytest.raises(UnsupportedError, match=f"^{re.escape(message)}$"):
+        uform.Model.load_vram(tiny_text, quantization=uform.Scalar.E4M3)
+    with monkeypatch.context() as patch:  # an L4 pinned to Ampere's class has no FP8 either
+        patch.setattr(cuda, "detect", lambda: gpu_info.Detected(gpus("l4-x2.csv"), "CUDA 12.4", "test"))
+        with pytest.raises(UnsupportedError, match="devices \\[0\\] run as sm_86"):
+            uform.Model.load_vram(tiny_text, devices=[0], gpu_class=SM86, quantization=uform.Scalar.E4M3)
+    assert fake_cuda == []
+
+
 def test_load_vram_errors_name_what_is_available(fake_cuda: list[int], tiny_text: Path) -> None:
     with pytest.raises(UnsupportedError, match=re.escape("CUDA devices [2] do not exist; this process sees 2: 0 (NVIDIA L4, sm_89)")):
         uform.Model.load_vram(tiny_text, devices=[0, 2])
     with pytest.raises(UnsupportedError, match=re.escape("gpu_class sm_90 is beyond CUDA device 0 (NVIDIA L4, sm_89)")):
         uform.Model.load_vram(tiny_text, gpu_class=SM90)
-    with pytest.raises(UnsupportedError, match="quantization E4M3 is not served by the cuda backend"):
-        uform.Model.load_vram(tiny_text, quantization=uform.Scalar.E4M3)
+    with pytest.raises(UnsupportedError, match="cannot place a model in VRAM: cuda: holds weights in f32, bf16 \\(as f32\\) or e4m3, not e5m2"):
+        uform.Model.load_vram(tiny_text, quantization=uform.Scalar.E5M2)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(cuda, "COMPUTE", "bf16")
         with pytest.raises(ValueError, match="uform.plugins.cuda.COMPUTE must be 'tf32' or 'f16', not 'bf16'"):
@@ -562,6 +599,21 @@ def test_gpu_parity_with_the_reference(compute: str, tiny_text: Path, monkeypatc
     assert np.sum(got * want, axis=1).min() > 0.9999
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(cuda.probe() is not None, reason=f"needs CUDA: {cuda.probe()}")
+def test_gpu_e4m3_runs_on_fp8_classes_and_is_refused_elsewhere(tiny_text: Path) -> None:
+    gpu_class = gpu_info.choose_class(None, [cuda.detect().gpus[0]])
+    if gpu_class not in cuda.FP8_CLASSES:
+        with pytest.raises(UnsupportedError, match=f"quantization e4m3 needs FP8 on the GPU .* run as {gpu_class}"):
+            uform.Model.load_vram(tiny_text, devices=[0], quantization=uform.Scalar.E4M3)
+        return
+    model = uform.Model.load_vram(tiny_text, devices=[0], quantization=uform.Scalar.E4M3)
+    assert (model.describe().quantization, model.backend) == (uform.Scalar.E4M3, "cuda")
+    got = np.array(model.text_encode(TEXTS, Arena()).embeddings)
+    want = np.array(uform.Model.load_ram(tiny_text, quantization=uform.Scalar.F32).text_encode(TEXTS, Arena()).embeddings)
+    assert np.sum(got * want, axis=1).min() > 0.98
+
+
 # -- benchmarks/gpu_check.py, end to end over fake devices ---------------------------------
 
 
@@ -587,17 +639,18 @@ def test_gpu_check_runs_every_step_over_fake_devices(fake_cuda: list[int], gpu_c
     args = ["--preset", "tiny", "--devices", "0,1", "--seconds", "0.01", "--batches", "1,20"]
     assert gpu_check.main(args) == 0
     result = json.loads((tmp_path / "gpu_check.json").read_text())
-    assert result["status"] == "ok" and result["devices"] == [0, 1] and list(result["runs"]) == ["tf32", "f16"]
+    assert result["status"] == "ok" and result["devices"] == [0, 1] and list(result["runs"]) == ["tf32", "f16", "e4m3"]
     towers = ["audio", "decoder", "image", "text", "video"]
-    for run in result["runs"].values():
+    for compute, run in result["runs"].items():
         assert run["description"]["gpu_class"] == "sm_89" and run["load_vram_s"] >= 0
+        assert run["description"]["quantization"] == {"tf32": "f32", "f16": "f16", "e4m3": "e4m3"}[compute]
         assert [(r["tower"], r["ok"]) for r in run["parity"]] == [(t, True) for t in towers]
-        assert all(float(r["max_abs_error"]) < 1e-3 for r in run["parity"])
+        assert all(float(r["max_abs_error"]) < (0.1 if compute == "e4m3" else 1e-3) for r in run["parity"])
         measured = [(r["what"], r["batch"]) for r in run["throughput"]]
         verbs = ["text_encode", "image_encode_pixels"]
         assert measured == [(f"{t} tower", b) for t in towers for b in (1, 20)] + [(v, b) for v in verbs for b in (1, 20)]
         assert all(isinstance(r["items/s"], float) and r["items/s"] > 0 for r in run["throughput"])
-    assert fake_cuda == [0, 1] * 10  # 5 towers x 2 devices, twice
+    assert fake_cuda == [0, 1] * 15  # 5 towers x 2 devices, three times
 
 
 def test_gpu_check_stops_without_cuda_and_writes_nothing(gpu_check: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

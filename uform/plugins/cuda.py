@@ -6,8 +6,13 @@ replica, large batches cut into row ranges that run on every replica at once). O
 come back to the host and the verbs write them into the caller's arena as on the CPU.
 
 Weights are widened from BF16 to float32 once at load and computed with TF32 tensor-core
-matrix products (``COMPUTE = "f16"`` makes the weight matrix products float16, an
-experimental setting); docs/backends.md gives the reasons, the classes and the install path.
+matrix products, and ``describe().quantization`` says F32 (``COMPUTE = "f16"`` makes the
+weight matrix products float16, an experimental setting, and says F16). With
+``quantization=Scalar.E4M3`` on a class with FP8 (sm_89 and later) the blocks' matrices are
+held in VRAM as E4M3 codes with a scale per output row and ONNX Runtime's
+``DequantizeLinear`` (FLOAT8E4M3FN) makes each product's weights on the device; older
+classes refuse it with the reason. docs/backends.md gives the reasons, the classes and the
+install path.
 Nothing here ever falls back to the CPU: a missing provider, a driver older than the
 wheel's CUDA, a CUDA or cuDNN library that does not load, a device that does not exist or a
 class beyond a device raises :class:`~uform.UnsupportedError` naming what there is. Devices
@@ -21,7 +26,7 @@ import functools
 import importlib.metadata as metadata
 import os
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,15 +36,17 @@ from onnx import TensorProto, helper, numpy_helper
 
 from uform.core.errors import UnsupportedError
 from uform.core.hookspecs import hookimpl
-from uform.core.plugin import Backend, LoadRequest, Placement, Runner
-from uform.core.types import Scalar
+from uform.core.plugin import Backend, LoadRequest, Placement, Runner, TowerPlan
+from uform.core.types import GPUClass, Scalar
 from uform.core.weights import bind_external, remove_tree
+from uform.plugins import dequantize
 from uform.plugins._gpus import check_devices, choose_class, detect
-from uform.plugins._sessions import Replicas, session_options
+from uform.plugins._sessions import Replicas, ort_values, session_options
 
 PROVIDER = "CUDAExecutionProvider"
 COMPUTE = "tf32"  # "tf32": float32 with TF32 products; "f16": weight matrix products in float16 (experimental)
 SESSION_THREADS = 4  # intra-op threads per CUDA session, at most: only shape arithmetic runs on the CPU
+FP8_CLASSES = frozenset({GPUClass.SM89, GPUClass.SM90, GPUClass.SM100, GPUClass.SM120})  # FP8 tensor cores
 BATCH_SCALE = 4  # per device: verbs' batches hold this many times their CPU-sized bounds (not yet tuned on a GPU)
 
 
@@ -149,13 +156,14 @@ def provider_options(device: int) -> dict[str, str]:
     return {"device_id": str(device), "use_tf32": "1", "cudnn_conv_algo_search": "HEURISTIC"}
 
 
-def start_session(path: Path, options: Any, device: int) -> Runner:
-    """A session of the tower at ``path`` on ``device``; UnsupportedError if CUDA does not start."""
+def start_session(model: Path | bytes, options: Any, device: int) -> Runner:
+    """A session of the tower (a file, or a serialized model) on ``device``; UnsupportedError
+    if CUDA does not start."""
     import onnxruntime as ort
 
     providers = [(PROVIDER, provider_options(device)), "CPUExecutionProvider"]
     try:
-        session = ort.InferenceSession(str(path), options, providers=providers)
+        session = ort.InferenceSession(model if isinstance(model, bytes) else str(model), options, providers=providers)
     except Exception as exc:  # noqa: BLE001 - the provider's own reason, named
         raise UnsupportedError(f"the CUDA execution provider cannot start on device {device}: {exc}") from exc
     session.disable_fallback()  # onnxruntime would otherwise rerun a failing call on the CPU, silently
@@ -233,41 +241,76 @@ def _widen(stored: np.ndarray) -> np.ndarray:
     return stored.astype(np.float32)
 
 
+def accepts(request: LoadRequest) -> str | None:
+    if request.quantization not in (Scalar.F32, Scalar.BF16, Scalar.E4M3):
+        return f"holds weights in f32, bf16 (as f32) or e4m3, not {request.quantization}"
+    return None
+
+
 def open_vram(request: LoadRequest) -> Placement:
     """One replica of every tower per device; UnsupportedError names what is available."""
-    if request.quantization is not Scalar.BF16:
-        raise UnsupportedError(
-            f"quantization {request.quantization.name} is not served by the cuda backend; it runs BF16 checkpoints as stored"
-        )
     if COMPUTE not in ("tf32", "f16"):
         raise ValueError(f"uform.plugins.cuda.COMPUTE must be 'tf32' or 'f16', not {COMPUTE!r}")
-    reason = probe()
+    reason = probe() or accepts(request)
     if reason is not None:
         raise UnsupportedError(f"cannot place a model in VRAM: {reason}")
     gpus = detect().gpus
     devices = check_devices(request.devices, gpus)
     gpu_class = choose_class(request.gpu_class, [gpus[d] for d in devices])
-    options = session_options(max(1, min(request.executor.threads, SESSION_THREADS)))
+    e4m3 = request.quantization is Scalar.E4M3
+    if e4m3 and gpu_class not in FP8_CLASSES:
+        raise UnsupportedError(
+            f"quantization e4m3 needs FP8 on the GPU (sm_89 and later: Ada, Hopper, Blackwell); "
+            f"devices {devices} run as {gpu_class}: load bf16 instead"
+        )
+    threads = max(1, min(request.executor.threads, SESSION_THREADS))
     runners: dict[str, Runner] = {}
     held = 0
     for name, tower in request.towers.items():
-        graph, halves = (tower.graph, set()) if COMPUTE != "f16" else half_products(tower.graph, list(tower.weights))
-        half_ids = {id(tower.weights[w]) for w in halves}  # bind_external hands convert the stored arrays
-
-        def convert(stored: np.ndarray, half_ids: set[int] = half_ids) -> np.ndarray:
-            return _halve(stored) if id(stored) in half_ids else _widen(stored)
-
-        directory = Path(tempfile.mkdtemp(prefix=f"uform-{name}-"))
-        try:
-            path = bind_external(graph, tower.weights, directory, convert, request.advance)
-            sessions = [start_session(path, options, d) for d in devices]
-        finally:
-            remove_tree(directory)
+        if e4m3:
+            sessions, bytes_held = _fp8_sessions(tower, devices, threads, request.advance)
+        else:
+            sessions, bytes_held = _float_sessions(name, tower, devices, session_options(threads), request.advance)
         runners[name] = sessions[0] if len(sessions) == 1 else Replicas(sessions)
-        held += sum(w.size * (2 if n in halves else 4) for n, w in tower.weights.items()) * len(sessions)
-    return Placement(runners, held, Scalar.BF16, gpu_class=gpu_class, batch_scale=BATCH_SCALE * len(devices))
+        held += bytes_held
+    quantization, compute = (
+        (Scalar.E4M3, "float32 products of E4M3 weights dequantized on the device (DequantizeLinear)")
+        if e4m3
+        else (Scalar.F16, "float16 products") if COMPUTE == "f16" else (Scalar.F32, "float32 weights, TF32 products")
+    )
+    return Placement(runners, held, quantization, gpu_class=gpu_class, batch_scale=BATCH_SCALE * len(devices), compute=compute)
+
+
+def _float_sessions(name: str, tower: TowerPlan, devices: list[int], options: Any, advance: Callable[[int], None]) -> tuple[list[Runner], int]:
+    """Sessions over weights widened to float32 (or float16 products), read from a temporary file."""
+    graph, halves = (tower.graph, set()) if COMPUTE != "f16" else half_products(tower.graph, list(tower.weights))
+    half_ids = {id(tower.weights[w]) for w in halves}  # bind_external hands convert the stored arrays
+
+    def convert(stored: np.ndarray) -> np.ndarray:
+        return _halve(stored) if id(stored) in half_ids else _widen(stored)
+
+    directory = Path(tempfile.mkdtemp(prefix=f"uform-{name}-"))
+    try:
+        path = bind_external(graph, tower.weights, directory, convert, advance)
+        sessions = [start_session(path, options, d) for d in devices]
+    finally:
+        remove_tree(directory)
+    return sessions, sum(w.size * (2 if n in halves else 4) for n, w in tower.weights.items()) * len(sessions)
+
+
+def _fp8_sessions(tower: TowerPlan, devices: list[int], threads: int, advance: Callable[[int], None]) -> tuple[list[Runner], int]:
+    """Sessions over the blocks' matrices as E4M3 codes in VRAM, dequantized before each product."""
+    graph, arrays = dequantize.lower(tower.graph, tower.weights)
+    advance(sum(w.nbytes for w in tower.weights.values()))
+    values, model = ort_values(arrays), graph.SerializeToString()
+    sessions = []
+    for device in devices:
+        options = session_options(threads)
+        options.add_external_initializers(list(values), list(values.values()))  # copied onto the device
+        sessions.append(start_session(model, options, device))
+    return sessions, sum(a.nbytes for a in arrays.values()) * len(sessions)
 
 
 @hookimpl
 def uform_backends() -> Iterable[Backend]:
-    yield Backend(name="cuda", placement="vram", probe=probe, open=open_vram, priority=0)
+    yield Backend(name="cuda", placement="vram", probe=probe, open=open_vram, priority=0, accepts=accepts)
