@@ -8,7 +8,9 @@ tower's size) so that padding plays no part:
 
 - ``uform f32``: the cpu backend's float32 path (``quantization=Scalar.F32``);
 - ``uform bf16`` and ``uform e4m3``: the e4m3 backend, uform's op library (the kernel
-  variant this machine runs is printed);
+  variant this machine runs is printed); with ``[x86-64-v3]`` (or another class) after the
+  name, pinned to that class's kernels — on a machine with AVX-512 the AVX2 kernels run too,
+  against an ONNX Runtime that still uses AVX-512 for its float32 path;
 - ``uform e4m3 dql``: E4M3 through standard DequantizeLinear graphs (the cpu backend, with the
   e4m3 plugin blocked: what serves where the library is missing);
 - ``ort int8 nbits``: ONNX Runtime's ``MatMulNBits`` with 8-bit blocks of 32 (a backend plugin
@@ -39,6 +41,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from common import rate, save, table  # noqa: E402
 
 RUNS = ["uform f32", "uform bf16", "uform e4m3", "uform e4m3 dql", "ort int8 nbits", "torch fp32", "torch bf16 autocast"]
+PINNED = ["uform bf16 [x86-64-v3]", "uform e4m3 [x86-64-v3]"]  # added where the machine's best class is above v3
 TEXT_BYTES = 86
 BATCHES = (1, 64)
 
@@ -164,8 +167,9 @@ def worker(run: str, path: Path, tower: str, seconds: float) -> dict[str, Any]:
 
         if run == "ort int8 nbits":
             get_host().add(nbits_backend(), "lowp-int8-nbits")
-        quantization = {"uform f32": "f32", "uform bf16": "bf16", "ort int8 nbits": "i8"}.get(run, "e4m3")
-        model = uform.Model.load_ram(path, quantization=quantization)
+        name, _, pin = run.partition(" [")
+        quantization = {"uform f32": "f32", "uform bf16": "bf16", "ort int8 nbits": "i8"}.get(name, "e4m3")
+        model = uform.Model.load_ram(path, quantization=quantization, cpu_class=uform.CPUClass(pin.rstrip("]")) if pin else None)
         loaded = time.perf_counter() - started
         arena = uform.Arena()
         encode = model.text_encode if tower == "text" else model.image_encode_pixels
@@ -218,7 +222,11 @@ def main() -> None:
     print(f"threads: {uform.core.executor.available_cores()}")
     rows: list[dict[str, Any]] = []
     results: dict[str, Any] = {"variant": variant, "library": probe or "available", "runs": []}
+    from uform.plugins.cpu import machine_classes
+
     runs = args.runs.split(",")
+    if args.runs == ",".join(RUNS) and uform.CPUClass.X86_64_V3 in machine_classes()[:-1]:
+        runs[3:3] = PINNED
     with tempfile.TemporaryDirectory() as tmp:
         for spec in args.towers.split(","):
             tower, preset = spec.split(":")

@@ -12,18 +12,32 @@
 namespace uform {
 namespace avx2 {
 
-constexpr int64_t NR = 16, MR = 6, MC = 192, PAIR = 1;
+constexpr int64_t NR = 16, MR = 6, MC = 192, PAIR = 1, KC = 256;
+
+static inline int64_t depth(const Gemm& g) { return g.k; }
 using Panel = float;
 
 #include "decode_f32.inc"
 
 template <int R>
-static inline void micro(const Gemm& g, int64_t row, int64_t n0, const Panel* panel) {
+static inline void micro(const Gemm& g, int64_t row, int64_t n0, const Panel* panel, int64_t begin, int64_t end,
+                         bool first, bool last) {
+  const int64_t cols = std::min<int64_t>(NR, g.n - n0);
+  alignas(32) float s[NR], c[NR], out[NR];
   __m256 acc[R][2];
 #pragma GCC unroll 6
-  for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+  for (int r = 0; r < R; ++r) {
+    if (first) {
+      acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+    } else {
+      std::memset(out, 0, sizeof out);
+      std::memcpy(out, g.y + (row + r) * g.n + n0, size_t(cols) * 4);
+      acc[r][0] = _mm256_load_ps(out);
+      acc[r][1] = _mm256_load_ps(out + 8);
+    }
+  }
   const float* x = g.x + row * g.k;
-  for (int64_t i = 0; i < g.k; ++i) {
+  for (int64_t i = begin; i < end; ++i) {
     const __m256 b0 = _mm256_load_ps(panel + i * NR);
     const __m256 b1 = _mm256_load_ps(panel + i * NR + 8);
 #pragma GCC unroll 6
@@ -33,11 +47,9 @@ static inline void micro(const Gemm& g, int64_t row, int64_t n0, const Panel* pa
       acc[r][1] = _mm256_fmadd_ps(a, b1, acc[r][1]);
     }
   }
-  const int64_t cols = std::min<int64_t>(NR, g.n - n0);
-  alignas(32) float s[NR], c[NR], out[NR];
   for (int64_t j = 0; j < NR; ++j) {
-    s[j] = g.scale && j < cols ? g.scale[n0 + j] : 1.0f;
-    c[j] = g.bias && j < cols ? g.bias[n0 + j] : 0.0f;
+    s[j] = last && g.scale && j < cols ? g.scale[n0 + j] : 1.0f;
+    c[j] = last && g.bias && j < cols ? g.bias[n0 + j] : 0.0f;
   }
   const __m256 s0 = _mm256_load_ps(s), s1 = _mm256_load_ps(s + 8);
   const __m256 c0 = _mm256_load_ps(c), c1 = _mm256_load_ps(c + 8);

@@ -14,7 +14,7 @@
 namespace uform {
 namespace avx512bf16 {
 
-constexpr int64_t NR = 32, MR = 12, MC = 192, PAIR = 2;
+constexpr int64_t NR = 32, MR = 12, MC = 192, PAIR = 2, KC = 256;  // KC in pairs
 using Panel = uint32_t;  // a BF16 pair: w[n, 2p] in the low half, w[n, 2p + 1] in the high
 
 // BF16 weights are packed exactly as the micro-kernel reads them.
@@ -44,18 +44,27 @@ static void decode(const Gemm& g, int64_t j, Panel* out) {
   }
 }
 
+static inline int64_t depth(const Gemm& g) { return g.kpad / 2; }
+
 static inline __mmask16 lanes(int64_t count) {
   return count >= 16 ? __mmask16(0xFFFF) : count <= 0 ? __mmask16(0) : __mmask16((1u << count) - 1);
 }
 
 template <int R>
-static inline void micro(const Gemm& g, int64_t row, int64_t n0, const Panel* panel) {
+static inline void micro(const Gemm& g, int64_t row, int64_t n0, const Panel* panel, int64_t begin, int64_t end,
+                         bool first, bool last) {
+  const int64_t cols = std::min<int64_t>(NR, g.n - n0);
+  const __mmask16 m0 = lanes(cols), m1 = lanes(cols - 16);
   __m512 acc[R][2];
 #pragma GCC unroll 12
-  for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+  for (int r = 0; r < R; ++r) {
+    const float* y = g.y + (row + r) * g.n + n0;
+    acc[r][0] = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(m0, y);
+    acc[r][1] = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(m1, y + 16);
+  }
   const int32_t* x = reinterpret_cast<const int32_t*>(g.xb + row * g.kpad);
-  const int64_t stride = g.kpad / 2, pairs = g.kpad / 2;
-  for (int64_t p = 0; p < pairs; ++p) {
+  const int64_t stride = g.kpad / 2;
+  for (int64_t p = begin; p < end; ++p) {
     const __m512bh b0 = (__m512bh)_mm512_loadu_si512(panel + p * NR);
     const __m512bh b1 = (__m512bh)_mm512_loadu_si512(panel + p * NR + 16);
 #pragma GCC unroll 12
@@ -65,12 +74,11 @@ static inline void micro(const Gemm& g, int64_t row, int64_t n0, const Panel* pa
       acc[r][1] = _mm512_dpbf16_ps(acc[r][1], a, b1);
     }
   }
-  const int64_t cols = std::min<int64_t>(NR, g.n - n0);
-  const __mmask16 m0 = lanes(cols), m1 = lanes(cols - 16);
-  const __m512 s0 = g.scale ? _mm512_maskz_loadu_ps(m0, g.scale + n0) : _mm512_set1_ps(1.0f);
-  const __m512 s1 = g.scale ? _mm512_maskz_loadu_ps(m1, g.scale + n0 + 16) : _mm512_set1_ps(1.0f);
-  const __m512 c0 = g.bias ? _mm512_maskz_loadu_ps(m0, g.bias + n0) : _mm512_setzero_ps();
-  const __m512 c1 = g.bias ? _mm512_maskz_loadu_ps(m1, g.bias + n0 + 16) : _mm512_setzero_ps();
+  const bool scaled = last && g.scale, biased = last && g.bias;
+  const __m512 s0 = scaled ? _mm512_maskz_loadu_ps(m0, g.scale + n0) : _mm512_set1_ps(1.0f);
+  const __m512 s1 = scaled ? _mm512_maskz_loadu_ps(m1, g.scale + n0 + 16) : _mm512_set1_ps(1.0f);
+  const __m512 c0 = biased ? _mm512_maskz_loadu_ps(m0, g.bias + n0) : _mm512_setzero_ps();
+  const __m512 c1 = biased ? _mm512_maskz_loadu_ps(m1, g.bias + n0 + 16) : _mm512_setzero_ps();
 #pragma GCC unroll 12
   for (int r = 0; r < R; ++r) {
     float* y = g.y + (row + r) * g.n + n0;
