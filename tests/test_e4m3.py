@@ -231,3 +231,35 @@ def test_a_pinned_class_beyond_the_machine_is_refused_by_name(tiny_text: Path, m
     for quantization in (Scalar.BF16, Scalar.E4M3):
         with pytest.raises(uform.UnsupportedError, match="cpu_class x86-64-v4 is beyond this machine; the best class it runs is x86-64-v3"):
             uform.Model.load_ram(tiny_text, cpu_class=CPUClass.X86_64_V4, quantization=quantization)
+
+
+def captions(n: int, seed: int = 1) -> list[str]:
+    """Short captions of shapes, things, colours, counts and places: the kind of text the
+    default model is for."""
+    rng = np.random.default_rng(seed)
+    colors = "red orange yellow green blue purple pink brown black white grey golden".split()
+    shapes = "circle square triangle star hexagon heart cross ring diamond oval arrow moon".split()
+    things = "cat dog horse bird fish car train boat plane house tree flower river city street market garden beach".split()
+    verbs = "moves jumps sits rests spins falls rises floats glows shines waits runs".split()
+    places = ["on the left", "on the right", "at the top", "at the bottom", "in the middle", "near the corner", "at night"]
+    counts = "one two three four five six many several".split()
+    forms = [
+        lambda: f"{rng.choice(counts)} {rng.choice(colors)} {rng.choice(shapes)}s {rng.choice(places)}",
+        lambda: f"a {rng.choice(colors)} {rng.choice(things)} {rng.choice(verbs)} {rng.choice(places)}",
+        lambda: f"the {rng.choice(things)} and the {rng.choice(things)} {rng.choice(places)}, {rng.choice(colors)}",
+    ]
+    return [forms[int(rng.integers(len(forms)))]() for _ in range(n)]
+
+
+@needs_library
+def test_e4m3_embeddings_stay_close_to_bf16(tmp_path: Path) -> None:
+    """The accuracy floor of issue 10 on the small preset's text tower: mean cosine >= 0.995
+    and minimum >= 0.98 between E4M3 and BF16 embeddings of 300 captions."""
+    from ckpt import make_checkpoint
+
+    path = make_checkpoint(tmp_path / "small-text.safetensors", "small", 0, ["text"])
+    texts = captions(300)
+    held = np.array(uform.Model.load_ram(path).text_encode(texts, Arena()).embeddings)
+    quantized = np.array(uform.Model.load_ram(path, quantization=Scalar.E4M3).text_encode(texts, Arena()).embeddings)
+    cosine = np.sum(held * quantized, axis=1)
+    assert cosine.mean() >= 0.995 and cosine.min() >= 0.98, (cosine.mean(), cosine.min())
