@@ -91,6 +91,58 @@ def test_length_sorted_batches_waste_little_padding() -> None:
     assert all(len(b) <= 64 for b in batches)
 
 
+def ordinary_sentences(n: int) -> np.ndarray:
+    """Byte lengths of ``n`` sentences of 6-24 words (30-150 bytes), as benchmarks/text.py makes them."""
+    words = "the a cat dog sat on mat market stock price rose fell sharply quietly over under river city night morning bright".split()
+    rng = np.random.default_rng(0)
+    return np.array([len(" ".join(rng.choice(words, rng.integers(6, 24)))) for _ in range(n)])
+
+
+def cost(lengths: np.ndarray, batches: list[np.ndarray], run_tokens: int) -> int:
+    return sum(len(b) * (int(lengths[b].max()) + 1) + run_tokens for b in batches)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_batches_are_the_cheapest_buckets_of_neighbours(seed: int) -> None:
+    """Against every way of cutting the sorted texts: padded tokens plus a run's cost, least."""
+    import itertools
+
+    from uform.plugins.text import plan
+
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(0, 60, int(rng.integers(1, 11)))
+    max_rows, budget, run_tokens = int(rng.integers(1, 6)), int(rng.integers(60, 200)), int(rng.integers(0, 40))
+    batches = plan(lengths, max_rows, budget, run_tokens)
+    order = np.argsort(lengths, kind="stable")
+    assert np.array_equal(np.concatenate(batches), order)
+    n, least = len(order), None
+    for k in range(n):
+        for cut in itertools.combinations(range(1, n), k):
+            parts = [order[a:b] for a, b in zip((0, *cut), (*cut, n))]
+            if all(len(p) <= max_rows and (len(p) == 1 or len(p) * (lengths[p].max() + 1) <= budget) for p in parts):
+                c = cost(lengths, parts, run_tokens)
+                least = c if least is None else min(least, c)
+    assert all(len(b) <= max_rows and (len(b) == 1 or len(b) * (lengths[b].max() + 1) <= budget) for b in batches)
+    assert cost(lengths, batches, run_tokens) == least
+
+
+def test_ordinary_sentences_are_cut_where_padding_costs_more_than_a_run() -> None:
+    """64 sentences of 30-150 bytes: the old per-neighbour rule cut them into 10 batches with
+    271 padding tokens (12 of ~5 rows in the issue's run); a GPU placement (batch_scale 4)
+    makes fewer, fuller ones."""
+    from uform.plugins.text import RUN_TOKENS, plan
+
+    lengths = ordinary_sentences(64)
+
+    def shape(lengths: np.ndarray, *bounds: int) -> tuple[list[int], int]:
+        batches = plan(lengths, *bounds)
+        return [len(b) for b in batches], sum(len(b) * int(lengths[b].max()) - int(lengths[b].sum()) for b in batches)
+
+    assert shape(lengths) == ([5, 6, 3, 7, 4, 7, 7, 10, 8, 7], 197)
+    assert shape(lengths, 4 * 64, 4 * 16384, 4 * RUN_TOKENS) == ([11, 11, 12, 17, 13], 445)
+    assert shape(np.minimum(lengths, 32)) == ([64], 13)  # cut at the tiny preset's context: one batch
+
+
 def test_empty_call(tiny_model: uform.Model) -> None:
     enc = tiny_model.text_encode([], Arena(), outputs=Outputs.EMBEDDINGS | Outputs.TOKENS)
     assert enc.embeddings.shape == (0, 32) and len(enc) == 0

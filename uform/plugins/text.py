@@ -1,8 +1,8 @@
 """The text modality: UTF-8 bytes, a byte per token, through the ``text`` tower.
 
 Tensors and math are in docs/checkpoint.md ("text tower"). Texts are truncated at the
-model's ``context`` bytes, sorted by length and cut into batches under a token budget, so
-padding is at most the length spread inside one batch of neighbours.
+model's ``context`` bytes, sorted by length and cut into buckets of neighbours in length
+where a cut saves more padding than running one more batch costs (:func:`plan`).
 """
 
 from __future__ import annotations
@@ -31,6 +31,8 @@ if TYPE_CHECKING:
 BYTES = 256
 MAX_ROWS = 64  # rows per batch
 TOKEN_BUDGET = 16384  # rows x padded length per batch
+RUN_TOKENS = 32  # what one more run costs, in padded tokens: a cut must save more padding
+PLAN_WINDOW = 4096  # sorted texts planned at once
 
 
 @dataclass
@@ -105,23 +107,45 @@ def as_bytes(texts: Any) -> list[bytes]:
     return out
 
 
-def plan(lengths: np.ndarray, max_rows: int = MAX_ROWS, budget: int = TOKEN_BUDGET) -> list[np.ndarray]:
-    """Item indices per batch: sorted by length, each batch under ``budget`` padded tokens,
-    and none padding a text by more than ``max(4, shortest // 8)`` bytes."""
+def plan(lengths: np.ndarray, max_rows: int = MAX_ROWS, budget: int = TOKEN_BUDGET, run_tokens: int = RUN_TOKENS) -> list[np.ndarray]:
+    """Item indices per batch: texts sorted by length, cut into buckets of neighbours that
+    cost the least in all: each bucket costs its padded tokens (rows x (longest + 1), the class
+    token included) plus ``run_tokens`` for running it, so a bucket is split only where that
+    saves more padding than a run costs (ties go to fewer, larger buckets). Each holds at most
+    ``max_rows`` rows and ``budget`` padded tokens. Exact (dynamic programming) over windows of
+    ``PLAN_WINDOW`` sorted texts."""
     order = np.argsort(lengths, kind="stable")
-    batches, start = [], 0
-    while start < len(order):
-        shortest = int(lengths[order[start]])
-        limit = shortest + max(4, shortest // 8)
-        end = start + 1
-        while end < len(order) and end - start < max_rows:
-            longest = int(lengths[order[end]])
-            if longest > limit or (end - start + 1) * (longest + 1) > budget:
-                break
-            end += 1
-        batches.append(order[start:end])
-        start = end
+    batches: list[np.ndarray] = []
+    for start in range(0, len(order), PLAN_WINDOW):
+        window = order[start : start + PLAN_WINDOW]
+        widths = (lengths[window] + 1).tolist()
+        one = len(widths) * widths[-1] if widths else 0
+        if len(widths) <= max_rows and one <= budget and one - sum(widths) <= run_tokens:
+            batches.append(window)  # no cut can save a run's cost
+            continue
+        cuts = _cuts(widths, max_rows, budget, run_tokens)
+        batches += [window[a:b] for a, b in zip(cuts, cuts[1:])]
     return batches
+
+
+def _cuts(widths: list[int], max_rows: int, budget: int, run_tokens: int) -> list[int]:
+    """Boundaries 0 = c0 < c1 < ... = n of the cheapest cut of ascending ``widths``."""
+    n = len(widths)
+    best, back = [0] * (n + 1), [0] * (n + 1)
+    for end in range(1, n + 1):
+        w, least, arg = widths[end - 1], -1, end - 1
+        for start in range(max(0, end - max_rows), end):  # the largest bucket first
+            rows = end - start
+            if rows * w > budget and rows > 1:
+                continue
+            cost = best[start] + rows * w + run_tokens
+            if least < 0 or cost < least:
+                least, arg = cost, start
+        best[end], back[end] = least, arg
+    cuts = [n]
+    while cuts[-1] > 0:
+        cuts.append(back[cuts[-1]])
+    return cuts[::-1]
 
 
 def feeds(chunks: Sequence[bytes], lengths: np.ndarray, indices: np.ndarray) -> Batch:
@@ -149,7 +173,7 @@ def text_encode(
     full = np.fromiter((len(t) for t in encoded), np.int64, len(encoded))
     lengths = np.minimum(full, context)
     chunks = [t[:context] for t in encoded] if (full > context).any() else encoded
-    batches = plan(lengths, call.rows(MAX_ROWS), call.rows(TOKEN_BUDGET))
+    batches = plan(lengths, call.rows(MAX_ROWS), call.rows(TOKEN_BUDGET), call.rows(RUN_TOKENS))
     result = encode(call, len(chunks), [functools.partial(feeds, chunks, lengths, idx) for idx in batches], arena, stats=stats, **options)
     count_bytes(stats, full, lengths, batches)
     return result
