@@ -59,6 +59,7 @@ inline int64_t packed_elements(int64_t n, int64_t k, const Kernel& kern) {
 // E4M3 codes of row[i] * inverse for BF16 weights (AVX2: every variant's machine has it),
 // and the scalar rule it follows: round to nearest even, saturate at 448.
 void encode_e4m3_avx2(const uint16_t* row, int64_t k, float inverse, uint8_t* codes);
+uint16_t max_magnitude_avx2(const uint16_t* row, int64_t k);
 uint8_t encode_e4m3(float v);
 
 inline int64_t panels(const Gemm& g, const Kernel& kern) { return (g.n + kern.nr - 1) / kern.nr; }

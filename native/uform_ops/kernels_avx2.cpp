@@ -72,6 +72,22 @@ static inline void micro(const Gemm& g, int64_t row, int64_t n0, const Panel* pa
 
 }  // namespace avx2
 
+// The largest magnitude's bits among k BF16 values (BF16 magnitudes order as integers; a
+// result of 0x7F80 or more means a NaN or an infinity is among them).
+uint16_t max_magnitude_avx2(const uint16_t* row, int64_t k) {
+  __m256i top = _mm256_setzero_si256();
+  const __m256i magnitude = _mm256_set1_epi16(0x7FFF);
+  int64_t i = 0;
+  for (; i + 16 <= k; i += 16)
+    top = _mm256_max_epu16(top, _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + i)), magnitude));
+  alignas(32) uint16_t lanes[16];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), top);
+  uint16_t best = 0;
+  for (uint16_t v : lanes) best = std::max(best, v);
+  for (; i < k; ++i) best = std::max<uint16_t>(best, row[i] & 0x7FFFu);
+  return best;
+}
+
 // E4M3 codes of row[i] * inverse (BF16 weights), 8 at a time; the same bits as the scalar
 // encode_e4m3 (round to nearest even, saturating at 448) for the tail.
 void encode_e4m3_avx2(const uint16_t* row, int64_t k, float inverse, uint8_t* codes) {

@@ -67,6 +67,32 @@ inline float widen(uint16_t bf16) {
   return f;
 }
 
+// Rows [begin, end) of w, one panel's at most, copied into their packed places: a blocked
+// transpose, 32 consecutive k of each row (a cache line of a row) at a time.
+void copy_bf16(const uint16_t* w, int64_t k, const Kernel& kern, uint16_t* out, int64_t begin, int64_t end) {
+  const int64_t nr = kern.nr, step = 32;
+  uint16_t* dst = out + begin / nr * panel_elements(k, kern);
+  if (kern.pair == 1) {
+    for (int64_t i0 = 0; i0 < k; i0 += step) {
+      const int64_t i1 = std::min(k, i0 + step);
+      for (int64_t r = begin; r < end; ++r)
+        for (int64_t i = i0, c = r % nr; i < i1; ++i) dst[i * nr + c] = w[r * k + i];
+    }
+    return;
+  }
+  const int64_t pairs = k / 2;  // pair == 2: a BF16 pair moves as one 32-bit word
+  for (int64_t p0 = 0; p0 < pairs; p0 += step / 2) {
+    const int64_t p1 = std::min(pairs, p0 + step / 2);
+    for (int64_t r = begin; r < end; ++r) {
+      const uint16_t* row = w + r * k;
+      const int64_t c = r % nr;
+      for (int64_t p = p0; p < p1; ++p) std::memcpy(dst + (p * nr + c) * 2, row + 2 * p, 4);
+    }
+  }
+  if (k & 1)
+    for (int64_t r = begin; r < end; ++r) dst[(pairs * nr + r % nr) * 2] = w[r * k + k - 1];
+}
+
 // Rows [begin, end) of w (BF16 bits, [n, k]) written into `out` packed for `kern`, as BF16
 // or quantized to E4M3 with a scale per row; answers -1, or the flat index of a weight that
 // is NaN or infinite. `out` arrives zeroed (the padding stays zero).
@@ -76,23 +102,13 @@ int64_t pack_rows(const uint16_t* w, int64_t k, const Kernel& kern, int wtype, v
   std::vector<uint8_t> codes(wtype == kE4M3 ? size_t(k) : 0);
   for (int64_t r = begin; r < end; ++r) {
     const uint16_t* row = w + r * k;
-    uint16_t top = 0;  // the largest magnitude's bits: BF16 magnitudes order as integers
-    for (int64_t i = 0; i < k; ++i) top = std::max<uint16_t>(top, row[i] & 0x7FFFu);
+    const uint16_t top = max_magnitude_avx2(row, k);  // every variant's machine has AVX2
     if (top >= 0x7F80u) {
       for (int64_t i = 0; i < k; ++i)
         if ((row[i] & 0x7F80u) == 0x7F80u) return r * k + i;
     }
     const int64_t base = r / nr * size, c = r % nr;
-    if (wtype == kBF16) {
-      uint16_t* dst = static_cast<uint16_t*>(out) + base;
-      if (pair == 2) {
-        for (int64_t p = 0; p < k / 2; ++p) std::memcpy(dst + (p * nr + c) * 2, row + 2 * p, 4);
-        if (k & 1) dst[(k / 2 * nr + c) * 2] = row[k - 1];
-      } else {
-        for (int64_t i = 0; i < k; ++i) dst[i * nr + c] = row[i];
-      }
-      continue;
-    }
+    if (wtype == kBF16) continue;  // copied below, a panel at a time
     const float amax = widen(top);
     const float inverse = amax > 0.0f ? std::min(448.0f / amax, FLT_MAX) : 1.0f;  // a subnormal amax: no infinity
     scale[r] = amax > 0.0f ? amax / 448.0f : 1.0f;
@@ -105,6 +121,7 @@ int64_t pack_rows(const uint16_t* w, int64_t k, const Kernel& kern, int wtype, v
       for (int64_t i = 0; i < k; ++i) dst[i * nr + c] = codes[i];
     }
   }
+  if (wtype == kBF16) copy_bf16(w, k, kern, static_cast<uint16_t*>(out), begin, end);
   return -1;
 }
 

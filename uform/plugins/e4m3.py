@@ -104,13 +104,15 @@ def lower(
     when ``quantize``), and the remaining weights widened to float32."""
     fed: dict[str, np.ndarray] = {}
     nodes = list(graph.graph.node)
-    for index, matrix in matrix_products(graph, weights).items():
+    products = matrix_products(graph, weights)
+    quantized = {m: quantize and ".blocks." in m for m in products.values()}
+    try:
+        packed = lib.pack_all(variant, [(weights[m], quantized[m]) for m in products.values()], threads)
+    except ValueError as exc:  # the load's parse refuses non-finite weights first; this names it too
+        raise CheckpointError(f"a matrix of the {graph.graph.name!r} tower: {exc}") from None
+    for (index, matrix), (fed[matrix], scale) in zip(products.items(), packed):
         node = nodes[index]
-        e4m3 = quantize and ".blocks." in matrix
-        try:
-            fed[matrix], scale = lib.pack(variant, weights[matrix], e4m3, threads)
-        except ValueError as exc:
-            raise CheckpointError(f"tensor {matrix!r}: {exc}") from None
+        e4m3 = quantized[matrix]
         inputs = [node.input[0], matrix]
         if scale is not None:
             fed[f"{matrix}:scale"] = scale
