@@ -133,10 +133,12 @@ def test_session_options_come_from_the_executor() -> None:
     assert so.get_session_config_entry("session.intra_op_thread_affinities") == "1,2;1,2"
 
 
-def test_load_ram_sessions_use_the_executor_threads(tiny_text: Path) -> None:
-    model = uform.Model.load_ram(tiny_text, executor=Executor(threads=1))
-    session = model._runtime.placement.runners["text"]
-    assert session.get_session_options().intra_op_num_threads == 1  # type: ignore[attr-defined]
+@pytest.mark.parametrize("quantization", [uform.Scalar.F32, uform.Scalar.BF16])  # the cpu backend, and the e4m3 one where it serves
+def test_load_ram_sessions_use_the_executor_threads(tiny_text: Path, quantization: uform.Scalar) -> None:
+    model = uform.Model.load_ram(tiny_text, executor=Executor(threads=1), quantization=quantization)
+    runner = model._runtime.placement.runners["text"]
+    session = runner.session if model.backend == "e4m3" else runner  # type: ignore[attr-defined]
+    assert session.get_session_options().intra_op_num_threads == 1
 
 
 TEXTS = [("text %d " % i) * (i % 5) for i in range(80)]

@@ -6,9 +6,10 @@ The transformer's matrix products become the library's ONNX Runtime custom ops (
 FLOAT8 E4M3 (FN) with a scale per output channel (other matrices stay BF16). Each matrix is
 packed once, natively, straight from the checkpoint's bytes into the panels its kernels read,
 and fed to the session with every run (a graph input, so ONNX Runtime neither copies nor
-owns it; replicas share it); no float32 copy of a matrix exists and nothing is written to
+owns it); no float32 copy of a matrix exists and nothing is written to
 disk. The few small tensors the standard ops take (norms, biases, class tokens, positions,
-byte embeddings; under 1 % of the weights) are float32 initializers.
+byte embeddings; under 1 % of the weights) are float32 initializers. With memory domains,
+each domain's session has its own copy, packed on the domain's CPUs.
 
 Kernels come in a variant per CPU class — AVX2 FMA (x86-64-v3), AVX-512 FMA (x86-64-v4),
 AVX-512 BF16 dot products (x86-64-v4+vnni+bf16 and AMX machines) — chosen by the detected or
@@ -29,7 +30,7 @@ from onnx import helper
 
 from uform.core.errors import CheckpointError
 from uform.core.hookspecs import hookimpl
-from uform.core.plugin import Backend, LoadRequest, Placement, Runner
+from uform.core.plugin import Backend, LoadRequest, Placement, Runner, TowerPlan
 from uform.core.types import CPUClass, Scalar
 from uform.core.weights import matrix_products, with_nodes
 from uform.plugins._sessions import Replicas, on_cpus, ort_values, session_options
@@ -130,43 +131,44 @@ def lower(
 
 
 class Fed:
-    """A session whose packed weights are fed with every run (a :class:`~uform.core.plugin.Runner`)."""
+    """A session whose packed weights are fed with every run (a :class:`~uform.core.plugin.Runner`);
+    ``nbytes`` is what it holds (the packed weights and its initializers)."""
 
-    def __init__(self, session: Any, weights: Mapping[str, np.ndarray]) -> None:
-        self.session, self.weights = session, dict(weights)
+    def __init__(self, session: Any, weights: Mapping[str, np.ndarray], nbytes: int) -> None:
+        self.session, self.weights, self.nbytes = session, dict(weights), nbytes
 
     def run(self, output_names: Sequence[str] | None, input_feed: Mapping[str, np.ndarray]) -> list[np.ndarray]:
         return self.session.run(output_names, {**input_feed, **self.weights})  # type: ignore[no-any-return]
 
 
 def open_ram(request: LoadRequest) -> Placement:
-    """Place every tower on the CPU through the library: one session per memory domain, all
-    of them reading the same packed weights."""
+    """Place every tower on the CPU through the library: one session per memory domain, each
+    with the weights packed on its own CPUs (so their pages are the domain's, by first touch)."""
     import onnxruntime as ort
 
     lib = library()
     cpu_class = choose_class(request.cpu_class, machine_classes())
     variant = VARIANT_OF[cpu_class]
     plan = domain_plan(check_domains(request.memory_domains, numa_nodes()), request.executor.threads)
+    quantize = request.quantization is Scalar.E4M3
     runners: dict[str, Runner] = {}
     held = 0
     for name, tower in request.towers.items():
-        quantize = request.quantization is Scalar.E4M3
-        lowered = lower(tower.graph, tower.weights, quantize, variant, lib, request.executor.threads)
-        request.advance(sum(w.nbytes for w in tower.weights.values()))
-        values = ort_values(lowered.initializers)
-        model = lowered.graph.SerializeToString()
 
-        def start(cpus: list[int] | None, threads: int, model: bytes = model, values: dict[str, Any] = values) -> Any:
+        def place(cpus: list[int] | None, threads: int, tower: TowerPlan = tower) -> Fed:
+            lowered = lower(tower.graph, tower.weights, quantize, variant, lib, threads)
+            values = ort_values(lowered.initializers)
             options = session_options(threads, cpus)
             options.register_custom_ops_library(str(lib.path))
             options.add_external_initializers(list(values), list(values.values()))  # small: copied in
-            return on_cpus(cpus, lambda: ort.InferenceSession(model, options, providers=["CPUExecutionProvider"]))
+            session = ort.InferenceSession(lowered.graph.SerializeToString(), options, providers=["CPUExecutionProvider"])
+            return Fed(session, lowered.fed, sum(a.nbytes for a in (*lowered.fed.values(), *lowered.initializers.values())))
 
-        sessions = [Fed(start(cpus, threads), lowered.fed) for cpus, threads in plan]
+        sessions = [on_cpus(cpus, lambda cpus=cpus, threads=threads: place(cpus, threads)) for cpus, threads in plan]  # type: ignore[misc]
+        request.advance(sum(w.nbytes for w in tower.weights.values()))
         pinned = [cpus for cpus, _ in plan]
         runners[name] = sessions[0] if pinned == [None] else Replicas(sessions, pinned)
-        held += sum(a.nbytes for a in lowered.fed.values()) + sum(a.nbytes for a in lowered.initializers.values()) * len(sessions)
+        held += sum(s.nbytes for s in sessions)
     return Placement(
         runners, held, request.quantization, cpu_class=cpu_class, batch_scale=len(plan), compute=COMPUTE[variant]
     )  # fmt: skip
