@@ -13,7 +13,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from ckpt import make_checkpoint
 
 PROBE = """

@@ -16,7 +16,7 @@ install path.
 Nothing here ever falls back to the CPU: a missing provider, a driver older than the
 wheel's CUDA, a CUDA or cuDNN library that does not load, a device that does not exist or a
 class beyond a device raises :class:`~uform.UnsupportedError` naming what there is. Devices
-and classes are read in :mod:`uform.plugins._gpus`.
+and classes are read in :mod:`uform.plugins.gpus`.
 """
 
 from __future__ import annotations
@@ -40,8 +40,8 @@ from uform.core.plugin import Backend, LoadRequest, Placement, Runner, TowerPlan
 from uform.core.types import GPUClass, Scalar
 from uform.core.weights import bind_external, remove_tree
 from uform.plugins import dequantize
-from uform.plugins._gpus import check_devices, choose_class, detect
 from uform.plugins._sessions import Replicas, ort_values, session_options
+from uform.plugins.gpus import check_devices, choose_class, detect
 
 PROVIDER = "CUDAExecutionProvider"
 COMPUTE = "tf32"  # "tf32": float32 with TF32 products; "f16": weight matrix products in float16 (experimental)
