@@ -143,6 +143,19 @@ def test_bf16_and_e4m3_loads_run_on_the_library(tiny_text: Path) -> None:
 
 
 @needs_library
+def test_uform_plugins_names_the_kernels_this_machine_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    from uform.cli import main
+    from uform.plugins.cpu import machine_classes
+
+    best = machine_classes()[-1]
+    main(["plugins"])
+    line = next(line for line in capsys.readouterr().out.splitlines() if line.strip().startswith("e4m3 (ram)"))
+    variant = e4m3.VARIANT_OF.get(best)
+    expected = f"{e4m3.COMPUTE[variant]} for {best}" if variant else f"no kernels for {best}"
+    assert line.strip().startswith(f"e4m3 (ram): available ({expected}") and str(LIBRARY.path) in line  # type: ignore[union-attr]
+
+
+@needs_library
 def test_every_class_the_machine_runs_picks_its_kernels(tiny_text: Path) -> None:
     from uform.plugins.cpu import machine_classes
 

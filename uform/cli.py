@@ -43,7 +43,8 @@ def _plugins(args: argparse.Namespace) -> int:
     print("\nbackends:")
     for backend in sorted(host.backends.values(), key=lambda b: (b.placement, -b.priority)):
         reason = backend.probe()
-        print(f"  {backend.name} ({backend.placement}): {'available' if reason is None else 'unavailable: ' + reason}")
+        detail = f" ({backend.detail()})" if reason is None and backend.detail is not None else ""
+        print(f"  {backend.name} ({backend.placement}): {'available' + detail if reason is None else 'unavailable: ' + reason}")
     return 0
 
 

@@ -160,3 +160,4 @@ class Backend:
     open: Callable[[LoadRequest], Placement]
     priority: int = 0
     accepts: Callable[[LoadRequest], str | None] = accepts_all
+    detail: Callable[[], str] | None = None  # what it runs here, in words, for `uform plugins`

@@ -83,7 +83,8 @@ def describe_here() -> str:
     """The kernels a load on this machine would run, in words (for ``uform plugins``)."""
     best = choose_class(None, machine_classes())
     variant = VARIANT_OF.get(best)
-    return f"{variant} kernels for {best}" if variant else f"no kernels for {best}"
+    what = f"{COMPUTE[variant]} for {best}" if variant else f"no kernels for {best}: the cpu backend serves"
+    return f"{what}; library {library().path}"
 
 
 @dataclass(frozen=True)
@@ -176,4 +177,4 @@ def open_ram(request: LoadRequest) -> Placement:
 
 @hookimpl
 def uform_backends() -> Iterable[Backend]:
-    yield Backend(name="e4m3", placement="ram", probe=probe, open=open_ram, priority=10, accepts=accepts)
+    yield Backend(name="e4m3", placement="ram", probe=probe, open=open_ram, priority=10, accepts=accepts, detail=describe_here)
