@@ -276,3 +276,70 @@ def test_e4m3_embeddings_stay_close_to_bf16(tmp_path: Path) -> None:
     quantized = np.array(uform.Model.load_ram(path, quantization=Scalar.E4M3).text_encode(texts, Arena()).embeddings)
     cosine = np.sum(held * quantized, axis=1)
     assert cosine.mean() >= 0.995 and cosine.min() >= 0.98, (cosine.mean(), cosine.min())
+
+
+def attention_reference(qkv: np.ndarray, items: int, heads: int, mask: np.ndarray | None, causal: bool) -> np.ndarray:
+    rows, triple = qkv.shape
+    tokens, width = rows // items, triple // 3
+    x = qkv.reshape(items, tokens, 3, heads, width // heads).astype(np.float64)
+    q, k, v = (x[:, :, i].transpose(0, 2, 1, 3) for i in range(3))
+    scores = q @ k.transpose(0, 1, 3, 2) / np.sqrt(width // heads)
+    if mask is not None:
+        scores = scores + (mask[None, None] if causal else mask[:, None, None, :])
+    weights = np.exp(scores - scores.max(-1, keepdims=True))
+    weights /= weights.sum(-1, keepdims=True)
+    return (weights @ v).transpose(0, 2, 1, 3).reshape(rows, width)
+
+
+@needs_library
+@pytest.mark.parametrize("items,tokens,heads,head_dim", [(1, 1, 1, 8), (2, 5, 2, 16), (3, 87, 12, 64), (1, 40, 3, 24)])
+@pytest.mark.parametrize("mask", ["none", "padding", "causal"])
+def test_attention_matches_numpy(items: int, tokens: int, heads: int, head_dim: int, mask: str) -> None:
+    assert LIBRARY is not None
+    rng = np.random.default_rng(tokens * heads)
+    qkv = rng.standard_normal((items * tokens, 3 * heads * head_dim)).astype(np.float32)
+    additive = None
+    if mask == "padding":
+        lengths = rng.integers(1, tokens + 1, items)
+        additive = np.where(np.arange(tokens)[None, :] < lengths[:, None], 0, -1e9).astype(np.float32)
+    elif mask == "causal":
+        additive = np.triu(np.full((tokens, tokens), -1e9, np.float32), 1)
+    got = LIBRARY.attention(qkv, items, heads, additive, causal=mask == "causal", threads=2)
+    np.testing.assert_allclose(got, attention_reference(qkv, items, heads, additive, mask == "causal"), atol=2e-5)
+
+
+@needs_library
+def test_every_attention_of_every_tower_is_fused_and_computes_what_the_graph_does(tmp_path: Path) -> None:
+    """Through the FMA kernels (float32 products) with attention fused, every tower agrees with
+    the cpu backend's standard float32 graph."""
+    import collections
+
+    from ckpt import make_checkpoint
+    from uform.core import runtime
+    from uform.core import safetensors as st
+    from uform.core.config import ModelConfig
+    from uform.core.host import get_host
+    from uform.plugins.cpu import machine_classes
+
+    fma = next((c for c in machine_classes() if e4m3.VARIANT_OF.get(c) in ("avx2", "avx512")), None)
+    if fma is None:
+        pytest.skip("this machine runs no class with float32 FMA kernels")
+    path = make_checkpoint(tmp_path / "small.safetensors", "small", 2)
+    container = st.parse(memoryview(path.read_bytes()))
+    config = ModelConfig.from_metadata(container.metadata)
+    for name, (modality, parsed, specs) in runtime.plan_towers(container, config, get_host()).items():
+        graph = runtime.build_graph(name, modality, parsed, config, specs)
+        lowered = e4m3.lower(graph, {k: container.array(k) for k in specs}, False, e4m3.VARIANT_OF[fma], LIBRARY, 1)  # type: ignore[arg-type]
+        sites = json.loads({p.key: p.value for p in graph.metadata_props}["uform.attention_sites"])
+        ops = collections.Counter(n.op_type for n in lowered.graph.graph.node)
+        assert ops["Attention"] == len(sites) > 0, name
+    ours = uform.Model.load_ram(path, cpu_class=fma)
+    plain = uform.Model.load_ram(path, quantization=Scalar.F32)
+    texts = captions(24)
+    np.testing.assert_allclose(np.array(ours.text_encode(texts, Arena()).embeddings), np.array(plain.text_encode(texts, Arena()).embeddings), atol=1e-5)
+    pixels = list(np.random.default_rng(0).integers(0, 256, (3, 96, 80, 3), dtype=np.uint8))
+    np.testing.assert_allclose(
+        np.array(ours.image_encode_pixels(pixels, Arena()).embeddings), np.array(plain.image_encode_pixels(pixels, Arena()).embeddings), atol=1e-5
+    )
+    questions = [f"Is the {c} red? Answer y or n: " for c in ("circle", "square")]
+    np.testing.assert_allclose(np.array(ours.text_choose(questions, "yn", Arena())), np.array(plain.text_choose(questions, "yn", Arena())), atol=1e-5)

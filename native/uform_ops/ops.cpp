@@ -7,7 +7,10 @@
 //   MatMulE4M3(X: float[..., k], W: uint8 E4M3FN codes, scale: float[n], bias?: float[n])
 // each computing y = scale * (x @ W^T) + bias for the checkpoint's [n, k] matrix W, held
 // packed for the kernels (uform_pack), with the attributes `variant` (0 avx2, 1 avx512,
-// 2 avx512-bf16) naming the kernels and `n` the output width. A kernel whose instructions this CPU lacks is
+// 2 avx512-bf16) naming the kernels and `n` the output width; and
+//   Attention(qkv: float[B * T, 3 * W], shape: int64[2] = (B, T), mask?: float) -> float[B * T, W]
+// multi-head attention of `heads` heads over a fused qkv projection, the additive mask
+// [B, 1, 1, T] (padding) or [T, T] (causal), float32 throughout. A kernel whose instructions this CPU lacks is
 // refused when the session is created, with a message; nothing runs an illegal instruction.
 // Work runs on ONNX Runtime's intra-op thread pool (KernelContext_ParallelFor).
 #include <onnxruntime_c_api.h>
@@ -23,6 +26,7 @@
 #include <thread>
 #include <vector>
 
+#include "attention.h"
 #include "gemm.h"
 
 #define UFORM_EXPORT extern "C" __attribute__((visibility("default")))
@@ -30,7 +34,7 @@
 namespace uform {
 namespace {
 
-constexpr int kAbi = 1;  // bump when an exported signature or an op's contract changes
+constexpr int kAbi = 2;  // bump when an exported signature or an op's contract changes
 const char* const kDomain = "ai.uform";
 std::atomic<uint64_t> serials{1};
 
@@ -324,6 +328,105 @@ struct Op : OrtCustomOp {
 const Op<kBF16> matmul_bf16;
 const Op<kE4M3> matmul_e4m3;
 
+// -- Attention ----------------------------------------------------------------------------
+
+struct AttentionKernel {
+  const OrtApi* api;
+  int64_t heads;
+};
+
+OrtStatus* attend(AttentionKernel* op, OrtKernelContext* ctx) {
+  const OrtApi* api = op->api;
+  const std::string name = "ai.uform.Attention";
+  size_t inputs = 0;
+  ORT_TRY(api->KernelContext_GetInputCount(ctx, &inputs));
+  const OrtValue *qkv = nullptr, *shape = nullptr, *mask = nullptr;
+  ORT_TRY(api->KernelContext_GetInput(ctx, 0, &qkv));
+  ORT_TRY(api->KernelContext_GetInput(ctx, 1, &shape));
+  if (inputs > 2) ORT_TRY(api->KernelContext_GetInput(ctx, 2, &mask));
+  std::vector<int64_t> qd, sd, md;
+  ORT_TRY(shape_of(api, qkv, qd));
+  ORT_TRY(shape_of(api, shape, sd));
+  if (sd.size() != 1 || sd[0] != 2) return fail(api, name + ": shape must be int64 [2] (items, tokens)");
+  void* data = nullptr;
+  ORT_TRY(api->GetTensorMutableData(const_cast<OrtValue*>(shape), &data));
+  const int64_t items = static_cast<const int64_t*>(data)[0], tokens = static_cast<const int64_t*>(data)[1];
+  if (qd.size() != 2 || items < 0 || tokens < 0 || qd[0] != items * tokens || qd[1] % (3 * op->heads) != 0)
+    return fail(api, name + ": qkv must be [items * tokens, 3 * heads * head_dim]");
+  const int64_t width = qd[1] / 3, head_dim = width / op->heads;
+  if (head_dim % 8 != 0) return fail(api, name + ": head_dim must be a multiple of 8");
+  Attention a{};
+  if (mask) {
+    ORT_TRY(shape_of(api, mask, md));
+    const bool padding = md.size() == 4 && md[0] == items && md[1] == 1 && md[2] == 1 && md[3] == tokens;
+    const bool causal = md.size() == 2 && md[0] == tokens && md[1] == tokens;
+    if (!padding && !causal) return fail(api, name + ": mask must be [items, 1, 1, tokens] or [tokens, tokens]");
+    ORT_TRY(api->GetTensorMutableData(const_cast<OrtValue*>(mask), &data));
+    a.mask = static_cast<const float*>(data);
+    a.mask_per_query = causal;
+  }
+  const int64_t dims[2] = {items * tokens, width};
+  OrtValue* out = nullptr;
+  ORT_TRY(api->KernelContext_GetOutput(ctx, 0, dims, 2, &out));
+  if (items * tokens == 0) return nullptr;
+  ORT_TRY(api->GetTensorMutableData(const_cast<OrtValue*>(qkv), &data));
+  a.qkv = static_cast<const float*>(data);
+  ORT_TRY(api->GetTensorMutableData(out, &data));
+  a.out = static_cast<float*>(data);
+  a.items = items, a.tokens = tokens, a.heads = op->heads, a.head_dim = head_dim;
+  return api->KernelContext_ParallelFor(
+      ctx, [](void* p, size_t i) { attention_task(*static_cast<const Attention*>(p), int64_t(i)); },
+      size_t(items * op->heads), 0, &a);
+}
+
+struct AttentionOp : OrtCustomOp {
+  AttentionOp() : OrtCustomOp{} {
+    version = ORT_API_VERSION;
+    CreateKernelV2 = [](const OrtCustomOp*, const OrtApi* api, const OrtKernelInfo* info, void** out) -> OrtStatus* {
+      int64_t heads = 0;
+      if (OrtStatus* status = api->KernelInfoGetAttribute_int64(info, "heads", &heads)) {
+        api->ReleaseStatus(status);
+        return fail(api, "ai.uform.Attention: the attribute 'heads' is missing");
+      }
+      if (heads < 1) return fail(api, "ai.uform.Attention: heads must be positive");
+      if (!runnable(kAVX2))
+        return api->CreateStatus(ORT_NOT_IMPLEMENTED, "ai.uform.Attention: this CPU lacks AVX2 and FMA");
+      auto* kernel = new (std::nothrow) AttentionKernel{api, heads};
+      if (!kernel) return api->CreateStatus(ORT_FAIL, "out of memory");
+      *out = kernel;
+      return nullptr;
+    };
+    KernelComputeV2 = [](void* kernel, OrtKernelContext* ctx) -> OrtStatus* {
+      auto* op = static_cast<AttentionKernel*>(kernel);
+      try {
+        return attend(op, ctx);
+      } catch (const std::bad_alloc&) {
+        return op->api->CreateStatus(ORT_FAIL, "ai.uform.Attention: out of memory");
+      }
+    };
+    KernelDestroy = [](void* kernel) { delete static_cast<AttentionKernel*>(kernel); };
+    GetName = [](const OrtCustomOp*) { return "Attention"; };
+    GetExecutionProviderType = [](const OrtCustomOp*) -> const char* { return "CPUExecutionProvider"; };
+    GetInputTypeCount = [](const OrtCustomOp*) -> size_t { return 3; };
+    GetInputType = [](const OrtCustomOp*, size_t i) {
+      return i == 1 ? ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64 : ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
+    };
+    GetOutputTypeCount = [](const OrtCustomOp*) -> size_t { return 1; };
+    GetOutputType = [](const OrtCustomOp*, size_t) { return ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT; };
+    GetInputCharacteristic = [](const OrtCustomOp*, size_t i) { return i == 2 ? INPUT_OUTPUT_OPTIONAL : INPUT_OUTPUT_REQUIRED; };
+    GetOutputCharacteristic = [](const OrtCustomOp*, size_t) { return INPUT_OUTPUT_REQUIRED; };
+    GetInputMemoryType = [](const OrtCustomOp*, size_t) { return OrtMemTypeDefault; };
+    GetVariadicInputMinArity = [](const OrtCustomOp*) { return 1; };
+    GetVariadicInputHomogeneity = [](const OrtCustomOp*) { return 1; };
+    GetVariadicOutputMinArity = [](const OrtCustomOp*) { return 1; };
+    GetVariadicOutputHomogeneity = [](const OrtCustomOp*) { return 1; };
+    GetStartVersion = [](const OrtCustomOp*) { return 1; };
+    GetEndVersion = [](const OrtCustomOp*) { return 1 << 30; };
+  }
+};
+
+const AttentionOp attention_op;
+
 }  // namespace
 
 // Round to nearest even, saturating at ±448 (E4M3FN has no infinity). Branch-free so that
@@ -422,6 +525,16 @@ UFORM_EXPORT int uform_gemm(int variant, const float* x, int64_t m, int64_t k, c
   return 0;
 }
 
+// Attention outside ONNX Runtime (for parity tests): answers 0, 1 without AVX2, 2 for bad arguments.
+UFORM_EXPORT int uform_attention(const float* qkv, const float* mask, int mask_per_query, float* out, int64_t items,
+                                 int64_t tokens, int64_t heads, int64_t head_dim, int threads) {
+  if (!runnable(kAVX2)) return 1;
+  if (items < 0 || tokens < 0 || heads < 1 || head_dim < 8 || head_dim % 8) return 2;
+  const Attention a{qkv, mask, mask_per_query != 0, out, items, tokens, heads, head_dim};
+  spread(items * heads, threads, [&](int64_t t) { attention_task(a, t); });
+  return 0;
+}
+
 UFORM_EXPORT OrtStatus* ORT_API_CALL RegisterCustomOps(OrtSessionOptions* options, const OrtApiBase* base) {
   const OrtApi* api = base->GetApi(ORT_API_VERSION);
   if (!api) return nullptr;  // an ONNX Runtime older than the headers: the Python side refuses it first
@@ -433,5 +546,6 @@ UFORM_EXPORT OrtStatus* ORT_API_CALL RegisterCustomOps(OrtSessionOptions* option
   domains.push_back(domain);
   ORT_TRY(api->CustomOpDomain_Add(domain, &matmul_bf16));
   ORT_TRY(api->CustomOpDomain_Add(domain, &matmul_e4m3));
+  ORT_TRY(api->CustomOpDomain_Add(domain, &attention_op));
   return api->AddCustomOpDomain(options, domain);
 }

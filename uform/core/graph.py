@@ -9,6 +9,7 @@ blocks so that every linear layer is one ``Gemm`` with ``transB=1`` over the che
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -20,6 +21,11 @@ from .config import LAYER_NORM_EPS, Geometry
 
 OPSET = 21
 NEG_INF = -1e9
+# metadata key: a JSON list of the graph's attentions, each the names of its fused qkv
+# projection, the [batch, tokens] shape, the additive mask ("" for none) and the context
+# ([batch * tokens, width]) with the head count and width. The graph itself stays standard ONNX; a
+# backend may replace what lies between qkv and context with one op of its own.
+ATTENTION_SITES = "uform.attention_sites"
 Dim = int | str | None
 
 
@@ -34,6 +40,8 @@ class GraphBuilder:
         self.outputs: list[onnx.ValueInfoProto] = []
         self.constants: list[onnx.TensorProto] = []
         self.weights: dict[str, None] = {}  # ordered set of referenced checkpoint tensors
+        # where attention(): the value names a backend needs to run an attention as one op
+        self.attention_sites: list[dict[str, Any]] = []
         self._count = 0
 
     def _fresh(self, hint: str) -> str:
@@ -111,9 +119,9 @@ class GraphBuilder:
         return self.op("Mul", self.op("Cast", upper, to=self.float_type), self.scalar(NEG_INF))  # type: ignore[no-any-return]
 
     def attention(self, x: str, prefix: str, g: Geometry, bt: str, mask: str | None) -> str:
-        qkv = self.linear(x, f"{prefix}.qkv")
+        projected = self.linear(x, f"{prefix}.qkv")
         split_shape = self.op("Concat", bt, self.ints([3, g.heads, g.head_dim]), axis=0)
-        qkv = self.op("Transpose", self.op("Reshape", qkv, split_shape), perm=[2, 0, 3, 1, 4])
+        qkv = self.op("Transpose", self.op("Reshape", projected, split_shape), perm=[2, 0, 3, 1, 4])
         q, k, v = (self.op("Squeeze", part, self.ints([0])) for part in self.op("Split", qkv, axis=0, outputs=3))
         q = self.op("Mul", q, self.scalar(1 / np.sqrt(g.head_dim)))
         scores = self.op("MatMul", q, self.op("Transpose", k, perm=[0, 1, 3, 2]))
@@ -121,6 +129,7 @@ class GraphBuilder:
             scores = self.op("Add", scores, mask)
         context = self.op("MatMul", self.op("Softmax", scores, axis=-1), v)
         context = self.op("Reshape", self.op("Transpose", context, perm=[0, 2, 1, 3]), self.ints([-1, g.width]))
+        self.attention_sites.append({"qkv": projected, "shape": bt, "mask": mask or "", "context": context, "heads": g.heads, "head_dim": g.head_dim})
         return self.linear(context, f"{prefix}.out")
 
     def block(self, x: str, prefix: str, g: Geometry, bt: str, mask: str | None) -> str:
@@ -157,5 +166,7 @@ class GraphBuilder:
         graph = helper.make_graph(self.nodes, self.name, self.inputs, self.outputs, self.constants)
         model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="uform")
         model.ir_version = 10
+        if self.attention_sites:
+            helper.set_model_props(model, {ATTENTION_SITES: json.dumps(self.attention_sites)})
         return model
 

@@ -34,6 +34,7 @@ from uform.core.plugin import Backend, LoadRequest, Placement, Runner, TowerPlan
 from uform.core.types import CPUClass, Scalar
 from uform.core.weights import matrix_products, with_nodes
 from uform.plugins._sessions import Replicas, on_cpus, ort_values, session_options
+from uform.plugins.attention import fuse_attention
 from uform.plugins.cpu import check_domains, choose_class, domain_plan, machine_classes, numa_nodes
 from uform.plugins.oplib import VARIANTS, OpLibrary, OpLibraryError, library
 
@@ -103,7 +104,9 @@ def lower(
 ) -> Lowered:
     """``graph`` with every ``Gemm(x, W, b, transB=1)`` over a checkpoint matrix made the
     library's op over ``W`` packed for ``variant`` (the blocks' matrices quantized to E4M3
-    when ``quantize``), and the remaining weights widened to float32."""
+    when ``quantize``), every attention one ``Attention`` op, and the remaining weights
+    widened to float32."""
+    graph = fuse_attention(graph)
     fed: dict[str, np.ndarray] = {}
     nodes = list(graph.graph.node)
     products = matrix_products(graph, weights)

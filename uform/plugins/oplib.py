@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-ABI = 1  # uform_ops_abi() of the library this module speaks to
+ABI = 2  # uform_ops_abi() of the library this module speaks to
 VARIANTS = ("avx2", "avx512", "avx512-bf16")  # kernel variants, by the index the ops take
 BF16, E4M3 = 0, 1  # weight types, as the library numbers them
 ENVIRONMENT = "UFORM_OPS_LIBRARY"
@@ -110,6 +110,27 @@ class OpLibrary:
             raise OpLibraryError(f"uform_gemm failed ({rc})")
         return y
 
+    def attention(
+        self, qkv: np.ndarray, items: int, heads: int, mask: np.ndarray | None = None, causal: bool = False, threads: int = 1
+    ) -> np.ndarray:
+        """The ``Attention`` op outside ONNX Runtime: ``qkv`` float32 [items * tokens, 3W];
+        ``mask`` additive, [items, tokens] (padding), or [tokens, tokens] when ``causal``."""
+        qkv = np.ascontiguousarray(qkv, np.float32)
+        rows, triple = qkv.shape
+        tokens, width = rows // max(items, 1), triple // 3
+        if mask is not None:
+            mask = np.ascontiguousarray(mask, np.float32)
+            if mask.shape != ((tokens, tokens) if causal else (items, tokens)):
+                raise ValueError(f"mask must be {'[tokens, tokens]' if causal else '[items, tokens]'}, got {list(mask.shape)}")
+        out = np.empty((rows, width), np.float32)
+        rc = self.handle.uform_attention(
+            _pointer(qkv), _pointer(mask), int(causal), _pointer(out), _I64(items), _I64(tokens), _I64(heads),
+            _I64(width // heads), max(1, threads),
+        )  # fmt: skip
+        if rc != 0:
+            raise OpLibraryError(f"uform_attention failed ({rc})")
+        return out
+
 
 HUGE_PAGE = 2 << 20
 
@@ -163,6 +184,7 @@ def library() -> OpLibrary:
     handle.uform_packed_elements.restype = ctypes.c_int64
     handle.uform_pack.restype = ctypes.c_int64
     handle.uform_gemm.restype = ctypes.c_int
+    handle.uform_attention.restype = ctypes.c_int
     handle.uform_ops_runnable.restype = ctypes.c_uint
     mask = int(handle.uform_ops_runnable())
     return OpLibrary(path, handle, frozenset(v for i, v in enumerate(VARIANTS) if mask >> i & 1))

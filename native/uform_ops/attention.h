@@ -1,0 +1,19 @@
+// Fused multi-head attention (attention.cpp): what one call computes, and its task function.
+#pragma once
+
+#include <cstdint>
+
+namespace uform {
+
+struct Attention {
+  const float* qkv;     // [items * tokens, 3 * heads * head_dim]: q, k, v of each token
+  const float* mask;    // additive: [items, tokens] (padding), [tokens, tokens] (causal), or null
+  bool mask_per_query;  // the [tokens, tokens] form
+  float* out;           // [items * tokens, heads * head_dim]
+  int64_t items, tokens, heads, head_dim;  // head_dim a multiple of 8
+};
+
+// Task (item, head) = (task / heads, task % heads); tasks touch disjoint parts of `out`.
+void attention_task(const Attention& a, int64_t task);
+
+}  // namespace uform

@@ -1,0 +1,76 @@
+"""Fusing a tower graph's attentions into the op library's ``ai.uform.Attention``.
+
+The graph builder records where each attention is (:data:`uform.core.graph.ATTENTION_SITES`
+in the model's metadata): its fused qkv projection, the ``[batch, tokens]`` shape, the
+additive mask and the context it makes. Everything that lies between the projection and
+the context — reshapes, transposes, the scaled scores, the mask, the softmax, the product
+with the values — becomes one node. A site whose intermediate values are read elsewhere,
+or whose heads are not a multiple of 8 wide, is left as it is.
+"""
+
+from __future__ import annotations
+
+import json
+
+import onnx
+from onnx import helper
+
+from uform.core.graph import ATTENTION_SITES
+
+DOMAIN = "ai.uform"
+
+
+def fuse_attention(graph: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of ``graph`` with every recorded attention as one ``ai.uform.Attention`` node."""
+    props = {p.key: p.value for p in graph.metadata_props}
+    sites = json.loads(props.get(ATTENTION_SITES, "[]"))
+    nodes = list(graph.graph.node)
+    producer = {out: i for i, node in enumerate(nodes) for out in node.output}
+    readers: dict[str, list[int]] = {}
+    for i, node in enumerate(nodes):
+        for name in node.input:
+            readers.setdefault(name, []).append(i)
+    outputs = {o.name for o in graph.graph.output}
+    dropped: set[int] = set()
+    fused: dict[int, onnx.NodeProto] = {}
+    for site in sites:
+        context = site["context"]
+        if site["head_dim"] % 8 or context not in producer:
+            continue
+        region = _after(site["qkv"], nodes, readers) & _before(context, nodes, producer)
+        made = {out for i in region for out in nodes[i].output} - {context}
+        if made & outputs or any(j not in region for name in made for j in readers.get(name, [])):
+            continue
+        inputs = [site["qkv"], site["shape"]] + ([site["mask"]] if site["mask"] else [])
+        end = producer[context]
+        dropped |= region - {end}
+        fused[end] = helper.make_node("Attention", inputs, [context], name=f"{context}:attention", domain=DOMAIN, heads=site["heads"])
+    out = onnx.ModelProto()
+    out.CopyFrom(graph)
+    del out.graph.node[:]
+    out.graph.node.extend(fused.get(i, node) for i, node in enumerate(nodes) if i not in dropped)
+    return out
+
+
+def _after(value: str, nodes: list[onnx.NodeProto], readers: dict[str, list[int]]) -> set[int]:
+    """The nodes that read ``value``, directly or through others."""
+    seen: set[int] = set()
+    stack = [value]
+    while stack:
+        for i in readers.get(stack.pop(), []):
+            if i not in seen:
+                seen.add(i)
+                stack.extend(nodes[i].output)
+    return seen
+
+
+def _before(value: str, nodes: list[onnx.NodeProto], producer: dict[str, int]) -> set[int]:
+    """The nodes ``value`` is made from, directly or through others."""
+    seen: set[int] = set()
+    stack = [value]
+    while stack:
+        i = producer.get(stack.pop())
+        if i is not None and i not in seen:
+            seen.add(i)
+            stack.extend(nodes[i].input)
+    return seen
