@@ -1,4 +1,4 @@
-// Fused multi-head attention (attention.cpp): what one call computes, and its task function.
+// Fused multi-head attention (attention.cpp, AVX-512 F): what one call computes, and its task.
 #pragma once
 
 #include <cstdint>
@@ -10,7 +10,8 @@ struct Attention {
   const float* mask;    // additive: [items, tokens] (padding), [tokens, tokens] (causal), or null
   bool mask_per_query;  // the [tokens, tokens] form
   float* out;           // [items * tokens, heads * head_dim]
-  int64_t items, tokens, heads, head_dim;  // head_dim a multiple of 8
+  int64_t items, tokens, heads, head_dim;  // head_dim a multiple of 16
+  int64_t item;  // the item a task works on (set by the task)
 };
 
 // Task (item, head) = (task / heads, task % heads); tasks touch disjoint parts of `out`.

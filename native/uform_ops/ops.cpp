@@ -10,7 +10,7 @@
 // 2 avx512-bf16) naming the kernels and `n` the output width; and
 //   Attention(qkv: float[B * T, 3 * W], shape: int64[2] = (B, T), mask?: float) -> float[B * T, W]
 // multi-head attention of `heads` heads over a fused qkv projection, the additive mask
-// [B, 1, 1, T] (padding) or [T, T] (causal), float32 throughout. A kernel whose instructions this CPU lacks is
+// [B, 1, 1, T] (padding) or [T, T] (causal), float32 throughout (AVX-512 F). A kernel whose instructions this CPU lacks is
 // refused when the session is created, with a message; nothing runs an illegal instruction.
 // Work runs on ONNX Runtime's intra-op thread pool (KernelContext_ParallelFor).
 #include <onnxruntime_c_api.h>
@@ -354,7 +354,7 @@ OrtStatus* attend(AttentionKernel* op, OrtKernelContext* ctx) {
   if (qd.size() != 2 || items < 0 || tokens < 0 || qd[0] != items * tokens || qd[1] % (3 * op->heads) != 0)
     return fail(api, name + ": qkv must be [items * tokens, 3 * heads * head_dim]");
   const int64_t width = qd[1] / 3, head_dim = width / op->heads;
-  if (head_dim % 8 != 0) return fail(api, name + ": head_dim must be a multiple of 8");
+  if (head_dim % 16 != 0) return fail(api, name + ": head_dim must be a multiple of 16");
   Attention a{};
   if (mask) {
     ORT_TRY(shape_of(api, mask, md));
@@ -389,8 +389,8 @@ struct AttentionOp : OrtCustomOp {
         return fail(api, "ai.uform.Attention: the attribute 'heads' is missing");
       }
       if (heads < 1) return fail(api, "ai.uform.Attention: heads must be positive");
-      if (!runnable(kAVX2))
-        return api->CreateStatus(ORT_NOT_IMPLEMENTED, "ai.uform.Attention: this CPU lacks AVX2 and FMA");
+      if (!runnable(kAVX512))
+        return api->CreateStatus(ORT_NOT_IMPLEMENTED, "ai.uform.Attention: this CPU lacks AVX-512");
       auto* kernel = new (std::nothrow) AttentionKernel{api, heads};
       if (!kernel) return api->CreateStatus(ORT_FAIL, "out of memory");
       *out = kernel;
@@ -525,12 +525,12 @@ UFORM_EXPORT int uform_gemm(int variant, const float* x, int64_t m, int64_t k, c
   return 0;
 }
 
-// Attention outside ONNX Runtime (for parity tests): answers 0, 1 without AVX2, 2 for bad arguments.
+// Attention outside ONNX Runtime (for parity tests): answers 0, 1 without AVX-512, 2 for bad arguments.
 UFORM_EXPORT int uform_attention(const float* qkv, const float* mask, int mask_per_query, float* out, int64_t items,
                                  int64_t tokens, int64_t heads, int64_t head_dim, int threads) {
-  if (!runnable(kAVX2)) return 1;
-  if (items < 0 || tokens < 0 || heads < 1 || head_dim < 8 || head_dim % 8) return 2;
-  const Attention a{qkv, mask, mask_per_query != 0, out, items, tokens, heads, head_dim};
+  if (!runnable(kAVX512)) return 1;
+  if (items < 0 || tokens < 0 || heads < 1 || head_dim < 16 || head_dim % 16) return 2;
+  const Attention a{qkv, mask, mask_per_query != 0, out, items, tokens, heads, head_dim, 0};
   spread(items * heads, threads, [&](int64_t t) { attention_task(a, t); });
   return 0;
 }

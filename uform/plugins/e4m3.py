@@ -46,6 +46,7 @@ VARIANT_OF = {
     CPUClass.X86_64_V4_VNNI_BF16: "avx512-bf16",
     CPUClass.X86_64_AMX: "avx512-bf16",
 }
+FUSED_ATTENTION = frozenset({"avx512", "avx512-bf16"})  # variants whose loads run attention as one op (AVX-512)
 COMPUTE = {
     "avx2": "float32 products of weights widened in cache (avx2 kernels)",
     "avx512": "float32 products of weights widened in cache (avx512 kernels)",
@@ -104,9 +105,10 @@ def lower(
 ) -> Lowered:
     """``graph`` with every ``Gemm(x, W, b, transB=1)`` over a checkpoint matrix made the
     library's op over ``W`` packed for ``variant`` (the blocks' matrices quantized to E4M3
-    when ``quantize``), every attention one ``Attention`` op, and the remaining weights
-    widened to float32."""
-    graph = fuse_attention(graph)
+    when ``quantize``), every attention one ``Attention`` op for the AVX-512 variants, and the
+    remaining weights widened to float32."""
+    if variant in FUSED_ATTENTION:
+        graph = fuse_attention(graph)
     fed: dict[str, np.ndarray] = {}
     nodes = list(graph.graph.node)
     products = matrix_products(graph, weights)
