@@ -6,10 +6,11 @@ The transformer's matrix products become the library's ONNX Runtime custom ops (
 FLOAT8 E4M3 (FN) with a scale per output channel (other matrices stay BF16). Each matrix is
 packed once, natively, straight from the checkpoint's bytes into the panels its kernels read,
 and fed to the session with every run (a graph input, so ONNX Runtime neither copies nor
-owns it); no float32 copy of a matrix exists and nothing is written to
-disk. The few small tensors the standard ops take (norms, biases, class tokens, positions,
-byte embeddings; under 1 % of the weights) are float32 initializers. With memory domains,
-each domain's session has its own copy, packed on the domain's CPUs.
+owns it); no float32 copy of a matrix exists and nothing is written to disk. The few small
+tensors the standard ops take (norms, biases, class tokens, positions, byte embeddings;
+under 1 % of the weights) are float32 initializers. With memory domains, each domain's
+session has its own copy, packed on the domain's CPUs. With the AVX-512 kernels each
+attention also runs as one ``Attention`` op (:mod:`uform.plugins.attention`).
 
 Kernels come in a variant per CPU class — AVX2 FMA (x86-64-v3), AVX-512 FMA (x86-64-v4),
 AVX-512 BF16 dot products (x86-64-v4+vnni+bf16 and AMX machines) — chosen by the detected or
