@@ -1,0 +1,108 @@
+// The library's plain C entries, for ctypes: its ABI, the variants this CPU runs, packing,
+// and the products outside ONNX Runtime (parity tests and benchmarks).
+#include "attention.h"
+#include "library.h"
+
+namespace uform {
+
+constexpr int kAbi = 2;  // bump when an exported signature or an op's contract changes
+const Kernel* const kernels[kVariants] = {&kernel_avx2, &kernel_avx512, &kernel_avx512bf16};
+
+namespace {
+std::atomic<uint64_t> serials{1};
+}  // namespace
+
+uint64_t next_serial() { return serials++; }
+
+bool runnable(int variant) {
+  __builtin_cpu_init();
+  switch (variant) {
+    case kAVX2:
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    case kAVX512:
+      return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+             __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("fma");
+    case kAVX512BF16:
+      return runnable(kAVX512) && __builtin_cpu_supports("avx512bf16");
+    default:
+      return false;
+  }
+}
+
+}  // namespace uform
+
+using namespace uform;
+
+UFORM_EXPORT int uform_ops_abi() { return kAbi; }
+
+UFORM_EXPORT const char* uform_ops_variant_name(int variant) {
+  return variant >= 0 && variant < kVariants ? kernels[variant]->name : nullptr;
+}
+
+// Bit v set when this CPU runs variant v.
+UFORM_EXPORT unsigned uform_ops_runnable() {
+  unsigned mask = 0;
+  for (int v = 0; v < kVariants; ++v)
+    if (runnable(v)) mask |= 1u << v;
+  return mask;
+}
+
+// Elements (uint16 for BF16, bytes for E4M3) of an [n, k] matrix packed for `variant`.
+UFORM_EXPORT int64_t uform_packed_elements(int variant, int64_t n, int64_t k) {
+  return variant >= 0 && variant < kVariants && n > 0 && k > 0 ? packed_elements(n, k, *kernels[variant]) : -1;
+}
+
+// w: BF16 bits [n, k] -> out (zeroed, uform_packed_elements long) packed for `variant`, as
+// BF16 or as E4M3FN codes with scale[n] (w ~ code * scale, per output channel). Answers -1,
+// -2 for bad arguments, -3 when this CPU cannot run `variant`, or the flat index of a weight that is NaN or infinite (out is then
+// partly written).
+UFORM_EXPORT int64_t uform_pack(int variant, int wtype, const uint16_t* w, int64_t n, int64_t k, void* out, float* scale,
+                                int threads) {
+  if (variant < 0 || variant >= kVariants || n <= 0 || k <= 0 || (wtype != kBF16 && wtype != kE4M3)) return -2;
+  if (wtype == kE4M3 && scale == nullptr) return -2;
+  if (!runnable(variant)) return -3;
+  const Kernel& kern = *kernels[variant];
+  const int64_t pieces = (n + kern.nr - 1) / kern.nr;  // a panel each: no two threads share a cache line
+  std::atomic<int64_t> bad{-1};
+  spread(pieces, threads, [&](int64_t i) {
+    const int64_t found = pack_rows(w, k, kern, wtype, out, scale, i * kern.nr, std::min(n, (i + 1) * kern.nr));
+    int64_t none = -1;
+    if (found >= 0) bad.compare_exchange_strong(none, found);
+  });
+  return bad.load();
+}
+
+// The product outside ONNX Runtime (for parity tests and benchmarks of the kernels alone);
+// w packed by uform_pack for the same variant.
+// Answers 0, 1 when this CPU cannot run `variant`, 2 for bad arguments, 3 out of memory.
+UFORM_EXPORT int uform_gemm(int variant, const float* x, int64_t m, int64_t k, const void* w, int wtype, int64_t n,
+                            const float* scale, const float* bias, float* y, int threads) {
+  if (variant < 0 || variant >= kVariants || !runnable(variant)) return 1;
+  if (m < 0 || n < 0 || k <= 0 || (wtype != kBF16 && wtype != kE4M3)) return 2;
+  if (m == 0 || n == 0) return 0;
+  const Kernel& kern = *kernels[variant];
+  Gemm g{x, w, scale, bias, y, nullptr, m, n, k, (k + 1) / 2 * 2, wtype, next_serial()};
+  std::vector<uint16_t> xb;
+  try {
+    if (kern.bf16_x) xb.resize(size_t(m) * size_t(g.kpad));
+  } catch (const std::bad_alloc&) {
+    return 3;
+  }
+  if (kern.bf16_x) {
+    g.xb = xb.data();
+    spread((m + 63) / 64, threads, [&](int64_t i) { kern.round_rows(x, k, xb.data(), g.kpad, i * 64, std::min(m, (i + 1) * 64)); });
+  }
+  spread(tasks(g, kern), threads, [&](int64_t t) { kern.task(g, t); });
+  return 0;
+}
+
+// Attention outside ONNX Runtime (for parity tests): answers 0, 1 without AVX-512, 2 for bad arguments.
+UFORM_EXPORT int uform_attention(const float* qkv, const float* mask, int mask_per_query, float* out, int64_t items,
+                                 int64_t tokens, int64_t heads, int64_t head_dim, int threads) {
+  if (!runnable(kAVX512)) return 1;
+  if (items < 0 || tokens < 0 || heads < 1 || head_dim < 16 || head_dim % 16) return 2;
+  const Attention a{qkv, mask, mask_per_query != 0, out, items, tokens, heads, head_dim, 0};
+  spread(items * heads, threads, [&](int64_t t) { attention_task(a, t); });
+  return 0;
+}
+

@@ -1,0 +1,49 @@
+// What the library's files share: the kernel variants and which this CPU runs, product
+// serials, packing (pack.cpp), and spreading work over threads outside ONNX Runtime.
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <thread>
+#include <vector>
+
+#include "gemm.h"
+
+#define UFORM_EXPORT extern "C" __attribute__((visibility("default")))
+
+namespace uform {
+
+extern const Kernel* const kernels[kVariants];
+
+// Whether this CPU has the instructions of `variant` (checked before any of its code runs).
+bool runnable(int variant);
+
+// A number no other product had: a thread's decoded panel is reused within one product only.
+uint64_t next_serial();
+
+// Rows [begin, end) of w (BF16 bits, [n, k]) written into `out` packed for `kern`, as BF16
+// or quantized to E4M3 with a scale per row; answers -1, or the flat index of a weight that
+// is NaN or infinite. `out` arrives zeroed (the padding stays zero).
+int64_t pack_rows(const uint16_t* w, int64_t k, const Kernel& kern, int wtype, void* out, float* scale, int64_t begin,
+                  int64_t end);
+
+// `count` pieces of work over `threads` std::threads (for the ctypes entries, outside ORT).
+template <class F>
+void spread(int64_t count, int threads, F&& piece) {
+  threads = int(std::max<int64_t>(1, std::min<int64_t>(threads, count)));
+  if (threads == 1) {
+    for (int64_t i = 0; i < count; ++i) piece(i);
+    return;
+  }
+  std::atomic<int64_t> next{0};
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads - 1; ++t)
+    pool.emplace_back([&] {
+      for (int64_t i; (i = next++) < count;) piece(i);
+    });
+  for (int64_t i; (i = next++) < count;) piece(i);
+  for (auto& th : pool) th.join();
+}
+
+}  // namespace uform
