@@ -13,7 +13,7 @@ import pytest
 
 BENCHMARKS = Path(__file__).parents[1] / "benchmarks"
 RUNS = {  # script → (smallest arguments, keys its result file must have)
-    "text": (["--presets", "tiny", "--seconds", "0.02"], {"peak_gflops", "runs"}),
+    "text": (["--presets", "tiny", "--seconds", "0.02", "--rounds", "1"], {"peak_gflops", "runs", "batch64_vs_batch1"}),
     "audio": (["--presets", "tiny", "--items", "4", "--threads", "1", "--seconds", "0.02"], {"items", "presets"}),
     "choose": (["--presets", "tiny", "--seconds", "0.02", "--examples", "200"], {"throughput", "calibration"}),
     "lowp": (["--towers", "text:tiny", "--seconds", "0.02", "--runs", "uform bf16,uform e4m3 dql,ort int8 nbits,torch bf16 autocast"], {"variant", "runs"}),
