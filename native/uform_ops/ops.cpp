@@ -146,10 +146,38 @@ OrtStatus* compute(OpKernel* op, OrtKernelContext* ctx) {
   return nullptr;
 }
 
+// What every op of the library shares: it runs on the CPU provider, makes one float output,
+// takes no variadic arguments, and its kernels (of type K, with `api` and `name`) compute
+// through Run, an allocation that fails becoming a status that names the op.
+template <class K, OrtStatus* (*Run)(K*, OrtKernelContext*)>
+void common(OrtCustomOp& op) {
+  op.version = ORT_API_VERSION;
+  op.KernelComputeV2 = [](void* kernel, OrtKernelContext* ctx) -> OrtStatus* {
+    auto* k = static_cast<K*>(kernel);
+    try {
+      return Run(k, ctx);
+    } catch (const std::bad_alloc&) {
+      return k->api->CreateStatus(ORT_FAIL, (k->name + ": out of memory").c_str());
+    }
+  };
+  op.KernelDestroy = [](void* kernel) { delete static_cast<K*>(kernel); };
+  op.GetExecutionProviderType = [](const OrtCustomOp*) -> const char* { return "CPUExecutionProvider"; };
+  op.GetOutputTypeCount = [](const OrtCustomOp*) -> size_t { return 1; };
+  op.GetOutputType = [](const OrtCustomOp*, size_t) { return ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT; };
+  op.GetOutputCharacteristic = [](const OrtCustomOp*, size_t) { return INPUT_OUTPUT_REQUIRED; };
+  op.GetInputMemoryType = [](const OrtCustomOp*, size_t) { return OrtMemTypeDefault; };
+  op.GetVariadicInputMinArity = [](const OrtCustomOp*) { return 1; };
+  op.GetVariadicInputHomogeneity = [](const OrtCustomOp*) { return 1; };
+  op.GetVariadicOutputMinArity = [](const OrtCustomOp*) { return 1; };
+  op.GetVariadicOutputHomogeneity = [](const OrtCustomOp*) { return 1; };
+  op.GetStartVersion = [](const OrtCustomOp*) { return 1; };
+  op.GetEndVersion = [](const OrtCustomOp*) { return 1 << 30; };
+}
+
 template <int WType>
 struct Op : OrtCustomOp {
   Op() : OrtCustomOp{} {
-    version = ORT_API_VERSION;
+    common<OpKernel, compute>(*this);
     CreateKernelV2 = [](const OrtCustomOp*, const OrtApi* api, const OrtKernelInfo* info, void** out) -> OrtStatus* {
       const std::string name = WType == kE4M3 ? "ai.uform.MatMulE4M3" : "ai.uform.MatMulBF16";
       int64_t variant = -1;
@@ -172,36 +200,16 @@ struct Op : OrtCustomOp {
       *out = kernel;
       return nullptr;
     };
-    KernelComputeV2 = [](void* kernel, OrtKernelContext* ctx) -> OrtStatus* {
-      auto* op = static_cast<OpKernel*>(kernel);
-      try {
-        return compute(op, ctx);
-      } catch (const std::bad_alloc&) {
-        return op->api->CreateStatus(ORT_FAIL, (op->name + ": out of memory").c_str());
-      }
-    };
-    KernelDestroy = [](void* kernel) { delete static_cast<OpKernel*>(kernel); };
     GetName = [](const OrtCustomOp*) { return WType == kE4M3 ? "MatMulE4M3" : "MatMulBF16"; };
-    GetExecutionProviderType = [](const OrtCustomOp*) -> const char* { return "CPUExecutionProvider"; };
     GetInputTypeCount = [](const OrtCustomOp*) -> size_t { return WType == kE4M3 ? 4 : 3; };
     GetInputType = [](const OrtCustomOp*, size_t i) {
       if (i == 1) return WType == kE4M3 ? ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8 : ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT16;
       return ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
     };
-    GetOutputTypeCount = [](const OrtCustomOp*) -> size_t { return 1; };
-    GetOutputType = [](const OrtCustomOp*, size_t) { return ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT; };
     GetInputCharacteristic = [](const OrtCustomOp*, size_t i) {
       const size_t bias = WType == kE4M3 ? 3 : 2;
       return i == bias ? INPUT_OUTPUT_OPTIONAL : INPUT_OUTPUT_REQUIRED;
     };
-    GetOutputCharacteristic = [](const OrtCustomOp*, size_t) { return INPUT_OUTPUT_REQUIRED; };
-    GetInputMemoryType = [](const OrtCustomOp*, size_t) { return OrtMemTypeDefault; };
-    GetVariadicInputMinArity = [](const OrtCustomOp*) { return 1; };
-    GetVariadicInputHomogeneity = [](const OrtCustomOp*) { return 1; };
-    GetVariadicOutputMinArity = [](const OrtCustomOp*) { return 1; };
-    GetVariadicOutputHomogeneity = [](const OrtCustomOp*) { return 1; };
-    GetStartVersion = [](const OrtCustomOp*) { return 1; };
-    GetEndVersion = [](const OrtCustomOp*) { return 1 << 30; };
   }
 };
 
@@ -213,11 +221,12 @@ const Op<kE4M3> matmul_e4m3;
 struct AttentionKernel {
   const OrtApi* api;
   int64_t heads;
+  std::string name = "ai.uform.Attention";
 };
 
 OrtStatus* attend(AttentionKernel* op, OrtKernelContext* ctx) {
   const OrtApi* api = op->api;
-  const std::string name = "ai.uform.Attention";
+  const std::string& name = op->name;
   size_t inputs = 0;
   ORT_TRY(api->KernelContext_GetInputCount(ctx, &inputs));
   const OrtValue *qkv = nullptr, *shape = nullptr, *mask = nullptr;
@@ -261,7 +270,7 @@ OrtStatus* attend(AttentionKernel* op, OrtKernelContext* ctx) {
 
 struct AttentionOp : OrtCustomOp {
   AttentionOp() : OrtCustomOp{} {
-    version = ORT_API_VERSION;
+    common<AttentionKernel, attend>(*this);
     CreateKernelV2 = [](const OrtCustomOp*, const OrtApi* api, const OrtKernelInfo* info, void** out) -> OrtStatus* {
       int64_t heads = 0;
       if (OrtStatus* status = api->KernelInfoGetAttribute_int64(info, "heads", &heads)) {
@@ -271,37 +280,17 @@ struct AttentionOp : OrtCustomOp {
       if (heads < 1) return fail(api, "ai.uform.Attention: heads must be positive");
       if (!runnable(kAVX512))
         return api->CreateStatus(ORT_NOT_IMPLEMENTED, "ai.uform.Attention: this CPU lacks AVX-512");
-      auto* kernel = new (std::nothrow) AttentionKernel{api, heads};
+      auto* kernel = new (std::nothrow) AttentionKernel{api, heads, "ai.uform.Attention"};
       if (!kernel) return api->CreateStatus(ORT_FAIL, "out of memory");
       *out = kernel;
       return nullptr;
     };
-    KernelComputeV2 = [](void* kernel, OrtKernelContext* ctx) -> OrtStatus* {
-      auto* op = static_cast<AttentionKernel*>(kernel);
-      try {
-        return attend(op, ctx);
-      } catch (const std::bad_alloc&) {
-        return op->api->CreateStatus(ORT_FAIL, "ai.uform.Attention: out of memory");
-      }
-    };
-    KernelDestroy = [](void* kernel) { delete static_cast<AttentionKernel*>(kernel); };
     GetName = [](const OrtCustomOp*) { return "Attention"; };
-    GetExecutionProviderType = [](const OrtCustomOp*) -> const char* { return "CPUExecutionProvider"; };
     GetInputTypeCount = [](const OrtCustomOp*) -> size_t { return 3; };
     GetInputType = [](const OrtCustomOp*, size_t i) {
       return i == 1 ? ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64 : ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
     };
-    GetOutputTypeCount = [](const OrtCustomOp*) -> size_t { return 1; };
-    GetOutputType = [](const OrtCustomOp*, size_t) { return ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT; };
     GetInputCharacteristic = [](const OrtCustomOp*, size_t i) { return i == 2 ? INPUT_OUTPUT_OPTIONAL : INPUT_OUTPUT_REQUIRED; };
-    GetOutputCharacteristic = [](const OrtCustomOp*, size_t) { return INPUT_OUTPUT_REQUIRED; };
-    GetInputMemoryType = [](const OrtCustomOp*, size_t) { return OrtMemTypeDefault; };
-    GetVariadicInputMinArity = [](const OrtCustomOp*) { return 1; };
-    GetVariadicInputHomogeneity = [](const OrtCustomOp*) { return 1; };
-    GetVariadicOutputMinArity = [](const OrtCustomOp*) { return 1; };
-    GetVariadicOutputHomogeneity = [](const OrtCustomOp*) { return 1; };
-    GetStartVersion = [](const OrtCustomOp*) { return 1; };
-    GetEndVersion = [](const OrtCustomOp*) { return 1 << 30; };
   }
 };
 
