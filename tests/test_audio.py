@@ -19,7 +19,7 @@ import uform
 from ckpt import make_checkpoint
 from uform.core import checkpoint
 from uform.core.host import get_host
-from uform.plugins import _recordings, audio, sources
+from uform.plugins import audio, recordings, sources
 
 R, N = 16000, 16000  # the tiny preset's rate and window
 
@@ -46,10 +46,10 @@ def clips(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {name: media.write_format(d, name, media.tone(2.0, rate, (440.0, 880.0))) for name, (_, _, _, rate) in media.FORMATS.items()}
 
 
-def decode_item(index: int, item: object, tower: audio.AudioTower) -> _recordings.Recording:
-    """``_recordings.decode`` of one item as the verb sees it (checked, at position ``index``)."""
+def decode_item(index: int, item: object, tower: audio.AudioTower) -> recordings.Recording:
+    """``recordings.decode`` of one item as the verb sees it (checked, at position ``index``)."""
     (source,) = sources.sources([item], "recordings")
-    return _recordings.decode(dataclasses.replace(source, index=index), tower.sample_rate, tower.samples)
+    return recordings.decode(dataclasses.replace(source, index=index), tower.sample_rate, tower.samples)
 
 
 def embed(model: uform.Model, files: list[Any], **kw: Any) -> np.ndarray:
@@ -144,13 +144,13 @@ def test_mono_reads_every_sample_format(fmt: str) -> None:
 
     rng = np.random.default_rng(4)
     x = rng.uniform(-0.9, 0.9, (3, 64))  # three channels, a layout no mean shortcut fits
-    dtype, scale = _recordings._KINDS[fmt.rstrip("p")]
+    dtype, scale = recordings._KINDS[fmt.rstrip("p")]
     raw = x * (1 / scale) + (128 if fmt == "u8" else 0)
     raw = np.round(raw).astype(dtype) if np.issubdtype(dtype, np.integer) else raw.astype(dtype)
     planar = fmt.endswith("p")
     frame = av.AudioFrame.from_ndarray(raw if planar else np.ascontiguousarray(raw.T).reshape(1, -1), format=fmt, layout="3.0")
     want = (raw.astype(np.float64) - (128 if fmt == "u8" else 0)).mean(axis=0) * scale
-    np.testing.assert_allclose(_recordings.mono(frame), want, atol=1e-6)
+    np.testing.assert_allclose(recordings.mono(frame), want, atol=1e-6)
 
 
 def test_wav_at_the_tower_rate_is_exactly_its_samples(model: uform.Model, tmp_path: Path) -> None:
@@ -172,7 +172,7 @@ def test_stereo_is_the_mean_of_channels_and_resampling_keeps_the_tail(model: ufo
     assert not window[8000:].any()  # then zero padding
     # files and buffers share the resampler: the same samples give the same window
     pcm = media.pcm16(np.stack([left, np.zeros_like(left)])).astype(np.float32) / 32768
-    np.testing.assert_array_equal(_recordings.resample(0, pcm.mean(axis=1, dtype=np.float32), 44100, tower.sample_rate, tower.samples).samples, window)
+    np.testing.assert_array_equal(recordings.resample(0, pcm.mean(axis=1, dtype=np.float32), 44100, tower.sample_rate, tower.samples).samples, window)
     np.testing.assert_allclose(embed(model, [path]), embed_samples(model, [pcm.mean(axis=1, dtype=np.float32)], 44100), atol=1e-6)
 
 
@@ -182,7 +182,7 @@ def test_resampling_loses_no_sample_however_short(rate: int) -> None:
         if n * R > 2_000_000 * rate:
             continue  # more than the 2 M samples of this window
         x = np.random.default_rng(n).uniform(-0.5, 0.5, n).astype(np.float32)
-        window = _recordings.Window(R, 2_000_000)
+        window = recordings.Window(R, 2_000_000)
         for start in range(0, n, 5000):
             window.add(x[start : start + 5000], rate)
         out = window.finish()
@@ -192,7 +192,7 @@ def test_resampling_loses_no_sample_however_short(rate: int) -> None:
 
 
 def test_a_rate_change_mid_stream_flushes_and_goes_on() -> None:
-    window = _recordings.Window(R, 10**6)
+    window = recordings.Window(R, 10**6)
     window.add(np.ones(4410, np.float32) * 0.5, 44100)  # 0.1 s
     window.add(np.ones(800, np.float32) * 0.5, 8000)  # 0.1 s
     window.add(np.ones(1600, np.float32) * 0.5, R)  # 0.1 s, not resampled
@@ -239,7 +239,7 @@ def test_tags_that_are_not_utf8_do_not_fail_a_file(model: uform.Model, tower: au
     path = media.bad_tags_flac(tmp_path / "latin1-title.flac", signal, 44100)
     window = decode_item(0, path, tower).samples
     pcm = media.pcm16(signal)[:, 0].astype(np.float32) / 32768
-    np.testing.assert_allclose(window, _recordings.resample(0, pcm, 44100, tower.sample_rate, tower.samples).samples, atol=1e-4)
+    np.testing.assert_allclose(window, recordings.resample(0, pcm, 44100, tower.sample_rate, tower.samples).samples, atol=1e-4)
 
 
 def test_ten_hour_recording_costs_its_window(model: uform.Model, tmp_path: Path) -> None:

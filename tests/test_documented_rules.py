@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import uform
-from uform.plugins import _recordings
+from uform.plugins import recordings
 
 
 def test_i8_has_one_scale_per_embedding_row_and_per_token_vector(tiny_model: uform.Model) -> None:
@@ -77,15 +77,15 @@ def _stack(x, w, depth: int, heads: int):  # type: ignore[no-untyped-def]
 @pytest.mark.parametrize(("n", "rate"), [(1000, 44100), (17, 48000), (5, 8000), (44101, 44100), (999, 22050)])
 def test_resampled_length_and_tail(n: int, rate: int, monkeypatch: pytest.MonkeyPatch) -> None:
     fed: list[int] = []
-    real = _recordings.Window._resample
+    real = recordings.Window._resample
 
-    def spy(self: _recordings.Window, x: np.ndarray, source_rate: int) -> list[np.ndarray]:
+    def spy(self: recordings.Window, x: np.ndarray, source_rate: int) -> list[np.ndarray]:
         fed.append(len(x))
         return real(self, x, source_rate)
 
-    monkeypatch.setattr(_recordings.Window, "_resample", spy)
+    monkeypatch.setattr(recordings.Window, "_resample", spy)
     tone = np.sin(np.arange(n, dtype=np.float32) / 7).astype(np.float32)
-    window = _recordings.Window(16000, 10**6)
+    window = recordings.Window(16000, 10**6)
     window.add(tone, rate)
     got = window.finish()
     assert window.produced == (n * 16000 + rate // 2) // rate  # n R / rate rounded

@@ -8,11 +8,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).parents[1]
 # private modules still imported from outside their package, and why they are not renamed yet
-PENDING_MODULES = {
-    "uform.plugins._recordings": "tests/test_audio.py; the audio plugin's engineer renames it",
-    "uform.plugins._sessions": "tests of the cpu and cuda backends; renamed with the e4m3 work on those files",
-}
-PENDING_ATTRIBUTES = {"uform/plugins/choose.py"}  # arena._lease/_carve until choose moves to arena.lease/carve
+PENDING_MODULES: dict[str, str] = {}
+PENDING_ATTRIBUTES: set[str] = set()
 
 
 def package_of(path: Path) -> str:

@@ -2,7 +2,7 @@
 
 Tensors and math are in docs/checkpoint.md ("Audio tower"); decoding rules in docs/media.md
 ("Audio"). The host turns each recording into the tower's window of ``N`` samples
-(:mod:`uform.plugins._recordings`: decode, mix to mono, resample, in the executor's
+(:mod:`uform.plugins.recordings`: decode, mix to mono, resample, in the executor's
 threads). The log-mel front end runs inside the ONNX graph: framing is a ``Gather``, the
 windowed DFT (folded on the frame's symmetry, half the products) and the mel filters are
 constant matrices built from the config.
@@ -29,7 +29,7 @@ from uform.core.prepare import ItemBatches
 from uform.core.runtime import Call
 from uform.core.stats import EncodeStats
 
-from ._recordings import Recording, buffers, decode, resample
+from .recordings import Recording, buffers, decode, resample
 from ._sources import sources
 
 if TYPE_CHECKING:

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 from onnx import TensorProto
 
-from uform.core.arena import Arena, RowsTape
+from uform.core.arena import Arena, RowsTape, carve, lease
 from uform.core.config import Geometry, ModelConfig
 from uform.core.errors import InputError
 from uform.core.graph import GraphBuilder
@@ -246,7 +246,7 @@ def text_choose(
     batches = plan(lengths, call.rows(MAX_ROWS), call.rows(TOKEN_BUDGET))
     tracker = Progress(progress, progress_steps, count)
     thunks = [functools.partial(feeds, chunks, lengths, idx) for idx in batches]
-    with arena._lease():
+    with lease(arena):
         logits = np.empty((count, BYTES), np.float32)
 
         def consume(batch: Batch, result: list[np.ndarray]) -> None:
@@ -254,7 +254,7 @@ def text_choose(
 
         waited, computed = run_batches(call, thunks, ["logits"], tracker, consume)
         probs = probabilities(logits, flat, offsets, temps[groups])
-        generation, (values, tape_offsets) = arena._carve([(probs.shape, np.dtype(np.float32)), (offsets.shape, np.dtype(np.int64))])
+        generation, (values, tape_offsets) = carve(arena, [(probs.shape, np.dtype(np.float32)), (offsets.shape, np.dtype(np.int64))])
         values[...], tape_offsets[...] = probs, offsets
     count_call(stats, count, len(batches), waited, computed, started)
     count_bytes(stats, full, lengths, batches)

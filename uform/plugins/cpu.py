@@ -31,7 +31,7 @@ from uform.core.plugin import Backend, LoadRequest, Placement, Runner, TowerPlan
 from uform.core.types import CPUClass, Scalar
 from uform.core.weights import bind_external, remove_tree
 from uform.plugins import dequantize
-from uform.plugins._sessions import Replicas, on_cpus, ort_values, session_options
+from uform.plugins.sessions import Replicas, on_cpus, ort_values, session_options
 
 # Flags each class adds to the one before it, lowest class first; a machine runs every
 # class whose flags (and those of every class below it) it has.

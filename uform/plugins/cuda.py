@@ -1,7 +1,7 @@
 """The CUDA backend: ONNX Runtime's CUDA execution provider, for ``Model.load_vram``.
 
 One replica of every tower per device in ``devices``; a tower's calls are spread over its
-replicas (:class:`~uform.plugins._sessions.Replicas`: whole calls to the least-busy
+replicas (:class:`~uform.plugins.sessions.Replicas`: whole calls to the least-busy
 replica, large batches cut into row ranges that run on every replica at once). Outputs
 come back to the host and the verbs write them into the caller's arena as on the CPU.
 
@@ -40,7 +40,7 @@ from uform.core.plugin import Backend, LoadRequest, Placement, Runner, TowerPlan
 from uform.core.types import GPUClass, Scalar
 from uform.core.weights import bind_external, remove_tree
 from uform.plugins import dequantize
-from uform.plugins._sessions import Replicas, ort_values, session_options
+from uform.plugins.sessions import Replicas, ort_values, session_options
 from uform.plugins.gpus import check_devices, choose_class, detect
 
 PROVIDER = "CUDAExecutionProvider"

@@ -34,7 +34,7 @@ from uform.core.hookspecs import hookimpl
 from uform.core.plugin import Backend, LoadRequest, Placement, Runner, TowerPlan
 from uform.core.types import CPUClass, Scalar
 from uform.core.weights import matrix_products, with_nodes
-from uform.plugins._sessions import Replicas, on_cpus, ort_values, session_options
+from uform.plugins.sessions import Replicas, on_cpus, ort_values, session_options
 from uform.plugins.attention import fuse_attention
 from uform.plugins.cpu import check_domains, choose_class, domain_plan, machine_classes, numa_nodes
 from uform.plugins.oplib import VARIANTS, OpLibrary, OpLibraryError, library
