@@ -324,11 +324,11 @@ def test_on_and_deferred_run_on_the_executor(tiny_model: uform.Model) -> None:
         uform.Executor(threads=0)
 
 
-def test_describe(tiny_model: uform.Model) -> None:
-    d = tiny_model.describe()
+def test_describe(tiny_text: Path) -> None:
+    d = uform.Model.load_ram(tiny_text, quantization=Scalar.F32).describe()
     assert isinstance(d, tuple) and len(d) == 8
     assert d._fields == ("dimensions", "context", "quantization", "memory_usage", "cpu_class", "gpu_class", "token_width", "choice_temperature_groups")
-    assert (d.dimensions, d.context, d.quantization, d.gpu_class, d.token_width, d.choice_temperature_groups) == (32, 32, Scalar.BF16, None, 16, 0)
+    assert (d.dimensions, d.context, d.quantization, d.gpu_class, d.token_width, d.choice_temperature_groups) == (32, 32, Scalar.F32, None, 16, 0)
     assert d.cpu_class is not None
     assert d.memory_usage == 88704 * 4  # one float32 copy of every weight
 
