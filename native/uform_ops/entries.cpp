@@ -14,6 +14,12 @@ std::atomic<uint64_t> serials{1};
 
 uint64_t next_serial() { return serials++; }
 
+uint16_t* rounded_x(size_t elements) {
+  thread_local std::vector<uint16_t> buffer;
+  if (buffer.size() < elements) buffer.resize(elements);  // may throw bad_alloc: callers report it
+  return buffer.data();
+}
+
 bool runnable(int variant) {
   __builtin_cpu_init();
   switch (variant) {
@@ -82,15 +88,15 @@ UFORM_EXPORT int uform_gemm(int variant, const float* x, int64_t m, int64_t k, c
   if (m == 0 || n == 0) return 0;
   const Kernel& kern = *kernels[variant];
   Gemm g{x, w, scale, bias, y, nullptr, m, n, k, (k + 1) / 2 * 2, wtype, next_serial()};
-  std::vector<uint16_t> xb;
-  try {
-    if (kern.bf16_x) xb.resize(size_t(m) * size_t(g.kpad));
-  } catch (const std::bad_alloc&) {
-    return 3;
-  }
   if (kern.bf16_x) {
-    g.xb = xb.data();
-    spread((m + 63) / 64, threads, [&](int64_t i) { kern.round_rows(x, k, xb.data(), g.kpad, i * 64, std::min(m, (i + 1) * 64)); });
+    uint16_t* xb = nullptr;
+    try {
+      xb = rounded_x(size_t(m) * size_t(g.kpad));
+    } catch (const std::bad_alloc&) {
+      return 3;
+    }
+    g.xb = xb;
+    spread((m + 63) / 64, threads, [&](int64_t i) { kern.round_rows(x, k, xb, g.kpad, i * 64, std::min(m, (i + 1) * 64)); });
   }
   spread(tasks(g, kern), threads, [&](int64_t t) { kern.task(g, t); });
   return 0;

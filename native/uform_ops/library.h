@@ -28,6 +28,10 @@ uint64_t next_serial();
 int64_t pack_rows(const uint16_t* w, int64_t k, const Kernel& kern, int wtype, void* out, float* scale, int64_t begin,
                   int64_t end);
 
+// The calling thread's buffer for x rounded to BF16, at least `elements` long: kept from call
+// to call (a fresh one was paged in and zeroed on every product: a quarter of a base fc2's time).
+uint16_t* rounded_x(size_t elements);
+
 // `count` pieces of work over `threads` std::threads (for the ctypes entries, outside ORT).
 template <class F>
 void spread(int64_t count, int threads, F&& piece) {

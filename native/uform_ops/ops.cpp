@@ -119,12 +119,10 @@ OrtStatus* compute(OpKernel* op, OrtKernelContext* ctx) {
   g.m = m, g.n = n, g.k = k, g.kpad = (k + 1) / 2 * 2, g.wtype = op->wtype;
   g.serial = next_serial();
   const Kernel* kern = op->kern;
-  std::vector<uint16_t> xb;
   Parallel par{&g, kern, nullptr, 64};
   if (kern->bf16_x) {
-    xb.resize(size_t(m) * size_t(g.kpad));
-    g.xb = xb.data();
-    par.xb = xb.data();
+    par.xb = rounded_x(size_t(m) * size_t(g.kpad));  // the calling thread's: concurrent runs each have their own
+    g.xb = par.xb;
     const int64_t pieces = (m + par.rows_per_piece - 1) / par.rows_per_piece;
     ORT_TRY(api->KernelContext_ParallelFor(
         ctx,
