@@ -24,7 +24,7 @@ template <int R>
 static inline void micro(const Gemm& g, int64_t row, int64_t n0, const Panel* panel, int64_t begin, int64_t end,
                          bool first, bool last) {
   __m512 acc[R][2];
-  load_sums<R>(g, row, n0, first, acc);
+  load_sums<R, 2>(g, row, n0, first, acc);
   const float* x = g.x + row * g.k;
   for (int64_t i = begin; i < end; ++i) {
     const __m512 b0 = _mm512_load_ps(panel + i * NR);
@@ -36,7 +36,7 @@ static inline void micro(const Gemm& g, int64_t row, int64_t n0, const Panel* pa
       acc[r][1] = _mm512_fmadd_ps(a, b1, acc[r][1]);
     }
   }
-  store_sums<R>(g, row, n0, last, acc);
+  store_sums<R, 2>(g, row, n0, last, acc);
 }
 
 #include "tiling.inc"
