@@ -130,6 +130,8 @@ def test_bf16_and_e4m3_loads_run_on_the_library(tiny_text: Path) -> None:
     f32 = uform.Model.load_ram(tiny_text, quantization=Scalar.F32)
     held = uform.Model.load_ram(tiny_text)  # bf16, as stored
     quantized = uform.Model.load_ram(tiny_text, quantization=Scalar.E4M3)
+    if held.describe().cpu_class not in e4m3.VARIANT_OF:
+        pytest.skip(f"the library has no kernels for this machine's class {held.describe().cpu_class}")
     variant = e4m3.VARIANT_OF[held.describe().cpu_class]  # type: ignore[index]
     for model, scalar in ((held, Scalar.BF16), (quantized, Scalar.E4M3)):
         assert model.describe().quantization == scalar
@@ -138,8 +140,13 @@ def test_bf16_and_e4m3_loads_run_on_the_library(tiny_text: Path) -> None:
     reference, got_bf16, got_e4m3 = embeddings(f32), embeddings(held), embeddings(quantized)
     assert np.sum(reference * got_bf16, axis=1).min() > 0.9999
     assert np.sum(got_bf16 * got_e4m3, axis=1).min() > 0.99
-    # E4M3 holds half the bytes of BF16's matrices (a tiny tower: float32 norms and padding weigh in)
-    assert quantized.describe().memory_usage < 0.75 * held.describe().memory_usage
+    # E4M3 holds half the bytes of BF16's matrices (on a tiny tower the float32 norms, their
+    # copy in the session and the panels' padding outweigh the matrices: compare the small one)
+    from ckpt import make_checkpoint
+
+    small = make_checkpoint(tiny_text.parent / "small-text-memory.safetensors", "small", 0, ["text"])
+    bf16_bytes = uform.Model.load_ram(small).describe().memory_usage
+    assert uform.Model.load_ram(small, quantization=Scalar.E4M3).describe().memory_usage < 0.75 * bf16_bytes
 
 
 @needs_library

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -104,6 +105,29 @@ def with_nodes(model: onnx.ModelProto, nodes: list[onnx.NodeProto], arrays: Mapp
     out.graph.node.extend(nodes)
     out.graph.initializer.extend(in_memory(name, array) for name, array in arrays.items())
     return out
+
+
+@dataclass(frozen=True)
+class Lowered:
+    """A tower graph as a backend runs it: the big weights are graph inputs fed on every run
+    from ``fed`` (ONNX Runtime copies initializers it is handed, so feeding is what keeps one
+    copy: none is made, at load or at run); the small tensors are in-memory initializers
+    from ``initializers`` (copied in)."""
+
+    graph: onnx.ModelProto
+    fed: dict[str, np.ndarray]
+    initializers: dict[str, np.ndarray]
+
+    @property
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in (*self.fed.values(), *self.initializers.values()))
+
+
+def lowered(model: onnx.ModelProto, nodes: list[onnx.NodeProto], fed: dict[str, np.ndarray], initializers: dict[str, np.ndarray]) -> Lowered:
+    """:class:`Lowered` over a copy of ``model`` with ``nodes``, ``fed`` declared as inputs."""
+    graph = with_nodes(model, nodes, initializers)
+    graph.graph.input.extend(onnx.helper.make_tensor_value_info(n, _onnx_type(a.dtype), a.shape) for n, a in fed.items())
+    return Lowered(graph, fed, initializers)
 
 
 def remove_tree(directory: Path) -> None:

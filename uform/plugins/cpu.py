@@ -31,7 +31,7 @@ from uform.core.plugin import Backend, LoadRequest, Placement, Runner, TowerPlan
 from uform.core.types import CPUClass, Scalar
 from uform.core.weights import bind_external, remove_tree
 from uform.plugins import dequantize
-from uform.plugins.sessions import Replicas, on_cpus, ort_values, session_options
+from uform.plugins.sessions import Fed, Replicas, on_cpus, ort_values, session_options
 
 # Flags each class adds to the one before it, lowest class first; a machine runs every
 # class whose flags (and those of every class below it) it has.
@@ -247,19 +247,19 @@ def _dequantizing(tower: TowerPlan, plan: Plan, advance: Callable[[int], None]) 
     """Sessions over E4M3 codes dequantized before each product, read from memory."""
     import onnxruntime as ort
 
-    graph, arrays = dequantize.lower(tower.graph, tower.weights)
+    low = dequantize.lower(tower.graph, tower.weights)
     advance(sum(w.nbytes for w in tower.weights.values()))
-    values = ort_values(arrays)
-    model = graph.SerializeToString()
+    values, model = ort_values(low.initializers), low.graph.SerializeToString()
 
     def start(cpus: list[int] | None, threads: int) -> Any:
         options = session_options(threads, cpus)
         options.execution_order = ort.ExecutionOrder.PRIORITY_BASED  # each weight dropped after its product
-        options.add_external_initializers(list(values), list(values.values()))  # copied into the session
-        return on_cpus(cpus, lambda: ort.InferenceSession(model, options, providers=["CPUExecutionProvider"]))
+        options.add_external_initializers(list(values), list(values.values()))  # small: copied in
+        session = on_cpus(cpus, lambda: ort.InferenceSession(model, options, providers=["CPUExecutionProvider"]))
+        return Fed(session, low.fed, low.nbytes)  # the codes are fed: one copy, shared by the domains
 
     sessions = [start(cpus, threads) for cpus, threads in plan]
-    return sessions, sum(a.nbytes for a in arrays.values()) * len(sessions)
+    return sessions, low.nbytes + sum(a.nbytes for a in low.initializers.values()) * len(sessions)  # + each session's copy
 
 
 @hookimpl

@@ -40,8 +40,8 @@ from uform.core.plugin import Backend, LoadRequest, Placement, Runner, TowerPlan
 from uform.core.types import GPUClass, Scalar
 from uform.core.weights import bind_external, remove_tree
 from uform.plugins import dequantize
-from uform.plugins.sessions import Replicas, ort_values, session_options
 from uform.plugins.gpus import check_devices, choose_class, detect
+from uform.plugins.sessions import Replicas, session_options
 
 PROVIDER = "CUDAExecutionProvider"
 COMPUTE = "tf32"  # "tf32": float32 with TF32 products; "f16": weight matrix products in float16 (experimental)
@@ -300,15 +300,11 @@ def _float_sessions(name: str, tower: TowerPlan, devices: list[int], options: An
 
 def _fp8_sessions(tower: TowerPlan, devices: list[int], threads: int, advance: Callable[[int], None]) -> tuple[list[Runner], int]:
     """Sessions over the blocks' matrices as E4M3 codes in VRAM, dequantized before each product."""
-    graph, arrays = dequantize.lower(tower.graph, tower.weights)
+    low = dequantize.lower(tower.graph, tower.weights)
     advance(sum(w.nbytes for w in tower.weights.values()))
-    values, model = ort_values(arrays), graph.SerializeToString()
-    sessions = []
-    for device in devices:
-        options = session_options(threads)
-        options.add_external_initializers(list(values), list(values.values()))  # copied onto the device
-        sessions.append(start_session(model, options, device))
-    return sessions, sum(a.nbytes for a in arrays.values()) * len(sessions)
+    model = dequantize.embedded(low)  # each device copies it in
+    sessions = [start_session(model, session_options(threads), device) for device in devices]
+    return sessions, low.nbytes * len(sessions)
 
 
 @hookimpl

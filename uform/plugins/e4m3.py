@@ -21,9 +21,7 @@ Exported towers never use these ops (see ``uform.exporters``).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Iterable, Mapping
 
 import numpy as np
 import onnx
@@ -33,11 +31,11 @@ from uform.core.errors import CheckpointError
 from uform.core.hookspecs import hookimpl
 from uform.core.plugin import Backend, LoadRequest, Placement, Runner, TowerPlan
 from uform.core.types import CPUClass, Scalar
-from uform.core.weights import matrix_products, with_nodes
-from uform.plugins.sessions import Replicas, on_cpus, ort_values, session_options
+from uform.core.weights import Lowered, lowered, matrix_products
 from uform.plugins.attention import fuse_attention
 from uform.plugins.cpu import check_domains, choose_class, domain_plan, machine_classes, numa_nodes
 from uform.plugins.oplib import VARIANTS, OpLibrary, OpLibraryError, library
+from uform.plugins.sessions import Fed, Replicas, on_cpus, ort_values, session_options
 
 DOMAIN = "ai.uform"
 MIN_ONNXRUNTIME = (1, 21)  # the C API version the library is built against
@@ -90,17 +88,6 @@ def describe_here() -> str:
     return f"{what}; library {library().path}"
 
 
-@dataclass(frozen=True)
-class Lowered:
-    """A tower graph for the library: packed matrices (and E4M3 scales) are graph inputs fed
-    on every run from ``fed`` (no copy is made of them, at load or at run); the small tensors
-    the standard ops take are in-memory initializers from ``initializers`` (copied in)."""
-
-    graph: onnx.ModelProto
-    fed: dict[str, np.ndarray]
-    initializers: dict[str, np.ndarray]
-
-
 def lower(
     graph: onnx.ModelProto, weights: Mapping[str, np.ndarray], quantize: bool, variant: str, lib: OpLibrary, threads: int
 ) -> Lowered:
@@ -131,21 +118,9 @@ def lower(
         n = weights[matrix].shape[0]
         nodes[index] = helper.make_node(op, inputs, list(node.output), name=node.name, domain=DOMAIN, variant=VARIANTS.index(variant), n=n)
     initializers = {name: stored.astype(np.float32) for name, stored in weights.items() if name not in fed}
-    lowered = with_nodes(graph, nodes, initializers)
-    lowered.graph.input.extend(helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape) for n, a in fed.items())
-    lowered.opset_import.append(helper.make_opsetid(DOMAIN, 1))
-    return Lowered(lowered, fed, initializers)
-
-
-class Fed:
-    """A session whose packed weights are fed with every run (a :class:`~uform.core.plugin.Runner`);
-    ``nbytes`` is what it holds (the packed weights and its initializers)."""
-
-    def __init__(self, session: Any, weights: Mapping[str, np.ndarray], nbytes: int) -> None:
-        self.session, self.weights, self.nbytes = session, dict(weights), nbytes
-
-    def run(self, output_names: Sequence[str] | None, input_feed: Mapping[str, np.ndarray]) -> list[np.ndarray]:
-        return self.session.run(output_names, {**input_feed, **self.weights})  # type: ignore[no-any-return]
+    out = lowered(graph, nodes, fed, initializers)
+    out.graph.opset_import.append(helper.make_opsetid(DOMAIN, 1))
+    return out
 
 
 def open_ram(request: LoadRequest) -> Placement:
@@ -163,13 +138,14 @@ def open_ram(request: LoadRequest) -> Placement:
     for name, tower in request.towers.items():
 
         def place(cpus: list[int] | None, threads: int, tower: TowerPlan = tower) -> Fed:
-            lowered = lower(tower.graph, tower.weights, quantize, variant, lib, threads)
-            values = ort_values(lowered.initializers)
+            low = lower(tower.graph, tower.weights, quantize, variant, lib, threads)
+            values = ort_values(low.initializers)
             options = session_options(threads, cpus)
             options.register_custom_ops_library(str(lib.path))
             options.add_external_initializers(list(values), list(values.values()))  # small: copied in
-            session = ort.InferenceSession(lowered.graph.SerializeToString(), options, providers=["CPUExecutionProvider"])
-            return Fed(session, lowered.fed, sum(a.nbytes for a in (*lowered.fed.values(), *lowered.initializers.values())))
+            session = ort.InferenceSession(low.graph.SerializeToString(), options, providers=["CPUExecutionProvider"])
+            copied = sum(a.nbytes for a in low.initializers.values())  # ONNX Runtime's copy of the initializers
+            return Fed(session, low.fed, low.nbytes + copied)
 
         sessions = [on_cpus(cpus, lambda cpus=cpus, threads=threads: place(cpus, threads)) for cpus, threads in plan]  # type: ignore[misc]
         request.advance(sum(w.nbytes for w in tower.weights.values()))

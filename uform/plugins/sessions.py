@@ -45,8 +45,8 @@ def session_options(threads: int, affinity: Iterable[int] | None = None) -> Any:
 
 
 def ort_values(arrays: Mapping[str, np.ndarray]) -> dict[str, Any]:
-    """ONNX Runtime values over ``arrays`` without a copy (float8 arrays by their ONNX type),
-    for ``SessionOptions.add_external_initializers`` (which copies them into the session)."""
+    """ONNX Runtime values over ``arrays`` without a copy (float8 arrays by their ONNX type:
+    numpy feeds of them are refused), for feeds and in-memory initializers."""
     import ml_dtypes
     import onnxruntime as ort
     from onnx import TensorProto
@@ -58,6 +58,17 @@ def ort_values(arrays: Mapping[str, np.ndarray]) -> dict[str, Any]:
         else:
             values[name] = ort.OrtValue.ortvalue_from_numpy(array)
     return values
+
+
+class Fed:
+    """A session whose big weights are graph inputs fed with every run (a
+    :class:`~uform.core.plugin.Runner`); ``nbytes`` is what it holds."""
+
+    def __init__(self, session: Any, weights: Mapping[str, np.ndarray], nbytes: int) -> None:
+        self.session, self.weights, self.nbytes = session, ort_values(weights), nbytes
+
+    def run(self, output_names: Sequence[str] | None, input_feed: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+        return self.session.run(output_names, {**input_feed, **self.weights})  # type: ignore[no-any-return]
 
 
 def affinity_string(cpus: Iterable[int], threads: int) -> str:
