@@ -21,7 +21,7 @@ from .core.executor import Deferred, DeferredOn, Executor, On
 from .core.hookspecs import hookimpl
 from .core.stats import EncodeStats
 from .core.types import CPUClass, GPUClass, ModelDescription, Outputs, Scalar
-from .model import Model
+from .model import Model, default_checkpoint
 from .plugins.text import TextEncodeStats
 
 __version__ = "4.0.0rc1"
@@ -48,5 +48,5 @@ __all__ = [
     "Deferred", "DeferredOn", "EncodeStats", "Encoded", "Executor", "GPUClass", "InputError",
     "Model", "ModelDescription", "On", "Outputs", "PluginConflictError", "PluginError",
     "RowsTape", "Scalar", "StaleArenaError", "TextEncodeStats", "UformError", "UnsupportedError",
-    "hookimpl",
+    "default_checkpoint", "hookimpl",
 ]  # fmt: skip

@@ -27,6 +27,7 @@ import numpy as np
 from .core import safetensors
 from .core.checkpoint import map_file
 from .core.config import ModelConfig
+from .core.progress import ProgressHandler
 
 if TYPE_CHECKING:
     from .model import Model
@@ -171,14 +172,14 @@ def fit_temperatures(
 # -- through a model --------------------------------------------------------------------
 
 
-def choice_logits(model: Model, examples: Sequence[Example]) -> tuple[np.ndarray, np.ndarray]:
+def choice_logits(model: Model, examples: Sequence[Example], progress: ProgressHandler | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Each example's choice logits (float64, flat) and offsets, up to a constant per row."""
     from . import Arena, InputError
 
     temps = np.asarray(_temperatures(model), np.float64)
     groups = [e.group if e.group < len(temps) else 0 for e in examples]
     try:
-        tape = model.text_choose([e.text for e in examples], [e.choices for e in examples], Arena(), temperature_groups=groups)
+        tape = model.text_choose([e.text for e in examples], [e.choices for e in examples], Arena(), temperature_groups=groups, progress=progress)
     except InputError as exc:
         raise ValueError(f"example {exc.index}: {exc.reason}") from None
     probs, offsets = tape.to_numpy()
@@ -240,9 +241,11 @@ def calibrate(
     seed: int = 0,
     groups: int | None = None,
     bins: int = 15,
+    progress: ProgressHandler | None = None,
 ) -> CalibrationReport:
     """Fit one temperature per group on a random ``1 - holdout`` of ``examples``, report ECE and
-    NLL before and after on the rest, and write the calibrated checkpoint to ``out`` if given."""
+    NLL before and after on the rest, and write the calibrated checkpoint to ``out`` if given.
+    ``progress(done, total)`` follows the scoring of the examples (``text_choose``'s progress)."""
     from . import Model
 
     items: Sequence[Example] = read_examples(examples) if isinstance(examples, (str, os.PathLike)) else examples
@@ -255,7 +258,7 @@ def calibrate(
     count = groups if groups is not None else max(len(previous), 1 + max(e.group for e in items))
     if any(e.group >= count for e in items):
         raise ValueError(f"an example names group {max(e.group for e in items)}, beyond the {count} groups asked for")
-    logits, offsets = choice_logits(model, items)
+    logits, offsets = choice_logits(model, items, progress)
     answers = np.array([e.answer for e in items], np.int64)
     group_of = np.array([e.group for e in items], np.int64)
     order = np.random.default_rng(seed).permutation(len(items))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import os
 import threading
+from pathlib import Path
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, BinaryIO
 
@@ -28,9 +29,25 @@ if TYPE_CHECKING:
     from .plugins.video import VideoEncodeStats
 
 _PathLike = str | os.PathLike[str]
+DEFAULT_CHECKPOINT = Path(__file__).parent / "data" / "default.safetensors"
 _Texts = Iterable[str | bytes]
 _Files = Iterable[_PathLike | bytes | BinaryIO]
 _Words = Sequence[int]
+
+
+def default_checkpoint() -> Path:
+    """The path of the small trained checkpoint that ships inside the package: what
+    ``Model.load_ram()`` and ``Model.load_vram()`` load when given no path, and what every
+    ``uform`` command uses when given no ``--model``.
+
+    Raises ``FileNotFoundError`` naming the path when the file is missing from this install.
+    """
+    if not DEFAULT_CHECKPOINT.is_file():
+        raise FileNotFoundError(
+            f"the default checkpoint {DEFAULT_CHECKPOINT} is missing from this install of uform "
+            "(it ships inside the package as uform/data/default.safetensors); reinstall uform, or give a checkpoint's path"
+        )
+    return DEFAULT_CHECKPOINT
 
 
 class _Life:
@@ -79,7 +96,7 @@ class Model:
     @classmethod
     def load_ram(
         cls,
-        path: _PathLike,
+        path: _PathLike | None = None,
         /,
         *,
         memory_domains: Sequence[int] | None = None,
@@ -89,7 +106,8 @@ class Model:
         progress: ProgressHandler | None = None,
         progress_steps: int = 0,
     ) -> Model:
-        """Copies a checkpoint file into host memory."""
+        """Copies a checkpoint file into host memory; with no ``path``, the default checkpoint
+        (:func:`default_checkpoint`)."""
         return _mapped(path, lambda buffer: cls.load_ram_buffer(
             buffer, memory_domains=memory_domains, cpu_class=cpu_class, executor=executor,
             quantization=quantization, progress=progress, progress_steps=progress_steps,
@@ -117,7 +135,7 @@ class Model:
     @classmethod
     def load_vram(
         cls,
-        path: _PathLike,
+        path: _PathLike | None = None,
         /,
         *,
         devices: Sequence[int] | None = None,
@@ -127,7 +145,8 @@ class Model:
         progress: ProgressHandler | None = None,
         progress_steps: int = 0,
     ) -> Model:
-        """Copies a checkpoint file onto the named GPUs."""
+        """Copies a checkpoint file onto the named GPUs; with no ``path``, the default checkpoint
+        (:func:`default_checkpoint`)."""
         return _mapped(path, lambda buffer: cls.load_vram_buffer(
             buffer, devices=devices, gpu_class=gpu_class, executor=executor,
             quantization=quantization, progress=progress, progress_steps=progress_steps,
@@ -355,10 +374,11 @@ class Model:
         return f"Model(towers={list(self._runtime.towers)}, dimensions={d.dimensions}, quantization={d.quantization.name}{closed})"
 
 
-def _mapped(path: _PathLike, load: Callable[[memoryview], Model]) -> Model:
-    """``load`` over the bytes of ``path``, copied into anonymous memory (``read_file``), never
-    a map of the file: nothing loaded refers to the file, so it may shrink or change meanwhile."""
-    return load(read_file(path))
+def _mapped(path: _PathLike | None, load: Callable[[memoryview], Model]) -> Model:
+    """``load`` over the bytes of ``path`` (the default checkpoint when None), copied into
+    anonymous memory (``read_file``), never a map of the file: nothing loaded refers to the
+    file, so it may shrink or change meanwhile."""
+    return load(read_file(default_checkpoint() if path is None else path))
 
 
 def _runtime(buffer: Buffer, **options: Any) -> Runtime:

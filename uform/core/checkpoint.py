@@ -16,6 +16,7 @@ from . import safetensors
 from .config import ModelConfig, make_config
 from .errors import CheckpointError, UnsupportedError
 from .host import Host
+from .progress import Progress, ProgressHandler
 
 PRESETS: dict[str, dict[str, int]] = {
     "tiny": {"dimensions": 32, "context": 32},
@@ -110,12 +111,13 @@ def map_file(path: str | os.PathLike[str]) -> mmap.mmap:
 
 
 def new(
-    host: Host, preset: str, seed: int, modalities: Sequence[str] | None = None
+    host: Host, preset: str, seed: int, modalities: Sequence[str] | None = None, progress: ProgressHandler | None = None
 ) -> tuple[ModelConfig, dict[str, np.ndarray]]:
     """A random-initialised checkpoint: the same arguments always give the same tensors.
 
     Each tensor is drawn from its own generator, seeded by ``seed`` and the tensor's name,
-    so the values do not depend on which other towers are present.
+    so the values do not depend on which other towers are present. ``progress(done, total)``
+    is called after each tensor, counting parameters (False cancels: ``CancelledError``).
     """
     if preset not in PRESETS:
         raise ValueError(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}")
@@ -129,13 +131,15 @@ def new(
     shape = PRESETS[preset]
     config = make_config(shape["dimensions"], shape["context"], {name: t.presets[preset] for name, t in towers.items()})
     tensors: dict[str, np.ndarray] = {}
-    for name, tower in towers.items():
-        parsed = tower.read(config.towers[name], config)
-        for tensor, spec in tower.tensors(parsed, config).items():
+    specs = {name: tower.tensors(tower.read(config.towers[name], config), config) for name, tower in towers.items()}
+    done = Progress(progress, 0, sum(int(np.prod(spec.shape)) for named in specs.values() for spec in named.values()))
+    for named in specs.values():
+        for tensor, spec in named.items():
             digest = hashlib.sha256(f"{seed}:{tensor}".encode()).digest()
             rng = np.random.default_rng(int.from_bytes(digest[:8], "little"))
             values = rng.standard_normal(spec.shape, dtype=np.float32) * np.float32(spec.std) + np.float32(spec.mean)
             tensors[tensor] = values.astype(ml_dtypes.bfloat16)
+            done.advance(values.size)
     return config, tensors
 
 

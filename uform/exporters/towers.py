@@ -22,6 +22,7 @@ from uform.core import safetensors
 from uform.core.checkpoint import map_file
 from uform.core.config import ModelConfig
 from uform.core.host import get_host
+from uform.core.progress import Progress, ProgressHandler
 from uform.core.runtime import build_graph, plan_towers
 from uform.core.weights import embed
 
@@ -57,8 +58,13 @@ def _bf16_with_casts(model: onnx.ModelProto, weights: dict[str, np.ndarray]) -> 
     return out
 
 
-def export_towers(checkpoint: str | os.PathLike[str], outdir: str | os.PathLike[str], quantization: str = "f32") -> dict[str, Path]:
-    """Write every tower the installed plugins serve; answer tower name → ``.onnx`` path."""
+def export_towers(
+    checkpoint: str | os.PathLike[str], outdir: str | os.PathLike[str], quantization: str = "f32", progress: ProgressHandler | None = None
+) -> dict[str, Path]:
+    """Write every tower the installed plugins serve; answer tower name → ``.onnx`` path.
+
+    ``progress(done, total)`` is called as each tower is written, counting the stored bytes of
+    the towers' weights (False cancels: ``CancelledError``; towers written so far stay)."""
     if quantization not in QUANTIZATIONS:
         raise ValueError(f"quantization must be one of {', '.join(QUANTIZATIONS)}; got {quantization!r}")
     out = Path(outdir)
@@ -68,7 +74,10 @@ def export_towers(checkpoint: str | os.PathLike[str], outdir: str | os.PathLike[
     try:
         container = safetensors.parse(memoryview(mapped))
         config = ModelConfig.from_metadata(container.metadata)
-        for name, (modality, parsed, specs) in plan_towers(container, config, get_host()).items():
+        planned = plan_towers(container, config, get_host())
+        sizes = {name: sum(container.entries[w].end - container.entries[w].begin for w in specs) for name, (_, _, specs) in planned.items()}
+        done = Progress(progress, 0, sum(sizes.values()))
+        for name, (modality, parsed, specs) in planned.items():
             graph = build_graph(name, modality, parsed, config, specs)
             weights = {w: container.array(w) for w in specs}
             if quantization == "bf16":
@@ -78,6 +87,7 @@ def export_towers(checkpoint: str | os.PathLike[str], outdir: str | os.PathLike[
             written[name] = _save(model, out, name, config, quantization)
             _describe(model, out, name, config, quantization)
             del weights, model
+            done.advance(sizes[name])
     finally:
         del container
         try:

@@ -1,0 +1,55 @@
+"""The ``uform`` command: encode and search media, evaluate, describe and make checkpoints.
+
+One module per group of commands: ``encode`` (and the output it writes), ``search``,
+``demo`` (``demo-media``, ``evaluate``), ``checkpoints`` (``new``, ``describe``,
+``similarity``, ``export``, ``calibrate``, ``plugins``); ``inputs`` gathers and encodes
+what ``encode`` and ``search`` read; ``common`` holds progress bars and model loading.
+Every command's model defaults to the one shipped with uform. docs/cli.md documents each.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from . import checkpoints, demo, encode, search
+
+
+def parser() -> argparse.ArgumentParser:
+    from uform import __version__
+
+    p = argparse.ArgumentParser(prog="uform", description="uform: one multimodal encoder checkpoint, every modality, on ONNX Runtime. "
+                                "Every command's model defaults to the one shipped with uform; docs/cli.md documents each.")  # fmt: skip
+    p.add_argument("--version", action="version", version=f"uform {__version__}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    encode.add_parser(sub)
+    search.add_parser(sub)
+    demo.add_parsers(sub)
+    checkpoints.add_parsers(sub)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command; answer its exit status: 0 done, 1 done but some inputs failed (``encode``,
+    ``search``), 2 an error (one line, ``uform: error: ...``, on stderr) or a usage error."""
+    try:
+        args = parser().parse_args(argv)
+    except SystemExit as exc:  # --help, --version, usage errors: argparse printed what it had to
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
+    try:
+        return int(args.run(args))
+    except KeyboardInterrupt:
+        print("uform: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # noqa: BLE001 - the CLI reports errors as one line
+        from uform.core.errors import UformError
+
+        if isinstance(exc, (UformError, OSError, ValueError, TypeError)):
+            print(f"uform: error: {exc}", file=sys.stderr)
+            return 2
+        raise
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,7 @@
+"""``python -m uform.cli``: the ``uform`` command."""
+
+import sys
+
+from . import main
+
+sys.exit(main())

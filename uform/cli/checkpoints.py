@@ -1,0 +1,173 @@
+"""Commands about checkpoints: ``new``, ``describe``, ``similarity``, ``export``, ``calibrate``, ``plugins``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+import numpy as np
+
+from .common import Bar, add_model, add_quiet, load, model_path
+
+
+def add_parsers(sub: Any) -> None:
+    p = sub.add_parser("new", help="write a random-initialised checkpoint (deterministic)")
+    p.add_argument("out", help="path of the .safetensors file to write")
+    p.add_argument("--preset", choices=["tiny", "small", "base"], default="tiny")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--modalities", default="all", help="comma-separated modalities, or 'all' (default)")
+    add_quiet(p)
+    p.set_defaults(run=_new)
+
+    p = sub.add_parser("describe", help="what a model is: Model.describe(), its backend and what it computes in")
+    add_model(p)
+    p.add_argument("--json", action="store_true", help="print a JSON object")
+    p.set_defaults(run=_describe)
+
+    p = sub.add_parser(
+        "plugins", help="list the plugins found, with versions, load errors and conflicts (UFORM_BLOCK_PLUGINS=a,b skips plugins)"
+    )
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(run=_plugins)
+
+    p = sub.add_parser("export", help="write each tower as a standalone .onnx plus a JSON of its inputs, outputs and preprocessing")
+    p.add_argument("checkpoint", nargs="?", default=None, help="the checkpoint (default: the model shipped with uform)")
+    p.add_argument("outdir")
+    p.add_argument("--quantization", choices=["f32", "bf16"], default="f32", help="weights in the .onnx files (default f32)")
+    add_quiet(p)
+    p.set_defaults(run=_export)
+
+    p = sub.add_parser(
+        "similarity", help="encode texts and print their cosine similarity table",
+        description="Encode texts and print their cosine similarity table. A first TEXT naming an existing "
+        ".safetensors file is the checkpoint (the form `uform similarity CHECKPOINT TEXT...`).",
+    )  # fmt: skip
+    add_model(p)
+    p.add_argument("texts", nargs="+", metavar="TEXT")
+    p.set_defaults(run=_similarity)
+
+    p = sub.add_parser("calibrate", help="fit text_choose temperatures per question group; write a calibrated checkpoint")
+    p.add_argument("checkpoint", nargs="?", default=None, help="the checkpoint (default: the model shipped with uform)")
+    p.add_argument("examples", help="JSON lines: {\"text\", \"choices\", \"answer\", \"group\"?} (docs/choose.md)")
+    p.add_argument("--out", required=True, help="path of the calibrated checkpoint to write")
+    p.add_argument("--holdout", type=float, default=0.25, help="fraction held out to measure ECE (default 0.25)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the fit / held-out split")
+    p.add_argument("--groups", type=int, default=None, help="number of groups (default: the checkpoint's count or as many as the examples name, whichever is more)")
+    p.add_argument("--bins", type=int, default=15, help="confidence bins of the ECE (default 15)")
+    p.add_argument("--json", action="store_true")
+    add_quiet(p)
+    p.set_defaults(run=_calibrate)
+
+
+def _new(args: argparse.Namespace) -> int:
+    from uform.core import checkpoint
+    from uform.core.host import get_host
+
+    modalities = None if args.modalities in (None, "all") else [m.strip() for m in args.modalities.split(",") if m.strip()]
+    with Bar("initialising", quiet=args.quiet, unit="param") as bar:
+        config, tensors = checkpoint.new(get_host(), args.preset, args.seed, modalities, progress=bar.handler())
+        bar.describe(f"writing {args.out}")
+        checkpoint.save(args.out, config, tensors)
+    params = sum(t.size for t in tensors.values())
+    print(f"wrote {args.out}: preset {args.preset}, seed {args.seed}, towers {', '.join(config.towers)}, {params:,} parameters")
+    return 0
+
+
+def description(args: argparse.Namespace) -> dict[str, Any]:
+    """What ``describe`` prints: the checkpoint, ``Model.describe()``'s fields, backend and compute."""
+    model = load(args)
+    with model:
+        d = model.describe()
+        fields = {k: (v.value if hasattr(v, "value") else v) for k, v in d._asdict().items()}
+        return {"model": str(model_path(args)), **fields, "backend": model.backend, "compute": model.compute}
+
+
+def _describe(args: argparse.Namespace) -> int:
+    info = description(args)
+    if args.json:
+        print(json.dumps(info, indent=2))
+        return 0
+    width = max(len(k) for k in info)
+    for key, value in info.items():
+        print(f"{key.ljust(width)}  {'-' if value is None else value}")
+    return 0
+
+
+def _plugins(args: argparse.Namespace) -> int:
+    from uform.core.host import get_host
+
+    host = get_host()
+    records = host.records
+    if args.json:
+        print(json.dumps([r.__dict__ | {"provides": list(r.provides)} for r in records], indent=2))
+        return 0
+    rows = [("name", "version", "kind", "status", "provides / error")]
+    for r in records:
+        rows.append((r.name, f"{r.distribution} {r.version}", r.kind or "-", r.status, r.error or ", ".join(r.provides)))
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    for row in rows:
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[4])
+    if host.conflicts:
+        print("\nconflicts:")
+        for conflict in host.conflicts:
+            print(f"  {conflict.message()}")
+    print("\nbackends:")
+    for backend in sorted(host.backends.values(), key=lambda b: (b.placement, -b.priority)):
+        reason = backend.probe()
+        detail = f" ({backend.detail()})" if reason is None and backend.detail is not None else ""
+        print(f"  {backend.name} ({backend.placement}): {'available' + detail if reason is None else 'unavailable: ' + reason}")
+    return 0
+
+
+def _similarity(args: argparse.Namespace) -> int:
+    import os
+
+    from uform import Arena
+
+    if args.model is None and args.texts[0].endswith(".safetensors") and os.path.isfile(args.texts[0]):
+        args.model, args.texts = args.texts[0], args.texts[1:]
+        if not args.texts:
+            raise ValueError("similarity needs one text at least after the checkpoint")
+    model = load(args)
+    emb = np.array(model.text_encode(args.texts, Arena()).embeddings)
+    sims = emb @ emb.T
+    labels = [t if len(t) <= 24 else t[:21] + "..." for t in args.texts]
+    width = max(len(label) for label in labels)
+    print(" " * width + "".join(f"{i:>8}" for i in range(len(labels))))
+    for i, label in enumerate(labels):
+        print(label.ljust(width) + "".join(f"{s:8.3f}" for s in sims[i]))
+    d = model.describe()
+    print(f"\n{len(labels)} texts, {d.dimensions} dimensions, cosine similarity of unit embeddings")
+    return 0
+
+
+def _calibrate(args: argparse.Namespace) -> int:
+    from uform.calibrate import calibrate, summary
+
+    checkpoint = model_path(argparse.Namespace(model=args.checkpoint))
+    with Bar("scoring examples", quiet=args.quiet) as bar:
+        report = calibrate(checkpoint, args.examples, args.out, holdout=args.holdout, seed=args.seed, groups=args.groups,
+                           bins=args.bins, progress=bar.handler())  # fmt: skip
+    if args.json:
+        print(json.dumps(summary(report), indent=2))
+        return 0
+    temps = ", ".join(f"{t:.4g}" for t in report.temperatures)
+    print(f"wrote {report.out}: choice_temperatures [{temps}] (was {list(report.previous)})")
+    print(f"fitted on {report.fit_examples} examples (per group {list(report.fit_counts)}), measured on {report.heldout_examples} held out")
+    print(f"ECE ({args.bins} bins)  before {report.ece_before:.4f}  after {report.ece_after:.4f}")
+    print(f"NLL            before {report.nll_before:.4f}  after {report.nll_after:.4f}   accuracy {report.accuracy:.3f}")
+    for note in report.notes:
+        print(f"note: {note}")
+    return 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    from uform.exporters.towers import export_towers
+
+    checkpoint = model_path(argparse.Namespace(model=args.checkpoint))
+    with Bar("exporting", quiet=args.quiet, bytes_=True) as bar:
+        written = export_towers(checkpoint, args.outdir, args.quantization, progress=bar.handler())
+    for tower, path in written.items():
+        print(f"{tower}: {path} (+ {path.with_suffix('.json').name})")
+    return 0

@@ -1,0 +1,99 @@
+"""``uform search``: rank images, videos and recordings by a text query."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+import numpy as np
+
+from .common import Bar, add_model, load, model_path, say
+from .encode import read_saved, saved_prefix, sha256
+from .inputs import Failure, Gathered, encode, gather
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "search", help="rank the images, videos and recordings under PATHs (or saved encode outputs) by a text query",
+        description="Rank media by their cosine similarity to QUERY's embedding. A PATH is a media file, a folder "
+        "(walked recursively), or an `uform encode` output (its .npy, .jsonl or .json, or its OUT prefix), whose "
+        "media rows are ranked without encoding them again. Unreadable files are reported on stderr and left out; "
+        "the exit status is 1 when any failed.",
+    )  # fmt: skip
+    p.add_argument("query", help="the text to search for")
+    p.add_argument("paths", nargs="+", metavar="PATH")
+    p.add_argument("-k", "--top", type=int, default=10, metavar="K", help="how many results to print (default 10; 0 for all)")
+    p.add_argument("--json", action="store_true", help="print a JSON list of {path, score, modality}, best first")
+    add_model(p)
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from uform import Arena, Scalar
+
+    if args.top < 0:
+        raise ValueError(f"--top must be 0 (all) or more; got {args.top}")
+    failures: list[Failure] = []
+
+    def report(f: Failure) -> None:
+        failures.append(f)
+        say(f.line())
+
+    media = Gathered()
+    saved = []
+    for path in args.paths:
+        prefix = saved_prefix(path)
+        if prefix is not None:
+            saved.append(read_saved(prefix))
+            continue
+        found = gather([path], texts=False, report=report)
+        media.items.extend(i for i in found.items if i.modality != "text")
+    if saved:
+        checkpoint = model_path(args)
+        digest = sha256(checkpoint)
+        for s in saved:
+            if s.manifest.get("model_sha256") != digest:
+                raise ValueError(
+                    f"the encode output {s.manifest['npy']} was made with the model {s.manifest.get('model')}, not {checkpoint}: "
+                    "its rows cannot be compared with this model's query; pass that model with --model"
+                )  # fmt: skip
+    if not media.items and not any(r["modality"] != "text" for s in saved for r in s.rows):
+        if failures:
+            return _print([], args, failures)
+        raise ValueError(f"nothing to search: no images, videos or recordings under {', '.join(args.paths)}")
+
+    model = load(args)
+    query = np.array(model.text_encode([args.query], Arena()).embeddings[0])
+    paths: list[str] = []
+    modalities: list[str] = []
+    scores: list[np.ndarray] = []
+    for s in saved:
+        keep = [i for i, r in enumerate(s.rows) if r["modality"] != "text"]
+        paths += [s.rows[i]["path"] for i in keep]
+        modalities += [s.rows[i]["modality"] for i in keep]
+        scores.append(s.scores(query)[keep])
+    if media.items:
+        with Bar("encoding", quiet=args.quiet, total=len(media.items)) as bar:
+            result = encode(model, media.items, scalar=Scalar.F32, dimensions=None, bar=bar, report=report)
+        paths += [i.value for i in result.items]
+        modalities += [i.modality for i in result.items]
+        scores.append(result.embeddings @ query)
+    values = np.concatenate(scores) if scores else np.zeros(0, np.float32)
+    order = np.argsort(-values, kind="stable")
+    if args.top:
+        order = order[: args.top]
+    ranked = [{"path": paths[i], "score": round(float(values[i]), 6), "modality": modalities[i]} for i in order]
+    return _print(ranked, args, failures)
+
+
+def _print(ranked: list[dict[str, Any]], args: argparse.Namespace, failures: list[Failure]) -> int:
+    if args.json:
+        print(json.dumps(ranked, indent=2))
+    else:
+        for rank, r in enumerate(ranked, 1):
+            print(f"{rank:>3}  {r['score']:6.3f}  {r['path']}")
+    if failures:
+        say(f"uform: {len(failures)} failed (reported above)")
+        return 1
+    return 0
