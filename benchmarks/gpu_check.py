@@ -11,6 +11,9 @@
    same inputs: max abs error and min cosine per tower.
 3. Throughput at batch 1 and 256 (``--batches``): per tower (feeds already made: compute and transfers),
    and end to end for the verbs with synthetic inputs (texts/s, images/s).
+4. The peer, once: the PyTorch reference towers on the same device with the same feeds
+   (already on the device), in float32 with TF32 matrix products and under BF16 autocast;
+   each uform tower row then shows its ratio to both (where PyTorch has CUDA).
 
 Steps 2 and 3 run once per ``--compute`` setting of the cuda backend: ``tf32`` (the
 default: float32, TF32 products), ``f16`` (weight matrix products in float16) and ``e4m3``
@@ -154,6 +157,51 @@ def throughput(model: Any, towers: list[str], seconds: float, batches: list[int]
     return rows
 
 
+def torch_peer(path: Path, model: Any, towers: list[str], seconds: float, batches: list[int]) -> dict[tuple[str, int, str], float]:
+    """Items/s of the PyTorch reference towers on CUDA device 0, keyed (tower, batch, setting):
+    ``tf32`` (float32 weights, TF32 products, as uform's default) and ``bf16`` (autocast)."""
+    import torch
+
+    from uform.exporters.reference import ReferenceModel
+
+    if not torch.cuda.is_available():
+        print("\n(no PyTorch peer: this torch has no CUDA)")
+        return {}
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+    ref = ReferenceModel.from_checkpoint(path).to("cuda")
+    found: dict[tuple[str, int, str], float] = {}
+    rng = np.random.default_rng(1)
+    for name in towers:
+        loaded = model._runtime.towers[name]
+        for batch in batches:
+            feeds = synthetic_feeds(loaded.graph, batch, rng, min(LENGTH, model.describe().context))
+            args = [torch.from_numpy(f).to("cuda") for f in feeds.values()]
+            for setting in ("tf32", "bf16"):
+
+                def run() -> None:
+                    with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16, enabled=setting == "bf16"):
+                        ref.towers[name](*args)
+                    torch.cuda.synchronize()
+
+                try:
+                    found[(name, batch, setting)] = rate(run, batch, seconds)
+                except Exception as exc:  # noqa: BLE001 - a failed peer row is reported, not fatal
+                    print(f"(PyTorch {setting} {name} at batch {batch} failed: {type(exc).__name__}: {exc})"[:300])
+    del ref
+    torch.cuda.empty_cache()
+    return found
+
+
+def with_peer(rows: list[dict[str, Any]], peer: dict[tuple[str, int, str], float]) -> None:
+    """Adds ``vs torch tf32`` / ``vs torch bf16`` to the tower rows the peer measured."""
+    for row in rows:
+        tower = row["what"].removesuffix(" tower")
+        for setting in ("tf32", "bf16"):
+            theirs = peer.get((tower, row["batch"], setting))
+            if theirs and isinstance(row["items/s"], float):
+                row[f"vs torch {setting}"] = f"{row['items/s'] / theirs:.2f}x"
+
+
 def _measure(what: str, batch: int, unit: str, fn: Any, seconds: float) -> dict[str, Any]:
     """One throughput row; a failure (e.g. out of memory at batch 256) is recorded, not fatal."""
     try:
@@ -169,6 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=1.5, help="seconds per throughput measurement")
     parser.add_argument("--compute", default="tf32,f16,e4m3", help="cuda.COMPUTE settings (or e4m3) to check, in order")
     parser.add_argument("--batches", default="1,256", help="batch sizes of the throughput rows")
+    parser.add_argument("--no-peer", action="store_true", help="skip the PyTorch reference on CUDA")
     args = parser.parse_args(argv)
     started = time.perf_counter()
     result: dict[str, Any] = {"versions": versions(), "preset": args.preset}
@@ -191,6 +240,7 @@ def main(argv: list[str] | None = None) -> int:
         result["checkpoint_bytes"] = path.stat().st_size
         devices = [int(d) for d in args.devices.split(",")]
         result["devices"], result["runs"] = devices, {}
+        peer: dict[tuple[str, int, str], float] | None = None
         for compute in args.compute.split(","):
             cuda.COMPUTE = "tf32" if compute == "e4m3" else compute
             quantization = uform.Scalar.E4M3 if compute == "e4m3" else uform.Scalar.BF16
@@ -207,8 +257,13 @@ def main(argv: list[str] | None = None) -> int:
             print(f"\n[{compute}] load_vram of {path.stat().st_size >> 20} MiB on devices {devices}: {run['load_vram_s']} s; towers {towers}")
             run["parity"] = parity(model, path, [n for n in towers if n in TOWERS], 0.98 if compute == "e4m3" else 0.999)
             print(table(run["parity"], ["tower", "output", "max_abs_error", "min_cosine", "ok", "error"]))
-            run["throughput"] = throughput(model, towers, args.seconds, [int(b) for b in args.batches.split(",")])
-            print(table(run["throughput"], ["what", "batch", "items/s", "unit"]))
+            batches = [int(b) for b in args.batches.split(",")]
+            run["throughput"] = throughput(model, towers, args.seconds, batches)
+            if peer is None and not args.no_peer:
+                peer = torch_peer(path, model, [n for n in towers if n in TOWERS], args.seconds, batches)
+                result["torch_peer"] = [{"tower": t, "batch": b, "setting": s, "items/s": round(v, 1)} for (t, b, s), v in peer.items()]
+            with_peer(run["throughput"], peer or {})
+            print(table(run["throughput"], ["what", "batch", "items/s", "unit", "vs torch tf32", "vs torch bf16"]))
             result["runs"][compute] = run
             del model
     result["seconds"] = round(time.perf_counter() - started, 1)
