@@ -21,7 +21,8 @@ def add_parsers(sub: Any) -> None:
     p = sub.add_parser("evaluate", help="recall@1/@5 text→image/video/audio and text_choose accuracy and ECE on held-out generated data")
     add_model(p)
     p.add_argument("--seed", type=int, default=None, help="seed of the held-out data (default: uform.demo's)")
-    p.add_argument("--count", type=int, default=None, help="held-out items per task (default: uform.demo's)")
+    p.add_argument("--count", type=int, default=None, help="held-out items per modality (default: uform.demo's)")
+    p.add_argument("--questions", type=int, default=None, help="held-out text_choose questions (default: uform.demo's)")
     p.add_argument("--json", action="store_true", help="print the figures as a JSON object")
     p.set_defaults(run=_evaluate)
 
@@ -52,18 +53,42 @@ def _evaluate(args: argparse.Namespace) -> int:
         if args.count < 1:
             raise ValueError(f"--count must be 1 or more; got {args.count}")
         options["count"] = args.count
+    if args.questions is not None:
+        if args.questions < 1:
+            raise ValueError(f"--questions must be 1 or more; got {args.questions}")
+        options["questions"] = args.questions
     with model, Bar("evaluating", quiet=args.quiet) as bar:
         result = demo.evaluate(model, progress=bar.handler(), **options)
     figures = result.as_dict()
     if args.json:
         print(json.dumps(figures, indent=2))
         return 0
-    print(f"model {model_path(args)} ({args.quantization})")
-    rows = list(_flatten(figures))
-    width = max((len(k) for k, _ in rows), default=0)
-    for key, value in rows:
-        print(f"{key.ljust(width)}  {value:.3f}" if isinstance(value, float) else f"{key.ljust(width)}  {value}")
+    print(f"model {model_path(args)} ({figures.get('quantization', args.quantization)} weights, {model.backend} backend)")
+    print(table(figures))
     return 0
+
+
+TASKS = {"image": "text→image", "video": "text→video", "audio": "text→audio"}
+
+
+def table(figures: dict[str, Any]) -> str:
+    """The figures of an ``Evaluation`` as a table: retrieval per modality, then text_choose."""
+    keys = [f"{m}_{k}" for m in TASKS for k in ("recall_at_1", "recall_at_5", "queries")] + ["choose_accuracy", "choose_ece", "questions"]
+    if not all(k in figures for k in keys):  # another Evaluation than this module knows: every figure, one a line
+        rows = list(_flatten(figures))
+        width = max((len(k) for k, _ in rows), default=0)
+        return "\n".join(f"{k.ljust(width)}  {v:.3f}" if isinstance(v, float) else f"{k.ljust(width)}  {v}" for k, v in rows)
+    lines = [f"{'task':<12}{'recall@1':>10}{'recall@5':>10}{'queries':>11}"]
+    for m, name in TASKS.items():
+        lines.append(f"{name:<12}{figures[m + '_recall_at_1']:>10.3f}{figures[m + '_recall_at_5']:>10.3f}{figures[m + '_queries']:>11}")
+    lines.append(f"{'':<12}{'accuracy':>10}{'ECE':>10}{'questions':>11}")
+    lines.append(f"{'text_choose':<12}{figures['choose_accuracy']:>10.3f}{figures['choose_ece']:>10.3f}{figures['questions']:>11}")
+    extra = [f"{figures['items']} held-out items per modality" if "items" in figures else "",
+             f"seed {figures['seed']}" if "seed" in figures else "",
+             f"{figures['seconds']:.1f} s" if "seconds" in figures else ""]  # fmt: skip
+    if any(extra):
+        lines.append(", ".join(e for e in extra if e))
+    return "\n".join(lines)
 
 
 def _flatten(figures: dict[str, Any], prefix: str = "") -> Any:

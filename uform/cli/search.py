@@ -10,7 +10,7 @@ import numpy as np
 
 from .common import Bar, add_model, load, model_path, say
 from .encode import read_saved, saved_prefix, sha256
-from .inputs import Failure, Gathered, encode, gather
+from .inputs import PLURAL, Failure, Gathered, encode, gather
 
 
 def add_parser(sub: Any) -> None:
@@ -25,6 +25,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("paths", nargs="+", metavar="PATH")
     p.add_argument("-k", "--top", type=int, default=10, metavar="K", help="how many results to print (default 10; 0 for all)")
     p.add_argument("--json", action="store_true", help="print a JSON list of {path, score, modality}, best first")
+    p.add_argument("--modalities", default="image,video,audio", metavar="LIST",
+                   help="which media to rank, comma-separated (default image,video,audio)")  # fmt: skip
     add_model(p)
     p.set_defaults(run=run)
 
@@ -34,6 +36,9 @@ def run(args: argparse.Namespace) -> int:
 
     if args.top < 0:
         raise ValueError(f"--top must be 0 (all) or more; got {args.top}")
+    wanted = {m.strip() for m in args.modalities.split(",") if m.strip()}
+    if not wanted or not wanted <= {"image", "video", "audio"}:
+        raise ValueError(f"--modalities must name image, video or audio, comma-separated; got {args.modalities!r}")
     failures: list[Failure] = []
 
     def report(f: Failure) -> None:
@@ -48,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
             saved.append(read_saved(prefix))
             continue
         found = gather([path], texts=False, report=report)
-        media.items.extend(i for i in found.items if i.modality != "text")
+        media.items.extend(i for i in found.items if i.modality in wanted)
     if saved:
         checkpoint = model_path(args)
         digest = sha256(checkpoint)
@@ -58,10 +63,12 @@ def run(args: argparse.Namespace) -> int:
                     f"the encode output {s.manifest['npy']} was made with the model {s.manifest.get('model')}, not {checkpoint}: "
                     "its rows cannot be compared with this model's query; pass that model with --model"
                 )  # fmt: skip
-    if not media.items and not any(r["modality"] != "text" for s in saved for r in s.rows):
+    if not media.items and not any(r["modality"] in wanted for s in saved for r in s.rows):
         if failures:
             return _print([], args, failures)
-        raise ValueError(f"nothing to search: no images, videos or recordings under {', '.join(args.paths)}")
+        names = [PLURAL[m] for m in ("image", "video", "audio") if m in wanted]
+        kinds = ", ".join(names[:-1]) + " or " + names[-1] if len(names) > 1 else names[0]
+        raise ValueError(f"nothing to search: no {kinds} under {', '.join(args.paths)}")
 
     model = load(args)
     query = np.array(model.text_encode([args.query], Arena()).embeddings[0])
@@ -69,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
     modalities: list[str] = []
     scores: list[np.ndarray] = []
     for s in saved:
-        keep = [i for i, r in enumerate(s.rows) if r["modality"] != "text"]
+        keep = [i for i, r in enumerate(s.rows) if r["modality"] in wanted]
         paths += [s.rows[i]["path"] for i in keep]
         modalities += [s.rows[i]["modality"] for i in keep]
         scores.append(s.scores(query)[keep])
