@@ -121,7 +121,7 @@ def test_encode_texts_and_a_folder_reads_back_to_the_api(tiny_all: Path, folder:
     out = tmp_path / "emb"
     assert main(["encode", "--model", str(tiny_all), "a red circle", str(folder), "two blue squares", "--out", str(out)]) == 0
     stdout = capsys.readouterr().out
-    assert "9 rows of 32 f32 (2 texts, 3 images, 2 videos, 2 recordings)" in stdout and "skipped 1 files" in stdout
+    assert "9 rows of 32 f32 (2 texts, 3 images, 2 videos, 2 recordings)" in stdout and "passed over 1 entry of the folders" in stdout
     saved = read_saved(out)
     paths = [str(folder / m) for m in MEDIA]
     assert [r.get("text") or r.get("path") for r in saved.rows] == ["a red circle", *paths, "two blue squares"]
@@ -201,7 +201,7 @@ def test_encode_reports_bad_files_and_goes_on(tiny_all: Path, folder: Path, tmp_
     assert len(failed) == len(reasons)
     for name, reason in reasons.items():
         assert any(line.startswith(f"uform: failed: file {bad / name}: ") and reason in line for line in failed), (name, failed)
-    assert f"{len(reasons)} failed" in captured.out and "8 rows of 32 f32 (1 texts, 3 images, 2 videos, 2 recordings)" in captured.out
+    assert f"{len(reasons)} failed" in captured.out and "8 rows of 32 f32 (1 text, 3 images, 2 videos, 2 recordings)" in captured.out
     saved = read_saved(out)
     assert {f["path"]: f["reason"] for f in saved.manifest["failed"]}.keys() == {str(bad / n) for n in reasons}
     assert [r.get("path") for r in saved.rows[1:]] == [str(bad / m) for m in MEDIA]
@@ -242,6 +242,9 @@ def test_encode_arguments(tiny_all: Path, folder: Path, tmp_path: Path, capsys: 
     assert "uform: failed: file " + str(folder / "notes.txt") + ": unknown file type '.txt'" in capsys.readouterr().err
     assert main(["encode", "--model", str(tiny_all), "--out", out]) == 2
     assert "uform: error: nothing to encode" in capsys.readouterr().err
+    assert main(["encode", "--model", str(tiny_all), "caf\udce9", "a cat", "--out", out]) == 1  # a Latin-1 argument, as Python decodes it
+    assert "uform: failed: text 'caf\\udce9': " in capsys.readouterr().err
+    assert [r["text"] for r in read_saved(out).rows] == ["a cat"]
     assert main(["encode", "--model", str(tiny_all), "a", "--out", str(tmp_path / "no" / "e")]) == 2
     assert "no such folder" in capsys.readouterr().err
 
@@ -316,3 +319,34 @@ def test_progress_bars_only_on_a_terminal(tiny_all: Path, folder: Path, tmp_path
     assert main(["export", str(tmp_path / "n.safetensors"), str(tmp_path / "onnx")]) == 0
     captured = capsys.readouterr()
     assert "exporting" in captured.err and "text: " in captured.out
+
+
+def test_search_modalities(tiny_all: Path, folder: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["search", "a tone", str(folder), "--model", str(tiny_all), "--json", "--modalities", "audio,video"]) == 0
+    assert sorted(r["path"] for r in json.loads(capsys.readouterr().out)) == sorted(str(folder / m) for m in MEDIA if m.startswith(("sounds", "clips")))
+    assert main(["search", "a tone", str(folder), "--model", str(tiny_all), "--modalities", "text"]) == 2
+    assert "uform: error: --modalities must name image, video or audio" in capsys.readouterr().err
+
+
+def test_demo_media_then_encode(tiny_all: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    demo = tmp_path / "demo"
+    assert main(["demo-media", str(demo), "--per-modality", "2"]) == 0
+    assert capsys.readouterr().out.strip() == f"wrote 6 files to {demo} (2 audio, 2 image, 2 video) and their captions in {demo}/captions.jsonl"
+    captions = [json.loads(line) for line in (demo / "captions.jsonl").read_text().splitlines()]
+    assert len(captions) == 6 and all((demo / c["path"]).is_file() for c in captions)
+    assert main(["encode", "--model", str(tiny_all), str(demo), "--out", str(tmp_path / "e")]) == 0  # captions.jsonl is passed over
+    assert "6 rows of 32 f32 (2 images, 2 videos, 2 recordings)" in capsys.readouterr().out
+    assert main(["demo-media", str(demo), "--per-modality", "0"]) == 2
+
+
+def test_evaluate(tiny_all: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["evaluate", "--model", str(tiny_all), "--count", "3", "--questions", "4", "--json"]) == 0
+    figures = json.loads(capsys.readouterr().out)
+    assert figures["items"] == 3 and figures["questions"] == 4 and figures["quantization"] == "bf16"
+    assert all(0 <= figures[k] <= 1 for k in ("image_recall_at_1", "video_recall_at_5", "audio_recall_at_1", "choose_accuracy", "choose_ece"))
+    assert main(["evaluate", "--model", str(tiny_all), "--count", "3", "--questions", "4", "--quantization", "f32"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == f"model {tiny_all} (f32 weights, cpu backend)"
+    assert lines[1].split() == ["task", "recall@1", "recall@5", "queries"] and lines[2].startswith("text→image")
+    assert lines[5].split() == ["accuracy", "ECE", "questions"] and lines[6].split()[0] == "text_choose"
+    assert main(["evaluate", "--model", str(tiny_all), "--count", "0"]) == 2

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from .common import Bar, add_model, load, model_path, say
-from .inputs import PLURAL, Failure, Item, encode, gather
+from .inputs import PLURAL, Failure, Item, counted, encode, gather
 
 FORMAT = "uform-embeddings/1"
 SCALARS = ("f32", "f16", "bf16", "e4m3", "e5m2", "i8", "b1")
@@ -82,10 +82,11 @@ def run(args: argparse.Namespace) -> int:
     written = write_saved(prefix, result.items, result.embeddings, result.scales, scalar.value, dimensions, full,
                           model_path(args), failures, found.skipped)  # fmt: skip
     counts = {m: sum(1 for i in result.items if i.modality == m) for m in PLURAL}
-    what = ", ".join(f"{n} {PLURAL[m]}" for m, n in counts.items() if n) or "no rows"
+    what = ", ".join(counted(n, m) for m, n in counts.items() if n) or "no rows"
     print(f"wrote {', '.join(str(p) for p in written)}: {len(result.items)} rows of {dimensions} {scalar.value} ({what})")
     if found.skipped:
-        print(f"skipped {len(found.skipped)} files of unknown type or links to folders under the folders given (listed in {written[-1]})")
+        n = len(found.skipped)
+        print(f"passed over {n} {'entry' if n == 1 else 'entries'} of the folders (files of unknown type, links to folders; listed in {written[-1]})")
     if failures:
         print(f"{len(failures)} failed (reported above, and listed in {written[-1]})")
         return 1

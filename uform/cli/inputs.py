@@ -26,6 +26,13 @@ EXTENSIONS: dict[Modality, tuple[str, ...]] = {
 MODALITY_OF: dict[str, Modality] = {ext: m for m, exts in EXTENSIONS.items() for ext in exts}
 VERBS: dict[Modality, str] = {"text": "text_encode", "image": "image_encode", "video": "video_encode", "audio": "audio_encode"}
 PLURAL: dict[Modality, str] = {"text": "texts", "image": "images", "video": "videos", "audio": "recordings"}
+
+
+def counted(n: int, modality: Modality) -> str:
+    """``"1 image"``, ``"3 recordings"``."""
+    return f"{n} {PLURAL[modality] if n != 1 else PLURAL[modality][:-1]}"
+
+
 CHUNK = 256  # items per verb call: bounds the memory of one call and the work a retry repeats
 RETRIES = 3  # bad items dropped from a chunk by re-calling it whole; past this, the rest go one by one
 
