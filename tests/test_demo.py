@@ -1,0 +1,105 @@
+"""uform.demo: the generators are deterministic per seed, their media decode through the
+runtime to the pixels and samples training uses, and write_media / evaluate keep their word."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from uform.demo import DemoItem, Evaluation, generate as g, recall, write_media
+from uform.demo.media import audio_bytes, image_bytes, video_bytes
+from uform.plugins.sources import Source
+
+
+def test_generators_are_deterministic_per_seed() -> None:
+    def draw(seed: int) -> list[object]:
+        rng = np.random.default_rng(seed)
+        p, c, s, q = g.picture(rng, 48), g.clip(rng, 32), g.sound(rng), g.question(rng)
+        return [p.pixels.tobytes(), p.caption, c.frames.tobytes(), c.caption, s.samples.tobytes(), s.caption, q]
+
+    assert draw(3) == draw(3)
+    assert draw(3) != draw(4)
+
+
+def test_captions_cover_the_documented_space() -> None:
+    assert len(set(g.image_captions())) == 54 and len(set(g.video_captions())) == 72 and len(set(g.audio_captions())) == 23
+    rng = np.random.default_rng(0)
+    assert {g.picture(rng).caption for _ in range(400)} <= set(g.image_captions())
+    assert {g.sound(rng).caption for _ in range(200)} <= set(g.audio_captions())
+    assert g.image_caption("orange", "circle", 1) == "an orange circle"
+    assert g.image_caption("red", "square", 3) == "three red squares"
+
+
+def test_questions_are_answerable_from_their_caption() -> None:
+    rng = np.random.default_rng(1)
+    for _ in range(300):
+        q = g.question(rng)
+        assert 0 <= q.answer < len(q.choices) and q.group in (g.YES_NO, g.DIGITS, g.LETTERS)
+        assert q.choices in ("yn", "123") or q.choices == "abcdefgh"[: len(q.choices)]
+        assert len(q.text.encode()) <= 128
+    q = g.question(np.random.default_rng(0), "two red squares")
+    assert q.text.startswith("two red squares. ")
+
+
+def test_pictures_decode_through_the_runtime_as_generated() -> None:
+    from uform.plugins import image
+
+    p = g.picture(np.random.default_rng(0), 32)
+    decoded = image.decode(Source(0, None, data=image_bytes(p.pixels, "png")), 32)[0]
+    assert np.array_equal(decoded, p.pixels)
+    jpeg = image.decode(Source(0, None, data=image_bytes(p.pixels, "jpeg")), 32)[0]
+    assert np.abs(jpeg.astype(int) - p.pixels).mean() < 6
+
+
+def test_recordings_decode_through_the_runtime_to_the_training_samples() -> None:
+    from uform.plugins import recordings
+
+    s = g.sound(np.random.default_rng(0))
+    for fmt in ("wav", "flac"):
+        window = recordings.decode(Source(0, None, data=audio_bytes(s.samples, fmt)), g.SAMPLE_RATE, len(s.samples)).samples
+        assert np.array_equal(window, g.samples_float(s)), fmt
+
+
+@pytest.mark.parametrize("fmt", ["mp4", "webm"])
+def test_clips_decode_through_the_runtime_close_to_their_frames(fmt: str) -> None:
+    from uform.core.config import make_config
+    from uform.plugins import video
+
+    cfg = {"width": 8, "depth": 1, "heads": 1, "mlp_width": 8, "frames": 4, "image_size": 32, "patch_size": 8,
+           "mean": [0.5] * 3, "std": [0.5] * 3}  # fmt: skip
+    tower = video.read(cfg, make_config(8, 8, {"video": cfg}))
+    c = g.clip(np.random.default_rng(0), 32)
+    frames, _ = video.sample(Source(0, None, data=video_bytes(c.frames, fmt)), tower)
+    # 8 frames over one second, 4 samples at (i + 1/2) / 4 s: frames 1, 3, 5, 7
+    assert np.abs(frames.astype(int) - c.frames[[1, 3, 5, 7]]).mean() < 6
+
+
+def test_write_media_names_captions_and_red_circles(tmp_path: Path) -> None:
+    items = write_media(tmp_path / "media", seed=0, per_modality=4)
+    assert len(items) == 12 and all(isinstance(i, DemoItem) for i in items)
+    assert [i.modality for i in items] == ["image"] * 4 + ["video"] * 4 + ["audio"] * 4
+    names = [Path(i.path).name for i in items]
+    assert names[:3] == ["image-00-red-circle.png", "image-01-red-circle.jpg", "image-02-red-circle.png"]
+    assert {Path(n).suffix for n in names} == {".png", ".jpg", ".mp4", ".webm", ".wav", ".flac"}
+    lines = [json.loads(line) for line in (tmp_path / "media" / "captions.jsonl").read_text().splitlines()]
+    assert lines == [{"path": n, "modality": i.modality, "caption": i.caption} for n, i in zip(names, items)]
+    again = write_media(tmp_path / "again", seed=0, per_modality=4)
+    assert [Path(i.path).read_bytes() for i in again[:4]] == [Path(i.path).read_bytes() for i in items[:4]]
+    with pytest.raises(ValueError, match="per_modality"):
+        write_media(tmp_path / "none", per_modality=0)
+
+
+def test_recall_counts_any_item_with_the_query_caption() -> None:
+    similarity = np.array([[0.9, 0.8, 0.1], [0.9, 0.2, 0.3]])  # query "b" ranks items 0 (a), 2 (b), 1 (a)
+    assert recall(similarity, ["a", "b"], ["a", "a", "b"], 1) == 0.5
+    assert recall(similarity, ["a", "b"], ["a", "a", "b"], 2) == 1.0
+    assert recall(similarity, ["c"], ["a", "a", "b"], 3) == 0.0
+
+
+def test_evaluation_fields_are_documented() -> None:
+    doc = Evaluation.__doc__ or ""
+    for name in Evaluation.__dataclass_fields__:
+        assert f"``{name}``" in doc, name

@@ -1,0 +1,84 @@
+"""Generated media as file bytes: PNG and JPEG pictures, MP4 and WebM clips, WAV and FLAC audio.
+
+PyAV (FFmpeg) and Pillow only, imported inside the functions. Clips are H.264 (MP4) or VP8
+(WebM), 4:2:0, ``VIDEO_FPS`` frames a second; recordings are 16-bit mono at ``SAMPLE_RATE``.
+"""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+
+from .generate import SAMPLE_RATE, VIDEO_FPS
+
+IMAGE_FORMATS = ("png", "jpeg")
+VIDEO_FORMATS = ("mp4", "webm")
+AUDIO_FORMATS = ("wav", "flac")
+
+
+def image_bytes(pixels: np.ndarray, fmt: str = "png") -> bytes:
+    """``uint8 [h, w, 3]`` as a PNG, or a JPEG of quality 95."""
+    from PIL import Image
+
+    out = io.BytesIO()
+    image = Image.fromarray(np.ascontiguousarray(pixels), "RGB")
+    if fmt == "png":
+        image.save(out, format="PNG")
+    elif fmt == "jpeg":
+        image.save(out, format="JPEG", quality=95)
+    else:
+        raise ValueError(f"image format must be one of {IMAGE_FORMATS}, got {fmt!r}")
+    return out.getvalue()
+
+
+def video_bytes(frames: np.ndarray, fmt: str = "mp4") -> bytes:
+    """``uint8 [F, h, w, 3]`` (even ``h`` and ``w``) as H.264 in MP4 or VP8 in WebM."""
+    import av
+
+    if fmt not in VIDEO_FORMATS:
+        raise ValueError(f"video format must be one of {VIDEO_FORMATS}, got {fmt!r}")
+    out = io.BytesIO()
+    with av.open(out, mode="w", format="mp4" if fmt == "mp4" else "webm") as container:
+        stream = container.add_stream("libx264" if fmt == "mp4" else "libvpx", rate=VIDEO_FPS)
+        stream.width, stream.height = int(frames.shape[2]), int(frames.shape[1])
+        stream.pix_fmt = "yuv420p"
+        if fmt == "mp4":
+            stream.options = {"crf": "16", "preset": "veryfast", "threads": "1"}
+        else:
+            stream.options = {"crf": "8", "b": "2M", "threads": "1"}
+        for f in frames:
+            for packet in stream.encode(av.VideoFrame.from_ndarray(np.ascontiguousarray(f), format="rgb24")):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+    return out.getvalue()
+
+
+def audio_bytes(samples: np.ndarray, fmt: str = "wav") -> bytes:
+    """int16 mono samples at ``SAMPLE_RATE`` as a WAV (PCM) or FLAC file."""
+    if fmt == "wav":
+        import wave
+
+        out = io.BytesIO()
+        with wave.open(out, "wb") as w:
+            w.setnchannels(1)
+            w.setsampwidth(2)
+            w.setframerate(SAMPLE_RATE)
+            w.writeframes(samples.astype("<i2").tobytes())
+        return out.getvalue()
+    if fmt != "flac":
+        raise ValueError(f"audio format must be one of {AUDIO_FORMATS}, got {fmt!r}")
+    import av
+
+    out = io.BytesIO()
+    with av.open(out, mode="w", format="flac") as container:
+        stream = container.add_stream("flac", rate=SAMPLE_RATE, layout="mono")
+        stream.format = "s16"
+        frame = av.AudioFrame.from_ndarray(samples.astype(np.int16)[None, :], format="s16", layout="mono")
+        frame.sample_rate = SAMPLE_RATE
+        for packet in stream.encode(frame):
+            container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+    return out.getvalue()
