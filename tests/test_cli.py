@@ -77,7 +77,9 @@ def test_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     bad = tmp_path / "bad.safetensors"
     bad.write_bytes(b"\x05\x00\x00\x00\x00\x00\x00\x00{oops")
     assert main(["similarity", str(bad), "a"]) == 2
-    assert capsys.readouterr().err.strip() == "uform: error: not a valid safetensors checkpoint: header is not JSON (Expecting property name enclosed in double quotes: line 1 column 2 (char 1))"
+    err = capsys.readouterr().err
+    assert err.startswith("uform: error: ") and err.count("\n") == 1
+    assert err.endswith("not a valid safetensors checkpoint: header is not JSON (Expecting property name enclosed in double quotes: line 1 column 2 (char 1))\n")
     assert main(["new", str(tmp_path / "x.safetensors"), "--modalities", "smell"]) == 2
     assert "no installed plugin provides the modalities ['smell']" in capsys.readouterr().err
     assert main(["describe", "--model", str(tmp_path / "missing.safetensors")]) == 2
