@@ -291,6 +291,8 @@ def test_search_a_saved_encode_output(tiny_all: Path, folder: Path, tmp_path: Pa
         assert sorted(r["path"] for r in ranked) == sorted(r["path"] for r in direct)  # media rows only
         if scalar == "f32":
             assert ranked == direct
+            assert main(["search", "a tone", str(out), "--model", str(tiny_all), "--json", "--top", "0"]) == 0  # the prefix
+            assert json.loads(capsys.readouterr().out) == direct
     other = tmp_path / "other.safetensors"
     make_checkpoint(other, "tiny", 1, None)
     assert main(["search", "a tone", str(tmp_path / "f32.jsonl"), "--model", str(other)]) == 2

@@ -172,8 +172,11 @@ class Saved:
 
 
 def saved_prefix(path: str) -> Path | None:
-    """The prefix of the encode output ``path`` names (its .npy, .jsonl or .json, or the prefix), or None."""
+    """The prefix of the encode output ``path`` names (its .npy, .jsonl or .json, or the prefix
+    when that is not a folder), or None."""
     p = Path(path)
+    if p.is_dir():  # a folder is walked, even beside an output of its name
+        return None
     prefix = p.with_suffix("") if p.suffix in (".npy", ".jsonl", ".json") else p
     manifest = Path(f"{prefix}.json")
     if not manifest.is_file() or (p != prefix and not p.is_file()):
