@@ -42,6 +42,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("uform: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `uform search ... | head`: the reader left; say nothing more
+        _silence_stdout()
+        return 141
     except Exception as exc:  # noqa: BLE001 - the CLI reports errors as one line
         from uform.core.errors import UformError
 
@@ -49,6 +52,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"uform: error: {exc}", file=sys.stderr)
             return 2
         raise
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so that flushing it at exit raises no second BrokenPipeError."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # stdout is not a file (captured, replaced)
+        pass
 
 
 if __name__ == "__main__":
