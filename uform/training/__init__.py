@@ -1,0 +1,12 @@
+"""The training recipe of the default model (PyTorch: the ``uform[train]`` extra).
+
+``python -m uform.training --out PATH --seed 0`` generates its data procedurally
+(:mod:`uform.demo.generate`), trains every tower, fits the choice temperatures and writes a
+checkpoint; docs/training.md describes the data, the recipe and the figures it reached.
+"""
+
+from __future__ import annotations
+
+from .recipe import Result, Settings, default_config, train
+
+__all__ = ["Result", "Settings", "default_config", "train"]

@@ -1,0 +1,41 @@
+"""``python -m uform.training --out PATH --seed 0 [--steps N] [--minutes M]``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from dataclasses import asdict
+
+from .recipe import Settings, train
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m uform.training", description="Train the default uform model from generated data.")
+    defaults = Settings(out="")
+    parser.add_argument("--out", required=True, help="where to write the checkpoint")
+    parser.add_argument("--seed", type=int, default=0, help="seeds the data, the initialisation and the calibration (default 0)")
+    parser.add_argument("--steps", type=int, default=defaults.steps, help=f"optimiser steps (default {defaults.steps})")
+    parser.add_argument("--minutes", type=float, default=None, help="stop early after this many minutes of training")
+    parser.add_argument("--batch", type=int, default=defaults.batch, help=f"items per modality per step (default {defaults.batch})")
+    parser.add_argument("--video-pool", type=int, default=defaults.video_pool, help="training clips decoded once (default %(default)s)")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
+    parser.add_argument("--no-evaluate", action="store_true", help="skip the BF16 and E4M3 evaluation at the end")
+    parser.add_argument("--report", default=None, help="write the run's result as JSON here")
+    args = parser.parse_args(argv)
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    settings = Settings(out=args.out, seed=args.seed, steps=args.steps, minutes=args.minutes, batch=args.batch,
+                        video_pool=args.video_pool, evaluate=not args.no_evaluate)  # fmt: skip
+    result = train(settings, lambda line: print(line, flush=True))
+    if args.report:
+        with open(args.report, "w", encoding="utf-8") as f:
+            json.dump(asdict(result), f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
