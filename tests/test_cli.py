@@ -354,3 +354,22 @@ def test_evaluate(tiny_all: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert lines[1].split() == ["task", "recall@1", "recall@5", "queries"] and lines[2].startswith("text→image")
     assert lines[5].split() == ["accuracy", "ECE", "questions"] and lines[6].split()[0] == "text_choose"
     assert main(["evaluate", "--model", str(tiny_all), "--count", "0"]) == 2
+
+
+def test_search_finds_the_demo_media_by_their_captions_on_the_default_model(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    demo = tmp_path / "demo"
+    assert main(["demo-media", str(demo)]) == 0
+    captions = {str(demo / c["path"]): c for c in map(json.loads, (demo / "captions.jsonl").read_text().splitlines())}
+    capsys.readouterr()
+    assert main(["search", "a red circle", str(demo), "--json", "-k", "3"]) == 0  # every modality ranked together
+    assert [captions[r["path"]]["caption"] for r in json.loads(capsys.readouterr().out)] == ["a red circle"] * 3
+    assert main(["encode", "-q", str(demo), "--out", str(tmp_path / "demo-emb"), "--outputs-scalar", "i8"]) == 0
+    capsys.readouterr()
+    for modality in ("image", "video", "audio"):
+        for path, c in captions.items():
+            if c["modality"] != modality:
+                continue
+            for where in (str(demo), str(tmp_path / "demo-emb.npy")):
+                assert main(["search", c["caption"], where, "--json", "-k", "3", "--modalities", modality]) == 0
+                found = [captions[r["path"]]["caption"] for r in json.loads(capsys.readouterr().out)]
+                assert c["caption"] in found, (path, found)

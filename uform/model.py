@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from .core.arena import Arena, Encoded, RowsTape
-from .core.checkpoint import read_file
+from .core.checkpoint import CheckpointFile
 from .core.executor import DeferredOn, Executor, On
 from .core.progress import ProgressHandler
 from .core.runtime import Runtime, as_buffer
@@ -108,10 +108,10 @@ class Model:
     ) -> Model:
         """Copies a checkpoint file into host memory; with no ``path``, the default checkpoint
         (:func:`default_checkpoint`)."""
-        return _mapped(path, lambda buffer: cls.load_ram_buffer(
-            buffer, memory_domains=memory_domains, cpu_class=cpu_class, executor=executor,
-            quantization=quantization, progress=progress, progress_steps=progress_steps,
-        ))  # fmt: skip
+        return _from_file(
+            cls, path, "ram", executor, quantization=quantization, progress=progress, progress_steps=progress_steps,
+            cpu_class=cpu_class, memory_domains=memory_domains,
+        )  # fmt: skip
 
     @classmethod
     def load_ram_buffer(
@@ -147,10 +147,10 @@ class Model:
     ) -> Model:
         """Copies a checkpoint file onto the named GPUs; with no ``path``, the default checkpoint
         (:func:`default_checkpoint`)."""
-        return _mapped(path, lambda buffer: cls.load_vram_buffer(
-            buffer, devices=devices, gpu_class=gpu_class, executor=executor,
-            quantization=quantization, progress=progress, progress_steps=progress_steps,
-        ))  # fmt: skip
+        return _from_file(
+            cls, path, "vram", executor, quantization=quantization, progress=progress, progress_steps=progress_steps,
+            gpu_class=gpu_class, devices=devices,
+        )  # fmt: skip
 
     @classmethod
     def load_vram_buffer(
@@ -374,11 +374,14 @@ class Model:
         return f"Model(towers={list(self._runtime.towers)}, dimensions={d.dimensions}, quantization={d.quantization.name}{closed})"
 
 
-def _mapped(path: _PathLike | None, load: Callable[[memoryview], Model]) -> Model:
-    """``load`` over the bytes of ``path`` (the default checkpoint when None), copied into
-    anonymous memory (``read_file``), never a map of the file: nothing loaded refers to the
-    file, so it may shrink or change meanwhile."""
-    return load(read_file(default_checkpoint() if path is None else path))
+def _from_file(cls: type[Model], path: _PathLike | None, placement: str, executor: Executor | None, **options: Any) -> Model:
+    """A model loaded from ``path`` (the default checkpoint when None). The header is read
+    first and each tensor when a backend asks for it (``CheckpointFile``: no map, so the file
+    may shrink or change meanwhile without faulting the process); nothing refers to the file
+    once the load is done."""
+    with CheckpointFile(default_checkpoint() if path is None else path) as source:
+        runtime = Runtime.load(source, placement=placement, executor=executor, **options)
+    return cls(runtime, owns_executor=executor is None)
 
 
 def _runtime(buffer: Buffer, **options: Any) -> Runtime:

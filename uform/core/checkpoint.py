@@ -8,6 +8,7 @@ import os
 import stat
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import ml_dtypes
 import numpy as np
@@ -26,6 +27,7 @@ PRESETS: dict[str, dict[str, int]] = {
 
 
 READ_CHUNK = 64 * 1024 * 1024  # bytes per read() while copying a checkpoint into memory
+OWN_MAP_BYTES = 1 << 20  # a tensor read for a load gets a map of its own from this size on
 
 
 def _not_a_file(p: Path, mode: int) -> CheckpointError:
@@ -92,6 +94,94 @@ def read_file(path: str | os.PathLike[str]) -> memoryview:
         return view
     finally:
         os.close(fd)
+
+
+class CheckpointFile:
+    """A checkpoint file open for a load that reads each tensor when it is asked for.
+
+    Opening reads and checks the header alone. :meth:`read_into` copies one tensor's bytes
+    (``pread``, no map: a file that shrinks cannot fault the process) into memory the caller
+    owns, a scratch buffer reused from tensor to tensor where a backend repacks the weights,
+    and checks that it is finite; :meth:`array` copies one into an array of its own. So a
+    load never holds the whole file beside what it builds from it. Errors are
+    :class:`CheckpointError` naming the path (as :func:`read_file`'s), and, from
+    :meth:`read_into`, the tensor. Close it (or use it as a context manager) when the load is done.
+    """
+
+    streams = True  # tensors are read when asked for: a scratch buffer saves a copy
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self._fd = _open(self.path)
+        try:
+            self.size = os.fstat(self._fd).st_size
+            if self.size == 0:
+                raise CheckpointError(f"{self.path}: the file is empty")
+            try:
+                self.metadata, self.entries, self._start = safetensors.header(self.size, self._read)
+            except CheckpointError as exc:
+                raise CheckpointError(f"{self.path}: {exc}") from None
+        except BaseException:
+            os.close(self._fd)
+            raise
+        self._scratch: dict[np.dtype[Any], np.ndarray] = {}
+
+    def _read(self, begin: int, end: int) -> bytes:
+        out = np.empty(end - begin, np.uint8)
+        self._fill(out, begin)
+        return out.tobytes()
+
+    def _fill(self, out: np.ndarray, offset: int) -> None:
+        """``out`` (flat bytes) filled from the file at ``offset``; a short file is an error."""
+        if self._fd < 0:
+            raise CheckpointError(f"{self.path}: the checkpoint file was closed when the load ended")
+        view, done = memoryview(out.data).cast("B"), 0
+        while done < len(view):
+            try:
+                got = os.preadv(self._fd, [view[done : done + READ_CHUNK]], offset + done)
+            except OSError as exc:
+                raise CheckpointError(f"{self.path}: cannot read the file at byte {offset + done} ({exc.strerror or exc})") from None
+            if not got:
+                end = os.lseek(self._fd, 0, os.SEEK_END)  # where it ends now
+                raise CheckpointError(
+                    f"{self.path}: the file ends at byte {end}, before its stated size of {self.size} bytes "
+                    "(was it truncated or rewritten while it was read?)"
+                )
+            done += got
+
+    def nbytes(self, name: str) -> int:
+        e = self.entries[name]
+        return e.end - e.begin
+
+    def read_into(self, name: str, out: np.ndarray) -> np.ndarray:
+        """Tensor ``name`` read into the front of ``out`` (a flat uint8 array of at least
+        :meth:`nbytes`), checked finite; answers it as a typed, shaped view of ``out``."""
+        e = self.entries[name]
+        data = out[: e.end - e.begin]
+        self._fill(data, self._start + e.begin)
+        safetensors.check_tensor(e, data, self._scratch)
+        return data.view(safetensors.DTYPES[e.dtype]).reshape(e.shape)
+
+    def array(self, name: str) -> np.ndarray:
+        """Tensor ``name`` read into an array of its own, checked finite. A large one lives in
+        a map of its own, unmapped when the array goes: freed heap memory may stay with the
+        process (malloc serves tensor-sized blocks from its heap once some were freed)."""
+        size = self.nbytes(name)
+        if size < OWN_MAP_BYTES:
+            return self.read_into(name, np.empty(size, np.uint8))
+        private = {"flags": mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS} if hasattr(mmap, "MAP_ANONYMOUS") else {}
+        return self.read_into(name, np.frombuffer(mmap.mmap(-1, size, **private), np.uint8))
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def __enter__(self) -> CheckpointFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def map_file(path: str | os.PathLike[str]) -> mmap.mmap:

@@ -19,6 +19,7 @@ from .plugin import LoadRequest, Modality, Placement, Runner, TensorSpec, TowerP
 from .progress import Progress, ProgressHandler
 from .scalars import coerce
 from .types import CPUClass, GPUClass, ModelDescription, Scalar
+from .weights import Source, Stored, stored_bytes
 
 STORED_DTYPE = "BF16"
 
@@ -49,7 +50,7 @@ class Call:
         return cpu_rows * self.batch_scale
 
 
-def plan_towers(container: safetensors.Container, config: ModelConfig, host: Host) -> dict[str, tuple[Modality, Any, dict[str, TensorSpec]]]:
+def plan_towers(container: Source, config: ModelConfig, host: Host) -> dict[str, tuple[Modality, Any, dict[str, TensorSpec]]]:
     """Match the checkpoint's towers with installed modalities and check every tensor."""
     planned: dict[str, tuple[Modality, Any, dict[str, TensorSpec]]] = {}
     skipped: list[str] = []
@@ -108,7 +109,7 @@ class Runtime:
     @classmethod
     def load(
         cls,
-        buffer: memoryview,
+        source: memoryview | Source,
         *,
         placement: str,
         executor: Executor | None,
@@ -124,7 +125,7 @@ class Runtime:
         if executor is not None and not isinstance(executor, Executor):
             raise TypeError(f"executor must be a uform.Executor, got {type(executor).__name__}")
         executor = executor or Executor()
-        container = safetensors.parse(buffer)
+        container = safetensors.parse(source) if isinstance(source, memoryview) else source
         config = ModelConfig.from_metadata(container.metadata)
         host = get_host()
         planned = plan_towers(container, config, host)
@@ -132,8 +133,8 @@ class Runtime:
         for name, (modality, parsed, specs) in planned.items():
             graph = build_graph(name, modality, parsed, config, specs)
             towers[name] = LoadedTower(modality, parsed, graph)
-            plans[name] = TowerPlan(graph, {w: container.array(w) for w in specs})
-        total = sum(w.nbytes for p in plans.values() for w in p.weights.values())
+            plans[name] = TowerPlan(graph, Stored(container, specs))
+        total = sum(stored_bytes(p.weights) for p in plans.values())
         tracker = Progress(progress, progress_steps, total)
         request = LoadRequest(
             config, plans, executor, quantization, cpu_class, gpu_class, memory_domains, devices, tracker.advance

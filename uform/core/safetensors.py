@@ -10,9 +10,9 @@ from __future__ import annotations
 import json
 import os
 import struct
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, ClassVar
 
 import ml_dtypes
 import numpy as np
@@ -70,6 +70,18 @@ class Container:
     metadata: dict[str, str]
     entries: dict[str, Entry]
     data: memoryview
+    streams: ClassVar[bool] = False  # every tensor is already in memory: arrays are views
+
+    def nbytes(self, name: str) -> int:
+        e = self.entries[name]
+        return e.end - e.begin
+
+    def read_into(self, name: str, out: np.ndarray) -> np.ndarray:
+        """Tensor ``name`` copied into the front of ``out`` (flat uint8), as a typed, shaped view."""
+        e = self.entries[name]
+        data = out[: e.end - e.begin]
+        data[:] = np.frombuffer(self.data[e.begin : e.end], np.uint8)
+        return data.view(DTYPES[e.dtype]).reshape(e.shape)
 
     def array(self, name: str) -> np.ndarray:
         """A read-only numpy view of a tensor over the buffer (no copy)."""
@@ -84,64 +96,77 @@ def _fail(reason: str) -> CheckpointError:
 
 def parse(buffer: memoryview) -> Container:
     """Parse and check a safetensors buffer; raise :class:`CheckpointError` naming the fault."""
-    size = len(buffer)
+    metadata, entries, start = header(len(buffer), lambda begin, end: bytes(buffer[begin:end]))
+    container = Container(metadata, entries, buffer[start:])
+    check_finite(container)
+    return container
+
+
+def header(size: int, read: Callable[[int, int], bytes]) -> tuple[dict[str, str], dict[str, Entry], int]:
+    """The metadata, the checked entries and the data section's offset of a container of
+    ``size`` bytes whose bytes ``[begin, end)`` ``read(begin, end)`` answers. Only the
+    header is read; :class:`CheckpointError` names the fault."""
     if size < 8:
         raise _fail(f"{size} bytes is too short for the 8-byte header length")
-    (header_len,) = struct.unpack("<Q", buffer[:8])
+    (header_len,) = struct.unpack("<Q", read(0, 8))
     if header_len > MAX_HEADER_BYTES:
         raise _fail(f"header length {header_len} exceeds the {MAX_HEADER_BYTES}-byte limit")
     if 8 + header_len > size:
         raise _fail(f"header length {header_len} runs past the end of the {size}-byte file")
     try:
-        header = json.loads(bytes(buffer[8 : 8 + header_len]).decode("utf-8"))
+        parsed = json.loads(read(8, 8 + header_len).decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise _fail(f"header is not JSON ({exc})") from None
     except RecursionError:
         raise _fail("header JSON is nested too deeply") from None
-    if not isinstance(header, dict):
+    if not isinstance(parsed, dict):
         raise _fail("header is not a JSON object")
-    metadata = header.pop("__metadata__", None) or {}
+    metadata = parsed.pop("__metadata__", None) or {}
     if not isinstance(metadata, dict) or not all(
         isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()
     ):
         raise _fail("__metadata__ must map strings to strings")
-    data = buffer[8 + header_len :]
-    entries = {name: _entry(name, raw, len(data)) for name, raw in header.items()}
+    data_len = size - 8 - header_len
+    entries = {name: _entry(name, raw, data_len) for name, raw in parsed.items()}
     spans = sorted(entries.values(), key=lambda e: (e.begin, e.end))
     for before, after in zip(spans, spans[1:]):
         if after.begin < before.end:
             raise _fail(f"tensors {before.name!r} and {after.name!r} overlap in the data section")
-    container = Container(metadata, entries, data)
-    check_finite(container)
-    return container
+    return metadata, entries, 8 + header_len
 
 
 def check_finite(container: Container) -> None:
-    """Refuse a floating tensor holding a NaN or an infinity, naming it and the first element.
+    """Refuse a floating tensor holding a NaN or an infinity, naming it and the first element
+    (:func:`check_tensor` of every tensor, in file order)."""
+    scratch: dict[np.dtype[Any], np.ndarray] = {}
+    for e in sorted(container.entries.values(), key=lambda e: e.begin):
+        check_tensor(e, container.data[e.begin : e.end], scratch)
+
+
+def check_tensor(e: Entry, data: Any, scratch: dict[np.dtype[Any], np.ndarray] | None = None) -> None:
+    """Refuse tensor ``e`` (its bytes: ``data``, any buffer) when it holds a NaN or an infinity.
 
     Works on the stored bits (an unsigned view: magnitude bits at or above the all-ones
     exponent), in chunks of :data:`FINITE_CHUNK` elements, so nothing is converted and no
-    temporary grows with the tensor.
+    temporary grows with the tensor; ``scratch`` keeps the chunk buffers between calls.
     """
-    scratch: dict[np.dtype[Any], np.ndarray] = {}
-    for e in sorted(container.entries.values(), key=lambda e: e.begin):
-        rule = _NONFINITE.get(e.dtype)
-        if rule is None or e.end == e.begin:
-            continue
-        kind, magnitude, limit = rule
-        bits = np.frombuffer(container.data[e.begin : e.end], dtype=kind)
-        tmp = scratch.setdefault(kind, np.empty(FINITE_CHUNK, kind))
-        for start in range(0, len(bits), FINITE_CHUNK):
-            chunk = bits[start : start + FINITE_CHUNK]
-            part = np.bitwise_and(chunk, kind.type(magnitude), out=tmp[: len(chunk)])
-            if part.max() >= limit:
-                first = start + int(np.flatnonzero(part >= limit)[0])
-                index = tuple(int(i) for i in np.unravel_index(first, e.shape))
-                value = np.frombuffer(container.data[e.begin : e.end], dtype=DTYPES[e.dtype])[first]
-                raise CheckpointError(
-                    f"tensor {e.name!r}: holds NaN or infinite values (the first, {value}, at index {list(index)}); "
-                    "the weights are corrupt or diverged"
-                )
+    rule = _NONFINITE.get(e.dtype)
+    if rule is None or e.end == e.begin:
+        return
+    kind, magnitude, limit = rule
+    bits = np.frombuffer(data, dtype=kind)
+    tmp = (scratch if scratch is not None else {}).setdefault(kind, np.empty(FINITE_CHUNK, kind))
+    for start in range(0, len(bits), FINITE_CHUNK):
+        chunk = bits[start : start + FINITE_CHUNK]
+        part = np.bitwise_and(chunk, kind.type(magnitude), out=tmp[: len(chunk)])
+        if part.max() >= limit:
+            first = start + int(np.flatnonzero(part >= limit)[0])
+            index = tuple(int(i) for i in np.unravel_index(first, e.shape))
+            value = np.frombuffer(data, dtype=DTYPES[e.dtype])[first]
+            raise CheckpointError(
+                f"tensor {e.name!r}: holds NaN or infinite values (the first, {value}, at index {list(index)}); "
+                "the weights are corrupt or diverged"
+            )
 
 
 def _entry(name: str, raw: Any, data_len: int) -> Entry:

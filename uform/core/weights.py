@@ -3,16 +3,135 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import onnx
 from onnx import numpy_helper
 
 WEIGHTS_FILE = "weights.bin"
+
+
+class Source(Protocol):
+    """Where a load's tensors come from: a parsed buffer (``safetensors.Container``, arrays
+    are views) or an open file (``checkpoint.CheckpointFile``, arrays are read when asked)."""
+
+    @property
+    def streams(self) -> bool: ...
+    @property
+    def entries(self) -> Mapping[str, Any]: ...
+    @property
+    def metadata(self) -> Mapping[str, str]: ...
+
+    def nbytes(self, name: str) -> int: ...
+    def array(self, name: str) -> np.ndarray: ...
+    def read_into(self, name: str, out: np.ndarray) -> np.ndarray: ...
+
+
+class Stored(Mapping[str, np.ndarray]):
+    """A tower's stored weights by name, as a backend gets them (``TowerPlan.weights``).
+
+    A plain mapping of arrays to whoever reads it (each read once and kept: the same object
+    every time); shapes, dtypes and byte counts are known without reading (:meth:`shape`,
+    :meth:`nbytes`). :meth:`fetch` hands a weight over without keeping it: read into a
+    scratch buffer the caller reuses, for backends that repack every matrix anyway, so the
+    load never holds the file's bytes beside the packed ones.
+    """
+
+    def __init__(self, source: Source, names: Iterable[str]) -> None:
+        self._source, self._names = source, list(names)
+        self._read: dict[str, np.ndarray] = {}
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        array = self._read.get(name)
+        if array is None:
+            if name not in self._names:
+                raise KeyError(name)
+            array = self._read[name] = self._source.array(name)
+        return array
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+    @property
+    def streams(self) -> bool:
+        """Whether weights not read yet come from a file (else they are views of memory)."""
+        return self._source.streams
+
+    def nbytes_of(self, name: str) -> int:
+        return self._source.nbytes(name)
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        return tuple(self._source.entries[name].shape)
+
+    @property
+    def nbytes(self) -> int:
+        """The stored bytes of every weight."""
+        return sum(self._source.nbytes(n) for n in self._names)
+
+    def fetch(self, name: str, scratch: np.ndarray) -> np.ndarray:
+        """Weight ``name``, not kept: a view of memory already holding it, else read into the
+        front of ``scratch`` (flat uint8, at least the weight's bytes), valid until the next
+        fetch into it."""
+        if name in self._read or not self._source.streams:
+            return self[name]
+        return self._source.read_into(name, scratch)
+
+
+class Prefetched:
+    """``weights[names[i]]`` for ``i`` in order, each read while the caller works on the one
+    before: a reader thread fills one of two scratch buffers (sized for the largest weight)
+    while the caller holds the other. ``self(i)`` answers weight ``i``, valid until
+    ``self(i + 2)``; call it with ``i`` = 0, 1, 2... Weights already in memory are handed
+    over as they are. Close it (a context manager) to stop the reader."""
+
+    def __init__(self, weights: Mapping[str, np.ndarray], names: Sequence[str]) -> None:
+        self._weights, self._names = weights, list(names)
+        streams = isinstance(weights, Stored) and weights.streams
+        largest = max((weights.nbytes_of(n) for n in self._names), default=0) if isinstance(weights, Stored) else 0
+        self._scratch = [np.empty(largest, np.uint8) for _ in range(2)] if streams else []
+        self._reader = ThreadPoolExecutor(1, thread_name_prefix="uform-read") if streams else None
+        self._next: Future[np.ndarray] | None = None
+        if self._reader is not None and self._names:
+            self._next = self._reader.submit(self._read, 0)
+
+    def _read(self, i: int) -> np.ndarray:
+        assert isinstance(self._weights, Stored)
+        return self._weights.fetch(self._names[i], self._scratch[i % 2])
+
+    def __call__(self, i: int) -> np.ndarray:
+        if self._reader is None or self._next is None:
+            return self._weights[self._names[i]]
+        current = self._next.result()  # weight i; its buffer is the caller's until i + 2
+        self._next = self._reader.submit(self._read, i + 1) if i + 1 < len(self._names) else None
+        return current
+
+    def close(self) -> None:
+        if self._reader is not None:
+            self._reader.shutdown(wait=True, cancel_futures=True)
+
+    def __enter__(self) -> Prefetched:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def stored_bytes(weights: Mapping[str, np.ndarray]) -> int:
+    """The stored bytes of ``weights``, without reading any that are not read yet."""
+    return weights.nbytes if isinstance(weights, Stored) else sum(w.nbytes for w in weights.values())
+
+
+def shape_of(weights: Mapping[str, np.ndarray], name: str) -> tuple[int, ...]:
+    """A weight's shape, without reading it where ``weights`` can tell."""
+    return weights.shape(name) if isinstance(weights, Stored) else tuple(weights[name].shape)
 
 
 def bind_external(
@@ -92,7 +211,7 @@ def matrix_products(model: onnx.ModelProto, weights: Mapping[str, np.ndarray]) -
         attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
         plain = attrs.get("transB") == 1 and attrs.get("transA", 0) == 0 and attrs.get("alpha", 1.0) == attrs.get("beta", 1.0) == 1.0
         matrix = node.input[1]
-        if plain and matrix in weights and weights[matrix].ndim == 2 and uses[matrix] == 1:
+        if plain and matrix in weights and len(shape_of(weights, matrix)) == 2 and uses[matrix] == 1:
             found[i] = matrix
     return found
 

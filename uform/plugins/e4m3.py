@@ -31,7 +31,7 @@ from uform.core.errors import CheckpointError
 from uform.core.hookspecs import hookimpl
 from uform.core.plugin import Backend, LoadRequest, Placement, Runner, TowerPlan
 from uform.core.types import CPUClass, Scalar
-from uform.core.weights import Lowered, lowered, matrix_products
+from uform.core.weights import Lowered, Prefetched, lowered, matrix_products, shape_of, stored_bytes
 from uform.plugins.attention import fuse_attention
 from uform.plugins.cpu import check_domains, choose_class, domain_plan, machine_classes, numa_nodes
 from uform.plugins.oplib import VARIANTS, OpLibrary, OpLibraryError, library
@@ -100,10 +100,13 @@ def lower(
     fed: dict[str, np.ndarray] = {}
     nodes = list(graph.graph.node)
     products = matrix_products(graph, weights)
-    quantized = {m: quantize and ".blocks." in m for m in products.values()}
+    names = list(products.values())
+    quantized = {m: quantize and ".blocks." in m for m in names}
+    shapes = [shape_of(weights, m) for m in names]
     try:
-        packed = lib.pack_all(variant, [(weights[m], quantized[m]) for m in products.values()], threads)
-    except ValueError as exc:  # the load's parse refuses non-finite weights first; this names it too
+        with Prefetched(weights, names) as fetch:  # matrix i + 1 is read while matrix i is packed
+            packed = lib.pack_all(variant, [(s, quantized[m]) for s, m in zip(shapes, names)], fetch, threads)
+    except ValueError as exc:  # reading a tensor refuses non-finite weights first; this names them too
         raise CheckpointError(f"a matrix of the {graph.graph.name!r} tower: {exc}") from None
     for (index, matrix), (fed[matrix], scale) in zip(products.items(), packed):
         node = nodes[index]
@@ -115,9 +118,9 @@ def lower(
         if len(node.input) > 2 and node.input[2]:
             inputs.append(node.input[2])
         op = "MatMulE4M3" if e4m3 else "MatMulBF16"
-        n = weights[matrix].shape[0]
+        n = shape_of(weights, matrix)[0]
         nodes[index] = helper.make_node(op, inputs, list(node.output), name=node.name, domain=DOMAIN, variant=VARIANTS.index(variant), n=n)
-    initializers = {name: stored.astype(np.float32) for name, stored in weights.items() if name not in fed}
+    initializers = {name: weights[name].astype(np.float32) for name in weights if name not in fed}
     out = lowered(graph, nodes, fed, initializers)
     out.graph.opset_import.append(helper.make_opsetid(DOMAIN, 1))
     return out
@@ -148,7 +151,7 @@ def open_ram(request: LoadRequest) -> Placement:
             return Fed(session, low.fed, low.nbytes + copied)
 
         sessions = [on_cpus(cpus, lambda cpus=cpus, threads=threads: place(cpus, threads)) for cpus, threads in plan]  # type: ignore[misc]
-        request.advance(sum(w.nbytes for w in tower.weights.values()))
+        request.advance(stored_bytes(tower.weights))
         pinned = [cpus for cpus, _ in plan]
         runners[name] = sessions[0] if pinned == [None] else Replicas(sessions, pinned)
         held += sum(s.nbytes for s in sessions)

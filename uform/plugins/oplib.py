@@ -17,7 +17,7 @@ import ctypes
 import functools
 import mmap
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -55,23 +55,32 @@ class OpLibrary:
         """``weights`` (BF16, [n, k]) packed for ``variant``: BF16 bits (uint16), or E4M3
         codes (uint8) and a float32 scale per output row. ValueError names the index of a
         weight that is NaN or infinite."""
-        return self.pack_all(variant, [(weights, e4m3)], threads)[0]
+        return self.pack_all(variant, [(weights.shape, e4m3)], lambda i: weights, threads)[0]
 
     def pack_all(
-        self, variant: str, matrices: Sequence[tuple[np.ndarray, bool]], threads: int = 1
+        self,
+        variant: str,
+        matrices: Sequence[tuple[tuple[int, ...], bool]],
+        fetch: Callable[[int], np.ndarray],
+        threads: int = 1,
     ) -> list[tuple[np.ndarray, np.ndarray | None]]:
-        """Each ``(weights, e4m3)`` packed as :meth:`pack` does, all in one anonymous map of
-        huge pages (one page fault per 2 MiB instead of one per 4 KiB; its pages go back to
-        the system when the last array goes). ValueError names a weight that is not finite."""
+        """Each matrix ``i``, of ``matrices[i] = (shape, e4m3)``, packed as :meth:`pack` does,
+        all in one anonymous map of huge pages (one page fault per 2 MiB instead of one per
+        4 KiB; its pages go back to the system when the last array goes). ``fetch(i)``
+        answers matrix ``i``'s BF16 weights when its turn comes (it may reuse one buffer for
+        all). ValueError names a weight that is not finite."""
         shapes = []
-        for weights, e4m3 in matrices:
-            if weights.ndim != 2 or 0 in weights.shape:
-                raise ValueError(f"weights must be a non-empty [n, k] matrix, got shape {list(weights.shape)}")
+        for shape, e4m3 in matrices:
+            if len(shape) != 2 or 0 in shape:
+                raise ValueError(f"weights must be a non-empty [n, k] matrix, got shape {list(shape)}")
             dtype = np.dtype(np.uint8 if e4m3 else np.uint16)
-            shapes.append((self.packed_elements(variant, *weights.shape), dtype))
+            shapes.append((self.packed_elements(variant, *shape), dtype))
         arrays = _zeros(shapes)
         packed = []
-        for (weights, e4m3), out in zip(matrices, arrays):
+        for i, ((shape, e4m3), out) in enumerate(zip(matrices, arrays)):
+            weights = fetch(i)
+            if weights.shape != tuple(shape) or weights.dtype.itemsize != 2:
+                raise ValueError(f"matrix {i}: expected BF16 {list(shape)}, got {weights.dtype} {list(weights.shape)}")
             bits = np.ascontiguousarray(weights).view(np.uint16)
             n, k = bits.shape
             scale = np.zeros(n, np.float32) if e4m3 else None
