@@ -40,7 +40,8 @@ from uform.demo import generate as g
 from uform.demo.evaluate import CALIBRATION_STREAM, TRAINING_STREAM
 from uform.demo.media import image_bytes, video_bytes
 from uform.exporters.reference import ReferenceModel
-from uform.exporters.reference.decoder import DecoderTower
+from uform.exporters.reference.blocks import causal_mask
+from uform.exporters.reference.decoder import BEGIN, DecoderTower
 from uform.exporters.reference.text import TextTower
 
 MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
@@ -56,7 +57,7 @@ def default_config() -> ModelConfig:
         {
             "text": {**STACK, "token_width": 0},
             "image": {**STACK, "image_size": 32, "patch_size": 8, "mean": MEAN, "std": STD},
-            "video": {**STACK, "frames": 4, "image_size": 32, "patch_size": 8, "mean": MEAN, "std": STD},
+            "video": {**STACK, "frames": 2, "image_size": 32, "patch_size": 8, "mean": MEAN, "std": STD},
             "audio": {**STACK, "sample_rate": g.SAMPLE_RATE, "samples": int(g.SAMPLE_RATE * g.AUDIO_SECONDS), "n_fft": 400,
                       "hop": 160, "n_mels": 32, "patch_frames": 7},  # fmt: skip
             "decoder": dict(STACK),
@@ -71,13 +72,13 @@ class Settings:
 
     out: str
     seed: int = 0
-    steps: int = 1000
+    steps: int = 2500
     minutes: float | None = None  # stop early after this long (the schedule still assumes ``steps``)
     batch: int = 64  # items of each modality a step
     decoder_batch: int = 32  # questions a step
     lr: float = 2e-3
     warmup: int = 100
-    video_pool: int = 4000  # clips decoded once through the runtime, drawn from every step
+    video_pool: int = 6000  # clips decoded once through the runtime, drawn from every step
     calibration_examples: int = 1200
     log_every: int = 25
     evaluate: bool = True
@@ -182,12 +183,23 @@ def contrastive(media: torch.Tensor, texts: torch.Tensor, labels: torch.Tensor, 
 
 
 def decoder_loss(tower: DecoderTower, questions: list[g.Question]) -> tuple[torch.Tensor, float]:
-    logits = tower.logits([q.text.encode() for q in questions])
-    answers = torch.tensor([ord(q.choices[q.answer]) for q in questions])
-    loss = F.cross_entropy(logits, answers)
-    choice_ids = [[ord(c) for c in q.choices] for q in questions]
-    right = sum(int(int(torch.argmax(logits[i, ids])) == q.answer) for i, (ids, q) in enumerate(zip(choice_ids, questions)))
-    return loss, right / len(questions)
+    """Next-byte cross-entropy over each question and its answer byte, plus the answer byte's
+    own cross-entropy (the one ``text_choose`` reads); and the fraction answered right."""
+    seqs = [(q.text + q.choices[q.answer]).encode()[-tower.context :] for q in questions]
+    width = max(len(s) for s in seqs)
+    ids = torch.zeros(len(seqs), width, dtype=torch.long)
+    ids[:, 0] = BEGIN
+    targets = torch.full((len(seqs), width), -100, dtype=torch.long)
+    for i, s in enumerate(seqs):
+        ids[i, 1 : len(s)] = torch.tensor(list(s[:-1]))
+        targets[i, : len(s)] = torch.tensor(list(s))
+    hidden = tower.run(tower.embed(ids) + tower.pos.weight[:width], causal_mask(width))
+    logits = tower.head(hidden)  # [B, T, 256]: position j predicts byte j
+    modelled = F.cross_entropy(logits.reshape(-1, 256), targets.reshape(-1), ignore_index=-100)
+    last = logits[torch.arange(len(seqs)), torch.tensor([len(s) - 1 for s in seqs])]
+    answer = F.cross_entropy(last, torch.tensor([s[-1] for s in seqs]))
+    right = sum(int(int(torch.argmax(last[i, [ord(c) for c in q.choices]])) == q.answer) for i, q in enumerate(questions))
+    return modelled + answer, right / len(questions)
 
 
 def save(model: ReferenceModel, config: ModelConfig, path: str | os.PathLike[str]) -> None:
@@ -223,6 +235,8 @@ def train(settings: Settings, log: Callable[[str], None] = print) -> Result:
         return 0.02 + 0.98 * 0.5 * (1 + math.cos(math.pi * min(done, 1.0)))
 
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimiser, rate)
+    # each tower's gradients are clipped on their own, so one loss cannot starve another
+    clipped = [list(t.parameters()) for t in model.towers.values()] + [list(scales.parameters())]
     inputs = Inputs(config, settings.seed, settings.video_pool, log)
     towers = model.towers
     text_tower, decoder_tower = towers["text"], towers["decoder"]
@@ -249,7 +263,8 @@ def train(settings: Settings, log: Callable[[str], None] = print) -> Result:
         total = total + loss
         optimiser.zero_grad(set_to_none=True)
         total.backward()  # type: ignore[no-untyped-call]
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        for group in clipped:
+            torch.nn.utils.clip_grad_norm_(group, 1.0)
         optimiser.step()
         scheduler.step()
         window.append(float(total.detach()))
