@@ -192,6 +192,7 @@ def picture(rng: np.random.Generator, size: int = 32, *, colour: str | None = No
 
 # -- videos -----------------------------------------------------------------------------
 
+TRAIL = ((0.55, 0.8), (0.3, 0.6), (0.15, 0.4))  # ghosts behind a moving shape: (share of its colour, of its size), nearest first
 _STEPS = {"left": (-1.0, 0.0), "right": (1.0, 0.0), "up": (0.0, -1.0), "down": (0.0, 1.0)}
 
 
@@ -216,8 +217,16 @@ def clip(rng: np.random.Generator, size: int = 32, *, colour: str | None = None,
     frames = np.empty((VIDEO_FRAMES, size, size, 3), np.uint8)
     for i in range(VIDEO_FRAMES):
         t = i / (VIDEO_FRAMES - 1)
+        x, y = sx + dx * travel * t, sy + dy * travel * t
         image = Image.new("RGB", (size, size), background)
-        _draw(ImageDraw.Draw(image), shape, sx + dx * travel * t, sy + dy * travel * t, r, fill)
+        draw = ImageDraw.Draw(image)
+        # a fading, tapering trail behind the shape (a motion cue, as in a long exposure):
+        # the direction shows within each frame as well as from frame to frame
+        for k, (fade, shrink) in reversed(list(enumerate(TRAIL, 1))):
+            ghost = tuple(int(round(b + (f - b) * fade)) for f, b in zip(fill, background))
+            back = k * 0.7 * r
+            _draw(draw, shape, x - dx * back, y - dy * back, r * shrink, (ghost[0], ghost[1], ghost[2]))
+        _draw(draw, shape, x, y, r, fill)
         frames[i] = np.asarray(image, np.uint8)
     return Clip(frames, video_caption(colour, shape, direction), colour, shape, direction)
 
