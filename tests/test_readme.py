@@ -46,10 +46,12 @@ def test_the_first_command_shows_what_it_prints(tmp_path: Path, monkeypatch: pyt
     assert main(["search", "a red circle", "demo", "-k", "5"]) == 0
     printed = capsys.readouterr().out.strip().splitlines()
     assert printed[0] == shown[0] and len(printed) == len(shown) == 6
-    for got, want in zip(printed[1:], shown[1:]):
-        rank, score, path = got.split()
-        assert [rank, path] == [want.split()[0], want.split()[2]]
-        assert float(score) == pytest.approx(float(want.split()[1]), abs=0.01)  # BF16 kernels differ a little by CPU
+    got = {row.split()[2]: (int(row.split()[0]), float(row.split()[1])) for row in printed[1:]}
+    want = {row.split()[2]: (int(row.split()[0]), float(row.split()[1])) for row in shown[1:]}
+    assert got.keys() == want.keys()
+    for path, (rank, score) in got.items():  # the kernels of another CPU round a little differently:
+        assert score == pytest.approx(want[path][1], abs=0.01)  # scores within 0.01, and ranks
+        assert rank == want[path][0] or abs(score - next(s for r, s in got.values() if r == want[path][0])) < 0.02  # but near ties
 
 
 def test_the_evaluation_shows_what_it_prints(capsys: pytest.CaptureFixture[str]) -> None:
@@ -65,7 +67,8 @@ def test_the_evaluation_shows_what_it_prints(capsys: pytest.CaptureFixture[str])
             assert got.split()[3] == want.split()[3]  # queries, questions
             # figures: the kernels of another CPU may round a few embeddings differently; and the
             # clips are re-encoded to MP4 on every run, by an encoder whose bytes differ from run to
-            # run for some clips, which moves near ties of text→video (0.43-0.62 at recall@1 seen)
+            # run for some clips, which can move near ties of text→video (0.43-0.62 at recall@1 seen
+            # with an earlier checkpoint)
             slack = 0.25 if got.startswith("text→video") else 0.03
             assert [float(v) for v in got.split()[1:3]] == pytest.approx([float(v) for v in want.split()[1:3]], abs=slack)
     assert printed[7].split(",")[:2] == shown[7].split(",")[:2]  # items and seed; not the seconds
