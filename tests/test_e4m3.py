@@ -350,3 +350,28 @@ def test_every_attention_of_every_tower_is_fused_and_computes_what_the_graph_doe
     )
     questions = [f"Is the {c} red? Answer y or n: " for c in ("circle", "square")]
     np.testing.assert_allclose(np.array(ours.text_choose(questions, "yn", Arena())), np.array(plain.text_choose(questions, "yn", Arena())), atol=1e-5)
+
+
+def test_e4m3_keeps_the_nearest_neighbours_of_the_default_model() -> None:
+    """Issue 10's accuracy goals on a trained model (the shipped default) and realistic
+    inputs: 1,000 distinct questions of its own domain, E4M3 against BF16 weights, on
+    whichever backend serves here: mean cosine >= 0.995, minimum >= 0.98, and the same
+    nearest neighbour (among the other 999) for >= 98 % (measured: 98.7 % with the
+    avx512-bf16 kernels, 99.1 % with the avx2 kernels and without the library)."""
+    from uform.demo import generate
+
+    rng = np.random.default_rng(7)
+    texts = list(dict.fromkeys(generate.question(rng).text for _ in range(3000)))[:1000]
+    assert len(texts) == 1000
+    held, quantized = (
+        np.array(uform.Model.load_ram(quantization=q).text_encode(texts, Arena()).embeddings) for q in (Scalar.BF16, Scalar.E4M3)
+    )
+    cosine = np.sum(held * quantized, axis=1)
+    assert cosine.mean() >= 0.995 and cosine.min() >= 0.98, (cosine.mean(), cosine.min())
+
+    def nearest(e: np.ndarray) -> np.ndarray:
+        s = e @ e.T
+        np.fill_diagonal(s, -np.inf)
+        return s.argmax(1)
+
+    assert (nearest(held) == nearest(quantized)).mean() >= 0.98

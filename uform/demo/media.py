@@ -39,14 +39,19 @@ def video_bytes(frames: np.ndarray, fmt: str = "mp4") -> bytes:
     if fmt not in VIDEO_FORMATS:
         raise ValueError(f"video format must be one of {VIDEO_FORMATS}, got {fmt!r}")
     out = io.BytesIO()
-    with av.open(out, mode="w", format="mp4" if fmt == "mp4" else "webm") as container:
+    # bitexact: no random segment UIDs or dates in the container (WebM bytes then repeat);
+    # one encoding thread and no sync-lookahead make most MP4s repeat too, yet x264 still
+    # encodes about 1 clip in 12 differently from run to run (tiny frames; not tracked down)
+    with av.open(out, mode="w", format="mp4" if fmt == "mp4" else "webm", options={"fflags": "+bitexact"}) as container:
         stream = container.add_stream("libx264" if fmt == "mp4" else "libvpx", rate=VIDEO_FPS)
         stream.width, stream.height = int(frames.shape[2]), int(frames.shape[1])
         stream.pix_fmt = "yuv420p"
+        stream.codec_context.thread_count = 1  # PyAV's own default (auto) overrides the "threads" option
         if fmt == "mp4":
-            stream.options = {"crf": "16", "preset": "veryfast", "threads": "1"}
+            stream.options = {"crf": "16", "preset": "veryfast", "threads": "1", "flags": "+bitexact",
+                              "x264-params": "threads=1:lookahead-threads=1:sync-lookahead=0"}  # fmt: skip
         else:
-            stream.options = {"crf": "8", "b": "2M", "threads": "1"}
+            stream.options = {"crf": "8", "b": "2M", "threads": "1", "flags": "+bitexact"}
         for f in frames:
             for packet in stream.encode(av.VideoFrame.from_ndarray(np.ascontiguousarray(f), format="rgb24")):
                 container.mux(packet)
