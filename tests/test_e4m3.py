@@ -375,3 +375,34 @@ def test_e4m3_keeps_the_nearest_neighbours_of_the_default_model() -> None:
         return s.argmax(1)
 
     assert (nearest(held) == nearest(quantized)).mean() >= 0.98
+
+
+@needs_library
+@pytest.mark.parametrize("quantization", [Scalar.BF16, Scalar.E4M3])
+def test_a_file_load_reads_each_matrix_into_scratch_and_keeps_none(
+    quantization: Scalar, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The e4m3 backend packs every matrix from one reused scratch buffer: no matrix is read
+    into an array of its own (only the small tensors the standard ops take are), and the
+    Stored mapping answers membership, shapes and sizes without reading."""
+    from ckpt import make_checkpoint
+
+    from uform.core.checkpoint import CheckpointFile
+    from uform.core.weights import Stored
+
+    path = make_checkpoint(tmp_path / "small-text.safetensors", "small", 0, ["text"])
+    with CheckpointFile(path) as source:
+        stored = Stored(source, list(source.entries))
+        name = next(n for n in source.entries if n.endswith(".fc1.weight"))
+        assert name in stored and "nope" not in stored and len(stored.shape(name)) == 2
+        assert stored.nbytes == sum(e.end - e.begin for e in source.entries.values())
+        assert stored._read == {}  # nothing read yet
+    kept: list[str] = []
+    whole = CheckpointFile.array
+    monkeypatch.setattr(CheckpointFile, "array", lambda self, n: kept.append(n) or whole(self, n))
+    model = uform.Model.load_ram(path, quantization=quantization)
+    assert model.backend == "e4m3" and kept
+    assert not [n for n in kept if n.endswith(("qkv.weight", "out.weight", "fc1.weight", "fc2.weight"))], kept
+    monkeypatch.undo()
+    want = uform.Model.load_ram_buffer(path.read_bytes(), quantization=quantization)
+    assert np.array_equal(np.array(model.text_encode(["a cat"], Arena()).embeddings), np.array(want.text_encode(["a cat"], Arena()).embeddings))

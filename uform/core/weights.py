@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -44,15 +43,19 @@ class Stored(Mapping[str, np.ndarray]):
 
     def __init__(self, source: Source, names: Iterable[str]) -> None:
         self._source, self._names = source, list(names)
+        self._names_set = frozenset(self._names)
         self._read: dict[str, np.ndarray] = {}
 
     def __getitem__(self, name: str) -> np.ndarray:
         array = self._read.get(name)
         if array is None:
-            if name not in self._names:
+            if name not in self._names_set:
                 raise KeyError(name)
             array = self._read[name] = self._source.array(name)
         return array
+
+    def __contains__(self, name: object) -> bool:  # Mapping's own would read the weight
+        return name in self._names_set
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._names)
@@ -83,45 +86,6 @@ class Stored(Mapping[str, np.ndarray]):
         if name in self._read or not self._source.streams:
             return self[name]
         return self._source.read_into(name, scratch)
-
-
-class Prefetched:
-    """``weights[names[i]]`` for ``i`` in order, each read while the caller works on the one
-    before: a reader thread fills one of two scratch buffers (sized for the largest weight)
-    while the caller holds the other. ``self(i)`` answers weight ``i``, valid until
-    ``self(i + 2)``; call it with ``i`` = 0, 1, 2... Weights already in memory are handed
-    over as they are. Close it (a context manager) to stop the reader."""
-
-    def __init__(self, weights: Mapping[str, np.ndarray], names: Sequence[str]) -> None:
-        self._weights, self._names = weights, list(names)
-        streams = isinstance(weights, Stored) and weights.streams
-        largest = max((weights.nbytes_of(n) for n in self._names), default=0) if isinstance(weights, Stored) else 0
-        self._scratch = [np.empty(largest, np.uint8) for _ in range(2)] if streams else []
-        self._reader = ThreadPoolExecutor(1, thread_name_prefix="uform-read") if streams else None
-        self._next: Future[np.ndarray] | None = None
-        if self._reader is not None and self._names:
-            self._next = self._reader.submit(self._read, 0)
-
-    def _read(self, i: int) -> np.ndarray:
-        assert isinstance(self._weights, Stored)
-        return self._weights.fetch(self._names[i], self._scratch[i % 2])
-
-    def __call__(self, i: int) -> np.ndarray:
-        if self._reader is None or self._next is None:
-            return self._weights[self._names[i]]
-        current = self._next.result()  # weight i; its buffer is the caller's until i + 2
-        self._next = self._reader.submit(self._read, i + 1) if i + 1 < len(self._names) else None
-        return current
-
-    def close(self) -> None:
-        if self._reader is not None:
-            self._reader.shutdown(wait=True, cancel_futures=True)
-
-    def __enter__(self) -> Prefetched:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def stored_bytes(weights: Mapping[str, np.ndarray]) -> int:
