@@ -26,7 +26,7 @@ PRESETS: dict[str, dict[str, int]] = {
 }
 
 
-READ_CHUNK = 64 * 1024 * 1024  # bytes per read() while copying a checkpoint into memory
+READ_CHUNK = 64 * 1024 * 1024  # bytes per pread() while reading a tensor
 OWN_MAP_BYTES = 1 << 20  # a tensor read for a load gets a map of its own from this size on
 
 
@@ -61,41 +61,6 @@ def _open(p: Path) -> int:
     return fd
 
 
-def read_file(path: str | os.PathLike[str]) -> memoryview:
-    """A checkpoint file's bytes, copied into anonymous memory (a flat byte view).
-
-    Nothing returned refers to the file afterwards, so a file truncated or rewritten while
-    (or after) it is read cannot fault the process, as a memory map would (SIGBUS). A file
-    that ends before the size ``fstat`` stated is a :class:`CheckpointError` naming the path.
-    Errors: ``FileNotFoundError``, ``PermissionError`` (both naming the path), and
-    :class:`CheckpointError` for a directory, a FIFO, socket or device, an empty file, a file
-    that shrank while it was read, or a read error.
-    """
-    p = Path(path)
-    fd = _open(p)
-    try:
-        size = os.fstat(fd).st_size
-        if size == 0:
-            raise CheckpointError(f"{p}: the file is empty")
-        view = np.empty(size, np.uint8).data  # untouched pages: no zero-filling pass before the read
-        done = 0
-        with open(fd, "rb", buffering=0, closefd=False) as f:
-            while done < size:
-                try:
-                    got = f.readinto(view[done : min(done + READ_CHUNK, size)])
-                except OSError as exc:
-                    raise CheckpointError(f"{p}: cannot read the file at byte {done} ({exc.strerror or exc})") from None
-                if not got:
-                    raise CheckpointError(
-                        f"{p}: the file ends at byte {done}, before its stated size of {size} bytes "
-                        "(was it truncated or rewritten while it was read?)"
-                    )
-                done += got
-        return view
-    finally:
-        os.close(fd)
-
-
 class CheckpointFile:
     """A checkpoint file open for a load that reads each tensor when it is asked for.
 
@@ -104,8 +69,10 @@ class CheckpointFile:
     owns, a scratch buffer reused from tensor to tensor where a backend repacks the weights,
     and checks that it is finite; :meth:`array` copies one into an array of its own. So a
     load never holds the whole file beside what it builds from it. Errors are
-    :class:`CheckpointError` naming the path (as :func:`read_file`'s), and, from
-    :meth:`read_into`, the tensor. Close it (or use it as a context manager) when the load is done.
+    :class:`CheckpointError` naming the path (a directory, FIFO, socket or device, an empty
+    file, a malformed header, a file that ends before a tensor it states), and, from
+    :meth:`read_into`, the tensor (NaN or infinite values); ``FileNotFoundError`` and
+    ``PermissionError`` naming the path. Close it (or use it as a context manager) when the load is done.
     """
 
     streams = True  # tensors are read when asked for: a scratch buffer saves a copy
@@ -188,7 +155,7 @@ def map_file(path: str | os.PathLike[str]) -> mmap.mmap:
     """A read-only map of a checkpoint file; errors name the path and the reason.
 
     For tools that read a checkpoint once (calibrate, export). ``Model`` loads copy the file
-    with :func:`read_file` instead, so that a file shrinking under them cannot SIGBUS.
+    with :class:`CheckpointFile` instead, so that a file shrinking under them cannot SIGBUS.
     """
     p = Path(path)
     fd = _open(p)

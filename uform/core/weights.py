@@ -35,8 +35,8 @@ class Stored(Mapping[str, np.ndarray]):
     """A tower's stored weights by name, as a backend gets them (``TowerPlan.weights``).
 
     A plain mapping of arrays to whoever reads it (each read once and kept: the same object
-    every time); shapes, dtypes and byte counts are known without reading (:meth:`shape`,
-    :meth:`nbytes`). :meth:`fetch` hands a weight over without keeping it: read into a
+    every time); shapes and byte counts are known without reading (:meth:`shape`,
+    :meth:`nbytes_of`, :attr:`nbytes`). :meth:`fetch` hands a weight over without keeping it: read into a
     scratch buffer the caller reuses, for backends that repack every matrix anyway, so the
     load never holds the file's bytes beside the packed ones.
     """
