@@ -102,6 +102,23 @@ UFORM_EXPORT int uform_gemm(int variant, const float* x, int64_t m, int64_t k, c
   return 0;
 }
 
+// The FMA peak of `variant` on `threads` threads at once, in FLOP/s (for benchmarks: the
+// share of it a product reaches); answers -1 for a variant that has no probe or that this
+// CPU cannot run.
+UFORM_EXPORT double uform_fma_peak(int variant, int threads) {
+  if (variant != kAVX2 || !runnable(variant) || threads < 1) return -1;
+  constexpr int64_t iterations = 1 << 24;  // ~0.1 s a thread
+  double best = 0;
+  for (int run = 0; run < 3; ++run) {
+    std::vector<double> rates(size_t(threads), 0.0);
+    spread(threads, threads, [&](int64_t t) { rates[size_t(t)] = fma_peak_avx2(iterations); });
+    double total = 0;
+    for (double r : rates) total += r;
+    best = std::max(best, total);
+  }
+  return best;
+}
+
 // Attention outside ONNX Runtime (for parity tests): answers 0, 1 without AVX-512, 2 for bad arguments.
 UFORM_EXPORT int uform_attention(const float* qkv, const float* mask, int mask_per_query, float* out, int64_t items,
                                  int64_t tokens, int64_t heads, int64_t head_dim, int threads) {

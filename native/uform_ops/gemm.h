@@ -40,6 +40,7 @@ struct Kernel {
   bool bf16_x;                      // wants Gemm::xb
   void (*task)(const Gemm&, int64_t);
   void (*round_rows)(const float* x, int64_t k, uint16_t* xb, int64_t kpad, int64_t row_begin, int64_t row_end);
+  int64_t (*count)(const Gemm&) = nullptr;  // tasks of a product, when the variant cuts by shape (else panels x mc rows)
 };
 
 extern const Kernel kernel_avx2;
@@ -62,8 +63,13 @@ void encode_e4m3_avx2(const uint16_t* row, int64_t k, float inverse, uint8_t* co
 uint16_t max_magnitude_avx2(const uint16_t* row, int64_t k);
 uint8_t encode_e4m3(float v);
 
+// FLOP/s of `iterations` x 12 register-only 256-bit FMAs on the calling thread (AVX2's peak, measured).
+double fma_peak_avx2(int64_t iterations);
+
 inline int64_t panels(const Gemm& g, const Kernel& kern) { return (g.n + kern.nr - 1) / kern.nr; }
 inline int64_t row_blocks(const Gemm& g, const Kernel& kern) { return (g.m + kern.mc - 1) / kern.mc; }
-inline int64_t tasks(const Gemm& g, const Kernel& kern) { return panels(g, kern) * row_blocks(g, kern); }
+inline int64_t tasks(const Gemm& g, const Kernel& kern) {
+  return kern.count ? kern.count(g) : panels(g, kern) * row_blocks(g, kern);
+}
 
 }  // namespace uform

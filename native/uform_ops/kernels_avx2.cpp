@@ -1,9 +1,26 @@
-// AVX2 with FMA (x86-64-v3): float32 FMA over weights widened to float32 in the decoded panel.
+// AVX2 with FMA (x86-64-v3): float32 FMA over BF16 or E4M3 weights, decoded a slice at a time.
+//
+// Weights are packed in pairs, [k / 2][16][2] per panel of 16 columns (as the BF16
+// dot-product variant packs them), so that decoding costs one instruction per 8 weights
+// after the load: a BF16 pair is one 32-bit word whose even weight widens by a shift left of
+// 16 and whose odd one by masking the high half; an E4M3 pair is one 16-bit word whose codes
+// become the F16 bits of code * 2^-8 exactly (subnormals and zeros included) by moving the
+// code to the high byte, an arithmetic shift right by 1 and a mask, then vcvtph2ps; the 2^8
+// is applied with the scale.
+//
+// A task is a block of rows times a block of panels (its size chosen by the product's shape,
+// `cut`). The depth runs in chunks of KC pairs; for each chunk a slice of panels is decoded
+// into the thread's buffer, then every 6 x 16 micro-tile of the task's rows runs over every
+// panel of the slice: a micro-tile's rows of x (6 x 256 floats) stay in L1 across the slice,
+// and the slice (8 panels, 128 KiB, at large m; one panel, 16 KiB, in L1, at m <= 16, where
+// the weights are used by so few rows that only their packed bytes should move) stays in
+// cache across the rows. Decoding costs 1 / rows of the products.
 #pragma GCC target("avx2,fma,f16c")
 
 #include <immintrin.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 
@@ -12,34 +29,97 @@
 namespace uform {
 namespace avx2 {
 
-constexpr int64_t NR = 16, MR = 6, MC = 192, PAIR = 1, KC = 256;
+constexpr int64_t NR = 16, MR = 6, PAIR = 2;
+constexpr int64_t KC = 128;         // pairs per depth chunk (256 k)
+constexpr int64_t SLICE = 8;        // panels a task decodes at once at large m: 128 columns x 256 k of float32
+constexpr int64_t MC = 96;          // rows per task at large m
+constexpr int64_t SMALL = 16;       // rows at most for the small-m cut: one block of rows, a panel decoded at a time
+constexpr int64_t SMALL_PANELS = 4; // panels per task at small m
+constexpr int64_t MIN_TASKS = 24;   // narrower tasks until a product has this many (threads stay busy)
 
-static inline int64_t depth(const Gemm& g) { return g.k; }
-using Panel = float;
+struct Cut {
+  int64_t mc;      // rows per task
+  int64_t panels;  // panels per task
+  int64_t slice;   // panels decoded at once
+};
 
-#include "decode_f32.inc"
+static inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+static Cut cut(const Gemm& g) {
+  if (g.m <= SMALL) return {std::max<int64_t>(g.m, 1), SMALL_PANELS, 1};
+  Cut c{MC, SLICE, SLICE};
+  const int64_t rows = ceil_div(g.m, MC), panels = ceil_div(g.n, NR);
+  while (c.panels > 1 && rows * ceil_div(panels, c.panels) < MIN_TASKS) c.panels /= 2;
+  c.slice = c.panels;
+  return c;
+}
+
+static int64_t count(const Gemm& g) {
+  const Cut c = cut(g);
+  return ceil_div(g.m, c.mc) * ceil_div(ceil_div(g.n, NR), c.panels);
+}
+
+// Chunk [p0, p1) of panel j's pairs, as float32 [2 * (p1 - p0)][16] (row i: k = 2 * p0 + i).
+static void decode(const Gemm& g, int64_t j, int64_t p0, int64_t p1, float* out) {
+  const int64_t pairs = (g.k + 1) / 2;
+  if (g.wtype == kBF16) {
+    const uint32_t* src = static_cast<const uint32_t*>(g.w) + (j * pairs + p0) * NR;
+    const __m256i high = _mm256_set1_epi32(int32_t(0xFFFF0000u));
+    for (int64_t p = p0; p < p1; ++p, src += NR, out += 2 * NR) {
+      const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src));
+      const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + 8));
+      _mm256_store_ps(out, _mm256_castsi256_ps(_mm256_slli_epi32(w0, 16)));
+      _mm256_store_ps(out + 8, _mm256_castsi256_ps(_mm256_slli_epi32(w1, 16)));
+      _mm256_store_ps(out + 16, _mm256_castsi256_ps(_mm256_and_si256(w0, high)));
+      _mm256_store_ps(out + 24, _mm256_castsi256_ps(_mm256_and_si256(w1, high)));
+    }
+    return;
+  }
+  const uint16_t* src = static_cast<const uint16_t*>(g.w) + (j * pairs + p0) * NR;
+  const __m256i keep = _mm256_set1_epi16(int16_t(0xBF80u));  // sign, exponent, 3 mantissa bits of F16
+  for (int64_t p = p0; p < p1; ++p, src += NR, out += 2 * NR) {
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src));
+    const __m256i even = _mm256_and_si256(_mm256_srai_epi16(_mm256_slli_epi16(v, 8), 1), keep);
+    const __m256i odd = _mm256_and_si256(_mm256_srai_epi16(v, 1), keep);
+    _mm256_store_ps(out, _mm256_cvtph_ps(_mm256_castsi256_si128(even)));
+    _mm256_store_ps(out + 8, _mm256_cvtph_ps(_mm256_extracti128_si256(even, 1)));
+    _mm256_store_ps(out + 16, _mm256_cvtph_ps(_mm256_castsi256_si128(odd)));
+    _mm256_store_ps(out + 24, _mm256_cvtph_ps(_mm256_extracti128_si256(odd, 1)));
+  }
+}
+
+static inline __m256i lanes(int64_t count) {
+  const __m256i index = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(int32_t(std::clamp<int64_t>(count, 0, 8))), index);
+}
+
+// Rows [row, row + R) times the panel's 16 columns over k in [k0, k1): sums start at zero
+// when `first` (else from y); y gets scale * sum + bias when `last`, else the raw sums.
 template <int R>
-static inline void micro(const Gemm& g, int64_t row, int64_t n0, const Panel* panel, int64_t begin, int64_t end,
-                         bool first, bool last) {
+static inline void micro(const Gemm& g, int64_t row, int64_t n0, const float* panel, int64_t k0, int64_t k1, bool first,
+                         bool last) {
   const int64_t cols = std::min<int64_t>(NR, g.n - n0);
-  alignas(32) float s[NR], c[NR], out[NR];
+  const bool whole = cols == NR;
+  const __m256i m0 = lanes(cols), m1 = lanes(cols - 8);
   __m256 acc[R][2];
 #pragma GCC unroll 6
   for (int r = 0; r < R; ++r) {
+    const float* y = g.y + (row + r) * g.n + n0;
     if (first) {
       acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+    } else if (whole) {
+      acc[r][0] = _mm256_loadu_ps(y);
+      acc[r][1] = _mm256_loadu_ps(y + 8);
     } else {
-      std::memset(out, 0, sizeof out);
-      std::memcpy(out, g.y + (row + r) * g.n + n0, size_t(cols) * 4);
-      acc[r][0] = _mm256_load_ps(out);
-      acc[r][1] = _mm256_load_ps(out + 8);
+      acc[r][0] = _mm256_maskload_ps(y, m0);
+      acc[r][1] = _mm256_maskload_ps(y + 8, m1);
     }
   }
   const float* x = g.x + row * g.k;
-  for (int64_t i = begin; i < end; ++i) {
-    const __m256 b0 = _mm256_load_ps(panel + i * NR);
-    const __m256 b1 = _mm256_load_ps(panel + i * NR + 8);
+  const float* b = panel;
+#pragma GCC unroll 2
+  for (int64_t i = k0; i < k1; ++i, b += NR) {
+    const __m256 b0 = _mm256_load_ps(b), b1 = _mm256_load_ps(b + 8);
 #pragma GCC unroll 6
     for (int r = 0; r < R; ++r) {
       const __m256 a = _mm256_broadcast_ss(x + r * g.k + i);
@@ -47,30 +127,100 @@ static inline void micro(const Gemm& g, int64_t row, int64_t n0, const Panel* pa
       acc[r][1] = _mm256_fmadd_ps(a, b1, acc[r][1]);
     }
   }
-  for (int64_t j = 0; j < NR; ++j) {
-    s[j] = last && g.scale && j < cols ? g.scale[n0 + j] : 1.0f;
-    c[j] = last && g.bias && j < cols ? g.bias[n0 + j] : 0.0f;
+  __m256 s0 = _mm256_set1_ps(1.0f), s1 = s0, c0 = _mm256_setzero_ps(), c1 = c0;
+  if (last) {
+    const __m256 unit = _mm256_set1_ps(g.wtype == kE4M3 ? 256.0f : 1.0f);  // E4M3 decodes as code * 2^-8
+    s0 = s1 = unit;
+    if (g.scale) {
+      s0 = _mm256_mul_ps(unit, _mm256_maskload_ps(g.scale + n0, m0));
+      s1 = _mm256_mul_ps(unit, _mm256_maskload_ps(g.scale + n0 + 8, m1));
+    }
+    if (g.bias) {
+      c0 = _mm256_maskload_ps(g.bias + n0, m0);
+      c1 = _mm256_maskload_ps(g.bias + n0 + 8, m1);
+    }
   }
-  const __m256 s0 = _mm256_load_ps(s), s1 = _mm256_load_ps(s + 8);
-  const __m256 c0 = _mm256_load_ps(c), c1 = _mm256_load_ps(c + 8);
 #pragma GCC unroll 6
   for (int r = 0; r < R; ++r) {
     float* y = g.y + (row + r) * g.n + n0;
-    const __m256 v0 = _mm256_fmadd_ps(acc[r][0], s0, c0), v1 = _mm256_fmadd_ps(acc[r][1], s1, c1);
-    if (cols == NR) {
+    const __m256 v0 = last ? _mm256_fmadd_ps(acc[r][0], s0, c0) : acc[r][0];
+    const __m256 v1 = last ? _mm256_fmadd_ps(acc[r][1], s1, c1) : acc[r][1];
+    if (whole) {
       _mm256_storeu_ps(y, v0);
       _mm256_storeu_ps(y + 8, v1);
     } else {
-      _mm256_store_ps(out, v0);
-      _mm256_store_ps(out + 8, v1);
-      std::memcpy(y, out, size_t(cols) * 4);
+      _mm256_maskstore_ps(y, m0, v0);
+      _mm256_maskstore_ps(y + 8, m1, v1);
     }
   }
 }
 
-#include "tiling.inc"
+template <int R>
+static inline void rows(int64_t count, const Gemm& g, int64_t row, int64_t n0, const float* panel, int64_t k0,
+                        int64_t k1, bool first, bool last) {
+  if constexpr (R > 0) {
+    if (count == R) {
+      micro<R>(g, row, n0, panel, k0, k1, first, last);
+    } else {
+      rows<R - 1>(count, g, row, n0, panel, k0, k1, first, last);
+    }
+  }
+}
+
+struct Buffer {
+  float* data = nullptr;
+  ~Buffer() { std::free(data); }
+};
+
+static thread_local Buffer buffer;  // SLICE decoded panel chunks, allocated once per thread
+
+static constexpr int64_t CHUNK = 2 * KC * NR;  // floats of one decoded panel chunk
+
+static void task(const Gemm& g, int64_t t) {
+  if (buffer.data == nullptr) {
+    buffer.data = static_cast<float*>(std::aligned_alloc(64, SLICE * CHUNK * sizeof(float)));
+    if (buffer.data == nullptr) std::abort();  // 128 KiB: nothing sensible is left to do
+  }
+  const Cut c = cut(g);
+  const int64_t blocks = ceil_div(g.m, c.mc), panels = ceil_div(g.n, NR), pairs = (g.k + 1) / 2;
+  const int64_t j0 = t / blocks * c.panels, j1 = std::min(panels, j0 + c.panels);
+  const int64_t r0 = t % blocks * c.mc, r1 = std::min(g.m, r0 + c.mc);
+  for (int64_t p0 = 0; p0 < pairs; p0 += KC) {
+    const int64_t p1 = std::min(pairs, p0 + KC), k0 = 2 * p0, k1 = std::min(g.k, 2 * p1);
+    const bool first = p0 == 0, last = p1 == pairs;
+    for (int64_t s0 = j0; s0 < j1; s0 += c.slice) {
+      const int64_t s1 = std::min(j1, s0 + c.slice);
+      for (int64_t j = s0; j < s1; ++j) decode(g, j, p0, p1, buffer.data + (j - s0) * CHUNK);
+      int64_t row = r0;
+      for (; row + MR <= r1; row += MR)
+        for (int64_t j = s0; j < s1; ++j) micro<MR>(g, row, j * NR, buffer.data + (j - s0) * CHUNK, k0, k1, first, last);
+      if (row < r1)
+        for (int64_t j = s0; j < s1; ++j)
+          rows<MR - 1>(r1 - row, g, row, j * NR, buffer.data + (j - s0) * CHUNK, k0, k1, first, last);
+    }
+  }
+}
 
 }  // namespace avx2
+
+// FLOP/s of 256-bit FMAs on one thread with nothing but registers: 12 independent chains, so
+// that both FMA pipes stay full whatever their latency (the class's peak, measured).
+double fma_peak_avx2(int64_t iterations) {
+  __m256 acc[12];
+  for (int u = 0; u < 12; ++u) acc[u] = _mm256_set1_ps(float(u) * 1e-3f);
+  const __m256 b = _mm256_set1_ps(0.5f), c = _mm256_set1_ps(0.25f);  // converges to 0.5: no subnormals
+  const auto start = std::chrono::steady_clock::now();
+  for (int64_t i = 0; i < iterations; ++i) {
+#pragma GCC unroll 12
+    for (int u = 0; u < 12; ++u) acc[u] = _mm256_fmadd_ps(acc[u], b, c);
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  float sum = 0;
+  for (int u = 0; u < 12; ++u) sum += _mm256_cvtss_f32(acc[u]);
+  volatile float sink = sum;  // the chains are used
+  (void)sink;
+  return double(iterations) * 12 * 16 / seconds;
+}
 
 // The largest magnitude's bits among k BF16 values (BF16 magnitudes order as integers; a
 // result of 0x7F80 or more means a NaN or an infinity is among them).
@@ -121,6 +271,6 @@ void encode_e4m3_avx2(const uint16_t* row, int64_t k, float inverse, uint8_t* co
   }
 }
 
-const Kernel kernel_avx2 = {"avx2", avx2::NR, avx2::PAIR, avx2::MC, false, avx2::task, nullptr};
+const Kernel kernel_avx2 = {"avx2", avx2::NR, avx2::PAIR, avx2::MC, false, avx2::task, nullptr, avx2::count};
 
 }  // namespace uform
