@@ -23,6 +23,9 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--seed", type=int, default=None, help="seed of the held-out data (default: uform.demo's)")
     p.add_argument("--count", type=int, default=None, help="held-out items per modality (default: uform.demo's)")
     p.add_argument("--questions", type=int, default=None, help="held-out text_choose questions (default: uform.demo's)")
+    p.add_argument("--suite", choices=SUITES, default="own",
+                   help="own: media of the training generator's renderer (uform.demo.evaluate); foreign: media, captions and "
+                        "questions made by independent code (uform.demo.foreign); both (default: own)")  # fmt: skip
     p.add_argument("--json", action="store_true", help="print the figures as a JSON object")
     p.set_defaults(run=_evaluate)
 
@@ -42,8 +45,12 @@ def _demo_media(args: argparse.Namespace) -> int:
     return 0
 
 
+SUITES = ("own", "foreign", "both")
+
+
 def _evaluate(args: argparse.Namespace) -> int:
     from uform import demo
+    from uform.demo import foreign
 
     model = load(args)
     options: dict[str, Any] = {}
@@ -57,14 +64,18 @@ def _evaluate(args: argparse.Namespace) -> int:
         if args.questions < 1:
             raise ValueError(f"--questions must be 1 or more; got {args.questions}")
         options["questions"] = args.questions
+    suites = ("own", "foreign") if args.suite == "both" else (args.suite,)
+    runs = {"own": demo.evaluate, "foreign": foreign.evaluate}
+    results: dict[str, dict[str, Any]] = {}
     with model, Bar("evaluating", quiet=args.quiet) as bar:
-        result = demo.evaluate(model, progress=bar.handler(), **options)
-    figures = result.as_dict()
+        for i, suite in enumerate(suites):
+            results[suite] = runs[suite](model, progress=bar.handler(4 * i), **options).as_dict()
     if args.json:
-        print(json.dumps(figures, indent=2))
+        print(json.dumps(results[suites[0]] if len(suites) == 1 else results, indent=2))
         return 0
-    print(f"model {model_path(args)} ({figures.get('quantization', args.quantization)} weights, {model.backend} backend)")
-    print(table(figures))
+    first = results[suites[0]]
+    print(f"model {model_path(args)} ({first.get('quantization', args.quantization)} weights, {model.backend} backend)")
+    print("\n".join(table(results[suite]) for suite in suites))
     return 0
 
 
@@ -83,7 +94,10 @@ def table(figures: dict[str, Any]) -> str:
         lines.append(f"{name:<12}{figures[m + '_recall_at_1']:>10.3f}{figures[m + '_recall_at_5']:>10.3f}{figures[m + '_queries']:>11}")
     lines.append(f"{'':<12}{'accuracy':>10}{'ECE':>10}{'questions':>11}")
     lines.append(f"{'text_choose':<12}{figures['choose_accuracy']:>10.3f}{figures['choose_ece']:>10.3f}{figures['questions']:>11}")
-    extra = [f"{figures['items']} held-out items per modality" if "items" in figures else "",
+    if "video_direction" in figures and "items" in figures:
+        lines.append(f"{'direction':<12}{figures['video_direction']:>10.3f}{'':>10}{figures['items']:>11}")
+    suite = figures.get("suite")
+    extra = [f"{suite} suite" if suite else "", f"{figures['items']} held-out items per modality" if "items" in figures else "",
              f"seed {figures['seed']}" if "seed" in figures else "",
              f"{figures['seconds']:.1f} s" if "seconds" in figures else ""]  # fmt: skip
     if any(extra):

@@ -47,8 +47,14 @@ class Evaluation:
     equal-width confidence bins (``uform.calibrate.ece``): 0 means the confidence matches
     the accuracy bin by bin.
 
+    ``video_direction``: the fraction of clips whose embedding is nearest to the caption
+    naming their own direction among the four captions of their colour and shape that differ
+    in the direction alone (chance 0.25).
+
     ``seed`` is the evaluation seed; ``quantization`` the weights' scalar as the model
-    reports it (``bf16``, ``e4m3``, ``f32``); ``seconds`` the wall time of the evaluation.
+    reports it (``bf16``, ``e4m3``, ``f32``); ``seconds`` the wall time of the evaluation;
+    ``suite`` which suite made the data: ``"own"`` (:func:`evaluate`, the training
+    generator's renderer) or ``"foreign"`` (:func:`uform.demo.foreign.evaluate`).
     """
 
     image_recall_at_1: float
@@ -67,6 +73,8 @@ class Evaluation:
     seed: int
     quantization: str
     seconds: float
+    video_direction: float = float("nan")
+    suite: str = "own"
 
     def as_dict(self) -> dict[str, Any]:
         """The fields as plain JSON-able values."""
@@ -83,14 +91,24 @@ def recall(similarity: np.ndarray, query_captions: Sequence[str], item_captions:
     return float(np.mean([bool((items[row] == q).any()) for row, q in zip(order, query_captions)]))
 
 
-def _retrieval(model: Model, verb: str, files: list[bytes], captions: list[str]) -> tuple[float, float, int]:
+def _retrieval(model: Model, verb: str, files: list[bytes], captions: list[str]) -> tuple[float, float, int, np.ndarray]:
     from uform import Arena
 
     media = np.array(getattr(model, verb)(files, Arena()).embeddings)
     queries = sorted(set(captions))
     texts = np.array(model.text_encode(queries, Arena()).embeddings)
     s = texts @ media.T
-    return recall(s, queries, captions, 1), recall(s, queries, captions, 5), len(queries)
+    return recall(s, queries, captions, 1), recall(s, queries, captions, 5), len(queries), media
+
+
+def _direction(model: Model, media: np.ndarray, clips: list[tuple[str, str, str]]) -> float:
+    """Fraction of clips nearest to the caption of their own direction among the four of their colour and shape."""
+    from uform import Arena
+
+    texts = [g.video_caption(colour, shape, d) for colour, shape, _ in clips for d in g.DIRECTIONS]
+    embedded = np.array(model.text_encode(texts, Arena()).embeddings).reshape(len(clips), len(g.DIRECTIONS), -1)
+    guessed = np.argmax(np.einsum("cd,cwd->cw", media, embedded), axis=1)
+    return float(np.mean([g.DIRECTIONS[int(i)] == d for i, (_, _, d) in zip(guessed, clips)]))
 
 
 def evaluate(
@@ -126,6 +144,7 @@ def evaluate(
     clips = [g.clip(rng, int(rng.choice([32, 64]))) for _ in range(count)]
     video = _retrieval(model, "video_encode", [video_bytes(c.frames, g_fmt(i, "mp4", "webm")) for i, c in enumerate(clips)],
                        [c.caption for c in clips])  # fmt: skip
+    direction = _direction(model, video[3], [(c.colour, c.shape, c.direction) for c in clips])
     report(2)
     sounds = [g.sound(rng) for _ in range(count)]
     audio = _retrieval(model, "audio_encode", [audio_bytes(s.samples, g_fmt(i, "wav", "flac")) for i, s in enumerate(sounds)],
@@ -142,7 +161,7 @@ def evaluate(
     report(4)
     return Evaluation(
         image[0], image[1], video[0], video[1], audio[0], audio[1], accuracy, calibration, count, image[2], video[2],
-        audio[2], questions, seed, model.describe().quantization.value, time.perf_counter() - start,
+        audio[2], questions, seed, model.describe().quantization.value, time.perf_counter() - start, direction, "own",
     )  # fmt: skip
 
 
