@@ -2,7 +2,8 @@
 
 One module per group of commands: ``encode`` (and the output it writes), ``search``,
 ``demo`` (``demo-media``, ``evaluate``), ``checkpoints`` (``new``, ``describe``,
-``similarity``, ``export``, ``calibrate``, ``plugins``); ``inputs`` gathers and encodes
+``similarity``, ``export``, ``calibrate``, ``plugins``), ``serve`` (the HTTP server,
+whose code is the ``uform.serve`` package); ``inputs`` gathers and encodes
 what ``encode`` and ``search`` read; ``common`` holds progress bars and model loading.
 Every command's model defaults to the one shipped with uform. docs/cli.md documents each.
 """
@@ -13,7 +14,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from . import checkpoints, demo, encode, search
+from . import checkpoints, demo, encode, search, serve
 
 
 def parser() -> argparse.ArgumentParser:
@@ -27,6 +28,7 @@ def parser() -> argparse.ArgumentParser:
     search.add_parser(sub)
     demo.add_parsers(sub)
     checkpoints.add_parsers(sub)
+    serve.add_parser(sub)
     return p
 
 

@@ -1,0 +1,55 @@
+"""``uform serve``: the OpenAI-compatible embeddings server (docs/serve.md; the ``uform[serve]`` extra)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from .common import add_model, model_path
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("serve", help="serve the model over HTTP: OpenAI's embeddings API for every modality, with dynamic batching")
+    add_model(p)
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: loopback only)")
+    p.add_argument("--port", type=int, default=8000, help="port to bind (default 8000; 0 picks a free one)")
+    p.add_argument("--devices", default=None, metavar="0,1", help="GPU ids: serve from GPUs through load_vram (default: load_ram)")
+    p.add_argument("--model-name", default=None, help="the model id clients name (default: the checkpoint's file name without .safetensors)")
+    p.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' on every route but /health (default: $UFORM_API_KEY, else none)")
+    p.add_argument("--media-root", type=Path, default=None, metavar="DIR", help="serve file:// URLs of files inside DIR (default: refused)")
+    p.add_argument("--max-request-bytes", type=int, default=32 << 20, help="largest request body (default 32 MiB; 413 beyond)")
+    p.add_argument("--max-items", type=int, default=2048, help="most items one request may hold (default 2048)")
+    p.add_argument("--max-queue-items", type=int, default=8192, help="most items queued at once (default 8192; 429 beyond)")
+    p.add_argument("--max-batch-items", type=int, default=256, help="most items one verb call takes (default 256)")
+    p.add_argument("--max-batch-tokens", type=int, default=32768, help="most text bytes one text call takes (default 32768)")
+    p.add_argument("--max-batch-pixels", type=int, default=64 * 640 * 480, help="most image pixels one image call takes (default 64 × 640 × 480)")
+    p.add_argument("--max-batch-bytes", type=int, default=64 << 20, help="most video or audio bytes one call takes (default 64 MiB)")
+    p.add_argument("--batch-window-ms", type=float, default=0.0, help="wait this long for more items once a batch has one (default 0: never)")
+    p.add_argument("--no-batching", action="store_true", help="one verb call per request (a baseline to compare with)")
+    p.add_argument("--drain-seconds", type=float, default=30.0, help="on SIGTERM, how long in-flight requests get (default 30)")
+    p.add_argument("--no-access-log", action="store_true", help="log no line per request")
+    p.set_defaults(run=_serve)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    try:
+        from uform.serve.config import ServeConfig, api_key_from
+        from uform.serve.run import load, serve
+    except ImportError as exc:
+        raise ValueError(f"uform serve needs the serve extra: pip install 'uform[serve]' ({exc})") from None
+    try:
+        import starlette  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError as exc:
+        raise ValueError(f"uform serve needs the serve extra: pip install 'uform[serve]' ({exc})") from None
+    devices = [int(d) for d in args.devices.split(",") if d.strip()] if args.devices else None
+    name = args.model_name or model_path(args).name.removesuffix(".safetensors")
+    config = ServeConfig(
+        model_id=name, api_key=api_key_from(args.api_key), media_root=args.media_root, max_request_bytes=args.max_request_bytes,
+        max_items_per_request=args.max_items, max_queue_items=args.max_queue_items, max_batch_items=args.max_batch_items,
+        max_batch_tokens=args.max_batch_tokens, max_batch_pixels=args.max_batch_pixels, max_batch_bytes=args.max_batch_bytes,
+        batch_window_ms=args.batch_window_ms, batching=not args.no_batching, drain_seconds=args.drain_seconds,
+    )  # fmt: skip
+    model = load(args.model, args.quantization, devices)
+    return serve(model, config, host=args.host, port=args.port, access_log=not args.no_access_log)

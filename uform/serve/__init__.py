@@ -1,0 +1,26 @@
+"""``uform serve``: an OpenAI-compatible HTTP server for every modality a checkpoint holds.
+
+Installed with the ``uform[serve]`` extra (uvicorn, Starlette, prometheus_client); nothing
+here is imported by ``import uform``. One module per job:
+
+- ``config``: :class:`ServeConfig`, every limit and budget the server enforces
+- ``errors``: :class:`ApiError` and OpenAI's error shape
+- ``catalog``: which modalities and verbs a loaded model serves (also ``uform describe``)
+- ``media``: content parts (``image_url``, ``input_audio``, ``video_url``) to file bytes
+- ``requests``: request bodies to items, checked, each error naming its item
+- ``lane``: one verb's queue and the worker that coalesces it into one call per batch
+- ``batcher``: the lanes together, admission (bounded queue) and draining
+- ``respond``: rows to OpenAI's response (float or base64, ``dimensions``)
+- ``metrics``: the Prometheus metrics
+- ``http``: body limits, auth, timing headers: the ASGI layer around the routes
+- ``app``: the Starlette application and its routes
+- ``run``: loading the model and running uvicorn with SIGTERM drain
+
+docs/serve.md documents every route, field, limit, status and header.
+"""
+
+from __future__ import annotations
+
+from .config import ServeConfig
+
+__all__ = ["ServeConfig"]

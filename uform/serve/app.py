@@ -1,0 +1,183 @@
+"""The Starlette application: ``/v1/embeddings``, ``/v1/choose``, ``/v1/models``, ``/health``,
+``/metrics`` (docs/serve.md). Parsing large bodies, reading files and writing large responses
+run on the server's threads, verbs on the lanes' (``batcher``): the event loop never waits on them."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures as cf
+import contextlib
+import functools
+import time
+from collections import Counter
+from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from . import requests, respond
+from .batcher import Batcher
+from .catalog import served
+from .config import ServeConfig
+from .errors import ApiError
+from .http import Guard, gone, read_body
+from .lane import Job, Lane
+from .metrics import CONTENT_TYPE, Metrics
+
+if TYPE_CHECKING:
+    from uform import Model
+
+T = TypeVar("T")
+
+
+class Server:
+    """What the routes share: the model, its batcher (made at startup), limits and metrics."""
+
+    def __init__(self, model: Model, config: ServeConfig) -> None:
+        self.model = model
+        self.config = config
+        self.description = model.describe()
+        self.modalities = served(model)
+        self.batcher: Batcher | None = None
+        self.draining = False
+        lanes = len(self.modalities)
+        self.pool = cf.ThreadPoolExecutor(lanes + 2 if config.batching else 16, thread_name_prefix="uform-serve")
+        self.metrics = Metrics(lambda: float(self.batcher.queued_items()) if self.batcher else 0.0)
+
+    async def off_loop(self, fn: Callable[[], T], inline: bool) -> T:
+        return fn() if inline else await asyncio.get_running_loop().run_in_executor(self.pool, fn)
+
+    def check_model(self, name: str | None) -> None:
+        if name is not None and name != self.config.model_id:
+            raise ApiError(404, f"the model {name!r} does not exist here; this server serves {self.config.model_id!r}", param="model", code="model_not_found")
+
+    async def run_jobs(self, request: Request, kinds: list[str], payloads: list[Any], costs: list[int]) -> tuple[list[tuple[Lane, Job]], list[Any]]:
+        assert self.batcher is not None
+        jobs = self.batcher.submit(kinds, payloads, costs)
+        for kind, count in Counter(kinds).items():
+            self.metrics.items.labels(kind).inc(count)
+        watcher = asyncio.ensure_future(gone(request.receive))
+        try:
+            return jobs, await self.batcher.gather(jobs, watcher)
+        finally:
+            watcher.cancel()
+
+    def timing(self, jobs: list[tuple[Lane, Job]], began: float) -> dict[str, str]:
+        queue = max(job.started - job.enqueued for _, job in jobs) * 1000
+        compute = max(job.finished - job.started for _, job in jobs) * 1000
+        total = (time.perf_counter() - began) * 1000
+        batch = max(job.batch_items for _, job in jobs)
+        return {"x-uform-queue-ms": f"{queue:.3f}", "x-uform-inference-ms": f"{compute:.3f}", "x-uform-total-ms": f"{total:.3f}",
+                "x-uform-batch-items": str(batch),
+                "server-timing": f"queue;dur={queue:.3f}, inference;dur={compute:.3f}, total;dur={total:.3f}"}  # fmt: skip
+
+    async def embeddings(self, request: Request) -> Response:
+        began = time.perf_counter()
+        c = self.config
+        body = await read_body(request, c.max_request_bytes)
+        parse = functools.partial(requests.embeddings, body, max_items=c.max_items_per_request, media_root=c.media_root, limit=c.max_request_bytes)
+        req = await self.off_loop(parse, len(body) <= c.inline_json_bytes and b"file:" not in body)
+        self.check_model(req.model)
+        dims = self.description.dimensions
+        respond.check_dimensions(req.dimensions, dims)
+        items = req.items
+        jobs, results = await self.run_jobs(request, [i.kind for i in items], [i.payload for i in items], [i.cost for i in items])
+        context = self.description.context
+        tokens = sum(min(len(i.payload), context) for i in items if i.kind == "text")
+
+        def write() -> bytes:
+            rows = respond.assemble([(job.positions, r) for (_, job), r in zip(jobs, results)], len(items), dims)
+            rows = respond.prefix(rows, req.dimensions, dims)
+            return respond.embeddings_body(rows, req.encoding_format, c.model_id, tokens)
+
+        out = await self.off_loop(write, len(items) * dims <= c.inline_response_values)
+        return Response(out, media_type="application/json", headers=self.timing(jobs, began))
+
+    async def choose(self, request: Request) -> Response:
+        began = time.perf_counter()
+        c = self.config
+        body = await read_body(request, c.max_request_bytes)
+        req = await self.off_loop(functools.partial(requests.choose, body, max_items=c.max_items_per_request), len(body) <= c.inline_json_bytes)
+        self.check_model(req.model)
+        payloads: list[Any] = list(zip(req.texts, req.choices, req.groups))
+        n = len(payloads)
+        jobs, results = await self.run_jobs(request, ["choose"] * n, payloads, [len(t) for t in req.texts])
+        values, offsets = results[0]
+        tokens = sum(min(len(t), self.description.context) for t in req.texts)
+        out = respond.choose_body(values, offsets, req.choices, c.model_id, tokens)
+        return Response(out, media_type="application/json", headers=self.timing(jobs, began))
+
+    def model_card(self) -> dict[str, Any]:
+        d = self.description
+        return {"id": self.config.model_id, "object": "model", "created": 0, "owned_by": "uform",
+                "modalities": list(self.modalities), "verbs": sorted({v for vs in self.modalities.values() for v in vs}),
+                "dimensions": d.dimensions, "context": d.context, "quantization": d.quantization.value,
+                "backend": self.model.backend}  # fmt: skip
+
+    async def models(self, request: Request) -> Response:
+        name = request.path_params.get("name")
+        if name is not None:
+            self.check_model(name)
+            return JSONResponse(self.model_card())
+        return JSONResponse({"object": "list", "data": [self.model_card()]})
+
+    async def health(self, request: Request) -> Response:
+        if self.draining or self.batcher is None or self.batcher.draining:
+            return JSONResponse({"status": "draining"}, status_code=503)
+        return JSONResponse({"status": "ok", "queued_items": self.batcher.queued_items()})
+
+    async def metrics_route(self, request: Request) -> Response:
+        return Response(self.metrics.exposition(), media_type=CONTENT_TYPE)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
+        self.batcher = Batcher(self.model, self.config, self.pool, self.metrics)
+        try:
+            yield
+        finally:
+            try:
+                await asyncio.wait_for(self.batcher.close(), timeout=max(self.config.drain_seconds, 0.1))
+            except TimeoutError:
+                pass
+            self.pool.shutdown(wait=False, cancel_futures=True)
+
+
+async def _api_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, ApiError)
+    return Response(exc.encoded(), status_code=exc.status, media_type="application/json", headers=exc.headers)
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    error = ApiError(exc.status_code, f"{request.method} {request.url.path}: {exc.detail}", code="not_found" if exc.status_code == 404 else None)
+    return await _api_error(request, error)
+
+
+async def _internal(request: Request, exc: Exception) -> Response:
+    error = ApiError(500, f"the server failed: {type(exc).__name__}: {exc}", code="internal_error")
+    return Response(error.encoded(), status_code=500, media_type="application/json")
+
+
+async def _disconnected(request: Request, exc: Exception) -> Response:
+    return Response(status_code=499)  # the client went away: nobody reads this
+
+
+def create_app(model: Model, config: ServeConfig) -> tuple[Any, Server]:
+    """The ASGI application serving ``model``, and the :class:`Server` state behind it."""
+    server = Server(model, config)
+    routes = [
+        Route("/v1/embeddings", server.embeddings, methods=["POST"]),
+        Route("/v1/choose", server.choose, methods=["POST"]),
+        Route("/v1/models", server.models, methods=["GET"]),
+        Route("/v1/models/{name:path}", server.models, methods=["GET"]),
+        Route("/health", server.health, methods=["GET"]),
+        Route("/metrics", server.metrics_route, methods=["GET"]),
+    ]
+    handlers: dict[Any, Callable[..., Any]] = {ApiError: _api_error, HTTPException: _http_error, ConnectionError: _disconnected,
+                                                Exception: _internal}
+    app = Starlette(routes=routes, exception_handlers=handlers, lifespan=server.lifespan)
+    return Guard(app, api_key=config.api_key, max_request_bytes=config.max_request_bytes, metrics=server.metrics), server

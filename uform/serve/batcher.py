@@ -1,0 +1,111 @@
+"""The lanes of every verb the model serves, admission into a bounded queue, and draining.
+
+``submit`` splits a request's items by kind into one job per lane and answers them; a full
+queue is a 429 with ``Retry-After``, a draining server a 503. ``gather`` awaits a request's
+jobs and drops those still queued when its client goes away.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures as cf
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from uform import Arena
+
+from .catalog import CHOOSE_VERB, ITEM_VERBS, verbs
+from .config import ServeConfig
+from .errors import ApiError
+from .lane import Budget, Job, Lane
+from .metrics import Metrics
+
+if TYPE_CHECKING:
+    from uform import Model
+
+
+def _encoder(model: Model, verb: str) -> Any:
+    method = getattr(model, verb)
+
+    def call(payloads: list[Any], arena: Arena) -> np.ndarray:
+        return np.array(method(payloads, arena).embeddings)  # copied out of the arena
+
+    return call
+
+
+def _chooser(model: Model) -> Any:
+    def call(payloads: list[tuple[bytes, bytes, int]], arena: Arena) -> tuple[np.ndarray, np.ndarray]:
+        texts, choices, groups = zip(*payloads)
+        return model.text_choose(list(texts), list(choices), arena, temperature_groups=list(groups)).to_numpy()
+
+    return call
+
+
+class Batcher:
+    def __init__(self, model: Model, config: ServeConfig, pool: cf.Executor, metrics: Metrics) -> None:
+        self.config = config
+        self.draining = False
+        self.lanes: dict[str, Lane] = {}
+        served = verbs(model)
+        workers = 1 if config.batching else max(1, getattr(pool, "_max_workers", 4))
+        window = config.batch_window_ms / 1000
+        for kind, verb in [*ITEM_VERBS.items(), ("choose", CHOOSE_VERB)]:
+            if verb not in served:
+                continue
+            items = config.max_batch_items if config.batching else 1
+            budget = Budget(items, config.budget(kind) if config.batching else 1, window if config.batching else 0.0)
+            call = _chooser(model) if kind == "choose" else _encoder(model, verb)
+            self.lanes[kind] = Lane(verb, call, budget, pool, metrics, workers, param="input")
+
+    def queued_items(self) -> int:
+        return sum(lane.queued_items for lane in self.lanes.values())
+
+    def submit(self, kinds: Sequence[str], payloads: Sequence[Any], costs: Sequence[int]) -> list[tuple[Lane, Job]]:
+        """Queue a request's items (``kinds[i]`` is item ``i``'s lane), one job per lane."""
+        if self.draining:
+            raise ApiError(503, "the server is shutting down and takes no new requests", code="draining")
+        if self.queued_items() + len(payloads) > self.config.max_queue_items:
+            raise ApiError(429, f"the queue is full ({self.config.max_queue_items} items); retry shortly", code="queue_full",
+                           headers={"Retry-After": str(self.config.retry_after_seconds)})  # fmt: skip
+        loop = asyncio.get_running_loop()
+        distinct = list(dict.fromkeys(kinds))
+        missing = [kind for kind in distinct if kind not in self.lanes]
+        if missing:
+            raise ApiError(400, f"this model serves no {missing[0]} items (it serves {', '.join(self.lanes)})", param="input", code="unsupported_modality")
+        cost_array = np.asarray(costs, dtype=np.int64)
+        jobs: list[tuple[Lane, Job]] = []
+        for kind in distinct:
+            if len(distinct) == 1:
+                positions, items = np.arange(len(payloads)), list(payloads)
+            else:
+                positions = np.flatnonzero(np.asarray(kinds) == kind)
+                items = [payloads[i] for i in positions.tolist()]
+            jobs.append((self.lanes[kind], Job(items, positions, int(cost_array[positions].sum()), loop.create_future())))
+        for lane, job in jobs:
+            lane.put(job)
+        return jobs
+
+    async def gather(self, jobs: list[tuple[Lane, Job]], disconnected: asyncio.Future[Any] | None) -> list[Any]:
+        """Each job's result, in order; a bad item's ``ApiError`` is raised once every job ended.
+        When ``disconnected`` resolves first, queued jobs are dropped and ``ConnectionError`` raised."""
+        futures = [job.future for _, job in jobs]
+        everything = asyncio.gather(*futures, return_exceptions=True)
+        if disconnected is not None:
+            done, _ = await asyncio.wait({everything, disconnected}, return_when=asyncio.FIRST_COMPLETED)
+            if everything not in done:
+                for lane, job in jobs:
+                    lane.discard(job)
+                    job.future.cancel()
+                everything.cancel()
+                raise ConnectionError("the client went away")
+        outcomes = await everything
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                raise outcome
+        return list(outcomes)
+
+    async def close(self) -> None:
+        self.draining = True
+        await asyncio.gather(*(lane.close() for lane in self.lanes.values()))

@@ -1,0 +1,62 @@
+"""Every limit and budget the server enforces, in one record (``uform serve``'s options)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    """What ``uform serve`` was started with; docs/serve.md lists each with its default.
+
+    Batches: a lane (one verb) takes what is queued when the model frees up, up to
+    ``max_batch_items`` items and a cost budget of its kind (``max_batch_tokens`` text bytes,
+    ``max_batch_pixels`` image pixels, ``max_batch_bytes`` of video and audio files), after
+    waiting ``batch_window_ms`` for more (0: never waits); a request larger than a budget
+    runs in a batch of its own.
+    ``batching=False`` makes one verb call per request (the benchmark's baseline).
+    """
+
+    model_id: str = "uform"
+    api_key: str | None = None
+    media_root: Path | None = None
+    max_request_bytes: int = 32 << 20
+    max_items_per_request: int = 2048
+    max_queue_items: int = 8192
+    max_batch_items: int = 256
+    max_batch_tokens: int = 32768
+    max_batch_pixels: int = 64 * 640 * 480
+    max_batch_bytes: int = 64 << 20
+    batch_window_ms: float = 0.0
+    batching: bool = True
+    drain_seconds: float = 30.0
+    retry_after_seconds: int = 1
+    inline_json_bytes: int = 64 << 10  # bodies up to this are parsed on the event loop; larger on a thread
+    inline_response_values: int = 1 << 15  # responses up to this many scalars are written on the loop
+
+    def budget(self, kind: str) -> int:
+        """The cost budget of one batch of ``kind`` items (text, image, video, audio, choose)."""
+        if kind in ("text", "choose"):
+            return self.max_batch_tokens
+        return self.max_batch_pixels if kind == "image" else self.max_batch_bytes
+
+    def __post_init__(self) -> None:
+        for name in ("max_request_bytes", "max_items_per_request", "max_queue_items", "max_batch_items", "max_batch_tokens",
+                     "max_batch_pixels", "max_batch_bytes"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
+        if self.batch_window_ms < 0 or self.drain_seconds < 0:
+            raise ValueError("batch-window-ms and drain-seconds must not be negative")
+        if self.media_root is not None and not self.media_root.is_dir():
+            raise ValueError(f"media-root {self.media_root} is not a folder")
+        if self.api_key is not None and not self.api_key:
+            raise ValueError("api-key must not be empty")
+
+
+def api_key_from(option: str | None) -> str | None:
+    """``--api-key``, else ``UFORM_API_KEY`` from the environment, else no key."""
+    if option is not None:
+        return option
+    return os.environ.get("UFORM_API_KEY") or None

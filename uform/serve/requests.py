@@ -1,0 +1,171 @@
+"""Request bodies to items: every field checked, every error a 400 naming the item and reason.
+
+An embeddings item is ``(kind, payload, cost)``: a text as UTF-8 bytes (``input`` strings
+and token-id arrays, ids 0-255 being bytes), or an image, video or recording as file bytes
+from a content part (``media``). Cost is what the batch budgets count: text bytes, image
+pixels (read from the header), video and audio bytes.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .errors import ApiError, bad_item
+from .media import part_bytes
+
+ENCODINGS = ("float", "base64")
+
+
+@dataclass(frozen=True)
+class Item:
+    kind: str  # text, image, video, audio
+    payload: bytes
+    cost: int
+
+
+@dataclass(frozen=True)
+class EmbeddingsRequest:
+    items: list[Item]
+    encoding_format: str
+    dimensions: int | None
+    model: str | None
+
+
+@dataclass(frozen=True)
+class ChooseRequest:
+    texts: list[bytes]
+    choices: list[bytes]
+    groups: list[int]
+    model: str | None
+
+
+def loads(body: bytes) -> dict[str, Any]:
+    try:
+        doc = json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ApiError(400, f"the body is not valid JSON ({exc})", code="invalid_json") from None
+    if not isinstance(doc, dict):
+        raise ApiError(400, f"the body must be a JSON object, not {type(doc).__name__}", code="invalid_json")
+    return doc
+
+
+def embeddings(body: bytes, *, max_items: int, media_root: Path | None, limit: int) -> EmbeddingsRequest:
+    doc = loads(body)
+    raw = doc.get("input")
+    if raw is None:
+        raise ApiError(400, "'input' is required: a string, an array of strings, token-id arrays or content parts", param="input", code="missing_input")
+    if isinstance(raw, str) or (isinstance(raw, list) and raw and isinstance(raw[0], int) and not isinstance(raw[0], bool)):
+        raw = [raw]  # one text, or one token-id array
+    if not isinstance(raw, list):
+        raise ApiError(400, f"'input' must be a string or an array, not {type(raw).__name__}", param="input", code="invalid_type")
+    if not raw:
+        raise ApiError(400, "'input' is empty", param="input", code="empty_input")
+    if len(raw) > max_items:
+        raise ApiError(400, f"'input' holds {len(raw)} items, over the limit of {max_items} a request", param="input", code="too_many_items")
+    items = [_item(i, x, media_root, limit) for i, x in enumerate(raw)]
+    fmt = doc.get("encoding_format", "float")
+    if fmt is None:
+        fmt = "float"
+    if fmt not in ENCODINGS:
+        raise ApiError(400, f"'encoding_format' must be 'float' or 'base64', not {fmt!r}", param="encoding_format", code="invalid_value")
+    dims = doc.get("dimensions")
+    if dims is not None and (not isinstance(dims, int) or isinstance(dims, bool) or dims < 1):
+        raise ApiError(400, f"'dimensions' must be a positive integer, not {dims!r}", param="dimensions", code="invalid_value")
+    return EmbeddingsRequest(items, fmt, dims, _model(doc))
+
+
+def _item(index: int, x: Any, media_root: Path | None, limit: int) -> Item:
+    if isinstance(x, str):
+        return _text(index, x)
+    if isinstance(x, list):
+        try:
+            data = bytes(x)
+        except (TypeError, ValueError):
+            raise bad_item(index, "a token-id array must hold integers 0-255 (tokens are UTF-8 bytes)") from None
+        if not data:
+            raise bad_item(index, "the token-id array is empty")
+        return Item("text", data, len(data))
+    if isinstance(x, dict):
+        if x.get("type") == "text":
+            text = x.get("text")
+            if not isinstance(text, str):
+                raise bad_item(index, "a text part needs 'text', a string")
+            return _text(index, text)
+        try:
+            kind, data = part_bytes(x, media_root, limit)
+        except ValueError as exc:
+            raise bad_item(index, str(exc)) from None
+        return Item(kind, data, _pixels(data) if kind == "image" else len(data))
+    raise bad_item(index, f"an item must be a string, a token-id array or a content part object, not {type(x).__name__}", code="invalid_type")
+
+
+def _text(index: int, text: str) -> Item:
+    if not text:
+        raise bad_item(index, "the text is empty")
+    try:
+        data = text.encode()
+    except UnicodeEncodeError as exc:
+        raise bad_item(index, f"the text is not encodable as UTF-8 ({exc.reason} at {exc.start})") from None
+    return Item("text", data, len(data))
+
+
+def _pixels(data: bytes) -> int:
+    """The image's pixels from its header alone; the file's bytes when it has no readable header
+    (the verb then names what is wrong)."""
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(io.BytesIO(data)) as image:
+            width, height = image.size
+            return int(width * height)
+    except (UnidentifiedImageError, OSError, ValueError, Image.DecompressionBombError):
+        return len(data)
+
+
+def choose(body: bytes, *, max_items: int) -> ChooseRequest:
+    doc = loads(body)
+    raw = doc.get("input")
+    if isinstance(raw, str):
+        raw = [raw]
+    if not isinstance(raw, list) or not raw or not all(isinstance(t, str) for t in raw):
+        raise ApiError(400, "'input' must be a string or a non-empty array of strings", param="input", code="invalid_type")
+    if len(raw) > max_items:
+        raise ApiError(400, f"'input' holds {len(raw)} texts, over the limit of {max_items} a request", param="input", code="too_many_items")
+    texts = [_text(i, t).payload if t else b"" for i, t in enumerate(raw)]
+    choices = _choices(doc.get("choices"), len(raw))
+    groups = doc.get("temperature_groups")
+    if groups is None:
+        groups = [0] * len(raw)
+    elif not isinstance(groups, list) or len(groups) != len(raw) or not all(isinstance(g, int) and not isinstance(g, bool) for g in groups):
+        raise ApiError(400, f"'temperature_groups' must be an array of {len(raw)} integers, one a text", param="temperature_groups", code="invalid_value")
+    return ChooseRequest(texts, choices, groups, _model(doc))
+
+
+def _choices(raw: Any, count: int) -> list[bytes]:
+    if isinstance(raw, str):
+        raw = [raw] * count
+    if not isinstance(raw, list) or len(raw) != count or not all(isinstance(c, str) for c in raw):
+        raise ApiError(400, f"'choices' must be a string shared by every text or an array of {count} strings, one a text",
+                       param="choices", code="invalid_value")  # fmt: skip
+    out: list[bytes] = []
+    for i, c in enumerate(raw):
+        if not c or not c.isascii():
+            raise bad_item(i, "choices must be a non-empty ASCII string (each character is one choice)", param="choices")
+        out.append(c.encode())
+    return out
+
+
+def _model(doc: dict[str, Any]) -> str | None:
+    model = doc.get("model")
+    if model is not None and not isinstance(model, str):
+        raise ApiError(400, "'model' must be a string", param="model", code="invalid_type")
+    return model
+
+
+def kinds(items: Sequence[Item]) -> set[str]:
+    return {item.kind for item in items}

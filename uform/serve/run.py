@@ -1,0 +1,81 @@
+"""``uform serve``: load the model, run the application on uvicorn, drain on SIGTERM.
+
+On SIGTERM (or Ctrl-C) the server stops accepting connections, answers ``/health`` with 503,
+answers every request in flight within ``--drain-seconds`` and exits 0.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+from collections.abc import Sequence
+from types import FrameType
+from typing import TYPE_CHECKING, Any
+
+from .config import ServeConfig
+
+if TYPE_CHECKING:
+    from uform import Model
+
+
+def load(model_path: str | None, quantization: str, devices: Sequence[int] | None) -> Model:
+    from uform import Model, Scalar
+
+    if devices:
+        return Model.load_vram(model_path, devices=list(devices), quantization=Scalar(quantization))
+    return Model.load_ram(model_path, quantization=Scalar(quantization))
+
+
+def serve(model: Model, config: ServeConfig, *, host: str, port: int, access_log: bool = True, announce: Any = None) -> int:
+    """Serve until SIGTERM or SIGINT, then drain; answers the exit status (0)."""
+    import uvicorn
+
+    from .app import create_app
+    from .catalog import served
+
+    app, state = create_app(model, config)
+    uv = uvicorn.Config(
+        app, host=host, port=port, lifespan="on", access_log=access_log, log_level="info",
+        timeout_graceful_shutdown=max(1, int(config.drain_seconds)), http=_http(), loop=_loop(),
+    )  # fmt: skip
+
+    class Draining(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+            state.draining = True
+            super().handle_exit(sig, frame)
+
+        def _log_started_message(self, listeners: Sequence[Any]) -> None:
+            bound = listeners[0].getsockname()
+            where = f"http://{'[' + bound[0] + ']' if ':' in bound[0] else bound[0]}:{bound[1]}"
+            kinds = ", ".join(served(model))
+            print(f"uform serve: listening on {where} (model {config.model_id!r}: {kinds})", file=announce or sys.stderr, flush=True)
+
+    # uvicorn raises the signal it caught again once it has stopped; a handler of our own
+    # makes that a no-op, so that a drained server exits 0 instead of dying of SIGTERM
+    previous = signal.signal(signal.SIGTERM, _ignore)
+    try:
+        Draining(uv).run()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        model.close()
+    return 0
+
+
+def _ignore(sig: int, frame: FrameType | None) -> None:
+    return None
+
+
+def _http() -> str:
+    try:
+        import httptools  # noqa: F401
+    except ImportError:
+        return "h11"
+    return "httptools"
+
+
+def _loop() -> str:
+    try:
+        import uvloop  # noqa: F401
+    except ImportError:
+        return "asyncio"
+    return "uvloop"
