@@ -80,7 +80,10 @@ def description(args: argparse.Namespace) -> dict[str, Any]:
     with model:
         d = model.describe()
         fields = {k: (v.value if hasattr(v, "value") else v) for k, v in d._asdict().items()}
-        return {"model": str(model_path(args)), **fields, "backend": model.backend, "compute": model.compute}
+        from uform.serve.catalog import served  # light: no server imports
+
+        info = {"model": str(model_path(args)), **fields, "backend": model.backend, "compute": model.compute}
+        return info | {"modalities": served(model)}
 
 
 def _describe(args: argparse.Namespace) -> int:
@@ -90,6 +93,8 @@ def _describe(args: argparse.Namespace) -> int:
         return 0
     width = max(len(k) for k in info)
     for key, value in info.items():
+        if key == "modalities":  # audio (audio_encode, audio_encode_samples), choose (text_choose), ...
+            value = ", ".join(f"{name} ({', '.join(verbs)})" for name, verbs in value.items()) or "-"
         print(f"{key.ljust(width)}  {'-' if value is None else value}")
     return 0
 

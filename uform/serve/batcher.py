@@ -59,6 +59,10 @@ class Batcher:
             call = _chooser(model) if kind == "choose" else _encoder(model, verb)
             self.lanes[kind] = Lane(verb, call, budget, pool, metrics, workers, param="input")
 
+    def busy(self) -> bool:
+        """Whether a verb call is still running (its thread cannot be stopped)."""
+        return any(lane.running for lane in self.lanes.values())
+
     def queued_items(self) -> int:
         return sum(lane.queued_items for lane in self.lanes.values())
 

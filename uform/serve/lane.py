@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import concurrent.futures as cf
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -61,6 +62,8 @@ class Lane:
         self._ready = asyncio.Event()
         self._closing = False
         self.queued_items = 0
+        self.running = 0  # verb calls in flight
+        self._count = threading.Lock()
         self._tasks = [asyncio.get_running_loop().create_task(self._work(), name=f"uform-lane-{verb}") for _ in range(workers)]
 
     def put(self, job: Job) -> None:
@@ -127,7 +130,17 @@ class Lane:
                     job.future.set_result(outcome)
 
     def _compute(self, jobs: Sequence[Job], arena: Arena) -> list[Any]:
-        """Each job's rows, or the error that fails it (a worker thread)."""
+        """Each job's rows, or the error that fails it (a worker thread). ``running`` counts
+        the calls whose threads are still in a verb, even when their awaiting task was cancelled."""
+        with self._count:
+            self.running += 1
+        try:
+            return self._outcomes(jobs, arena)
+        finally:
+            with self._count:
+                self.running -= 1
+
+    def _outcomes(self, jobs: Sequence[Job], arena: Arena) -> list[Any]:
         outcomes: list[Any] = [None] * len(jobs)
         alive = list(range(len(jobs)))
         while alive:

@@ -6,6 +6,7 @@ answers every request in flight within ``--drain-seconds`` and exits 0.
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 from collections.abc import Sequence
@@ -57,7 +58,13 @@ def serve(model: Model, config: ServeConfig, *, host: str, port: int, access_log
         Draining(uv).run()
     finally:
         signal.signal(signal.SIGTERM, previous)
-        model.close()
+    if state.batcher is not None and state.batcher.busy():
+        # --drain-seconds ran out during a verb call, which no thread can interrupt: its
+        # request was already dropped, so leave now rather than wait for the call to end
+        print("uform serve: drain time ran out during a verb call; exiting without waiting for it", file=sys.stderr, flush=True)
+        sys.stdout.flush()
+        os._exit(0)
+    model.close()
     return 0
 
 

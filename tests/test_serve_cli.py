@@ -1,0 +1,73 @@
+"""``uform serve`` as a process: SIGTERM drains (the request in flight is answered, new
+connections are refused, exit status 0 within --drain-seconds), UFORM_API_KEY; and
+``uform describe`` naming the modalities and verbs a checkpoint serves."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import signal
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from ckpt import make_checkpoint
+from serving import subprocess_server
+from uform.cli import main
+
+LONG = [("a long text about circles and squares " * 4)[:120] + str(i) for i in range(1024)]
+
+
+def test_sigterm_drains_in_flight_requests_and_exits_0() -> None:
+    key = {"authorization": "Bearer from-env"}
+    with subprocess_server(["--drain-seconds", "20"], env={"UFORM_API_KEY": "from-env"}) as server:
+        assert httpx.post(server.url + "/v1/embeddings", json={"input": "x"}).status_code == 401
+        answers: list[httpx.Response] = []
+        sender = threading.Thread(target=lambda: answers.append(
+            httpx.post(server.url + "/v1/embeddings", json={"input": LONG}, headers=key, timeout=60)))  # fmt: skip
+        sender.start()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:  # the long request is queued or computing
+            metrics = httpx.get(server.url + "/metrics", headers=key).text
+            if 'uform_items_total{modality="text"} 1024.0' in metrics:
+                break
+            time.sleep(0.01)
+        server.proc.send_signal(signal.SIGTERM)
+        began = time.monotonic()
+        sender.join(30)
+        assert answers and answers[0].status_code == 200 and len(answers[0].json()["data"]) == len(LONG)
+        assert server.proc.wait(20) == 0 and time.monotonic() - began < 20
+        with pytest.raises(httpx.ConnectError):
+            httpx.get(server.url + "/health", timeout=2)
+        assert any("Shutting down" in line for line in server.lines)
+
+
+def test_the_drain_deadline_holds_during_a_long_call() -> None:
+    with subprocess_server(["--drain-seconds", "1", "--max-items", "8192", "--max-batch-items", "8192", "--max-batch-tokens", "10000000"]) as server:
+        def send() -> None:
+            with contextlib.suppress(httpx.HTTPError):  # the server drops it when its drain time runs out
+                httpx.post(server.url + "/v1/embeddings", json={"input": LONG * 6}, timeout=60)
+
+        sender = threading.Thread(target=send)
+        sender.start()
+        time.sleep(0.5)
+        server.proc.send_signal(signal.SIGTERM)
+        began = time.monotonic()
+        assert server.proc.wait(15) == 0
+        assert time.monotonic() - began < 4, "the process outlived --drain-seconds by far"
+        sender.join(10)
+
+
+def test_describe_lists_modalities_and_verbs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    ckpt = make_checkpoint(tmp_path / "text-image.safetensors", "tiny", 0, ["text", "image"])
+    assert main(["describe", "--model", str(ckpt), "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["modalities"] == {"image": ["image_encode", "image_encode_pixels"], "text": ["text_encode"]}
+    assert main(["describe", "--model", str(ckpt)]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("modalities"))
+    assert line.split(None, 1)[1] == "image (image_encode, image_encode_pixels), text (text_encode)"
+    assert main(["describe", "--json"]) == 0
+    assert set(json.loads(capsys.readouterr().out)["modalities"]) == {"audio", "choose", "image", "text", "video"}

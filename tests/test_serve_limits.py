@@ -1,0 +1,123 @@
+"""The server's limits over loopback, on a thread of the test process: 413 before the body is
+read whole, 429 with Retry-After on a full queue, the API key (401, constant-time compare,
+/health open), /health while draining, batching off, and a client that disconnects while its
+items are queued (they are dropped, never computed)."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+
+import httpx
+import numpy as np
+import pytest
+
+import uform
+from serving import host_port, thread_server
+from uform.serve import ServeConfig
+
+
+@pytest.fixture(scope="module")
+def model() -> Iterator[uform.Model]:
+    with uform.Model.load_ram() as m:
+        yield m
+
+
+def raw_request(url: str, head: bytes, body: bytes = b"") -> bytes:
+    """Send ``head`` (and ``body``), answer what came back before the server closed or 2 s passed."""
+    with socket.create_connection(host_port(url), timeout=5) as s:
+        s.sendall(head + body)
+        s.settimeout(2)
+        got = b""
+        try:
+            while chunk := s.recv(65536):
+                got += chunk
+                if b"\r\n\r\n" in got and b'"error"' in got:
+                    break
+        except TimeoutError:
+            pass
+        return got
+
+
+def test_request_size_queue_and_item_limits(model: uform.Model) -> None:
+    config = ServeConfig(model_id="default", max_request_bytes=1000, max_queue_items=4, max_items_per_request=3)
+    with thread_server(model, config) as (url, _):
+        # a declared length over the limit is refused before a byte of the body is sent
+        head = b"POST /v1/embeddings HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000000000\r\n\r\n"
+        answer = raw_request(url, head)
+        assert answer.startswith(b"HTTP/1.1 413") and b"request_too_large" in answer, answer
+        # a chunked body is cut off as soon as it passes the limit
+        chunks = iter([b'{"input": ["' + b"x" * 600, b"y" * 600, b'"]}'])
+        big = httpx.post(url + "/v1/embeddings", content=chunks, headers={"content-type": "application/json"})
+        assert big.status_code == 413 and big.json()["error"]["code"] == "request_too_large"
+        assert httpx.post(url + "/v1/embeddings", json={"input": ["a"] * 3}).status_code == 200
+        too_many = httpx.post(url + "/v1/embeddings", json={"input": ["a"] * 4})
+        assert too_many.status_code == 400 and too_many.json()["error"]["code"] == "too_many_items"
+    config = ServeConfig(model_id="default", max_queue_items=4)
+    with thread_server(model, config) as (url, _):
+        full = httpx.post(url + "/v1/embeddings", json={"input": ["a"] * 5})
+        assert full.status_code == 429 and full.headers["retry-after"] == "1"
+        assert full.json()["error"]["type"] == "rate_limit_error"
+        assert httpx.post(url + "/v1/embeddings", json={"input": ["a"] * 4}).status_code == 200
+
+
+def test_api_key(model: uform.Model) -> None:
+    with thread_server(model, ServeConfig(model_id="default", api_key="s3cret")) as (url, _):
+        doc = {"input": "a red circle"}
+        missing = httpx.post(url + "/v1/embeddings", json=doc)
+        assert missing.status_code == 401 and missing.headers["www-authenticate"] == "Bearer"
+        assert missing.json()["error"]["type"] == "authentication_error"
+        for wrong in ("Bearer s3cre", "Bearer s3cret2", "s3cret", "Basic s3cret"):
+            assert httpx.post(url + "/v1/embeddings", json=doc, headers={"authorization": wrong}).status_code == 401
+        ok = {"authorization": "Bearer s3cret"}
+        assert httpx.post(url + "/v1/embeddings", json=doc, headers=ok).status_code == 200
+        for path in ("/v1/models", "/metrics"):
+            assert httpx.get(url + path).status_code == 401 and httpx.get(url + path, headers=ok).status_code == 200
+        assert httpx.get(url + "/health").status_code == 200  # open: load balancers probe it without the key
+
+
+def test_health_while_draining_and_batching_off(model: uform.Model) -> None:
+    texts = [f"text {i}" for i in range(8)]
+    expected = np.array(model.text_encode(texts, uform.Arena()).embeddings)
+    with thread_server(model, ServeConfig(model_id="default", batching=False)) as (url, state):
+        rows = [httpx.post(url + "/v1/embeddings", json={"input": t}) for t in texts]
+        assert all(r.headers["x-uform-batch-items"] == "1" for r in rows)
+        np.testing.assert_array_equal(np.array([r.json()["data"][0]["embedding"] for r in rows], np.float32), expected)
+        state.draining = True
+        assert httpx.get(url + "/health").status_code == 503
+        state.draining = False
+        assert httpx.get(url + "/health").status_code == 200
+
+
+def test_a_client_that_goes_away_has_its_queued_items_dropped(model: uform.Model) -> None:
+    long = [("a long text about circles and squares " * 4)[:128] + str(i) for i in range(768)]
+    with thread_server(model, ServeConfig(model_id="default")) as (url, state):
+        answers: list[httpx.Response] = []
+        first = threading.Thread(target=lambda: answers.append(httpx.post(url + "/v1/embeddings", json={"input": long}, timeout=60)))
+        first.start()
+        lane = None
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:  # wait for the long call to be running
+            lane = state.batcher.lanes["text"] if state.batcher else None
+            if lane is not None and lane.running:
+                break
+            time.sleep(0.005)
+        assert lane is not None and lane.running
+        body = b'{"input": ["one", "two", "three"]}'
+        head = f"POST /v1/embeddings HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+        with socket.create_connection(host_port(url)) as s:
+            s.sendall(head + body)
+            while lane.queued_items == 0:  # queued behind the long call
+                time.sleep(0.002)
+        # the client is gone: its items leave the queue before the long call ends
+        while lane.queued_items and lane.running:
+            time.sleep(0.002)
+        assert lane.running, "the long call ended before the disconnect was noticed; lengthen it"
+        first.join(60)
+        assert answers[0].status_code == 200 and len(answers[0].json()["data"]) == 768
+        dropped = state.metrics.registry.get_sample_value("uform_dropped_items_total", {"verb": "text_encode"})
+        assert dropped == 3
+        computed = state.metrics.registry.get_sample_value("uform_batch_items_sum", {"verb": "text_encode"})
+        assert computed == 768  # the dropped items were never computed
