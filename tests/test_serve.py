@@ -9,6 +9,7 @@ import asyncio
 import base64
 import json
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -196,7 +197,10 @@ def test_models_health_metrics_and_timing_headers(server: Proc) -> None:
     assert 'uform_items_total{modality="text"}' in text and "uform_queue_items" in text
     assert 'uform_batch_items_count{verb="text_encode"}' in text and 'uform_inference_seconds_bucket{le="0.001",verb="text_encode"}' in text
     assert httpx.get(server.url + "/nowhere").json()["error"]["code"] == "not_found"
-    assert any('"POST /v1/embeddings HTTP/1.1" 200' in line for line in server.lines)  # a line per request
+    deadline = time.monotonic() + 5  # a line per request, written every 0.1 s
+    while not any('"POST /v1/embeddings" 200 ' in line for line in server.lines) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert any('"POST /v1/embeddings" 200 ' in line for line in server.lines)
 
 
 def test_load_32_clients_coalesced_bad_items_isolated(server: Proc, model: uform.Model, media: dict[str, Path]) -> None:

@@ -24,7 +24,7 @@ from .batcher import Batcher
 from .catalog import served
 from .config import ServeConfig
 from .errors import ApiError
-from .http import Guard, gone, read_body
+from .http import AccessLog, Guard, disconnect_probe, gone, read_body
 from .lane import Job, Lane
 from .metrics import CONTENT_TYPE, Metrics
 
@@ -57,10 +57,14 @@ class Server:
 
     async def run_jobs(self, request: Request, kinds: list[str], payloads: list[Any], costs: list[int]) -> tuple[list[tuple[Lane, Job]], list[Any]]:
         assert self.batcher is not None
-        jobs = self.batcher.submit(kinds, payloads, costs)
-        for kind, count in Counter(kinds).items():
-            self.metrics.items.labels(kind).inc(count)
-        watcher = asyncio.ensure_future(gone(request.receive))
+        probe = disconnect_probe(request.receive)
+        jobs = self.batcher.submit(kinds, payloads, costs, probe)
+        counts = Counter(kinds) if len(kinds) > 1 else {kinds[0]: 1}
+        for kind, count in counts.items():
+            self.metrics.item_counter(kind).inc(count)
+        if probe is not None:  # uvicorn: the lane reads the connection's state when a batch forms
+            return jobs, await self.batcher.gather(jobs, None)
+        watcher = asyncio.ensure_future(gone(request.receive))  # another ASGI server: a task awaits the disconnect
         try:
             return jobs, await self.batcher.gather(jobs, watcher)
         finally:
@@ -166,8 +170,9 @@ async def _disconnected(request: Request, exc: Exception) -> Response:
     return Response(status_code=499)  # the client went away: nobody reads this
 
 
-def create_app(model: Model, config: ServeConfig) -> tuple[Any, Server]:
-    """The ASGI application serving ``model``, and the :class:`Server` state behind it."""
+def create_app(model: Model, config: ServeConfig, log: AccessLog | None = None) -> tuple[Any, Server]:
+    """The ASGI application serving ``model``, and the :class:`Server` state behind it;
+    ``log`` writes a line per request."""
     server = Server(model, config)
     routes = [
         Route("/v1/embeddings", server.embeddings, methods=["POST"]),
@@ -180,4 +185,4 @@ def create_app(model: Model, config: ServeConfig) -> tuple[Any, Server]:
     handlers: dict[Any, Callable[..., Any]] = {ApiError: _api_error, HTTPException: _http_error, ConnectionError: _disconnected,
                                                 Exception: _internal}
     app = Starlette(routes=routes, exception_handlers=handlers, lifespan=server.lifespan)
-    return Guard(app, api_key=config.api_key, max_request_bytes=config.max_request_bytes, metrics=server.metrics), server
+    return Guard(app, api_key=config.api_key, max_request_bytes=config.max_request_bytes, metrics=server.metrics, log=log), server

@@ -2,14 +2,16 @@
 
 ``submit`` splits a request's items by kind into one job per lane and answers them; a full
 queue is a 429 with ``Retry-After``, a draining server a 503. ``gather`` awaits a request's
-jobs and drops those still queued when its client goes away.
+jobs; a job whose client went away is dropped from the queue, when the next batch forms
+(``gone``, read from the server's record of the connection) or at once (``disconnected``, a
+future resolved by a task awaiting ``http.disconnect``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures as cf
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -66,8 +68,9 @@ class Batcher:
     def queued_items(self) -> int:
         return sum(lane.queued_items for lane in self.lanes.values())
 
-    def submit(self, kinds: Sequence[str], payloads: Sequence[Any], costs: Sequence[int]) -> list[tuple[Lane, Job]]:
-        """Queue a request's items (``kinds[i]`` is item ``i``'s lane), one job per lane."""
+    def submit(self, kinds: Sequence[str], payloads: Sequence[Any], costs: Sequence[int], gone: Callable[[], bool] | None = None) -> list[tuple[Lane, Job]]:
+        """Queue a request's items (``kinds[i]`` is item ``i``'s lane), one job per lane;
+        ``gone`` tells whether the client has left (its jobs are then dropped from the queue)."""
         if self.draining:
             raise ApiError(503, "the server is shutting down and takes no new requests", code="draining")
         if self.queued_items() + len(payloads) > self.config.max_queue_items:
@@ -86,7 +89,7 @@ class Batcher:
             else:
                 positions = np.flatnonzero(np.asarray(kinds) == kind)
                 items = [payloads[i] for i in positions.tolist()]
-            jobs.append((self.lanes[kind], Job(items, positions, int(cost_array[positions].sum()), loop.create_future())))
+            jobs.append((self.lanes[kind], Job(items, positions, int(cost_array[positions].sum()), loop.create_future(), gone=gone)))
         for lane, job in jobs:
             lane.put(job)
         return jobs
@@ -95,16 +98,18 @@ class Batcher:
         """Each job's result, in order; a bad item's ``ApiError`` is raised once every job ended.
         When ``disconnected`` resolves first, queued jobs are dropped and ``ConnectionError`` raised."""
         futures = [job.future for _, job in jobs]
-        everything = asyncio.gather(*futures, return_exceptions=True)
+        waiting: asyncio.Future[Any] = futures[0] if len(futures) == 1 else asyncio.gather(*futures, return_exceptions=True)
         if disconnected is not None:
-            done, _ = await asyncio.wait({everything, disconnected}, return_when=asyncio.FIRST_COMPLETED)
-            if everything not in done:
+            done, _ = await asyncio.wait({waiting, disconnected}, return_when=asyncio.FIRST_COMPLETED)
+            if waiting not in done:
                 for lane, job in jobs:
                     lane.discard(job)
                     job.future.cancel()
-                everything.cancel()
+                waiting.cancel()
                 raise ConnectionError("the client went away")
-        outcomes = await everything
+        if len(futures) == 1:
+            return [await waiting]  # raises the job's error
+        outcomes = await waiting
         for outcome in outcomes:
             if isinstance(outcome, BaseException):
                 raise outcome

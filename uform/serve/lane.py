@@ -41,6 +41,7 @@ class Job:
     started: float = 0.0
     finished: float = 0.0
     batch_items: int = 0
+    gone: Callable[[], bool] | None = None  # whether its client has disconnected
 
 
 @dataclass(frozen=True)
@@ -88,9 +89,15 @@ class Lane:
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
     def _take(self, jobs: list[Job], items: int, cost: int) -> tuple[int, int]:
+        """Move queued jobs into ``jobs`` within the budgets; drop those whose client is gone."""
         while self._queue:
             job = self._queue[0]
             n = len(job.payloads)
+            if job.gone is not None and job.gone():
+                self.discard(job)
+                if not job.future.done():
+                    job.future.set_exception(ConnectionError("the client went away"))
+                continue
             if jobs and (items + n > self._budget.items or cost + job.cost > self._budget.cost):
                 break
             self._queue.popleft()
@@ -116,12 +123,14 @@ class Lane:
             started = time.perf_counter()
             outcomes = await loop.run_in_executor(self._pool, self._compute, jobs, arena)
             finished = time.perf_counter()
-            self._metrics.batch_items.labels(self.verb).observe(items)
-            self._metrics.batch_requests.labels(self.verb).observe(len(jobs))
-            self._metrics.inference_seconds.labels(self.verb).observe(finished - started)
+            m = self._metrics
+            m.child(m.batch_items, self.verb).observe(items)
+            m.child(m.batch_requests, self.verb).observe(len(jobs))
+            m.child(m.inference_seconds, self.verb).observe(finished - started)
+            waited = m.child(m.queue_seconds, self.verb)
             for job, outcome in zip(jobs, outcomes):
                 job.started, job.finished, job.batch_items = started, finished, items
-                self._metrics.queue_seconds.labels(self.verb).observe(started - job.enqueued)
+                waited.observe(started - job.enqueued)
                 if job.future.done():  # its client went away during the call
                     continue
                 if isinstance(outcome, BaseException):

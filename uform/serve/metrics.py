@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
@@ -28,8 +29,20 @@ class Metrics:
         self.queue_seconds = Histogram("uform_queue_seconds", "time an item waited before its verb call began", ["verb"], buckets=_SECONDS, registry=r)
         self.inference_seconds = Histogram("uform_inference_seconds", "time of one verb call", ["verb"], buckets=_SECONDS, registry=r)
         self.request_seconds = Histogram("uform_request_seconds", "time from a request's arrival to its response", ["route"], buckets=_SECONDS, registry=r)
+        self._children: dict[tuple[str, str], Any] = {}
         depth = Gauge("uform_queue_items", "items queued and not yet in a verb call", registry=r)
         depth.set_function(queue_depth)
+
+    def child(self, metric: Any, label: str) -> Any:
+        """``metric.labels(label)``, looked up once (labels() costs a lock and a tuple a call)."""
+        key = (metric._name, label)  # noqa: SLF001 - the metric's own name
+        found = self._children.get(key)
+        if found is None:
+            found = self._children[key] = metric.labels(label)
+        return found
+
+    def item_counter(self, kind: str) -> Any:
+        return self.child(self.items, kind)
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

@@ -34,9 +34,11 @@ def serve(model: Model, config: ServeConfig, *, host: str, port: int, access_log
     from .app import create_app
     from .catalog import served
 
-    app, state = create_app(model, config)
+    from .http import AccessLog
+
+    app, state = create_app(model, config, AccessLog() if access_log else None)
     uv = uvicorn.Config(
-        app, host=host, port=port, lifespan="on", access_log=access_log, log_level="info",
+        app, host=host, port=port, lifespan="on", access_log=False, log_level="info",
         timeout_graceful_shutdown=max(1, int(config.drain_seconds)), http=_http(), loop=_loop(),
     )  # fmt: skip
 
