@@ -1,0 +1,337 @@
+"""``uform serve`` under load, judged by its own CPU cost and by ratios (the clients share its cores).
+
+    /tmp/coord/timed serve python benchmarks/serve.py [--seconds 4] [--clients 1,8,32,128] [--client wrk|asyncio]
+
+In-process first (the default model): ``text_encode`` of one short text (p50 latency of a
+single call, texts/s) and of 64 at once (texts/s and process CPU seconds per text), and
+``image_encode`` of one 640x480 JPEG. Then a ``uform serve`` subprocess driven over loopback
+by a load generator (``wrk`` with one thread where installed, else a lean asyncio client in a
+process of its own), one text or one 640x480 JPEG (a data: URL) per request, at each client
+count: requests/s, p50 and p99 latency, the server process's CPU seconds per request (from
+/proc) and the generator's CPU share. Then the server's resident memory across 10,000
+requests of distinct texts, the same server with batching off (one verb call per request),
+and, for the choice of framework, a bare JSON echo route on uvicorn with Starlette and with
+FastAPI. Writes benchmarks/results/serve.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import io
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).parent))
+from common import save, table  # noqa: E402
+
+TEXT = "a red circle moving up"
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def photo_jpeg() -> bytes:
+    """A 640x480 photo-like JPEG (smooth gradients plus noise), quality 90."""
+    from PIL import Image
+
+    y, x = np.mgrid[0:480, 0:640]
+    rng = np.random.default_rng(0)
+    rgb = np.stack([128 + 100 * np.sin(x / 60), 128 + 100 * np.cos(y / 45), 255 * x / 640], -1) + rng.integers(-12, 12, (480, 640, 3))
+    buf = io.BytesIO()
+    Image.fromarray(np.clip(rgb, 0, 255).astype(np.uint8)).save(buf, "JPEG", quality=90)
+    return buf.getvalue()
+
+
+def in_process(seconds: float, jpeg: bytes) -> dict[str, Any]:
+    import uform
+
+    with uform.Model.load_ram() as model:
+        arena = uform.Arena()
+        latencies = []
+        end = time.perf_counter() + seconds
+        while time.perf_counter() < end or len(latencies) < 50:
+            t = time.perf_counter()
+            model.text_encode([TEXT], arena)
+            latencies.append(time.perf_counter() - t)
+        batch = [f"{TEXT} {i}" for i in range(64)]
+        calls, cpu, wall = 0, time.process_time(), time.perf_counter()
+        while time.perf_counter() - wall < seconds or calls < 5:
+            model.text_encode(batch, arena)
+            calls += 1
+        cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+        images = []
+        end = time.perf_counter() + seconds
+        while time.perf_counter() < end or len(images) < 10:
+            t = time.perf_counter()
+            model.image_encode([jpeg], arena)
+            images.append(time.perf_counter() - t)
+        d = model.describe()
+        return {
+            "cpu_class": d.cpu_class.value if d.cpu_class else None, "backend": model.backend, "compute": model.compute,
+            "text_p50_ms": round(float(np.median(latencies)) * 1000, 3), "text_texts_per_s_batch1": round(len(latencies) / sum(latencies), 1),
+            "text_texts_per_s_batch64": round(calls * 64 / wall, 1), "text_cpu_ms_per_text_batch64": round(cpu / (calls * 64) * 1000, 4),
+            "image_p50_ms": round(float(np.median(images)) * 1000, 3),
+        }  # fmt: skip
+
+
+class Served:
+    """A ``uform serve`` (or bare framework app) subprocess on a free port."""
+
+    def __init__(self, args: list[str]) -> None:
+        self.proc = subprocess.Popen([sys.executable, *args, "--port", "0"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            if "listening on " in line:
+                self.url = line.split("listening on ", 1)[1].split()[0]
+                break
+        else:
+            raise RuntimeError(f"the server exited with {self.proc.wait()} before listening")
+
+    def cpu(self) -> float:
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / TICK  # utime + stime, every thread
+
+    def rss(self) -> int:
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+        raise RuntimeError("no VmRSS")
+
+    def close(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(30)
+
+
+def children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _ms(text: str) -> float:
+    for unit, scale in (("us", 0.001), ("ms", 1.0), ("s", 1000.0), ("m", 60000.0)):
+        if text.endswith(unit):
+            return float(text[: -len(unit)]) * scale
+    return float(text)
+
+
+def drive_wrk(url: str, body: bytes, clients: int, seconds: float) -> dict[str, Any]:
+    with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as script:
+        script.write(f'wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\nwrk.body = {json.dumps(body.decode())}\n')
+    before = children_cpu()
+    out = subprocess.run(["wrk", "-t1", f"-c{clients}", f"-d{max(1, round(seconds))}s", "--latency", "-s", script.name, url + "/v1/embeddings"],
+                         capture_output=True, text=True, check=True).stdout  # fmt: skip
+    os.unlink(script.name)
+    found: dict[str, Any] = {"client_cpu_s": children_cpu() - before, "errors": 0}
+    for line in out.splitlines():
+        words = line.split()
+        if words[:1] == ["Requests/sec:"]:
+            found["rps"] = float(words[1])
+        elif words[:1] in (["50%"], ["99%"]):
+            found["p" + words[0][:-1] + "_ms"] = _ms(words[1])
+        elif "requests in" in line:
+            found["requests"] = int(words[0])
+        elif line.strip().startswith("Non-2xx"):
+            found["errors"] += int(words[-1])
+        elif line.strip().startswith("Socket errors"):
+            found["errors"] += sum(int(w.strip(",")) for w in words[3::2])
+    return found
+
+
+async def _drive(url: str, bodies: list[bytes], clients: int, seconds: float, count: int) -> dict[str, Any]:
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    latencies: list[float] = []
+    errors, sent = 0, 0
+    end = time.perf_counter() + seconds
+
+    async def one() -> None:
+        nonlocal errors, sent
+        reader, writer = await asyncio.open_connection(host, int(port))
+        while (time.perf_counter() < end) if count == 0 else sent < count:
+            body = bodies[sent % len(bodies)]
+            sent += 1
+            t = time.perf_counter()
+            writer.write(b"POST /v1/embeddings HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+            status = int((await reader.readline()).split()[1])
+            length = 0
+            while (line := await reader.readline()) != b"\r\n":
+                if line[:15].lower() == b"content-length:":
+                    length = int(line[15:])
+            await reader.readexactly(length)
+            latencies.append(time.perf_counter() - t)
+            errors += status != 200
+        writer.close()
+
+    began = time.perf_counter()
+    await asyncio.gather(*(one() for _ in range(clients)))
+    wall = time.perf_counter() - began
+    ms = np.array(latencies) * 1000
+    return {"rps": len(ms) / wall, "p50_ms": float(np.percentile(ms, 50)), "p99_ms": float(np.percentile(ms, 99)), "requests": len(ms), "errors": errors}
+
+
+def drive(kind: str, url: str, body: bytes, clients: int, seconds: float) -> dict[str, Any]:
+    if kind == "wrk":
+        return drive_wrk(url, body, clients, seconds)
+    with tempfile.NamedTemporaryFile("wb", delete=False) as f:
+        f.write(body)
+    before = children_cpu()
+    out = subprocess.run([sys.executable, __file__, "--drive", url, "--body", f.name, "--clients", str(clients), "--seconds", str(seconds)],
+                         capture_output=True, text=True, check=True).stdout  # fmt: skip
+    os.unlink(f.name)
+    return json.loads(out) | {"client_cpu_s": children_cpu() - before}
+
+
+def measured(server: Served, kind: str, body: bytes, clients: int, seconds: float) -> dict[str, Any]:
+    cpu, wall = server.cpu(), time.perf_counter()
+    got = drive(kind, server.url, body, clients, seconds)
+    cpu, wall = server.cpu() - cpu, time.perf_counter() - wall
+    return {
+        "clients": clients, "rps": round(got["rps"], 1), "p50_ms": round(got["p50_ms"], 3), "p99_ms": round(got["p99_ms"], 3),
+        "requests": got["requests"], "errors": got["errors"], "server_cpu_ms_per_request": round(cpu / max(got["requests"], 1) * 1000, 4),
+        "server_cpu_share": round(cpu / wall / (os.cpu_count() or 1), 3), "client_cpu_share": round(got["client_cpu_s"] / wall / (os.cpu_count() or 1), 3),
+    }  # fmt: skip
+
+
+def memory(server: Served, requests: int, clients: int) -> dict[str, Any]:
+    """Resident memory after each tenth of ``requests`` requests of distinct texts."""
+    step = max(requests // 10, 1)
+    samples = []
+    for k in range(10):
+        bodies = [json.dumps({"input": f"{TEXT} number {k * step + i}"}).encode() for i in range(step)]
+        asyncio.run(_drive(server.url, bodies, clients, 0, step))
+        samples.append(server.rss())
+    base = samples[0]
+    return {"requests": step * 10, "rss_mib": [round(s / 2**20, 2) for s in samples],
+            "max_change_vs_first_tenth": round(max(abs(s - base) for s in samples) / base, 4)}  # fmt: skip
+
+
+def bare_app(framework: str) -> Any:
+    """A JSON echo route: what the framework costs a request before any model work."""
+    if framework == "fastapi":
+        import fastapi
+        from fastapi.responses import Response as FastAPIResponse
+
+        app = fastapi.FastAPI()
+        globals()["FastAPIRequest"] = fastapi.Request  # the endpoint's annotation, resolved by name
+
+        async def echo_fastapi(request: FastAPIRequest) -> FastAPIResponse:  # type: ignore[name-defined]  # noqa: F821
+            doc = json.loads(await request.body())
+            return FastAPIResponse(json.dumps({"object": "list", "data": [{"index": 0, "embedding": [0.5] * 64}], "n": len(doc)}), media_type="application/json")
+
+        app.post("/v1/embeddings")(echo_fastapi)
+        return app
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import Response
+    from starlette.routing import Route
+
+    async def echo(request: Request) -> Response:
+        doc = json.loads(await request.body())
+        return Response(json.dumps({"object": "list", "data": [{"index": 0, "embedding": [0.5] * 64}], "n": len(doc)}), media_type="application/json")
+
+    return Starlette(routes=[Route("/v1/embeddings", echo, methods=["POST"])])
+
+
+def run_bare(framework: str, port: int) -> None:
+    import uvicorn
+
+    config = uvicorn.Config(bare_app(framework), host="127.0.0.1", port=port, access_log=True, log_level="info", http="httptools", loop="uvloop")
+
+    class Announcing(uvicorn.Server):
+        def _log_started_message(self, listeners: Any) -> None:
+            print(f"listening on http://127.0.0.1:{listeners[0].getsockname()[1]}", file=sys.stderr, flush=True)
+
+    Announcing(config).run()
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--seconds", type=float, default=4.0, help="seconds of load at each point (default 4)")
+    p.add_argument("--clients", default="1,8,32,128")
+    p.add_argument("--client", choices=["wrk", "asyncio"], default="wrk" if shutil.which("wrk") else "asyncio")
+    p.add_argument("--memory-requests", type=int, default=10000)
+    p.add_argument("--drive", help=argparse.SUPPRESS)
+    p.add_argument("--body", help=argparse.SUPPRESS)
+    p.add_argument("--bare", choices=["starlette", "fastapi"], help=argparse.SUPPRESS)
+    p.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
+    a = p.parse_args()
+    if a.drive:  # the asyncio load generator, in a process of its own
+        print(json.dumps(asyncio.run(_drive(a.drive, [Path(a.body).read_bytes()], int(a.clients), a.seconds, 0))))
+        return
+    if a.bare:
+        run_bare(a.bare, a.port)
+        return
+    clients = [int(c) for c in a.clients.split(",")]
+    jpeg = photo_jpeg()
+    text_body = json.dumps({"input": TEXT, "model": "default", "encoding_format": "base64"}).encode()  # as the openai client asks
+    float_body = json.dumps({"input": TEXT, "model": "default", "encoding_format": "float"}).encode()
+    image_body = json.dumps({"input": [{"type": "image_url", "image_url": {"url": "data:image/jpeg;base64," + base64.b64encode(jpeg).decode()}}]}).encode()
+    result: dict[str, Any] = {"load_generator": "wrk -t1 (one thread)" if a.client == "wrk" else "asyncio client (one process)",
+                              "cores": os.cpu_count(), "seconds_per_point": a.seconds}  # fmt: skip
+    result["in_process"] = inproc = in_process(min(a.seconds, 2.0), jpeg)
+    print(json.dumps(inproc, indent=1))
+    serve_cmd = ["-m", "uform.cli", "serve"]
+    server = Served(serve_cmd)
+    try:
+        measured(server, a.client, text_body, 8, min(a.seconds, 1))  # warm-up
+        result["texts"] = [measured(server, a.client, text_body, c, a.seconds) for c in clients]
+        print(table(result["texts"], list(result["texts"][0])))
+        result["texts_float"] = [measured(server, a.client, float_body, c, a.seconds) for c in clients if c >= 32][:1]
+        measured(server, a.client, image_body, 8, min(a.seconds, 1))
+        result["images_640x480_jpeg"] = [measured(server, a.client, image_body, c, a.seconds) for c in clients]
+        print(table(result["images_640x480_jpeg"], list(result["images_640x480_jpeg"][0])))
+        result["memory"] = memory(server, a.memory_requests, 32)
+        print(result["memory"])
+    finally:
+        server.close()
+    server = Served([*serve_cmd, "--no-batching"])
+    try:
+        measured(server, a.client, text_body, 8, min(a.seconds, 1))
+        result["texts_batching_off"] = [measured(server, a.client, text_body, c, a.seconds) for c in clients if c >= 32][:1]
+    finally:
+        server.close()
+    result["frameworks"] = []
+    for framework in ("starlette", "fastapi"):
+        try:
+            __import__(framework)
+        except ImportError:
+            continue
+        bare = Served([__file__, "--bare", framework])
+        try:
+            measured(bare, a.client, text_body, 8, min(a.seconds, 1))
+            result["frameworks"].append({"framework": framework, **measured(bare, a.client, text_body, 32, a.seconds)})
+        finally:
+            bare.close()
+    result["goals"] = goals(result)
+    print(json.dumps(result["goals"], indent=1))
+    print(f"wrote {save('serve', result)}")
+
+
+def goals(r: dict[str, Any]) -> dict[str, Any]:
+    at = {row["clients"]: row for row in r["texts"]}
+    key = 32 if 32 in at else max(at)
+    off = r["texts_batching_off"][0] if r["texts_batching_off"] else None
+    cpu_ratio = at[key]["server_cpu_ms_per_request"] / r["in_process"]["text_cpu_ms_per_text_batch64"]
+    one = at.get(1)
+    return {
+        "clients": key,
+        "server_cpu_per_text_vs_in_process_batch64": round(cpu_ratio, 2), "server_cpu_goal_met": cpu_ratio <= 1.5,
+        "throughput_vs_batching_off": round(at[key]["rps"] / off["rps"], 2) if off else None,
+        "throughput_goal_met": bool(off and at[key]["rps"] >= 3 * off["rps"]),
+        "one_client_p50_minus_in_process_ms": round(one["p50_ms"] - r["in_process"]["text_p50_ms"], 3) if one else None,
+        "latency_goal_met": bool(one and one["p50_ms"] <= r["in_process"]["text_p50_ms"] + 2),
+        "memory_change": r["memory"]["max_change_vs_first_tenth"], "memory_goal_met": r["memory"]["max_change_vs_first_tenth"] <= 0.05,
+    }  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
