@@ -119,7 +119,10 @@ async def _answer(error: ApiError, send: Send) -> None:
 
 
 async def read_body(request: Request, limit: int) -> bytes:
-    """The body, refused with 413 as soon as more than ``limit`` bytes arrived (chunked bodies)."""
+    """The body; one without a ``Content-Length`` (chunked) is refused with 413 as soon as more
+    than ``limit`` bytes arrived (a declared length was checked by :class:`Guard`)."""
+    if "content-length" in request.headers:
+        return await request.body()
     chunks: list[bytes] = []
     size = 0
     async for chunk in request.stream():
@@ -127,7 +130,7 @@ async def read_body(request: Request, limit: int) -> bytes:
         if size > limit:
             raise too_large(limit)
         chunks.append(chunk)
-    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+    return b"".join(chunks)
 
 
 def disconnect_probe(receive: Receive) -> Callable[[], bool] | None:
