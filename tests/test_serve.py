@@ -18,10 +18,13 @@ import httpx
 import numpy as np
 import pytest
 
+import media as media_module
 import uform
 from serving import Conn, Proc, host_port, subprocess_server
 from uform.demo import write_media
 
+IMAGE = media_module.encode_image(media_module.pattern(48, 64), "PNG")
+IMAGE_URL = "data:image/png;base64," + base64.b64encode(IMAGE).decode()
 TEXTS = ["a red circle", "a blue square moving up", "ünïcödé text", "x" * 300]
 
 
@@ -74,6 +77,10 @@ def test_openai_client_float_base64_and_dimensions(server: Proc, model: uform.Mo
     got = np.array(short.data[0].embedding)
     assert got.shape == (16,) and float(got @ prefix) >= 0.9999
     assert client.models.list().data[0].id == "default"
+    picture = client.embeddings.create(model="default", input=["a red circle", {"type": "image_url", "image_url": {"url": IMAGE_URL}}])  # type: ignore[list-item]
+    np.testing.assert_array_equal(np.array(picture.data[1].embedding, np.float32), model.image_encode([IMAGE], uform.Arena()).embeddings[0])
+    with pytest.raises(openai.BadRequestError, match="remote URLs are refused"):
+        client.embeddings.create(model="default", input=[{"type": "image_url", "image_url": {"url": "https://example.com/a.png"}}])  # type: ignore[list-item]
     with pytest.raises(openai.NotFoundError):
         client.embeddings.create(model="text-embedding-3-small", input="x")
 
@@ -177,6 +184,8 @@ def test_choose_route_equals_text_choose(server: Proc, model: uform.Model) -> No
     shared = post(server, {"input": texts[:2], "choices": "yn"}, "/v1/choose").json()
     assert len(shared["data"]) == 2
     bad = post(server, {"input": ["a", "b"], "choices": ["yn", "yy"]}, "/v1/choose")
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "choices[1]", bad.text
+    bad = httpx.post(server.url + "/v1/choose", content=b'{"input": ["a", "\\ud800"], "choices": "yn"}')  # a lone surrogate
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "input[1]", bad.text
 
 

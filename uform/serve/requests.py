@@ -154,8 +154,8 @@ def _choices(raw: Any, count: int) -> list[bytes]:
                        param="choices", code="invalid_value")  # fmt: skip
     out: list[bytes] = []
     for i, c in enumerate(raw):
-        if not c or not c.isascii():
-            raise bad_item(i, "choices must be a non-empty ASCII string (each character is one choice)", param="choices")
+        if not c or not c.isascii() or len(set(c)) != len(c):
+            raise bad_item(i, f"choices {c!r} must be a non-empty ASCII string without repeats (each character is one choice)", param="choices")
         out.append(c.encode())
     return out
 
