@@ -92,6 +92,68 @@ def test_quantization_is_the_reference_bit_for_bit(variant: str) -> None:
     assert np.array_equal(y.T, decoded)
 
 
+def e4m3_values() -> np.ndarray:
+    """The 254 finite E4M3FN values (both zeros included), as BF16: each exactly representable."""
+    codes = np.array([c for c in range(256) if c & 0x7F != 0x7F], np.uint8)
+    return codes.view(ml_dtypes.float8_e4m3fn).astype(ml_dtypes.bfloat16)
+
+
+def bf16_extremes() -> np.ndarray:
+    """BF16 weights a decoder can get wrong: both zeros, every subnormal magnitude, the
+    smallest and largest normals, ones and powers of two, and their negatives."""
+    bits = [0x0000, 0x8000, 0x0080, 0x8080, 0x7F7F, 0xFF7F, 0x3F80, 0xBF80, 0x0100, 0x7F00]
+    bits += list(range(0x0001, 0x0080)) + [b | 0x8000 for b in range(0x0001, 0x0080, 7)]
+    return np.array(bits, np.uint16).view(ml_dtypes.bfloat16)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("m", [*range(1, 18), 255])
+def test_every_weight_decodes_exactly_at_every_row_count(variant: str, m: int) -> None:
+    """A product with rows of the identity reads weights back one at a time: every finite
+    E4M3 code (rows whose largest weight is 448 have scale 1, so their codes are the values)
+    and BF16's zeros, subnormals and extremes come out exact, at each row count of the
+    small-m path and past it, with odd n and k (partial panels and a half pair). Each of
+    the first m columns holds every value of the pool, so every row count checks them all.
+    The avx512-bf16 kernels' VDPBF16PS reads BF16 subnormals as zero (the instruction's
+    rule, whatever MXCSR says): for them those weights must come out as zero."""
+    lib = runnable(variant)
+    k = 255
+    rng = np.random.default_rng(m)
+    for quantized, pool in ((True, e4m3_values()), (False, bf16_extremes())):
+        n = len(pool) + 3
+        w = np.stack([pool[np.concatenate([rng.permutation(len(pool)), rng.integers(0, len(pool), 3)])] for _ in range(k)], 1)
+        if quantized:
+            w[:, k - 1] = 448  # every row's largest magnitude: scale 1
+        packed, scale = lib.pack(variant, w, quantized, threads=2)
+        y = lib.gemm(variant, np.eye(k, dtype=np.float32)[:m], packed, n, scale, threads=2)
+        want = w.astype(np.float32)[:, :m].T
+        if quantized:
+            assert scale is not None and np.all(scale == 1)
+        elif variant == "avx512-bf16":
+            want = np.where(np.abs(want) < np.finfo(np.float32).tiny, np.float32(0), want)
+        assert np.array_equal(y, want), f"{'e4m3' if quantized else 'bf16'}: {np.argwhere(y != want)[:5].tolist()}"
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("m", [*range(1, 18), 96, 97, 300])
+def test_products_match_numpy_at_every_row_count(variant: str, m: int) -> None:
+    """Random products, odd n and k, BF16 and E4M3 weights, bias or none: at m = 1..17
+    (the small-m path and its edge) and past it (row blocks and their tails)."""
+    lib = runnable(variant)
+    n, k = 45, 771
+    rng = np.random.default_rng(100 + m)
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    w = bf16(rng, n, k)
+    bias = rng.standard_normal(n).astype(np.float32)
+    codes, scale = quantize_e4m3(w)
+    decoded = codes.view(ml_dtypes.float8_e4m3fn).astype(np.float32)
+    for quantized, want_w, want_scale, b in ((False, w.astype(np.float32), None, None), (True, decoded, scale, bias)):
+        packed, got_scale = lib.pack(variant, w, quantized, threads=2)
+        y = lib.gemm(variant, x, packed, n, got_scale, b, threads=2)
+        want = reference(variant, x, want_w, want_scale, b)
+        np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
 @needs_library
 def test_a_weight_that_is_not_finite_is_named() -> None:
     assert LIBRARY is not None

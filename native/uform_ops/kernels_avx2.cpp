@@ -96,7 +96,7 @@ static inline __m256i lanes(int64_t count) {
 // Rows [row, row + R) times the panel's 16 columns over k in [k0, k1): sums start at zero
 // when `first` (else from y); y gets scale * sum + bias when `last`, else the raw sums.
 template <int R>
-static inline void micro(const Gemm& g, int64_t row, int64_t n0, const float* panel, int64_t k0, int64_t k1, bool first,
+__attribute__((noinline)) static void micro(const Gemm& g, int64_t row, int64_t n0, const float* panel, int64_t k0, int64_t k1, bool first,
                          bool last) {
   const int64_t cols = std::min<int64_t>(NR, g.n - n0);
   const bool whole = cols == NR;
@@ -115,16 +115,21 @@ static inline void micro(const Gemm& g, int64_t row, int64_t n0, const float* pa
       acc[r][1] = _mm256_maskload_ps(y + 8, m1);
     }
   }
-  const float* x = g.x + row * g.k;
+  // rows 0-2 of x from one pointer, 3-5 from another, at offsets 0, k and 2k: every
+  // broadcast addresses base + index * 4 with no arithmetic of its own
+  const float* lo = g.x + row * g.k + k0;
+  const float* hi = lo + 3 * g.k;
+  const int64_t k1x = g.k, k2x = 2 * g.k;
   const float* b = panel;
-#pragma GCC unroll 2
-  for (int64_t i = k0; i < k1; ++i, b += NR) {
+#pragma GCC unroll 4
+  for (int64_t i = k0; i < k1; ++i, b += NR, ++lo, ++hi) {
     const __m256 b0 = _mm256_load_ps(b), b1 = _mm256_load_ps(b + 8);
 #pragma GCC unroll 6
     for (int r = 0; r < R; ++r) {
-      const __m256 a = _mm256_broadcast_ss(x + r * g.k + i);
-      acc[r][0] = _mm256_fmadd_ps(a, b0, acc[r][0]);
-      acc[r][1] = _mm256_fmadd_ps(a, b1, acc[r][1]);
+      const float* a = r < 3 ? lo + (r == 0 ? 0 : r == 1 ? k1x : k2x) : hi + (r == 3 ? 0 : r == 4 ? k1x : k2x);
+      const __m256 v = _mm256_broadcast_ss(a);
+      acc[r][0] = _mm256_fmadd_ps(v, b0, acc[r][0]);
+      acc[r][1] = _mm256_fmadd_ps(v, b1, acc[r][1]);
     }
   }
   __m256 s0 = _mm256_set1_ps(1.0f), s1 = s0, c0 = _mm256_setzero_ps(), c1 = c0;
