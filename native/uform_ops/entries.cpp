@@ -5,7 +5,7 @@
 
 namespace uform {
 
-constexpr int kAbi = 2;  // bump when an exported signature or an op's contract changes
+constexpr int kAbi = 3;  // bump when an exported signature or an op's contract changes
 const Kernel* const kernels[kVariants] = {&kernel_avx2, &kernel_avx512, &kernel_avx512bf16};
 
 namespace {

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-ABI = 2  # uform_ops_abi() of the library this module speaks to
+ABI = 3  # uform_ops_abi() of the library this module speaks to
 VARIANTS = ("avx2", "avx512", "avx512-bf16")  # kernel variants, by the index the ops take
 BF16, E4M3 = 0, 1  # weight types, as the library numbers them
 ENVIRONMENT = "UFORM_OPS_LIBRARY"
@@ -98,8 +98,10 @@ class OpLibrary:
     def gemm(
         self, variant: str, x: np.ndarray, packed: np.ndarray, n: int,
         scale: np.ndarray | None = None, bias: np.ndarray | None = None, threads: int = 1,
+        out: np.ndarray | None = None,
     ) -> np.ndarray:  # fmt: skip
-        """``scale * (x @ W.T) + bias`` with W packed for ``variant`` by :meth:`pack`."""
+        """``scale * (x @ W.T) + bias`` with W packed for ``variant`` by :meth:`pack`, into
+        ``out`` (float32 [m, n], C-contiguous) when given, else a new array."""
         x = np.ascontiguousarray(x, np.float32)
         m, k = x.shape
         if packed.size != self.packed_elements(variant, n, k):
@@ -107,7 +109,9 @@ class OpLibrary:
         for name, vector in (("scale", scale), ("bias", bias)):
             if vector is not None and (vector.dtype != np.float32 or vector.shape != (n,)):
                 raise ValueError(f"{name} must be float32 [{n}]")
-        y = np.empty((m, n), np.float32)
+        if out is not None and (out.dtype != np.float32 or out.shape != (m, n) or not out.flags.c_contiguous):
+            raise ValueError(f"out must be a C-contiguous float32 [{m}, {n}]")
+        y = np.empty((m, n), np.float32) if out is None else out
         wtype = E4M3 if packed.dtype == np.uint8 else BF16
         rc = self.handle.uform_gemm(
             VARIANTS.index(variant), _pointer(x), _I64(m), _I64(k), _pointer(packed), wtype, _I64(n),
@@ -118,6 +122,13 @@ class OpLibrary:
         if rc != 0:
             raise OpLibraryError(f"uform_gemm failed ({rc})")
         return y
+
+    def fma_peak(self, variant: str, threads: int = 1) -> float | None:
+        """FLOP/s of ``variant``'s FMAs on ``threads`` threads at once with nothing but
+        registers (the best of 3 runs of about 0.1 s): the class's peak as measured here, for
+        benchmarks' share of peak. None where the variant has no probe (only avx2 has one)."""
+        rate = float(self.handle.uform_fma_peak(VARIANTS.index(variant), max(1, threads)))
+        return rate if rate > 0 else None
 
     def attention(
         self, qkv: np.ndarray, items: int, heads: int, mask: np.ndarray | None = None, causal: bool = False, threads: int = 1
@@ -194,6 +205,7 @@ def library() -> OpLibrary:
     handle.uform_pack.restype = ctypes.c_int64
     handle.uform_gemm.restype = ctypes.c_int
     handle.uform_attention.restype = ctypes.c_int
+    handle.uform_fma_peak.restype = ctypes.c_double
     handle.uform_ops_runnable.restype = ctypes.c_uint
     mask = int(handle.uform_ops_runnable())
     return OpLibrary(path, handle, frozenset(v for i, v in enumerate(VARIANTS) if mask >> i & 1))
