@@ -17,6 +17,19 @@ tower's size) so that padding plays no part:
   this script registers, exactly as a third party would);
 - ``torch fp32`` and ``torch bf16 autocast``: the PyTorch reference, eager.
 
+- ``torch fp32 [avx2]``: the same, with PyTorch's AVX-512 paths switched off in its process
+  (``ATEN_CPU_CAPABILITY=avx2``, ``ONEDNN_MAX_CPU_ISA=AVX2``, ``MKL_ENABLE_INSTRUCTIONS=AVX2``;
+  the capability it ran is printed): on a machine above x86-64-v3, the fair float32 peer of
+  the pinned AVX2 kernels, whose own float32 path (ONNX Runtime's MLAS) still uses AVX-512.
+
+For text towers, short queries too — ``text_encode`` median latency of a 12-byte text alone,
+of 8 of them in one call, and of a 52-byte text — the texts a search sends. Then the kernels
+alone: the four products of a base block (qkv, out, fc1, fc2; k = 768, 3072) at m = 16, 87
+and 5,568 rows (a short query, one 86-byte text, 64 of them), BF16 and E4M3 weights, for
+every variant this CPU runs: GFLOP/s and the share of the class's FMA peak as measured here
+(``OpLibrary.fma_peak``: 12 register-only FMA chains a thread, in the same run). And
+``--full-load``: the full base checkpoint (every tower, 823 MiB), load over read.
+
 Each runs in a process of its own: resident memory after load (growth over the process
 before it), and load time (the median of 3 loads) over the time to read the file (warm in
 the page cache, the best of 3); what the
@@ -45,6 +58,11 @@ from common import rate, save, table  # noqa: E402
 
 RUNS = ["uform f32", "uform bf16", "uform e4m3", "uform e4m3 dql", "ort int8 nbits", "torch fp32", "torch bf16 autocast"]
 PINNED = ["uform bf16 [x86-64-v3]", "uform e4m3 [x86-64-v3]"]  # added where the machine's best class is above v3
+AVX2_PEER = "torch fp32 [avx2]"  # likewise: PyTorch with its AVX-512 paths off, the pinned kernels' fair peer
+AVX2_ONLY = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"}
+QUERIES = {"12 B": [12], "8 x 12 B": [12] * 8, "52 B": [52]}  # short queries: bytes of each text of one call
+KERNEL_ROWS = (16, 87, 5568)
+BLOCK = {"qkv": (2304, 768), "out": (768, 768), "fc1": (3072, 768), "fc2": (768, 3072)}  # [n, k] of a base block
 TEXT_BYTES = 86
 LOADS = 3  # loads timed per run (the median is reported)
 BATCHES = (1, 64)
@@ -143,9 +161,10 @@ def worker(run: str, path: Path, tower: str, seconds: float) -> dict[str, Any]:
     threads = uform.core.executor.available_cores()
     torch.set_num_threads(threads)
     items = {1: 8, 64: 64} if tower == "text" else {1: 4, 64: 64}
+    inputs: list[Any] = []
     if tower == "text":
-        inputs: list[Any] = texts(64)
-    else:
+        inputs = texts(64)
+    elif tower != "all":
         from uform.core.config import ModelConfig
         from uform.core.safetensors import parse
 
@@ -172,7 +191,7 @@ def worker(run: str, path: Path, tower: str, seconds: float) -> dict[str, Any]:
             with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
                 ref.encode(batch) if tower == "text" else ref(torch.from_numpy(np.stack(batch)))
 
-        result["held"] = "f32 weights" + (", bf16 products" if autocast else "")
+        result["held"] = "f32 weights" + (", bf16 products" if autocast else "") + f" (ATen {torch.backends.cpu.get_cpu_capability()})"
     else:
         from uform.core.host import get_host
 
@@ -201,10 +220,58 @@ def worker(run: str, path: Path, tower: str, seconds: float) -> dict[str, Any]:
         loads.append(time.perf_counter() - t)
     result["load_s"] = float(np.median(loads))
     result["loads_s"] = loads
-    for batch in BATCHES:
+    for batch in BATCHES if tower != "all" else ():
         calls = [inputs[i : i + batch] for i in range(0, items[batch], batch)]
         result[f"items/s @{batch}"] = rate(lambda calls=calls: [call(c) for c in calls], items[batch], seconds)  # type: ignore[misc]
+    if tower == "text":
+        for name, lengths in QUERIES.items():
+            query = [line[:n] for line, n in zip(texts(len(lengths)), lengths)]
+            result[f"{name} ms"] = 1e3 * latency(lambda query=query: call(query), seconds)
     return result
+
+
+def latency(fn: Any, seconds: float) -> float:
+    """Median seconds of ``fn`` over runs filling ``seconds`` (at least 5, after one warm-up)."""
+    fn()
+    times: list[float] = []
+    while sum(times) < seconds or len(times) < 5:
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return float(np.median(times))
+
+
+def kernels(seconds: float) -> list[dict[str, Any]]:
+    """GFLOP/s of a base block's four products through each variant this CPU runs, and the
+    share of the class's FMA peak measured in the same run (where the variant has a probe)."""
+    import ml_dtypes
+
+    from uform.core.executor import available_cores
+    from uform.plugins.oplib import library
+
+    lib, threads = library(), available_cores()
+    rng = np.random.default_rng(0)
+    weights = {name: (rng.standard_normal(shape) * 0.05).astype(ml_dtypes.bfloat16) for name, shape in BLOCK.items()}
+    rows = []
+    for variant in sorted(lib.runnable):
+        peak = lib.fma_peak(variant, threads)
+        for e4m3 in (False, True):
+            packed = {name: lib.pack(variant, w, e4m3, threads) for name, w in weights.items()}
+            for m in KERNEL_ROWS:
+                flops, spent = 0.0, 0.0
+                for name, (n, k) in BLOCK.items():
+                    x = rng.standard_normal((m, k)).astype(np.float32)
+                    out = np.zeros((m, n), np.float32)  # written once before: no page faults in the timing
+                    w, scale = packed[name]
+                    calls = rate(lambda: lib.gemm(variant, x, w, n, scale, threads=threads, out=out), 1, seconds / 8)  # noqa: B023
+                    flops, spent = flops + 2.0 * m * n * k, spent + 1 / calls
+                gflops = flops / spent / 1e9
+                rows.append({
+                    "variant": variant, "weights": "e4m3" if e4m3 else "bf16", "m": m, "GFLOP/s": f"{gflops:.1f}",
+                    "of FMA peak": f"{100 * gflops * 1e9 / peak:.0f} %" if peak else "no probe",
+                    "peak GFLOP/s": f"{peak / 1e9:.0f}" if peak else "",
+                })  # fmt: skip
+    return rows
 
 
 def read_time(path: Path) -> float:
@@ -217,11 +284,35 @@ def read_time(path: Path) -> float:
     return best
 
 
+def measure(run: str, path: Path, tower: str, seconds: float) -> dict[str, Any] | None:
+    """One run in a process of its own (with its environment: the fallback's blocked plugin,
+    PyTorch's AVX-512 paths off); None, and its stderr printed, when it failed."""
+    env = dict(os.environ)
+    if run == "uform e4m3 dql":
+        env["UFORM_BLOCK_PLUGINS"] = ",".join(filter(None, [env.get("UFORM_BLOCK_PLUGINS"), "e4m3"]))
+    if run == AVX2_PEER:
+        env.update(AVX2_ONLY)
+    done = subprocess.run(
+        [sys.executable, __file__, "--seconds", str(seconds), "--worker", run, str(path), tower],
+        env=env, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    if done.returncode != 0:
+        print(f"{tower} {run}: failed\n{done.stderr[-2000:]}", file=sys.stderr)
+        return None
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def ratio(a: float | None, b: float | None) -> str:
+    return f"{a / b:.2f}x" if a and b else ""
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--towers", default="text:small,text:base,image:base")
     parser.add_argument("--seconds", type=float, default=2.0)
     parser.add_argument("--runs", default=",".join(RUNS))
+    parser.add_argument("--parts", default="towers,kernels,full-load", help="which of towers, kernels, full-load to run")
     parser.add_argument("--worker", nargs=3, metavar=("RUN", "CHECKPOINT", "TOWER"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -233,42 +324,34 @@ def main() -> None:
     from uform.core import checkpoint
     from uform.core.host import get_host
     from uform.plugins import e4m3
+    from uform.plugins.cpu import machine_classes
 
     try:
         variant = e4m3.describe_here()
     except Exception as exc:  # noqa: BLE001 - printed, the run goes on
         variant = f"none ({exc})"
     probe = get_host().backends["e4m3"].probe() if "e4m3" in get_host().backends else "not installed"
+    classes = machine_classes()
     print(f"op library: {'available' if probe is None else probe}; kernels: {variant}")
-    print(f"threads: {uform.core.executor.available_cores()}")
-    rows: list[dict[str, Any]] = []
-    results: dict[str, Any] = {"variant": variant, "library": probe or "available", "runs": []}
-    from uform.plugins.cpu import machine_classes
-
+    print(f"cpu class: {classes[-1].value}; threads: {uform.core.executor.available_cores()}")
+    parts = set(args.parts.split(","))
+    results: dict[str, Any] = {"variant": variant, "library": probe or "available", "cpu_class": classes[-1].value, "runs": []}
     runs = args.runs.split(",")
-    if args.runs == ",".join(RUNS) and uform.CPUClass.X86_64_V3 in machine_classes()[:-1]:
+    above_v3 = uform.CPUClass.X86_64_V3 in classes[:-1]
+    if args.runs == ",".join(RUNS) and above_v3:
         runs[3:3] = PINNED
+        runs.append(AVX2_PEER)
+    rows: list[dict[str, Any]] = []
+    queries: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
-        for spec in args.towers.split(","):
+        for spec in args.towers.split(",") if "towers" in parts else ():
             tower, preset = spec.split(":")
             path = Path(tmp) / f"{tower}-{preset}.safetensors"
             config, tensors = checkpoint.new(get_host(), preset, 0, [tower])
             checkpoint.save(path, config, tensors)
             file_read = read_time(path)
-            measured = {}
-            for run in runs:
-                env = dict(os.environ)
-                if run == "uform e4m3 dql":
-                    env["UFORM_BLOCK_PLUGINS"] = ",".join(filter(None, [env.get("UFORM_BLOCK_PLUGINS"), "e4m3"]))
-                done = subprocess.run(
-                    [sys.executable, __file__, "--seconds", str(args.seconds), "--worker", run, str(path), tower],
-                    env=env, capture_output=True, text=True, check=False,
-                )  # fmt: skip
-                if done.returncode != 0:
-                    print(f"{spec} {run}: failed\n{done.stderr[-2000:]}", file=sys.stderr)
-                    continue
-                measured[run] = json.loads(done.stdout.strip().splitlines()[-1])
-            peer = measured.get("torch bf16 autocast", {})
+            measured = {run: m for run in runs if (m := measure(run, path, tower, args.seconds)) is not None}
+            peer, f32, avx2 = (measured.get(r, {}) for r in ("torch bf16 autocast", "uform f32", AVX2_PEER))
             for run, m in measured.items():
                 row = {
                     "tower": spec, "run": run, "RSS MiB": f"{m['rss_mib']:.0f}",
@@ -278,14 +361,59 @@ def main() -> None:
                 for batch in BATCHES:
                     key = f"items/s @{batch}"
                     row[key] = f"{m[key]:.2f}"
-                    row[f"vs torch bf16 @{batch}"] = f"{m[key] / peer[key]:.2f}x" if peer else ""
+                    row[f"vs torch bf16 @{batch}"] = ratio(m[key], peer.get(key))
+                    row[f"vs f32 @{batch}"] = ratio(m[key], f32.get(key))
+                    row[f"vs torch avx2 @{batch}"] = ratio(m[key], avx2.get(key))
                 rows.append(row)
                 results["runs"].append(row | {"held": m["held"], "file_bytes": path.stat().st_size, "read_s": file_read, **m})
-    columns = ["tower", "run", "items/s @1", "vs torch bf16 @1", "items/s @64", "vs torch bf16 @64", "RSS MiB", "RSS/file", "load/read"]
-    print(table(rows, columns))
-    for r in results["runs"]:
-        print(f"  {r['tower']} {r['run']}: {r['held']}")
+                if tower == "text":
+                    query = {"tower": spec, "run": run}
+                    for name in QUERIES:
+                        key = f"{name} ms"
+                        query[key] = f"{m[key]:.1f}"
+                        query[f"{name} vs f32"] = ratio(f32.get(key), m[key])  # speed: the f32 path's time over this run's
+                        query[f"{name} vs torch avx2"] = ratio(avx2.get(key), m[key])
+                    queries.append(query)
+        if rows:
+            columns = ["tower", "run", "items/s @1", "vs f32 @1", "vs torch bf16 @1", "items/s @64", "vs f32 @64", "vs torch bf16 @64"]
+            columns += ["vs torch avx2 @1", "vs torch avx2 @64"] if above_v3 else []
+            print(table(rows, columns + ["RSS MiB", "RSS/file", "load/read"]))
+            for r in results["runs"]:
+                print(f"  {r['tower']} {r['run']}: {r['held']}")
+        if queries:
+            print("\nshort queries: text_encode median ms (vs: the peer's time over this run's)")
+            print(table(queries, list(queries[0])))
+            results["queries"] = queries
+        if "kernels" in parts:
+            results["kernels"] = kernels(args.seconds)
+            print("\nkernels alone: a base block's four products (qkv, out, fc1, fc2), GFLOP/s")
+            print(table(results["kernels"], list(results["kernels"][0])))
+        if "full-load" in parts:
+            results["full_load"] = full_load(Path(tmp), runs)
+            print("\nthe full base checkpoint (every tower): load over read")
+            print(table(results["full_load"], list(results["full_load"][0])))
     print(f"wrote {save('lowp', results)}")
+
+
+def full_load(tmp: Path, runs: list[str]) -> list[dict[str, Any]]:
+    """Load over read of a base checkpoint holding every tower, for the uform runs."""
+    from uform.core import checkpoint
+    from uform.core.host import get_host
+
+    path = tmp / "all-base.safetensors"
+    config, tensors = checkpoint.new(get_host(), "base", 0)
+    checkpoint.save(path, config, tensors)
+    del tensors
+    file_read = read_time(path)
+    rows = []
+    for run in (r for r in runs if r.startswith("uform") and "dql" not in r):
+        m = measure(run, path, "all", 0)
+        if m is not None:
+            rows.append({"run": run, "file MiB": f"{path.stat().st_size / 2**20:.0f}", "read s": f"{file_read:.2f}",
+                         "load s": f"{m['load_s']:.2f}", "load/read": f"{m['load_s'] / file_read:.2f}",
+                         "RSS/file": f"{m['rss_mib'] * 2**20 / path.stat().st_size:.2f}"})  # fmt: skip
+    path.unlink()
+    return rows
 
 
 if __name__ == "__main__":

@@ -16,7 +16,11 @@ RUNS = {  # script → (smallest arguments, keys its result file must have)
     "text": (["--presets", "tiny", "--seconds", "0.02", "--rounds", "1"], {"peak_gflops", "runs", "batch64_vs_batch1"}),
     "audio": (["--presets", "tiny", "--items", "4", "--threads", "1", "--seconds", "0.02"], {"items", "presets"}),
     "choose": (["--presets", "tiny", "--seconds", "0.02", "--examples", "200"], {"throughput", "calibration"}),
-    "lowp": (["--towers", "text:tiny", "--seconds", "0.02", "--runs", "uform bf16,uform e4m3 dql,ort int8 nbits,torch bf16 autocast"], {"variant", "runs"}),
+    "lowp": (
+        ["--towers", "text:tiny", "--seconds", "0.02", "--parts", "towers,kernels",
+         "--runs", "uform f32,uform bf16,uform e4m3 dql,ort int8 nbits,torch bf16 autocast,torch fp32 [avx2]"],
+        {"variant", "cpu_class", "runs", "queries", "kernels"},
+    ),  # fmt: skip
     "media": (["--preset", "tiny", "--seconds", "0.02", "--images", "4", "--clips", "1"], {"images_640x480", "video_gop30", "video_gop250"}),
 }
 
