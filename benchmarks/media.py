@@ -1,6 +1,12 @@
 """Image and video throughput, in one run.
 
-    python benchmarks/media.py [--preset small] [--seconds 1] [--images 96] [--clips 3]
+    python benchmarks/media.py [--preset small] [--seconds 1] [--images 96] [--clips 3] [--cpu-class x86-64-v3]
+
+``--cpu-class`` pins uform's load to that class's kernels; on a machine above x86-64-v3, run
+the script with ``ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2``
+and ``--cpu-class x86-64-v3`` to compare AVX2 kernels with AVX2 PyTorch peers (the capability
+PyTorch ran and what uform held are printed; ONNX Runtime's own float32 ops still use what
+the machine has).
 
 Images/s from JPEG files end to end (decode in threads, overlapped with the tower), of the
 image tower alone (preprocessed pixels fed straight to the ONNX Runtime session), of the
@@ -83,6 +89,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=1.0)
     parser.add_argument("--images", type=int, default=96)
     parser.add_argument("--clips", type=int, default=3)
+    parser.add_argument("--cpu-class", default=None, help="pin uform's load to this class's kernels")
     args = parser.parse_args()
 
     import torch
@@ -103,7 +110,10 @@ def main() -> None:
         ckpt = root / "model.safetensors"
         config, tensors = checkpoint.new(get_host(), args.preset, 0, ["image", "video"])
         checkpoint.save(ckpt, config, tensors)
-        model = uform.Model.load_ram(ckpt)
+        model = uform.Model.load_ram(ckpt, cpu_class=uform.CPUClass(args.cpu_class) if args.cpu_class else None)
+        results["uform"] = f"{model.describe().quantization} weights, {model.compute} [{model.backend}]"
+        results["torch_capability"] = torch.backends.cpu.get_cpu_capability()
+        print(f"uform: {results['uform']}; PyTorch: ATen {results['torch_capability']}")
         reference = ReferenceModel.from_checkpoint(ckpt)
         icfg, vcfg = config.towers["image"], config.towers["video"]
         s, n = icfg["image_size"], args.images

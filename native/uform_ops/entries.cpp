@@ -87,7 +87,7 @@ UFORM_EXPORT int uform_gemm(int variant, const float* x, int64_t m, int64_t k, c
   if (m < 0 || n < 0 || k <= 0 || (wtype != kBF16 && wtype != kE4M3)) return 2;
   if (m == 0 || n == 0) return 0;
   const Kernel& kern = *kernels[variant];
-  Gemm g{x, w, scale, bias, y, nullptr, m, n, k, (k + 1) / 2 * 2, wtype, next_serial()};
+  Gemm g{x, w, scale, bias, y, nullptr, m, n, k, (k + 1) / 2 * 2, wtype, next_serial(), threads};
   if (kern.bf16_x) {
     uint16_t* xb = nullptr;
     try {

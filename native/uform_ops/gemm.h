@@ -28,6 +28,7 @@ struct Gemm {
   int64_t m, n, k, kpad;  // kpad: k rounded up to even
   int wtype;
   uint64_t serial;        // unique per product: a thread's decoded panel is reused within one only
+  int64_t threads = 0;    // threads that will run the tasks (0: not known): variants that cut by shape size tasks to it
 };
 
 // A variant: its tile sizes and its task function (defined in kernels_<variant>.cpp, compiled

@@ -35,7 +35,8 @@ constexpr int64_t SLICE = 8;        // panels a task decodes at once at large m:
 constexpr int64_t MC = 96;          // rows per task at large m
 constexpr int64_t SMALL = 16;       // rows at most for the small-m cut: one block of rows, a panel decoded at a time
 constexpr int64_t SMALL_PANELS = 4; // panels per task at small m
-constexpr int64_t MIN_TASKS = 24;   // narrower tasks until a product has this many (threads stay busy)
+constexpr int64_t TASKS_PER_THREAD = 3;  // narrower tasks until a product has this many a thread (none idles long)
+constexpr int64_t UNKNOWN_THREADS = 8;   // what to cut for when the caller did not say
 
 struct Cut {
   int64_t mc;      // rows per task
@@ -49,7 +50,8 @@ static Cut cut(const Gemm& g) {
   if (g.m <= SMALL) return {std::max<int64_t>(g.m, 1), SMALL_PANELS, 1};
   Cut c{MC, SLICE, SLICE};
   const int64_t rows = ceil_div(g.m, MC), panels = ceil_div(g.n, NR);
-  while (c.panels > 1 && rows * ceil_div(panels, c.panels) < MIN_TASKS) c.panels /= 2;
+  const int64_t least = TASKS_PER_THREAD * (g.threads > 0 ? g.threads : UNKNOWN_THREADS);
+  while (c.panels > 1 && rows * ceil_div(panels, c.panels) < least) c.panels /= 2;
   c.slice = c.panels;
   return c;
 }
@@ -101,7 +103,7 @@ __attribute__((noinline)) static void micro(const Gemm& g, int64_t row, int64_t 
   const int64_t cols = std::min<int64_t>(NR, g.n - n0);
   const bool whole = cols == NR;
   const __m256i m0 = lanes(cols), m1 = lanes(cols - 8);
-  __m256 acc[R][2];
+  alignas(32) __m256 acc[R][2];  // in memory around the assembly (one load and store of each a call)
 #pragma GCC unroll 6
   for (int r = 0; r < R; ++r) {
     const float* y = g.y + (row + r) * g.n + n0;
@@ -121,8 +123,60 @@ __attribute__((noinline)) static void micro(const Gemm& g, int64_t row, int64_t 
   const float* hi = lo + 3 * g.k;
   const int64_t k1x = g.k, k2x = 2 * g.k;
   const float* b = panel;
-#pragma GCC unroll 4
-  for (int64_t i = k0; i < k1; ++i, b += NR, ++lo, ++hi) {
+  int64_t i = k0;
+  if constexpr (R == MR) {
+    // Four steps a round in assembly (compilers spill a sum or an address here): two loads of
+    // the panel, six broadcasts of x addressed off two pointers and the row stride, twelve FMAs
+    // a step.
+    int64_t rounds = (k1 - k0) / 4;
+    const int64_t stride = g.k * int64_t(sizeof(float));
+    if (rounds > 0) {
+#define UFORM_STEP(u)                                                                         \
+  "vmovaps " #u "*64(%[b]), %%ymm12\n\t"                                                    \
+  "vmovaps " #u "*64+32(%[b]), %%ymm13\n\t"                                                 \
+  "vbroadcastss " #u "*4(%[lo]), %%ymm14\n\t"                                               \
+  "vfmadd231ps %%ymm12, %%ymm14, %%ymm0\n\t"                                                \
+  "vfmadd231ps %%ymm13, %%ymm14, %%ymm1\n\t"                                                \
+  "vbroadcastss " #u "*4(%[lo],%[s],1), %%ymm15\n\t"                                        \
+  "vfmadd231ps %%ymm12, %%ymm15, %%ymm2\n\t"                                                \
+  "vfmadd231ps %%ymm13, %%ymm15, %%ymm3\n\t"                                                \
+  "vbroadcastss " #u "*4(%[lo],%[s],2), %%ymm14\n\t"                                        \
+  "vfmadd231ps %%ymm12, %%ymm14, %%ymm4\n\t"                                                \
+  "vfmadd231ps %%ymm13, %%ymm14, %%ymm5\n\t"                                                \
+  "vbroadcastss " #u "*4(%[hi]), %%ymm15\n\t"                                               \
+  "vfmadd231ps %%ymm12, %%ymm15, %%ymm6\n\t"                                                \
+  "vfmadd231ps %%ymm13, %%ymm15, %%ymm7\n\t"                                                \
+  "vbroadcastss " #u "*4(%[hi],%[s],1), %%ymm14\n\t"                                        \
+  "vfmadd231ps %%ymm12, %%ymm14, %%ymm8\n\t"                                                \
+  "vfmadd231ps %%ymm13, %%ymm14, %%ymm9\n\t"                                                \
+  "vbroadcastss " #u "*4(%[hi],%[s],2), %%ymm15\n\t"                                        \
+  "vfmadd231ps %%ymm12, %%ymm15, %%ymm10\n\t"                                                \
+  "vfmadd231ps %%ymm13, %%ymm15, %%ymm11\n\t"
+      __asm__ volatile(
+          "vmovaps 0(%[acc]), %%ymm0\n\tvmovaps 32(%[acc]), %%ymm1\n\tvmovaps 64(%[acc]), %%ymm2\n\t"
+          "vmovaps 96(%[acc]), %%ymm3\n\tvmovaps 128(%[acc]), %%ymm4\n\tvmovaps 160(%[acc]), %%ymm5\n\t"
+          "vmovaps 192(%[acc]), %%ymm6\n\tvmovaps 224(%[acc]), %%ymm7\n\tvmovaps 256(%[acc]), %%ymm8\n\t"
+          "vmovaps 288(%[acc]), %%ymm9\n\tvmovaps 320(%[acc]), %%ymm10\n\tvmovaps 352(%[acc]), %%ymm11\n\t"
+          "1:\n\t"
+          UFORM_STEP(0) UFORM_STEP(1) UFORM_STEP(2) UFORM_STEP(3)
+          "add $256, %[b]\n\t"
+          "add $16, %[lo]\n\t"
+          "add $16, %[hi]\n\t"
+          "dec %[n]\n\t"
+          "jnz 1b\n\t"
+          "vmovaps %%ymm0, 0(%[acc])\n\tvmovaps %%ymm1, 32(%[acc])\n\tvmovaps %%ymm2, 64(%[acc])\n\t"
+          "vmovaps %%ymm3, 96(%[acc])\n\tvmovaps %%ymm4, 128(%[acc])\n\tvmovaps %%ymm5, 160(%[acc])\n\t"
+          "vmovaps %%ymm6, 192(%[acc])\n\tvmovaps %%ymm7, 224(%[acc])\n\tvmovaps %%ymm8, 256(%[acc])\n\t"
+          "vmovaps %%ymm9, 288(%[acc])\n\tvmovaps %%ymm10, 320(%[acc])\n\tvmovaps %%ymm11, 352(%[acc])\n\t"
+          : [b] "+r"(b), [lo] "+r"(lo), [hi] "+r"(hi), [n] "+r"(rounds)
+          : [s] "r"(stride), [acc] "r"(&acc[0][0])
+          : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "xmm12",
+            "xmm13", "xmm14", "xmm15", "cc", "memory");
+#undef UFORM_STEP
+      i = k0 + (k1 - k0) / 4 * 4;
+    }
+  }
+  for (; i < k1; ++i, b += NR, ++lo, ++hi) {
     const __m256 b0 = _mm256_load_ps(b), b1 = _mm256_load_ps(b + 8);
 #pragma GCC unroll 6
     for (int r = 0; r < R; ++r) {
@@ -190,18 +244,27 @@ static void task(const Gemm& g, int64_t t) {
   const int64_t blocks = ceil_div(g.m, c.mc), panels = ceil_div(g.n, NR), pairs = (g.k + 1) / 2;
   const int64_t j0 = t / blocks * c.panels, j1 = std::min(panels, j0 + c.panels);
   const int64_t r0 = t % blocks * c.mc, r1 = std::min(g.m, r0 + c.mc);
-  for (int64_t p0 = 0; p0 < pairs; p0 += KC) {
-    const int64_t p1 = std::min(pairs, p0 + KC), k0 = 2 * p0, k1 = std::min(g.k, 2 * p1);
-    const bool first = p0 == 0, last = p1 == pairs;
-    for (int64_t s0 = j0; s0 < j1; s0 += c.slice) {
-      const int64_t s1 = std::min(j1, s0 + c.slice);
+  // rows in groups of at most MR, as even as can be (13 rows: 5, 4, 4), so that no group is
+  // a lone row or two whose few sums leave the FMA pipes waiting on their latency
+  const int64_t groups = ceil_div(r1 - r0, MR);
+  for (int64_t s0 = j0; s0 < j1; s0 += c.slice) {  // at small m a slice is one panel: its bytes are read in order
+    const int64_t s1 = std::min(j1, s0 + c.slice);
+    for (int64_t p0 = 0; p0 < pairs; p0 += KC) {
+      const int64_t p1 = std::min(pairs, p0 + KC), k0 = 2 * p0, k1 = std::min(g.k, 2 * p1);
+      const bool first = p0 == 0, last = p1 == pairs;
       for (int64_t j = s0; j < s1; ++j) decode(g, j, p0, p1, buffer.data + (j - s0) * CHUNK);
-      int64_t row = r0;
-      for (; row + MR <= r1; row += MR)
-        for (int64_t j = s0; j < s1; ++j) micro<MR>(g, row, j * NR, buffer.data + (j - s0) * CHUNK, k0, k1, first, last);
-      if (row < r1)
-        for (int64_t j = s0; j < s1; ++j)
-          rows<MR - 1>(r1 - row, g, row, j * NR, buffer.data + (j - s0) * CHUNK, k0, k1, first, last);
+      for (int64_t q = 0, row = r0; q < groups; ++q) {
+        const int64_t count = ceil_div(r1 - row, groups - q);
+        for (int64_t j = s0; j < s1; ++j) {
+          const float* panel = buffer.data + (j - s0) * CHUNK;
+          if (count == MR) {
+            micro<MR>(g, row, j * NR, panel, k0, k1, first, last);
+          } else {
+            rows<MR - 1>(count, g, row, j * NR, panel, k0, k1, first, last);
+          }
+        }
+        row += count;
+      }
     }
   }
 }

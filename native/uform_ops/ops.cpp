@@ -7,7 +7,8 @@
 //   MatMulE4M3(X: float[..., k], W: uint8 E4M3FN codes, scale: float[n], bias?: float[n])
 // each computing y = scale * (x @ W^T) + bias for the checkpoint's [n, k] matrix W, held
 // packed for the kernels (uform_pack), with the attributes `variant` (0 avx2, 1 avx512,
-// 2 avx512-bf16) naming the kernels and `n` the output width; and
+// 2 avx512-bf16) naming the kernels, `n` the output width and, optionally, `threads` the
+// session's intra-op threads (variants that cut a product by its shape size tasks to it); and
 //   Attention(qkv: float[B * T, 3 * W], shape: int64[2] = (B, T), mask?: float) -> float[B * T, W]
 // multi-head attention of `heads` heads over a fused qkv projection, the additive mask
 // [B, 1, 1, T] (padding) or [T, T] (causal), float32 throughout (AVX-512 F). A kernel whose
@@ -35,6 +36,7 @@ struct OpKernel {
   int wtype;
   int64_t n;
   std::string name;
+  int64_t threads;  // the session's intra-op threads (attribute `threads`; 0 when absent)
 };
 
 struct Parallel {
@@ -118,6 +120,7 @@ OrtStatus* compute(OpKernel* op, OrtKernelContext* ctx) {
   g.y = static_cast<float*>(data);
   g.m = m, g.n = n, g.k = k, g.kpad = (k + 1) / 2 * 2, g.wtype = op->wtype;
   g.serial = next_serial();
+  g.threads = op->threads;
   const Kernel* kern = op->kern;
   Parallel par{&g, kern, nullptr, 64};
   if (kern->bf16_x) {
@@ -193,7 +196,12 @@ struct Op : OrtCustomOp {
       if (!runnable(int(variant)))
         return api->CreateStatus(ORT_NOT_IMPLEMENTED, (name + ": this CPU lacks the instructions of the " +
                                                        kernels[variant]->name + " kernels").c_str());
-      auto* kernel = new (std::nothrow) OpKernel{api, kernels[variant], WType, n, name};
+      int64_t threads = 0;  // optional: how many threads run the product's tasks
+      if (OrtStatus* status = api->KernelInfoGetAttribute_int64(info, "threads", &threads)) {
+        api->ReleaseStatus(status);
+        threads = 0;
+      }
+      auto* kernel = new (std::nothrow) OpKernel{api, kernels[variant], WType, n, name, std::max<int64_t>(threads, 0)};
       if (!kernel) return api->CreateStatus(ORT_FAIL, "out of memory");
       *out = kernel;
       return nullptr;

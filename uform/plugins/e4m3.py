@@ -126,7 +126,9 @@ def lower(
             inputs.append(node.input[2])
         op = "MatMulE4M3" if e4m3 else "MatMulBF16"
         n = shape_of(weights, matrix)[0]
-        nodes[index] = helper.make_node(op, inputs, list(node.output), name=node.name, domain=DOMAIN, variant=VARIANTS.index(variant), n=n)
+        nodes[index] = helper.make_node(
+            op, inputs, list(node.output), name=node.name, domain=DOMAIN, variant=VARIANTS.index(variant), n=n, threads=threads
+        )  # threads: the session's, which the kernels size their tasks to
     initializers = {name: weights[name].astype(np.float32) for name in weights if name not in fed}
     out = lowered(graph, nodes, fed, initializers)
     out.graph.opset_import.append(helper.make_opsetid(DOMAIN, 1))
