@@ -103,3 +103,96 @@ def test_evaluation_fields_are_documented() -> None:
     doc = Evaluation.__doc__ or ""
     for name in Evaluation.__dataclass_fields__:
         assert f"``{name}``" in doc, name
+
+
+# -- the foreign suite and the training variety ----------------------------------------------
+
+
+def test_the_foreign_suite_shares_no_code_with_the_training_generator() -> None:
+    import ast
+
+    import uform.demo.foreign as foreign
+
+    tree = ast.parse(Path(foreign.__file__).read_text())
+    imported = {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    imported |= {a.name for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names}
+    assert not imported & {"generate", "media", "variety", "uform.demo.generate", "uform.demo.media", "uform.demo.variety"}, imported
+    assert foreign.FOREIGN_STREAM not in (1, 2, 3, 4)
+
+
+def test_foreign_captions_are_never_training_captions_but_use_its_words() -> None:
+    from uform.demo import foreign as f
+    from uform.demo import variety
+
+    trained = variety.all_paraphrases()
+    words = variety.vocabulary()
+    rng = np.random.default_rng(7)
+    seen = set()
+    for _ in range(400):
+        colour, shape = str(rng.choice(list(f.HUES))), str(rng.choice(f.KINDS))
+        captions = [f.picture_caption(rng, colour, shape, int(rng.integers(1, 4))), f.clip_caption(rng, colour, shape, str(rng.choice(f.WAYS))),
+                    f.sound_caption(rng, "chord", "high", "fast"), f.sound_caption(rng, "noise", "", "slow"), f.sound_caption(rng, "falling", "", "")]  # fmt: skip
+        for c in captions:
+            assert c not in trained, c
+            assert set(c.replace(",", " ").replace(":", " ").replace("(", " ").replace(")", " ").split()) <= words, c
+            seen.add(c)
+    assert len(seen) > 300  # word orders, synonyms and plurals vary
+
+
+def test_foreign_media_decode_through_the_runtime_and_repeat_per_seed() -> None:
+    from uform.core.config import make_config
+    from uform.demo import foreign as f
+    from uform.plugins import image, recordings, video
+
+    def draw(seed: int) -> list[object]:
+        rng = np.random.default_rng(seed)
+        return [f.picture(rng), f.clip(rng)[0], f.sound(rng), f.question(rng)]
+
+    first = draw(3)
+    assert [x.meaning if isinstance(x, f.Item) else x for x in first] == [x.meaning if isinstance(x, f.Item) else x for x in draw(3)]
+    cfg = {"width": 8, "depth": 1, "heads": 1, "mlp_width": 8, "frames": 4, "image_size": 32, "patch_size": 8,
+           "mean": [0.5] * 3, "std": [0.5] * 3}  # fmt: skip
+    tower = video.read(cfg, make_config(8, 8, {"video": cfg}))
+    rng = np.random.default_rng(11)
+    kinds = set()
+    for _ in range(6):
+        p, (c, four), s = f.picture(rng), f.clip(rng), f.sound(rng)
+        assert image.decode(Source(0, None, data=p.data), 32)[0].shape == (32, 32, 3)
+        frames, _ = video.sample(Source(0, None, data=c.data), tower)
+        assert frames.shape == (4, 32, 32, 3) and np.abs(frames[0].astype(int) - frames[3]).mean() > 0.5  # it moves
+        assert sorted(four) == sorted(f.WAYS) and len(set(four.values())) == 4
+        window = recordings.decode(Source(0, None, data=s.data), 16000, 16000).samples
+        assert window.shape == (16000,) and 0 < np.abs(window).max() <= 1
+        kinds.add(c.data[4:8] if c.data[4:8] == b"ftyp" else c.data[:4])
+    assert len(kinds) == 2  # MP4 and WebM
+
+
+def test_variety_items_carry_their_meaning_and_come_through_the_resampler() -> None:
+    from uform.demo import variety
+
+    rng = np.random.default_rng(2)
+    for _ in range(20):
+        window, m = variety.sound(rng)
+        assert window.dtype == np.float32 and window.shape == (16000,) and m.caption in g.audio_captions()
+        pixels, pm = variety.picture(rng, 48)
+        assert min(pixels.shape[:2]) == 48 and pm.caption in g.image_captions()
+        clip = variety.clip(rng)
+        assert clip.frames.shape[0] >= 4 and clip.meaning.caption in g.video_captions()
+    for modality in ("image", "video", "audio"):
+        for m in variety.meanings(modality):
+            said = variety.paraphrases(m)
+            assert said[0] == m.caption and len(said) == len(set(said)) >= 3
+    q = variety.question(rng, calibration=True)
+    assert 0 <= q.answer < len(q.choices)
+
+
+def test_uform_evaluate_runs_both_suites(capsys: pytest.CaptureFixture[str]) -> None:
+    from uform.cli import main
+
+    assert main(["evaluate", "--suite", "both", "--count", "6", "--questions", "12", "--json"]) == 0
+    both = json.loads(capsys.readouterr().out)
+    assert set(both) == {"own", "foreign"} and both["foreign"]["suite"] == "foreign" and both["own"]["suite"] == "own"
+    assert all(0 <= both[s][k] <= 1 for s in both for k in ("image_recall_at_1", "video_direction", "choose_accuracy"))
+    assert main(["evaluate", "--suite", "foreign", "--count", "6", "--questions", "12"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[7].split()[0] == "direction" and lines[8].startswith("foreign suite, 6 held-out items per modality, seed 0")

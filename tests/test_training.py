@@ -36,7 +36,7 @@ def test_a_few_steps_lower_the_loss_and_the_checkpoint_serves(tmp_path: Path) ->
 
     out = tmp_path / "trained.safetensors"
     settings = Settings(out=str(out), seed=0, steps=24, batch=12, decoder_batch=8, lr=3e-3, warmup=4, video_pool=24,
-                        calibration_examples=90, log_every=6, evaluate=False, config=tiny_config())  # fmt: skip
+                        audio_pool=24, calibration_examples=90, log_every=6, evaluate=False, config=tiny_config())  # fmt: skip
     result = train(settings, log=lambda line: None)
     assert result.steps == 24 and len(result.losses) == 4
     assert result.last_loss < result.first_loss
@@ -62,9 +62,28 @@ def test_the_same_seed_writes_the_same_checkpoint(tmp_path: Path) -> None:
     def run(name: str, seed: int) -> bytes:
         out = tmp_path / name
         train(Settings(out=str(out), seed=seed, steps=2, batch=4, decoder_batch=4, warmup=1, video_pool=4,
-                       calibration_examples=16, evaluate=False, config=tiny_config()), log=lambda line: None)  # fmt: skip
+                       audio_pool=4, calibration_examples=16, evaluate=False, config=tiny_config()), log=lambda line: None)  # fmt: skip
         return out.read_bytes()
 
     first = run("a.safetensors", 0)
     assert run("b.safetensors", 0) == first
     assert run("c.safetensors", 1) != first
+
+
+def test_the_contrastive_loss_ranks_every_meaning_and_the_inputs_are_labelled_by_meaning() -> None:
+    import torch
+
+    from uform.demo import variety
+    from uform.training.recipe import Inputs, contrastive
+
+    texts = torch.nn.functional.normalize(torch.randn(10, 8, generator=torch.Generator().manual_seed(0)), dim=1)
+    labels = torch.tensor([3, 3, 7, 1])  # meanings absent from the batch still compete as classes
+    scale = torch.tensor(2.3)
+    matched = contrastive(texts[labels], texts, labels, scale)
+    assert float(matched) < float(contrastive(texts[torch.tensor([5, 0, 2, 9])], texts, labels, scale))
+
+    inputs = Inputs(tiny_config(), 0, 6, lambda line: None, audio_pool=6, canonical=0.5)
+    for modality, (data, got) in (("image", inputs.images(5)), ("video", inputs.videos(5)), ("audio", inputs.sounds(5))):
+        assert len(data) == len(got) == 5 and all(0 <= i < len(variety.meanings(modality)) for i in got)
+        assert len(inputs.captions(modality)) == len(variety.meanings(modality))
+    assert inputs.clip_frames.shape[1:] == (4, 32, 32, 3) and inputs.sound_windows.shape == (6, 16000)

@@ -52,7 +52,7 @@ BEATS = {"steady": (0.0, 0.0), "slow": (1.6, 2.5), "fast": (5.0, 7.5)}  # pulses
 
 # -- words ------------------------------------------------------------------------------
 
-NUMBER = {1: ("one", "1"), 2: ("two", "2"), 3: ("three", "3")}
+NUMBER = {1: ("one",), 2: ("two", "2"), 3: ("three", "3")}
 NOUN = {"circle": ("circle", "disc", "round shape"), "square": ("square", "box"), "triangle": ("triangle", "triangular shape")}
 HEADING = {"left": ("left", "to the left", "leftwards"), "right": ("right", "to the right", "rightwards"),
            "up": ("up", "upwards"), "down": ("down", "downwards")}  # fmt: skip
@@ -115,7 +115,7 @@ def sound_caption(rng: np.random.Generator, kind: str, pitch: str, rhythm: str, 
     source = _pick(rng, SOURCE[kind])
     beat = _pick(rng, PULSE[rhythm])
     if kind == "noise":
-        return [f"{source}, {beat}", f"{beat}: {source}", f"{source} ({beat})"][form]
+        return [f"{source}: {beat}", f"{beat}: {source}", f"{source} ({beat})"][form]
     height = _pick(rng, HEIGHT[pitch])
     return [f"{source}, {height}, {beat}", f"{beat}: a {height} {source}", f"{height} {source} ({beat})"][form]
 

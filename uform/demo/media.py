@@ -17,8 +17,8 @@ VIDEO_FORMATS = ("mp4", "webm")
 AUDIO_FORMATS = ("wav", "flac")
 
 
-def image_bytes(pixels: np.ndarray, fmt: str = "png") -> bytes:
-    """``uint8 [h, w, 3]`` as a PNG, or a JPEG of quality 95."""
+def image_bytes(pixels: np.ndarray, fmt: str = "png", *, quality: int = 95) -> bytes:
+    """``uint8 [h, w, 3]`` as a PNG, or a JPEG of ``quality`` (95 unless given)."""
     from PIL import Image
 
     out = io.BytesIO()
@@ -26,14 +26,16 @@ def image_bytes(pixels: np.ndarray, fmt: str = "png") -> bytes:
     if fmt == "png":
         image.save(out, format="PNG")
     elif fmt == "jpeg":
-        image.save(out, format="JPEG", quality=95)
+        image.save(out, format="JPEG", quality=quality)
     else:
         raise ValueError(f"image format must be one of {IMAGE_FORMATS}, got {fmt!r}")
     return out.getvalue()
 
 
-def video_bytes(frames: np.ndarray, fmt: str = "mp4") -> bytes:
-    """``uint8 [F, h, w, 3]`` (even ``h`` and ``w``) as H.264 in MP4 or VP8 in WebM."""
+def video_bytes(frames: np.ndarray, fmt: str = "mp4", *, fps: int = VIDEO_FPS, gop: int | None = None, crf: int | None = None) -> bytes:
+    """``uint8 [F, h, w, 3]`` (even ``h`` and ``w``) as H.264 in MP4 or VP8 in WebM, at ``fps``
+    frames a second; ``gop`` (keyframe spacing) and ``crf`` (quality) are the encoder's defaults
+    (H.264 crf 16, VP8 crf 8) when not given."""
     import av
 
     if fmt not in VIDEO_FORMATS:
@@ -43,15 +45,17 @@ def video_bytes(frames: np.ndarray, fmt: str = "mp4") -> bytes:
     # one encoding thread and no sync-lookahead make most MP4s repeat too, yet x264 still
     # encodes about 1 clip in 12 differently from run to run (tiny frames; not tracked down)
     with av.open(out, mode="w", format="mp4" if fmt == "mp4" else "webm", options={"fflags": "+bitexact"}) as container:
-        stream = container.add_stream("libx264" if fmt == "mp4" else "libvpx", rate=VIDEO_FPS)
+        stream = container.add_stream("libx264" if fmt == "mp4" else "libvpx", rate=fps)
         stream.width, stream.height = int(frames.shape[2]), int(frames.shape[1])
         stream.pix_fmt = "yuv420p"
         stream.codec_context.thread_count = 1  # PyAV's own default (auto) overrides the "threads" option
+        if gop is not None:
+            stream.codec_context.gop_size = gop
         if fmt == "mp4":
-            stream.options = {"crf": "16", "preset": "veryfast", "threads": "1", "flags": "+bitexact",
+            stream.options = {"crf": str(16 if crf is None else crf), "preset": "veryfast", "threads": "1", "flags": "+bitexact",
                               "x264-params": "threads=1:lookahead-threads=1:sync-lookahead=0"}  # fmt: skip
         else:
-            stream.options = {"crf": "8", "b": "2M", "threads": "1", "flags": "+bitexact"}
+            stream.options = {"crf": str(8 if crf is None else crf), "b": "2M", "threads": "1", "flags": "+bitexact"}
         for f in frames:
             for packet in stream.encode(av.VideoFrame.from_ndarray(np.ascontiguousarray(f), format="rgb24")):
                 container.mux(packet)

@@ -37,6 +37,7 @@ from torch import nn
 from uform.core import checkpoint as ckpt
 from uform.core.config import ModelConfig, make_config
 from uform.demo import generate as g
+from uform.demo import variety as v
 from uform.demo.evaluate import CALIBRATION_STREAM, TRAINING_STREAM
 from uform.demo.media import image_bytes, video_bytes
 from uform.exporters.reference import ReferenceModel
@@ -57,7 +58,7 @@ def default_config() -> ModelConfig:
         {
             "text": {**STACK, "token_width": 0},
             "image": {**STACK, "image_size": 32, "patch_size": 8, "mean": MEAN, "std": STD},
-            "video": {**STACK, "frames": 2, "image_size": 32, "patch_size": 8, "mean": MEAN, "std": STD},
+            "video": {**STACK, "frames": 4, "image_size": 32, "patch_size": 8, "mean": MEAN, "std": STD},
             "audio": {**STACK, "sample_rate": g.SAMPLE_RATE, "samples": int(g.SAMPLE_RATE * g.AUDIO_SECONDS), "n_fft": 400,
                       "hop": 160, "n_mels": 32, "patch_frames": 7},  # fmt: skip
             "decoder": dict(STACK),
@@ -72,13 +73,16 @@ class Settings:
 
     out: str
     seed: int = 0
-    steps: int = 2500
+    steps: int = 2800
     minutes: float | None = None  # stop early after this long (the schedule still assumes ``steps``)
     batch: int = 64  # items of each modality a step
-    decoder_batch: int = 32  # questions a step
+    decoder_batch: int = 48  # questions a step
     lr: float = 2e-3
     warmup: int = 100
     video_pool: int = 6000  # clips decoded once through the runtime, drawn from every step
+    audio_pool: int = 5000  # varied recordings made once (through the runtime's resampler), drawn from every step
+    canonical: float = 0.3  # share of recordings from the canonical renderer (the own suite's), the rest varied
+    canonical_vision: float = 0.5  # share of pictures and clips from the canonical renderers
     calibration_examples: int = 1200
     log_every: int = 25
     evaluate: bool = True
@@ -103,51 +107,86 @@ class Result:
 
 
 class Inputs:
-    """Batches of preprocessed media and captions, drawn from one seeded generator."""
+    """Batches of preprocessed media and their meanings, drawn from one seeded generator.
 
-    def __init__(self, config: ModelConfig, seed: int, video_pool: int, log: Callable[[str], None]) -> None:
+    A share ``canonical`` of each modality's items comes from the canonical renderers of
+    :mod:`uform.demo.generate`, the rest from :mod:`uform.demo.variety`; every item's label is
+    its meaning (its canonical caption's index among the modality's meanings)."""
+
+    def __init__(self, config: ModelConfig, seed: int, video_pool: int, log: Callable[[str], None], *, audio_pool: int = 0,
+                 canonical: float = 0.3, canonical_vision: float = 0.5) -> None:  # fmt: skip
         from uform.plugins import image as image_plugin
         from uform.plugins import video as video_plugin
 
         self.image_plugin, self.video_plugin = image_plugin, video_plugin
         self.image_size = int(config.towers["image"]["image_size"])
+        self.window = int(config.towers["audio"]["samples"])
         self.video_tower = video_plugin.read(config.towers["video"], config)
+        self.canonical, self.canonical_vision = canonical, canonical_vision
+        self.meanings = {m: v.meanings(m) for m in ("image", "video", "audio")}
+        self.index = {m: {x.caption: i for i, x in enumerate(ms)} for m, ms in self.meanings.items()}
         self.rng = np.random.default_rng([TRAINING_STREAM, seed])
         started = time.perf_counter()
         clips = [self._clip(i) for i in range(video_pool)]
         self.clip_frames = np.stack([c[0] for c in clips])
-        self.clip_captions = [c[1] for c in clips]
+        self.clip_labels = np.array([c[1] for c in clips])
         log(f"decoded {video_pool} training clips through the video plugin in {time.perf_counter() - started:.0f} s")
+        started = time.perf_counter()
+        made = [v.sound(self.rng, self.window) for _ in range(audio_pool)]
+        self.sound_windows = np.stack([w for w, _ in made]) if made else np.zeros((0, self.window), np.float32)
+        self.sound_labels = np.array([self.index["audio"][m.caption] for _, m in made], np.int64)
+        log(f"made {audio_pool} varied training recordings in {time.perf_counter() - started:.0f} s")
 
-    def _clip(self, i: int) -> tuple[np.ndarray, str]:
+    def _clip(self, i: int) -> tuple[np.ndarray, int]:
         from uform.plugins.sources import Source
 
-        c = g.clip(self.rng, int(self.rng.choice([32, 64])))
-        data = video_bytes(c.frames, "mp4" if i % 2 == 0 else "webm")
+        fmt = "mp4" if i % 2 == 0 else "webm"
+        if self.rng.random() < self.canonical_vision:
+            c = g.clip(self.rng, int(self.rng.choice([32, 64])))
+            data, caption = video_bytes(c.frames, fmt), c.caption
+        else:
+            vc = v.clip(self.rng)
+            crf = int(self.rng.integers(14, 32)) if fmt == "mp4" else int(self.rng.integers(4, 30))
+            gop = int(self.rng.choice([1, 3, 8, 30, 250]))
+            data, caption = video_bytes(vc.frames, fmt, fps=vc.fps, gop=gop, crf=crf), vc.meaning.caption
         frames, _ = self.video_plugin.sample(Source(0, None, data=data), self.video_tower)
-        return frames, c.caption
+        return frames, self.index["video"][caption]
 
-    def images(self, n: int) -> tuple[np.ndarray, list[str]]:
+    def images(self, n: int) -> tuple[np.ndarray, np.ndarray]:
         from uform.plugins.sources import Source
 
-        out, captions = [], []
+        out, labels = [], []
         for _ in range(n):
-            p = g.picture(self.rng, int(self.rng.choice([32, 32, 48, 64, 128])))
-            data = image_bytes(p.pixels, "jpeg" if self.rng.random() < 0.3 else "png")
+            if self.rng.random() < self.canonical_vision:
+                p = g.picture(self.rng, int(self.rng.choice([32, 32, 48, 64, 128])))
+                pixels, caption, quality = p.pixels, p.caption, 95
+            else:
+                pixels, m = v.picture(self.rng, int(self.rng.choice([32, 40, 48, 64, 96, 128])))
+                caption, quality = m.caption, int(self.rng.integers(60, 96))
+            data = image_bytes(pixels, "jpeg", quality=quality) if self.rng.random() < 0.3 else image_bytes(pixels, "png")
             out.append(self.image_plugin.decode(Source(0, None, data=data), self.image_size)[0])
-            captions.append(p.caption)
-        return np.stack(out), captions
+            labels.append(self.index["image"][caption])
+        return np.stack(out), np.array(labels, np.int64)
 
-    def videos(self, n: int) -> tuple[np.ndarray, list[str]]:
-        pick = self.rng.integers(0, len(self.clip_captions), n)
-        return self.clip_frames[pick], [self.clip_captions[i] for i in pick]
+    def videos(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        pick = self.rng.integers(0, len(self.clip_labels), n)
+        return self.clip_frames[pick], self.clip_labels[pick]
 
-    def sounds(self, n: int) -> tuple[np.ndarray, list[str]]:
-        made = [g.sound(self.rng) for _ in range(n)]
-        return np.stack([g.samples_float(s) for s in made]), [s.caption for s in made]
+    def sounds(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        fresh = int((self.rng.random(n) < self.canonical).sum()) if len(self.sound_labels) else n
+        made = [g.sound(self.rng) for _ in range(fresh)]
+        windows = [g.samples_float(s) for s in made]
+        labels = [self.index["audio"][s.caption] for s in made]
+        pick = self.rng.integers(0, len(self.sound_labels), n - fresh) if n > fresh else np.zeros(0, np.int64)
+        data = np.concatenate([np.stack(windows) if windows else np.zeros((0, self.window), np.float32), self.sound_windows[pick]])
+        return data, np.concatenate([np.array(labels, np.int64), self.sound_labels[pick]])
+
+    def captions(self, modality: str) -> list[str]:
+        """One phrasing of every meaning of ``modality`` (canonical or a paraphrase), in meaning order."""
+        return [v.phrase(self.rng, m, canonical=0.5) for m in self.meanings[modality]]
 
     def questions(self, n: int) -> list[g.Question]:
-        return [g.question(self.rng) for _ in range(n)]
+        return [g.question(self.rng) if self.rng.random() < 0.25 else v.question(self.rng) for _ in range(n)]
 
 
 # -- model -------------------------------------------------------------------------------
@@ -172,13 +211,16 @@ def text_embeddings(tower: TextTower, captions: list[str]) -> torch.Tensor:
 
 
 def contrastive(media: torch.Tensor, texts: torch.Tensor, labels: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-    """CLIP-style loss with repeated captions: ``texts`` are the distinct captions, ``labels``
-    each item's caption index."""
-    logits = scale.exp().clamp(max=100.0) * media @ texts.T  # [items, captions]
+    """CLIP-style loss over a closed caption space: ``texts`` holds one phrasing of every
+    meaning, ``labels`` each item's meaning. Media → text is a cross-entropy over all the
+    meanings; text → media, for each meaning present in the batch, a cross-entropy whose
+    target spreads evenly over the items carrying it."""
+    logits = scale.exp().clamp(max=100.0) * media @ texts.T  # [items, meanings]
     to_text = F.cross_entropy(logits, labels)
-    target = F.one_hot(labels, texts.shape[0]).T.float()  # [captions, items]
+    present: torch.Tensor = torch.unique(labels)
+    target = (labels[None, :] == present[:, None]).float()  # [present, items]
     target = target / target.sum(1, keepdim=True)
-    to_media = -(target * logits.T.log_softmax(1)).sum(1).mean()
+    to_media: torch.Tensor = -(target * logits.T[present].log_softmax(1)).sum(1).mean()
     return (to_text + to_media) / 2
 
 
@@ -237,7 +279,8 @@ def train(settings: Settings, log: Callable[[str], None] = print) -> Result:
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimiser, rate)
     # each tower's gradients are clipped on their own, so one loss cannot starve another
     clipped = [list(t.parameters()) for t in model.towers.values()] + [list(scales.parameters())]
-    inputs = Inputs(config, settings.seed, settings.video_pool, log)
+    inputs = Inputs(config, settings.seed, settings.video_pool, log, audio_pool=settings.audio_pool, canonical=settings.canonical,
+                    canonical_vision=settings.canonical_vision)
     towers = model.towers
     text_tower, decoder_tower = towers["text"], towers["decoder"]
     assert isinstance(text_tower, TextTower) and isinstance(decoder_tower, DecoderTower)
@@ -252,10 +295,9 @@ def train(settings: Settings, log: Callable[[str], None] = print) -> Result:
             log(f"stopping after {settings.minutes} minutes at step {step}")
             break
         total = torch.zeros(())
-        for modality, (data, captions) in (("image", inputs.images(b)), ("video", inputs.videos(b)), ("audio", inputs.sounds(b))):
-            distinct = sorted(set(captions))
-            labels = torch.tensor([distinct.index(c) for c in captions])
-            texts = text_embeddings(text_tower, distinct)
+        for modality, (data, labelled) in (("image", inputs.images(b)), ("video", inputs.videos(b)), ("audio", inputs.sounds(b))):
+            labels = torch.from_numpy(labelled)
+            texts = text_embeddings(text_tower, inputs.captions(modality))
             tensor = torch.from_numpy(np.ascontiguousarray(data))
             media = towers[modality](tensor)
             total = total + contrastive(media, texts, labels, scales[modality])
@@ -299,7 +341,7 @@ def calibrate(raw: Path, out: Path, settings: Settings, log: Callable[[str], Non
     from uform.calibrate import calibrate as fit
 
     rng = np.random.default_rng([CALIBRATION_STREAM, settings.seed])
-    asked = [g.question(rng) for _ in range(settings.calibration_examples)]
+    asked = [v.question(rng, calibration=True) for _ in range(settings.calibration_examples)]
     examples = [Example(q.text, q.choices, q.answer, q.group) for q in asked]
     report = fit(raw, examples, out, holdout=0.25, seed=settings.seed, groups=3)
     log(f"calibration: temperatures {[round(t, 4) for t in report.temperatures]}, held-out ECE "
@@ -308,17 +350,20 @@ def calibrate(raw: Path, out: Path, settings: Settings, log: Callable[[str], Non
 
 
 def evaluate_all(path: Path, seed: int, log: Callable[[str], None]) -> dict[str, dict[str, Any]]:
-    """``uform.demo.evaluate`` of the checkpoint with BF16 and with E4M3 weights."""
+    """Both suites (``uform.demo.evaluate``, ``uform.demo.foreign.evaluate``) of the checkpoint
+    with BF16 and with E4M3 weights: keys ``own bf16``, ``foreign bf16``, ``own e4m3``, ``foreign e4m3``."""
     from uform import Model, Scalar
-    from uform.demo import evaluate
+    from uform.demo import evaluate, foreign
 
     out = {}
     for quantization in (Scalar.BF16, Scalar.E4M3):
         model = Model.load_ram(path, quantization=quantization)
         try:
-            figures = evaluate(model, seed=seed).as_dict()
+            for suite, run in (("own", evaluate), ("foreign", foreign.evaluate)):
+                figures = run(model, seed=seed).as_dict()
+                out[f"{suite} {quantization.value}"] = figures
+                log(f"evaluation ({suite}, {quantization.value}): "
+                    + ", ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in figures.items()))  # fmt: skip
         finally:
             model.close()
-        out[quantization.value] = figures
-        log(f"evaluation ({quantization.value}): " + ", ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in figures.items()))
     return out

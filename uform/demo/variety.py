@@ -1,0 +1,478 @@
+"""Variety for training: augmented renderings, motions and sounds, and paraphrased captions.
+
+The training recipe draws most of its items from here and the rest from the canonical
+renderers of :mod:`uform.demo.generate` (which the own suite and ``write_media`` use), so
+that the towers learn the shape, the motion and the sound rather than one renderer. Every
+item carries its *meaning*: the canonical caption of :mod:`uform.demo.generate`
+(``"a red circle"``), which is the class the contrastive losses use; its text is one of
+:func:`paraphrases` of that caption.
+
+- pictures: backgrounds from black to white, tinted, two-tone gradients or noise; the colour
+  shifted in hue, saturation and value; filled shapes, outlined shapes or outlines alone,
+  rotated by any angle, drawn aliased or 2x supersampled; non-square frames;
+- clips: no trail; sizes 32-96 pixels, 5-30 fps, 0.5-3 s, H.264 or VP8 at random quality
+  and keyframe spacing; constant, easing, late-starting or early-stopping motion, shapes
+  entering or leaving the frame; a quarter of the clips move a little across the direction;
+- recordings: sine, square, sawtooth, triangle or additive voices, chords of several kinds,
+  white, pink, brown or band-limited noise, linear or exponential sweeps, gated, struck or
+  swelling pulses at jittered rates; made at 8-48 kHz and brought to the tower's rate by the
+  runtime's own resampler, -35 to -1 dBFS, silence before and after, a faint noise floor.
+"""
+
+from __future__ import annotations
+
+import colorsys
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import generate as g
+
+# -- captions ---------------------------------------------------------------------------
+
+COUNT_WORDS = {1: ("a", "one", "a single"), 2: ("two", "2", "a pair of"), 3: ("three", "3")}
+SHAPE_WORDS = {"circle": ("circle", "disc", "round shape"), "square": ("square", "box"), "triangle": ("triangle", "triangular shape")}
+DIRECTION_WORDS = {"left": ("left", "to the left", "leftwards"), "right": ("right", "to the right", "rightwards"),
+                   "up": ("up", "upwards"), "down": ("down", "downwards")}  # fmt: skip
+PITCH_WORDS = {"low": ("low", "deep"), "middle": ("middle", "medium"), "high": ("high", "shrill")}
+RHYTHM_WORDS = {"steady": ("steady", "constant"), "slowly pulsing": ("slowly pulsing", "pulsing slowly"),
+                "quickly pulsing": ("quickly pulsing", "rapidly pulsing", "pulsing quickly")}  # fmt: skip
+SOUND_WORDS = {"tone": ("tone", "note"), "chord": ("chord",), "noise": ("noise", "hiss")}
+SWEEP_WORDS = {"rising": ("rising", "going up"), "falling": ("falling", "going down")}
+
+
+def _plural(word: str) -> str:
+    return word + ("es" if word.endswith("x") else "s")
+
+
+def _article(words: str) -> str:
+    return f"an {words}" if words[0] in "aeiou" else f"a {words}"
+
+
+def image_paraphrases(colour: str, shape: str, count: int) -> list[str]:
+    """Every training phrasing of a picture's caption (the canonical one first)."""
+    out = [g.image_caption(colour, shape, count)]
+    for n in COUNT_WORDS[count]:
+        for s in SHAPE_WORDS[shape]:
+            noun = s if count == 1 else _plural(s)
+            lead = _article(f"{colour} {noun}").split()[0] if n == "a" else n  # "an orange circle"
+            own = _article(noun).split()[0] if n == "a" else n  # "a circle in orange"
+            out += [f"{lead} {colour} {noun}", f"{own} {noun} in {colour}", f"{own} {noun} coloured {colour}",
+                    f"a picture of {lead} {colour} {noun}"]  # fmt: skip
+            if n in ("one", "two", "2", "three", "3"):
+                out.append(f"{colour} {noun}, {n} of them")
+    return list(dict.fromkeys(out))
+
+
+def video_paraphrases(colour: str, shape: str, direction: str) -> list[str]:
+    out = [g.video_caption(colour, shape, direction)]
+    for s in SHAPE_WORDS[shape]:
+        for d in DIRECTION_WORDS[direction]:
+            a = _article(f"{colour} {s}").split()[0]
+            out += [f"{a} {colour} {s} moving {d}", f"{a} {colour} {s} going {d}", f"{_article(s)} in {colour} moving {d}",
+                    f"{a} {colour} {s} that moves {d}", f"{colour} {s}, moving {d}"]  # fmt: skip
+    return list(dict.fromkeys(out))
+
+
+def audio_paraphrases(kind: str, pitch: str, rhythm: str) -> list[str]:
+    out = [g.audio_caption(kind, pitch, rhythm)]
+    if kind == "sweep":
+        for w in SWEEP_WORDS[pitch]:
+            out += [f"a {w} tone", f"a tone, {w}", f"a tone {w}" if " " in w else f"a {w} note"]
+        return list(dict.fromkeys(out))
+    for k in SOUND_WORDS[kind]:
+        for r in RHYTHM_WORDS[rhythm]:
+            if kind == "noise":
+                out += [f"{r} {k}", f"{k}, {r}", f"a recording of {r} {k}"]
+                continue
+            for p in PITCH_WORDS[pitch]:
+                out += [f"a {r} {p} {k}", f"{_article(p)} {k}, {r}", f"a {k} at a {p} pitch, {r}", f"a recording of a {r} {p} {k}"]
+    return list(dict.fromkeys(out))
+
+
+@dataclass(frozen=True)
+class Meaning:
+    """A canonical caption and the attributes it names."""
+
+    modality: str
+    caption: str
+    attributes: tuple[str, ...]
+
+
+def meanings(modality: str) -> list[Meaning]:
+    """Every meaning of a modality, in the canonical caption order of :mod:`uform.demo.generate`."""
+    if modality == "image":
+        return [Meaning("image", g.image_caption(c, s, n), (c, s, str(n))) for c in g.COLOURS for s in g.SHAPES for n in (1, 2, 3)]
+    if modality == "video":
+        return [Meaning("video", g.video_caption(c, s, d), (c, s, d)) for c in g.COLOURS for s in g.SHAPES for d in g.DIRECTIONS]
+    return [Meaning("audio", c, g._parse_audio(c)) for c in g.audio_captions()]
+
+
+def paraphrases(m: Meaning) -> list[str]:
+    if m.modality == "image":
+        return image_paraphrases(m.attributes[0], m.attributes[1], int(m.attributes[2]))
+    if m.modality == "video":
+        return video_paraphrases(*m.attributes)
+    return audio_paraphrases(*m.attributes)
+
+
+_PHRASES: dict[str, list[str]] = {}
+
+
+def phrase(rng: np.random.Generator, m: Meaning, canonical: float = 0.4) -> str:
+    """The canonical caption with probability ``canonical``, else a paraphrase drawn uniformly."""
+    if rng.random() < canonical:
+        return m.caption
+    if m.caption not in _PHRASES:
+        _PHRASES[m.caption] = paraphrases(m)
+    options = _PHRASES[m.caption]
+    return options[int(rng.integers(0, len(options)))]
+
+
+# -- pictures ---------------------------------------------------------------------------
+
+
+def _shade(rng: np.random.Generator, colour: str) -> tuple[int, int, int]:
+    """The named colour moved in hue (±10°), saturation and value."""
+    r, gr, b = (c / 255 for c in g.COLOURS[colour])
+    h, s, v = colorsys.rgb_to_hsv(r, gr, b)
+    h = (h + float(rng.uniform(-8, 8)) / 360) % 1.0
+    s = float(np.clip(s * rng.uniform(0.75, 1.1), 0.45, 1.0))
+    v = float(np.clip(v * rng.uniform(0.8, 1.12), 0.5, 1.0))
+    out = colorsys.hsv_to_rgb(h, s, v)
+    return (int(out[0] * 255), int(out[1] * 255), int(out[2] * 255))
+
+
+def _ground(rng: np.random.Generator, w: int, h: int) -> np.ndarray:
+    """uint8 [h, w, 3]: light grey at any level, a pale tint, a pale two-tone gradient, mild
+    noise, or (one time in eight) dark grey. Never a saturated colour: the caption names the
+    shape's colour, and a strongly coloured ground would make it ambiguous."""
+    kind = int(rng.choice([0, 0, 1, 2, 3, 4], p=[0.22, 0.22, 0.18, 0.2, 0.06, 0.12]))
+    if kind == 0:
+        img = np.full((h, w, 3), float(rng.uniform(165, 255))) + rng.uniform(-6, 6, 3)
+    elif kind == 1:
+        rgb = colorsys.hsv_to_rgb(float(rng.uniform(0, 1)), float(rng.uniform(0.04, 0.18)), float(rng.uniform(0.8, 1.0)))
+        img = np.broadcast_to(np.array(rgb) * 255, (h, w, 3)).astype(np.float64)
+    elif kind == 2:  # two pale tones
+        a = float(rng.uniform(150, 255)) + rng.uniform(-10, 10, 3)
+        b = float(rng.uniform(150, 255)) + rng.uniform(-10, 10, 3)
+        u = np.linspace(0, 1, w)[None, :, None] if rng.random() < 0.5 else np.linspace(0, 1, h)[:, None, None]
+        img = a * (1 - u) + b * u + np.zeros((h, w, 1))
+    elif kind == 3:
+        img = float(rng.uniform(160, 235)) + rng.normal(0, float(rng.uniform(2, 8)), (h, w, 3))
+    else:
+        img = np.full((h, w, 3), float(rng.uniform(15, 60))) + rng.uniform(-4, 4, 3)
+    return np.clip(img, 0, 255).astype(np.uint8)
+
+
+def _outline_of(fill: tuple[int, int, int], rng: np.random.Generator) -> tuple[int, int, int]:
+    k = float(rng.uniform(0.4, 0.8)) if rng.random() < 0.7 else float(rng.uniform(1.1, 1.4))
+    r, gr, b = (int(min(255, c * k)) for c in fill)
+    return (r, gr, b)
+
+
+def _shape(draw: object, shape: str, cx: float, cy: float, r: float, fill: tuple[int, int, int] | None,
+           outline: tuple[int, int, int] | None, width: int, angle: float) -> None:  # fmt: skip
+    from PIL import ImageDraw
+
+    assert isinstance(draw, ImageDraw.ImageDraw)
+    if shape == "circle":
+        draw.ellipse([cx - r, cy - r, cx + r, cy + r], fill=fill, outline=outline, width=width)
+        return
+    corners, radius, start = (4, r * 1.0, 45.0) if shape == "square" else (3, r * 1.1, -90.0)
+    points = [(cx + radius * float(np.cos(np.deg2rad(start + angle + 360 * i / corners))),
+               cy + radius * float(np.sin(np.deg2rad(start + angle + 360 * i / corners)))) for i in range(corners)]  # fmt: skip
+    draw.polygon(points, fill=fill, outline=outline, width=width if outline is not None else 0)
+
+
+def picture(rng: np.random.Generator, size: int) -> tuple[np.ndarray, Meaning]:
+    """A varied picture about ``size`` pixels on its shorter side, and its meaning."""
+    from PIL import Image, ImageDraw
+
+    colour, shape, count = str(rng.choice(list(g.COLOURS))), str(rng.choice(g.SHAPES)), int(rng.integers(1, 4))
+    long = int(size * float(rng.choice([1.0, 1.0, 1.2, 1.4])))
+    w, h = (long, size) if rng.random() < 0.5 else (size, long)
+    scale = 2 if rng.random() < 0.5 else 1
+    lo, hi = (0.13, 0.34) if count == 1 else (0.1, 0.21) if count == 2 else (0.08, 0.16)
+    ox, oy = (w - size) / 2, (h - size) / 2
+    centres: list[tuple[float, float]] = []
+    radii: list[float] = []
+    while len(centres) < count:
+        centres, radii = [], []
+        for _ in range(count):
+            r = float(rng.uniform(lo, hi)) * size
+            for _ in range(100):
+                x, y = ox + float(rng.uniform(r + 1, size - r - 1)), oy + float(rng.uniform(r + 1, size - r - 1))
+                if all((x - a) ** 2 + (y - b) ** 2 > (r + q + 2) ** 2 for (a, b), q in zip(centres, radii)):
+                    centres.append((x, y))
+                    radii.append(r)
+                    break
+    image = Image.fromarray(_ground(rng, w * scale, h * scale), "RGB")
+    draw = ImageDraw.Draw(image)
+    fill = _shade(rng, colour)
+    style = int(rng.choice([0, 1, 2], p=[0.7, 0.2, 0.1]))  # filled, filled with an outline, a thick outline alone
+    width = max(1, int(round(min(radii) * scale * float(rng.uniform(0.25, 0.4) if style == 2 else rng.uniform(0.05, 0.15)))))
+    edge = fill if style == 2 else _outline_of(fill, rng)
+    angle = float(rng.uniform(-35, 35))
+    for (x, y), r in zip(centres, radii):
+        _shape(draw, shape, x * scale, y * scale, r * scale, None if style == 2 else fill, edge if style else None, width, angle)
+    if scale > 1:
+        image = image.resize((w, h), Image.Resampling.BILINEAR, reducing_gap=None)
+    pixels = np.asarray(image, np.uint8).copy()
+    return pixels, Meaning("image", g.image_caption(colour, shape, count), (colour, shape, str(count)))
+
+
+# -- clips ------------------------------------------------------------------------------
+
+CLIP_SIZES = ((32, 32), (48, 48), (64, 64), (64, 48), (48, 64), (80, 64), (96, 96), (40, 32))
+
+
+@dataclass(frozen=True)
+class VariedClip:
+    frames: np.ndarray  # uint8 [F, h, w, 3]
+    fps: int
+    meaning: Meaning
+
+
+def _position(rng: np.random.Generator, length: float, r: float) -> list[float]:
+    """Positions along the axis of motion at 1/4 and 3/4 of the clip and a curve through them:
+    answers [a, b, kind, p] with the centre at 1/4 and 3/4, the kind of motion and its parameter."""
+    span = float(rng.uniform(0.18, 0.6)) * length
+    free = max(length - 2 * r - span, 0.0)
+    a = r + float(rng.uniform(0, free)) if free else (length - span) / 2
+    return [a, a + span, float(rng.integers(0, 4)), float(rng.uniform(0, 1))]
+
+
+def _along(t: float, a: float, b: float, kind: float, p: float) -> float:
+    def curve(u: float) -> float:
+        if kind == 0:  # constant speed
+            return u
+        if kind == 1:  # starts late and/or stops early, eased
+            lo, hi = 0.2 * p, 1 - 0.2 * (1 - p)
+            v = min(max((u - lo) / (hi - lo), 0.0), 1.0)
+            return v * v * (3 - 2 * v)
+        if kind == 2:  # speeding up
+            return float(u ** (1.4 + p))
+        return float(1 - (1 - u) ** (1.4 + p))  # slowing down
+
+    c0, c1 = curve(0.25), curve(0.75)
+    return a + (b - a) * (curve(t) - c0) / (c1 - c0)
+
+
+def clip(rng: np.random.Generator) -> VariedClip:
+    from PIL import Image, ImageDraw
+
+    colour, shape, direction = str(rng.choice(list(g.COLOURS))), str(rng.choice(g.SHAPES)), str(rng.choice(g.DIRECTIONS))
+    w, h = CLIP_SIZES[int(rng.integers(0, len(CLIP_SIZES)))]
+    fps = int(rng.choice([5, 6, 8, 10, 12, 15, 20, 24, 30]))
+    frames_n = int(np.clip(round(fps * float(rng.uniform(0.5, 3.0))), 4, 48))
+    dx, dy = {"left": (-1, 0), "right": (1, 0), "up": (0, -1), "down": (0, 1)}[direction]
+    length, width = (w, h) if dx else (h, w)
+    r = float(rng.uniform(0.08, 0.22)) * min(w, h)
+    a, b, kind, p = _position(rng, length, r)
+    across = float(rng.uniform(r + 1, width - r - 1))
+    drift = float(rng.uniform(-0.12, 0.12)) * width if rng.random() < 0.25 else 0.0
+    ground = _ground(rng, w, h)
+    fill = _shade(rng, colour)
+    style = int(rng.choice([0, 1, 2], p=[0.7, 0.2, 0.1]))
+    line = max(1, int(round(r * float(rng.uniform(0.1, 0.2) if style == 1 else rng.uniform(0.3, 0.45)))))
+    edge = fill if style == 2 else _outline_of(fill, rng)
+    angle = float(rng.uniform(-35, 35))
+    noise = float(rng.uniform(0, 6)) if rng.random() < 0.3 else 0.0
+    frames = np.empty((frames_n, h, w, 3), np.uint8)
+    for i in range(frames_n):
+        t = i / (frames_n - 1)
+        pos = _along(t, a, b, kind, p)
+        pos = pos if (dx > 0 or dy > 0) else length - pos
+        side = across + drift * (t - 0.5)
+        x, y = (pos, side) if dx else (side, pos)
+        image = Image.fromarray(ground, "RGB")
+        draw = ImageDraw.Draw(image)
+        _shape(draw, shape, x, y, r, None if style == 2 else fill, edge if style else None, line, angle)
+        f = np.asarray(image, np.uint8)
+        if noise:
+            f = np.clip(f + rng.normal(0, noise, f.shape), 0, 255).astype(np.uint8)
+        frames[i] = f
+    return VariedClip(frames, fps, Meaning("video", g.video_caption(colour, shape, direction), (colour, shape, direction)))
+
+
+# -- recordings -------------------------------------------------------------------------
+
+RATES = (8000, 11025, 16000, 16000, 22050, 24000, 44100, 48000)
+CHORDS = ((1.0, 1.26, 1.498), (1.0, 1.189, 1.498), (1.0, 1.335, 1.498), (1.0, 1.122, 1.498), (1.0, 1.498, 2.0),
+          (1.0, 1.26, 1.498, 1.782), (1.0, 1.26, 1.498, 2.0))  # fmt: skip
+
+
+def _voice(rng: np.random.Generator, cycles: np.ndarray, top: float, rate: int) -> np.ndarray:
+    """A periodic voice of ``cycles`` (phase in cycles): sine, or harmonics below Nyquist."""
+    kind = int(rng.choice([0, 0, 1, 2, 3, 4]))
+    if kind == 0:
+        return np.asarray(np.sin(2 * np.pi * cycles), np.float64)
+    limit = max(1, int((rate * 0.45) // max(top, 1.0)))
+    x = np.zeros_like(cycles)
+    for k in range(1, min(limit, 12) + 1):
+        if kind == 1 and k % 2:  # square
+            x += np.sin(2 * np.pi * k * cycles) / k
+        elif kind == 2:  # sawtooth
+            x += np.sin(2 * np.pi * k * cycles) / k
+        elif kind == 3 and k % 2:  # triangle
+            x += np.sin(2 * np.pi * k * cycles) * (-1) ** (k // 2) / (k * k)
+        elif kind == 4:  # random harmonic weights, decaying
+            x += float(rng.uniform(0, 1)) * 0.7 ** (k - 1) * np.sin(2 * np.pi * k * cycles + float(rng.uniform(0, 6.28)))
+    return np.asarray(x / (np.abs(x).max() + 1e-9), np.float64)
+
+
+def _coloured_noise(rng: np.random.Generator, n: int) -> np.ndarray:
+    kind = int(rng.integers(0, 4))
+    x = rng.standard_normal(n)
+    if kind:
+        spec = np.fft.rfft(x)
+        f = np.maximum(np.fft.rfftfreq(n), 1.0 / n)
+        if kind == 1:
+            spec /= np.sqrt(f)  # pink
+        elif kind == 2:
+            spec /= f  # brown
+        else:  # a band
+            lo = float(rng.uniform(0.01, 0.15))
+            spec *= (f > lo) & (f < lo * float(rng.uniform(2, 6)))
+        x = np.fft.irfft(spec, n)
+    return np.asarray(x / (np.abs(x).max() + 1e-9), np.float64)
+
+
+def _pulses(rng: np.random.Generator, t: np.ndarray, rhythm: str) -> np.ndarray:
+    if rhythm == "steady":
+        return np.ones_like(t)
+    rate = float(rng.uniform(1.4, 2.8) if rhythm == "slowly pulsing" else rng.uniform(4.5, 8.5))
+    phase = (t * rate + float(rng.uniform(0, 1))) % 1.0
+    kind = int(rng.integers(0, 3))
+    if kind == 0:  # gated
+        duty = float(rng.uniform(0.25, 0.7))
+        env = (phase < duty).astype(np.float64)
+        ramp = max(1, int(len(t) / (t[-1] + 1e-9) * 0.005))
+        return np.convolve(env, np.ones(ramp) / ramp, mode="same")
+    if kind == 1:  # struck
+        return np.minimum(phase / 0.015, 1.0) * np.exp(-phase / float(rng.uniform(0.08, 0.3)))
+    return np.asarray(np.sin(np.pi * phase) ** float(rng.uniform(1, 3)), np.float64)  # swelling
+
+
+def sound(rng: np.random.Generator, window: int = g.SAMPLE_RATE) -> tuple[np.ndarray, Meaning]:
+    """A varied recording as the tower's window (float32, ``window`` samples at the tower's rate),
+    brought there by the runtime's resampler, and its meaning."""
+    from uform.plugins import recordings
+
+    caption = str(rng.choice(g.audio_captions()))
+    kind, pitch, rhythm = g._parse_audio(caption)
+    rate = int(rng.choice(RATES))
+    lead = float(rng.uniform(0, 0.25)) if rng.random() < 0.6 else 0.0
+    body = float(rng.uniform(0.6, 1.6))
+    n = int(body * rate)
+    t = np.arange(n) / rate
+    if kind in ("tone", "chord"):
+        lo, hi = g.PITCHES[pitch]
+        root = float(np.exp(rng.uniform(np.log(lo), np.log(hi))))
+        ratios = (1.0,) if kind == "tone" else CHORDS[int(rng.integers(0, len(CHORDS)))]
+        x = sum(_voice(rng, root * q * t + float(rng.uniform(0, 1)), root * q, rate) for q in ratios) / len(ratios)
+        x = x * _pulses(rng, t, rhythm)
+    elif kind == "noise":
+        x = _coloured_noise(rng, n) * _pulses(rng, t, rhythm)
+    else:
+        f0, f1 = float(rng.uniform(130, 450)), float(rng.uniform(1000, 3000))
+        if pitch == "falling":
+            f0, f1 = f1, f0
+        freq = f0 + (f1 - f0) * t / body if rng.random() < 0.5 else f0 * (f1 / f0) ** (t / body)
+        x = _voice(rng, np.cumsum(freq) / rate, max(f0, f1), rate)
+    fade = max(1, min(n // 5, int(rate * float(rng.uniform(0.003, 0.03)))))
+    x[:fade] *= np.linspace(0, 1, fade)
+    x[-fade:] *= np.linspace(1, 0, fade)
+    level = 10 ** (float(rng.uniform(-35, -1)) / 20)
+    x = x / (np.abs(x).max() + 1e-9) * level
+    x = np.concatenate([np.zeros(int(lead * rate)), x, np.zeros(int(rate * float(rng.uniform(0, 0.3))))])
+    if rng.random() < 0.4:
+        x = x + _coloured_noise(rng, len(x)) * level * 10 ** (float(rng.uniform(-50, -25)) / 20)
+    x16 = np.clip(np.rint(x * 32767), -32768, 32767) / 32768  # 16-bit, as files mostly are
+    made = recordings.resample(0, x16.astype(np.float32), rate, g.SAMPLE_RATE, window).samples
+    return np.asarray(made, np.float32), Meaning("audio", caption, (kind, pitch, rhythm))
+
+
+# -- questions --------------------------------------------------------------------------
+
+# training phrasings of each question; calibration questions use CALIBRATION_ASK, which
+# training never sees, so the fitted temperatures reflect answers the model can get wrong
+TRAIN_ASK = {
+    "colour": ("Is it {v}?", "Is the colour {v}?", "Is it coloured {v}?", "Is this {v}?"),
+    "shape": ("Is it a {v}?", "Is the shape a {v}?", "Is this a {v}?", "Is it shaped like a {v}?"),
+    "count": ("Are there {v}?", "Is the count {v}?", "Do we see {v}?", "Are there {v} shapes?"),
+    "direction": ("Is it moving {v}?", "Does it move {v}?", "Is it going {v}?", "Is the movement {v}?"),
+    "sound": ("Is it a {v}?", "Is the sound a {v}?", "Is this a {v}?", "Do you hear a {v}?"),
+    "pitch": ("Is the pitch {v}?", "Is it {v} pitched?", "Is the sound {v}?", "Is this pitch {v}?"),
+    "rhythm": ("Is the rhythm {v}?", "Is it {v}?", "Is the pulse {v}?", "Is the beat {v}?"),
+}  # fmt: skip
+TRAIN_WHICH = ("Which {a}?", "What {a} is it?", "What is the {a}?", "Which {a} is it?")
+TRAIN_HOW_MANY = ("How many shapes?", "How many are there?", "How many?", "What is the count?")
+CALIBRATION_ASK = {
+    "colour": ("Is its colour {v}?", "Does it look {v}?"), "shape": ("Is its shape a {v}?", "Does it look like a {v}?"),
+    "count": ("Is the number {v}?", "Are {v} shown?"), "direction": ("Is the direction {v}?", "Does it go {v}?"),
+    "sound": ("Does it sound like a {v}?", "Is this a {v}?"), "pitch": ("Is its pitch {v}?", "Does it sound {v}?"),
+    "rhythm": ("Is its rhythm {v}?", "Does it sound {v}?"),
+}  # fmt: skip
+CALIBRATION_WHICH = ("Pick the {a}:", "Its {a}?")
+CALIBRATION_HOW_MANY = ("What is the number of shapes?", "Count them.")
+EXTRA = {  # words a description may add about how a medium was made, which the answer does not depend on
+    "image": ("drawn with a thick outline", "on a dark background", "on a white background", "slightly blurred", "small"),
+    "video": ("at 24 frames a second", "entering the frame", "leaving the frame", "on a dark background", "quickly"),
+    "audio": ("recorded at 44.1 kHz", "quiet", "loud", "after a short silence", "with a faint hiss behind it"),
+}  # fmt: skip
+
+
+def _asks(m: Meaning) -> list[tuple[str, list[str], str]]:
+    if m.modality == "image":
+        c, s, n = m.attributes
+        return [("colour", list(g.COLOURS), c), ("shape", list(g.SHAPES), s), ("count", ["1", "2", "3"], n)]
+    if m.modality == "video":
+        c, s, d = m.attributes
+        return [("colour", list(g.COLOURS), c), ("shape", list(g.SHAPES), s), ("direction", list(g.DIRECTIONS), d)]
+    kind, pitch, rhythm = m.attributes
+    out = [("sound", list(g.SOUNDS), kind)]
+    if kind in ("tone", "chord"):
+        out.append(("pitch", list(g.PITCHES), pitch))
+    if kind != "sweep":
+        out.append(("rhythm", ["steady", "slow", "fast"], {"steady": "steady", "slowly pulsing": "slow", "quickly pulsing": "fast"}[rhythm]))
+    return out
+
+
+def question(rng: np.random.Generator, *, calibration: bool = False) -> g.Question:
+    """A question about a paraphrased caption of any modality. Training phrasings by default;
+    with ``calibration``, phrasings training never uses and descriptions with extra words."""
+    modality = str(rng.choice(["image", "video", "audio"]))
+    pool = meanings(modality)
+    m = pool[int(rng.integers(0, len(pool)))]
+    caption = phrase(rng, m, canonical=0.3)
+    if calibration and rng.random() < 0.5:
+        caption = f"{caption}, {rng.choice(EXTRA[modality])}"
+    asks = _asks(m)
+    attribute, options, value = asks[int(rng.integers(0, len(asks)))]
+    ask, which, how_many = (CALIBRATION_ASK, CALIBRATION_WHICH, CALIBRATION_HOW_MANY) if calibration else (TRAIN_ASK, TRAIN_WHICH, TRAIN_HOW_MANY)
+    form = int(rng.integers(0, 3))
+    if attribute == "count" and form == 2:
+        return g.Question(f"{caption}. {rng.choice(how_many)} Answer 1, 2 or 3: ", "123", int(value) - 1, g.DIGITS)
+    if form == 1:
+        shown = list(options)
+        if not calibration and rng.random() < 0.25:
+            shown = [shown[i] for i in rng.permutation(len(shown))]
+        listed = " ".join(f"{'abcdefgh'[i]}) {o}" for i, o in enumerate(shown))
+        text = f"{caption}. {str(rng.choice(which)).format(a=attribute)} {listed}. Answer: "
+        return g.Question(text, "abcdefgh"[: len(shown)], shown.index(value), g.LETTERS)
+    truth = bool(rng.integers(0, 2))
+    asked = value if truth else str(rng.choice([o for o in options if o != value]))
+    return g.Question(f"{caption}. {str(rng.choice(ask[attribute])).format(v=asked)} Answer y or n: ", "yn", 0 if truth else 1, g.YES_NO)
+
+
+def all_paraphrases() -> set[str]:
+    """Every caption text training can show (for tests: the foreign suite's captions are none of these)."""
+    return {p for modality in ("image", "video", "audio") for m in meanings(modality) for p in paraphrases(m)}
+
+
+def vocabulary(extra: Sequence[str] = ()) -> set[str]:
+    words = {w for p in all_paraphrases() for w in p.replace(",", " ").split()}
+    return words | set(extra)
