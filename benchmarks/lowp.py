@@ -24,8 +24,8 @@ tower's size) so that padding plays no part:
 
 For text towers, short queries too — ``text_encode`` median latency of a 12-byte text alone,
 of 8 of them in one call, and of a 52-byte text — the texts a search sends. Then the kernels
-alone: the four products of a base block (qkv, out, fc1, fc2; k = 768, 3072) at m = 16, 87
-and 5,568 rows (a short query, one 86-byte text, 64 of them), BF16 and E4M3 weights, for
+alone, each as the towers run it (one of the library's ops in an ONNX Runtime session): the
+four products of a base block (qkv, out, fc1, fc2; k = 768, 3072) at m = 16, 87 and 5,568 rows (a short query, one 86-byte text, 64 of them), BF16 and E4M3 weights, for
 every variant this CPU runs: GFLOP/s and the share of the class's FMA peak as measured here
 (``OpLibrary.fma_peak``: 12 register-only FMA chains a thread, in the same run). And
 ``--full-load``: the full base checkpoint (every tower, 823 MiB), load over read.
@@ -242,28 +242,48 @@ def latency(fn: Any, seconds: float) -> float:
 
 
 def kernels(seconds: float) -> list[dict[str, Any]]:
-    """GFLOP/s of a base block's four products through each variant this CPU runs, and the
-    share of the class's FMA peak measured in the same run (where the variant has a probe)."""
+    """GFLOP/s of a base block's four products through each variant this CPU runs, each as
+    the towers run it (one ``ai.uform`` node in an ONNX Runtime session, its packed weights
+    fed with every run, on the session's intra-op pool), and the share of the class's FMA
+    peak measured in the same run (where the variant has a probe)."""
     import ml_dtypes
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
 
     from uform.core.executor import available_cores
-    from uform.plugins.oplib import library
+    from uform.plugins.oplib import VARIANTS, library
+    from uform.plugins.sessions import session_options
 
     lib, threads = library(), available_cores()
     rng = np.random.default_rng(0)
     weights = {name: (rng.standard_normal(shape) * 0.05).astype(ml_dtypes.bfloat16) for name, shape in BLOCK.items()}
+
+    def session(variant: str, e4m3: bool, n: int, w: np.ndarray) -> Any:
+        op, wtype = ("MatMulE4M3", TensorProto.UINT8) if e4m3 else ("MatMulBF16", TensorProto.UINT16)
+        inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["m", "k"]), helper.make_tensor_value_info("w", wtype, [w.size])]
+        inputs += [helper.make_tensor_value_info("scale", TensorProto.FLOAT, [n])] if e4m3 else []
+        node = helper.make_node(op, [i.name for i in inputs], ["y"], domain="ai.uform", variant=VARIANTS.index(variant), n=n, threads=threads)
+        graph = helper.make_graph([node], "product", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["m", n])])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("ai.uform", 1)])
+        options = session_options(threads)
+        options.register_custom_ops_library(str(lib.path))
+        return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+
     rows = []
     for variant in sorted(lib.runnable):
         peak = lib.fma_peak(variant, threads)
         for e4m3 in (False, True):
-            packed = {name: lib.pack(variant, w, e4m3, threads) for name, w in weights.items()}
+            runs = []
+            for name, w in weights.items():
+                n = w.shape[0]
+                packed, scale = lib.pack(variant, w, e4m3, threads)
+                feeds = {"w": packed} | ({"scale": scale} if scale is not None else {})
+                runs.append((session(variant, e4m3, n, packed), feeds, *w.shape))
             for m in KERNEL_ROWS:
                 flops, spent = 0.0, 0.0
-                for name, (n, k) in BLOCK.items():
+                for sess, feeds, n, k in runs:
                     x = rng.standard_normal((m, k)).astype(np.float32)
-                    out = np.zeros((m, n), np.float32)  # written once before: no page faults in the timing
-                    w, scale = packed[name]
-                    calls = rate(lambda: lib.gemm(variant, x, w, n, scale, threads=threads, out=out), 1, seconds / 8)  # noqa: B023
+                    calls = rate(lambda: sess.run(None, feeds | {"x": x}), 1, seconds / 8)  # noqa: B023
                     flops, spent = flops + 2.0 * m * n * k, spent + 1 / calls
                 gflops = flops / spent / 1e9
                 rows.append({
