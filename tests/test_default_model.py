@@ -1,21 +1,31 @@
 """The shipped default checkpoint (uform/data/default.safetensors) passes a quality floor on
-held-out generated data, measured through the runtime by uform.demo.evaluate, with BF16 and
-with E4M3 weights. The floors sit a little under the figures docs/training.md reports."""
+both suites, measured through the runtime with BF16 and with E4M3 weights: the own suite
+(uform.demo.evaluate, the training generator's renderer) and the foreign suite
+(uform.demo.foreign.evaluate, media and phrasings made by independent code). The floors sit
+a little under the figures docs/training.md reports, and are checked on seed 1, which the
+figures were not measured (or tuned) on."""
 
 from __future__ import annotations
 
 import pytest
 
 import uform
-from uform.demo import evaluate
+from uform.demo import evaluate, foreign
 
-# measured 1.000 on every figure, ECE 0 (docs/training.md, "The run that made the shipped checkpoint": count 96, seed 0)
+# docs/training.md, "The run that made the shipped checkpoint" (count 96, seed 0) has the figures
 FLOORS = {
-    "image_recall_at_1": 0.85, "video_recall_at_1": 0.85, "audio_recall_at_1": 0.85,
-    "image_recall_at_5": 0.95, "video_recall_at_5": 0.95, "audio_recall_at_5": 0.95,
-    "choose_accuracy": 0.93,
+    "image_recall_at_1": 0.93, "video_recall_at_1": 0.93, "audio_recall_at_1": 0.93,
+    "image_recall_at_5": 0.97, "video_recall_at_5": 0.97, "audio_recall_at_5": 0.97,
+    "video_direction": 0.93, "choose_accuracy": 0.95,
 }  # fmt: skip
 ECE_CEILING = 0.07
+# The shipped checkpoint does not generalise yet (issue 19's goals are 0.9 recall@1, 0.95
+# direction and text_choose accuracy, ECE 0.05): on seed 1 it measured recall@1 image 0.02,
+# video 0.06, audio 0.04, recall@5 0.20 / 0.14 / 0.30, direction 0.28, text_choose 0.51 with
+# ECE 0.48. These floors only keep it from getting worse than that; raise them with the
+# checkpoint that meets the goals.
+FOREIGN_FLOORS = {"image_recall_at_5": 0.1, "video_recall_at_5": 0.07, "audio_recall_at_5": 0.15, "video_direction": 0.2, "choose_accuracy": 0.4}
+FOREIGN_ECE_CEILING = 0.6
 
 
 @pytest.mark.parametrize("quantization", [uform.Scalar.BF16, uform.Scalar.E4M3])
@@ -29,7 +39,29 @@ def test_the_shipped_model_passes_its_quality_floor(quantization: uform.Scalar) 
     assert low == {}, figures
     assert result.choose_ece <= ECE_CEILING, figures
     assert seen == [(1, 4), (2, 4), (3, 4), (4, 4)]
-    assert result.quantization == held and result.items == 48 and result.questions == 256
+    assert result.quantization == held and result.items == 48 and result.questions == 256 and result.suite == "own"
+
+
+@pytest.mark.parametrize("quantization", [uform.Scalar.BF16, uform.Scalar.E4M3])
+def test_the_shipped_model_understands_media_it_was_not_drawn_by(quantization: uform.Scalar) -> None:
+    with uform.Model.load_ram(uform.default_checkpoint(), quantization=quantization) as model:
+        result = foreign.evaluate(model, seed=1, count=64, questions=256)
+    figures = result.as_dict()
+    low = {k: figures[k] for k, floor in FOREIGN_FLOORS.items() if figures[k] < floor}
+    assert low == {}, figures
+    assert result.choose_ece <= FOREIGN_ECE_CEILING, figures
+    assert result.suite == "foreign" and result.items == 64
+
+
+def test_the_choice_temperatures_were_fitted_off_the_floor() -> None:
+    import json
+
+    from uform.core.checkpoint import CheckpointFile
+
+    with CheckpointFile(uform.default_checkpoint()) as f:
+        temperatures = json.loads(f.metadata["uform"])["choice_temperatures"]
+    # calibrated on questions the model can get wrong: no group at the format's floor (0.001)
+    assert len(temperatures) == 3 and all(0.0011 < t < 1000 for t in temperatures), temperatures
 
 
 def test_the_shipped_model_is_small_and_calibrated() -> None:
