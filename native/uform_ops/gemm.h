@@ -4,10 +4,10 @@
 //
 // x is float32 [m, k] (row stride k); w holds the checkpoint's [n, k] matrix as raw bits,
 // BF16 (uint16) or FLOAT8 E4M3FN (uint8), packed at load for the variant (pack.cpp): panels
-// of `nr` output columns, each [k / pair][nr][pair] with pair = 2 for the BF16 dot-product
-// variant and 1 for the FMA ones, zero-padded past n and k. scale (E4M3's per-output-channel
-// scale) and bias may be null. Work is cut into tasks (a panel of output columns times a
-// block of rows) that any thread may run in any order: each writes its own part of y only.
+// of `nr` output columns, each [k / pair][nr][pair] with pair = 2 for avx512-bf16 and avx2
+// and 1 for avx512, zero-padded past n and k. scale (E4M3's per-output-channel scale) and
+// bias may be null. Work is cut into tasks (panels of output columns times a block of rows)
+// that any thread may run in any order: each writes its own part of y only.
 #pragma once
 
 #include <cstddef>
