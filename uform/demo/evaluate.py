@@ -151,7 +151,7 @@ def evaluate(
                        [s.caption for s in sounds])  # fmt: skip
     report(3)
     asked = [g.question(rng) for _ in range(questions)]
-    tape = model.text_choose([q.text for q in asked], [q.choices for q in asked], Arena(), temperature_groups=[_group(model, q.group) for q in asked])
+    tape = model.text_choose([q.text for q in asked], [q.choices for q in asked], Arena(), temperature_groups=[group(model, q.group) for q in asked])
     probs, offsets = tape.to_numpy()
     probs, offsets = np.array(probs, np.float64), np.array(offsets, np.int64)
     answers = np.array([q.answer for q in asked], np.int64)
@@ -170,6 +170,6 @@ def g_fmt(i: int, even: str, odd: str) -> str:
     return even if i % 2 == 0 else odd
 
 
-def _group(model: Model, group: int) -> int:
+def group(model: Model, group: int) -> int:
     """The question's temperature group, or 0 when the checkpoint has fewer groups."""
     return group if group < model.describe().choice_temperature_groups else 0

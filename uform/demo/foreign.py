@@ -550,7 +550,7 @@ def evaluate(
     from uform import Arena
     from uform.calibrate import ece
 
-    from .evaluate import Evaluation, _group
+    from .evaluate import Evaluation, group
 
     questions = 4 * count if questions is None else questions
     if count < 1 or questions < 1:
@@ -577,7 +577,7 @@ def evaluate(
     audio = _retrieve(model, "audio_encode", sounds, rng, lambda m: sound_caption(rng, m[0], m[1], m[2]))
     report(3)
     asked = [question(rng) for _ in range(questions)]
-    tape = model.text_choose([q.text for q in asked], [q.choices for q in asked], Arena(), temperature_groups=[_group(model, q.group) for q in asked])
+    tape = model.text_choose([q.text for q in asked], [q.choices for q in asked], Arena(), temperature_groups=[group(model, q.group) for q in asked])
     probs, offsets = tape.to_numpy()
     probs, offsets = np.array(probs, np.float64), np.array(offsets, np.int64)
     answers = np.array([q.answer for q in asked], np.int64)
