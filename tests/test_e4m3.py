@@ -468,3 +468,13 @@ def test_a_file_load_reads_each_matrix_into_scratch_and_keeps_none(
     monkeypatch.undo()
     want = uform.Model.load_ram_buffer(path.read_bytes(), quantization=quantization)
     assert np.array_equal(np.array(model.text_encode(["a cat"], Arena()).embeddings), np.array(want.text_encode(["a cat"], Arena()).embeddings))
+
+
+def test_the_fma_peak_probe_answers_for_avx2_only() -> None:
+    """The benchmarks' share of peak: a positive rate for the avx2 kernels on 1 and 2 threads,
+    None for a variant without a probe."""
+    lib = runnable("avx2")
+    one, two = lib.fma_peak("avx2", 1), lib.fma_peak("avx2", 2)
+    assert one is not None and two is not None and one > 1e9 and two > 1e9
+    for variant in sorted(lib.runnable - {"avx2"}):
+        assert lib.fma_peak(variant, 1) is None

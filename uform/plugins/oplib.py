@@ -98,10 +98,8 @@ class OpLibrary:
     def gemm(
         self, variant: str, x: np.ndarray, packed: np.ndarray, n: int,
         scale: np.ndarray | None = None, bias: np.ndarray | None = None, threads: int = 1,
-        out: np.ndarray | None = None,
     ) -> np.ndarray:  # fmt: skip
-        """``scale * (x @ W.T) + bias`` with W packed for ``variant`` by :meth:`pack`, into
-        ``out`` (float32 [m, n], C-contiguous) when given, else a new array."""
+        """``scale * (x @ W.T) + bias`` with W packed for ``variant`` by :meth:`pack`."""
         x = np.ascontiguousarray(x, np.float32)
         m, k = x.shape
         if packed.size != self.packed_elements(variant, n, k):
@@ -109,9 +107,7 @@ class OpLibrary:
         for name, vector in (("scale", scale), ("bias", bias)):
             if vector is not None and (vector.dtype != np.float32 or vector.shape != (n,)):
                 raise ValueError(f"{name} must be float32 [{n}]")
-        if out is not None and (out.dtype != np.float32 or out.shape != (m, n) or not out.flags.c_contiguous):
-            raise ValueError(f"out must be a C-contiguous float32 [{m}, {n}]")
-        y = np.empty((m, n), np.float32) if out is None else out
+        y = np.empty((m, n), np.float32)
         wtype = E4M3 if packed.dtype == np.uint8 else BF16
         rc = self.handle.uform_gemm(
             VARIANTS.index(variant), _pointer(x), _I64(m), _I64(k), _pointer(packed), wtype, _I64(n),
