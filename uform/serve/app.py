@@ -10,7 +10,7 @@ import contextlib
 import functools
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from starlette.applications import Starlette
@@ -18,13 +18,15 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
 
-from . import requests, respond
+from . import requests
+from . import respond as respond_
 from .batcher import Batcher
 from .catalog import served
 from .config import ServeConfig
 from .errors import ApiError
-from .http import AccessLog, Guard, disconnect_probe, gone, read_body
+from .http import AccessLog, Guard, answer, disconnect_probe, gone, read_body, read_raw, respond
 from .lane import Job, Lane
 from .metrics import CONTENT_TYPE, Metrics
 
@@ -55,51 +57,64 @@ class Server:
         if name is not None and name != self.config.model_id:
             raise ApiError(404, f"the model {name!r} does not exist here; this server serves {self.config.model_id!r}", param="model", code="model_not_found")
 
-    async def run_jobs(self, request: Request, kinds: list[str], payloads: list[Any], costs: list[int]) -> tuple[list[tuple[Lane, Job]], list[Any]]:
+    async def run_jobs(self, receive: Receive, kinds: list[str], payloads: list[Any], costs: list[int]) -> tuple[list[tuple[Lane, Job]], list[Any]]:
         assert self.batcher is not None
-        probe = disconnect_probe(request.receive)
+        probe = disconnect_probe(receive)
         jobs = self.batcher.submit(kinds, payloads, costs, probe)
         counts = Counter(kinds) if len(kinds) > 1 else {kinds[0]: 1}
         for kind, count in counts.items():
             self.metrics.item_counter(kind).inc(count)
         if probe is not None:  # uvicorn: the lane reads the connection's state when a batch forms
             return jobs, await self.batcher.gather(jobs, None)
-        watcher = asyncio.ensure_future(gone(request.receive))  # another ASGI server: a task awaits the disconnect
+        watcher = asyncio.ensure_future(gone(receive))  # another ASGI server: a task awaits the disconnect
         try:
             return jobs, await self.batcher.gather(jobs, watcher)
         finally:
             watcher.cancel()
 
-    def timing(self, jobs: list[tuple[Lane, Job]], began: float) -> dict[str, str]:
+    def timing(self, jobs: list[tuple[Lane, Job]], began: float) -> list[tuple[bytes, bytes]]:
         queue = max(job.started - job.enqueued for _, job in jobs) * 1000
         compute = max(job.finished - job.started for _, job in jobs) * 1000
         total = (time.perf_counter() - began) * 1000
         batch = max(job.batch_items for _, job in jobs)
-        return {"x-uform-queue-ms": f"{queue:.3f}", "x-uform-inference-ms": f"{compute:.3f}", "x-uform-total-ms": f"{total:.3f}",
-                "x-uform-batch-items": str(batch),
-                "server-timing": f"queue;dur={queue:.3f}, inference;dur={compute:.3f}, total;dur={total:.3f}"}  # fmt: skip
+        return [(b"x-uform-queue-ms", b"%.3f" % queue), (b"x-uform-inference-ms", b"%.3f" % compute), (b"x-uform-total-ms", b"%.3f" % total),
+                (b"x-uform-batch-items", b"%d" % batch),
+                (b"server-timing", b"queue;dur=%.3f, inference;dur=%.3f, total;dur=%.3f" % (queue, compute, total))]  # fmt: skip
 
-    async def embeddings(self, request: Request) -> Response:
+    async def embeddings(self, scope: Scope, receive: Receive, send: Send) -> int:
+        """``POST /v1/embeddings``, a raw ASGI handler (``Guard`` calls it); answers the status."""
+        try:
+            out = await self._embeddings(receive)
+            headers = self.timing(out[1], out[2])
+        except Exception as exc:  # noqa: BLE001 - every failure is an answer (http.answer)
+            return await answer(send, exc)
+        await respond(send, 200, out[0], headers)
+        return 200
+
+    async def _embeddings(self, receive: Receive) -> tuple[bytes, list[tuple[Lane, Job]], float]:
         began = time.perf_counter()
         c = self.config
-        body = await read_body(request, c.max_request_bytes)
+        body = await read_raw(receive, c.max_request_bytes)
         parse = functools.partial(requests.embeddings, body, max_items=c.max_items_per_request, media_root=c.media_root, limit=c.max_request_bytes)
         req = await self.off_loop(parse, len(body) <= c.inline_json_bytes and b"file:" not in body)
         self.check_model(req.model)
         dims = self.description.dimensions
-        respond.check_dimensions(req.dimensions, dims)
+        respond_.check_dimensions(req.dimensions, dims)
         items = req.items
-        jobs, results = await self.run_jobs(request, [i.kind for i in items], [i.payload for i in items], [i.cost for i in items])
+        if len(items) == 1:
+            kinds, payloads, costs = [items[0].kind], [items[0].payload], [items[0].cost]
+        else:
+            kinds, payloads, costs = [i.kind for i in items], [i.payload for i in items], [i.cost for i in items]
+        jobs, results = await self.run_jobs(receive, kinds, payloads, costs)
         context = self.description.context
-        tokens = sum(min(len(i.payload), context) for i in items if i.kind == "text")
+        tokens = sum(min(len(p), context) for k, p in zip(kinds, payloads) if k == "text")
 
         def write() -> bytes:
-            rows = respond.assemble([(job.positions, r) for (_, job), r in zip(jobs, results)], len(items), dims)
-            rows = respond.prefix(rows, req.dimensions, dims)
-            return respond.embeddings_body(rows, req.encoding_format, c.model_id, tokens)
+            rows = respond_.assemble([(job.positions, r) for (_, job), r in zip(jobs, results)], len(items), dims)
+            rows = respond_.prefix(rows, req.dimensions, dims)
+            return respond_.embeddings_body(rows, req.encoding_format, c.model_id, tokens)
 
-        out = await self.off_loop(write, len(items) * dims <= c.inline_response_values)
-        return Response(out, media_type="application/json", headers=self.timing(jobs, began))
+        return await self.off_loop(write, len(items) * dims <= c.inline_response_values), jobs, began
 
     async def choose(self, request: Request) -> Response:
         began = time.perf_counter()
@@ -109,11 +124,11 @@ class Server:
         self.check_model(req.model)
         payloads: list[Any] = list(zip(req.texts, req.choices, req.groups))
         n = len(payloads)
-        jobs, results = await self.run_jobs(request, ["choose"] * n, payloads, [len(t) for t in req.texts])
+        jobs, results = await self.run_jobs(request.receive, ["choose"] * n, payloads, [len(t) for t in req.texts])
         values, offsets = results[0]
         tokens = sum(min(len(t), self.description.context) for t in req.texts)
-        out = respond.choose_body(values, offsets, req.choices, c.model_id, tokens)
-        return Response(out, media_type="application/json", headers=self.timing(jobs, began))
+        out = respond_.choose_body(values, offsets, req.choices, c.model_id, tokens)
+        return Response(out, media_type="application/json", headers={k.decode(): v.decode() for k, v in self.timing(jobs, began)})
 
     def model_card(self) -> dict[str, Any]:
         d = self.description
@@ -175,7 +190,7 @@ def create_app(model: Model, config: ServeConfig, log: AccessLog | None = None) 
     ``log`` writes a line per request."""
     server = Server(model, config)
     routes = [
-        Route("/v1/embeddings", server.embeddings, methods=["POST"]),
+        Route("/v1/embeddings", _Raw(server.embeddings), methods=["POST"]),  # POSTs are answered by Guard (fast)
         Route("/v1/choose", server.choose, methods=["POST"]),
         Route("/v1/models", server.models, methods=["GET"]),
         Route("/v1/models/{name:path}", server.models, methods=["GET"]),
@@ -185,4 +200,17 @@ def create_app(model: Model, config: ServeConfig, log: AccessLog | None = None) 
     handlers: dict[Any, Callable[..., Any]] = {ApiError: _api_error, HTTPException: _http_error, ConnectionError: _disconnected,
                                                 Exception: _internal}
     app = Starlette(routes=routes, exception_handlers=handlers, lifespan=server.lifespan)
-    return Guard(app, api_key=config.api_key, max_request_bytes=config.max_request_bytes, metrics=server.metrics, log=log), server
+    guard = Guard(app, api_key=config.api_key, max_request_bytes=config.max_request_bytes, metrics=server.metrics, log=log,
+                  fast={"/v1/embeddings": server.embeddings})  # fmt: skip
+    return guard, server
+
+
+class _Raw:
+    """A raw handler as Starlette's route endpoint (an ASGI app): the route answers 405 to
+    other methods; :class:`Guard` answers the POSTs before Starlette sees them."""
+
+    def __init__(self, handler: Callable[[Scope, Receive, Send], Awaitable[int]]) -> None:
+        self.handler = handler
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self.handler(scope, receive, send)

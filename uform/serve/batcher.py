@@ -45,6 +45,15 @@ def _chooser(model: Model) -> Any:
     return call
 
 
+_IDENTITY = np.arange(4096)
+_IDENTITY.flags.writeable = False
+
+
+def _identity(n: int) -> np.ndarray:
+    """Positions ``0..n-1`` (a read-only view for the common sizes)."""
+    return _IDENTITY[:n] if n <= len(_IDENTITY) else np.arange(n)
+
+
 class Batcher:
     def __init__(self, model: Model, config: ServeConfig, pool: cf.Executor, metrics: Metrics) -> None:
         self.config = config
@@ -77,22 +86,29 @@ class Batcher:
             raise ApiError(429, f"the queue is full ({self.config.max_queue_items} items); retry shortly", code="queue_full",
                            headers={"Retry-After": str(self.config.retry_after_seconds)})  # fmt: skip
         loop = asyncio.get_running_loop()
-        distinct = list(dict.fromkeys(kinds))
-        missing = [kind for kind in distinct if kind not in self.lanes]
-        if missing:
-            raise ApiError(400, f"this model serves no {missing[0]} items (it serves {', '.join(self.lanes)})", param="input", code="unsupported_modality")
-        cost_array = np.asarray(costs, dtype=np.int64)
-        jobs: list[tuple[Lane, Job]] = []
-        for kind in distinct:
-            if len(distinct) == 1:
-                positions, items = np.arange(len(payloads)), list(payloads)
-            else:
-                positions = np.flatnonzero(np.asarray(kinds) == kind)
+        if len(payloads) == 1 or all(kind == kinds[0] for kind in kinds):  # one lane: no splitting
+            lane = self.lanes.get(kinds[0])
+            if lane is None:
+                raise self._unsupported(kinds[0])
+            jobs = [(lane, Job(list(payloads), _identity(len(payloads)), sum(costs), loop.create_future(), gone=gone))]
+        else:
+            distinct = list(dict.fromkeys(kinds))
+            missing = [kind for kind in distinct if kind not in self.lanes]
+            if missing:
+                raise self._unsupported(missing[0])
+            cost_array = np.asarray(costs, dtype=np.int64)
+            kind_array = np.asarray(kinds)
+            jobs = []
+            for kind in distinct:
+                positions = np.flatnonzero(kind_array == kind)
                 items = [payloads[i] for i in positions.tolist()]
-            jobs.append((self.lanes[kind], Job(items, positions, int(cost_array[positions].sum()), loop.create_future(), gone=gone)))
+                jobs.append((self.lanes[kind], Job(items, positions, int(cost_array[positions].sum()), loop.create_future(), gone=gone)))
         for lane, job in jobs:
             lane.put(job)
         return jobs
+
+    def _unsupported(self, kind: str) -> ApiError:
+        return ApiError(400, f"this model serves no {kind} items (it serves {', '.join(self.lanes)})", param="input", code="unsupported_modality")
 
     async def gather(self, jobs: list[tuple[Lane, Job]], disconnected: asyncio.Future[Any] | None) -> list[Any]:
         """Each job's result, in order; a bad item's ``ApiError`` is raised once every job ended.

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
+
+import orjson
 
 _TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "invalid_request_error",
           405: "invalid_request_error", 413: "invalid_request_error", 415: "invalid_request_error",
@@ -28,7 +29,7 @@ class ApiError(Exception):
         return {"error": {"message": self.message, "type": kind, "param": self.param, "code": self.code}}
 
     def encoded(self) -> bytes:
-        return json.dumps(self.body()).encode()
+        return orjson.dumps(self.body())
 
 
 def bad_item(index: int, reason: str, *, param: str = "input", code: str = "invalid_item") -> ApiError:

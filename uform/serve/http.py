@@ -1,5 +1,9 @@
 """The ASGI layer around the routes: API-key checks, the request-size limit, and per-route
-request metrics; plus reading a body within its limit and noticing a client that left."""
+request metrics; plus reading a body within its limit and noticing a client that left.
+
+``POST /v1/embeddings`` is answered by a raw ASGI handler (:class:`Guard`'s ``fast`` routes):
+no framework routing, middleware or request object on the path every embedding takes; every
+other route goes through Starlette."""
 
 from __future__ import annotations
 
@@ -7,7 +11,7 @@ import asyncio
 import hmac
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, TextIO
 
 from starlette.requests import Request
@@ -17,6 +21,8 @@ from .errors import ApiError
 from .metrics import Metrics
 
 OPEN_PATHS = {"/health"}  # served without the API key
+# a raw ASGI handler answering one route: the status it sent (499: the client went away)
+Handler = Callable[[Scope, Receive, Send], Awaitable[int]]
 ROUTES = {"/v1/embeddings", "/v1/choose", "/v1/models", "/health", "/metrics"}
 
 
@@ -43,10 +49,12 @@ class AccessLog:
 class Guard:
     """Refuses a request without the API key (401) or whose ``Content-Length`` is over the
     limit (413, before any of the body is read), counts every answer by route and status, and
-    logs a line for it."""
+    logs a line for it. ``fast`` maps a path to the raw handler answering POSTs to it."""
 
-    def __init__(self, app: ASGIApp, *, api_key: str | None, max_request_bytes: int, metrics: Metrics, log: AccessLog | None) -> None:
+    def __init__(self, app: ASGIApp, *, api_key: str | None, max_request_bytes: int, metrics: Metrics, log: AccessLog | None,
+                 fast: dict[str, Handler] | None = None) -> None:  # fmt: skip
         self.app = app
+        self.fast = fast or {}
         self.expected = f"Bearer {api_key}".encode() if api_key else None
         self.limit = max_request_bytes
         self.metrics = metrics
@@ -60,6 +68,15 @@ class Guard:
             return
         began = time.perf_counter()
         path: str = scope["path"]
+        handler = self.fast.get(path) if scope["method"] == "POST" else None
+        if handler is not None:
+            status = 500
+            try:
+                refusal = self._refusal(scope, path)
+                status = await (_answer(refusal, send) if refusal is not None else handler(scope, receive, send))
+            finally:
+                self._record(scope, path, path, status, began)
+            return
         route = path if path in ROUTES else ("/v1/models" if path.startswith("/v1/models/") else "other")
         status = 500
 
@@ -76,16 +93,19 @@ class Guard:
             else:
                 await self.app(scope, receive, counted)
         finally:
-            took = time.perf_counter() - began
-            counter = self._counted.get((route, status))
-            if counter is None:
-                counter = self._counted[route, status] = self.metrics.requests.labels(route, str(status))
-            counter.inc()
-            self._timed[route].observe(took)
-            if self.log is not None:
-                client = scope.get("client")
-                who = f"{client[0]}:{client[1]}" if client else "-"
-                self.log.add(f'{who} "{scope["method"]} {path}" {status} {took * 1000:.2f}ms')
+            self._record(scope, path, route, status, began)
+
+    def _record(self, scope: Scope, path: str, route: str, status: int, began: float) -> None:
+        took = time.perf_counter() - began
+        counter = self._counted.get((route, status))
+        if counter is None:
+            counter = self._counted[route, status] = self.metrics.requests.labels(route, str(status))
+        counter.inc()
+        self._timed[route].observe(took)
+        if self.log is not None:
+            client = scope.get("client")
+            who = f"{client[0]}:{client[1]}" if client else "-"
+            self.log.add(f'{who} "{scope["method"]} {path}" {status} {took * 1000:.2f}ms')
 
     def _refusal(self, scope: Scope, path: str) -> ApiError | None:
         headers = dict(scope["headers"])
@@ -110,12 +130,27 @@ def too_large(limit: int) -> ApiError:
                     headers={"Connection": "close"})  # fmt: skip
 
 
-async def _answer(error: ApiError, send: Send) -> None:
-    body = error.encoded()
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-    headers += [(k.lower().encode(), v.encode()) for k, v in error.headers.items()]
-    await send({"type": "http.response.start", "status": error.status, "headers": headers})
+async def _answer(error: ApiError, send: Send) -> int:
+    """Send ``error`` as the response; answers its status."""
+    await respond(send, error.status, error.encoded(), [(k.lower().encode(), v.encode()) for k, v in error.headers.items()])
+    return error.status
+
+
+async def respond(send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]] | None = None) -> None:
+    """A whole JSON response in two ASGI messages."""
+    head = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body)), *(headers or ())]
+    await send({"type": "http.response.start", "status": status, "headers": head})
     await send({"type": "http.response.body", "body": body})
+
+
+async def answer(send: Send, exc: Exception) -> int:
+    """Answer a raw handler's failure: an ``ApiError`` as itself, a client gone away (nothing
+    sent: 499), anything else a 500 in OpenAI's shape; answers the status."""
+    if isinstance(exc, ConnectionError):
+        return 499
+    if not isinstance(exc, ApiError):
+        exc = ApiError(500, f"the server failed: {type(exc).__name__}: {exc}", code="internal_error")
+    return await _answer(exc, send)
 
 
 async def read_body(request: Request, limit: int) -> bytes:
@@ -131,6 +166,30 @@ async def read_body(request: Request, limit: int) -> bytes:
             raise too_large(limit)
         chunks.append(chunk)
     return b"".join(chunks)
+
+
+async def read_raw(receive: Receive, limit: int) -> bytes:
+    """The body from ASGI messages; refused with 413 once more than ``limit`` bytes arrived (a
+    chunked body: a declared length was checked by :class:`Guard`), ``ConnectionError`` when the
+    client left first. A body that arrived whole is one message and no wait."""
+    message = await receive()
+    if message["type"] == "http.disconnect":
+        raise ConnectionError("the client went away")
+    body: bytes = message.get("body", b"")
+    if not message.get("more_body", False):
+        return body
+    chunks, size = [body], len(body)
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ConnectionError("the client went away")
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise too_large(limit)
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(chunks)
 
 
 def disconnect_probe(receive: Receive) -> Callable[[], bool] | None:

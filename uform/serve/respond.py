@@ -3,12 +3,12 @@
 
 from __future__ import annotations
 
-import base64
-import json
+import binascii
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+import orjson
 
 from .errors import ApiError
 
@@ -40,26 +40,30 @@ def prefix(rows: np.ndarray, dimensions: int | None, model_dimensions: int) -> n
 
 
 def embeddings_body(rows: np.ndarray, encoding_format: str, model: str, tokens: int) -> bytes:
-    """The ``/v1/embeddings`` response's JSON bytes."""
+    """The ``/v1/embeddings`` response's JSON bytes, in one orjson pass: ``base64`` rows from
+    the array's bytes, ``float`` rows as float32 arrays (orjson writes each value's shortest
+    decimal that reads back as the same float32)."""
+    rows = np.ascontiguousarray(rows, dtype="<f4")
+    values: list[Any]
     if encoding_format == "base64":
-        raw = np.ascontiguousarray(rows, dtype="<f4").tobytes()
+        raw = memoryview(rows.tobytes())
         width = rows.shape[1] * 4
-        values: list[Any] = [base64.b64encode(raw[i : i + width]).decode() for i in range(0, len(raw), width)]
+        values = [binascii.b2a_base64(raw[i : i + width], newline=False).decode("ascii") for i in range(0, len(raw), width)]
     else:
-        values = rows.tolist()
+        values = list(rows)
     data = [{"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(values)]
     doc = {"object": "list", "data": data, "model": model, "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
-    return json.dumps(doc, separators=(",", ":")).encode()
+    return orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY)
 
 
 def choose_body(values: np.ndarray, offsets: np.ndarray, choices: Sequence[bytes], model: str, tokens: int) -> bytes:
-    """The ``/v1/choose`` response: each text's probabilities, in its choices' order."""
-    flat = values.tolist()
+    """The ``/v1/choose`` response: each text's probabilities, in its choices' order (each
+    value written as the shortest decimal that reads back as the same float32)."""
+    flat = np.ascontiguousarray(values)
     bounds = offsets.tolist()
     data = [
         {"object": "choice_probabilities", "index": i, "choices": c.decode("ascii"), "probabilities": flat[bounds[i] : bounds[i + 1]]}
         for i, c in enumerate(choices)
     ]  # fmt: skip
     doc = {"object": "list", "data": data, "model": model, "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
-    return json.dumps(doc, separators=(",", ":")).encode()
-
+    return orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY)

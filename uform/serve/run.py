@@ -74,12 +74,15 @@ def _ignore(sig: int, frame: FrameType | None) -> None:
     return None
 
 
-def _http() -> str:
+def _http() -> Any:
+    """httptools with a response's writes coalesced into one (``wire``), else h11."""
+    from .wire import protocol
+
     try:
         import httptools  # noqa: F401
     except ImportError:
         return "h11"
-    return "httptools"
+    return protocol() or "httptools"
 
 
 def _loop() -> str:
