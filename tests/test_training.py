@@ -35,7 +35,7 @@ def test_a_few_steps_lower_the_loss_and_the_checkpoint_serves(tmp_path: Path) ->
     from uform.training import Settings, train
 
     out = tmp_path / "trained.safetensors"
-    settings = Settings(out=str(out), seed=0, steps=24, batch=12, decoder_batch=8, lr=3e-3, warmup=4, video_pool=24,
+    settings = Settings(out=str(out), seed=0, steps=24, batch=12, decoder_batch=8, lr=3e-3, warmup=4, image_pool=24, video_pool=24,
                         audio_pool=24, calibration_examples=90, log_every=6, evaluate=False, config=tiny_config())  # fmt: skip
     result = train(settings, log=lambda line: None)
     assert result.steps == 24 and len(result.losses) == 4
@@ -61,7 +61,7 @@ def test_the_same_seed_writes_the_same_checkpoint(tmp_path: Path) -> None:
 
     def run(name: str, seed: int) -> bytes:
         out = tmp_path / name
-        train(Settings(out=str(out), seed=seed, steps=2, batch=4, decoder_batch=4, warmup=1, video_pool=4,
+        train(Settings(out=str(out), seed=seed, steps=2, batch=4, decoder_batch=4, warmup=1, image_pool=4, video_pool=4,
                        audio_pool=4, calibration_examples=16, evaluate=False, config=tiny_config()), log=lambda line: None)  # fmt: skip
         return out.read_bytes()
 
@@ -74,7 +74,7 @@ def test_the_contrastive_loss_ranks_every_meaning_and_the_inputs_are_labelled_by
     import torch
 
     from uform.demo import variety
-    from uform.training.recipe import Inputs, contrastive
+    from uform.training.recipe import Inputs, contrastive, prototypes
 
     texts = torch.nn.functional.normalize(torch.randn(10, 8, generator=torch.Generator().manual_seed(0)), dim=1)
     labels = torch.tensor([3, 3, 7, 1])  # meanings absent from the batch still compete as classes
@@ -82,8 +82,37 @@ def test_the_contrastive_loss_ranks_every_meaning_and_the_inputs_are_labelled_by
     matched = contrastive(texts[labels], texts, labels, scale)
     assert float(matched) < float(contrastive(texts[torch.tensor([5, 0, 2, 9])], texts, labels, scale))
 
-    inputs = Inputs(tiny_config(), 0, 6, lambda line: None, audio_pool=6, canonical=0.5)
+    inputs = Inputs(tiny_config(), 0, 6, lambda line: None, audio_pool=6, image_pool=6, canonical=0.5)
     for modality, (data, got) in (("image", inputs.images(5)), ("video", inputs.videos(5)), ("audio", inputs.sounds(5))):
         assert len(data) == len(got) == 5 and all(0 <= i < len(variety.meanings(modality)) for i in got)
         assert len(inputs.captions(modality)) == len(variety.meanings(modality))
     assert inputs.clip_frames.shape[1:] == (4, 32, 32, 3) and inputs.sound_windows.shape == (6, 16000)
+    assert inputs.pictures.shape == (6, 32, 32, 3)
+
+    # the prototypes: one unit vector a meaning; one attribute of three apart is cosine 2/3
+    targets = prototypes(16, 0)
+    assert {m: tuple(t.shape) for m, t in targets.items()} == {"image": (54, 16), "video": (72, 16), "audio": (23, 16)}
+    assert torch.allclose(targets["image"].norm(dim=1), torch.ones(54))
+
+
+def test_a_flipped_transposed_or_reversed_clip_changes_its_direction_with_it() -> None:
+    from uform.demo import variety
+    from uform.training.recipe import Inputs, motion
+
+    inputs = Inputs(tiny_config(), 0, 8, lambda line: None, image_pool=2)
+    meanings = variety.meanings("video")
+    # a bright square moving right across a grey ground, sampled as 4 frames
+    frames = np.full((1, 4, 32, 32, 3), 128, np.uint8)
+    for t in range(4):
+        frames[0, t, 12:20, 4 + 6 * t : 12 + 6 * t] = 250
+    right = [i for i, m in enumerate(meanings) if m.attributes == ("red", "square", "right")][0]
+    inputs.clip_frames, inputs.clip_labels = frames.repeat(2, 0), np.array([right, right])
+    seen = set()
+    for _ in range(40):
+        got, labels = inputs.videos(1)
+        place, weight, cover = motion(got, 8)
+        dx, dy = float(place[0, -2] - place[0, 0]), float(place[0, -1] - place[0, 1])
+        way = meanings[int(labels[0])].attributes[2]
+        assert weight.min() == 1 and cover.shape == (1, 4, 16) and float(cover.sum()) > 0 and way == {True: "right" if dx > 0 else "left", False: "down" if dy > 0 else "up"}[abs(dx) > abs(dy)]
+        seen.add(way)
+    assert seen == {"left", "right", "up", "down"}

@@ -117,16 +117,61 @@ def paraphrases(m: Meaning) -> list[str]:
     return audio_paraphrases(*m.attributes)
 
 
+# Jumbled captions: the words of a meaning in any order, between separators. The separators
+# are never a comma, a colon or brackets (the foreign suite's punctuation), so a foreign
+# caption is never a training phrasing, and what a model makes of those is generalisation.
+SEPARATORS = (" ", "; ", " - ", " / ", " | ")
+
+
+def _parts(m: Meaning) -> list[list[str]]:
+    """The meaning's parts, each a list of the ways to say it (a jumble orders the parts)."""
+    if m.modality == "image":
+        colour, shape, count = m.attributes[0], m.attributes[1], int(m.attributes[2])
+        nouns = [s if count == 1 else _plural(s) for s in SHAPE_WORDS[shape]]
+        numbers = {1: ["one", "a single"], 2: ["two", "2"], 3: ["three", "3"]}[count]
+        return [numbers, [colour, f"in {colour}"], nouns]
+    if m.modality == "video":
+        colour, shape, direction = m.attributes
+        nouns = [w for s in SHAPE_WORDS[shape] for w in (s, _article(s))]
+        ways = [f"{verb}{d}" for d in DIRECTION_WORDS[direction] for verb in ("moving ", "going ", "")]
+        return [[colour], nouns, ways]
+    kind, pitch, rhythm = m.attributes
+    if kind == "sweep":
+        return [["tone", "a tone", "note"], list(SWEEP_WORDS[pitch])]
+    sources = [w for k in SOUND_WORDS[kind] for w in (k, _article(k))]
+    if kind == "noise":
+        return [sources, list(RHYTHM_WORDS[rhythm])]
+    return [sources, [w for p in PITCH_WORDS[pitch] for w in (p, f"{p} pitch")], list(RHYTHM_WORDS[rhythm])]
+
+
+def jumbles(m: Meaning) -> list[str]:
+    """Every jumbled caption of a meaning: each order of its parts, each way of saying each, each separator."""
+    from itertools import permutations, product
+
+    out = []
+    for order in permutations(_parts(m)):
+        for words in product(*order):
+            out += [sep.join(words) for sep in SEPARATORS]
+    return list(dict.fromkeys(out))
+
+
 _PHRASES: dict[str, list[str]] = {}
+_JUMBLES: dict[str, list[str]] = {}
 
 
-def phrase(rng: np.random.Generator, m: Meaning, canonical: float = 0.4) -> str:
-    """The canonical caption with probability ``canonical``, else a paraphrase drawn uniformly."""
+def phrase(rng: np.random.Generator, m: Meaning, canonical: float = 0.4, jumbled: float = 0.0) -> str:
+    """The canonical caption with probability ``canonical``, else a jumble (:func:`jumbles`) with
+    probability ``jumbled``, else a paraphrase drawn uniformly."""
     if rng.random() < canonical:
         return m.caption
-    if m.caption not in _PHRASES:
-        _PHRASES[m.caption] = paraphrases(m)
-    options = _PHRASES[m.caption]
+    if jumbled and rng.random() < jumbled:
+        if m.caption not in _JUMBLES:
+            _JUMBLES[m.caption] = jumbles(m)
+        options = _JUMBLES[m.caption]
+    else:
+        if m.caption not in _PHRASES:
+            _PHRASES[m.caption] = paraphrases(m)
+        options = _PHRASES[m.caption]
     return options[int(rng.integers(0, len(options)))]
 
 
@@ -400,16 +445,27 @@ def sound(rng: np.random.Generator, window: int = g.SAMPLE_RATE) -> tuple[np.nda
 # training phrasings of each question; calibration questions use CALIBRATION_ASK, which
 # training never sees, so the fitted temperatures reflect answers the model can get wrong
 TRAIN_ASK = {
-    "colour": ("Is it {v}?", "Is the colour {v}?", "Is it coloured {v}?", "Is this {v}?"),
-    "shape": ("Is it a {v}?", "Is the shape a {v}?", "Is this a {v}?", "Is it shaped like a {v}?"),
-    "count": ("Are there {v}?", "Is the count {v}?", "Do we see {v}?", "Are there {v} shapes?"),
-    "direction": ("Is it moving {v}?", "Does it move {v}?", "Is it going {v}?", "Is the movement {v}?"),
-    "sound": ("Is it a {v}?", "Is the sound a {v}?", "Is this a {v}?", "Do you hear a {v}?"),
-    "pitch": ("Is the pitch {v}?", "Is it {v} pitched?", "Is the sound {v}?", "Is this pitch {v}?"),
-    "rhythm": ("Is the rhythm {v}?", "Is it {v}?", "Is the pulse {v}?", "Is the beat {v}?"),
+    "colour": ("Is it {v}?", "Is the colour {v}?", "Is it coloured {v}?", "Is this {v}?", "Is that {v}?", "Is the thing {v}?",
+               "Can it be described as {v}?", "Is its hue {v}?", "Is {v} the colour?", "Colour {v}?"),
+    "shape": ("Is it a {v}?", "Is the shape a {v}?", "Is this a {v}?", "Is it shaped like a {v}?", "Is that a {v}?",
+              "Is the thing a {v}?", "Is it some kind of {v}?", "Is {v} the shape?", "Shape {v}?"),
+    "count": ("Are there {v}?", "Is the count {v}?", "Do we see {v}?", "Are there {v} shapes?", "Is the total {v}?",
+              "Are {v} of them there?", "Is {v} the count?", "Count {v}?", "Do I see {v}?"),
+    "direction": ("Is it moving {v}?", "Does it move {v}?", "Is it going {v}?", "Is the movement {v}?", "Is it heading {v}?",
+                  "Does it travel {v}?", "Is {v} the way it moves?", "Is it headed {v}?", "Moving {v}?"),
+    "sound": ("Is it a {v}?", "Is the sound a {v}?", "Is this a {v}?", "Do you hear a {v}?", "Is that a {v}?",
+              "Is what we hear a {v}?", "Is {v} the sound?", "Sound {v}?"),
+    "pitch": ("Is the pitch {v}?", "Is it {v} pitched?", "Is the sound {v}?", "Is this pitch {v}?", "Is it pitched {v}?",
+              "Is the note {v}?", "Is {v} the pitch?", "Pitch {v}?"),
+    "rhythm": ("Is the rhythm {v}?", "Is it {v}?", "Is the pulse {v}?", "Is the beat {v}?", "Is the tempo {v}?",
+               "Is the pulsing {v}?", "Is {v} the rhythm?", "Rhythm {v}?"),
 }  # fmt: skip
-TRAIN_WHICH = ("Which {a}?", "What {a} is it?", "What is the {a}?", "Which {a} is it?")
-TRAIN_HOW_MANY = ("How many shapes?", "How many are there?", "How many?", "What is the count?")
+TRAIN_WHICH = ("Which {a}?", "What {a} is it?", "What is the {a}?", "Which {a} is it?", "Choose the {a}.", "Select the {a}:",
+               "The {a} is?", "Name the {a}.", "Which one is the {a}?")  # fmt: skip
+TRAIN_HOW_MANY = ("How many shapes?", "How many are there?", "How many?", "What is the count?", "How many shapes are there?",
+                  "How many of them?", "Number of shapes?", "How many can you see?", "Total count?")  # fmt: skip
+TRAIN_LEADS = ("", "", "", "", "Question: ", "Q: ", "Tell me, ", "Now, ", "Say, ")  # before a training question
+TRAIN_JOINS = (". ", ". ", ". ", ". ", "; ", "! ", " -- ")  # between the description and a training question
 CALIBRATION_ASK = {
     "colour": ("Is its colour {v}?", "Does it look {v}?"), "shape": ("Is its shape a {v}?", "Does it look like a {v}?"),
     "count": ("Is the number {v}?", "Are {v} shown?"), "direction": ("Is the direction {v}?", "Does it go {v}?"),
@@ -441,36 +497,48 @@ def _asks(m: Meaning) -> list[tuple[str, list[str], str]]:
     return out
 
 
-def question(rng: np.random.Generator, *, calibration: bool = False) -> g.Question:
-    """A question about a paraphrased caption of any modality. Training phrasings by default;
-    with ``calibration``, phrasings training never uses and descriptions with extra words."""
+def question(rng: np.random.Generator, *, calibration: bool = False, jumbled: float = 0.0) -> g.Question:
+    """A question about a paraphrased caption of any modality (a jumble, :func:`jumbles`, with
+    probability ``jumbled``). Training phrasings by default, each maybe led by one of
+    ``TRAIN_LEADS`` and joined to its description by one of ``TRAIN_JOINS``; with
+    ``calibration``, phrasings training never uses and descriptions with extra words."""
     modality = str(rng.choice(["image", "video", "audio"]))
     pool = meanings(modality)
     m = pool[int(rng.integers(0, len(pool)))]
-    caption = phrase(rng, m, canonical=0.3)
+    caption = phrase(rng, m, canonical=0.3, jumbled=jumbled)
+    if not calibration:
+        lead, join = str(rng.choice(TRAIN_LEADS)), str(rng.choice(TRAIN_JOINS))
+        asked_as = _ask(rng, m, TRAIN_ASK, TRAIN_WHICH, TRAIN_HOW_MANY, shuffle=True)
+        text = asked_as.text[0].lower() + asked_as.text[1:] if lead.endswith(", ") else asked_as.text
+        return g.Question(f"{caption}{join}{lead}{text}", asked_as.choices, asked_as.answer, asked_as.group)
     if calibration and rng.random() < 0.5:
         caption = f"{caption}, {rng.choice(EXTRA[modality])}"
+    asked_as = _ask(rng, m, CALIBRATION_ASK, CALIBRATION_WHICH, CALIBRATION_HOW_MANY, shuffle=False)
+    return g.Question(f"{caption}. {asked_as.text}", asked_as.choices, asked_as.answer, asked_as.group)
+
+
+def _ask(rng: np.random.Generator, m: Meaning, ask: dict[str, tuple[str, ...]], which: tuple[str, ...], how_many: tuple[str, ...], *,
+         shuffle: bool) -> g.Question:  # fmt: skip
+    """The question part (after the description) about one attribute of ``m``, and its answer."""
     asks = _asks(m)
     attribute, options, value = asks[int(rng.integers(0, len(asks)))]
-    ask, which, how_many = (CALIBRATION_ASK, CALIBRATION_WHICH, CALIBRATION_HOW_MANY) if calibration else (TRAIN_ASK, TRAIN_WHICH, TRAIN_HOW_MANY)
     form = int(rng.integers(0, 3))
     if attribute == "count" and form == 2:
-        return g.Question(f"{caption}. {rng.choice(how_many)} Answer 1, 2 or 3: ", "123", int(value) - 1, g.DIGITS)
+        return g.Question(f"{rng.choice(how_many)} Answer 1, 2 or 3: ", "123", int(value) - 1, g.DIGITS)
     if form == 1:
         shown = list(options)
-        if not calibration and rng.random() < 0.25:
+        if shuffle and rng.random() < 0.25:
             shown = [shown[i] for i in rng.permutation(len(shown))]
         listed = " ".join(f"{'abcdefgh'[i]}) {o}" for i, o in enumerate(shown))
-        text = f"{caption}. {str(rng.choice(which)).format(a=attribute)} {listed}. Answer: "
-        return g.Question(text, "abcdefgh"[: len(shown)], shown.index(value), g.LETTERS)
+        return g.Question(f"{str(rng.choice(which)).format(a=attribute)} {listed}. Answer: ", "abcdefgh"[: len(shown)], shown.index(value), g.LETTERS)
     truth = bool(rng.integers(0, 2))
     asked = value if truth else str(rng.choice([o for o in options if o != value]))
-    return g.Question(f"{caption}. {str(rng.choice(ask[attribute])).format(v=asked)} Answer y or n: ", "yn", 0 if truth else 1, g.YES_NO)
+    return g.Question(f"{str(rng.choice(ask[attribute])).format(v=asked)} Answer y or n: ", "yn", 0 if truth else 1, g.YES_NO)
 
 
 def all_paraphrases() -> set[str]:
-    """Every caption text training can show (for tests: the foreign suite's captions are none of these)."""
-    return {p for modality in ("image", "video", "audio") for m in meanings(modality) for p in paraphrases(m)}
+    """Every caption text training can show, jumbles included (for tests: the foreign suite's captions are none of these)."""
+    return {p for modality in ("image", "video", "audio") for m in meanings(modality) for p in paraphrases(m) + jumbles(m)}
 
 
 def vocabulary(extra: Sequence[str] = ()) -> set[str]:

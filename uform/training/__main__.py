@@ -19,6 +19,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=defaults.steps, help=f"optimiser steps (default {defaults.steps})")
     parser.add_argument("--minutes", type=float, default=None, help="stop early after this many minutes of training")
     parser.add_argument("--batch", type=int, default=defaults.batch, help=f"items per modality per step (default {defaults.batch})")
+    parser.add_argument("--image-pool", type=int, default=defaults.image_pool, help="training pictures decoded once (default %(default)s)")
     parser.add_argument("--video-pool", type=int, default=defaults.video_pool, help="training clips decoded once (default %(default)s)")
     parser.add_argument("--audio-pool", type=int, default=defaults.audio_pool, help="varied training recordings made once (default %(default)s)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
@@ -30,7 +31,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         torch.set_num_threads(args.threads)
     settings = Settings(out=args.out, seed=args.seed, steps=args.steps, minutes=args.minutes, batch=args.batch,
-                        video_pool=args.video_pool, audio_pool=args.audio_pool, evaluate=not args.no_evaluate)  # fmt: skip
+                        image_pool=args.image_pool, video_pool=args.video_pool, audio_pool=args.audio_pool,
+                        evaluate=not args.no_evaluate)  # fmt: skip
     result = train(settings, lambda line: print(line, flush=True))
     if args.report:
         with open(args.report, "w", encoding="utf-8") as f:

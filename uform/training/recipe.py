@@ -69,20 +69,27 @@ def default_config() -> ModelConfig:
 
 @dataclass
 class Settings:
-    """What a run does; the defaults are the shipped model's."""
+    """What a run does; the defaults are the recipe's (docs/training.md)."""
 
     out: str
     seed: int = 0
-    steps: int = 2800
+    steps: int = 4400
     minutes: float | None = None  # stop early after this long (the schedule still assumes ``steps``)
-    batch: int = 64  # items of each modality a step
-    decoder_batch: int = 48  # questions a step
+    batch: int = 64  # pictures and clips a step (recordings on the steps that have them)
+    decoder_batch: int = 48  # questions a decoder step
     lr: float = 2e-3
     warmup: int = 100
-    video_pool: int = 6000  # clips decoded once through the runtime, drawn from every step
+    image_pool: int = 24000  # pictures decoded once through the runtime (canonical and varied), drawn from every step
+    video_pool: int = 12000  # clips decoded once through the runtime, drawn from every step
     audio_pool: int = 5000  # varied recordings made once (through the runtime's resampler), drawn from every step
     canonical: float = 0.3  # share of recordings from the canonical renderer (the own suite's), the rest varied
-    canonical_vision: float = 0.5  # share of pictures and clips from the canonical renderers
+    canonical_vision: float = 0.4  # share of pictures and clips from the canonical renderers after the curriculum
+    curriculum: float = 0.25  # share of the steps, first, whose pictures and clips are all canonical
+    audio_every: int = 2  # the audio tower's steps: every this many
+    text_every: int = 3  # the text tower's steps (every meaning in one phrasing against its prototype)
+    decoder_every: int = 2  # the byte decoder's steps
+    jumbled: float = 0.35  # share of non-canonical captions that are jumbles (variety.jumbles)
+    motion: float = 1.0  # weight of the video tower's auxiliary losses: where the shape is in each frame, and looking at it
     calibration_examples: int = 1200
     log_every: int = 25
     evaluate: bool = True
@@ -105,16 +112,26 @@ class Result:
 
 # -- inputs, as the runtime makes them ---------------------------------------------------
 
+# what a flip, a transpose or playing a clip backwards does to its direction
+_FLIP_X = {"left": "right", "right": "left", "up": "up", "down": "down"}
+_FLIP_Y = {"left": "left", "right": "right", "up": "down", "down": "up"}
+_TRANSPOSE = {"left": "up", "up": "left", "right": "down", "down": "right"}
+_REVERSE = {"left": "right", "right": "left", "up": "down", "down": "up"}
+
 
 class Inputs:
     """Batches of preprocessed media and their meanings, drawn from one seeded generator.
 
-    A share ``canonical`` of each modality's items comes from the canonical renderers of
-    :mod:`uform.demo.generate`, the rest from :mod:`uform.demo.variety`; every item's label is
-    its meaning (its canonical caption's index among the modality's meanings)."""
+    Pictures and clips come from pools decoded once through the runtime, half of each pool
+    from the canonical renderers of :mod:`uform.demo.generate` and half from
+    :mod:`uform.demo.variety`; a batch takes a given share from the canonical half, and each
+    item is flipped or transposed at random (and a varied clip played backwards), its label
+    following (a clip's direction turns with it). A share ``canonical`` of the recordings is made
+    afresh by the canonical renderer, the rest drawn from a pool of varied ones. Every
+    item's label is its meaning (its canonical caption's index among the modality's meanings)."""
 
     def __init__(self, config: ModelConfig, seed: int, video_pool: int, log: Callable[[str], None], *, audio_pool: int = 0,
-                 canonical: float = 0.3, canonical_vision: float = 0.5) -> None:  # fmt: skip
+                 image_pool: int = 0, canonical: float = 0.3, jumbled: float = 0.35) -> None:  # fmt: skip
         from uform.plugins import image as image_plugin
         from uform.plugins import video as video_plugin
 
@@ -122,26 +139,47 @@ class Inputs:
         self.image_size = int(config.towers["image"]["image_size"])
         self.window = int(config.towers["audio"]["samples"])
         self.video_tower = video_plugin.read(config.towers["video"], config)
-        self.canonical, self.canonical_vision = canonical, canonical_vision
+        self.canonical, self.jumbled = canonical, jumbled
         self.meanings = {m: v.meanings(m) for m in ("image", "video", "audio")}
         self.index = {m: {x.caption: i for i, x in enumerate(ms)} for m, ms in self.meanings.items()}
+        video = self.meanings["video"]
+        where = {x.attributes: i for i, x in enumerate(video)}
+        self.turn = {name: np.array([where[(x.attributes[0], x.attributes[1], table[x.attributes[2]])] for x in video])
+                     for name, table in (("x", _FLIP_X), ("y", _FLIP_Y), ("t", _TRANSPOSE), ("r", _REVERSE))}  # fmt: skip
         self.rng = np.random.default_rng([TRAINING_STREAM, seed])
         started = time.perf_counter()
-        clips = [self._clip(i) for i in range(video_pool)]
+        pictures = [self._picture(i % 2 == 0) for i in range(max(image_pool, 2))]
+        self.pictures = np.stack([p for p, _ in pictures])
+        self.picture_labels = np.array([label for _, label in pictures], np.int64)
+        log(f"decoded {len(pictures)} training pictures through the image plugin in {time.perf_counter() - started:.0f} s")
+        started = time.perf_counter()
+        clips = [self._clip(i) for i in range(max(video_pool, 2))]
         self.clip_frames = np.stack([c[0] for c in clips])
-        self.clip_labels = np.array([c[1] for c in clips])
-        log(f"decoded {video_pool} training clips through the video plugin in {time.perf_counter() - started:.0f} s")
+        self.clip_labels = np.array([c[1] for c in clips], np.int64)
+        log(f"decoded {len(clips)} training clips through the video plugin in {time.perf_counter() - started:.0f} s")
         started = time.perf_counter()
         made = [v.sound(self.rng, self.window) for _ in range(audio_pool)]
         self.sound_windows = np.stack([w for w, _ in made]) if made else np.zeros((0, self.window), np.float32)
         self.sound_labels = np.array([self.index["audio"][m.caption] for _, m in made], np.int64)
         log(f"made {audio_pool} varied training recordings in {time.perf_counter() - started:.0f} s")
 
+    def _picture(self, canonical: bool) -> tuple[np.ndarray, int]:
+        from uform.plugins.sources import Source
+
+        if canonical:
+            p = g.picture(self.rng, int(self.rng.choice([32, 32, 48, 64, 128])))
+            pixels, caption, quality = p.pixels, p.caption, 95
+        else:
+            pixels, m = v.picture(self.rng, int(self.rng.choice([32, 40, 48, 64, 96, 128])))
+            caption, quality = m.caption, int(self.rng.integers(60, 96))
+        data = image_bytes(pixels, "jpeg", quality=quality) if self.rng.random() < 0.3 else image_bytes(pixels, "png")
+        return self.image_plugin.decode(Source(0, None, data=data), self.image_size)[0], self.index["image"][caption]
+
     def _clip(self, i: int) -> tuple[np.ndarray, int]:
         from uform.plugins.sources import Source
 
-        fmt = "mp4" if i % 2 == 0 else "webm"
-        if self.rng.random() < self.canonical_vision:
+        fmt = "mp4" if i % 4 < 2 else "webm"
+        if i % 2 == 0:  # the even clips are canonical, the odd ones varied
             c = g.clip(self.rng, int(self.rng.choice([32, 64])))
             data, caption = video_bytes(c.frames, fmt), c.caption
         else:
@@ -152,25 +190,33 @@ class Inputs:
         frames, _ = self.video_plugin.sample(Source(0, None, data=data), self.video_tower)
         return frames, self.index["video"][caption]
 
-    def images(self, n: int) -> tuple[np.ndarray, np.ndarray]:
-        from uform.plugins.sources import Source
+    def _pick(self, count: int, n: int, canonical: float) -> np.ndarray:
+        """``n`` pool indices, a share ``canonical`` of them even (canonical), the rest odd (varied)."""
+        half = max(count // 2, 1)
+        odd = self.rng.random(n) >= canonical
+        return np.minimum(2 * self.rng.integers(0, half, n) + odd, count - 1)
 
-        out, labels = [], []
-        for _ in range(n):
-            if self.rng.random() < self.canonical_vision:
-                p = g.picture(self.rng, int(self.rng.choice([32, 32, 48, 64, 128])))
-                pixels, caption, quality = p.pixels, p.caption, 95
-            else:
-                pixels, m = v.picture(self.rng, int(self.rng.choice([32, 40, 48, 64, 96, 128])))
-                caption, quality = m.caption, int(self.rng.integers(60, 96))
-            data = image_bytes(pixels, "jpeg", quality=quality) if self.rng.random() < 0.3 else image_bytes(pixels, "png")
-            out.append(self.image_plugin.decode(Source(0, None, data=data), self.image_size)[0])
-            labels.append(self.index["image"][caption])
-        return np.stack(out), np.array(labels, np.int64)
+    def images(self, n: int, canonical: float = 0.5) -> tuple[np.ndarray, np.ndarray]:
+        pick = self._pick(len(self.picture_labels), n, canonical)
+        out = self.pictures[pick].copy()
+        for i, (flip_x, flip_y, transpose) in enumerate(self.rng.random((n, 3)) < 0.5):
+            x = out[i][:, ::-1] if flip_x else out[i]
+            x = x[::-1] if flip_y else x
+            out[i] = x.transpose(1, 0, 2) if transpose else x
+        return out, self.picture_labels[pick]
 
-    def videos(self, n: int) -> tuple[np.ndarray, np.ndarray]:
-        pick = self.rng.integers(0, len(self.clip_labels), n)
-        return self.clip_frames[pick], self.clip_labels[pick]
+    def videos(self, n: int, canonical: float = 0.5) -> tuple[np.ndarray, np.ndarray]:
+        pick = self._pick(len(self.clip_labels), n, canonical)
+        out, labels = self.clip_frames[pick].copy(), self.clip_labels[pick].copy()
+        for i, (flip_x, flip_y, transpose, reverse) in enumerate(self.rng.random((n, 4)) < 0.5):
+            reverse = reverse and pick[i] % 2 == 1  # a varied clip backwards is a clip; a canonical one would lead with its trail
+            x = out[i][:, :, ::-1] if flip_x else out[i]
+            x = x[:, ::-1] if flip_y else x
+            x = x.transpose(0, 2, 1, 3) if transpose else x
+            out[i] = x[::-1] if reverse else x
+            for name, done in (("x", flip_x), ("y", flip_y), ("t", transpose), ("r", reverse)):
+                labels[i] = self.turn[name][labels[i]] if done else labels[i]
+        return out, labels
 
     def sounds(self, n: int) -> tuple[np.ndarray, np.ndarray]:
         fresh = int((self.rng.random(n) < self.canonical).sum()) if len(self.sound_labels) else n
@@ -182,11 +228,11 @@ class Inputs:
         return data, np.concatenate([np.array(labels, np.int64), self.sound_labels[pick]])
 
     def captions(self, modality: str) -> list[str]:
-        """One phrasing of every meaning of ``modality`` (canonical or a paraphrase), in meaning order."""
-        return [v.phrase(self.rng, m, canonical=0.5) for m in self.meanings[modality]]
+        """One phrasing of every meaning of ``modality`` (canonical, a paraphrase or a jumble), in meaning order."""
+        return [v.phrase(self.rng, m, canonical=0.3, jumbled=self.jumbled) for m in self.meanings[modality]]
 
     def questions(self, n: int) -> list[g.Question]:
-        return [g.question(self.rng) if self.rng.random() < 0.25 else v.question(self.rng) for _ in range(n)]
+        return [g.question(self.rng) if self.rng.random() < 0.2 else v.question(self.rng, jumbled=self.jumbled) for _ in range(n)]
 
 
 # -- model -------------------------------------------------------------------------------
@@ -205,16 +251,40 @@ def initialise(model: nn.Module, seed: int) -> None:
                 p.copy_(torch.randn(p.shape, generator=generator) * 0.02)
 
 
+MODALITIES = ("image", "video", "audio")
+
+
+def prototypes(dimensions: int, seed: int) -> dict[str, torch.Tensor]:
+    """Every meaning's target embedding, fixed for the run: the normalised sum of a random
+    vector for each of its attributes' values (colour and shape share theirs between
+    pictures and clips; counts, directions and the sounds' kind, pitch and rhythm have their
+    own). Meanings that differ in one attribute of three are at cosine 2/3."""
+    generator = torch.Generator().manual_seed(10_000 + seed)
+    vectors: dict[tuple[str, str], torch.Tensor] = {}
+
+    def vector(kind: str, value: str) -> torch.Tensor:
+        if (kind, value) not in vectors:
+            vectors[kind, value] = torch.randn(dimensions, generator=generator)
+        return vectors[kind, value]
+
+    kinds = {"image": ("colour", "shape", "count"), "video": ("colour", "shape", "direction"), "audio": ("sound", "pitch", "rhythm")}
+    out = {}
+    for modality in MODALITIES:
+        rows = [sum((vector(k, a) for k, a in zip(kinds[modality], m.attributes) if a), torch.zeros(dimensions)) for m in v.meanings(modality)]
+        out[modality] = F.normalize(torch.stack(rows), dim=1)
+    return out
+
+
 def text_embeddings(tower: TextTower, captions: list[str]) -> torch.Tensor:
     embeddings, _ = tower.encode([c.encode() for c in captions])
     return embeddings
 
 
 def contrastive(media: torch.Tensor, texts: torch.Tensor, labels: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-    """CLIP-style loss over a closed caption space: ``texts`` holds one phrasing of every
-    meaning, ``labels`` each item's meaning. Media → text is a cross-entropy over all the
-    meanings; text → media, for each meaning present in the batch, a cross-entropy whose
-    target spreads evenly over the items carrying it."""
+    """CLIP-style loss over a closed caption space: ``texts`` holds one vector for every
+    meaning (the prototypes), ``labels`` each item's meaning. Media → text is a cross-entropy
+    over all the meanings; text → media, for each meaning present in the batch, a
+    cross-entropy whose target spreads evenly over the items carrying it."""
     logits = scale.exp().clamp(max=100.0) * media @ texts.T  # [items, meanings]
     to_text = F.cross_entropy(logits, labels)
     present: torch.Tensor = torch.unique(labels)
@@ -222,6 +292,57 @@ def contrastive(media: torch.Tensor, texts: torch.Tensor, labels: torch.Tensor, 
     target = target / target.sum(1, keepdim=True)
     to_media: torch.Tensor = -(target * logits.T[present].log_softmax(1)).sum(1).mean()
     return (to_text + to_media) / 2
+
+
+def video_forward(tower: nn.Module, frames: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The video tower's embeddings, its class token's final hidden state, and the log of the
+    class token's attention in the first block (``[B, heads, F, patches]``; what the
+    auxiliary losses read). The tower's own forward, unrolled."""
+    from uform.exporters.reference.blocks import normalize, with_class_token
+    from uform.exporters.reference.image import patches
+
+    b, f, s = frames.shape[0], frames.shape[1], frames.shape[2]
+    x = tower.patch(patches(frames.reshape(b * f, s, s, 3), tower.patch_size, tower.mean, tower.std))
+    x = x.reshape(b, f, -1, x.shape[-1]) + tower.pos.weight[1:] + tower.time.weight[:, None, :]
+    x = with_class_token(x.reshape(b, -1, x.shape[-1]), tower.cls, tower.pos.weight[0])
+    first = tower.blocks[0]
+    heads, width = first.attn.heads, first.attn.head_dim
+    q, k, _ = first.attn.qkv(first.ln1(x)).view(b, x.shape[1], 3, heads, width).permute(2, 0, 3, 1, 4)
+    attention = ((q[:, :, :1] / math.sqrt(width)) @ k.transpose(-1, -2))[:, :, 0].log_softmax(-1)  # [B, heads, 1 + F·P]
+    hidden = tower.run(x)
+    return normalize(tower.projection(hidden[:, 0])), hidden[:, 0], attention[:, :, 1:].reshape(b, heads, f, -1)
+
+
+def motion(frames: np.ndarray, patch: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Where the moving shape is in each frame of each clip: the pixels that differ from the
+    clip's per-pixel median over its frames. Answers its centre ``[B, 2F]`` (x and y in
+    -1 … 1), a weight ``[B, 2F]`` of 0 where a frame shows too little of it, and the share of
+    each patch it covers ``[B, F, patches]``."""
+    f = torch.from_numpy(np.ascontiguousarray(frames)).float()  # [B, F, S, S, 3]
+    moving = ((f - f.median(dim=1, keepdim=True).values).abs().sum(-1) > 60).float()  # [B, F, S, S]
+    b, n, size = moving.shape[0], moving.shape[1], moving.shape[2]
+    grid = torch.linspace(-1, 1, size)
+    weight = moving.sum((2, 3))
+    x = (moving * grid[None, None, None, :]).sum((2, 3)) / weight.clamp(min=1)
+    y = (moving * grid[None, None, :, None]).sum((2, 3)) / weight.clamp(min=1)
+    g = size // patch
+    cover = moving.reshape(b, n, g, patch, g, patch).mean((3, 5)).reshape(b, n, g * g)
+    return torch.stack([x, y], -1).reshape(b, -1), (weight > 3).float().repeat_interleave(2, 1), cover
+
+
+def attention_loss(attention: torch.Tensor, cover: torch.Tensor) -> torch.Tensor:
+    """Head ``h`` of the first block's class token is taught to look at the moving shape in
+    frame ``h`` (for as many heads as frames): the cross-entropy of its attention against
+    the patches the shape covers there, over the clips whose frame ``h`` shows it."""
+    total, counted = torch.zeros(()), 0
+    for h in range(min(attention.shape[1], attention.shape[2])):
+        target = cover[:, h]
+        shown = target.sum(-1) > 0.05
+        if bool(shown.any()):
+            target = target[shown] / target[shown].sum(-1, keepdim=True)
+            total = total - (target * attention[shown, h, h]).sum(-1).mean()
+            counted += 1
+    return total / max(counted, 1)
 
 
 def decoder_loss(tower: DecoderTower, questions: list[g.Question]) -> tuple[torch.Tensor, float]:
@@ -257,14 +378,22 @@ def save(model: ReferenceModel, config: ModelConfig, path: str | os.PathLike[str
 
 
 def train(settings: Settings, log: Callable[[str], None] = print) -> Result:
-    """Train, save, calibrate and (``settings.evaluate``) evaluate; reproducible from the seed."""
+    """Train, save, calibrate and (``settings.evaluate``) evaluate; reproducible from the seed.
+
+    Every tower learns on its own against fixed targets (:func:`prototypes`): the media towers
+    map each item near its meaning's prototype, the text tower maps each phrasing there, and
+    the byte decoder learns the questions; their losses share a step but no parameters."""
     torch.manual_seed(settings.seed)
     started = time.perf_counter()
     config = settings.config
     model = ReferenceModel(config)
     initialise(model, settings.seed)
-    scales = nn.ParameterDict({m: nn.Parameter(torch.tensor(math.log(10.0))) for m in ("image", "video", "audio")})
-    params = list(model.parameters()) + list(scales.parameters())
+    targets = prototypes(config.dimensions, settings.seed)
+    every = torch.cat([targets[m] for m in MODALITIES])  # the text tower's classes: every meaning of every modality
+    scales = nn.ParameterDict({m: nn.Parameter(torch.tensor(math.log(10.0))) for m in (*MODALITIES, "text")})
+    frames, patch = int(config.towers["video"]["frames"]), int(config.towers["video"]["patch_size"])
+    where = nn.Linear(int(config.towers["video"]["width"]), 2 * frames)  # the auxiliary head: the shape's place in each frame
+    params = list(model.parameters()) + list(scales.parameters()) + list(where.parameters())
     decay = [p for p in params if p.ndim >= 2]
     rest = [p for p in params if p.ndim < 2]
     optimiser = torch.optim.AdamW([{"params": decay, "weight_decay": 0.05}, {"params": rest, "weight_decay": 0.0}],
@@ -278,14 +407,15 @@ def train(settings: Settings, log: Callable[[str], None] = print) -> Result:
 
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimiser, rate)
     # each tower's gradients are clipped on their own, so one loss cannot starve another
-    clipped = [list(t.parameters()) for t in model.towers.values()] + [list(scales.parameters())]
-    inputs = Inputs(config, settings.seed, settings.video_pool, log, audio_pool=settings.audio_pool, canonical=settings.canonical,
-                    canonical_vision=settings.canonical_vision)
     towers = model.towers
+    clipped = [list(t.parameters()) for name, t in towers.items() if name != "video"]
+    clipped += [list(towers["video"].parameters()) + list(where.parameters()), list(scales.parameters())]
+    inputs = Inputs(config, settings.seed, settings.video_pool, log, audio_pool=settings.audio_pool, image_pool=settings.image_pool,
+                    canonical=settings.canonical, jumbled=settings.jumbled)  # fmt: skip
     text_tower, decoder_tower = towers["text"], towers["decoder"]
     assert isinstance(text_tower, TextTower) and isinstance(decoder_tower, DecoderTower)
     losses: list[float] = []
-    window: list[float] = []
+    window: dict[str, list[float]] = {}
     accuracy: list[float] = []
     b = settings.batch
     step = 0
@@ -294,30 +424,45 @@ def train(settings: Settings, log: Callable[[str], None] = print) -> Result:
         if settings.minutes is not None and time.perf_counter() - started > 60 * settings.minutes:
             log(f"stopping after {settings.minutes} minutes at step {step}")
             break
-        total = torch.zeros(())
-        for modality, (data, labelled) in (("image", inputs.images(b)), ("video", inputs.videos(b)), ("audio", inputs.sounds(b))):
-            labels = torch.from_numpy(labelled)
-            texts = text_embeddings(text_tower, inputs.captions(modality))
-            tensor = torch.from_numpy(np.ascontiguousarray(data))
-            media = towers[modality](tensor)
-            total = total + contrastive(media, texts, labels, scales[modality])
-        loss, right = decoder_loss(decoder_tower, inputs.questions(settings.decoder_batch))
-        total = total + loss
+        canonical = 1.0 if step < settings.curriculum * settings.steps else settings.canonical_vision
+        parts: dict[str, torch.Tensor] = {}
+        data, labelled = inputs.images(b, canonical)
+        parts["image"] = contrastive(towers["image"](torch.from_numpy(data)), targets["image"], torch.from_numpy(labelled), scales["image"])
+        data, labelled = inputs.videos(b, canonical)
+        media, hidden, attention = video_forward(towers["video"], torch.from_numpy(data))
+        parts["video"] = contrastive(media, targets["video"], torch.from_numpy(labelled), scales["video"])
+        if settings.motion:
+            place, seen, cover = motion(data, patch)
+            parts["place"] = settings.motion * ((where(hidden) - place) ** 2 * seen).sum() / seen.sum().clamp(min=1)
+            parts["look"] = settings.motion * attention_loss(attention, cover)
+        if step % settings.audio_every == 0:
+            data, labelled = inputs.sounds(b)
+            parts["audio"] = contrastive(towers["audio"](torch.from_numpy(data)), targets["audio"], torch.from_numpy(labelled), scales["audio"])
+        if step % settings.text_every == 0:
+            texts = text_embeddings(text_tower, [c for m in MODALITIES for c in inputs.captions(m)])
+            parts["text"] = F.cross_entropy(scales["text"].exp().clamp(max=100.0) * texts @ every.T, torch.arange(len(every)))
+        if step % settings.decoder_every == 0:
+            parts["decoder"], right = decoder_loss(decoder_tower, inputs.questions(settings.decoder_batch))
+            accuracy.append(right)
+        total = torch.stack(list(parts.values())).sum()
         optimiser.zero_grad(set_to_none=True)
         total.backward()  # type: ignore[no-untyped-call]
         for group in clipped:
-            torch.nn.utils.clip_grad_norm_(group, 1.0)
+            if any(p.grad is not None for p in group):
+                torch.nn.utils.clip_grad_norm_(group, 1.0)
         optimiser.step()
         scheduler.step()
-        window.append(float(total.detach()))
-        accuracy.append(right)
+        for name, value in parts.items():
+            window.setdefault(name, []).append(float(value.detach()))
         if (step + 1) % settings.log_every == 0 or step + 1 == settings.steps:
-            losses.append(float(np.mean(window)))
-            log(f"step {step + 1}/{settings.steps}  loss {losses[-1]:.4f}  decoder accuracy {np.mean(accuracy):.3f}  "
-                f"{time.perf_counter() - started:.0f} s")  # fmt: skip
-            window, accuracy = [], []
-    if window:
-        losses.append(float(np.mean(window)))
+            means = {name: float(np.mean(values)) for name, values in window.items() if values}
+            losses.append(sum(means.values()))
+            log(f"step {step + 1}/{settings.steps}  loss {losses[-1]:.4f} ("
+                + ", ".join(f"{name} {value:.3f}" for name, value in means.items())
+                + f")  decoder accuracy {np.mean(accuracy) if accuracy else float('nan'):.3f}  {time.perf_counter() - started:.0f} s")  # fmt: skip
+            window, accuracy = {}, []
+    if any(window.values()):
+        losses.append(sum(float(np.mean(values)) for values in window.values() if values))
     model.eval()
     out = Path(settings.out)
     out.parent.mkdir(parents=True, exist_ok=True)
