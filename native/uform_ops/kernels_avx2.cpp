@@ -12,9 +12,14 @@
 // `cut`). The depth runs in chunks of KC pairs; for each chunk a slice of panels is decoded
 // into the thread's buffer, then every 6 x 16 micro-tile of the task's rows runs over every
 // panel of the slice: a micro-tile's rows of x (6 x 256 floats) stay in L1 across the slice,
-// and the slice (8 panels, 128 KiB, at large m; one panel, 16 KiB, in L1, at m <= 16, where
-// the weights are used by so few rows that only their packed bytes should move) stays in
-// cache across the rows. Decoding costs 1 / rows of the products.
+// and the slice (8 panels, 128 KiB) stays in L2 across the rows. Decoding costs 1 / rows of
+// the products. While a micro-tile runs it fetches the next group's rows of x (from L3).
+//
+// At few rows (13 with BF16 weights, 12 with E4M3) nothing is decoded into memory: each group
+// of rows reads a panel's packed pairs over all of k and widens them in registers (`widened`),
+// fetching the bytes REACH ahead, so that what moves from DRAM is the packed weights alone
+// and DRAM's latency is hidden. Between that and 16 rows the decoded path runs one panel at a
+// time and fetches the packed bytes DISTANCE chunks ahead.
 #pragma GCC target("avx2,fma,f16c")
 
 #include <immintrin.h>
@@ -30,11 +35,18 @@ namespace uform {
 namespace avx2 {
 
 constexpr int64_t NR = 16, MR = 6, PAIR = 2;
-constexpr int64_t KC = 128;         // pairs per depth chunk (256 k)
-constexpr int64_t SLICE = 8;        // panels a task decodes at once at large m: 128 columns x 256 k of float32
-constexpr int64_t MC = 96;          // rows per task at large m
-constexpr int64_t SMALL = 16;       // rows at most for the small-m cut: one block of rows, a panel decoded at a time
-constexpr int64_t SMALL_PANELS = 4; // panels per task at small m
+constexpr int64_t KC = 128;          // pairs per depth chunk (256 k)
+constexpr int64_t SLICE = 8;         // panels a task decodes at once at large m: 128 columns x 256 k of float32
+constexpr int64_t MC = 96;           // rows per task at large m
+constexpr int64_t SMALL = 16;        // rows at most for the small-m cut: one block of rows, a panel at a time
+constexpr int64_t SMALL_PANELS = 4;  // panels per task at small m
+constexpr int64_t WIDEN_E4M3 = 2 * MR;  // rows at most whose E4M3 weights widen in registers: from three
+                                        // groups of rows up, a decoded chunk is shared enough to pay
+constexpr int64_t WIDEN_BF16 = 13;     // and BF16's: with weights streaming from DRAM, 13 rows (5, 4, 4) run
+                                        // 14 % ahead of the decoded path, 14 even, 15 and 16 5-13 % behind
+constexpr int64_t REACH = 2048;      // bytes ahead that weights widened in registers are fetched from DRAM
+constexpr int64_t DISTANCE = 2;      // chunks ahead that small m's decoded path fetches the packed weights
+constexpr int64_t STREAM = 192;      // bytes of them fetched a round (4 k)
 constexpr int64_t TASKS_PER_THREAD = 3;  // narrower tasks until a product has this many a thread (none idles long)
 constexpr int64_t UNKNOWN_THREADS = 8;   // what to cut for when the caller did not say
 
@@ -95,17 +107,27 @@ static inline __m256i lanes(int64_t count) {
   return _mm256_cmpgt_epi32(_mm256_set1_epi32(int32_t(std::clamp<int64_t>(count, 0, 8))), index);
 }
 
+// What a micro-kernel fetches ahead while it runs, four k a round: six lines, at `at`,
+// `at` + stride, ..., + 5 stride, then `at` moves on by `step`. At large m these are the next
+// group of rows of x (stride: a row; step: the 16 bytes of a round); at small m the packed
+// weights a few chunks on, `step` bytes a round (stride: a sixth of it).
+struct Ahead {
+  const char* at = nullptr;  // null: fetch nothing ahead
+  int64_t stride = 0, step = 0;
+};
+
 // Rows [row, row + R) times the panel's 16 columns over k in [k0, k1): sums start at zero
 // when `first` (else from y); y gets scale * sum + bias when `last`, else the raw sums.
 template <int R>
 __attribute__((noinline)) static void micro(const Gemm& g, int64_t row, int64_t n0, const float* panel, int64_t k0, int64_t k1, bool first,
-                         bool last) {
+                         bool last, Ahead ahead = {}) {
   const int64_t cols = std::min<int64_t>(NR, g.n - n0);
   const bool whole = cols == NR;
   const __m256i m0 = lanes(cols), m1 = lanes(cols - 8);
-  alignas(32) __m256 acc[R][2];  // in memory around the assembly (one load and store of each a call)
+  alignas(32) __m256 acc[R + 2][2];  // in memory around the assembly when the tile is partial; then its epilogue
+  const bool direct = R == MR && whole && (k1 - k0) % 4 == 0 && k1 - k0 >= 4;
 #pragma GCC unroll 6
-  for (int r = 0; r < R; ++r) {
+  for (int r = 0; r < R && !direct; ++r) {
     const float* y = g.y + (row + r) * g.n + n0;
     if (first) {
       acc[r][0] = acc[r][1] = _mm256_setzero_ps();
@@ -127,10 +149,30 @@ __attribute__((noinline)) static void micro(const Gemm& g, int64_t row, int64_t 
   if constexpr (R == MR) {
     // Four steps a round in assembly (compilers spill a sum or an address here): two loads of
     // the panel, six broadcasts of x addressed off two pointers and the row stride, twelve FMAs
-    // a step.
+    // a step. The sums start in registers (zero, or y's) and end in y when the tile is whole,
+    // without a trip through memory: at 256 k a call, that trip cost 3 % of the product.
     int64_t rounds = (k1 - k0) / 4;
     const int64_t stride = g.k * int64_t(sizeof(float));
+    // with nothing to fetch, the rows at hand (in L1 already) are fetched again
+    const char* pa = ahead.at ? ahead.at : reinterpret_cast<const char*>(lo);
+    const int64_t ps = ahead.at ? ahead.stride : stride, pstep = ahead.at ? ahead.step : 16;
+    const char* pb = pa + 3 * ps;
     if (rounds > 0) {
+      float* epilogue[4] = {reinterpret_cast<float*>(&acc[R][0]), reinterpret_cast<float*>(&acc[R][1]), reinterpret_cast<float*>(&acc[R + 1][0]),
+                            reinterpret_cast<float*>(&acc[R + 1][1])};  // scale of columns 0-7 and 8-15, then bias: applied when `last`
+      float* ylo = g.y + row * g.n + n0;
+      float* yhi = ylo + 3 * g.n;
+      const int64_t ystride = g.n * int64_t(sizeof(float));
+      int64_t mode = direct ? (first ? 1 : 0) | (last ? 2 : 0) : 4;  // bit 0: start at zero; 1: scale on the way out; 4: via acc
+      if (direct && last) {
+        const __m256 unit = _mm256_set1_ps(g.wtype == kE4M3 ? 256.0f : 1.0f);  // E4M3 decodes as code * 2^-8
+        const __m256 s0 = g.scale ? _mm256_mul_ps(unit, _mm256_loadu_ps(g.scale + n0)) : unit;
+        const __m256 s1 = g.scale ? _mm256_mul_ps(unit, _mm256_loadu_ps(g.scale + n0 + 8)) : unit;
+        _mm256_store_ps(epilogue[0], s0);
+        _mm256_store_ps(epilogue[1], s1);
+        _mm256_store_ps(epilogue[2], g.bias ? _mm256_loadu_ps(g.bias + n0) : _mm256_setzero_ps());
+        _mm256_store_ps(epilogue[3], g.bias ? _mm256_loadu_ps(g.bias + n0 + 8) : _mm256_setzero_ps());
+      }
 #define UFORM_STEP(u)                                                                         \
   "vmovaps " #u "*64(%[b]), %%ymm12\n\t"                                                    \
   "vmovaps " #u "*64+32(%[b]), %%ymm13\n\t"                                                 \
@@ -153,30 +195,83 @@ __attribute__((noinline)) static void micro(const Gemm& g, int64_t row, int64_t 
   "vfmadd231ps %%ymm12, %%ymm15, %%ymm10\n\t"                                                \
   "vfmadd231ps %%ymm13, %%ymm15, %%ymm11\n\t"
       __asm__ volatile(
+          "testq $4, %[mode]\n\t"
+          "jnz 5f\n\t"
+          "testq $1, %[mode]\n\t"
+          "jnz 6f\n\t"
+          // the sums so far, from y
+          "vmovups (%[ylo]), %%ymm0\n\tvmovups 32(%[ylo]), %%ymm1\n\t"
+          "vmovups (%[ylo],%[ys],1), %%ymm2\n\tvmovups 32(%[ylo],%[ys],1), %%ymm3\n\t"
+          "vmovups (%[ylo],%[ys],2), %%ymm4\n\tvmovups 32(%[ylo],%[ys],2), %%ymm5\n\t"
+          "vmovups (%[yhi]), %%ymm6\n\tvmovups 32(%[yhi]), %%ymm7\n\t"
+          "vmovups (%[yhi],%[ys],1), %%ymm8\n\tvmovups 32(%[yhi],%[ys],1), %%ymm9\n\t"
+          "vmovups (%[yhi],%[ys],2), %%ymm10\n\tvmovups 32(%[yhi],%[ys],2), %%ymm11\n\t"
+          "jmp 1f\n\t"
+          "6:\n\t"  // the first chunk: from zero
+          "vxorps %%ymm0, %%ymm0, %%ymm0\n\tvxorps %%ymm1, %%ymm1, %%ymm1\n\tvxorps %%ymm2, %%ymm2, %%ymm2\n\t"
+          "vxorps %%ymm3, %%ymm3, %%ymm3\n\tvxorps %%ymm4, %%ymm4, %%ymm4\n\tvxorps %%ymm5, %%ymm5, %%ymm5\n\t"
+          "vxorps %%ymm6, %%ymm6, %%ymm6\n\tvxorps %%ymm7, %%ymm7, %%ymm7\n\tvxorps %%ymm8, %%ymm8, %%ymm8\n\t"
+          "vxorps %%ymm9, %%ymm9, %%ymm9\n\tvxorps %%ymm10, %%ymm10, %%ymm10\n\tvxorps %%ymm11, %%ymm11, %%ymm11\n\t"
+          "jmp 1f\n\t"
+          "5:\n\t"  // a partial tile: from the sums in memory
           "vmovaps 0(%[acc]), %%ymm0\n\tvmovaps 32(%[acc]), %%ymm1\n\tvmovaps 64(%[acc]), %%ymm2\n\t"
           "vmovaps 96(%[acc]), %%ymm3\n\tvmovaps 128(%[acc]), %%ymm4\n\tvmovaps 160(%[acc]), %%ymm5\n\t"
           "vmovaps 192(%[acc]), %%ymm6\n\tvmovaps 224(%[acc]), %%ymm7\n\tvmovaps 256(%[acc]), %%ymm8\n\t"
           "vmovaps 288(%[acc]), %%ymm9\n\tvmovaps 320(%[acc]), %%ymm10\n\tvmovaps 352(%[acc]), %%ymm11\n\t"
+          ".p2align 5\n\t"
           "1:\n\t"
           UFORM_STEP(0) UFORM_STEP(1) UFORM_STEP(2) UFORM_STEP(3)
+          // the next rows of x, a line at a time, while these run (they come from L3)
+          "prefetcht0 (%[pa])\n\tprefetcht0 (%[pa],%[ps],1)\n\tprefetcht0 (%[pa],%[ps],2)\n\t"
+          "prefetcht0 (%[pb])\n\tprefetcht0 (%[pb],%[ps],1)\n\tprefetcht0 (%[pb],%[ps],2)\n\t"
+          "add %[pstep], %[pa]\n\tadd %[pstep], %[pb]\n\t"
           "add $256, %[b]\n\t"
           "add $16, %[lo]\n\t"
           "add $16, %[hi]\n\t"
           "dec %[n]\n\t"
           "jnz 1b\n\t"
+          "testq $4, %[mode]\n\t"
+          "jnz 7f\n\t"
+          "testq $2, %[mode]\n\t"
+          "jz 8f\n\t"
+          // the last chunk: scale and bias on the way out
+          "vmovaps 384(%[acc]), %%ymm12\n\tvmovaps 416(%[acc]), %%ymm13\n\tvmovaps 448(%[acc]), %%ymm14\n\tvmovaps 480(%[acc]), %%ymm15\n\t"
+          "vfmadd213ps %%ymm14, %%ymm12, %%ymm0\n\tvfmadd213ps %%ymm15, %%ymm13, %%ymm1\n\t"
+          "vfmadd213ps %%ymm14, %%ymm12, %%ymm2\n\tvfmadd213ps %%ymm15, %%ymm13, %%ymm3\n\t"
+          "vfmadd213ps %%ymm14, %%ymm12, %%ymm4\n\tvfmadd213ps %%ymm15, %%ymm13, %%ymm5\n\t"
+          "vfmadd213ps %%ymm14, %%ymm12, %%ymm6\n\tvfmadd213ps %%ymm15, %%ymm13, %%ymm7\n\t"
+          "vfmadd213ps %%ymm14, %%ymm12, %%ymm8\n\tvfmadd213ps %%ymm15, %%ymm13, %%ymm9\n\t"
+          "vfmadd213ps %%ymm14, %%ymm12, %%ymm10\n\tvfmadd213ps %%ymm15, %%ymm13, %%ymm11\n\t"
+          "8:\n\t"
+          "vmovups %%ymm0, (%[ylo])\n\tvmovups %%ymm1, 32(%[ylo])\n\t"
+          "vmovups %%ymm2, (%[ylo],%[ys],1)\n\tvmovups %%ymm3, 32(%[ylo],%[ys],1)\n\t"
+          "vmovups %%ymm4, (%[ylo],%[ys],2)\n\tvmovups %%ymm5, 32(%[ylo],%[ys],2)\n\t"
+          "vmovups %%ymm6, (%[yhi])\n\tvmovups %%ymm7, 32(%[yhi])\n\t"
+          "vmovups %%ymm8, (%[yhi],%[ys],1)\n\tvmovups %%ymm9, 32(%[yhi],%[ys],1)\n\t"
+          "vmovups %%ymm10, (%[yhi],%[ys],2)\n\tvmovups %%ymm11, 32(%[yhi],%[ys],2)\n\t"
+          "jmp 9f\n\t"
+          "7:\n\t"
           "vmovaps %%ymm0, 0(%[acc])\n\tvmovaps %%ymm1, 32(%[acc])\n\tvmovaps %%ymm2, 64(%[acc])\n\t"
           "vmovaps %%ymm3, 96(%[acc])\n\tvmovaps %%ymm4, 128(%[acc])\n\tvmovaps %%ymm5, 160(%[acc])\n\t"
           "vmovaps %%ymm6, 192(%[acc])\n\tvmovaps %%ymm7, 224(%[acc])\n\tvmovaps %%ymm8, 256(%[acc])\n\t"
           "vmovaps %%ymm9, 288(%[acc])\n\tvmovaps %%ymm10, 320(%[acc])\n\tvmovaps %%ymm11, 352(%[acc])\n\t"
-          : [b] "+r"(b), [lo] "+r"(lo), [hi] "+r"(hi), [n] "+r"(rounds)
-          : [s] "r"(stride), [acc] "r"(&acc[0][0])
+          "9:\n\t"
+          : [b] "+r"(b), [lo] "+r"(lo), [hi] "+r"(hi), [n] "+r"(rounds), [pa] "+r"(pa), [pb] "+r"(pb)
+          : [s] "r"(stride), [acc] "r"(&acc[0][0]), [ylo] "r"(ylo), [yhi] "r"(yhi), [ys] "r"(ystride),
+            [mode] "m"(mode), [ps] "r"(ps), [pstep] "m"(pstep)
           : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "xmm12",
             "xmm13", "xmm14", "xmm15", "cc", "memory");
 #undef UFORM_STEP
+      if (direct) return;
       i = k0 + (k1 - k0) / 4 * 4;
     }
   }
+  const char* pf = ahead.at;
   for (; i < k1; ++i, b += NR, ++lo, ++hi) {
+    if (pf && (i - k0) % 4 == 0) {
+      for (int64_t o = 0; o < ahead.step; o += 64) _mm_prefetch(pf + o, _MM_HINT_T0);
+      pf += ahead.step;
+    }
     const __m256 b0 = _mm256_load_ps(b), b1 = _mm256_load_ps(b + 8);
 #pragma GCC unroll 6
     for (int r = 0; r < R; ++r) {
@@ -216,12 +311,185 @@ __attribute__((noinline)) static void micro(const Gemm& g, int64_t row, int64_t 
 
 template <int R>
 static inline void rows(int64_t count, const Gemm& g, int64_t row, int64_t n0, const float* panel, int64_t k0,
-                        int64_t k1, bool first, bool last) {
+                        int64_t k1, bool first, bool last, Ahead ahead) {
   if constexpr (R > 0) {
     if (count == R) {
-      micro<R>(g, row, n0, panel, k0, k1, first, last);
+      micro<R>(g, row, n0, panel, k0, k1, first, last, ahead);
     } else {
-      rows<R - 1>(count, g, row, n0, panel, k0, k1, first, last);
+      rows<R - 1>(count, g, row, n0, panel, k0, k1, first, last, ahead);
+    }
+  }
+}
+
+// Small m: rows [row, row + R) times the 16 columns of panel `w` over all of k, the weights
+// widened in registers as they arrive and never stored (at a dozen rows a decoded buffer's
+// stores and reloads cost as much as the products). A BF16 pair's word widens by a shift left
+// of 16 (even k) and a mask of its high half (odd k); an E4M3 pair's by the F16 trick of
+// `decode` and vcvtph2ps. The sums stay in registers from the first k to the last; y is
+// written once. Every group of rows reads the panel, the first from DRAM (fetched REACH bytes
+// ahead), the others from L1 or L2.
+struct Widen {
+  // even and odd k of pair p as float32, columns 0-7 and 8-15
+  static inline void bf16(const void* w, int64_t p, __m256& e0, __m256& e1, __m256& o0, __m256& o1) {
+    const uint32_t* at = static_cast<const uint32_t*>(w) + p * NR;
+    const __m256i high = _mm256_set1_epi32(int32_t(0xFFFF0000u));
+    const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(at));
+    const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(at + 8));
+    e0 = _mm256_castsi256_ps(_mm256_slli_epi32(w0, 16));
+    e1 = _mm256_castsi256_ps(_mm256_slli_epi32(w1, 16));
+    o0 = _mm256_castsi256_ps(_mm256_and_si256(w0, high));
+    o1 = _mm256_castsi256_ps(_mm256_and_si256(w1, high));
+  }
+  static inline void e4m3(const void* w, int64_t p, __m256& e0, __m256& e1, __m256& o0, __m256& o1) {
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(w) + p * NR));
+    const __m256i keep = _mm256_set1_epi16(int16_t(0xBF80u));
+    const __m256i even = _mm256_and_si256(_mm256_srai_epi16(_mm256_slli_epi16(v, 8), 1), keep);
+    const __m256i odd = _mm256_and_si256(_mm256_srai_epi16(v, 1), keep);
+    e0 = _mm256_cvtph_ps(_mm256_castsi256_si128(even));
+    e1 = _mm256_cvtph_ps(_mm256_extracti128_si256(even, 1));
+    o0 = _mm256_cvtph_ps(_mm256_castsi256_si128(odd));
+    o1 = _mm256_cvtph_ps(_mm256_extracti128_si256(odd, 1));
+  }
+};
+
+template <int R, int WT>
+__attribute__((noinline)) static void widened(const Gemm& g, int64_t row, int64_t n0, const void* w) {
+  constexpr int64_t word = WT == kBF16 ? 4 : 2;  // bytes of a column's pair
+  alignas(32) __m256 acc[MR][2];                  // R of them used; the assembly writes six
+#pragma GCC unroll 6
+  for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+  const float* x = g.x + row * g.k;
+  const int64_t k = g.k, full = k / 2;
+  int64_t p = 0;
+  if constexpr (R == MR) {
+    // in assembly, as `micro` (GCC spills two sums here): twelve sums, the panel's two
+    // vectors, one broadcast, one more (fewer rows: GCC's registers suffice; four and five
+    // rows in assembly measured the same)
+    if (full > 0) {
+      const float* lo = x;
+      const float* hi = x + 3 * k;
+      const int64_t stride = k * int64_t(sizeof(float));
+      int64_t n = full;
+      const char* b = static_cast<const char*>(w);
+      const __m256i mask = WT == kBF16 ? _mm256_set1_epi32(int32_t(0xFFFF0000u)) : _mm256_set1_epi16(int16_t(0xBF80u));
+#define UFORM_ROW(u, at, s0, s1)                                                               \
+  "vbroadcastss " #u at ", %%ymm14\n\t"                                                         \
+  "vfmadd231ps %%ymm12, %%ymm14, %%ymm" #s0 "\n\tvfmadd231ps %%ymm13, %%ymm14, %%ymm" #s1 "\n\t"
+#define UFORM_HALF6(u)                                                                          \
+  UFORM_ROW(u, "(%[lo])", 0, 1) UFORM_ROW(u, "(%[lo],%[s],1)", 2, 3) UFORM_ROW(u, "(%[lo],%[s],2)", 4, 5) \
+  UFORM_ROW(u, "(%[hi])", 6, 7) UFORM_ROW(u, "(%[hi],%[s],1)", 8, 9) UFORM_ROW(u, "(%[hi],%[s],2)", 10, 11)
+// BF16: ymm15 holds the mask, the panel is read twice (the odd half's mask takes it from memory)
+#define UFORM_BF16_EVEN "vmovdqu (%[b]), %%ymm12\n\tvmovdqu 32(%[b]), %%ymm13\n\tvpslld $16, %%ymm12, %%ymm12\n\tvpslld $16, %%ymm13, %%ymm13\n\t"
+#define UFORM_BF16_ODD "vpand (%[b]), %%ymm15, %%ymm12\n\tvpand 32(%[b]), %%ymm15, %%ymm13\n\t"
+// E4M3: ymm15 holds the pairs (the mask comes from memory), ymm14 the even F16 bits until
+// they are widened
+#define UFORM_E4M3_EVEN                                                                         \
+  "vmovdqu (%[b]), %%ymm15\n\tvpsllw $8, %%ymm15, %%ymm14\n\tvpsraw $1, %%ymm14, %%ymm14\n\t"    \
+  "vpand %[mask], %%ymm14, %%ymm14\n\tvcvtph2ps %%xmm14, %%ymm12\n\tvextracti128 $1, %%ymm14, %%xmm13\n\t" \
+  "vcvtph2ps %%xmm13, %%ymm13\n\t"
+#define UFORM_E4M3_ODD                                                                          \
+  "vpsraw $1, %%ymm15, %%ymm15\n\tvpand %[mask], %%ymm15, %%ymm15\n\tvcvtph2ps %%xmm15, %%ymm12\n\t" \
+  "vextracti128 $1, %%ymm15, %%xmm13\n\tvcvtph2ps %%xmm13, %%ymm13\n\t"
+#define UFORM_WIDEN(SETUP, EVEN, ODD, STEP)                                                     \
+  __asm__ volatile(                                                                             \
+      "vxorps %%ymm0, %%ymm0, %%ymm0\n\tvxorps %%ymm1, %%ymm1, %%ymm1\n\tvxorps %%ymm2, %%ymm2, %%ymm2\n\t" \
+      "vxorps %%ymm3, %%ymm3, %%ymm3\n\tvxorps %%ymm4, %%ymm4, %%ymm4\n\tvxorps %%ymm5, %%ymm5, %%ymm5\n\t" \
+      "vxorps %%ymm6, %%ymm6, %%ymm6\n\tvxorps %%ymm7, %%ymm7, %%ymm7\n\tvxorps %%ymm8, %%ymm8, %%ymm8\n\t" \
+      "vxorps %%ymm9, %%ymm9, %%ymm9\n\tvxorps %%ymm10, %%ymm10, %%ymm10\n\tvxorps %%ymm11, %%ymm11, %%ymm11\n\t" \
+      SETUP                                                                                     \
+      ".p2align 5\n\t"                                                                          \
+      "1:\n\t"                                                                                  \
+      EVEN UFORM_HALF6(0) ODD UFORM_HALF6(4)                                                    \
+      "prefetcht0 %c[reach](%[b])\n\t"                                                          \
+      "add $" #STEP ", %[b]\n\t"                                                                \
+      "add $8, %[lo]\n\t"                                                                       \
+      "add $8, %[hi]\n\t"                                                                       \
+      "dec %[n]\n\t"                                                                            \
+      "jnz 1b\n\t"                                                                              \
+      "vmovaps %%ymm0, 0(%[acc])\n\tvmovaps %%ymm1, 32(%[acc])\n\tvmovaps %%ymm2, 64(%[acc])\n\t" \
+      "vmovaps %%ymm3, 96(%[acc])\n\tvmovaps %%ymm4, 128(%[acc])\n\tvmovaps %%ymm5, 160(%[acc])\n\t" \
+      "vmovaps %%ymm6, 192(%[acc])\n\tvmovaps %%ymm7, 224(%[acc])\n\tvmovaps %%ymm8, 256(%[acc])\n\t" \
+      "vmovaps %%ymm9, 288(%[acc])\n\tvmovaps %%ymm10, 320(%[acc])\n\tvmovaps %%ymm11, 352(%[acc])\n\t" \
+      : [b] "+r"(b), [lo] "+r"(lo), [hi] "+r"(hi), [n] "+r"(n)                                  \
+      : [s] "r"(stride), [acc] "r"(&acc[0][0]), [mask] "m"(mask), [reach] "i"(REACH)            \
+      : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "xmm12", \
+        "xmm13", "xmm14", "xmm15", "cc", "memory")
+      if constexpr (WT == kBF16) {
+        UFORM_WIDEN("vmovdqa %[mask], %%ymm15\n\t", UFORM_BF16_EVEN, UFORM_BF16_ODD, 64);
+      } else {
+        UFORM_WIDEN("", UFORM_E4M3_EVEN, UFORM_E4M3_ODD, 32);
+      }
+#undef UFORM_WIDEN
+#undef UFORM_E4M3_ODD
+#undef UFORM_E4M3_EVEN
+#undef UFORM_BF16_ODD
+#undef UFORM_BF16_EVEN
+#undef UFORM_HALF6
+#undef UFORM_ROW
+      p = full;
+    }
+  }
+  const auto pair = WT == kBF16 ? Widen::bf16 : Widen::e4m3;
+  for (; p < full; ++p) {
+    _mm_prefetch(static_cast<const char*>(w) + p * NR * word + REACH, _MM_HINT_T0);
+    __m256 e0, e1, o0, o1;
+    pair(w, p, e0, e1, o0, o1);
+#pragma GCC unroll 6
+    for (int r = 0; r < R; ++r) {
+      const __m256 a = _mm256_broadcast_ss(x + r * k + 2 * p);
+      acc[r][0] = _mm256_fmadd_ps(a, e0, acc[r][0]);
+      acc[r][1] = _mm256_fmadd_ps(a, e1, acc[r][1]);
+    }
+#pragma GCC unroll 6
+    for (int r = 0; r < R; ++r) {
+      const __m256 a = _mm256_broadcast_ss(x + r * k + 2 * p + 1);
+      acc[r][0] = _mm256_fmadd_ps(a, o0, acc[r][0]);
+      acc[r][1] = _mm256_fmadd_ps(a, o1, acc[r][1]);
+    }
+  }
+  if (k % 2) {  // the last pair holds one weight (its odd half is padding; x has no k-th column)
+    __m256 e0, e1, o0, o1;
+    pair(w, full, e0, e1, o0, o1);
+#pragma GCC unroll 6
+    for (int r = 0; r < R; ++r) {
+      const __m256 a = _mm256_broadcast_ss(x + r * k + 2 * full);
+      acc[r][0] = _mm256_fmadd_ps(a, e0, acc[r][0]);
+      acc[r][1] = _mm256_fmadd_ps(a, e1, acc[r][1]);
+    }
+  }
+  const int64_t cols = std::min<int64_t>(NR, g.n - n0);
+  const __m256i m0 = lanes(cols), m1 = lanes(cols - 8);
+  const __m256 unit = _mm256_set1_ps(WT == kE4M3 ? 256.0f : 1.0f);  // E4M3 widens as code * 2^-8
+  __m256 s0 = unit, s1 = unit, c0 = _mm256_setzero_ps(), c1 = c0;
+  if (g.scale) {
+    s0 = _mm256_mul_ps(unit, _mm256_maskload_ps(g.scale + n0, m0));
+    s1 = _mm256_mul_ps(unit, _mm256_maskload_ps(g.scale + n0 + 8, m1));
+  }
+  if (g.bias) {
+    c0 = _mm256_maskload_ps(g.bias + n0, m0);
+    c1 = _mm256_maskload_ps(g.bias + n0 + 8, m1);
+  }
+#pragma GCC unroll 6
+  for (int r = 0; r < R; ++r) {
+    float* y = g.y + (row + r) * g.n + n0;
+    const __m256 v0 = _mm256_fmadd_ps(acc[r][0], s0, c0), v1 = _mm256_fmadd_ps(acc[r][1], s1, c1);
+    if (cols == NR) {
+      _mm256_storeu_ps(y, v0);
+      _mm256_storeu_ps(y + 8, v1);
+    } else {
+      _mm256_maskstore_ps(y, m0, v0);
+      _mm256_maskstore_ps(y + 8, m1, v1);
+    }
+  }
+}
+
+template <int R, int WT>
+static inline void widened_rows(int64_t count, const Gemm& g, int64_t row, int64_t n0, const void* w) {
+  if constexpr (R > 0) {
+    if (count == R) {
+      widened<R, WT>(g, row, n0, w);
+    } else {
+      widened_rows<R - 1, WT>(count, g, row, n0, w);
     }
   }
 }
@@ -247,6 +515,23 @@ static void task(const Gemm& g, int64_t t) {
   // rows in groups of at most MR, as even as can be (13 rows: 5, 4, 4), so that no group is
   // a lone row or two whose few sums leave the FMA pipes waiting on their latency
   const int64_t groups = ceil_div(r1 - r0, MR);
+  if (g.m <= (g.wtype == kBF16 ? WIDEN_BF16 : WIDEN_E4M3)) {  // widened in registers, a panel at a time, all of k at once
+    const int64_t pairs = (g.k + 1) / 2, word = g.wtype == kBF16 ? 4 : 2;
+    for (int64_t j = j0; j < j1; ++j)
+      for (int64_t q = 0, row = r0; q < groups; ++q) {
+        const int64_t count = ceil_div(r1 - row, groups - q);
+        const void* w = static_cast<const char*>(g.w) + j * pairs * NR * word;
+        if (g.wtype == kBF16) {
+          widened_rows<MR, kBF16>(count, g, row, j * NR, w);
+        } else {
+          widened_rows<MR, kE4M3>(count, g, row, j * NR, w);
+        }
+        row += count;
+      }
+    return;
+  }
+  const char* bytes = static_cast<const char*>(g.w);
+  const int64_t word = g.wtype == kBF16 ? 4 : 2;  // bytes of a column's pair
   for (int64_t s0 = j0; s0 < j1; s0 += c.slice) {  // at small m a slice is one panel: its bytes are read in order
     const int64_t s1 = std::min(j1, s0 + c.slice);
     for (int64_t p0 = 0; p0 < pairs; p0 += KC) {
@@ -257,10 +542,20 @@ static void task(const Gemm& g, int64_t t) {
         const int64_t count = ceil_div(r1 - row, groups - q);
         for (int64_t j = s0; j < s1; ++j) {
           const float* panel = buffer.data + (j - s0) * CHUNK;
+          Ahead ahead;
+          if (g.m <= SMALL) {
+            // the packed bytes DISTANCE chunks on (this task's panels lie end to end), a
+            // groups'th of a chunk's for each group's call: DRAM's latency is hidden, not paid
+            ahead = {bytes + ((j * pairs + p0) * NR * word) + DISTANCE * KC * NR * word + q * KC * NR * word / groups, STREAM / 6, STREAM};
+          } else if (j == s1 - 1) {
+            // the next group's rows of x (the next chunk's, after the last group), from L3
+            const float* next = q + 1 < groups ? g.x + (row + count) * g.k + k0 : (k1 < g.k ? g.x + r0 * g.k + k1 : nullptr);
+            if (next) ahead = {reinterpret_cast<const char*>(next), g.k * int64_t(sizeof(float)), 16};
+          }
           if (count == MR) {
-            micro<MR>(g, row, j * NR, panel, k0, k1, first, last);
+            micro<MR>(g, row, j * NR, panel, k0, k1, first, last, ahead);
           } else {
-            rows<MR - 1>(count, g, row, j * NR, panel, k0, k1, first, last);
+            rows<MR - 1>(count, g, row, j * NR, panel, k0, k1, first, last, ahead);
           }
         }
         row += count;
