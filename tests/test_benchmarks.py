@@ -21,6 +21,7 @@ RUNS = {  # script → (smallest arguments, keys its result file must have)
          "--runs", "uform f32,uform bf16,uform e4m3 dql,ort int8 nbits,torch bf16 autocast,torch fp32 [avx2]"],
         {"variant", "cpu_class", "runs", "queries", "kernels"},
     ),  # fmt: skip
+    "attention": (["--preset", "tiny", "--seconds", "0.02"], {"cpu_class", "preset"}),
     "media": (["--preset", "tiny", "--seconds", "0.02", "--images", "4", "--clips", "1"], {"images_640x480", "video_gop30", "video_gop250"}),
 }
 

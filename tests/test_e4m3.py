@@ -360,10 +360,13 @@ def attention_reference(qkv: np.ndarray, items: int, heads: int, mask: np.ndarra
     return (weights @ v).transpose(0, 2, 1, 3).reshape(rows, width)
 
 
-@pytest.mark.parametrize("items,tokens,heads,head_dim", [(1, 1, 1, 16), (2, 5, 2, 16), (3, 87, 12, 64), (1, 70, 3, 48)])
+@pytest.mark.parametrize("items,tokens,heads,head_dim", [(1, 1, 1, 16), (2, 5, 2, 16), (1, 13, 12, 64), (2, 33, 2, 32), (3, 87, 12, 64), (1, 70, 3, 48)])
 @pytest.mark.parametrize("mask", ["none", "padding", "causal"])
-def test_attention_matches_numpy(items: int, tokens: int, heads: int, head_dim: int, mask: str) -> None:
-    runnable("avx512")  # the attention kernel is AVX-512's
+@pytest.mark.parametrize("variant", ["avx2", "avx512"])
+def test_attention_matches_numpy(variant: str, items: int, tokens: int, heads: int, head_dim: int, mask: str) -> None:
+    """Both attention kernels (AVX2's and AVX-512's; avx512-bf16 runs AVX-512's) against
+    numpy in float64: keys in and past whole blocks, partial column blocks, every mask form."""
+    runnable(variant)
     assert LIBRARY is not None
     rng = np.random.default_rng(tokens * heads)
     qkv = rng.standard_normal((items * tokens, 3 * heads * head_dim)).astype(np.float32)
@@ -373,7 +376,7 @@ def test_attention_matches_numpy(items: int, tokens: int, heads: int, head_dim: 
         additive = np.where(np.arange(tokens)[None, :] < lengths[:, None], 0, -1e9).astype(np.float32)
     elif mask == "causal":
         additive = np.triu(np.full((tokens, tokens), -1e9, np.float32), 1)
-    got = LIBRARY.attention(qkv, items, heads, additive, causal=mask == "causal", threads=2)
+    got = LIBRARY.attention(qkv, items, heads, additive, causal=mask == "causal", threads=2, variant=variant)
     np.testing.assert_allclose(got, attention_reference(qkv, items, heads, additive, mask == "causal"), atol=2e-5)
 
 

@@ -1,4 +1,5 @@
-// Fused multi-head attention (attention.cpp, AVX-512 F): what one call computes, and its task.
+// Fused multi-head attention (attention.cpp, AVX-512 F; attention_avx2.cpp, AVX2 with FMA): what one
+// call computes, and its task.
 #pragma once
 
 #include <cstdint>
@@ -15,6 +16,7 @@ struct Attention {
 };
 
 // Task (item, head) = (task / heads, task % heads); tasks touch disjoint parts of `out`.
-void attention_task(const Attention& a, int64_t task);
+void attention_task(const Attention& a, int64_t task);       // AVX-512 F
+void attention_task_avx2(const Attention& a, int64_t task);  // AVX2 with FMA
 
 }  // namespace uform

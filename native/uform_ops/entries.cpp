@@ -5,7 +5,7 @@
 
 namespace uform {
 
-constexpr int kAbi = 3;  // bump when an exported signature or an op's contract changes
+constexpr int kAbi = 4;  // bump when an exported signature or an op's contract changes
 const Kernel* const kernels[kVariants] = {&kernel_avx2, &kernel_avx512, &kernel_avx512bf16};
 
 namespace {
@@ -119,13 +119,16 @@ UFORM_EXPORT double uform_fma_peak(int variant, int threads) {
   return best;
 }
 
-// Attention outside ONNX Runtime (for parity tests): answers 0, 1 without AVX-512, 2 for bad arguments.
-UFORM_EXPORT int uform_attention(const float* qkv, const float* mask, int mask_per_query, float* out, int64_t items,
-                                 int64_t tokens, int64_t heads, int64_t head_dim, int threads) {
-  if (!runnable(kAVX512)) return 1;
+// Attention outside ONNX Runtime (for parity tests) through `variant`'s kernel (avx512-bf16: AVX-512's):
+// answers 0, 1 for a variant this CPU cannot run, 2 for bad arguments.
+UFORM_EXPORT int uform_attention(int variant, const float* qkv, const float* mask, int mask_per_query, float* out,
+                                 int64_t items, int64_t tokens, int64_t heads, int64_t head_dim, int threads) {
+  if (variant < 0 || variant >= kVariants) return 1;
+  const bool wide = variant != kAVX2;  // avx512-bf16 runs AVX-512's attention
+  if (!runnable(wide ? kAVX512 : kAVX2)) return 1;
   if (items < 0 || tokens < 0 || heads < 1 || head_dim < 16 || head_dim % 16) return 2;
   const Attention a{qkv, mask, mask_per_query != 0, out, items, tokens, heads, head_dim, 0};
-  spread(items * heads, threads, [&](int64_t t) { attention_task(a, t); });
+  spread(items * heads, threads, [&](int64_t t) { (wide ? attention_task : attention_task_avx2)(a, t); });
   return 0;
 }
 

@@ -11,7 +11,8 @@
 // session's intra-op threads (variants that cut a product by its shape size tasks to it); and
 //   Attention(qkv: float[B * T, 3 * W], shape: int64[2] = (B, T), mask?: float) -> float[B * T, W]
 // multi-head attention of `heads` heads over a fused qkv projection, the additive mask
-// [B, 1, 1, T] (padding) or [T, T] (causal), float32 throughout (AVX-512 F). A kernel whose
+// [B, 1, 1, T] (padding) or [T, T] (causal), float32 throughout, with the optional attribute
+// `variant` (0: AVX2 with FMA; 1 and 2: AVX-512 F; absent: AVX-512 where the CPU has it). A kernel whose
 // instructions this CPU lacks is refused when the session is created, with a message;
 // nothing runs an illegal instruction.
 // Work runs on ONNX Runtime's intra-op thread pool (KernelContext_ParallelFor).
@@ -227,6 +228,7 @@ const Op<kE4M3> matmul_e4m3;
 struct AttentionKernel {
   const OrtApi* api;
   int64_t heads;
+  void (*task)(const Attention&, int64_t);  // the variant's: attention_task (AVX-512) or attention_task_avx2
   std::string name = "ai.uform.Attention";
 };
 
@@ -269,9 +271,13 @@ OrtStatus* attend(AttentionKernel* op, OrtKernelContext* ctx) {
   ORT_TRY(api->GetTensorMutableData(out, &data));
   a.out = static_cast<float*>(data);
   a.items = items, a.tokens = tokens, a.heads = op->heads, a.head_dim = head_dim;
+  struct Call {
+    Attention a;
+    void (*task)(const Attention&, int64_t);
+  } call{a, op->task};
   return api->KernelContext_ParallelFor(
-      ctx, [](void* p, size_t i) { attention_task(*static_cast<const Attention*>(p), int64_t(i)); },
-      size_t(items * op->heads), 0, &a);
+      ctx, [](void* p, size_t i) { static_cast<const Call*>(p)->task(static_cast<const Call*>(p)->a, int64_t(i)); },
+      size_t(items * op->heads), 0, &call);
 }
 
 struct AttentionOp : OrtCustomOp {
@@ -284,9 +290,13 @@ struct AttentionOp : OrtCustomOp {
         return fail(api, "ai.uform.Attention: the attribute 'heads' is missing");
       }
       if (heads < 1) return fail(api, "ai.uform.Attention: heads must be positive");
-      if (!runnable(kAVX512))
-        return api->CreateStatus(ORT_NOT_IMPLEMENTED, "ai.uform.Attention: this CPU lacks AVX-512");
-      auto* kernel = new (std::nothrow) AttentionKernel{api, heads, "ai.uform.Attention"};
+      int64_t variant = runnable(kAVX512) ? kAVX512 : kAVX2;  // optional: the kernels' variant (avx512-bf16 runs AVX-512's)
+      if (OrtStatus* status = api->KernelInfoGetAttribute_int64(info, "variant", &variant)) api->ReleaseStatus(status);
+      if (variant < 0 || variant >= kVariants) return fail(api, "ai.uform.Attention: variant must be 0, 1 or 2");
+      const bool wide = variant != kAVX2;
+      if (!runnable(wide ? kAVX512 : kAVX2))
+        return api->CreateStatus(ORT_NOT_IMPLEMENTED, wide ? "ai.uform.Attention: this CPU lacks AVX-512" : "ai.uform.Attention: this CPU lacks AVX2 and FMA");
+      auto* kernel = new (std::nothrow) AttentionKernel{api, heads, wide ? attention_task : attention_task_avx2, "ai.uform.Attention"};
       if (!kernel) return api->CreateStatus(ORT_FAIL, "out of memory");
       *out = kernel;
       return nullptr;

@@ -22,8 +22,9 @@ from uform.core.graph import ATTENTION_SITES
 DOMAIN = "ai.uform"
 
 
-def fuse_attention(graph: onnx.ModelProto) -> onnx.ModelProto:
-    """A copy of ``graph`` with every recorded attention as one ``ai.uform.Attention`` node."""
+def fuse_attention(graph: onnx.ModelProto, variant: int) -> onnx.ModelProto:
+    """A copy of ``graph`` with every recorded attention as one ``ai.uform.Attention`` node
+    running ``variant``'s kernel (an index into :data:`uform.plugins.oplib.VARIANTS`)."""
     props = {p.key: p.value for p in graph.metadata_props}
     sites = json.loads(props.get(ATTENTION_SITES, "[]"))
     nodes = list(graph.graph.node)
@@ -46,7 +47,7 @@ def fuse_attention(graph: onnx.ModelProto) -> onnx.ModelProto:
         inputs = [site["qkv"], site["shape"]] + ([site["mask"]] if site["mask"] else [])
         end = producer[context]
         dropped |= region - {end}
-        fused[end] = helper.make_node("Attention", inputs, [context], name=f"{context}:attention", domain=DOMAIN, heads=site["heads"])
+        fused[end] = helper.make_node("Attention", inputs, [context], name=f"{context}:attention", domain=DOMAIN, heads=site["heads"], variant=variant)
     out = onnx.ModelProto()
     out.CopyFrom(graph)
     del out.graph.node[:]

@@ -97,7 +97,7 @@ def lower(
     when ``quantize``), every attention one ``Attention`` op for the AVX-512 variants, and the
     remaining weights widened to float32."""
     if variant in FUSED_ATTENTION:
-        graph = fuse_attention(graph)
+        graph = fuse_attention(graph, VARIANTS.index(variant))
     fed: dict[str, np.ndarray] = {}
     nodes = list(graph.graph.node)
     products = matrix_products(graph, weights)

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-ABI = 3  # uform_ops_abi() of the library this module speaks to
+ABI = 4  # uform_ops_abi() of the library this module speaks to
 VARIANTS = ("avx2", "avx512", "avx512-bf16")  # kernel variants, by the index the ops take
 BF16, E4M3 = 0, 1  # weight types, as the library numbers them
 ENVIRONMENT = "UFORM_OPS_LIBRARY"
@@ -127,10 +127,18 @@ class OpLibrary:
         return rate if rate > 0 else None
 
     def attention(
-        self, qkv: np.ndarray, items: int, heads: int, mask: np.ndarray | None = None, causal: bool = False, threads: int = 1
+        self,
+        qkv: np.ndarray,
+        items: int,
+        heads: int,
+        mask: np.ndarray | None = None,
+        causal: bool = False,
+        threads: int = 1,
+        variant: str = "avx512",
     ) -> np.ndarray:
-        """The ``Attention`` op outside ONNX Runtime: ``qkv`` float32 [items * tokens, 3W];
-        ``mask`` additive, [items, tokens] (padding), or [tokens, tokens] when ``causal``."""
+        """The ``Attention`` op outside ONNX Runtime, through ``variant``'s kernel (``avx2``'s
+        own, or AVX-512's for the others): ``qkv`` float32 [items * tokens, 3W]; ``mask``
+        additive, [items, tokens] (padding), or [tokens, tokens] when ``causal``."""
         qkv = np.ascontiguousarray(qkv, np.float32)
         rows, triple = qkv.shape
         tokens, width = rows // max(items, 1), triple // 3
@@ -140,7 +148,7 @@ class OpLibrary:
                 raise ValueError(f"mask must be {'[tokens, tokens]' if causal else '[items, tokens]'}, got {list(mask.shape)}")
         out = np.empty((rows, width), np.float32)
         rc = self.handle.uform_attention(
-            _pointer(qkv), _pointer(mask), int(causal), _pointer(out), _I64(items), _I64(tokens), _I64(heads),
+            VARIANTS.index(variant), _pointer(qkv), _pointer(mask), int(causal), _pointer(out), _I64(items), _I64(tokens), _I64(heads),
             _I64(width // heads), max(1, threads),
         )  # fmt: skip
         if rc != 0:

@@ -1,0 +1,151 @@
+// attention.cpp's multi-head attention at 256 bits (AVX2 with FMA): the same tasks, scratch
+// and order of work, at 8 lanes. Keys go in blocks of 32 (four vectors) against three query
+// rows at a time (twelve sums), so each load of k or v still feeds three FMAs.
+#pragma GCC target("avx2,fma")
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "attention.h"
+
+namespace uform {
+namespace {
+
+constexpr int64_t ROWS = 3, LANES = 8, BLOCK = 32;
+
+// e^x for x in [-87, 88] (clamped outside): x = n ln 2 + r, |r| <= ln 2 / 2, e^r by its
+// degree-6 Taylor polynomial (relative error below 2e-7), times 2^n built in the exponent bits.
+inline __m256 exp8(__m256 x) {
+  x = _mm256_max_ps(_mm256_min_ps(x, _mm256_set1_ps(88.0f)), _mm256_set1_ps(-87.0f));
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693145751953125f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(1.428606765330187e-06f), r);
+  __m256 p = _mm256_set1_ps(1.0f / 720);
+  for (float c : {1.0f / 120, 1.0f / 24, 1.0f / 6, 0.5f, 1.0f, 1.0f}) p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c));
+  const __m256i two_n = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);  // n in [-126, 127]
+  return _mm256_mul_ps(p, _mm256_castsi256_ps(two_n));
+}
+
+inline float sum8(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+}
+
+inline float max8(__m256 v) {
+  __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_max_ss(s, _mm_movehdup_ps(s)));
+}
+
+struct Scratch {
+  std::vector<float> kt, scores;  // k transposed [D][Tp]; ROWS rows of scores [Tp]
+};
+
+thread_local Scratch scratch;
+
+// Scores of rows [i, i + rows) against every key, scaled and masked (keys past the last,
+// -inf), then each row's softmax numerators in place; answers the rows' reciprocal sums.
+template <int R>
+void scores(const Attention& a, const float* rows, int64_t h, int64_t i, int64_t tp, Scratch& s, float* inverse) {
+  const int64_t t = a.tokens, d = a.head_dim, stride = 3 * a.heads * d;
+  const __m256 scale = _mm256_set1_ps(1.0f / std::sqrt(float(d)));
+  for (int64_t j0 = 0; j0 < tp; j0 += BLOCK) {
+    __m256 acc[R][4];
+    for (int r = 0; r < R; ++r)
+      for (int u = 0; u < 4; ++u) acc[r][u] = _mm256_setzero_ps();
+    for (int64_t c = 0; c < d; ++c) {
+      const float* kt = s.kt.data() + c * tp + j0;
+      const __m256 k0 = _mm256_loadu_ps(kt), k1 = _mm256_loadu_ps(kt + 8), k2 = _mm256_loadu_ps(kt + 16), k3 = _mm256_loadu_ps(kt + 24);
+      for (int r = 0; r < R; ++r) {
+        const __m256 q = _mm256_broadcast_ss(rows + (i + r) * stride + h * d + c);
+        acc[r][0] = _mm256_fmadd_ps(q, k0, acc[r][0]);
+        acc[r][1] = _mm256_fmadd_ps(q, k1, acc[r][1]);
+        acc[r][2] = _mm256_fmadd_ps(q, k2, acc[r][2]);
+        acc[r][3] = _mm256_fmadd_ps(q, k3, acc[r][3]);
+      }
+    }
+    for (int r = 0; r < R; ++r)
+      for (int u = 0; u < 4; ++u) _mm256_storeu_ps(s.scores.data() + r * tp + j0 + LANES * u, _mm256_mul_ps(acc[r][u], scale));
+  }
+  for (int r = 0; r < R; ++r) {
+    float* row = s.scores.data() + r * tp;
+    const float* mask = a.mask == nullptr ? nullptr : a.mask_per_query ? a.mask + (i + r) * t : a.mask + a.item * t;
+    if (mask)
+      for (int64_t j = 0; j < t; ++j) row[j] += mask[j];
+    std::fill(row + t, row + tp, -INFINITY);
+    __m256 top = _mm256_set1_ps(-INFINITY);
+    for (int64_t j = 0; j < tp; j += LANES) top = _mm256_max_ps(top, _mm256_loadu_ps(row + j));
+    const __m256 shift = _mm256_set1_ps(max8(top));
+    __m256 total = _mm256_setzero_ps();
+    for (int64_t j = 0; j < tp; j += LANES) {
+      // exp(-inf - shift) would clamp to e^-87, not 0: keys past the last are zeroed
+      const __m256 v = _mm256_loadu_ps(row + j);
+      const __m256 e = _mm256_and_ps(exp8(_mm256_sub_ps(v, shift)), _mm256_cmp_ps(v, _mm256_set1_ps(-INFINITY), _CMP_NEQ_OQ));
+      _mm256_storeu_ps(row + j, e);
+      total = _mm256_add_ps(total, e);
+    }
+    inverse[r] = 1.0f / sum8(total);
+  }
+}
+
+// out[i + r] = (sum_j p[r][j] v_j) * inverse[r], 32 columns at a time.
+template <int R>
+void values(const Attention& a, const float* rows, int64_t h, int64_t i, int64_t tp, const Scratch& s, const float* inverse) {
+  const int64_t t = a.tokens, d = a.head_dim, width = a.heads * d, stride = 3 * width;
+  for (int64_t c0 = 0; c0 < d; c0 += BLOCK) {
+    const int64_t vectors = std::min<int64_t>(BLOCK, d - c0) / LANES;
+    __m256 acc[R][4];
+    for (int r = 0; r < R; ++r)
+      for (int u = 0; u < 4; ++u) acc[r][u] = _mm256_setzero_ps();
+    for (int64_t j = 0; j < t; ++j) {
+      const float* v = rows + j * stride + 2 * width + h * d + c0;
+      __m256 vv[4];
+      for (int u = 0; u < 4; ++u) vv[u] = u < vectors ? _mm256_loadu_ps(v + LANES * u) : _mm256_setzero_ps();
+      for (int r = 0; r < R; ++r) {
+        const __m256 p = _mm256_broadcast_ss(s.scores.data() + r * tp + j);
+        for (int u = 0; u < 4; ++u) acc[r][u] = _mm256_fmadd_ps(p, vv[u], acc[r][u]);
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      float* out = a.out + (a.item * t + i + r) * width + h * d + c0;
+      for (int u = 0; u < vectors; ++u) _mm256_storeu_ps(out + LANES * u, _mm256_mul_ps(acc[r][u], _mm256_set1_ps(inverse[r])));
+    }
+  }
+}
+
+template <int R>
+void block(const Attention& a, const float* rows, int64_t h, int64_t i, int64_t tp, Scratch& s) {
+  float inverse[ROWS];
+  scores<R>(a, rows, h, i, tp, s, inverse);
+  values<R>(a, rows, h, i, tp, s, inverse);
+}
+
+}  // namespace
+
+void attention_task_avx2(const Attention& call, int64_t task) {
+  Attention a = call;
+  a.item = task / a.heads;
+  const int64_t h = task % a.heads, t = a.tokens, d = a.head_dim, stride = 3 * a.heads * d;
+  const int64_t tp = (t + BLOCK - 1) / BLOCK * BLOCK;
+  const float* rows = a.qkv + a.item * t * stride;
+  Scratch& s = scratch;
+  s.kt.assign(size_t(d * tp), 0.0f);
+  s.scores.resize(size_t(ROWS * tp));
+  for (int64_t j = 0; j < t; ++j) {
+    const float* k = rows + j * stride + a.heads * d + h * d;
+    for (int64_t c = 0; c < d; ++c) s.kt[size_t(c * tp + j)] = k[c];
+  }
+  int64_t i = 0;
+  for (; i + ROWS <= t; i += ROWS) block<ROWS>(a, rows, h, i, tp, s);
+  switch (t - i) {
+    case 2: block<2>(a, rows, h, i, tp, s); break;
+    case 1: block<1>(a, rows, h, i, tp, s); break;
+    default: break;
+  }
+}
+
+}  // namespace uform
