@@ -50,16 +50,20 @@ thread_local Scratch scratch;
 // Scores of rows [i, i + rows) against every key, scaled and masked (keys past the last,
 // -inf), then each row's softmax numerators in place; answers the rows' reciprocal sums.
 template <int R>
-void scores(const Attention& a, const float* rows, int64_t h, int64_t i, int64_t tp, Scratch& s, float* inverse) {
+void scores(const Attention& a, const float* __restrict rows, int64_t h, int64_t i, int64_t tp, const float* __restrict kts,
+            float* __restrict scored, float* inverse) {
   const int64_t t = a.tokens, d = a.head_dim, stride = 3 * a.heads * d;
   const __m256 scale = _mm256_set1_ps(1.0f / std::sqrt(float(d)));
   for (int64_t j0 = 0; j0 < tp; j0 += BLOCK) {
     __m256 acc[R][4];
+#pragma GCC unroll 3
     for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
       for (int u = 0; u < 4; ++u) acc[r][u] = _mm256_setzero_ps();
     for (int64_t c = 0; c < d; ++c) {
-      const float* kt = s.kt.data() + c * tp + j0;
+      const float* kt = kts + c * tp + j0;
       const __m256 k0 = _mm256_loadu_ps(kt), k1 = _mm256_loadu_ps(kt + 8), k2 = _mm256_loadu_ps(kt + 16), k3 = _mm256_loadu_ps(kt + 24);
+#pragma GCC unroll 3
       for (int r = 0; r < R; ++r) {
         const __m256 q = _mm256_broadcast_ss(rows + (i + r) * stride + h * d + c);
         acc[r][0] = _mm256_fmadd_ps(q, k0, acc[r][0]);
@@ -68,11 +72,13 @@ void scores(const Attention& a, const float* rows, int64_t h, int64_t i, int64_t
         acc[r][3] = _mm256_fmadd_ps(q, k3, acc[r][3]);
       }
     }
+#pragma GCC unroll 3
     for (int r = 0; r < R; ++r)
-      for (int u = 0; u < 4; ++u) _mm256_storeu_ps(s.scores.data() + r * tp + j0 + LANES * u, _mm256_mul_ps(acc[r][u], scale));
+#pragma GCC unroll 4
+      for (int u = 0; u < 4; ++u) _mm256_storeu_ps(scored + r * tp + j0 + LANES * u, _mm256_mul_ps(acc[r][u], scale));
   }
   for (int r = 0; r < R; ++r) {
-    float* row = s.scores.data() + r * tp;
+    float* row = scored + r * tp;
     const float* mask = a.mask == nullptr ? nullptr : a.mask_per_query ? a.mask + (i + r) * t : a.mask + a.item * t;
     if (mask)
       for (int64_t j = 0; j < t; ++j) row[j] += mask[j];
@@ -94,34 +100,42 @@ void scores(const Attention& a, const float* rows, int64_t h, int64_t i, int64_t
 
 // out[i + r] = (sum_j p[r][j] v_j) * inverse[r], 32 columns at a time.
 template <int R>
-void values(const Attention& a, const float* rows, int64_t h, int64_t i, int64_t tp, const Scratch& s, const float* inverse) {
+void values(const Attention& a, const float* __restrict rows, int64_t h, int64_t i, int64_t tp, const float* __restrict scored,
+            const float* inverse) {
   const int64_t t = a.tokens, d = a.head_dim, width = a.heads * d, stride = 3 * width;
   for (int64_t c0 = 0; c0 < d; c0 += BLOCK) {
     const int64_t vectors = std::min<int64_t>(BLOCK, d - c0) / LANES;
     __m256 acc[R][4];
+#pragma GCC unroll 3
     for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
       for (int u = 0; u < 4; ++u) acc[r][u] = _mm256_setzero_ps();
     for (int64_t j = 0; j < t; ++j) {
       const float* v = rows + j * stride + 2 * width + h * d + c0;
       __m256 vv[4];
+#pragma GCC unroll 4
       for (int u = 0; u < 4; ++u) vv[u] = u < vectors ? _mm256_loadu_ps(v + LANES * u) : _mm256_setzero_ps();
+#pragma GCC unroll 3
       for (int r = 0; r < R; ++r) {
-        const __m256 p = _mm256_broadcast_ss(s.scores.data() + r * tp + j);
+        const __m256 p = _mm256_broadcast_ss(scored + r * tp + j);
+#pragma GCC unroll 4
         for (int u = 0; u < 4; ++u) acc[r][u] = _mm256_fmadd_ps(p, vv[u], acc[r][u]);
       }
     }
     for (int r = 0; r < R; ++r) {
       float* out = a.out + (a.item * t + i + r) * width + h * d + c0;
-      for (int u = 0; u < vectors; ++u) _mm256_storeu_ps(out + LANES * u, _mm256_mul_ps(acc[r][u], _mm256_set1_ps(inverse[r])));
+#pragma GCC unroll 4
+      for (int u = 0; u < 4; ++u)  // constant indices: the sums stay in registers
+        if (u < vectors) _mm256_storeu_ps(out + LANES * u, _mm256_mul_ps(acc[r][u], _mm256_set1_ps(inverse[r])));
     }
   }
 }
 
 template <int R>
-void block(const Attention& a, const float* rows, int64_t h, int64_t i, int64_t tp, Scratch& s) {
+void block(const Attention& a, const float* rows, int64_t h, int64_t i, int64_t tp, const float* kt, float* scored) {
   float inverse[ROWS];
-  scores<R>(a, rows, h, i, tp, s, inverse);
-  values<R>(a, rows, h, i, tp, s, inverse);
+  scores<R>(a, rows, h, i, tp, kt, scored, inverse);
+  values<R>(a, rows, h, i, tp, scored, inverse);
 }
 
 }  // namespace
@@ -139,11 +153,15 @@ void attention_task_avx2(const Attention& call, int64_t task) {
     const float* k = rows + j * stride + a.heads * d + h * d;
     for (int64_t c = 0; c < d; ++c) s.kt[size_t(c * tp + j)] = k[c];
   }
+  // raw pointers from here: through the thread_local, GCC fetched its address (a call, with
+  // -fPIC) and the vectors' data again at every step of the inner loops
+  const float* kt = s.kt.data();
+  float* scored = s.scores.data();
   int64_t i = 0;
-  for (; i + ROWS <= t; i += ROWS) block<ROWS>(a, rows, h, i, tp, s);
+  for (; i + ROWS <= t; i += ROWS) block<ROWS>(a, rows, h, i, tp, kt, scored);
   switch (t - i) {
-    case 2: block<2>(a, rows, h, i, tp, s); break;
-    case 1: block<1>(a, rows, h, i, tp, s); break;
+    case 2: block<2>(a, rows, h, i, tp, kt, scored); break;
+    case 1: block<1>(a, rows, h, i, tp, kt, scored); break;
     default: break;
   }
 }
