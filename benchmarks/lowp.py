@@ -23,7 +23,9 @@ tower's size) so that padding plays no part:
   the pinned AVX2 kernels, whose own float32 path (ONNX Runtime's MLAS) still uses AVX-512.
 
 For text towers, short queries too — ``text_encode`` median latency of a 12-byte text alone,
-of 8 of them in one call, and of a 52-byte text — the texts a search sends. Then the kernels
+of 8 of them in one call, and of a 52-byte text — the texts a search sends — and, as the
+``queries`` part, the same again with every uform run loaded in one process and called in
+turns (ratios that see the same machine, where runs minutes apart drift). Then the kernels
 alone, each as the towers run it (one of the library's ops in an ONNX Runtime session): the
 four products of a base block (qkv, out, fc1, fc2; k = 768, 3072) at m = 16, 87 and 5,568 rows (a short query, one 86-byte text, 64 of them), BF16 and E4M3 weights, for
 every variant this CPU runs: GFLOP/s and the share of the class's FMA peak as measured here
@@ -332,7 +334,7 @@ def main() -> None:
     parser.add_argument("--towers", default="text:small,text:base,image:base")
     parser.add_argument("--seconds", type=float, default=2.0)
     parser.add_argument("--runs", default=",".join(RUNS))
-    parser.add_argument("--parts", default="towers,kernels,full-load", help="which of towers, kernels, full-load to run")
+    parser.add_argument("--parts", default="towers,queries,kernels,full-load", help="which of towers, queries, kernels, full-load to run")
     parser.add_argument("--worker", nargs=3, metavar=("RUN", "CHECKPOINT", "TOWER"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -404,6 +406,14 @@ def main() -> None:
             print("\nshort queries: text_encode median ms (vs: the peer's time over this run's)")
             print(table(queries, list(queries[0])))
             results["queries"] = queries
+        if "queries" in parts:
+            spec = next((t for t in args.towers.split(",") if t.startswith("text:")), "text:base")
+            path = Path(tmp) / f"queries-{spec.replace(':', '-')}.safetensors"
+            config, tensors = checkpoint.new(get_host(), spec.split(":")[1], 0, ["text"])
+            checkpoint.save(path, config, tensors)
+            results["queries_interleaved"] = interleaved_queries(path, runs, args.seconds)
+            print(f"\nshort queries, {spec}, the uform runs in one process called in turns: text_encode median ms")
+            print(table(results["queries_interleaved"], list(results["queries_interleaved"][0])))
         if "kernels" in parts:
             from uform.plugins.oplib import OpLibraryError
 
@@ -419,6 +429,46 @@ def main() -> None:
             print("\nthe full base checkpoint (every tower): load over read")
             print(table(results["full_load"], list(results["full_load"][0])))
     print(f"wrote {save('lowp', results)}")
+
+
+def interleaved_queries(path: Path, runs: list[str], seconds: float) -> list[dict[str, Any]]:
+    """The short queries again, every uform run of ``runs`` loaded in this one process and
+    called in turns (a call of each, then again), median latency of each: on a shared
+    machine the ratios of runs timed minutes apart, each in a process of its own, drift with
+    whatever else runs; in turns they see the same machine."""
+    import uform
+
+    loads = {}
+    for run in (r for r in runs if r.startswith("uform") and "dql" not in r):
+        name, _, pin = run.partition(" [")
+        quantization = {"uform f32": "f32", "uform bf16": "bf16"}.get(name, "e4m3")
+        loads[run] = uform.Model.load_ram(path, quantization=quantization, cpu_class=uform.CPUClass(pin.rstrip("]")) if pin else None)
+    arena = uform.Arena()
+    medians: dict[str, dict[str, float]] = {run: {} for run in loads}
+    for name, lengths in QUERIES.items():
+        query = [line[:n] for line, n in zip(texts(len(lengths)), lengths)]
+        times: dict[str, list[float]] = {run: [] for run in loads}
+        for model in loads.values():
+            model.text_encode(query, arena)
+        start = time.perf_counter()
+        while time.perf_counter() - start < seconds * len(loads) or min(map(len, times.values())) < 5:
+            for run, model in loads.items():
+                t = time.perf_counter()
+                model.text_encode(query, arena)
+                times[run].append(time.perf_counter() - t)
+        for run in loads:
+            medians[run][name] = float(np.median(times[run]))
+    for model in loads.values():
+        model.close()
+    f32 = medians.get("uform f32", {})
+    rows = []
+    for run, by_name in medians.items():
+        row: dict[str, Any] = {"run": run}
+        for name, took in by_name.items():
+            row[f"{name} ms"] = f"{1e3 * took:.1f}"
+            row[f"{name} vs f32"] = ratio(f32.get(name), took)
+        rows.append(row)
+    return rows
 
 
 def full_load(tmp: Path, runs: list[str]) -> list[dict[str, Any]]:
