@@ -44,7 +44,7 @@ constexpr int64_t WIDEN_E4M3 = 2 * MR;  // rows at most whose E4M3 weights widen
                                         // groups of rows up, a decoded chunk is shared enough to pay
 constexpr int64_t WIDEN_BF16 = 13;     // and BF16's: with weights streaming from DRAM, 13 rows (5, 4, 4) run
                                         // 14 % ahead of the decoded path, 14 even, 15 and 16 5-13 % behind
-constexpr int64_t REACH = 2048;      // bytes ahead that weights widened in registers are fetched from DRAM
+constexpr int64_t REACH = 2048;      // bytes ahead that weights widened in registers are fetched from DRAM (4 and 8 KiB: the same)
 constexpr int64_t DISTANCE = 2;      // chunks ahead that small m's decoded path fetches the packed weights
 constexpr int64_t STREAM = 192;      // bytes of them fetched a round (4 k)
 constexpr int64_t TASKS_PER_THREAD = 3;  // narrower tasks until a product has this many a thread (none idles long)
