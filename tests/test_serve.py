@@ -258,3 +258,37 @@ def test_load_32_clients_coalesced_bad_items_isolated(server: Proc, model: uform
               or line.startswith('uform_batch_requests_count{verb="text_encode"}')]  # fmt: skip
     total, batches = (float(line.split()[-1]) for line in sorted(counts, reverse=True))
     assert total / batches > 1.5, f"requests were not coalesced: {total} requests in {batches} text calls"
+
+
+def test_pipelined_requests_on_one_connection_and_a_lone_surrogate(server: Proc, model: uform.Model) -> None:
+    """Three requests written at once on one keep-alive connection are answered in order, each
+    whole (a response's head and body leave together); a lone surrogate escape, which orjson
+    refuses, is still read and named as its item."""
+    host, port = host_port(server.url)
+    texts = ["first text", "second text", "third text"]
+    expected = np.array(model.text_encode(texts, uform.Arena()).embeddings)
+
+    async def pipelined() -> list[tuple[int, bytes]]:
+        reader, writer = await asyncio.open_connection(host, port)
+        wire = b""
+        for text in texts:
+            body = json.dumps({"input": text, "encoding_format": "float"}).encode()
+            wire += b"POST /v1/embeddings HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+        writer.write(wire)
+        answers = []
+        for _ in texts:
+            status = int((await reader.readline()).split()[1])
+            length = 0
+            while (line := await reader.readline()) != b"\r\n":
+                if line.lower().startswith(b"content-length:"):
+                    length = int(line.split(b":")[1])
+            answers.append((status, await reader.readexactly(length)))
+        writer.close()
+        return answers
+
+    for (status, body), row in zip(asyncio.run(pipelined()), expected):
+        assert status == 200
+        np.testing.assert_array_equal(np.array(json.loads(body)["data"][0]["embedding"], np.float32), row)
+    bad = httpx.post(server.url + "/v1/embeddings", content=b'{"input": ["a", "\\ud800"]}')
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "input[1]", bad.text
+    assert "not encodable as UTF-8" in bad.json()["error"]["message"]

@@ -61,6 +61,16 @@ def test_the_drain_deadline_holds_during_a_long_call() -> None:
         sender.join(10)
 
 
+def test_threads_and_batches_at_once() -> None:
+    """The library's own threading (--threads 0, one batch at a time) serves the same rows; bad
+    values are refused before the model loads."""
+    with subprocess_server(["--threads", "0", "--batches-at-once", "1"]) as server:
+        got = httpx.post(server.url + "/v1/embeddings", json={"input": ["a red circle", "a blue square"]}).json()
+        assert [d["index"] for d in got["data"]] == [0, 1] and len(got["data"][0]["embedding"]) == 64
+    assert main(["serve", "--threads", "-1"]) == 2
+    assert main(["serve", "--batches-at-once", "0"]) == 2
+
+
 def test_describe_lists_modalities_and_verbs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     ckpt = make_checkpoint(tmp_path / "text-image.safetensors", "tiny", 0, ["text", "image"])
     assert main(["describe", "--model", str(ckpt), "--json"]) == 0

@@ -27,6 +27,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--max-batch-bytes", type=int, default=64 << 20, help="most video or audio bytes one call takes (default 64 MiB)")
     p.add_argument("--batch-window-ms", type=float, default=0.0, help="wait this long for more items once a batch has one (default 0: never)")
     p.add_argument("--no-batching", action="store_true", help="one verb call per request (a baseline to compare with)")
+    p.add_argument("--threads", type=int, default=1, help="ONNX Runtime threads a verb call uses on CPUs (default 1; 0: every core, the library's default)")
+    p.add_argument("--batches-at-once", type=int, default=None, metavar="N",
+                   help="verb calls each lane runs at the same time (default: the cores on CPUs, 1 with --devices)")  # fmt: skip
     p.add_argument("--drain-seconds", type=float, default=30.0, help="on SIGTERM, how long in-flight requests get (default 30)")
     p.add_argument("--no-access-log", action="store_true", help="log no line per request")
     p.set_defaults(run=_serve)
@@ -45,12 +48,19 @@ def _serve(args: argparse.Namespace) -> int:
     except ImportError as exc:
         raise ValueError(f"uform serve needs the serve extra: pip install 'uform[serve]' ({exc})") from None
     devices = [int(d) for d in args.devices.split(",") if d.strip()] if args.devices else None
+    if args.threads < 0:
+        raise ValueError(f"--threads must be 0 or more, got {args.threads}")
+    if args.batches_at_once is None:
+        from uform.core.executor import available_cores
+
+        args.batches_at_once = 1 if devices else available_cores()
     name = args.model_name or model_path(args).name.removesuffix(".safetensors")
     config = ServeConfig(
         model_id=name, api_key=api_key_from(args.api_key), media_root=args.media_root, max_request_bytes=args.max_request_bytes,
         max_items_per_request=args.max_items, max_queue_items=args.max_queue_items, max_batch_items=args.max_batch_items,
         max_batch_tokens=args.max_batch_tokens, max_batch_pixels=args.max_batch_pixels, max_batch_bytes=args.max_batch_bytes,
         batch_window_ms=args.batch_window_ms, batching=not args.no_batching, drain_seconds=args.drain_seconds,
+        batches_at_once=args.batches_at_once,
     )  # fmt: skip
-    model = load(args.model, args.quantization, devices)
-    return serve(model, config, host=args.host, port=args.port, access_log=not args.no_access_log)
+    model, executor = load(args.model, args.quantization, devices, args.threads or None)
+    return serve(model, config, host=args.host, port=args.port, access_log=not args.no_access_log, executor=executor)

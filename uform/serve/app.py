@@ -47,7 +47,7 @@ class Server:
         self.batcher: Batcher | None = None
         self.draining = False
         lanes = len(self.modalities)
-        self.pool = cf.ThreadPoolExecutor(lanes + 2 if config.batching else 16, thread_name_prefix="uform-serve")
+        self.pool = cf.ThreadPoolExecutor(lanes * config.batches_at_once + 2 if config.batching else 16, thread_name_prefix="uform-serve")
         self.metrics = Metrics(lambda: float(self.batcher.queued_items()) if self.batcher else 0.0)
 
     async def off_loop(self, fn: Callable[[], T], inline: bool) -> T:
@@ -65,7 +65,7 @@ class Server:
         for kind, count in counts.items():
             self.metrics.item_counter(kind).inc(count)
         if probe is not None:  # uvicorn: the lane reads the connection's state when a batch forms
-            return jobs, await self.batcher.gather(jobs, None)
+            return jobs, [await jobs[0][1].future] if len(jobs) == 1 else await self.batcher.gather(jobs, None)
         watcher = asyncio.ensure_future(gone(receive))  # another ASGI server: a task awaits the disconnect
         try:
             return jobs, await self.batcher.gather(jobs, watcher)
@@ -94,9 +94,16 @@ class Server:
     async def _embeddings(self, receive: Receive) -> tuple[bytes, list[tuple[Lane, Job]], float]:
         began = time.perf_counter()
         c = self.config
-        body = await read_raw(receive, c.max_request_bytes)
-        parse = functools.partial(requests.embeddings, body, max_items=c.max_items_per_request, media_root=c.media_root, limit=c.max_request_bytes)
-        req = await self.off_loop(parse, len(body) <= c.inline_json_bytes and b"file:" not in body)
+        message = await receive()  # a body that arrived whole is this one message
+        if message["type"] == "http.request" and not message.get("more_body", False):
+            body: bytes = message.get("body", b"")
+        else:
+            body = await read_raw(receive, c.max_request_bytes, message)
+        if len(body) <= c.inline_json_bytes and b"file:" not in body:
+            req = requests.embeddings(body, max_items=c.max_items_per_request, media_root=c.media_root, limit=c.max_request_bytes)
+        else:
+            parse = functools.partial(requests.embeddings, body, max_items=c.max_items_per_request, media_root=c.media_root, limit=c.max_request_bytes)
+            req = await self.off_loop(parse, False)
         self.check_model(req.model)
         dims = self.description.dimensions
         respond_.check_dimensions(req.dimensions, dims)

@@ -60,7 +60,7 @@ class Batcher:
         self.draining = False
         self.lanes: dict[str, Lane] = {}
         served = verbs(model)
-        workers = 1 if config.batching else max(1, getattr(pool, "_max_workers", 4))
+        workers = config.batches_at_once if config.batching else max(1, getattr(pool, "_max_workers", 4))
         window = config.batch_window_ms / 1000
         for kind, verb in [*ITEM_VERBS.items(), ("choose", CHOOSE_VERB)]:
             if verb not in served:

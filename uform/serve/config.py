@@ -17,6 +17,8 @@ class ServeConfig:
     waiting ``batch_window_ms`` for more (0: never waits); a request larger than a budget
     runs in a batch of its own.
     ``batching=False`` makes one verb call per request (the benchmark's baseline).
+    ``batches_at_once``: verb calls each lane runs at the same time (``uform serve`` sets the
+    cores on CPUs, where each call runs on one thread; 1 on GPUs).
     """
 
     model_id: str = "uform"
@@ -31,6 +33,7 @@ class ServeConfig:
     max_batch_bytes: int = 64 << 20
     batch_window_ms: float = 0.0
     batching: bool = True
+    batches_at_once: int = 1
     drain_seconds: float = 30.0
     retry_after_seconds: int = 1
     inline_json_bytes: int = 64 << 10  # bodies up to this are parsed on the event loop; larger on a thread
@@ -44,7 +47,7 @@ class ServeConfig:
 
     def __post_init__(self) -> None:
         for name in ("max_request_bytes", "max_items_per_request", "max_queue_items", "max_batch_items", "max_batch_tokens",
-                     "max_batch_pixels", "max_batch_bytes"):
+                     "max_batch_pixels", "max_batch_bytes", "batches_at_once"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
         if self.batch_window_ms < 0 or self.drain_seconds < 0:

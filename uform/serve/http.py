@@ -168,11 +168,12 @@ async def read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-async def read_raw(receive: Receive, limit: int) -> bytes:
-    """The body from ASGI messages; refused with 413 once more than ``limit`` bytes arrived (a
-    chunked body: a declared length was checked by :class:`Guard`), ``ConnectionError`` when the
-    client left first. A body that arrived whole is one message and no wait."""
-    message = await receive()
+async def read_raw(receive: Receive, limit: int, message: Message | None = None) -> bytes:
+    """The body from ASGI messages (``message``: the first, already received); refused with 413
+    once more than ``limit`` bytes arrived (a chunked body: a declared length was checked by
+    :class:`Guard`), ``ConnectionError`` when the client left first."""
+    if message is None:
+        message = await receive()
     if message["type"] == "http.disconnect":
         raise ConnectionError("the client went away")
     body: bytes = message.get("body", b"")

@@ -2,6 +2,11 @@
 
 On SIGTERM (or Ctrl-C) the server stops accepting connections, answers ``/health`` with 503,
 answers every request in flight within ``--drain-seconds`` and exits 0.
+
+On CPUs the model is loaded with ``threads`` ONNX Runtime threads a call (default 1), and
+each lane runs as many batches at once as there are cores (``ServeConfig.batches_at_once``):
+one batch a core, side by side, costs less CPU a text and answers more texts a second than one
+batch at a time split over every core (docs/benchmarks.md, docs/architecture.md).
 """
 
 from __future__ import annotations
@@ -16,19 +21,26 @@ from typing import TYPE_CHECKING, Any
 from .config import ServeConfig
 
 if TYPE_CHECKING:
-    from uform import Model
+    from uform import Executor, Model
 
 
-def load(model_path: str | None, quantization: str, devices: Sequence[int] | None) -> Model:
-    from uform import Model, Scalar
+def load(model_path: str | None, quantization: str, devices: Sequence[int] | None, threads: int | None = 1) -> tuple[Model, Executor | None]:
+    """The model, and the executor it was loaded with when it is the server's to close (a CPU
+    load with ``threads`` ONNX Runtime threads a call; None: the library's default)."""
+    from uform import Executor, Model, Scalar
 
     if devices:
-        return Model.load_vram(model_path, devices=list(devices), quantization=Scalar(quantization))
-    return Model.load_ram(model_path, quantization=Scalar(quantization))
+        return Model.load_vram(model_path, devices=list(devices), quantization=Scalar(quantization)), None
+    if threads is None:
+        return Model.load_ram(model_path, quantization=Scalar(quantization)), None
+    executor = Executor(threads)
+    return Model.load_ram(model_path, quantization=Scalar(quantization), executor=executor), executor
 
 
-def serve(model: Model, config: ServeConfig, *, host: str, port: int, access_log: bool = True, announce: Any = None) -> int:
-    """Serve until SIGTERM or SIGINT, then drain; answers the exit status (0)."""
+def serve(model: Model, config: ServeConfig, *, host: str, port: int, access_log: bool = True, announce: Any = None,
+          executor: Executor | None = None) -> int:  # fmt: skip
+    """Serve until SIGTERM or SIGINT, then drain; answers the exit status (0). ``executor``, the
+    one ``model`` was loaded with, is closed after it."""
     import uvicorn
 
     from .app import create_app
@@ -40,6 +52,7 @@ def serve(model: Model, config: ServeConfig, *, host: str, port: int, access_log
     uv = uvicorn.Config(
         app, host=host, port=port, lifespan="on", access_log=False, log_level="info",
         timeout_graceful_shutdown=max(1, int(config.drain_seconds)), http=_http(), loop=_loop(),
+        proxy_headers=False,  # the access log names the connection's peer; X-Forwarded-For is not read
     )  # fmt: skip
 
     class Draining(uvicorn.Server):
@@ -67,6 +80,8 @@ def serve(model: Model, config: ServeConfig, *, host: str, port: int, access_log
         sys.stdout.flush()
         os._exit(0)
     model.close()
+    if executor is not None:
+        executor.close()
     return 0
 
 
