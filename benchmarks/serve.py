@@ -3,12 +3,14 @@
     /tmp/coord/timed serve python benchmarks/serve.py [--seconds 4] [--clients 1,8,32,128] [--client wrk|asyncio]
 
 In-process first (the default model): ``text_encode`` of one short text (p50 latency of a
-single call, texts/s) and of 64 at once (texts/s and process CPU seconds per text), and
-``image_encode`` of one 640x480 JPEG. Then a ``uform serve`` subprocess driven over loopback
+single call, texts/s) and of 64 at once (texts/s and process CPU seconds per text), the same 64
+as ``uform serve`` runs calls on CPUs (one ONNX Runtime thread a call, one call a core at
+once), and ``image_encode`` of one 640x480 JPEG. Then a ``uform serve`` subprocess driven over loopback
 by a load generator (``wrk`` with one thread where installed, else a lean asyncio client in a
 process of its own), one text or one 640x480 JPEG (a data: URL) per request, at each client
 count: requests/s, p50 and p99 latency, the server process's CPU seconds per request (from
-/proc) and the generator's CPU share. Then the server's resident memory across 10,000
+/proc; its event loop's thread alone too), text_encode's mean batch, and the CPU shares of the
+server, the generator and everything else running on the machine. Then the server's resident memory across 10,000
 requests of distinct texts, the same server with batching off (one verb call per request),
 and, for the choice of framework, a bare JSON echo route on uvicorn with Starlette and with
 FastAPI. Writes benchmarks/results/serve.json.
@@ -75,13 +77,50 @@ def in_process(seconds: float, jpeg: bytes) -> dict[str, Any]:
             t = time.perf_counter()
             model.image_encode([jpeg], arena)
             images.append(time.perf_counter() - t)
-        d = model.describe()
-        return {
-            "cpu_class": d.cpu_class.value if d.cpu_class else None, "backend": model.backend, "compute": model.compute,
+        d, backend, compute = model.describe(), model.backend, model.compute
+    side = side_by_side(seconds, batch)
+    return {
+            "cpu_class": d.cpu_class.value if d.cpu_class else None, "backend": backend, "compute": compute,
             "text_p50_ms": round(float(np.median(latencies)) * 1000, 3), "text_texts_per_s_batch1": round(len(latencies) / sum(latencies), 1),
             "text_texts_per_s_batch64": round(calls * 64 / wall, 1), "text_cpu_ms_per_text_batch64": round(cpu / (calls * 64) * 1000, 4),
-            "image_p50_ms": round(float(np.median(images)) * 1000, 3),
-        }  # fmt: skip
+            "image_p50_ms": round(float(np.median(images)) * 1000, 3), **side,
+    }  # fmt: skip
+
+
+def side_by_side(seconds: float, batch: list[str]) -> dict[str, Any]:
+    """``text_encode`` of ``batch`` as ``uform serve`` runs it on CPUs: one ONNX Runtime thread a
+    call, as many calls at once as there are cores; texts/s and process CPU seconds a text."""
+    import threading
+
+    import uform
+    from uform.core.executor import available_cores
+
+    cores = available_cores()
+    with uform.Executor(1) as executor, uform.Model.load_ram(executor=executor) as model:
+        counts = [0] * cores
+        start = threading.Barrier(cores + 1)
+
+        def run(k: int) -> None:
+            arena = uform.Arena()
+            model.text_encode(batch, arena)
+            start.wait()
+            while time.perf_counter() < stop or counts[k] < 5:
+                model.text_encode(batch, arena)
+                counts[k] += 1
+
+        threads = [threading.Thread(target=run, args=(k,)) for k in range(cores)]
+        stop = float("inf")
+        for t in threads:
+            t.start()
+        stop = time.perf_counter() + seconds
+        start.wait()
+        cpu, wall = time.process_time(), time.perf_counter()
+        for t in threads:
+            t.join()
+        cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+    texts = sum(counts) * len(batch)
+    return {"text_texts_per_s_batch64_side_by_side": round(texts / wall, 1), "text_cpu_ms_per_text_batch64_side_by_side": round(cpu / texts * 1000, 4),
+            "side_by_side_calls": cores}  # fmt: skip
 
 
 class Served:
@@ -101,6 +140,22 @@ class Served:
         fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / TICK  # utime + stime, every thread
 
+    def loop_cpu(self) -> float:
+        """CPU seconds of the main thread alone (the event loop: HTTP, JSON, batching)."""
+        fields = Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / TICK
+
+    def batches(self) -> tuple[float, float]:
+        """``(items, calls)`` of text_encode so far, from /metrics; zeros where there is none."""
+        import urllib.request
+
+        try:
+            text = urllib.request.urlopen(self.url + "/metrics", timeout=10).read().decode()
+        except OSError:
+            return 0.0, 0.0
+        found = {line.split("{")[0]: float(line.split()[-1]) for line in text.splitlines() if line.startswith(("uform_batch_items_sum{verb=\"text_encode\"}", "uform_batch_items_count{verb=\"text_encode\"}"))}
+        return found.get("uform_batch_items_sum", 0.0), found.get("uform_batch_items_count", 0.0)
+
     def rss(self) -> int:
         for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
             if line.startswith("VmRSS:"):
@@ -110,6 +165,12 @@ class Served:
     def close(self) -> None:
         self.proc.terminate()
         self.proc.wait(30)
+
+
+def machine_cpu() -> float:
+    """CPU seconds every process on the machine has used (user, nice, system, irq, softirq, steal)."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return (sum(fields[:8]) - fields[3] - fields[4]) / TICK
 
 
 def children_cpu() -> float:
@@ -191,13 +252,21 @@ def drive(kind: str, url: str, body: bytes, clients: int, seconds: float) -> dic
 
 
 def measured(server: Served, kind: str, body: bytes, clients: int, seconds: float) -> dict[str, Any]:
-    cpu, wall = server.cpu(), time.perf_counter()
+    """One point: the generator's figures, the server's CPU a request (all of it, and its event
+    loop's thread alone), text_encode's mean batch, and the CPU shares (of every core) of the
+    server, the generator and everything else on the machine (other people's work)."""
+    items, calls = server.batches()
+    machine, loop, cpu, wall = machine_cpu(), server.loop_cpu(), server.cpu(), time.perf_counter()
     got = drive(kind, server.url, body, clients, seconds)
-    cpu, wall = server.cpu() - cpu, time.perf_counter() - wall
+    cpu, wall, loop, machine = server.cpu() - cpu, time.perf_counter() - wall, server.loop_cpu() - loop, machine_cpu() - machine
+    items, calls = (a - b for a, b in zip(server.batches(), (items, calls)))
+    cores, n = os.cpu_count() or 1, max(got["requests"], 1)
     return {
         "clients": clients, "rps": round(got["rps"], 1), "p50_ms": round(got["p50_ms"], 3), "p99_ms": round(got["p99_ms"], 3),
-        "requests": got["requests"], "errors": got["errors"], "server_cpu_ms_per_request": round(cpu / max(got["requests"], 1) * 1000, 4),
-        "server_cpu_share": round(cpu / wall / (os.cpu_count() or 1), 3), "client_cpu_share": round(got["client_cpu_s"] / wall / (os.cpu_count() or 1), 3),
+        "requests": got["requests"], "errors": got["errors"], "server_cpu_ms_per_request": round(cpu / n * 1000, 4),
+        "server_loop_cpu_ms_per_request": round(loop / n * 1000, 4), "text_batch_mean": round(items / calls, 1) if calls else None,
+        "server_cpu_share": round(cpu / wall / cores, 3), "client_cpu_share": round(got["client_cpu_s"] / wall / cores, 3),
+        "other_cpu_share": round(max(machine - cpu - got["client_cpu_s"], 0.0) / wall / cores, 3),
     }  # fmt: skip
 
 
@@ -271,6 +340,7 @@ def main() -> None:
         run_bare(a.bare, a.port)
         return
     clients = [int(c) for c in a.clients.split(",")]
+    print(f"load generator: {'wrk -t1' if a.client == 'wrk' else 'the asyncio client (wrk is not installed)' if not shutil.which('wrk') else 'the asyncio client'}", flush=True)
     jpeg = photo_jpeg()
     text_body = json.dumps({"input": TEXT, "model": "default", "encoding_format": "base64"}).encode()  # as the openai client asks
     float_body = json.dumps({"input": TEXT, "model": "default", "encoding_format": "float"}).encode()
@@ -325,6 +395,7 @@ def goals(r: dict[str, Any]) -> dict[str, Any]:
     return {
         "clients": key,
         "server_cpu_per_text_vs_in_process_batch64": round(cpu_ratio, 2), "server_cpu_goal_met": cpu_ratio <= 1.5,
+        "server_cpu_per_text_vs_in_process_batch64_side_by_side": round(at[key]["server_cpu_ms_per_request"] / r["in_process"]["text_cpu_ms_per_text_batch64_side_by_side"], 2),
         "throughput_vs_batching_off": round(at[key]["rps"] / off["rps"], 2) if off else None,
         "throughput_goal_met": bool(off and at[key]["rps"] >= 3 * off["rps"]),
         "one_client_p50_minus_in_process_ms": round(one["p50_ms"] - r["in_process"]["text_p50_ms"], 3) if one else None,
