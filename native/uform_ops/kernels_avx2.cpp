@@ -15,11 +15,10 @@
 // and the slice (8 panels, 128 KiB) stays in L2 across the rows. Decoding costs 1 / rows of
 // the products. While a micro-tile runs it fetches the next group's rows of x (from L3).
 //
-// At few rows (13 with BF16 weights, 12 with E4M3) nothing is decoded into memory: each group
-// of rows reads a panel's packed pairs over all of k and widens them in registers (`widened`),
-// fetching the bytes REACH ahead, so that what moves from DRAM is the packed weights alone
-// and DRAM's latency is hidden. Between that and 16 rows the decoded path runs one panel at a
-// time and fetches the packed bytes DISTANCE chunks ahead.
+// At 16 rows or fewer nothing is decoded into memory: each group of rows reads a panel's
+// packed pairs over all of k and widens them in registers (`widened`), fetching the bytes
+// REACH ahead, so that what moves from DRAM is the packed weights alone and DRAM's latency is
+// hidden; the panel's other groups of rows read it again from L1 or L2.
 #pragma GCC target("avx2,fma,f16c")
 
 #include <immintrin.h>
@@ -38,15 +37,9 @@ constexpr int64_t NR = 16, MR = 6, PAIR = 2;
 constexpr int64_t KC = 128;          // pairs per depth chunk (256 k)
 constexpr int64_t SLICE = 8;         // panels a task decodes at once at large m: 128 columns x 256 k of float32
 constexpr int64_t MC = 96;           // rows per task at large m
-constexpr int64_t SMALL = 16;        // rows at most for the small-m cut: one block of rows, a panel at a time
+constexpr int64_t SMALL = 16;        // rows at most whose weights widen in registers: one block of rows, a panel at a time
 constexpr int64_t SMALL_PANELS = 4;  // panels per task at small m
-constexpr int64_t WIDEN_E4M3 = 2 * MR;  // rows at most whose E4M3 weights widen in registers: from three
-                                        // groups of rows up, a decoded chunk is shared enough to pay
-constexpr int64_t WIDEN_BF16 = 13;     // and BF16's: with weights streaming from DRAM, 13 rows (5, 4, 4) run
-                                        // 14 % ahead of the decoded path, 14 even, 15 and 16 5-13 % behind
 constexpr int64_t REACH = 2048;      // bytes ahead that weights widened in registers are fetched from DRAM (4 and 8 KiB: the same)
-constexpr int64_t DISTANCE = 2;      // chunks ahead that small m's decoded path fetches the packed weights
-constexpr int64_t STREAM = 192;      // bytes of them fetched a round (4 k)
 constexpr int64_t TASKS_PER_THREAD = 3;  // narrower tasks until a product has this many a thread (none idles long)
 constexpr int64_t UNKNOWN_THREADS = 8;   // what to cut for when the caller did not say
 
@@ -59,7 +52,7 @@ struct Cut {
 static inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 static Cut cut(const Gemm& g) {
-  if (g.m <= SMALL) return {std::max<int64_t>(g.m, 1), SMALL_PANELS, 1};
+  if (g.m <= SMALL) return {std::max<int64_t>(g.m, 1), SMALL_PANELS, 0};  // widened: no slice
   Cut c{MC, SLICE, SLICE};
   const int64_t rows = ceil_div(g.m, MC), panels = ceil_div(g.n, NR);
   const int64_t least = TASKS_PER_THREAD * (g.threads > 0 ? g.threads : UNKNOWN_THREADS);
@@ -107,20 +100,13 @@ static inline __m256i lanes(int64_t count) {
   return _mm256_cmpgt_epi32(_mm256_set1_epi32(int32_t(std::clamp<int64_t>(count, 0, 8))), index);
 }
 
-// What a micro-kernel fetches ahead while it runs, four k a round: six lines, at `at`,
-// `at` + stride, ..., + 5 stride, then `at` moves on by `step`. At large m these are the next
-// group of rows of x (stride: a row; step: the 16 bytes of a round); at small m the packed
-// weights a few chunks on, `step` bytes a round (stride: a sixth of it).
-struct Ahead {
-  const char* at = nullptr;  // null: fetch nothing ahead
-  int64_t stride = 0, step = 0;
-};
-
 // Rows [row, row + R) times the panel's 16 columns over k in [k0, k1): sums start at zero
 // when `first` (else from y); y gets scale * sum + bias when `last`, else the raw sums.
+// `ahead` (or null): the first of six rows of x, a row apart, that the tile fetches into L1
+// as it runs (the next group's, the same k).
 template <int R>
 __attribute__((noinline)) static void micro(const Gemm& g, int64_t row, int64_t n0, const float* panel, int64_t k0, int64_t k1, bool first,
-                         bool last, Ahead ahead = {}) {
+                         bool last, const float* ahead = nullptr) {
   const int64_t cols = std::min<int64_t>(NR, g.n - n0);
   const bool whole = cols == NR;
   const __m256i m0 = lanes(cols), m1 = lanes(cols - 8);
@@ -154,9 +140,8 @@ __attribute__((noinline)) static void micro(const Gemm& g, int64_t row, int64_t 
     int64_t rounds = (k1 - k0) / 4;
     const int64_t stride = g.k * int64_t(sizeof(float));
     // with nothing to fetch, the rows at hand (in L1 already) are fetched again
-    const char* pa = ahead.at ? ahead.at : reinterpret_cast<const char*>(lo);
-    const int64_t ps = ahead.at ? ahead.stride : stride, pstep = ahead.at ? ahead.step : 16;
-    const char* pb = pa + 3 * ps;
+    const float* pa = ahead ? ahead : lo;
+    const float* pb = pa + 3 * g.k;
     if (rounds > 0) {
       float* epilogue[4] = {reinterpret_cast<float*>(&acc[R][0]), reinterpret_cast<float*>(&acc[R][1]), reinterpret_cast<float*>(&acc[R + 1][0]),
                             reinterpret_cast<float*>(&acc[R + 1][1])};  // scale of columns 0-7 and 8-15, then bias: applied when `last`
@@ -222,9 +207,9 @@ __attribute__((noinline)) static void micro(const Gemm& g, int64_t row, int64_t 
           "1:\n\t"
           UFORM_STEP(0) UFORM_STEP(1) UFORM_STEP(2) UFORM_STEP(3)
           // the next rows of x, a line at a time, while these run (they come from L3)
-          "prefetcht0 (%[pa])\n\tprefetcht0 (%[pa],%[ps],1)\n\tprefetcht0 (%[pa],%[ps],2)\n\t"
-          "prefetcht0 (%[pb])\n\tprefetcht0 (%[pb],%[ps],1)\n\tprefetcht0 (%[pb],%[ps],2)\n\t"
-          "add %[pstep], %[pa]\n\tadd %[pstep], %[pb]\n\t"
+          "prefetcht0 (%[pa])\n\tprefetcht0 (%[pa],%[s],1)\n\tprefetcht0 (%[pa],%[s],2)\n\t"
+          "prefetcht0 (%[pb])\n\tprefetcht0 (%[pb],%[s],1)\n\tprefetcht0 (%[pb],%[s],2)\n\t"
+          "add $16, %[pa]\n\tadd $16, %[pb]\n\t"
           "add $256, %[b]\n\t"
           "add $16, %[lo]\n\t"
           "add $16, %[hi]\n\t"
@@ -258,7 +243,7 @@ __attribute__((noinline)) static void micro(const Gemm& g, int64_t row, int64_t 
           "9:\n\t"
           : [b] "+r"(b), [lo] "+r"(lo), [hi] "+r"(hi), [n] "+r"(rounds), [pa] "+r"(pa), [pb] "+r"(pb)
           : [s] "r"(stride), [acc] "r"(&acc[0][0]), [ylo] "r"(ylo), [yhi] "r"(yhi), [ys] "r"(ystride),
-            [mode] "m"(mode), [ps] "r"(ps), [pstep] "m"(pstep)
+            [mode] "m"(mode)
           : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "xmm12",
             "xmm13", "xmm14", "xmm15", "cc", "memory");
 #undef UFORM_STEP
@@ -266,12 +251,7 @@ __attribute__((noinline)) static void micro(const Gemm& g, int64_t row, int64_t 
       i = k0 + (k1 - k0) / 4 * 4;
     }
   }
-  const char* pf = ahead.at;
   for (; i < k1; ++i, b += NR, ++lo, ++hi) {
-    if (pf && (i - k0) % 4 == 0) {
-      for (int64_t o = 0; o < ahead.step; o += 64) _mm_prefetch(pf + o, _MM_HINT_T0);
-      pf += ahead.step;
-    }
     const __m256 b0 = _mm256_load_ps(b), b1 = _mm256_load_ps(b + 8);
 #pragma GCC unroll 6
     for (int r = 0; r < R; ++r) {
@@ -311,7 +291,7 @@ __attribute__((noinline)) static void micro(const Gemm& g, int64_t row, int64_t 
 
 template <int R>
 static inline void rows(int64_t count, const Gemm& g, int64_t row, int64_t n0, const float* panel, int64_t k0,
-                        int64_t k1, bool first, bool last, Ahead ahead) {
+                        int64_t k1, bool first, bool last, const float* ahead) {
   if constexpr (R > 0) {
     if (count == R) {
       micro<R>(g, row, n0, panel, k0, k1, first, last, ahead);
@@ -361,10 +341,10 @@ __attribute__((noinline)) static void widened(const Gemm& g, int64_t row, int64_
   const float* x = g.x + row * g.k;
   const int64_t k = g.k, full = k / 2;
   int64_t p = 0;
-  if constexpr (R == MR) {
-    // in assembly, as `micro` (GCC spills two sums here): twelve sums, the panel's two
-    // vectors, one broadcast, one more (fewer rows: GCC's registers suffice; four and five
-    // rows in assembly measured the same)
+  if constexpr (R >= 4) {
+    // in assembly, as `micro`, from four rows up: twelve sums (or eight, ten), the panel's two
+    // vectors, one broadcast, one more. From intrinsics GCC spilled sums: five rows ran at
+    // 57 % of the FMA peak against six rows' 100 % (weights in cache, one thread)
     if (full > 0) {
       const float* lo = x;
       const float* hi = x + 3 * k;
@@ -375,9 +355,11 @@ __attribute__((noinline)) static void widened(const Gemm& g, int64_t row, int64_
 #define UFORM_ROW(u, at, s0, s1)                                                               \
   "vbroadcastss " #u at ", %%ymm14\n\t"                                                         \
   "vfmadd231ps %%ymm12, %%ymm14, %%ymm" #s0 "\n\tvfmadd231ps %%ymm13, %%ymm14, %%ymm" #s1 "\n\t"
-#define UFORM_HALF6(u)                                                                          \
+#define UFORM_HALF4(u)                                                                          \
   UFORM_ROW(u, "(%[lo])", 0, 1) UFORM_ROW(u, "(%[lo],%[s],1)", 2, 3) UFORM_ROW(u, "(%[lo],%[s],2)", 4, 5) \
-  UFORM_ROW(u, "(%[hi])", 6, 7) UFORM_ROW(u, "(%[hi],%[s],1)", 8, 9) UFORM_ROW(u, "(%[hi],%[s],2)", 10, 11)
+  UFORM_ROW(u, "(%[hi])", 6, 7)
+#define UFORM_HALF5(u) UFORM_HALF4(u) UFORM_ROW(u, "(%[hi],%[s],1)", 8, 9)
+#define UFORM_HALF6(u) UFORM_HALF5(u) UFORM_ROW(u, "(%[hi],%[s],2)", 10, 11)
 // BF16: ymm15 holds the mask, the panel is read twice (the odd half's mask takes it from memory)
 #define UFORM_BF16_EVEN "vmovdqu (%[b]), %%ymm12\n\tvmovdqu 32(%[b]), %%ymm13\n\tvpslld $16, %%ymm12, %%ymm12\n\tvpslld $16, %%ymm13, %%ymm13\n\t"
 #define UFORM_BF16_ODD "vpand (%[b]), %%ymm15, %%ymm12\n\tvpand 32(%[b]), %%ymm15, %%ymm13\n\t"
@@ -390,7 +372,7 @@ __attribute__((noinline)) static void widened(const Gemm& g, int64_t row, int64_
 #define UFORM_E4M3_ODD                                                                          \
   "vpsraw $1, %%ymm15, %%ymm15\n\tvpand %[mask], %%ymm15, %%ymm15\n\tvcvtph2ps %%xmm15, %%ymm12\n\t" \
   "vextracti128 $1, %%ymm15, %%xmm13\n\tvcvtph2ps %%xmm13, %%ymm13\n\t"
-#define UFORM_WIDEN(SETUP, EVEN, ODD, STEP)                                                     \
+#define UFORM_WIDEN(HALF, SETUP, EVEN, ODD, STEP)                                               \
   __asm__ volatile(                                                                             \
       "vxorps %%ymm0, %%ymm0, %%ymm0\n\tvxorps %%ymm1, %%ymm1, %%ymm1\n\tvxorps %%ymm2, %%ymm2, %%ymm2\n\t" \
       "vxorps %%ymm3, %%ymm3, %%ymm3\n\tvxorps %%ymm4, %%ymm4, %%ymm4\n\tvxorps %%ymm5, %%ymm5, %%ymm5\n\t" \
@@ -399,7 +381,7 @@ __attribute__((noinline)) static void widened(const Gemm& g, int64_t row, int64_
       SETUP                                                                                     \
       ".p2align 5\n\t"                                                                          \
       "1:\n\t"                                                                                  \
-      EVEN UFORM_HALF6(0) ODD UFORM_HALF6(4)                                                    \
+      EVEN HALF(0) ODD HALF(4)                                                                  \
       "prefetcht0 %c[reach](%[b])\n\t"                                                          \
       "add $" #STEP ", %[b]\n\t"                                                                \
       "add $8, %[lo]\n\t"                                                                       \
@@ -414,17 +396,31 @@ __attribute__((noinline)) static void widened(const Gemm& g, int64_t row, int64_
       : [s] "r"(stride), [acc] "r"(&acc[0][0]), [mask] "m"(mask), [reach] "i"(REACH)            \
       : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "xmm12", \
         "xmm13", "xmm14", "xmm15", "cc", "memory")
-      if constexpr (WT == kBF16) {
-        UFORM_WIDEN("vmovdqa %[mask], %%ymm15\n\t", UFORM_BF16_EVEN, UFORM_BF16_ODD, 64);
+#define UFORM_BF16(HALF) UFORM_WIDEN(HALF, "vmovdqa %[mask], %%ymm15\n\t", UFORM_BF16_EVEN, UFORM_BF16_ODD, 64)
+#define UFORM_E4M3(HALF) UFORM_WIDEN(HALF, "", UFORM_E4M3_EVEN, UFORM_E4M3_ODD, 32)
+      if constexpr (WT == kBF16 && R == 6) {
+        UFORM_BF16(UFORM_HALF6);
+      } else if constexpr (WT == kBF16 && R == 5) {
+        UFORM_BF16(UFORM_HALF5);
+      } else if constexpr (WT == kBF16) {
+        UFORM_BF16(UFORM_HALF4);
+      } else if constexpr (R == 6) {
+        UFORM_E4M3(UFORM_HALF6);
+      } else if constexpr (R == 5) {
+        UFORM_E4M3(UFORM_HALF5);
       } else {
-        UFORM_WIDEN("", UFORM_E4M3_EVEN, UFORM_E4M3_ODD, 32);
+        UFORM_E4M3(UFORM_HALF4);
       }
+#undef UFORM_E4M3
+#undef UFORM_BF16
 #undef UFORM_WIDEN
 #undef UFORM_E4M3_ODD
 #undef UFORM_E4M3_EVEN
 #undef UFORM_BF16_ODD
 #undef UFORM_BF16_EVEN
 #undef UFORM_HALF6
+#undef UFORM_HALF5
+#undef UFORM_HALF4
 #undef UFORM_ROW
       p = full;
     }
@@ -504,10 +500,6 @@ static thread_local Buffer buffer;  // SLICE decoded panel chunks, allocated onc
 static constexpr int64_t CHUNK = 2 * KC * NR;  // floats of one decoded panel chunk
 
 static void task(const Gemm& g, int64_t t) {
-  if (buffer.data == nullptr) {
-    buffer.data = static_cast<float*>(std::aligned_alloc(64, SLICE * CHUNK * sizeof(float)));
-    if (buffer.data == nullptr) std::abort();  // 128 KiB: nothing sensible is left to do
-  }
   const Cut c = cut(g);
   const int64_t blocks = ceil_div(g.m, c.mc), panels = ceil_div(g.n, NR), pairs = (g.k + 1) / 2;
   const int64_t j0 = t / blocks * c.panels, j1 = std::min(panels, j0 + c.panels);
@@ -515,8 +507,8 @@ static void task(const Gemm& g, int64_t t) {
   // rows in groups of at most MR, as even as can be (13 rows: 5, 4, 4), so that no group is
   // a lone row or two whose few sums leave the FMA pipes waiting on their latency
   const int64_t groups = ceil_div(r1 - r0, MR);
-  if (g.m <= (g.wtype == kBF16 ? WIDEN_BF16 : WIDEN_E4M3)) {  // widened in registers, a panel at a time, all of k at once
-    const int64_t pairs = (g.k + 1) / 2, word = g.wtype == kBF16 ? 4 : 2;
+  if (g.m <= SMALL) {  // widened in registers, a panel at a time, all of k at once
+    const int64_t word = g.wtype == kBF16 ? 4 : 2;  // bytes of a column's pair
     for (int64_t j = j0; j < j1; ++j)
       for (int64_t q = 0, row = r0; q < groups; ++q) {
         const int64_t count = ceil_div(r1 - row, groups - q);
@@ -530,9 +522,11 @@ static void task(const Gemm& g, int64_t t) {
       }
     return;
   }
-  const char* bytes = static_cast<const char*>(g.w);
-  const int64_t word = g.wtype == kBF16 ? 4 : 2;  // bytes of a column's pair
-  for (int64_t s0 = j0; s0 < j1; s0 += c.slice) {  // at small m a slice is one panel: its bytes are read in order
+  if (buffer.data == nullptr) {
+    buffer.data = static_cast<float*>(std::aligned_alloc(64, SLICE * CHUNK * sizeof(float)));
+    if (buffer.data == nullptr) std::abort();  // 128 KiB: nothing sensible is left to do
+  }
+  for (int64_t s0 = j0; s0 < j1; s0 += c.slice) {
     const int64_t s1 = std::min(j1, s0 + c.slice);
     for (int64_t p0 = 0; p0 < pairs; p0 += KC) {
       const int64_t p1 = std::min(pairs, p0 + KC), k0 = 2 * p0, k1 = std::min(g.k, 2 * p1);
@@ -542,16 +536,10 @@ static void task(const Gemm& g, int64_t t) {
         const int64_t count = ceil_div(r1 - row, groups - q);
         for (int64_t j = s0; j < s1; ++j) {
           const float* panel = buffer.data + (j - s0) * CHUNK;
-          Ahead ahead;
-          if (g.m <= SMALL) {
-            // the packed bytes DISTANCE chunks on (this task's panels lie end to end), a
-            // groups'th of a chunk's for each group's call: DRAM's latency is hidden, not paid
-            ahead = {bytes + ((j * pairs + p0) * NR * word) + DISTANCE * KC * NR * word + q * KC * NR * word / groups, STREAM / 6, STREAM};
-          } else if (j == s1 - 1) {
-            // the next group's rows of x (the next chunk's, after the last group), from L3
-            const float* next = q + 1 < groups ? g.x + (row + count) * g.k + k0 : (k1 < g.k ? g.x + r0 * g.k + k1 : nullptr);
-            if (next) ahead = {reinterpret_cast<const char*>(next), g.k * int64_t(sizeof(float)), 16};
-          }
+          // the last panel's tile fetches the next group's rows of x (after the last group,
+          // the next chunk's first), which come from L3
+          const float* ahead = nullptr;
+          if (j == s1 - 1) ahead = q + 1 < groups ? g.x + (row + count) * g.k + k0 : (k1 < g.k ? g.x + r0 * g.k + k1 : nullptr);
           if (count == MR) {
             micro<MR>(g, row, j * NR, panel, k0, k1, first, last, ahead);
           } else {
