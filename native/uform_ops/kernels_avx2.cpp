@@ -1,24 +1,29 @@
-// AVX2 with FMA (x86-64-v3): float32 FMA over BF16 or E4M3 weights, decoded a slice at a time.
+// AVX2 with FMA (x86-64-v3): float32 FMA over BF16 or E4M3 weights, widened in registers as
+// they are read or, for E4M3 at more than 16 rows, decoded a slice at a time into cache.
 //
 // Weights are packed in pairs, [k / 2][16][2] per panel of 16 columns (as the BF16
-// dot-product variant packs them), so that decoding costs one instruction per 8 weights
+// dot-product variant packs them), so that widening costs one instruction per 8 weights
 // after the load: a BF16 pair is one 32-bit word whose even weight widens by a shift left of
 // 16 and whose odd one by masking the high half; an E4M3 pair is one 16-bit word whose codes
 // become the F16 bits of code * 2^-8 exactly (subnormals and zeros included) by moving the
 // code to the high byte, an arithmetic shift right by 1 and a mask, then vcvtph2ps; the 2^8
 // is applied with the scale.
 //
-// A task is a block of rows times a block of panels (its size chosen by the product's shape,
-// `cut`). The depth runs in chunks of KC pairs; for each chunk a slice of panels is decoded
-// into the thread's buffer, then every 6 x 16 micro-tile of the task's rows runs over every
-// panel of the slice: a micro-tile's rows of x (6 x 256 floats) stay in L1 across the slice,
-// and the slice (8 panels, 128 KiB) stays in L2 across the rows. Decoding costs 1 / rows of
-// the products. While a micro-tile runs it fetches the next group's rows of x (from L3).
+// Widened (`widened`: BF16 at every m, E4M3 at 16 rows or fewer): a task is up to 96 rows
+// times 4 panels; each group of up to 6 rows reads a panel's packed pairs over all of k,
+// widens them in registers and sums in registers, y written once. The first group reads the
+// panel from DRAM (fetched REACH bytes ahead, and the next panel into L2 behind it), the
+// others from L1 or L2: what moves from DRAM is the packed weights alone. (A BF16 widen is a
+// shift or a mask per 8 weights, on ports the FMAs leave free: six rows ran at the FMA peak.)
 //
-// At 16 rows or fewer nothing is decoded into memory: each group of rows reads a panel's
-// packed pairs over all of k and widens them in registers (`widened`), fetching the bytes
-// REACH ahead, so that what moves from DRAM is the packed weights alone and DRAM's latency is
-// hidden; the panel's other groups of rows read it again from L1 or L2.
+// Decoded (E4M3 beyond 16 rows, whose widen costs five operations and four conversions per
+// 32 weights): a task is a block of rows times a block of panels (`cut`). The depth runs in
+// chunks of KC pairs; for each chunk a slice of panels is decoded into the thread's buffer,
+// then every 6 x 16 micro-tile of the task's rows runs over every panel of the slice: a
+// micro-tile's rows of x (6 x 256 floats) stay in L1 across the slice, and the slice
+// (8 panels, 128 KiB) stays in L2 across the rows. Decoding costs 1 / rows of the products.
+// While a micro-tile runs it fetches the next group's rows of x (from L3), and the decode
+// fetches the next chunk's packed bytes.
 #pragma GCC target("avx2,fma,f16c")
 
 #include <immintrin.h>
@@ -36,9 +41,9 @@ namespace avx2 {
 constexpr int64_t NR = 16, MR = 6, PAIR = 2;
 constexpr int64_t KC = 128;          // pairs per depth chunk (256 k)
 constexpr int64_t SLICE = 8;         // panels a task decodes at once at large m: 128 columns x 256 k of float32
-constexpr int64_t MC = 96;           // rows per task at large m
-constexpr int64_t SMALL = 16;        // rows at most whose weights widen in registers: one block of rows, a panel at a time
-constexpr int64_t SMALL_PANELS = 4;  // panels per task at small m
+constexpr int64_t MC = 96;           // rows per task beyond SMALL
+constexpr int64_t SMALL = 16;        // rows at most whose E4M3 weights widen in registers (BF16's: every m)
+constexpr int64_t SMALL_PANELS = 4;  // panels per task of the widened path
 constexpr int64_t REACH = 2048;      // bytes ahead that weights widened in registers are fetched from DRAM (4 and 8 KiB: the same)
 constexpr int64_t TASKS_PER_THREAD = 3;  // narrower tasks until a product has this many a thread (none idles long)
 constexpr int64_t UNKNOWN_THREADS = 8;   // what to cut for when the caller did not say
@@ -51,13 +56,16 @@ struct Cut {
 
 static inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// BF16 weights widen in registers at every m, E4M3 ones at 16 rows or fewer (below).
+static inline bool widens(const Gemm& g) { return g.m <= SMALL || g.wtype == kBF16; }
+
 static Cut cut(const Gemm& g) {
-  if (g.m <= SMALL) return {std::max<int64_t>(g.m, 1), SMALL_PANELS, 0};  // widened: no slice
-  Cut c{MC, SLICE, SLICE};
-  const int64_t rows = ceil_div(g.m, MC), panels = ceil_div(g.n, NR);
+  const bool wide = widens(g);
+  Cut c = wide ? Cut{std::clamp<int64_t>(g.m, 1, MC), SMALL_PANELS, 0} : Cut{MC, SLICE, SLICE};
+  const int64_t rows = ceil_div(g.m, c.mc), panels = ceil_div(g.n, NR);
   const int64_t least = TASKS_PER_THREAD * (g.threads > 0 ? g.threads : UNKNOWN_THREADS);
   while (c.panels > 1 && rows * ceil_div(panels, c.panels) < least) c.panels /= 2;
-  c.slice = c.panels;
+  if (!wide) c.slice = c.panels;
   return c;
 }
 
@@ -67,12 +75,15 @@ static int64_t count(const Gemm& g) {
 }
 
 // Chunk [p0, p1) of panel j's pairs, as float32 [2 * (p1 - p0)][16] (row i: k = 2 * p0 + i).
-static void decode(const Gemm& g, int64_t j, int64_t p0, int64_t p1, float* out) {
+// `ahead` (bytes from each pair's to the pair the next decode of this panel reads, or 0):
+// those are fetched into L2 meanwhile, a line a pair, so the next chunk does not wait on DRAM.
+static void decode(const Gemm& g, int64_t j, int64_t p0, int64_t p1, float* out, int64_t ahead) {
   const int64_t pairs = (g.k + 1) / 2;
   if (g.wtype == kBF16) {
     const uint32_t* src = static_cast<const uint32_t*>(g.w) + (j * pairs + p0) * NR;
     const __m256i high = _mm256_set1_epi32(int32_t(0xFFFF0000u));
     for (int64_t p = p0; p < p1; ++p, src += NR, out += 2 * NR) {
+      if (ahead) _mm_prefetch(reinterpret_cast<const char*>(src) + ahead, _MM_HINT_T1);
       const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src));
       const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + 8));
       _mm256_store_ps(out, _mm256_castsi256_ps(_mm256_slli_epi32(w0, 16)));
@@ -85,6 +96,7 @@ static void decode(const Gemm& g, int64_t j, int64_t p0, int64_t p1, float* out)
   const uint16_t* src = static_cast<const uint16_t*>(g.w) + (j * pairs + p0) * NR;
   const __m256i keep = _mm256_set1_epi16(int16_t(0xBF80u));  // sign, exponent, 3 mantissa bits of F16
   for (int64_t p = p0; p < p1; ++p, src += NR, out += 2 * NR) {
+    if (ahead && (p - p0) % 2 == 0) _mm_prefetch(reinterpret_cast<const char*>(src) + ahead, _MM_HINT_T1);  // 32 bytes a pair
     const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src));
     const __m256i even = _mm256_and_si256(_mm256_srai_epi16(_mm256_slli_epi16(v, 8), 1), keep);
     const __m256i odd = _mm256_and_si256(_mm256_srai_epi16(v, 1), keep);
@@ -512,7 +524,7 @@ static void task(const Gemm& g, int64_t t) {
   // rows in groups of at most MR, as even as can be (13 rows: 5, 4, 4), so that no group is
   // a lone row or two whose few sums leave the FMA pipes waiting on their latency
   const int64_t groups = ceil_div(r1 - r0, MR);
-  if (g.m <= SMALL) {  // widened in registers, a panel at a time, all of k at once
+  if (widens(g)) {  // widened in registers, a panel at a time, all of k at once
     const int64_t word = g.wtype == kBF16 ? 4 : 2;  // bytes of a column's pair
     for (int64_t j = j0; j < j1; ++j)
       for (int64_t q = 0, row = r0; q < groups; ++q) {
@@ -539,7 +551,11 @@ static void task(const Gemm& g, int64_t t) {
     for (int64_t p0 = 0; p0 < pairs; p0 += KC) {
       const int64_t p1 = std::min(pairs, p0 + KC), k0 = 2 * p0, k1 = std::min(g.k, 2 * p1);
       const bool first = p0 == 0, last = p1 == pairs;
-      for (int64_t j = s0; j < s1; ++j) decode(g, j, p0, p1, buffer.data + (j - s0) * CHUNK);
+      // while this chunk runs, the next one's packed bytes come to L2: this slice's next chunk,
+      // or after the last, the next slice's first (streaming from DRAM this was 18 % slower)
+      const int64_t word = g.wtype == kBF16 ? 4 : 2;
+      const int64_t ahead = p1 < pairs ? KC * NR * word : s1 < j1 ? (c.slice * pairs - p0) * NR * word : 0;
+      for (int64_t j = s0; j < s1; ++j) decode(g, j, p0, p1, buffer.data + (j - s0) * CHUNK, ahead);
       for (int64_t q = 0, row = r0; q < groups; ++q) {
         const int64_t count = ceil_div(r1 - row, groups - q);
         for (int64_t j = s0; j < s1; ++j) {
