@@ -196,3 +196,32 @@ def test_uform_evaluate_runs_both_suites(capsys: pytest.CaptureFixture[str]) -> 
     assert main(["evaluate", "--suite", "foreign", "--count", "6", "--questions", "12"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[7].split()[0] == "direction" and lines[8].startswith("foreign suite, 6 held-out items per modality, seed 0")
+
+
+def test_jumbled_captions_keep_their_words_and_never_use_the_foreign_punctuation() -> None:
+    from uform.demo import variety
+
+    for modality in ("image", "video", "audio"):
+        for m in variety.meanings(modality)[::7]:
+            jumbles = variety.jumbles(m)
+            assert len(jumbles) == len(set(jumbles)) >= 10
+            assert not any(mark in j for j in jumbles for mark in ",:()"), m
+    rng = np.random.default_rng(4)
+    m = variety.meanings("video")[0]  # a red circle moving left
+    said = {variety.phrase(rng, m, canonical=0.0, jumbled=1.0) for _ in range(200)}
+    assert said <= set(variety.jumbles(m)) and len(said) > 50
+    assert all("red" in s and ("left" in s or "leftwards" in s) for s in said)
+
+
+def test_training_questions_never_use_the_calibration_phrasings() -> None:
+    from uform.demo import variety
+
+    for attribute, phrasings in variety.CALIBRATION_ASK.items():
+        if attribute != "sound":  # "Is this a {v}?" about a sound is one of both (kept from the first calibration set)
+            assert not set(phrasings) & set(variety.TRAIN_ASK[attribute]), attribute
+    assert not set(variety.CALIBRATION_WHICH) & set(variety.TRAIN_WHICH)
+    assert not set(variety.CALIBRATION_HOW_MANY) & set(variety.TRAIN_HOW_MANY)
+    rng = np.random.default_rng(8)
+    for _ in range(300):
+        q = variety.question(rng, jumbled=0.5)
+        assert 0 <= q.answer < len(q.choices) and q.text.endswith(("Answer y or n: ", "Answer 1, 2 or 3: ", "Answer: "))

@@ -22,7 +22,7 @@ item carries its *meaning*: the canonical caption of :mod:`uform.demo.generate`
 from __future__ import annotations
 
 import colorsys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -517,7 +517,7 @@ def question(rng: np.random.Generator, *, calibration: bool = False, jumbled: fl
     return g.Question(f"{caption}. {asked_as.text}", asked_as.choices, asked_as.answer, asked_as.group)
 
 
-def _ask(rng: np.random.Generator, m: Meaning, ask: dict[str, tuple[str, ...]], which: tuple[str, ...], how_many: tuple[str, ...], *,
+def _ask(rng: np.random.Generator, m: Meaning, ask: Mapping[str, Sequence[str]], which: Sequence[str], how_many: Sequence[str], *,
          shuffle: bool) -> g.Question:  # fmt: skip
     """The question part (after the description) about one attribute of ``m``, and its answer."""
     asks = _asks(m)

@@ -41,9 +41,10 @@ from uform.demo import variety as v
 from uform.demo.evaluate import CALIBRATION_STREAM, TRAINING_STREAM
 from uform.demo.media import image_bytes, video_bytes
 from uform.exporters.reference import ReferenceModel
-from uform.exporters.reference.blocks import causal_mask
+from uform.exporters.reference.blocks import Block, causal_mask
 from uform.exporters.reference.decoder import BEGIN, DecoderTower
 from uform.exporters.reference.text import TextTower
+from uform.exporters.reference.video import VideoTower
 
 MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
 STACK = {"width": 128, "depth": 3, "heads": 4, "mlp_width": 256}
@@ -90,7 +91,7 @@ class Settings:
     decoder_every: int = 2  # the byte decoder's steps
     jumbled: float = 0.35  # share of non-canonical captions that are jumbles (variety.jumbles)
     motion: float = 1.0  # weight of the video tower's auxiliary losses: where the shape is in each frame, and looking at it
-    calibration_examples: int = 1200
+    calibration_examples: int = 6000  # about 220 of them how-many questions: with fewer, all answered right, that group sat at the floor
     log_every: int = 25
     evaluate: bool = True
     config: ModelConfig = field(default_factory=default_config)
@@ -294,7 +295,7 @@ def contrastive(media: torch.Tensor, texts: torch.Tensor, labels: torch.Tensor, 
     return (to_text + to_media) / 2
 
 
-def video_forward(tower: nn.Module, frames: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def video_forward(tower: VideoTower, frames: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The video tower's embeddings, its class token's final hidden state, and the log of the
     class token's attention in the first block (``[B, heads, F, patches]``; what the
     auxiliary losses read). The tower's own forward, unrolled."""
@@ -306,6 +307,7 @@ def video_forward(tower: nn.Module, frames: torch.Tensor) -> tuple[torch.Tensor,
     x = x.reshape(b, f, -1, x.shape[-1]) + tower.pos.weight[1:] + tower.time.weight[:, None, :]
     x = with_class_token(x.reshape(b, -1, x.shape[-1]), tower.cls, tower.pos.weight[0])
     first = tower.blocks[0]
+    assert isinstance(first, Block)
     heads, width = first.attn.heads, first.attn.head_dim
     q, k, _ = first.attn.qkv(first.ln1(x)).view(b, x.shape[1], 3, heads, width).permute(2, 0, 3, 1, 4)
     attention = ((q[:, :, :1] / math.sqrt(width)) @ k.transpose(-1, -2))[:, :, 0].log_softmax(-1)  # [B, heads, 1 + F·P]
@@ -412,8 +414,8 @@ def train(settings: Settings, log: Callable[[str], None] = print) -> Result:
     clipped += [list(towers["video"].parameters()) + list(where.parameters()), list(scales.parameters())]
     inputs = Inputs(config, settings.seed, settings.video_pool, log, audio_pool=settings.audio_pool, image_pool=settings.image_pool,
                     canonical=settings.canonical, jumbled=settings.jumbled)  # fmt: skip
-    text_tower, decoder_tower = towers["text"], towers["decoder"]
-    assert isinstance(text_tower, TextTower) and isinstance(decoder_tower, DecoderTower)
+    text_tower, decoder_tower, video_tower = towers["text"], towers["decoder"], towers["video"]
+    assert isinstance(text_tower, TextTower) and isinstance(decoder_tower, DecoderTower) and isinstance(video_tower, VideoTower)
     losses: list[float] = []
     window: dict[str, list[float]] = {}
     accuracy: list[float] = []
@@ -429,7 +431,7 @@ def train(settings: Settings, log: Callable[[str], None] = print) -> Result:
         data, labelled = inputs.images(b, canonical)
         parts["image"] = contrastive(towers["image"](torch.from_numpy(data)), targets["image"], torch.from_numpy(labelled), scales["image"])
         data, labelled = inputs.videos(b, canonical)
-        media, hidden, attention = video_forward(towers["video"], torch.from_numpy(data))
+        media, hidden, attention = video_forward(video_tower, torch.from_numpy(data))
         parts["video"] = contrastive(media, targets["video"], torch.from_numpy(labelled), scales["video"])
         if settings.motion:
             place, seen, cover = motion(data, patch)
