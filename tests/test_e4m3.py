@@ -381,9 +381,10 @@ def test_attention_matches_numpy(variant: str, items: int, tokens: int, heads: i
 
 
 @needs_library
-def test_every_attention_of_every_tower_is_fused_and_computes_what_the_graph_does(tmp_path: Path) -> None:
-    """Through the AVX-512 FMA kernels (float32 products) with attention fused, every tower
-    agrees with the cpu backend's standard float32 graph."""
+@pytest.mark.parametrize("variant", ["avx2", "avx512"])
+def test_every_attention_of_every_tower_is_fused_and_computes_what_the_graph_does(variant: str, tmp_path: Path) -> None:
+    """Through the float32-product kernels (AVX2's, AVX-512's) with attention fused, every
+    tower agrees with the cpu backend's standard float32 graph."""
     import collections
 
     from ckpt import make_checkpoint
@@ -393,9 +394,10 @@ def test_every_attention_of_every_tower_is_fused_and_computes_what_the_graph_doe
     from uform.core.host import get_host
     from uform.plugins.cpu import machine_classes
 
-    fma = next((c for c in machine_classes() if e4m3.VARIANT_OF.get(c) == "avx512"), None)
-    if fma is None:
-        pytest.skip("this machine runs no x86-64-v4 class: attention is fused for AVX-512 kernels only")
+    assert variant in e4m3.FUSED_ATTENTION
+    fma = next((c for c in machine_classes() if e4m3.VARIANT_OF.get(c) == variant), None)
+    if fma is None or LIBRARY is None or variant not in LIBRARY.runnable:
+        pytest.skip(f"this machine runs no class whose kernels are {variant}")
     path = make_checkpoint(tmp_path / "small.safetensors", "small", 2)
     container = st.parse(memoryview(path.read_bytes()))
     config = ModelConfig.from_metadata(container.metadata)

@@ -5,9 +5,10 @@ in the model's metadata): its fused qkv projection, the ``[batch, tokens]`` shap
 additive mask and the context it makes. Everything that lies between the projection and
 the context — reshapes, transposes, the scaled scores, the mask, the softmax, the product
 with the values — becomes one node. A site whose intermediate values are read elsewhere,
-or whose heads are not a multiple of 16 wide, is left as it is. The op's kernel needs AVX-512
-(the e4m3 backend fuses for its AVX-512 variants only: on AVX2 ONNX Runtime's unfused ops
-were faster than an AVX2 kernel of ours).
+or whose heads are not a multiple of 16 wide, is left as it is. The op runs the kernel of the
+node's ``variant`` (AVX2's or AVX-512's); the e4m3 backend fuses for every variant in
+:data:`uform.plugins.e4m3.FUSED_ATTENTION` (``benchmarks/attention.py`` times each against
+ONNX Runtime's unfused ops).
 """
 
 from __future__ import annotations

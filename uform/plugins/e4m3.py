@@ -9,8 +9,8 @@ and fed to the session with every run (a graph input, so ONNX Runtime neither co
 owns it); no float32 copy of a matrix exists and nothing is written to disk. The few small
 tensors the standard ops take (norms, biases, class tokens, positions, byte embeddings;
 under 1 % of the weights) are float32 initializers. With memory domains, each domain's
-session has its own copy, packed on the domain's CPUs. With the AVX-512 kernels each
-attention also runs as one ``Attention`` op (:mod:`uform.plugins.attention`).
+session has its own copy, packed on the domain's CPUs. Each attention also runs as one
+``Attention`` op (:mod:`uform.plugins.attention`).
 
 Kernels come in a variant per CPU class — AVX2 FMA (x86-64-v3), AVX-512 FMA (x86-64-v4),
 AVX-512 BF16 dot products (x86-64-v4+vnni+bf16 and AMX machines) — chosen by the detected or
@@ -46,7 +46,7 @@ VARIANT_OF = {
     CPUClass.X86_64_V4_VNNI_BF16: "avx512-bf16",
     CPUClass.X86_64_AMX: "avx512-bf16",
 }
-FUSED_ATTENTION = frozenset({"avx512", "avx512-bf16"})  # variants whose loads run attention as one op (AVX-512)
+FUSED_ATTENTION = frozenset({"avx2", "avx512", "avx512-bf16"})  # variants whose loads run attention as one op (benchmarks/attention.py)
 COMPUTE = {
     "avx2": "float32 products of weights widened in cache (avx2 kernels)",
     "avx512": "float32 products of weights widened in cache (avx512 kernels)",
@@ -94,7 +94,7 @@ def lower(
 ) -> Lowered:
     """``graph`` with every ``Gemm(x, W, b, transB=1)`` over a checkpoint matrix made the
     library's op over ``W`` packed for ``variant`` (the blocks' matrices quantized to E4M3
-    when ``quantize``), every attention one ``Attention`` op for the AVX-512 variants, and the
+    when ``quantize``), every attention one ``Attention`` op (the variant's kernel), and the
     remaining weights widened to float32."""
     if variant in FUSED_ATTENTION:
         graph = fuse_attention(graph, VARIANTS.index(variant))
