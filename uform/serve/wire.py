@@ -20,22 +20,22 @@ class OneWrite:
 
     def __init__(self, transport: asyncio.Transport) -> None:
         self._transport = transport
-        self._buffer: list[bytes] = []
+        self._pending: list[bytes] = []
         self._loop = asyncio.get_running_loop()
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
-        if not self._buffer:
+        if not self._pending:
             self._loop.call_soon(self.flush)
-        self._buffer.append(data if isinstance(data, bytes) else bytes(data))
+        self._pending.append(data if isinstance(data, bytes) else bytes(data))
 
     def writelines(self, lines: Any) -> None:
         for data in lines:
             self.write(data)
 
     def flush(self) -> None:
-        if self._buffer:
-            data = self._buffer[0] if len(self._buffer) == 1 else b"".join(self._buffer)
-            self._buffer.clear()
+        if self._pending:
+            data = self._pending[0] if len(self._pending) == 1 else b"".join(self._pending)
+            self._pending.clear()
             self._transport.write(data)
 
     def close(self) -> None:
@@ -47,7 +47,7 @@ class OneWrite:
         self._transport.write_eof()
 
     def get_write_buffer_size(self) -> int:
-        return self._transport.get_write_buffer_size() + sum(len(b) for b in self._buffer)
+        return self._transport.get_write_buffer_size() + sum(len(b) for b in self._pending)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._transport, name)
