@@ -26,7 +26,7 @@ from .batcher import Batcher
 from .catalog import served
 from .config import ServeConfig
 from .errors import ApiError
-from .http import AccessLog, Guard, answer, disconnect_probe, gone, read_body, read_raw, respond
+from .http import AccessLog, Guard, answer, disconnect_probe, gone, read_body, read_raw, respond, too_large
 from .lane import Job, Lane
 from .metrics import CONTENT_TYPE, Metrics
 
@@ -97,6 +97,8 @@ class Server:
         message = await receive()  # a body that arrived whole is this one message
         if message["type"] == "http.request" and not message.get("more_body", False):
             body: bytes = message.get("body", b"")
+            if len(body) > c.max_request_bytes:  # a chunked body the server had whole before this read
+                raise too_large(c.max_request_bytes)
         else:
             body = await read_raw(receive, c.max_request_bytes, message)
         if len(body) <= c.inline_json_bytes and b"file:" not in body:

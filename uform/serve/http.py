@@ -177,6 +177,8 @@ async def read_raw(receive: Receive, limit: int, message: Message | None = None)
     if message["type"] == "http.disconnect":
         raise ConnectionError("the client went away")
     body: bytes = message.get("body", b"")
+    if len(body) > limit:
+        raise too_large(limit)
     if not message.get("more_body", False):
         return body
     chunks, size = [body], len(body)
