@@ -407,7 +407,8 @@ def main() -> None:
             print(table(queries, list(queries[0])))
             results["queries"] = queries
         if "queries" in parts:
-            spec = next((t for t in args.towers.split(",") if t.startswith("text:")), "text:base")
+            texts_asked = [t for t in args.towers.split(",") if t.startswith("text:")]
+            spec = "text:base" if "text:base" in texts_asked or not texts_asked else texts_asked[0]  # a search's query tower
             path = Path(tmp) / f"queries-{spec.replace(':', '-')}.safetensors"
             config, tensors = checkpoint.new(get_host(), spec.split(":")[1], 0, ["text"])
             checkpoint.save(path, config, tensors)
