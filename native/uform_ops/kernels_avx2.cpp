@@ -74,42 +74,43 @@ static int64_t count(const Gemm& g) {
   return ceil_div(g.m, c.mc) * ceil_div(ceil_div(g.n, NR), c.panels);
 }
 
-// Chunk [p0, p1) of panel j's pairs, as float32 [2 * (p1 - p0)][16] (row i: k = 2 * p0 + i).
-// `ahead` (bytes from each pair's to the pair the next decode of this panel reads, or 0):
-// those are fetched into L2 meanwhile, a line a pair, so the next chunk does not wait on DRAM.
-static void decode(const Gemm& g, int64_t j, int64_t p0, int64_t p1, float* out, int64_t ahead) {
-  const int64_t pairs = (g.k + 1) / 2;
-  if (g.wtype == kBF16) {
-    const uint32_t* src = static_cast<const uint32_t*>(g.w) + (j * pairs + p0) * NR;
-    const __m256i high = _mm256_set1_epi32(int32_t(0xFFFF0000u));
-    for (int64_t p = p0; p < p1; ++p, src += NR, out += 2 * NR) {
-      if (ahead) _mm_prefetch(reinterpret_cast<const char*>(src) + ahead, _MM_HINT_T1);
-      const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src));
-      const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + 8));
-      _mm256_store_ps(out, _mm256_castsi256_ps(_mm256_slli_epi32(w0, 16)));
-      _mm256_store_ps(out + 8, _mm256_castsi256_ps(_mm256_slli_epi32(w1, 16)));
-      _mm256_store_ps(out + 16, _mm256_castsi256_ps(_mm256_and_si256(w0, high)));
-      _mm256_store_ps(out + 24, _mm256_castsi256_ps(_mm256_and_si256(w1, high)));
-    }
-    return;
-  }
-  const uint16_t* src = static_cast<const uint16_t*>(g.w) + (j * pairs + p0) * NR;
-  const __m256i keep = _mm256_set1_epi16(int16_t(0xBF80u));  // sign, exponent, 3 mantissa bits of F16
-  for (int64_t p = p0; p < p1; ++p, src += NR, out += 2 * NR) {
-    if (ahead && (p - p0) % 2 == 0) _mm_prefetch(reinterpret_cast<const char*>(src) + ahead, _MM_HINT_T1);  // 32 bytes a pair
-    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src));
-    const __m256i even = _mm256_and_si256(_mm256_srai_epi16(_mm256_slli_epi16(v, 8), 1), keep);
-    const __m256i odd = _mm256_and_si256(_mm256_srai_epi16(v, 1), keep);
-    _mm256_store_ps(out, _mm256_cvtph_ps(_mm256_castsi256_si128(even)));
-    _mm256_store_ps(out + 8, _mm256_cvtph_ps(_mm256_extracti128_si256(even, 1)));
-    _mm256_store_ps(out + 16, _mm256_cvtph_ps(_mm256_castsi256_si128(odd)));
-    _mm256_store_ps(out + 24, _mm256_cvtph_ps(_mm256_extracti128_si256(odd, 1)));
-  }
-}
-
 static inline __m256i lanes(int64_t count) {
   const __m256i index = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
   return _mm256_cmpgt_epi32(_mm256_set1_epi32(int32_t(std::clamp<int64_t>(count, 0, 8))), index);
+}
+
+// y for rows [row, row + R) and the panel's columns from n0: scale * sum + bias when `last`
+// (E4M3's decoded weights are code * 2^-8: the 2^8 comes here), else the raw sums.
+template <int R>
+static inline void finish(const Gemm& g, int64_t row, int64_t n0, const __m256 (*acc)[2], bool last) {
+  const int64_t cols = std::min<int64_t>(NR, g.n - n0);
+  const __m256i m0 = lanes(cols), m1 = lanes(cols - 8);
+  __m256 s0 = _mm256_set1_ps(1.0f), s1 = s0, c0 = _mm256_setzero_ps(), c1 = c0;
+  if (last) {
+    const __m256 unit = _mm256_set1_ps(g.wtype == kE4M3 ? 256.0f : 1.0f);
+    s0 = s1 = unit;
+    if (g.scale) {
+      s0 = _mm256_mul_ps(unit, _mm256_maskload_ps(g.scale + n0, m0));
+      s1 = _mm256_mul_ps(unit, _mm256_maskload_ps(g.scale + n0 + 8, m1));
+    }
+    if (g.bias) {
+      c0 = _mm256_maskload_ps(g.bias + n0, m0);
+      c1 = _mm256_maskload_ps(g.bias + n0 + 8, m1);
+    }
+  }
+#pragma GCC unroll 6
+  for (int r = 0; r < R; ++r) {
+    float* y = g.y + (row + r) * g.n + n0;
+    const __m256 v0 = last ? _mm256_fmadd_ps(acc[r][0], s0, c0) : acc[r][0];
+    const __m256 v1 = last ? _mm256_fmadd_ps(acc[r][1], s1, c1) : acc[r][1];
+    if (cols == NR) {
+      _mm256_storeu_ps(y, v0);
+      _mm256_storeu_ps(y + 8, v1);
+    } else {
+      _mm256_maskstore_ps(y, m0, v0);
+      _mm256_maskstore_ps(y + 8, m1, v1);
+    }
+  }
 }
 
 // Rows [row, row + R) times the panel's 16 columns over k in [k0, k1): sums start at zero
@@ -273,32 +274,7 @@ __attribute__((noinline)) static void micro(const Gemm& g, int64_t row, int64_t 
       acc[r][1] = _mm256_fmadd_ps(v, b1, acc[r][1]);
     }
   }
-  __m256 s0 = _mm256_set1_ps(1.0f), s1 = s0, c0 = _mm256_setzero_ps(), c1 = c0;
-  if (last) {
-    const __m256 unit = _mm256_set1_ps(g.wtype == kE4M3 ? 256.0f : 1.0f);  // E4M3 decodes as code * 2^-8
-    s0 = s1 = unit;
-    if (g.scale) {
-      s0 = _mm256_mul_ps(unit, _mm256_maskload_ps(g.scale + n0, m0));
-      s1 = _mm256_mul_ps(unit, _mm256_maskload_ps(g.scale + n0 + 8, m1));
-    }
-    if (g.bias) {
-      c0 = _mm256_maskload_ps(g.bias + n0, m0);
-      c1 = _mm256_maskload_ps(g.bias + n0 + 8, m1);
-    }
-  }
-#pragma GCC unroll 6
-  for (int r = 0; r < R; ++r) {
-    float* y = g.y + (row + r) * g.n + n0;
-    const __m256 v0 = last ? _mm256_fmadd_ps(acc[r][0], s0, c0) : acc[r][0];
-    const __m256 v1 = last ? _mm256_fmadd_ps(acc[r][1], s1, c1) : acc[r][1];
-    if (whole) {
-      _mm256_storeu_ps(y, v0);
-      _mm256_storeu_ps(y + 8, v1);
-    } else {
-      _mm256_maskstore_ps(y, m0, v0);
-      _mm256_maskstore_ps(y + 8, m1, v1);
-    }
-  }
+  finish<R>(g, row, n0, acc, last);
 }
 
 template <int R>
@@ -343,6 +319,24 @@ struct Widen {
     o1 = _mm256_cvtph_ps(_mm256_extracti128_si256(odd, 1));
   }
 };
+
+// Chunk [p0, p1) of E4M3 panel j's pairs, as float32 [2 * (p1 - p0)][16] (row i: k = 2 * p0 + i;
+// BF16 weights are never decoded into memory: they widen in registers). `ahead` (bytes from
+// each pair's to the pair the next decode of this task reads, or 0): those are fetched into
+// L2 meanwhile, so the next chunk does not wait on DRAM.
+static void decode(const Gemm& g, int64_t j, int64_t p0, int64_t p1, float* out, int64_t ahead) {
+  const int64_t pairs = (g.k + 1) / 2;
+  const char* at = static_cast<const char*>(g.w) + (j * pairs + p0) * NR * 2;
+  for (int64_t p = p0; p < p1; ++p, out += 2 * NR) {
+    if (ahead && (p - p0) % 2 == 0) _mm_prefetch(at + (p - p0) * NR * 2 + ahead, _MM_HINT_T1);  // 32 bytes a pair
+    __m256 e0, e1, o0, o1;
+    Widen::e4m3(g.w, j * pairs + p, e0, e1, o0, o1);
+    _mm256_store_ps(out, e0);
+    _mm256_store_ps(out + 8, e1);
+    _mm256_store_ps(out + 16, o0);
+    _mm256_store_ps(out + 24, o1);
+  }
+}
 
 template <int R, int WT>
 __attribute__((noinline)) static void widened(const Gemm& g, int64_t row, int64_t n0, const void* w, int64_t next) {
@@ -470,30 +464,7 @@ __attribute__((noinline)) static void widened(const Gemm& g, int64_t row, int64_
       acc[r][1] = _mm256_fmadd_ps(a, e1, acc[r][1]);
     }
   }
-  const int64_t cols = std::min<int64_t>(NR, g.n - n0);
-  const __m256i m0 = lanes(cols), m1 = lanes(cols - 8);
-  const __m256 unit = _mm256_set1_ps(WT == kE4M3 ? 256.0f : 1.0f);  // E4M3 widens as code * 2^-8
-  __m256 s0 = unit, s1 = unit, c0 = _mm256_setzero_ps(), c1 = c0;
-  if (g.scale) {
-    s0 = _mm256_mul_ps(unit, _mm256_maskload_ps(g.scale + n0, m0));
-    s1 = _mm256_mul_ps(unit, _mm256_maskload_ps(g.scale + n0 + 8, m1));
-  }
-  if (g.bias) {
-    c0 = _mm256_maskload_ps(g.bias + n0, m0);
-    c1 = _mm256_maskload_ps(g.bias + n0 + 8, m1);
-  }
-#pragma GCC unroll 6
-  for (int r = 0; r < R; ++r) {
-    float* y = g.y + (row + r) * g.n + n0;
-    const __m256 v0 = _mm256_fmadd_ps(acc[r][0], s0, c0), v1 = _mm256_fmadd_ps(acc[r][1], s1, c1);
-    if (cols == NR) {
-      _mm256_storeu_ps(y, v0);
-      _mm256_storeu_ps(y + 8, v1);
-    } else {
-      _mm256_maskstore_ps(y, m0, v0);
-      _mm256_maskstore_ps(y + 8, m1, v1);
-    }
-  }
+  finish<R>(g, row, n0, acc, true);
 }
 
 template <int R, int WT>
