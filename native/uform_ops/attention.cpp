@@ -34,16 +34,11 @@ inline __m512 exp16(__m512 x) {
   return _mm512_scalef_ps(p, n);
 }
 
-struct Scratch {
-  std::vector<float> kt, scores;  // k transposed [D][Tp]; ROWS rows of scores [Tp]
-};
-
-thread_local Scratch scratch;
-
 // Scores of rows [i, i + rows) against every key, scaled and masked, then each row's softmax
 // numerators (exp of score - max) in place; answers the rows' reciprocal sums.
 template <int R>
-void scores(const Attention& a, const float* rows, int64_t h, int64_t i, int64_t tp, Scratch& s, float* inverse) {
+void scores(const Attention& a, const float* __restrict rows, int64_t h, int64_t i, int64_t tp, const float* __restrict kts,
+            float* __restrict scored, float* inverse) {
   const int64_t t = a.tokens, d = a.head_dim, stride = 3 * a.heads * d;
   const __m512 scale = _mm512_set1_ps(1.0f / std::sqrt(float(d)));
   for (int64_t j0 = 0; j0 < tp; j0 += BLOCK) {
@@ -51,7 +46,7 @@ void scores(const Attention& a, const float* rows, int64_t h, int64_t i, int64_t
     for (int r = 0; r < R; ++r)
       for (int u = 0; u < 4; ++u) acc[r][u] = _mm512_setzero_ps();
     for (int64_t c = 0; c < d; ++c) {
-      const float* kt = s.kt.data() + c * tp + j0;
+      const float* kt = kts + c * tp + j0;
       const __m512 k0 = _mm512_loadu_ps(kt), k1 = _mm512_loadu_ps(kt + 16), k2 = _mm512_loadu_ps(kt + 32), k3 = _mm512_loadu_ps(kt + 48);
       for (int r = 0; r < R; ++r) {
         const __m512 q = _mm512_set1_ps(rows[(i + r) * stride + h * d + c]);
@@ -62,10 +57,10 @@ void scores(const Attention& a, const float* rows, int64_t h, int64_t i, int64_t
       }
     }
     for (int r = 0; r < R; ++r)
-      for (int u = 0; u < 4; ++u) _mm512_storeu_ps(s.scores.data() + r * tp + j0 + 16 * u, _mm512_mul_ps(acc[r][u], scale));
+      for (int u = 0; u < 4; ++u) _mm512_storeu_ps(scored + r * tp + j0 + 16 * u, _mm512_mul_ps(acc[r][u], scale));
   }
   for (int r = 0; r < R; ++r) {
-    float* row = s.scores.data() + r * tp;
+    float* row = scored + r * tp;
     const float* mask = a.mask == nullptr ? nullptr : a.mask_per_query ? a.mask + (i + r) * t : a.mask + a.item * t;
     __m512 top = _mm512_set1_ps(-INFINITY);
     for (int64_t j = 0; j < tp; j += LANES) {
@@ -89,7 +84,8 @@ void scores(const Attention& a, const float* rows, int64_t h, int64_t i, int64_t
 
 // out[i + r] = (sum_j p[r][j] v_j) * inverse[r], 64 columns at a time.
 template <int R>
-void values(const Attention& a, const float* rows, int64_t h, int64_t i, int64_t tp, const Scratch& s, const float* inverse) {
+void values(const Attention& a, const float* __restrict rows, int64_t h, int64_t i, int64_t tp, const float* __restrict scored,
+            const float* inverse) {
   const int64_t t = a.tokens, d = a.head_dim, width = a.heads * d, stride = 3 * width;
   for (int64_t c0 = 0; c0 < d; c0 += BLOCK) {
     const int64_t vectors = std::min<int64_t>(BLOCK, d - c0) / LANES;
@@ -101,7 +97,7 @@ void values(const Attention& a, const float* rows, int64_t h, int64_t i, int64_t
       __m512 vv[4];
       for (int u = 0; u < 4; ++u) vv[u] = u < vectors ? _mm512_loadu_ps(v + 16 * u) : _mm512_setzero_ps();
       for (int r = 0; r < R; ++r) {
-        const __m512 p = _mm512_set1_ps(s.scores[size_t(r * tp + j)]);
+        const __m512 p = _mm512_set1_ps(scored[r * tp + j]);
         for (int u = 0; u < 4; ++u) acc[r][u] = _mm512_fmadd_ps(p, vv[u], acc[r][u]);
       }
     }
@@ -113,35 +109,16 @@ void values(const Attention& a, const float* rows, int64_t h, int64_t i, int64_t
 }
 
 template <int R>
-void block(const Attention& a, const float* rows, int64_t h, int64_t i, int64_t tp, Scratch& s) {
+void block(const Attention& a, const float* rows, int64_t h, int64_t i, int64_t tp, const float* kt, float* scored) {
   float inverse[ROWS];
-  scores<R>(a, rows, h, i, tp, s, inverse);
-  values<R>(a, rows, h, i, tp, s, inverse);
+  scores<R>(a, rows, h, i, tp, kt, scored, inverse);
+  values<R>(a, rows, h, i, tp, scored, inverse);
 }
+
+#include "attention.inc"
 
 }  // namespace
 
-void attention_task(const Attention& call, int64_t task) {
-  Attention a = call;
-  a.item = task / a.heads;
-  const int64_t h = task % a.heads, t = a.tokens, d = a.head_dim, stride = 3 * a.heads * d;
-  const int64_t tp = (t + BLOCK - 1) / BLOCK * BLOCK;
-  const float* rows = a.qkv + a.item * t * stride;
-  Scratch& s = scratch;
-  s.kt.assign(size_t(d * tp), 0.0f);
-  s.scores.resize(size_t(ROWS * tp));
-  for (int64_t j = 0; j < t; ++j) {
-    const float* k = rows + j * stride + a.heads * d + h * d;
-    for (int64_t c = 0; c < d; ++c) s.kt[size_t(c * tp + j)] = k[c];
-  }
-  int64_t i = 0;
-  for (; i + ROWS <= t; i += ROWS) block<ROWS>(a, rows, h, i, tp, s);
-  switch (t - i) {
-    case 3: block<3>(a, rows, h, i, tp, s); break;
-    case 2: block<2>(a, rows, h, i, tp, s); break;
-    case 1: block<1>(a, rows, h, i, tp, s); break;
-    default: break;
-  }
-}
+void attention_task(const Attention& call, int64_t task) { run_task(call, task); }
 
 }  // namespace uform

@@ -41,12 +41,6 @@ inline float max8(__m256 v) {
   return _mm_cvtss_f32(_mm_max_ss(s, _mm_movehdup_ps(s)));
 }
 
-struct Scratch {
-  std::vector<float> kt, scores;  // k transposed [D][Tp]; ROWS rows of scores [Tp]
-};
-
-thread_local Scratch scratch;
-
 // Scores of rows [i, i + rows) against every key, scaled and masked (keys past the last,
 // -inf), then each row's softmax numerators in place; answers the rows' reciprocal sums.
 template <int R>
@@ -138,32 +132,10 @@ void block(const Attention& a, const float* rows, int64_t h, int64_t i, int64_t 
   values<R>(a, rows, h, i, tp, scored, inverse);
 }
 
+#include "attention.inc"
+
 }  // namespace
 
-void attention_task_avx2(const Attention& call, int64_t task) {
-  Attention a = call;
-  a.item = task / a.heads;
-  const int64_t h = task % a.heads, t = a.tokens, d = a.head_dim, stride = 3 * a.heads * d;
-  const int64_t tp = (t + BLOCK - 1) / BLOCK * BLOCK;
-  const float* rows = a.qkv + a.item * t * stride;
-  Scratch& s = scratch;
-  s.kt.assign(size_t(d * tp), 0.0f);
-  s.scores.resize(size_t(ROWS * tp));
-  for (int64_t j = 0; j < t; ++j) {
-    const float* k = rows + j * stride + a.heads * d + h * d;
-    for (int64_t c = 0; c < d; ++c) s.kt[size_t(c * tp + j)] = k[c];
-  }
-  // raw pointers from here: through the thread_local, GCC fetched its address (a call, with
-  // -fPIC) and the vectors' data again at every step of the inner loops
-  const float* kt = s.kt.data();
-  float* scored = s.scores.data();
-  int64_t i = 0;
-  for (; i + ROWS <= t; i += ROWS) block<ROWS>(a, rows, h, i, tp, kt, scored);
-  switch (t - i) {
-    case 2: block<2>(a, rows, h, i, tp, kt, scored); break;
-    case 1: block<1>(a, rows, h, i, tp, kt, scored); break;
-    default: break;
-  }
-}
+void attention_task_avx2(const Attention& call, int64_t task) { run_task(call, task); }
 
 }  // namespace uform
