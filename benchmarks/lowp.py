@@ -199,9 +199,7 @@ def worker(run: str, path: Path, tower: str, seconds: float) -> dict[str, Any]:
 
         if run == "ort int8 nbits":
             get_host().add(nbits_backend(), "lowp-int8-nbits")
-        name, _, pin = run.partition(" [")
-        quantization = {"uform f32": "f32", "uform bf16": "bf16", "ort int8 nbits": "i8"}.get(name, "e4m3")
-        model = uform.Model.load_ram(path, quantization=quantization, cpu_class=uform.CPUClass(pin.rstrip("]")) if pin else None)
+        model = load(run, path)
         loaded = time.perf_counter() - started
         arena = uform.Arena()
         encode = model.text_encode if tower == "text" else model.image_encode_pixels
@@ -218,7 +216,7 @@ def worker(run: str, path: Path, tower: str, seconds: float) -> dict[str, Any]:
             ReferenceModel.from_checkpoint(path)
         else:
             t = time.perf_counter()
-            uform.Model.load_ram(path, quantization=quantization, cpu_class=uform.CPUClass(pin.rstrip("]")) if pin else None).close()
+            load(run, path).close()
         loads.append(time.perf_counter() - t)
     result["load_s"] = float(np.median(loads))
     result["loads_s"] = loads
@@ -230,6 +228,16 @@ def worker(run: str, path: Path, tower: str, seconds: float) -> dict[str, Any]:
             query = [line[:n] for line, n in zip(texts(len(lengths)), lengths)]
             result[f"{name} ms"] = 1e3 * latency(lambda query=query: call(query), seconds)
     return result
+
+
+def load(run: str, path: Path) -> Any:
+    """The model a uform run (or ``ort int8 nbits``) names: its weights and, in brackets, a
+    pinned CPU class."""
+    import uform
+
+    name, _, pin = run.partition(" [")
+    quantization = {"uform f32": "f32", "uform bf16": "bf16", "ort int8 nbits": "i8"}.get(name, "e4m3")
+    return uform.Model.load_ram(path, quantization=quantization, cpu_class=uform.CPUClass(pin.rstrip("]")) if pin else None)
 
 
 def latency(fn: Any, seconds: float) -> float:
@@ -441,9 +449,7 @@ def interleaved_queries(path: Path, runs: list[str], seconds: float) -> list[dic
 
     loads = {}
     for run in (r for r in runs if r.startswith("uform") and "dql" not in r):
-        name, _, pin = run.partition(" [")
-        quantization = {"uform f32": "f32", "uform bf16": "bf16"}.get(name, "e4m3")
-        loads[run] = uform.Model.load_ram(path, quantization=quantization, cpu_class=uform.CPUClass(pin.rstrip("]")) if pin else None)
+        loads[run] = load(run, path)
     arena = uform.Arena()
     medians: dict[str, dict[str, float]] = {run: {} for run in loads}
     for name, lengths in QUERIES.items():
