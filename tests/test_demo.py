@@ -225,3 +225,20 @@ def test_training_questions_never_use_the_calibration_phrasings() -> None:
     for _ in range(300):
         q = variety.question(rng, jumbled=0.5)
         assert 0 <= q.answer < len(q.choices) and q.text.endswith(("Answer y or n: ", "Answer 1, 2 or 3: ", "Answer: "))
+
+
+def test_decoder_phase_questions_vary_and_never_use_the_calibration_phrasings() -> None:
+    from uform.demo import variety
+
+    calibration = [p for ps in variety.CALIBRATION_ASK.values() for p in ps] + list(variety.CALIBRATION_WHICH) + list(variety.CALIBRATION_HOW_MANY)
+    templates = [p for ps in variety.DECODER_ASK.values() for p in ps] + list(variety.DECODER_WHICH) + list(variety.DECODER_HOW_MANY)
+    assert not set(calibration) & set(templates)
+    for word in ("look", "number", "shown", "sound like", "pick", "count them"):
+        assert not any(word in t.lower() for t in templates), word
+    rng = np.random.default_rng(9)
+    seen = set()
+    for _ in range(600):
+        q = variety.decoder_question(rng)
+        assert 0 <= q.answer < len(q.choices) and q.text.endswith(("Answer y or n: ", "Answer 1, 2 or 3: ", "Answer: "))
+        seen.add(q.text)
+    assert len(seen) == 600

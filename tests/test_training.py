@@ -36,10 +36,13 @@ def test_a_few_steps_lower_the_loss_and_the_checkpoint_serves(tmp_path: Path) ->
 
     out = tmp_path / "trained.safetensors"
     settings = Settings(out=str(out), seed=0, steps=24, batch=12, decoder_batch=8, lr=3e-3, warmup=4, image_pool=24, video_pool=24,
-                        audio_pool=24, calibration_examples=90, log_every=6, evaluate=False, config=tiny_config())  # fmt: skip
+                        audio_pool=24, calibration_examples=90, log_every=6, evaluate=False, config=tiny_config(),
+                        decoder_steps=6, decoder_phase_batch=8)  # fmt: skip
     result = train(settings, log=lambda line: None)
     assert result.steps == 24 and len(result.losses) == 4
     assert result.last_loss < result.first_loss
+    assert result.decoder_steps == 6 and len(result.decoder_losses) == 1
+    assert set(result.heldout) == {"canonical", "training", "decoder phase", "unseen phrasings"}
     assert out.is_file() and not out.with_name(out.name + ".uncalibrated").exists()
     assert len(result.temperatures) == 3 and result.temperatures != (1.0, 1.0, 1.0)
 
@@ -62,7 +65,8 @@ def test_the_same_seed_writes_the_same_checkpoint(tmp_path: Path) -> None:
     def run(name: str, seed: int) -> bytes:
         out = tmp_path / name
         train(Settings(out=str(out), seed=seed, steps=2, batch=4, decoder_batch=4, warmup=1, image_pool=4, video_pool=4,
-                       audio_pool=4, calibration_examples=16, evaluate=False, config=tiny_config()), log=lambda line: None)  # fmt: skip
+                       audio_pool=4, calibration_examples=16, evaluate=False, config=tiny_config(), decoder_steps=2,
+                       decoder_phase_batch=4), log=lambda line: None)  # fmt: skip
         return out.read_bytes()
 
     first = run("a.safetensors", 0)
@@ -116,3 +120,86 @@ def test_a_flipped_transposed_or_reversed_clip_changes_its_direction_with_it() -
         assert weight.min() == 1 and cover.shape == (1, 4, 16) and float(cover.sum()) > 0 and way == {True: "right" if dx > 0 else "left", False: "down" if dy > 0 else "up"}[abs(dx) > abs(dy)]
         seen.add(way)
     assert seen == {"left", "right", "up", "down"}
+
+
+def tensors(path: Path) -> dict[str, bytes]:
+    from uform.core.checkpoint import CheckpointFile
+
+    with CheckpointFile(path) as f:
+        return {name: f.array(name).tobytes() for name in f.entries}
+
+
+def test_the_decoder_phase_from_a_checkpoint_is_the_full_recipes_second_phase(tmp_path: Path) -> None:
+    """``--phase decoder --from CHECKPOINT`` trains the byte decoder alone: every other tensor
+    is the checkpoint's byte for byte, and from the first phase's output it writes exactly what
+    the full recipe writes."""
+    import json
+
+    from uform.core.checkpoint import CheckpointFile
+    from uform.training import Settings, train
+
+    common = dict(seed=0, steps=3, batch=4, decoder_batch=4, warmup=1, image_pool=4, video_pool=4, audio_pool=4,
+                  calibration_examples=60, evaluate=False, config=tiny_config(), decoder_phase_batch=6, decoder_warmup=2)  # fmt: skip
+    towers, full, phased = tmp_path / "towers.safetensors", tmp_path / "full.safetensors", tmp_path / "phased.safetensors"
+    train(Settings(out=str(towers), decoder_steps=0, **common), log=lambda line: None)  # the first phase alone (and calibration)
+    train(Settings(out=str(full), decoder_steps=5, **common), log=lambda line: None)
+    lines: list[str] = []
+    result = train(Settings(out=str(phased), decoder_steps=5, phase="decoder", start=str(towers), **common), log=lines.append)
+    assert result.steps == 0 and result.decoder_steps == 5 and len(result.decoder_losses) == 1
+    assert any(line.startswith("decoder phase: 5 steps") for line in lines)
+    before, after = tensors(towers), tensors(phased)
+    assert before.keys() == after.keys()
+    changed = {name for name in before if before[name] != after[name]}
+    assert changed and all(name.startswith("decoder.") for name in changed)  # the towers are kept byte for byte
+    assert tensors(full) == after  # the same as the full recipe's second phase
+    with CheckpointFile(phased) as f:
+        assert json.loads(f.metadata["uform"])["choice_temperatures"] == list(result.temperatures)
+    assert len(result.temperatures) == 3 and all(0.0011 < t < 1000 for t in result.temperatures)
+
+    # no steps: the checkpoint recalibrated from neutral temperatures, its tensors untouched
+    again = tmp_path / "again.safetensors"
+    assert train(Settings(out=str(again), decoder_steps=0, phase="decoder", start=str(phased), **common), log=lambda line: None).decoder_steps == 0
+    assert tensors(again) == after
+    with pytest.raises(ValueError, match="starts from a checkpoint"):
+        train(Settings(out=str(again), phase="decoder", **common))
+
+
+def test_the_command_line_takes_the_decoder_phase_with_its_checkpoint(capsys: pytest.CaptureFixture[str]) -> None:
+    from uform.training.__main__ import main
+
+    for argv in (["--out", "x", "--phase", "decoder"], ["--out", "x", "--from", "y.safetensors"]):
+        with pytest.raises(SystemExit):
+            main(argv)
+        assert "--from CHECKPOINT goes with --phase decoder" in capsys.readouterr().err
+
+
+def test_packed_questions_give_the_padded_losses() -> None:
+    import torch
+
+    from uform.exporters.reference import ReferenceModel
+    from uform.training.recipe import decoder_loss, decoder_questions, packed_decoder_loss
+
+    torch.manual_seed(0)
+    tower = ReferenceModel(tiny_config()).towers["decoder"]
+    questions = decoder_questions(np.random.default_rng(3), 30, tower.context)
+    assert all(len(q.text.encode()) < tower.context for q in questions)
+    packed, answer = packed_decoder_loss(tower, questions, row=200)
+    padded, _ = decoder_loss(tower, questions)
+    assert abs(float(packed) - float(padded)) < 1e-5 and 0 < float(answer) < float(packed)
+
+
+def test_smoothed_calibration_keeps_a_group_answered_all_right_off_the_floor() -> None:
+    from uform import calibrate as cal
+
+    rng = np.random.default_rng(0)
+    logits = rng.normal(size=(80, 3)) * 4
+    answers, groups, offsets = logits.argmax(1), np.zeros(80, np.int64), np.arange(81) * 3
+    assert cal.fit_temperatures(logits.reshape(-1), offsets, answers, groups, 1)[0][0] == pytest.approx(cal.T_MIN)
+    smoothed = cal.fit_temperatures(logits.reshape(-1), offsets, answers, groups, 1, smoothing=True)[0][0]
+    assert 0.01 < smoothed < 10
+    # with plenty of wrong answers it changes the fit little: labels drawn from softmax(logits / 0.5)
+    many = rng.normal(size=(4000, 3))
+    p = np.exp(many / 0.5) / np.exp(many / 0.5).sum(1, keepdims=True)
+    drawn = (p.cumsum(1) < rng.random((4000, 1))).sum(1)
+    plain = cal.fit_temperatures(many.reshape(-1), np.arange(4001) * 3, drawn, np.zeros(4000, np.int64), 1)[0][0]
+    assert cal.fit_temperatures(many.reshape(-1), np.arange(4001) * 3, drawn, np.zeros(4000, np.int64), 1, smoothing=True)[0][0] == pytest.approx(plain, rel=0.01)

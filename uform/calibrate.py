@@ -143,24 +143,33 @@ def ece(probs: np.ndarray, offsets: np.ndarray, answers: np.ndarray, bins: int =
 
 
 def fit_temperatures(
-    logits: np.ndarray, offsets: np.ndarray, answers: np.ndarray, groups: np.ndarray, count: int
+    logits: np.ndarray, offsets: np.ndarray, answers: np.ndarray, groups: np.ndarray, count: int, *, smoothing: bool = False
 ) -> tuple[np.ndarray, np.ndarray]:
     """The NLL-minimising temperature of each of ``count`` groups, and its example count.
 
     A group without examples (or whose examples all have one choice) answers 1.0. The
     slope ``Σ p_j (z_j − z_answer)`` is summed as gaps so that it does not cancel to 0 early.
+    With ``smoothing``, each label of a group of ``n`` examples puts ``1 / (n + 2)`` of its
+    weight evenly on the wrong choices (Laplace's rule of succession: after ``n`` right
+    answers of ``n``, the next is right with probability ``(n + 1) / (n + 2)``), so a group
+    the model answers all right gets a finite temperature instead of the floor.
     """
     if len(offsets) < 2:
         return np.ones(count), np.zeros(count, np.int64)
     sizes = np.diff(offsets)
     owner = np.repeat(np.arange(len(sizes)), sizes)
     gaps = logits - logits[offsets[:-1] + answers][owner]  # each choice's logit minus the answer's
+    pull = np.zeros(count)  # the smoothed labels' own term of the slope: ε_g Σ_wrong gap / (k - 1), summed per group
+    if smoothing:
+        epsilon = 1 / (np.bincount(groups, minlength=count) + 2.0)
+        wrong = np.add.reduceat(gaps, offsets[:-1]) / np.maximum(sizes - 1, 1)  # the answer's own gap is 0
+        pull = np.bincount(groups, epsilon[groups] * wrong, minlength=count)
     lo, hi = np.full(count, np.log(1 / T_MAX)), np.full(count, np.log(1 / T_MIN))
     for _ in range(ITERATIONS):
         mid = (lo + hi) / 2
         beta = np.exp(mid)[groups]
         p = _softmax(logits * beta[owner], offsets)
-        slope = np.bincount(groups, np.add.reduceat(p * gaps, offsets[:-1]), minlength=count)  # d NLL / d beta
+        slope = np.bincount(groups, np.add.reduceat(p * gaps, offsets[:-1]), minlength=count) - pull  # d NLL / d beta
         up = slope <= 0  # flat (to float precision) means sharper is no worse
         lo, hi = np.where(up, mid, lo), np.where(up, hi, mid)
     counts = np.bincount(groups, minlength=count)
@@ -242,10 +251,12 @@ def calibrate(
     groups: int | None = None,
     bins: int = 15,
     progress: ProgressHandler | None = None,
+    smoothing: bool = False,
 ) -> CalibrationReport:
     """Fit one temperature per group on a random ``1 - holdout`` of ``examples``, report ECE and
     NLL before and after on the rest, and write the calibrated checkpoint to ``out`` if given.
-    ``progress(done, total)`` follows the scoring of the examples (``text_choose``'s progress)."""
+    ``progress(done, total)`` follows the scoring of the examples (``text_choose``'s progress);
+    ``smoothing`` as in :func:`fit_temperatures`."""
     from . import Model
 
     items: Sequence[Example] = read_examples(examples) if isinstance(examples, (str, os.PathLike)) else examples
@@ -265,7 +276,7 @@ def calibrate(
     held = int(round(holdout * len(items)))
     notes = [] if held else ["holdout is 0: ECE and NLL are measured on the fitting examples"]
     fit_rows, test_rows = np.sort(order[held:]), np.sort(order[:held] if held else order)
-    fitted, counts = fit_temperatures(*_rows(logits, offsets, fit_rows), answers[fit_rows], group_of[fit_rows], count)
+    fitted, counts = fit_temperatures(*_rows(logits, offsets, fit_rows), answers[fit_rows], group_of[fit_rows], count, smoothing=smoothing)
     old = np.array([previous[g] if g < len(previous) else 1.0 for g in range(count)])
     temperatures = np.where(counts > 0, fitted, old)
     notes += [f"group {g} had no fitting examples and keeps temperature {old[g]:g}" for g in np.flatnonzero(counts == 0)]

@@ -1,4 +1,4 @@
-"""``python -m uform.training --out PATH --seed 0 [--steps N] [--minutes M]``."""
+"""``python -m uform.training --out PATH --seed 0 [--steps N] [--minutes M] [--phase decoder --from CHECKPOINT]``."""
 
 from __future__ import annotations
 
@@ -22,17 +22,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--image-pool", type=int, default=defaults.image_pool, help="training pictures decoded once (default %(default)s)")
     parser.add_argument("--video-pool", type=int, default=defaults.video_pool, help="training clips decoded once (default %(default)s)")
     parser.add_argument("--audio-pool", type=int, default=defaults.audio_pool, help="varied training recordings made once (default %(default)s)")
+    parser.add_argument("--phase", choices=("all", "decoder"), default="all",
+                        help="all: the towers' phase, then the byte decoder's; decoder: the decoder's alone, from --from (default all)")
+    parser.add_argument("--from", dest="start", default=None, metavar="CHECKPOINT",
+                        help="the checkpoint the decoder phase starts from (with --phase decoder; its other tensors are kept byte for byte)")
+    parser.add_argument("--decoder-steps", type=int, default=defaults.decoder_steps,
+                        help="steps of the byte decoder's own phase; 0 skips it (default %(default)s)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     parser.add_argument("--no-evaluate", action="store_true", help="skip the BF16 and E4M3 evaluation at the end")
     parser.add_argument("--report", default=None, help="write the run's result as JSON here")
     args = parser.parse_args(argv)
+    if (args.phase == "decoder") != (args.start is not None):
+        parser.error("--from CHECKPOINT goes with --phase decoder, and --phase decoder needs it")
     if args.threads:
         import torch
 
         torch.set_num_threads(args.threads)
     settings = Settings(out=args.out, seed=args.seed, steps=args.steps, minutes=args.minutes, batch=args.batch,
                         image_pool=args.image_pool, video_pool=args.video_pool, audio_pool=args.audio_pool,
-                        evaluate=not args.no_evaluate)  # fmt: skip
+                        evaluate=not args.no_evaluate, phase=args.phase, start=args.start,
+                        decoder_steps=args.decoder_steps)  # fmt: skip
     result = train(settings, lambda line: print(line, flush=True))
     if args.report:
         with open(args.report, "w", encoding="utf-8") as f:

@@ -14,8 +14,11 @@ media → text direction is a cross-entropy over them, the text → media direct
 cross-entropy whose target spreads evenly over the batch's items carrying that caption),
 each with its own learnt logit scale; for the byte decoder, the cross-entropy of the answer
 byte after each question. AdamW, linear warm-up then cosine decay. Afterwards the
-checkpoint is written in BF16, and the choice temperatures are fitted per question group
-through the runtime (:func:`uform.calibrate.calibrate`).
+checkpoint is written in BF16. A second phase (:func:`train_decoder`) trains the byte decoder
+alone from that checkpoint on more varied questions, keeping every other tensor byte for
+byte; it also runs alone from a given checkpoint (``phase="decoder"``, ``--phase decoder
+--from CHECKPOINT``). Last, the choice temperatures are fitted per question group through
+the runtime (:func:`uform.calibrate.calibrate`, labels smoothed).
 """
 
 from __future__ import annotations
@@ -32,13 +35,14 @@ import ml_dtypes
 import numpy as np
 import torch
 import torch.nn.functional as F
+from safetensors import safe_open
 from torch import nn
 
 from uform.core import checkpoint as ckpt
 from uform.core.config import ModelConfig, make_config
 from uform.demo import generate as g
 from uform.demo import variety as v
-from uform.demo.evaluate import CALIBRATION_STREAM, TRAINING_STREAM
+from uform.demo.evaluate import CALIBRATION_STREAM, DECODER_STREAM, HELDOUT_STREAM, TRAINING_STREAM
 from uform.demo.media import image_bytes, video_bytes
 from uform.exporters.reference import ReferenceModel
 from uform.exporters.reference.blocks import Block, causal_mask
@@ -95,6 +99,14 @@ class Settings:
     log_every: int = 25
     evaluate: bool = True
     config: ModelConfig = field(default_factory=default_config)
+    # the second phase: the byte decoder alone, from the first phase's BF16 checkpoint (docs/training.md)
+    phase: str = "all"  # "all": the towers' phase, then the decoder's; "decoder": the decoder's alone, from ``start``
+    start: str | None = None  # the checkpoint the decoder phase starts from when ``phase`` is "decoder"
+    decoder_steps: int = 2000  # 0 skips the phase (the recipe as it was before it)
+    decoder_phase_batch: int = 64  # questions a step of the decoder phase
+    decoder_lr: float = 1e-3
+    decoder_warmup: int = 100
+    smoothing: bool = True  # calibration labels smoothed by 1/(n+2) a group (uform.calibrate.fit_temperatures): no group at the floor
 
 
 @dataclass
@@ -109,6 +121,10 @@ class Result:
     losses: list[float]
     temperatures: tuple[float, ...] = ()
     evaluations: dict[str, dict[str, Any]] = field(default_factory=dict)
+    decoder_steps: int = 0  # steps of the decoder phase
+    decoder_seconds: float = 0.0
+    decoder_losses: list[float] = field(default_factory=list)  # the decoder phase's logged answer losses
+    heldout: dict[str, float] = field(default_factory=dict)  # the decoder's accuracy on held-out questions (stream 6) after its phase
 
 
 # -- inputs, as the runtime makes them ---------------------------------------------------
@@ -382,11 +398,56 @@ def save(model: ReferenceModel, config: ModelConfig, path: str | os.PathLike[str
 def train(settings: Settings, log: Callable[[str], None] = print) -> Result:
     """Train, save, calibrate and (``settings.evaluate``) evaluate; reproducible from the seed.
 
-    Every tower learns on its own against fixed targets (:func:`prototypes`): the media towers
-    map each item near its meaning's prototype, the text tower maps each phrasing there, and
-    the byte decoder learns the questions; their losses share a step but no parameters."""
-    torch.manual_seed(settings.seed)
+    Two phases. The towers' (:func:`train_towers`; ``phase="all"``): every tower learns on its
+    own against fixed targets (:func:`prototypes`), the media towers mapping each item near its
+    meaning's prototype, the text tower each phrasing there, and the byte decoder the
+    questions; their losses share a step but no parameters. Its weights are written BF16. The
+    decoder's (:func:`train_decoder`, ``decoder_steps`` > 0): the byte decoder alone, from that
+    BF16 checkpoint, on more and more varied questions; every other tensor is kept byte for
+    byte. With ``phase="decoder"`` only the second phase runs, from the checkpoint ``start``
+    (whose towers are then the first phase's output: the shipped checkpoint's are). Then the
+    choice temperatures are fitted (:func:`calibrate`)."""
+    if settings.phase not in ("all", "decoder"):
+        raise ValueError(f"phase must be 'all' or 'decoder', got {settings.phase!r}")
+    if settings.phase == "decoder" and not settings.start:
+        raise ValueError("the decoder phase starts from a checkpoint: give Settings.start (--from CHECKPOINT)")
     started = time.perf_counter()
+    out = Path(settings.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    raw = out.with_name(out.name + ".uncalibrated")
+    try:
+        if settings.phase == "all":
+            steps, losses = train_towers(settings, raw, log, started)
+            result = Result(str(out), steps, 0.0, losses[0], losses[-1], losses)
+            source = raw
+        else:
+            result, source = Result(str(out), 0, 0.0, float("nan"), float("nan"), []), Path(str(settings.start))
+        if settings.decoder_steps > 0:
+            train_decoder(source, raw, settings, log, result)
+            if not result.losses:
+                result.first_loss, result.last_loss = result.decoder_losses[0], result.decoder_losses[-1]
+        elif settings.phase == "decoder":  # recalibration alone: the same tensors, the temperatures fitted afresh
+            from uform.calibrate import write_temperatures
+
+            with safe_open(str(source), framework="np") as f:
+                groups = len(ModelConfig.from_metadata(f.metadata() or {}).choice_temperatures)
+            write_temperatures(source, [1.0] * groups, raw)
+        source = raw
+        result.temperatures = calibrate(source, out, settings, log)
+    finally:
+        raw.unlink(missing_ok=True)
+    result.seconds = time.perf_counter() - started
+    log(f"trained, saved and calibrated in {result.seconds:.0f} s: {out} ({out.stat().st_size} bytes)")
+    if settings.evaluate:
+        result.evaluations = evaluate_all(out, settings.seed, log)
+    return result
+
+
+def train_towers(settings: Settings, raw: Path, log: Callable[[str], None], started: float) -> tuple[int, list[float]]:
+    """The first phase: every tower, from the seed's initialisation, for ``settings.steps``
+    steps; writes the BF16 checkpoint ``raw`` (uncalibrated) and answers the steps taken and
+    the logged losses."""
+    torch.manual_seed(settings.seed)
     config = settings.config
     model = ReferenceModel(config)
     initialise(model, settings.seed)
@@ -466,20 +527,162 @@ def train(settings: Settings, log: Callable[[str], None] = print) -> Result:
     if any(window.values()):
         losses.append(sum(float(np.mean(values)) for values in window.values() if values))
     model.eval()
-    out = Path(settings.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    raw = out.with_name(out.name + ".uncalibrated")
     save(model, config, raw)
-    result = Result(str(out), step + 1, 0.0, losses[0], losses[-1], losses)
+    return step + 1, losses
+
+
+# -- the second phase: the byte decoder alone ------------------------------------------------
+
+
+def decoder_questions(rng: np.random.Generator, n: int, context: int) -> list[g.Question]:
+    """``n`` questions for the decoder phase: ``generate.question`` (0.2), ``variety.question``
+    with jumbles (0.2) and ``variety.decoder_question`` (0.6); a question whose text would not
+    fit the decoder's context (the runtime would cut its description off) is drawn again."""
+    out: list[g.Question] = []
+    while len(out) < n:
+        u = rng.random()
+        q = g.question(rng) if u < 0.2 else v.question(rng, jumbled=0.35) if u < 0.4 else v.decoder_question(rng)
+        if len(q.text.encode()) < context:
+            out.append(q)
+    return out
+
+
+def packed_decoder_loss(tower: DecoderTower, questions: list[g.Question], row: int = 256) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`decoder_loss`'s two cross-entropies (every next byte, and the answer byte), with
+    the questions packed into rows of up to ``row`` bytes (longest first, first fit), each
+    question with its own positions from 0 and attending to itself alone: the same losses as
+    one padded row each, with less padding. Answers (their sum, the answer byte's alone)."""
+    seqs = [(q.text + q.choices[q.answer]).encode()[-tower.context :] for q in questions]
+    rows: list[list[int]] = []
+    fill: list[int] = []
+    for i in sorted(range(len(seqs)), key=lambda i: -len(seqs[i])):
+        for r, used in enumerate(fill):
+            if used + len(seqs[i]) <= row:
+                rows[r].append(i)
+                fill[r] += len(seqs[i])
+                break
+        else:
+            rows.append([i])
+            fill.append(len(seqs[i]))
+    width = max(fill)
+    ids = torch.zeros(len(rows), width, dtype=torch.long)
+    positions = torch.zeros(len(rows), width, dtype=torch.long)
+    targets = torch.full((len(rows), width), -100, dtype=torch.long)
+    segment = torch.full((len(rows), width), -1, dtype=torch.long)
+    ends: list[tuple[int, int]] = []
+    answers: list[int] = []
+    for r, members in enumerate(rows):
+        at = 0
+        for k, i in enumerate(members):
+            s, n = seqs[i], len(seqs[i])
+            ids[r, at] = BEGIN
+            ids[r, at + 1 : at + n] = torch.tensor(list(s[:-1]))
+            targets[r, at : at + n] = torch.tensor(list(s))
+            positions[r, at : at + n] = torch.arange(n)
+            segment[r, at : at + n] = k
+            ends.append((r, at + n - 1))
+            answers.append(s[-1])
+            at += n
+    allowed = (segment[:, :, None] == segment[:, None, :]) & torch.ones(width, width, dtype=torch.bool).tril()
+    allowed |= torch.eye(width, dtype=torch.bool)  # padding attends to itself (its outputs are never read)
+    mask = torch.zeros(len(rows), 1, width, width).masked_fill(~allowed[:, None], -1e9)
+    logits = tower.head(tower.run(tower.embed(ids) + tower.pos.weight[positions], mask))
+    modelled = F.cross_entropy(logits.reshape(-1, 256), targets.reshape(-1), ignore_index=-100)
+    where = torch.tensor(ends)
+    answer = F.cross_entropy(logits[where[:, 0], where[:, 1]], torch.tensor(answers))
+    return modelled + answer, answer
+
+
+def decoder_accuracy(tower: DecoderTower, questions: list[g.Question]) -> float:
+    """The fraction of ``questions`` whose most likely choice byte (after the question) is the right one."""
+    right = 0
+    with torch.no_grad():
+        for i in range(0, len(questions), 200):
+            chunk = questions[i : i + 200]
+            logits = tower.logits([q.text.encode() for q in chunk])
+            right += sum(int(int(torch.argmax(logits[j, [ord(c) for c in q.choices]])) == q.answer) for j, q in enumerate(chunk))
+    return right / max(len(questions), 1)
+
+
+def heldout_questions(seed: int, n: int = 400) -> dict[str, list[g.Question]]:
+    """Questions of stream ``[6, seed, 1]`` (no training or calibration draws from it), for
+    reading a decoder before either suite: canonical, as the first phase phrases them, as the
+    decoder phase does, and in the calibration's phrasings (never trained)."""
+    rng = np.random.default_rng([HELDOUT_STREAM, seed, 1])
+    makers: dict[str, Callable[[], g.Question]] = {
+        "canonical": lambda: g.question(rng), "training": lambda: v.question(rng, jumbled=0.35),
+        "decoder phase": lambda: v.decoder_question(rng), "unseen phrasings": lambda: v.question(rng, calibration=True),
+    }  # fmt: skip
+    return {name: [make() for _ in range(n)] for name, make in makers.items()}
+
+
+def neutral(config: ModelConfig) -> ModelConfig:
+    """``config`` with every choice temperature 1.0, as an uncalibrated checkpoint carries them:
+    calibration reads the logits back through ``text_choose`` at the checkpoint's temperatures,
+    and at a low one (0.001, 0.02) the wrong choices' probabilities underflow and their logits are lost."""
+    return ModelConfig.from_dict(dict(config.raw) | {"choice_temperatures": [1.0] * len(config.choice_temperatures)})
+
+
+def train_decoder(source: Path, target: Path, settings: Settings, log: Callable[[str], None], result: Result | None = None) -> None:
+    """The second phase: the byte decoder of checkpoint ``source`` alone, for
+    ``settings.decoder_steps`` steps of ``decoder_phase_batch`` questions
+    (:func:`decoder_questions`, stream ``[7, seed]``), with the first phase's optimiser
+    (AdamW, β 0.9/0.98, weight decay 0.05 on matrices; ``decoder_lr`` after ``decoder_warmup``
+    steps of warm-up, cosine decay to 2 %; gradients clipped at norm 1). Writes ``target``: every
+    tensor of ``source`` but the decoder's byte for byte (BF16 → float32 → BF16 is exact), the
+    decoder's trained, the choice temperatures 1.0 (:func:`neutral`: calibration fits them).
+    Records the phase in ``result`` when given. Runs with ``torch.use_deterministic_algorithms``,
+    so that the same checkpoint, seed and thread count give the same decoder."""
+    deterministic = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)  # with 2 threads a 30-step phase differed run to run without it (an op's reduction order)
     try:
-        result.temperatures = calibrate(raw, out, settings, log)
+        _train_decoder(source, target, settings, log, result)
     finally:
-        raw.unlink(missing_ok=True)
-    result.seconds = time.perf_counter() - started
-    log(f"trained, saved and calibrated in {result.seconds:.0f} s: {out} ({out.stat().st_size} bytes)")
-    if settings.evaluate:
-        result.evaluations = evaluate_all(out, settings.seed, log)
-    return result
+        torch.use_deterministic_algorithms(deterministic)
+
+
+def _train_decoder(source: Path, target: Path, settings: Settings, log: Callable[[str], None], result: Result | None) -> None:
+    started = time.perf_counter()
+    torch.manual_seed(settings.seed)
+    model = ReferenceModel.from_checkpoint(source)
+    tower = model.towers["decoder"]
+    assert isinstance(tower, DecoderTower)
+    rng = np.random.default_rng([DECODER_STREAM, settings.seed])
+    params = list(tower.parameters())
+    optimiser = torch.optim.AdamW([{"params": [p for p in params if p.ndim >= 2], "weight_decay": 0.05},
+                                   {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0}],
+                                  lr=settings.decoder_lr, betas=(0.9, 0.98))  # fmt: skip
+    steps, warmup = settings.decoder_steps, settings.decoder_warmup
+
+    def rate(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        return 0.02 + 0.98 * 0.5 * (1 + math.cos(math.pi * min((step - warmup) / max(1, steps - warmup), 1.0)))
+
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimiser, rate)
+    losses, window = [], []
+    tower.train()
+    for step in range(steps):
+        total, answer = packed_decoder_loss(tower, decoder_questions(rng, settings.decoder_phase_batch, tower.context))
+        optimiser.zero_grad(set_to_none=True)
+        total.backward()  # type: ignore[no-untyped-call]
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        optimiser.step()
+        scheduler.step()
+        window.append(float(answer.detach()))
+        if (step + 1) % settings.log_every == 0 or step + 1 == steps:
+            losses.append(float(np.mean(window)))
+            window = []
+            if (step + 1) % (4 * settings.log_every) == 0 or step + 1 == steps:
+                log(f"decoder step {step + 1}/{steps}  answer loss {losses[-1]:.4f}  {time.perf_counter() - started:.0f} s")
+    tower.eval()
+    save(model, neutral(model.config), target)
+    seconds = time.perf_counter() - started
+    heldout = {name: decoder_accuracy(tower, qs) for name, qs in heldout_questions(settings.seed).items()}
+    log(f"decoder phase: {steps} steps in {seconds:.0f} s; held-out accuracy "
+        + ", ".join(f"{name} {value:.3f}" for name, value in heldout.items()))  # fmt: skip
+    if result is not None:
+        result.decoder_steps, result.decoder_seconds, result.decoder_losses, result.heldout = steps, seconds, losses, heldout
 
 
 def calibrate(raw: Path, out: Path, settings: Settings, log: Callable[[str], None]) -> tuple[float, ...]:
@@ -490,7 +693,7 @@ def calibrate(raw: Path, out: Path, settings: Settings, log: Callable[[str], Non
     rng = np.random.default_rng([CALIBRATION_STREAM, settings.seed])
     asked = [v.question(rng, calibration=True) for _ in range(settings.calibration_examples)]
     examples = [Example(q.text, q.choices, q.answer, q.group) for q in asked]
-    report = fit(raw, examples, out, holdout=0.25, seed=settings.seed, groups=3)
+    report = fit(raw, examples, out, holdout=0.25, seed=settings.seed, groups=3, smoothing=settings.smoothing)
     log(f"calibration: temperatures {[round(t, 4) for t in report.temperatures]}, held-out ECE "
         f"{report.ece_before:.4f} -> {report.ece_after:.4f}, accuracy {report.accuracy:.4f}")  # fmt: skip
     return report.temperatures
