@@ -61,9 +61,11 @@ class Server:
         assert self.batcher is not None
         probe = disconnect_probe(receive)
         jobs = self.batcher.submit(kinds, payloads, costs, probe)
-        counts = Counter(kinds) if len(kinds) > 1 else {kinds[0]: 1}
-        for kind, count in counts.items():
-            self.metrics.item_counter(kind).inc(count)
+        if len(jobs) == 1:
+            self.metrics.item_count(kinds[0], len(kinds))
+        else:
+            for kind, count in Counter(kinds).items():
+                self.metrics.item_count(kind, count)
         if probe is not None:  # uvicorn: the lane reads the connection's state when a batch forms
             return jobs, [await jobs[0][1].future] if len(jobs) == 1 else await self.batcher.gather(jobs, None)
         watcher = asyncio.ensure_future(gone(receive))  # another ASGI server: a task awaits the disconnect
@@ -73,13 +75,16 @@ class Server:
             watcher.cancel()
 
     def timing(self, jobs: list[tuple[Lane, Job]], began: float) -> list[tuple[bytes, bytes]]:
-        queue = max(job.started - job.enqueued for _, job in jobs) * 1000
-        compute = max(job.finished - job.started for _, job in jobs) * 1000
-        total = (time.perf_counter() - began) * 1000
-        batch = max(job.batch_items for _, job in jobs)
-        return [(b"x-uform-queue-ms", b"%.3f" % queue), (b"x-uform-inference-ms", b"%.3f" % compute), (b"x-uform-total-ms", b"%.3f" % total),
-                (b"x-uform-batch-items", b"%d" % batch),
-                (b"server-timing", b"queue;dur=%.3f, inference;dur=%.3f, total;dur=%.3f" % (queue, compute, total))]  # fmt: skip
+        if len(jobs) == 1:
+            job = jobs[0][1]
+            queue, compute, batch = (job.started - job.enqueued) * 1000, (job.finished - job.started) * 1000, job.batch_items
+        else:
+            queue = max(job.started - job.enqueued for _, job in jobs) * 1000
+            compute = max(job.finished - job.started for _, job in jobs) * 1000
+            batch = max(job.batch_items for _, job in jobs)
+        q, c, t = b"%.3f" % queue, b"%.3f" % compute, b"%.3f" % ((time.perf_counter() - began) * 1000)
+        return [(b"x-uform-queue-ms", q), (b"x-uform-inference-ms", c), (b"x-uform-total-ms", t), (b"x-uform-batch-items", b"%d" % batch),
+                (b"server-timing", b"queue;dur=" + q + b", inference;dur=" + c + b", total;dur=" + t)]  # fmt: skip
 
     async def embeddings(self, scope: Scope, receive: Receive, send: Send) -> int:
         """``POST /v1/embeddings``, a raw ASGI handler (``Guard`` calls it); answers the status."""
@@ -116,14 +121,19 @@ class Server:
             kinds, payloads, costs = [i.kind for i in items], [i.payload for i in items], [i.cost for i in items]
         jobs, results = await self.run_jobs(receive, kinds, payloads, costs)
         context = self.description.context
-        tokens = sum(min(len(p), context) for k, p in zip(kinds, payloads) if k == "text")
+        if len(items) == 1:
+            tokens = min(len(payloads[0]), context) if kinds[0] == "text" else 0
+        else:
+            tokens = sum(min(len(p), context) for k, p in zip(kinds, payloads) if k == "text")
 
         def write() -> bytes:
             rows = respond_.assemble([(job.positions, r) for (_, job), r in zip(jobs, results)], len(items), dims)
             rows = respond_.prefix(rows, req.dimensions, dims)
             return respond_.embeddings_body(rows, req.encoding_format, c.model_id, tokens)
 
-        return await self.off_loop(write, len(items) * dims <= c.inline_response_values), jobs, began
+        if len(items) * dims <= c.inline_response_values:
+            return write(), jobs, began
+        return await self.off_loop(write, False), jobs, began
 
     async def choose(self, request: Request) -> Response:
         began = time.perf_counter()

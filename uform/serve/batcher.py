@@ -21,7 +21,7 @@ from uform import Arena
 from .catalog import CHOOSE_VERB, ITEM_VERBS, verbs
 from .config import ServeConfig
 from .errors import ApiError
-from .lane import Budget, Job, Lane
+from .lane import Budget, Depth, Job, Lane
 from .metrics import Metrics
 
 if TYPE_CHECKING:
@@ -59,6 +59,7 @@ class Batcher:
         self.config = config
         self.draining = False
         self.lanes: dict[str, Lane] = {}
+        self.depth = Depth()  # items queued in every lane
         served = verbs(model)
         workers = config.batches_at_once if config.batching else max(1, getattr(pool, "_max_workers", 4))
         window = config.batch_window_ms / 1000
@@ -68,41 +69,42 @@ class Batcher:
             items = config.max_batch_items if config.batching else 1
             budget = Budget(items, config.budget(kind) if config.batching else 1, window if config.batching else 0.0)
             call = _chooser(model) if kind == "choose" else _encoder(model, verb)
-            self.lanes[kind] = Lane(verb, call, budget, pool, metrics, workers, param="input")
+            self.lanes[kind] = Lane(verb, call, budget, pool, metrics, workers, param="input", depth=self.depth)
 
     def busy(self) -> bool:
         """Whether a verb call is still running (its thread cannot be stopped)."""
         return any(lane.running for lane in self.lanes.values())
 
     def queued_items(self) -> int:
-        return sum(lane.queued_items for lane in self.lanes.values())
+        return self.depth.items
 
     def submit(self, kinds: Sequence[str], payloads: Sequence[Any], costs: Sequence[int], gone: Callable[[], bool] | None = None) -> list[tuple[Lane, Job]]:
         """Queue a request's items (``kinds[i]`` is item ``i``'s lane), one job per lane;
         ``gone`` tells whether the client has left (its jobs are then dropped from the queue)."""
         if self.draining:
             raise ApiError(503, "the server is shutting down and takes no new requests", code="draining")
-        if self.queued_items() + len(payloads) > self.config.max_queue_items:
+        if self.depth.items + len(payloads) > self.config.max_queue_items:
             raise ApiError(429, f"the queue is full ({self.config.max_queue_items} items); retry shortly", code="queue_full",
                            headers={"Retry-After": str(self.config.retry_after_seconds)})  # fmt: skip
         loop = asyncio.get_running_loop()
-        if len(payloads) == 1 or all(kind == kinds[0] for kind in kinds):  # one lane: no splitting
+        if len(payloads) == 1 or kinds.count(kinds[0]) == len(kinds):  # one lane: no splitting
             lane = self.lanes.get(kinds[0])
             if lane is None:
                 raise self._unsupported(kinds[0])
-            jobs = [(lane, Job(list(payloads), _identity(len(payloads)), sum(costs), loop.create_future(), gone=gone))]
-        else:
-            distinct = list(dict.fromkeys(kinds))
-            missing = [kind for kind in distinct if kind not in self.lanes]
-            if missing:
-                raise self._unsupported(missing[0])
-            cost_array = np.asarray(costs, dtype=np.int64)
-            kind_array = np.asarray(kinds)
-            jobs = []
-            for kind in distinct:
-                positions = np.flatnonzero(kind_array == kind)
-                items = [payloads[i] for i in positions.tolist()]
-                jobs.append((self.lanes[kind], Job(items, positions, int(cost_array[positions].sum()), loop.create_future(), gone=gone)))
+            job = Job(list(payloads), _identity(len(payloads)), costs[0] if len(costs) == 1 else sum(costs), loop.create_future(), gone)
+            lane.put(job)
+            return [(lane, job)]
+        distinct = list(dict.fromkeys(kinds))
+        missing = [kind for kind in distinct if kind not in self.lanes]
+        if missing:
+            raise self._unsupported(missing[0])
+        cost_array = np.asarray(costs, dtype=np.int64)
+        kind_array = np.asarray(kinds)
+        jobs = []
+        for kind in distinct:
+            positions = np.flatnonzero(kind_array == kind)
+            items = [payloads[i] for i in positions.tolist()]
+            jobs.append((self.lanes[kind], Job(items, positions, int(cost_array[positions].sum()), loop.create_future(), gone=gone)))
         for lane, job in jobs:
             lane.put(job)
         return jobs

@@ -18,7 +18,7 @@ from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .errors import ApiError
-from .metrics import Metrics
+from .metrics import FOLD, Metrics
 
 OPEN_PATHS = {"/health"}  # served without the API key
 # a raw ASGI handler answering one route: the status it sent (499: the client went away)
@@ -59,8 +59,8 @@ class Guard:
         self.limit = max_request_bytes
         self.metrics = metrics
         self.log = log
-        self._counted: dict[tuple[str, int], Any] = {}
-        self._timed = {route: metrics.request_seconds.labels(route) for route in (*ROUTES, "other")}
+        self._counted = metrics.requests.counts  # (route, status) -> requests
+        self._timed = {route: metrics.request_seconds.values(route) for route in (*ROUTES, "other")}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -97,11 +97,13 @@ class Guard:
 
     def _record(self, scope: Scope, path: str, route: str, status: int, began: float) -> None:
         took = time.perf_counter() - began
-        counter = self._counted.get((route, status))
-        if counter is None:
-            counter = self._counted[route, status] = self.metrics.requests.labels(route, str(status))
-        counter.inc()
-        self._timed[route].observe(took)
+        key = (route, status)
+        counted = self._counted
+        counted[key] = counted.get(key, 0) + 1
+        timed = self._timed[route]
+        timed.append(took)
+        if len(timed) >= FOLD:
+            self.metrics.request_seconds.fold(route)
         if self.log is not None:
             client = scope.get("client")
             who = f"{client[0]}:{client[1]}" if client else "-"

@@ -1,8 +1,8 @@
-"""One verb's queue and the workers that coalesce it: one verb call per batch of requests.
+"""One verb's queue and the worker threads that coalesce it: one verb call per batch of requests.
 
 A worker takes what is queued when it is free, up to the item and cost budgets (a job larger
-than a budget runs alone), so an idle server adds no wait. The call runs on a worker thread
-with the lane's own arena, and its rows are copied out before any job's future is set. A
+than a budget runs alone), so an idle server adds no wait. The call runs on the worker's own
+thread with its own arena, and its rows are copied out before any job's future is set. A
 bad item (``InputError``) fails only the job holding it, and the rest is called again.
 """
 
@@ -14,8 +14,9 @@ import concurrent.futures as cf
 import threading
 import time
 from collections import deque
+from itertools import chain
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -29,19 +30,27 @@ from .metrics import Metrics
 Verb = Callable[[list[Any], Arena], Any]
 
 
-@dataclass(eq=False)
 class Job:
-    """One request's items for one verb; ``positions`` are their indices in the request."""
+    """One request's items for one verb; ``positions`` are their indices in the request;
+    ``gone`` tells whether its client has disconnected (None: not known here)."""
 
-    payloads: list[Any]
-    positions: np.ndarray
-    cost: int
-    future: asyncio.Future[Any]
-    enqueued: float = field(default_factory=time.perf_counter)
-    started: float = 0.0
-    finished: float = 0.0
-    batch_items: int = 0
-    gone: Callable[[], bool] | None = None  # whether its client has disconnected
+    __slots__ = ("payloads", "positions", "cost", "future", "gone", "enqueued", "started", "finished", "batch_items")
+
+    def __init__(self, payloads: list[Any], positions: np.ndarray, cost: int, future: asyncio.Future[Any],
+                 gone: Callable[[], bool] | None = None) -> None:  # fmt: skip
+        self.payloads, self.positions, self.cost, self.future, self.gone = payloads, positions, cost, future, gone
+        self.enqueued = time.perf_counter()
+        self.started = self.finished = 0.0
+        self.batch_items = 0
+
+
+class Depth:
+    """Items queued in every lane of a server, kept by the lanes (read at each admission)."""
+
+    __slots__ = ("items",)
+
+    def __init__(self) -> None:
+        self.items = 0
 
 
 @dataclass(frozen=True)
@@ -52,102 +61,167 @@ class Budget:
 
 
 class Lane:
-    def __init__(self, verb: str, call: Verb, budget: Budget, pool: cf.Executor, metrics: Metrics, workers: int = 1, param: str = "input") -> None:
+    """One verb's queue and its worker threads (at most ``workers``, started as work arrives).
+
+    The queue is shared with the threads under a lock: a thread that finishes a call takes
+    what is queued right away (no trip through the event loop between batches), sleeps when
+    the queue is empty, and is woken by :meth:`put`. Each batch's outcomes come back to the
+    loop in one ``call_soon_threadsafe``, which answers every job's future there.
+    """
+
+    def __init__(self, verb: str, call: Verb, budget: Budget, pool: cf.Executor | None, metrics: Metrics, workers: int = 1,
+                 param: str = "input", depth: Depth | None = None) -> None:  # fmt: skip
         self.verb = verb
+        self.depth = depth or Depth()
         self._call = call
         self._budget = budget
-        self._pool = pool
         self._metrics = metrics
         self._param = param
+        self._loop = asyncio.get_running_loop()
         self._queue: deque[Job] = deque()
-        self._ready = asyncio.Event()
+        self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)
         self._closing = False
+        self._idle = 0  # threads waiting for work
+        self._threads = 0  # threads started and not ended
+        self._workers = workers
+        self._ended: asyncio.Future[None] | None = None  # resolved when the last thread ends after close
         self.queued_items = 0
         self.running = 0  # verb calls in flight
-        self._count = threading.Lock()
-        self._tasks = [asyncio.get_running_loop().create_task(self._work(), name=f"uform-lane-{verb}") for _ in range(workers)]
 
     def put(self, job: Job) -> None:
-        self._queue.append(job)
-        self.queued_items += len(job.payloads)
-        self._ready.set()
+        n = len(job.payloads)
+        with self._lock:
+            self._queue.append(job)
+            self.queued_items += n
+            self.depth.items += n
+            if self._idle:
+                self._wake.notify()
+                return
+            if self._threads >= self._workers:
+                return
+            self._threads += 1
+        threading.Thread(target=self._run, name=f"uform-lane-{self.verb}", daemon=True).start()
 
     def discard(self, job: Job) -> bool:
         """Drop a job still queued (its client went away); False when it already left the queue."""
-        try:
-            self._queue.remove(job)
-        except ValueError:
-            return False
-        self.queued_items -= len(job.payloads)
+        with self._lock:
+            try:
+                self._queue.remove(job)
+            except ValueError:
+                return False
+            self._count_out(len(job.payloads))
         self._metrics.dropped.labels(self.verb).inc(len(job.payloads))
         return True
 
     async def close(self) -> None:
         """Answer every queued job, then stop the workers."""
-        self._closing = True
-        self._ready.set()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        with self._lock:
+            self._closing = True
+            self._wake.notify_all()
+            if not self._threads:
+                return
+            self._ended = self._loop.create_future()
+        await asyncio.shield(self._ended)
 
-    def _take(self, jobs: list[Job], items: int, cost: int) -> tuple[int, int]:
-        """Move queued jobs into ``jobs`` within the budgets; drop those whose client is gone."""
-        while self._queue:
-            job = self._queue[0]
+    def _count_out(self, n: int) -> None:
+        self.queued_items -= n
+        self.depth.items -= n
+
+    def _take(self, jobs: list[Job], gone: list[Job], items: int, cost: int) -> tuple[int, int]:
+        """Move queued jobs into ``jobs`` within the budgets, and those whose client went away
+        into ``gone`` (with the lock held)."""
+        queue = self._queue
+        while queue:
+            job = queue[0]
             n = len(job.payloads)
             if job.gone is not None and job.gone():
-                self.discard(job)
-                if not job.future.done():
-                    job.future.set_exception(ConnectionError("the client went away"))
+                queue.popleft()
+                self._count_out(n)
+                gone.append(job)
                 continue
             if jobs and (items + n > self._budget.items or cost + job.cost > self._budget.cost):
                 break
-            self._queue.popleft()
-            self.queued_items -= n
+            queue.popleft()
+            self._count_out(n)
             jobs.append(job)
             items, cost = items + n, cost + job.cost
         return items, cost
 
-    async def _work(self) -> None:
-        loop = asyncio.get_running_loop()
+    def _run(self) -> None:
+        """A worker thread: batches from the queue until the lane closes and the queue is empty."""
         arena = Arena()
-        while True:
-            while not self._queue:
-                if self._closing:
-                    return
-                self._ready.clear()
-                await self._ready.wait()
-            jobs: list[Job] = []
-            items, cost = self._take(jobs, 0, 0)
-            if self._budget.window > 0 and items < self._budget.items:
-                await asyncio.sleep(self._budget.window)
-                items, cost = self._take(jobs, items, cost)
-            started = time.perf_counter()
-            outcomes = await loop.run_in_executor(self._pool, self._compute, jobs, arena)
-            finished = time.perf_counter()
-            m = self._metrics
-            m.child(m.batch_items, self.verb).observe(items)
-            m.child(m.batch_requests, self.verb).observe(len(jobs))
-            m.child(m.inference_seconds, self.verb).observe(finished - started)
-            waited = m.child(m.queue_seconds, self.verb)
-            for job, outcome in zip(jobs, outcomes):
-                job.started, job.finished, job.batch_items = started, finished, items
-                waited.observe(started - job.enqueued)
-                if job.future.done():  # its client went away during the call
-                    continue
-                if isinstance(outcome, BaseException):
-                    job.future.set_exception(outcome)
-                else:
-                    job.future.set_result(outcome)
-
-    def _compute(self, jobs: Sequence[Job], arena: Arena) -> list[Any]:
-        """Each job's rows, or the error that fails it (a worker thread). ``running`` counts
-        the calls whose threads are still in a verb, even when their awaiting task was cancelled."""
-        with self._count:
-            self.running += 1
+        window = self._budget.window
         try:
-            return self._outcomes(jobs, arena)
+            while True:
+                jobs: list[Job] = []
+                gone: list[Job] = []
+                with self._lock:
+                    while not self._queue:
+                        if self._closing:
+                            return
+                        self._idle += 1
+                        self._wake.wait()
+                        self._idle -= 1
+                    items, cost = self._take(jobs, gone, 0, 0)
+                    if jobs:
+                        self.running += 1
+                if jobs and window > 0 and items < self._budget.items:
+                    time.sleep(window)
+                    with self._lock:
+                        items, cost = self._take(jobs, gone, items, cost)
+                if gone:
+                    self._metrics.dropped.labels(self.verb).inc(sum(len(job.payloads) for job in gone))
+                    self._post(self._drop, gone)
+                if not jobs:
+                    continue
+                started = time.perf_counter()
+                try:
+                    outcomes = self._outcomes(jobs, arena)
+                except Exception as exc:  # noqa: BLE001 - a bug here fails the batch's requests, never leaves them waiting
+                    outcomes = [ApiError(500, f"{self.verb} failed: {type(exc).__name__}: {exc}", code="verb_failed")] * len(jobs)
+                finally:
+                    with self._lock:
+                        self.running -= 1
+                self._post(self._answer, jobs, outcomes, started, time.perf_counter(), items)
         finally:
-            with self._count:
-                self.running -= 1
+            with self._lock:
+                self._threads -= 1
+                last = self._closing and not self._threads
+            if last:
+                self._post(self._end)
+
+    def _post(self, fn: Callable[..., None], *args: Any) -> None:
+        """Run ``fn(*args)`` on the event loop (nothing when the loop has closed)."""
+        try:
+            self._loop.call_soon_threadsafe(fn, *args)
+        except RuntimeError:
+            pass
+
+    def _end(self) -> None:
+        if self._ended is not None and not self._ended.done():
+            self._ended.set_result(None)
+
+    @staticmethod
+    def _drop(jobs: list[Job]) -> None:
+        for job in jobs:
+            if not job.future.done():
+                job.future.set_exception(ConnectionError("the client went away"))
+
+    def _answer(self, jobs: list[Job], outcomes: list[Any], started: float, finished: float, items: int) -> None:
+        """Each job's outcome into its future (on the loop), and the batch's figures."""
+        waited = []
+        for job, outcome in zip(jobs, outcomes):
+            job.started, job.finished, job.batch_items = started, finished, items
+            waited.append(started - job.enqueued)
+            future = job.future
+            if future.done():  # its client went away during the call
+                continue
+            if isinstance(outcome, BaseException):
+                future.set_exception(outcome)
+            else:
+                future.set_result(outcome)
+        self._metrics.batch(self.verb, items, len(jobs), finished - started, waited)
 
     def _outcomes(self, jobs: Sequence[Job], arena: Arena) -> list[Any]:
         outcomes: list[Any] = [None] * len(jobs)
@@ -155,7 +229,7 @@ class Lane:
         while alive:
             sizes = [len(jobs[j].payloads) for j in alive]
             starts = np.concatenate([[0], np.cumsum(sizes)]).tolist()
-            payloads = [p for j in alive for p in jobs[j].payloads]
+            payloads = jobs[alive[0]].payloads if len(alive) == 1 else list(chain.from_iterable([jobs[j].payloads for j in alive]))
             try:
                 result = self._call(payloads, arena)
             except InputError as exc:

@@ -23,14 +23,14 @@ from .media import part_bytes
 ENCODINGS = ("float", "base64")
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Item:
     kind: str  # text, image, video, audio
     payload: bytes
     cost: int
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class EmbeddingsRequest:
     items: list[Item]
     encoding_format: str
