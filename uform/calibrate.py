@@ -163,7 +163,7 @@ def fit_temperatures(
     if smoothing:
         epsilon = 1 / (np.bincount(groups, minlength=count) + 2.0)
         wrong = np.add.reduceat(gaps, offsets[:-1]) / np.maximum(sizes - 1, 1)  # the answer's own gap is 0
-        pull = np.bincount(groups, epsilon[groups] * wrong, minlength=count)
+        pull = np.asarray(np.bincount(groups, epsilon[groups] * wrong, minlength=count), np.float64)
     lo, hi = np.full(count, np.log(1 / T_MAX)), np.full(count, np.log(1 / T_MIN))
     for _ in range(ITERATIONS):
         mid = (lo + hi) / 2

@@ -561,7 +561,7 @@ VALUE_WORDS: dict[str, dict[str, tuple[str, ...]]] = {
     "count": {"1": ("1", "one"), "2": ("2", "two"), "3": ("3", "three")},
     "direction": DIRECTION_WORDS,
     "sound": {"tone": ("tone", "note"), "chord": ("chord",), "noise": ("noise", "hiss"), "sweep": ("sweep",)},
-    "pitch": PITCH_WORDS,
+    "pitch": {k: tuple(w) for k, w in PITCH_WORDS.items()},
     "rhythm": {"steady": ("steady", "constant"), "slow": ("slow", "slowly pulsing", "pulsing slowly"),
                "fast": ("fast", "quickly pulsing", "rapidly pulsing", "pulsing quickly")},  # fmt: skip
 }
