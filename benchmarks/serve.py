@@ -1,6 +1,7 @@
 """``uform serve`` under load, judged by its own CPU cost and by ratios (the clients share its cores).
 
     /tmp/coord/timed serve python benchmarks/serve.py [--seconds 4] [--clients 1,8,32,128] [--client wrk|asyncio]
+        [--server-args '--batches-at-once 1'] [--texts-only]
 
 In-process first (the default model): ``text_encode`` of one short text (p50 latency of a
 single call, texts/s) and of 64 at once (texts/s and process CPU seconds per text), the same 64
@@ -25,6 +26,7 @@ import io
 import json
 import os
 import resource
+import shlex
 import shutil
 import subprocess
 import sys
@@ -328,6 +330,8 @@ def main() -> None:
     p.add_argument("--clients", default="1,8,32,128")
     p.add_argument("--client", choices=["wrk", "asyncio"], default="wrk" if shutil.which("wrk") else "asyncio")
     p.add_argument("--memory-requests", type=int, default=10000)
+    p.add_argument("--server-args", default="", help="more uform serve options for the batching server (e.g. '--batches-at-once 1')")
+    p.add_argument("--texts-only", action="store_true", help="in-process figures and the text points alone (no images, memory, baselines)")
     p.add_argument("--drive", help=argparse.SUPPRESS)
     p.add_argument("--body", help=argparse.SUPPRESS)
     p.add_argument("--bare", choices=["starlette", "fastapi"], help=argparse.SUPPRESS)
@@ -350,11 +354,18 @@ def main() -> None:
     result["in_process"] = inproc = in_process(min(a.seconds, 2.0), jpeg)
     print(json.dumps(inproc, indent=1))
     serve_cmd = ["-m", "uform.cli", "serve"]
-    server = Served(serve_cmd)
+    result["server_args"] = a.server_args
+    server = Served([*serve_cmd, *shlex.split(a.server_args)])
     try:
         measured(server, a.client, text_body, 8, min(a.seconds, 1))  # warm-up
         result["texts"] = [measured(server, a.client, text_body, c, a.seconds) for c in clients]
         print(table(result["texts"], list(result["texts"][0])))
+        if a.texts_only:
+            at = {row["clients"]: row for row in result["texts"]}
+            key = 32 if 32 in at else max(at)
+            ratio = at[key]["server_cpu_ms_per_request"] / inproc["text_cpu_ms_per_text_batch64"]
+            print(json.dumps({"clients": key, "server_cpu_per_text_vs_in_process_batch64": round(ratio, 2)}))
+            return
         result["texts_float"] = [measured(server, a.client, float_body, c, a.seconds) for c in clients if c >= 32][:1]
         measured(server, a.client, image_body, 8, min(a.seconds, 1))
         result["images_640x480_jpeg"] = [measured(server, a.client, image_body, c, a.seconds) for c in clients]
