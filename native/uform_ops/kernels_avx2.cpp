@@ -336,7 +336,8 @@ static void task(const Gemm& g, int64_t t) {
       // BF16's from DRAM (4-10 % at 6-16 rows), E4M3's for the next staging (the 64-byte steps
       // through the F16 bits reach over twice the 32-byte packed pairs); E4M3 widened in
       // registers (a single group, half the bytes) gained nothing from it (within 2 %)
-      const int64_t next = q == 0 && j + 1 < j1 && (g.wtype == kBF16 || staged) ? packed + pairs * NR * word - static_cast<const char*>(w) : 0;
+      const bool ahead = q == 0 && j + 1 < j1 && (g.wtype == kBF16 || staged);
+      const int64_t next = ahead ? int64_t(reinterpret_cast<intptr_t>(packed + pairs * NR * word) - reinterpret_cast<intptr_t>(w)) : 0;
       if (g.wtype == kBF16) {
         widened_rows<MR, kBF16>(count, g, row, j * NR, w, next);
       } else if (staged) {
