@@ -13,21 +13,22 @@ from typing import Any
 RESULTS = Path(os.environ.get("UFORM_BENCHMARK_RESULTS") or Path(__file__).parent / "results")  # the env var: for smoke runs
 
 
-def rate(fn: Callable[[], Any], items: int, seconds: float = 2.0, warmup: int = 1) -> float:
+def rate(fn: Callable[[], Any], items: int, seconds: float = 2.0, warmup: int = 1, runs: int = 0) -> float:
     """Items per second of ``fn`` (which handles ``items`` items a call): the best of runs
-    filling ``seconds`` after ``warmup`` runs; a warm-up slower than ``seconds`` is the answer."""
+    filling ``seconds`` after ``warmup`` runs, and at least ``runs`` of them; with ``runs`` 0, a
+    warm-up slower than ``seconds`` is the answer (first-call costs included)."""
     for _ in range(warmup):
         t = time.perf_counter()
         fn()
         took = time.perf_counter() - t
-        if took > seconds:
+        if took > seconds and runs == 0:
             return items / took
-    best, spent = float("inf"), 0.0
-    while spent < seconds or best == float("inf"):
+    best, spent, done = float("inf"), 0.0, 0
+    while spent < seconds or done < max(runs, 1):
         t = time.perf_counter()
         fn()
         took = time.perf_counter() - t
-        best, spent = min(best, took), spent + took
+        best, spent, done = min(best, took), spent + took, done + 1
     return items / best
 
 

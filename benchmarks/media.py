@@ -15,7 +15,10 @@ and of a Hugging Face transformers ViT of the same geometry (random init from a 
 nothing downloaded) with its ViTImageProcessor. Then clips/s for sampling the video tower's
 frames (8 on ``small``) from 10 s 640x480 H.264 clips: the seek plan of uform.plugins.video
 against reading the clip through, at 1 keyframe a second and at 1 keyframe per 250 frames,
-and video_encode end to end. Writes benchmarks/results/media.json.
+and video_encode end to end. Every image rate is the best of timed calls after a warm-up call
+(each call a whole set of ``--images``), never a first call: one-time costs (a library's first
+products, its primitives' creation) differ between the peers. Writes
+benchmarks/results/media.json.
 """
 
 from __future__ import annotations
@@ -122,11 +125,11 @@ def main() -> None:
         for label, size in (("640x480", (640, 480)), ("2000x1500", (2000, 1500))):
             files = photos(root, n, size)
             arena, stats = uform.Arena(), uform.ImageEncodeStats()
-            end_to_end = rate(lambda: model.image_encode(files, arena, stats=stats), n, args.seconds)
+            end_to_end = rate(lambda: model.image_encode(files, arena, stats=stats), n, args.seconds, runs=1)
             pixels = np.stack([frames.fit(frames.from_array(np.asarray(_open_rgb(f))), s) for f in files])
             runner = model._runtime.placement.runners["image"]
             batches = [pixels[i : i + 32] for i in range(0, n, 32)]
-            tower = rate(lambda: [runner.run(["embeddings"], {"pixels": b}) for b in batches], n, args.seconds)
+            tower = rate(lambda: [runner.run(["embeddings"], {"pixels": b}) for b in batches], n, args.seconds, runs=1)
             tower_ref = reference.towers["image"]
 
             def torch_pil() -> None:
@@ -134,7 +137,7 @@ def main() -> None:
                     for i in range(0, n, 32):
                         tower_ref(torch.from_numpy(pil_pipeline(files[i : i + 32], s)))
 
-            ref_rate = rate(torch_pil, n, args.seconds)
+            ref_rate = rate(torch_pil, n, args.seconds, runs=1)
             hf_rate = _hf_vit(icfg, files, args.seconds)
             calls = max(1, stats.items // n)
             hidden = 1 - stats.seconds_preprocess / max(stats.seconds_decode, 1e-9)
@@ -216,7 +219,7 @@ def _hf_vit(cfg: dict[str, Any], files: list[Path], seconds: float) -> float:
                 images = [Image.open(f).convert("RGB") for f in files[i : i + 32]]
                 vit(**processor(images=images, return_tensors="pt"))
 
-    return rate(run, len(files), seconds)
+    return rate(run, len(files), seconds, runs=1)
 
 
 if __name__ == "__main__":
