@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import bisect
-import concurrent.futures as cf
 import threading
 import time
 from collections import deque
-from itertools import chain
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -69,8 +68,8 @@ class Lane:
     loop in one ``call_soon_threadsafe``, which answers every job's future there.
     """
 
-    def __init__(self, verb: str, call: Verb, budget: Budget, pool: cf.Executor | None, metrics: Metrics, workers: int = 1,
-                 param: str = "input", depth: Depth | None = None) -> None:  # fmt: skip
+    def __init__(self, verb: str, call: Verb, budget: Budget, metrics: Metrics, workers: int = 1, param: str = "input",
+                 depth: Depth | None = None) -> None:  # fmt: skip
         self.verb = verb
         self.depth = depth or Depth()
         self._call = call
