@@ -53,7 +53,8 @@ def reference(variant: str, x: np.ndarray, w: np.ndarray, scale: np.ndarray | No
     return y + (0 if bias is None else bias)
 
 
-SHAPES = [(1, 8, 1), (7, 33, 5), (13, 64, 33), (25, 31, 70), (200, 96, 48), (12, 768, 2304), (30, 1031, 45)]  # the last: several depth chunks, odd k
+SHAPES = [(1, 8, 1), (7, 33, 5), (13, 64, 33), (25, 31, 70), (200, 96, 48), (391, 40, 130), (12, 768, 2304), (30, 1031, 45)]
+# (391, 40, 130): several blocks of rows, uneven, each against every panel; the last: several depth chunks, odd k
 
 
 @pytest.mark.parametrize("variant", VARIANTS)

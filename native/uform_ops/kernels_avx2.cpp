@@ -8,10 +8,11 @@
 // code to the high byte, an arithmetic shift right by 1 and a mask, then vcvtph2ps; the 2^8
 // is applied with the scale.
 //
-// A task is up to 96 rows times up to 4 panels; each group of up to 6 rows reads a panel over
-// all of k and sums in registers, y written once. The first group reads the panel from DRAM
-// (fetched REACH bytes ahead, and the next panel into L2 behind it), the others from L1 or
-// L2: what moves from DRAM is the packed weights alone.
+// A task is up to 96 rows (the blocks of a product as even as can be) times up to 4 panels,
+// tasks in the order of their rows; each group of up to 6 rows reads a panel over all of k and
+// sums in registers, y written once. The first group reads the panel from DRAM or L3 (fetched
+// REACH bytes ahead, and the next panel into L2 behind it), the others from L1 or L2: what
+// moves from DRAM is the packed weights, and x once.
 // - BF16 widens in registers at every m (a shift or a mask per 8 weights, on ports the FMAs
 //   leave free: six rows ran at the FMA peak).
 // - E4M3 widens in registers up to 7 rows (one group, or two). From 8 rows its panel is first
@@ -50,7 +51,7 @@ struct Cut {
 static inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 static Cut cut(const Gemm& g) {
-  Cut c{std::clamp<int64_t>(g.m, 1, MC), PANELS};
+  Cut c{std::max<int64_t>(1, ceil_div(g.m, ceil_div(g.m, MC))), PANELS};  // blocks of rows as even as can be
   const int64_t rows = ceil_div(g.m, c.mc), panels = ceil_div(g.n, NR);
   const int64_t least = TASKS_PER_THREAD * (g.threads > 0 ? g.threads : UNKNOWN_THREADS);
   while (c.panels > 1 && rows * ceil_div(panels, c.panels) < least) c.panels /= 2;
@@ -318,9 +319,12 @@ static thread_local Staging staging;  // one E4M3 panel's F16 bits (8 rows or mo
 
 static void task(const Gemm& g, int64_t t) {
   const Cut c = cut(g);
-  const int64_t blocks = ceil_div(g.m, c.mc), panels = ceil_div(g.n, NR), pairs = (g.k + 1) / 2;
-  const int64_t j0 = t / blocks * c.panels, j1 = std::min(panels, j0 + c.panels);
-  const int64_t r0 = t % blocks * c.mc, r1 = std::min(g.m, r0 + c.mc);
+  const int64_t panels = ceil_div(g.n, NR), pairs = (g.k + 1) / 2;
+  // tasks in the order of their rows: a thread's next task keeps the block of x in L2 and
+  // takes the next panels (from L3), so that x moves from DRAM once at large m
+  const int64_t sweeps = ceil_div(panels, c.panels);
+  const int64_t j0 = t % sweeps * c.panels, j1 = std::min(panels, j0 + c.panels);
+  const int64_t r0 = t / sweeps * c.mc, r1 = std::min(g.m, r0 + c.mc);
   // rows in groups of at most MR, as even as can be (13 rows: 5, 4, 4), so that no group is
   // a lone row or two whose few sums leave the FMA pipes waiting on their latency
   const int64_t groups = ceil_div(r1 - r0, MR);
