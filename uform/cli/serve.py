@@ -27,9 +27,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--max-batch-bytes", type=int, default=64 << 20, help="most video or audio bytes one call takes (default 64 MiB)")
     p.add_argument("--batch-window-ms", type=float, default=0.0, help="wait this long for more items once a batch has one (default 0: never)")
     p.add_argument("--no-batching", action="store_true", help="one verb call per request (a baseline to compare with)")
-    p.add_argument("--threads", type=int, default=1, help="ONNX Runtime threads a verb call uses on CPUs (default 1; 0: every core, the library's default)")
-    p.add_argument("--batches-at-once", type=int, default=None, metavar="N",
-                   help="verb calls each lane runs at the same time (default: the cores on CPUs, 1 with --devices)")  # fmt: skip
+    p.add_argument("--threads", type=int, default=0, help="ONNX Runtime threads a verb call uses on CPUs (default 0: every core, the library's default)")
+    p.add_argument("--batches-at-once", type=int, default=1, metavar="N",
+                   help="verb calls each lane runs at the same time (default 1: one call at a time, on every core)")  # fmt: skip
     p.add_argument("--drain-seconds", type=float, default=30.0, help="on SIGTERM, how long in-flight requests get (default 30)")
     p.add_argument("--no-access-log", action="store_true", help="log no line per request")
     p.set_defaults(run=_serve)
@@ -50,10 +50,6 @@ def _serve(args: argparse.Namespace) -> int:
     devices = [int(d) for d in args.devices.split(",") if d.strip()] if args.devices else None
     if args.threads < 0:
         raise ValueError(f"--threads must be 0 or more, got {args.threads}")
-    if args.batches_at_once is None:
-        from uform.core.executor import available_cores
-
-        args.batches_at_once = 1 if devices else available_cores()
     name = args.model_name or model_path(args).name.removesuffix(".safetensors")
     config = ServeConfig(
         model_id=name, api_key=api_key_from(args.api_key), media_root=args.media_root, max_request_bytes=args.max_request_bytes,

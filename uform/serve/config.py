@@ -17,8 +17,8 @@ class ServeConfig:
     waiting ``batch_window_ms`` for more (0: never waits); a request larger than a budget
     runs in a batch of its own.
     ``batching=False`` makes one verb call per request (the benchmark's baseline).
-    ``batches_at_once``: verb calls each lane runs at the same time (``uform serve`` sets the
-    cores on CPUs, where each call runs on one thread; 1 on GPUs).
+    ``batches_at_once``: verb calls each lane runs at the same time (default 1: one call at a
+    time, which on CPUs runs on every core's ONNX Runtime thread).
     """
 
     model_id: str = "uform"

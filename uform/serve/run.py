@@ -3,10 +3,11 @@
 On SIGTERM (or Ctrl-C) the server stops accepting connections, answers ``/health`` with 503,
 answers every request in flight within ``--drain-seconds`` and exits 0.
 
-On CPUs the model is loaded with ``threads`` ONNX Runtime threads a call (default 1), and
-each lane runs as many batches at once as there are cores (``ServeConfig.batches_at_once``):
-one batch a core, side by side, costs less CPU a text and answers more texts a second than one
-batch at a time split over every core (docs/benchmarks.md, docs/architecture.md).
+On CPUs the model is loaded with the library's own threading by default (``threads`` None:
+every core's ONNX Runtime thread in each call), and each lane runs one batch at a time
+(``ServeConfig.batches_at_once`` 1): under load a lane's one call takes everything queued and
+runs it on every core, which answered more texts a second at 32 clients than one call a core
+side by side (whose batches clumped on one call while the other core idled; docs/benchmarks.md).
 """
 
 from __future__ import annotations
