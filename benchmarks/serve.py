@@ -1,12 +1,13 @@
 """``uform serve`` under load, judged by its own CPU cost and by ratios (the clients share its cores).
 
     /tmp/coord/timed serve python benchmarks/serve.py [--seconds 4] [--clients 1,8,32,128] [--client wrk|asyncio]
-        [--server-args '--batches-at-once 1'] [--texts-only]
+        [--server-args '--batches-at-once 2 --threads 1'] [--texts-only]
 
 In-process first (the default model): ``text_encode`` of one short text (p50 latency of a
 single call, texts/s) and of 64 at once (texts/s and process CPU seconds per text), the same 64
-as ``uform serve`` runs calls on CPUs (one ONNX Runtime thread a call, one call a core at
-once), and ``image_encode`` of one 640x480 JPEG. Then a ``uform serve`` subprocess driven over loopback
+as ``uform serve --threads 1 --batches-at-once <cores>`` runs calls on CPUs (one ONNX Runtime
+thread a call, one call a core at once; the server's default until 2026-12-01), and
+``image_encode`` of one 640x480 JPEG. Then a ``uform serve`` subprocess driven over loopback
 by a load generator (``wrk`` with one thread where installed, else a lean asyncio client in a
 process of its own), one text or one 640x480 JPEG (a data: URL) per request, at each client
 count: requests/s, p50 and p99 latency, the server process's CPU seconds per request (from
@@ -90,8 +91,9 @@ def in_process(seconds: float, jpeg: bytes) -> dict[str, Any]:
 
 
 def side_by_side(seconds: float, batch: list[str]) -> dict[str, Any]:
-    """``text_encode`` of ``batch`` as ``uform serve`` runs it on CPUs: one ONNX Runtime thread a
-    call, as many calls at once as there are cores; texts/s and process CPU seconds a text."""
+    """``text_encode`` of ``batch`` as ``uform serve --threads 1 --batches-at-once <cores>`` runs
+    it: one ONNX Runtime thread a call, as many calls at once as there are cores; texts/s and
+    process CPU seconds a text."""
     import threading
 
     import uform
@@ -330,7 +332,7 @@ def main() -> None:
     p.add_argument("--clients", default="1,8,32,128")
     p.add_argument("--client", choices=["wrk", "asyncio"], default="wrk" if shutil.which("wrk") else "asyncio")
     p.add_argument("--memory-requests", type=int, default=10000)
-    p.add_argument("--server-args", default="", help="more uform serve options for the batching server (e.g. '--batches-at-once 1')")
+    p.add_argument("--server-args", default="", help="more uform serve options for the batching server (e.g. '--batches-at-once 2 --threads 1')")
     p.add_argument("--texts-only", action="store_true", help="in-process figures and the text points alone (no images, memory, baselines)")
     p.add_argument("--drive", help=argparse.SUPPRESS)
     p.add_argument("--body", help=argparse.SUPPRESS)
