@@ -227,6 +227,19 @@ def test_training_questions_never_use_the_calibration_phrasings() -> None:
         assert 0 <= q.answer < len(q.choices) and q.text.endswith(("Answer y or n: ", "Answer 1, 2 or 3: ", "Answer: "))
 
 
+def test_training_questions_list_their_options_in_any_order_when_asked() -> None:
+    from uform.demo import generate as g
+    from uform.demo import variety
+
+    def lettered(rng: np.random.Generator, shuffled: float) -> list[g.Question]:
+        return [q for q in (variety.question(rng, jumbled=0.35, shuffled=shuffled) for _ in range(300)) if q.group == g.LETTERS]
+
+    canonical = "a) red b) green c) blue d) yellow e) purple f) orange"
+    assert all(canonical in q.text for q in lettered(np.random.default_rng(4), 0.0) if len(q.choices) == 6)
+    colours = [q for q in lettered(np.random.default_rng(4), 1.0) if len(q.choices) == 6]
+    assert colours and sum(canonical not in q.text for q in colours) > 0.8 * len(colours)
+
+
 def test_decoder_phase_questions_vary_and_never_use_the_calibration_phrasings() -> None:
     from uform.demo import variety
 

@@ -497,29 +497,31 @@ def _asks(m: Meaning) -> list[tuple[str, list[str], str]]:
     return out
 
 
-def question(rng: np.random.Generator, *, calibration: bool = False, jumbled: float = 0.0) -> g.Question:
+def question(rng: np.random.Generator, *, calibration: bool = False, jumbled: float = 0.0, shuffled: float = 0.25) -> g.Question:
     """A question about a paraphrased caption of any modality (a jumble, :func:`jumbles`, with
     probability ``jumbled``). Training phrasings by default, each maybe led by one of
-    ``TRAIN_LEADS`` and joined to its description by one of ``TRAIN_JOINS``; with
-    ``calibration``, phrasings training never uses and descriptions with extra words."""
+    ``TRAIN_LEADS`` and joined to its description by one of ``TRAIN_JOINS``, lettered options
+    in a random order with probability ``shuffled`` (the recipe's 0.25); with ``calibration``,
+    phrasings training never uses and descriptions with extra words, options in the canonical order."""
     modality = str(rng.choice(["image", "video", "audio"]))
     pool = meanings(modality)
     m = pool[int(rng.integers(0, len(pool)))]
     caption = phrase(rng, m, canonical=0.3, jumbled=jumbled)
     if not calibration:
         lead, join = str(rng.choice(TRAIN_LEADS)), str(rng.choice(TRAIN_JOINS))
-        asked_as = _ask(rng, m, TRAIN_ASK, TRAIN_WHICH, TRAIN_HOW_MANY, shuffle=True)
+        asked_as = _ask(rng, m, TRAIN_ASK, TRAIN_WHICH, TRAIN_HOW_MANY, shuffle=shuffled)
         text = asked_as.text[0].lower() + asked_as.text[1:] if lead.endswith(", ") else asked_as.text
         return g.Question(f"{caption}{join}{lead}{text}", asked_as.choices, asked_as.answer, asked_as.group)
     if calibration and rng.random() < 0.5:
         caption = f"{caption}, {rng.choice(EXTRA[modality])}"
-    asked_as = _ask(rng, m, CALIBRATION_ASK, CALIBRATION_WHICH, CALIBRATION_HOW_MANY, shuffle=False)
+    asked_as = _ask(rng, m, CALIBRATION_ASK, CALIBRATION_WHICH, CALIBRATION_HOW_MANY, shuffle=0.0)
     return g.Question(f"{caption}. {asked_as.text}", asked_as.choices, asked_as.answer, asked_as.group)
 
 
 def _ask(rng: np.random.Generator, m: Meaning, ask: Mapping[str, Sequence[str]], which: Sequence[str], how_many: Sequence[str], *,
-         shuffle: bool) -> g.Question:  # fmt: skip
-    """The question part (after the description) about one attribute of ``m``, and its answer."""
+         shuffle: float) -> g.Question:  # fmt: skip
+    """The question part (after the description) about one attribute of ``m``, and its answer;
+    lettered options in a random order with probability ``shuffle``, else in the canonical one."""
     asks = _asks(m)
     attribute, options, value = asks[int(rng.integers(0, len(asks)))]
     form = int(rng.integers(0, 3))
@@ -527,7 +529,7 @@ def _ask(rng: np.random.Generator, m: Meaning, ask: Mapping[str, Sequence[str]],
         return g.Question(f"{rng.choice(how_many)} Answer 1, 2 or 3: ", "123", int(value) - 1, g.DIGITS)
     if form == 1:
         shown = list(options)
-        if shuffle and rng.random() < 0.25:
+        if shuffle and rng.random() < shuffle:
             shown = [shown[i] for i in rng.permutation(len(shown))]
         listed = " ".join(f"{'abcdefgh'[i]}) {o}" for i, o in enumerate(shown))
         return g.Question(f"{str(rng.choice(which)).format(a=attribute)} {listed}. Answer: ", "abcdefgh"[: len(shown)], shown.index(value), g.LETTERS)

@@ -19,6 +19,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=defaults.steps, help=f"optimiser steps (default {defaults.steps})")
     parser.add_argument("--minutes", type=float, default=None, help="stop early after this many minutes of training")
     parser.add_argument("--batch", type=int, default=defaults.batch, help=f"items per modality per step (default {defaults.batch})")
+    parser.add_argument("--image-factor", type=int, default=defaults.image_factor,
+                        help="pictures per step: this many times --batch (default %(default)s)")
     parser.add_argument("--image-pool", type=int, default=defaults.image_pool, help="training pictures decoded once (default %(default)s)")
     parser.add_argument("--video-pool", type=int, default=defaults.video_pool, help="training clips decoded once (default %(default)s)")
     parser.add_argument("--audio-pool", type=int, default=defaults.audio_pool, help="varied training recordings made once (default %(default)s)")
@@ -39,7 +41,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         torch.set_num_threads(args.threads)
     settings = Settings(out=args.out, seed=args.seed, steps=args.steps, minutes=args.minutes, batch=args.batch,
-                        image_pool=args.image_pool, video_pool=args.video_pool, audio_pool=args.audio_pool,
+                        image_factor=args.image_factor, image_pool=args.image_pool, video_pool=args.video_pool, audio_pool=args.audio_pool,
                         evaluate=not args.no_evaluate, phase=args.phase, start=args.start,
                         decoder_steps=args.decoder_steps)  # fmt: skip
     result = train(settings, lambda line: print(line, flush=True))

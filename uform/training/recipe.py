@@ -81,6 +81,7 @@ class Settings:
     steps: int = 4400
     minutes: float | None = None  # stop early after this long (the schedule still assumes ``steps``)
     batch: int = 64  # pictures and clips a step (recordings on the steps that have them)
+    image_factor: int = 1  # pictures a step: this many times ``batch`` (2 read shape and count much better, docs/training.md, fifth run)
     decoder_batch: int = 48  # questions a decoder step
     lr: float = 2e-3
     warmup: int = 100
@@ -489,7 +490,7 @@ def train_towers(settings: Settings, raw: Path, log: Callable[[str], None], star
             break
         canonical = 1.0 if step < settings.curriculum * settings.steps else settings.canonical_vision
         parts: dict[str, torch.Tensor] = {}
-        data, labelled = inputs.images(b, canonical)
+        data, labelled = inputs.images(settings.image_factor * b, canonical)
         parts["image"] = contrastive(towers["image"](torch.from_numpy(data)), targets["image"], torch.from_numpy(labelled), scales["image"])
         data, labelled = inputs.videos(b, canonical)
         media, hidden, attention = video_forward(video_tower, torch.from_numpy(data))
@@ -607,11 +608,20 @@ def decoder_accuracy(tower: DecoderTower, questions: list[g.Question]) -> float:
 def heldout_questions(seed: int, n: int = 400) -> dict[str, list[g.Question]]:
     """Questions of stream ``[6, seed, 1]`` (no training or calibration draws from it), for
     reading a decoder before either suite: canonical, as the first phase phrases them, as the
-    decoder phase does, and in the calibration's phrasings (never trained)."""
+    decoder phase does, in the calibration's phrasings (never trained), and lettered options
+    in the first phase's phrasings listed in a random order (``options in any order``: the
+    shipped decoder reads 0.455 of them, docs/training.md)."""
     rng = np.random.default_rng([HELDOUT_STREAM, seed, 1])
+
+    def lettered() -> g.Question:
+        while (q := v.question(rng, jumbled=0.35, shuffled=1.0)).group != g.LETTERS:
+            pass
+        return q
+
     makers: dict[str, Callable[[], g.Question]] = {
         "canonical": lambda: g.question(rng), "training": lambda: v.question(rng, jumbled=0.35),
         "decoder phase": lambda: v.decoder_question(rng), "unseen phrasings": lambda: v.question(rng, calibration=True),
+        "options in any order": lettered,
     }  # fmt: skip
     return {name: [make() for _ in range(n)] for name, make in makers.items()}
 
