@@ -177,7 +177,7 @@ def test_packed_questions_give_the_padded_losses() -> None:
     import torch
 
     from uform.exporters.reference import ReferenceModel
-    from uform.training.recipe import decoder_loss, decoder_questions, packed_decoder_loss
+    from uform.training.recipe import decoder_loss, decoder_questions, packed_decoder_loss, packed_decoder_step
 
     torch.manual_seed(0)
     tower = ReferenceModel(tiny_config()).towers["decoder"]
@@ -187,6 +187,27 @@ def test_packed_questions_give_the_padded_losses() -> None:
     padded, _ = decoder_loss(tower, questions)
     packed, answer, padded = packed.detach(), answer.detach(), padded.detach()
     assert abs(float(packed) - float(padded)) < 1e-5 and 0 < float(answer) < float(packed)
+    # the first phase's step: the padded loss and the same answers right, packed into rows of 128 bytes
+    padded, right = decoder_loss(tower, questions)
+    stepped, packed_right = packed_decoder_step(tower, questions, row=128)
+    assert abs(float(stepped.detach()) - float(padded.detach())) < 1e-5 and packed_right == right
+
+
+def test_captions_encoded_in_groups_of_like_length_give_the_same_embeddings() -> None:
+    import torch
+
+    from uform.demo import variety
+    from uform.exporters.reference import ReferenceModel
+    from uform.training.recipe import text_embeddings
+
+    torch.manual_seed(0)
+    tower = ReferenceModel(tiny_config()).towers["text"]
+    rng = np.random.default_rng(4)
+    captions = [variety.phrase(rng, m, canonical=0.3, jumbled=0.35) for m in variety.meanings("audio") + variety.meanings("image")]
+    with torch.no_grad():
+        whole = text_embeddings(tower, captions)
+        for groups in (2, 4):
+            assert torch.allclose(text_embeddings(tower, captions, groups), whole, atol=1e-6)
 
 
 def test_smoothed_calibration_keeps_a_group_answered_all_right_off_the_floor() -> None:

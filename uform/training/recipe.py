@@ -81,8 +81,10 @@ class Settings:
     steps: int = 4400
     minutes: float | None = None  # stop early after this long (the schedule still assumes ``steps``)
     batch: int = 64  # pictures and clips a step (recordings on the steps that have them)
-    image_factor: int = 1  # pictures a step: this many times ``batch`` (2 read shape and count much better, docs/training.md, fifth run)
+    image_factor: int = 2  # pictures a step: this many times ``batch`` (2 read shape and count much better, docs/training.md, fifth and sixth runs)
     decoder_batch: int = 48  # questions a decoder step
+    text_groups: int = 4  # a text step encodes its captions in this many groups of like length (the same loss, less padding)
+    decoder_row: int = 128  # the decoder's questions are packed into rows of this many bytes, in both phases (the same losses, less padding)
     lr: float = 2e-3
     warmup: int = 100
     image_pool: int = 24000  # pictures decoded once through the runtime (canonical and varied), drawn from every step
@@ -293,9 +295,18 @@ def prototypes(dimensions: int, seed: int) -> dict[str, torch.Tensor]:
     return out
 
 
-def text_embeddings(tower: TextTower, captions: list[str]) -> torch.Tensor:
-    embeddings, _ = tower.encode([c.encode() for c in captions])
-    return embeddings
+def text_embeddings(tower: TextTower, captions: list[str], groups: int = 1) -> torch.Tensor:
+    """The text tower's embeddings of ``captions``, in their order; with ``groups`` > 1 encoded
+    in that many groups of like length (sorted by length: each group is padded only to its own
+    longest), which gives the same embeddings with less padding."""
+    if groups <= 1 or len(captions) < 2 * groups:
+        embeddings, _ = tower.encode([c.encode() for c in captions])
+        return embeddings
+    data = [c.encode() for c in captions]
+    order = sorted(range(len(data)), key=lambda i: len(data[i]))
+    parts = [list(p) for p in np.array_split(np.array(order), groups)]
+    encoded = torch.cat([tower.encode([data[i] for i in p])[0] for p in parts])
+    return encoded[torch.argsort(torch.tensor([i for p in parts for i in p]))]
 
 
 def contrastive(media: torch.Tensor, texts: torch.Tensor, labels: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
@@ -503,10 +514,10 @@ def train_towers(settings: Settings, raw: Path, log: Callable[[str], None], star
             data, labelled = inputs.sounds(b)
             parts["audio"] = contrastive(towers["audio"](torch.from_numpy(data)), targets["audio"], torch.from_numpy(labelled), scales["audio"])
         if step % settings.text_every == 0:
-            texts = text_embeddings(text_tower, [c for m in MODALITIES for c in inputs.captions(m)])
+            texts = text_embeddings(text_tower, [c for m in MODALITIES for c in inputs.captions(m)], settings.text_groups)
             parts["text"] = F.cross_entropy(scales["text"].exp().clamp(max=100.0) * texts @ every.T, torch.arange(len(every)))
         if step % settings.decoder_every == 0:
-            parts["decoder"], right = decoder_loss(decoder_tower, inputs.questions(settings.decoder_batch))
+            parts["decoder"], right = packed_decoder_step(decoder_tower, inputs.questions(settings.decoder_batch), settings.decoder_row)
             accuracy.append(right)
         total = torch.stack(list(parts.values())).sum()
         optimiser.zero_grad(set_to_none=True)
@@ -548,11 +559,9 @@ def decoder_questions(rng: np.random.Generator, n: int, context: int) -> list[g.
     return out
 
 
-def packed_decoder_loss(tower: DecoderTower, questions: list[g.Question], row: int = 256) -> tuple[torch.Tensor, torch.Tensor]:
-    """:func:`decoder_loss`'s two cross-entropies (every next byte, and the answer byte), with
-    the questions packed into rows of up to ``row`` bytes (longest first, first fit), each
-    question with its own positions from 0 and attending to itself alone: the same losses as
-    one padded row each, with less padding. Answers (their sum, the answer byte's alone)."""
+def _packed(tower: DecoderTower, questions: list[g.Question], row: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The packed forward of :func:`packed_decoder_loss`: the next-byte cross-entropy over every
+    byte, the logits after each question (in ``questions``' order, ``[N, 256]``) and the answer bytes."""
     seqs = [(q.text + q.choices[q.answer]).encode()[-tower.context :] for q in questions]
     rows: list[list[int]] = []
     fill: list[int] = []
@@ -570,8 +579,7 @@ def packed_decoder_loss(tower: DecoderTower, questions: list[g.Question], row: i
     positions = torch.zeros(len(rows), width, dtype=torch.long)
     targets = torch.full((len(rows), width), -100, dtype=torch.long)
     segment = torch.full((len(rows), width), -1, dtype=torch.long)
-    ends: list[tuple[int, int]] = []
-    answers: list[int] = []
+    ends: list[tuple[int, int]] = [(0, 0)] * len(seqs)
     for r, members in enumerate(rows):
         at = 0
         for k, i in enumerate(members):
@@ -581,8 +589,7 @@ def packed_decoder_loss(tower: DecoderTower, questions: list[g.Question], row: i
             targets[r, at : at + n] = torch.tensor(list(s))
             positions[r, at : at + n] = torch.arange(n)
             segment[r, at : at + n] = k
-            ends.append((r, at + n - 1))
-            answers.append(s[-1])
+            ends[i] = (r, at + n - 1)
             at += n
     allowed = (segment[:, :, None] == segment[:, None, :]) & torch.ones(width, width, dtype=torch.bool).tril()
     allowed |= torch.eye(width, dtype=torch.bool)  # padding attends to itself (its outputs are never read)
@@ -590,8 +597,25 @@ def packed_decoder_loss(tower: DecoderTower, questions: list[g.Question], row: i
     logits = tower.head(tower.run(tower.embed(ids) + tower.pos.weight[positions], mask))
     modelled = F.cross_entropy(logits.reshape(-1, 256), targets.reshape(-1), ignore_index=-100)
     where = torch.tensor(ends)
-    answer = F.cross_entropy(logits[where[:, 0], where[:, 1]], torch.tensor(answers))
+    return modelled, logits[where[:, 0], where[:, 1]], torch.tensor([s[-1] for s in seqs])
+
+
+def packed_decoder_loss(tower: DecoderTower, questions: list[g.Question], row: int = 256) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`decoder_loss`'s two cross-entropies (every next byte, and the answer byte), with
+    the questions packed into rows of up to ``row`` bytes (longest first, first fit), each
+    question with its own positions from 0 and attending to itself alone: the same losses as
+    one padded row each, with less padding. Answers (their sum, the answer byte's alone)."""
+    modelled, last, answers = _packed(tower, questions, row)
+    answer = F.cross_entropy(last, answers)
     return modelled + answer, answer
+
+
+def packed_decoder_step(tower: DecoderTower, questions: list[g.Question], row: int = 128) -> tuple[torch.Tensor, float]:
+    """:func:`decoder_loss` (its loss and the fraction answered right) with the questions packed
+    as :func:`packed_decoder_loss` packs them: the first phase's decoder step."""
+    modelled, last, answers = _packed(tower, questions, row)
+    right = sum(int(int(torch.argmax(last[i, [ord(c) for c in q.choices]])) == q.answer) for i, q in enumerate(questions))
+    return modelled + F.cross_entropy(last, answers), right / max(len(questions), 1)
 
 
 def decoder_accuracy(tower: DecoderTower, questions: list[g.Question]) -> float:
@@ -673,7 +697,7 @@ def _train_decoder(source: Path, target: Path, settings: Settings, log: Callable
     losses, window = [], []
     tower.train()
     for step in range(steps):
-        total, answer = packed_decoder_loss(tower, decoder_questions(rng, settings.decoder_phase_batch, tower.context))
+        total, answer = packed_decoder_loss(tower, decoder_questions(rng, settings.decoder_phase_batch, tower.context), settings.decoder_row)
         optimiser.zero_grad(set_to_none=True)
         total.backward()  # type: ignore[no-untyped-call]
         torch.nn.utils.clip_grad_norm_(params, 1.0)
