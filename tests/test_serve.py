@@ -212,6 +212,42 @@ def test_models_health_metrics_and_timing_headers(server: Proc) -> None:
     assert any('"POST /v1/embeddings" 200 ' in line for line in server.lines)
 
 
+def test_one_write_response_on_the_wire(server: Proc, model: uform.Model) -> None:
+    """A 200 from /v1/embeddings leaves in one write of its own (wire.write_whole): the head
+    uvicorn would write (date and server first, then content-type, length and the timing
+    headers), the body byte for byte what orjson writes for it, and the connection kept alive."""
+    import orjson
+
+    from uform.serve.respond import embeddings_body
+
+    async def run() -> list[tuple[int, dict[str, str], bytes]]:
+        conn = Conn(*host_port(server.url))
+        try:
+            out = []
+            for doc in ({"input": "one write", "encoding_format": "base64"}, {"input": ["a", "b"], "encoding_format": "float"},
+                        {"input": "one write", "encoding_format": "base64", "dimensions": 8}):  # fmt: skip
+                out.append(await conn.request("POST", "/v1/embeddings", json.dumps(doc).encode()))
+            return out
+        finally:
+            await conn.close()
+
+    (s1, h1, b1), (s2, h2, b2), (s3, h3, b3) = asyncio.run(run())  # one connection, three requests
+    assert (s1, s2, s3) == (200, 200, 200)
+    for head in (h1, h2, h3):
+        assert list(head)[:5] == ["date", "server", "content-type", "content-length", "x-uform-queue-ms"], head
+        assert head["content-type"] == "application/json" and "connection" not in head
+        assert head["server-timing"].startswith("queue;dur=") and int(head["x-uform-batch-items"]) >= 1
+    rows = np.array(model.text_encode(["one write"], uform.Arena()).embeddings)
+    doc = orjson.loads(b1)
+    assert np.array_equal(np.frombuffer(base64.b64decode(doc["data"][0]["embedding"]), "<f4"), rows[0])
+    assert b1 == embeddings_body(rows, "base64", doc["model"], 9)
+    assert len(orjson.loads(b2)["data"]) == 2 and len(np.frombuffer(base64.b64decode(orjson.loads(b3)["data"][0]["embedding"]), "<f4")) == 8
+    many = np.random.default_rng(0).standard_normal((3, 64)).astype(np.float32)
+    expected = {"object": "list", "data": [{"object": "embedding", "index": i, "embedding": base64.b64encode(r.tobytes()).decode()} for i, r in enumerate(many)],
+                "model": 'm"x', "usage": {"prompt_tokens": 7, "total_tokens": 7}}  # fmt: skip
+    assert embeddings_body(many, "base64", 'm"x', 7) == orjson.dumps(expected)  # the template is orjson's own bytes
+
+
 def test_load_32_clients_coalesced_bad_items_isolated(server: Proc, model: uform.Model, media: dict[str, Path]) -> None:
     """32 clients × 50 requests of texts and pictures, every 7th carrying a corrupt picture."""
     image = data_url(media["image0"], "image/png")

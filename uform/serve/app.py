@@ -29,11 +29,20 @@ from .errors import ApiError
 from .http import AccessLog, Guard, answer, disconnect_probe, gone, read_body, read_raw, respond, too_large
 from .lane import Job, Lane
 from .metrics import CONTENT_TYPE, Metrics
+from .wire import write_whole
 
 if TYPE_CHECKING:
     from uform import Model
 
 T = TypeVar("T")
+# the head of a 200 from /v1/embeddings after uvicorn's default headers: length, then the timing headers' values
+_HEAD = (b"content-type: application/json\r\ncontent-length: %d\r\nx-uform-queue-ms: %s\r\nx-uform-inference-ms: %s\r\n"
+         b"x-uform-total-ms: %s\r\nx-uform-batch-items: %d\r\nserver-timing: queue;dur=%s, inference;dur=%s, total;dur=%s\r\n\r\n")  # fmt: skip
+
+
+def _timing_headers(q: bytes, c: bytes, t: bytes, batch: int) -> list[tuple[bytes, bytes]]:
+    return [(b"x-uform-queue-ms", q), (b"x-uform-inference-ms", c), (b"x-uform-total-ms", t), (b"x-uform-batch-items", b"%d" % batch),
+            (b"server-timing", b"queue;dur=" + q + b", inference;dur=" + c + b", total;dur=" + t)]  # fmt: skip
 
 
 class Server:
@@ -74,7 +83,9 @@ class Server:
         finally:
             watcher.cancel()
 
-    def timing(self, jobs: list[tuple[Lane, Job]], began: float) -> list[tuple[bytes, bytes]]:
+    @staticmethod
+    def figures(jobs: list[tuple[Lane, Job]], began: float) -> tuple[bytes, bytes, bytes, int]:
+        """The timing headers' values: queue, inference and total milliseconds, batch items."""
         if len(jobs) == 1:
             job = jobs[0][1]
             queue, compute, batch = (job.started - job.enqueued) * 1000, (job.finished - job.started) * 1000, job.batch_items
@@ -82,18 +93,22 @@ class Server:
             queue = max(job.started - job.enqueued for _, job in jobs) * 1000
             compute = max(job.finished - job.started for _, job in jobs) * 1000
             batch = max(job.batch_items for _, job in jobs)
-        q, c, t = b"%.3f" % queue, b"%.3f" % compute, b"%.3f" % ((time.perf_counter() - began) * 1000)
-        return [(b"x-uform-queue-ms", q), (b"x-uform-inference-ms", c), (b"x-uform-total-ms", t), (b"x-uform-batch-items", b"%d" % batch),
-                (b"server-timing", b"queue;dur=" + q + b", inference;dur=" + c + b", total;dur=" + t)]  # fmt: skip
+        return b"%.3f" % queue, b"%.3f" % compute, b"%.3f" % ((time.perf_counter() - began) * 1000), batch
+
+    def timing(self, jobs: list[tuple[Lane, Job]], began: float) -> list[tuple[bytes, bytes]]:
+        return _timing_headers(*self.figures(jobs, began))
 
     async def embeddings(self, scope: Scope, receive: Receive, send: Send) -> int:
-        """``POST /v1/embeddings``, a raw ASGI handler (``Guard`` calls it); answers the status."""
+        """``POST /v1/embeddings``, a raw ASGI handler (``Guard`` calls it); answers the status.
+        The response goes out in one write where the server is uvicorn (``wire.write_whole``)."""
         try:
-            out = await self._embeddings(receive)
-            headers = self.timing(out[1], out[2])
+            body, jobs, began = await self._embeddings(receive)
+            q, c, t, batch = self.figures(jobs, began)
         except Exception as exc:  # noqa: BLE001 - every failure is an answer (http.answer)
             return await answer(send, exc)
-        await respond(send, 200, out[0], headers)
+        head = _HEAD % (len(body), q, c, t, batch, q, c, t)
+        if not write_whole(send, 200, head, body):
+            await respond(send, 200, body, _timing_headers(q, c, t, batch))
         return 200
 
     async def _embeddings(self, receive: Receive) -> tuple[bytes, list[tuple[Lane, Job]], float]:
@@ -116,15 +131,22 @@ class Server:
         respond_.check_dimensions(req.dimensions, dims)
         items = req.items
         if len(items) == 1:
-            kinds, payloads, costs = [items[0].kind], [items[0].payload], [items[0].cost]
+            item = items[0]
+            probe = disconnect_probe(receive)
+            if probe is not None:  # one item on uvicorn: what run_jobs does, without its layers
+                assert self.batcher is not None
+                jobs = self.batcher.submit((item.kind,), (item.payload,), (item.cost,), probe)
+                self.metrics.item_count(item.kind)
+                result = await jobs[0][1].future
+                tokens = min(len(item.payload), self.description.context) if item.kind == "text" else 0
+                rows = respond_.prefix(result, req.dimensions, dims)
+                return respond_.embeddings_body(rows, req.encoding_format, c.model_id, tokens), jobs, began
+            kinds, payloads, costs = [item.kind], [item.payload], [item.cost]
         else:
             kinds, payloads, costs = [i.kind for i in items], [i.payload for i in items], [i.cost for i in items]
         jobs, results = await self.run_jobs(receive, kinds, payloads, costs)
         context = self.description.context
-        if len(items) == 1:
-            tokens = min(len(payloads[0]), context) if kinds[0] == "text" else 0
-        else:
-            tokens = sum(min(len(p), context) for k, p in zip(kinds, payloads) if k == "text")
+        tokens = sum(min(len(p), context) for k, p in zip(kinds, payloads) if k == "text")
 
         def write() -> bytes:
             rows = respond_.assemble([(job.positions, r) for (_, job), r in zip(jobs, results)], len(items), dims)

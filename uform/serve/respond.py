@@ -40,20 +40,24 @@ def prefix(rows: np.ndarray, dimensions: int | None, model_dimensions: int) -> n
 
 
 def embeddings_body(rows: np.ndarray, encoding_format: str, model: str, tokens: int) -> bytes:
-    """The ``/v1/embeddings`` response's JSON bytes, in one orjson pass: ``base64`` rows from
-    the array's bytes, ``float`` rows as float32 arrays (orjson writes each value's shortest
-    decimal that reads back as the same float32)."""
+    """The ``/v1/embeddings`` response's JSON bytes: ``base64`` rows from the array's bytes put
+    into the document's fixed text (the bytes orjson writes for it), ``float`` rows as float32
+    arrays in one orjson pass (orjson writes each value's shortest decimal that reads back as
+    the same float32)."""
     rows = np.ascontiguousarray(rows, dtype="<f4")
-    values: list[Any]
     if encoding_format == "base64":
         raw = memoryview(rows.tobytes())
         width = rows.shape[1] * 4
-        values = [binascii.b2a_base64(raw[i : i + width], newline=False).decode("ascii") for i in range(0, len(raw), width)]
-    else:
-        values = list(rows)
-    data = [{"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(values)]
+        b64 = binascii.b2a_base64
+        joined = b",".join([_ROW % (i, b64(raw[at : at + width], newline=False)) for i, at in enumerate(range(0, len(raw), width))])
+        return b'{"object":"list","data":[' + joined + b'],"model":' + orjson.dumps(model) + _USAGE % (tokens, tokens)
+    data = [{"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(rows)]
     doc = {"object": "list", "data": data, "model": model, "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
     return orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY)
+
+
+_ROW = b'{"object":"embedding","index":%d,"embedding":"%s"}'  # base64 needs no JSON escapes
+_USAGE = b',"usage":{"prompt_tokens":%d,"total_tokens":%d}}'
 
 
 def choose_body(values: np.ndarray, offsets: np.ndarray, choices: Sequence[bytes], model: str, tokens: int) -> bytes:

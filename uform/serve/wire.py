@@ -7,12 +7,29 @@ a small request). :class:`OneWrite` buffers the writes of one turn of the event 
 writes them together at its end (a handler that sends both messages without waiting in
 between, as every route here does, leaves in one segment). Closing writes what is buffered
 first; everything else is the transport's own.
+
+:func:`write_whole` answers a request with one write of its own (status line, uvicorn's
+default headers, the handler's, the body) instead of uvicorn's two ``send`` messages, which
+check every header with two regular expressions and build the head again each time
+(profiled: a fifth of the event loop's time a small request). It writes what uvicorn's
+``send`` would, sets the request cycle's state as ``send`` does, and declines (False: send as
+usual) wherever it is not sure: another server, a response already begun, paused writing,
+a connection not kept alive, uvicorn's own access log on.
 """
 
 from __future__ import annotations
 
 import asyncio
 from typing import Any, cast
+
+_Cycle: Any = None  # uvicorn's httptools request cycle, the one kind write_whole finishes
+STATUS_LINE: dict[int, bytes] = {}
+try:
+    from uvicorn.protocols.http import httptools_impl as _impl
+
+    _Cycle, STATUS_LINE = _impl.RequestResponseCycle, _impl.STATUS_LINE
+except ImportError:  # pragma: no cover - uvicorn or httptools absent: always send as usual
+    pass
 
 
 class OneWrite:
@@ -27,6 +44,14 @@ class OneWrite:
         if not self._pending:
             self._loop.call_soon(self.flush)
         self._pending.append(data if isinstance(data, bytes) else bytes(data))
+
+    def write_now(self, data: bytes) -> None:
+        """Write ``data`` after what is buffered, in one write, now."""
+        if self._pending:
+            self._pending.append(data)
+            self.flush()
+        else:
+            self._transport.write(data)
 
     def writelines(self, lines: Any) -> None:
         for data in lines:
@@ -65,3 +90,33 @@ def protocol() -> type[asyncio.Protocol] | None:
             super().connection_made(OneWrite(cast(asyncio.Transport, transport)))  # type: ignore[arg-type]
 
     return OneWriteHttpTools
+
+
+_defaults: list[Any] = [None, b""]  # uvicorn's default headers (a list it replaces every tick) and their bytes
+
+
+def write_whole(send: Any, status: int, head: bytes, body: bytes) -> bool:
+    """Answer through ``send``'s uvicorn request cycle in one write: the status line, uvicorn's
+    default headers (date, server), ``head`` (header lines, each ending in CRLF, with the
+    blank line after them) and ``body``; False, having sent nothing, where the cycle is not
+    one this knows how to finish (the caller sends the response as usual)."""
+    cycle: Any = getattr(send, "__self__", None)
+    if _Cycle is None or type(cycle) is not _Cycle:
+        return False
+    if cycle.response_started or cycle.disconnected or not cycle.keep_alive or cycle.access_log or cycle.flow.write_paused:
+        return False
+    defaults = cycle.default_headers
+    if defaults is not _defaults[0]:
+        _defaults[:] = defaults, b"".join(b"%s: %s\r\n" % pair for pair in defaults)
+    cycle.response_started = True
+    cycle.waiting_for_100_continue = False
+    data = b"".join((STATUS_LINE[status], _defaults[1], head, body))
+    transport = cycle.transport
+    if type(transport) is OneWrite:
+        transport.write_now(data)
+    else:
+        transport.write(data)
+    cycle.response_complete = True
+    cycle.message_event.set()
+    cycle.on_response()
+    return True
