@@ -13,7 +13,7 @@ process of its own), one text or one 640x480 JPEG (a data: URL) per request, at 
 count: requests/s, p50 and p99 latency, the server process's CPU seconds per request (from
 /proc; its event loop's thread alone too), text_encode's mean batch, and the CPU shares of the
 server, the generator and everything else running on the machine. Then the server's resident memory across 10,000
-requests of distinct texts, the same server with batching off (one verb call per request),
+requests of distinct texts, the same server (``--server-args`` too) with batching off (one verb call per request),
 and, for the choice of framework, a bare JSON echo route on uvicorn with Starlette and with
 FastAPI. Writes benchmarks/results/serve.json.
 """
@@ -62,7 +62,7 @@ def in_process(seconds: float, jpeg: bytes) -> dict[str, Any]:
 
     with uform.Model.load_ram() as model:
         arena = uform.Arena()
-        latencies = []
+        latencies: list[float] = []
         end = time.perf_counter() + seconds
         while time.perf_counter() < end or len(latencies) < 50:
             t = time.perf_counter()
@@ -74,7 +74,7 @@ def in_process(seconds: float, jpeg: bytes) -> dict[str, Any]:
             model.text_encode(batch, arena)
             calls += 1
         cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
-        images = []
+        images: list[float] = []
         end = time.perf_counter() + seconds
         while time.perf_counter() < end or len(images) < 10:
             t = time.perf_counter()
@@ -252,7 +252,8 @@ def drive(kind: str, url: str, body: bytes, clients: int, seconds: float) -> dic
     out = subprocess.run([sys.executable, __file__, "--drive", url, "--body", f.name, "--clients", str(clients), "--seconds", str(seconds)],
                          capture_output=True, text=True, check=True).stdout  # fmt: skip
     os.unlink(f.name)
-    return json.loads(out) | {"client_cpu_s": children_cpu() - before}
+    found: dict[str, Any] = json.loads(out)
+    return found | {"client_cpu_s": children_cpu() - before}
 
 
 def measured(server: Served, kind: str, body: bytes, clients: int, seconds: float) -> dict[str, Any]:
@@ -376,7 +377,7 @@ def main() -> None:
         print(result["memory"])
     finally:
         server.close()
-    server = Served([*serve_cmd, "--no-batching"])
+    server = Served([*serve_cmd, *shlex.split(a.server_args), "--no-batching"])  # the same server, batching off
     try:
         measured(server, a.client, text_body, 8, min(a.seconds, 1))
         result["texts_batching_off"] = [measured(server, a.client, text_body, c, a.seconds) for c in clients if c >= 32][:1]

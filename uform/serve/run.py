@@ -8,6 +8,12 @@ every core's ONNX Runtime thread in each call), and each lane runs one batch at 
 (``ServeConfig.batches_at_once`` 1): under load a lane's one call takes everything queued and
 runs it on every core, which answered more texts a second at 32 clients than one call a core
 side by side (whose batches clumped on one call while the other core idled; docs/benchmarks.md).
+
+While batching, the interpreter's switch interval is ``SWITCH_INTERVAL`` (0.2 ms, Python's
+default is 5 ms): a lane's thread that needs the interpreter lock between its ONNX Runtime
+runs waits at most that long for the event loop to hand it over, so the model waits less on
+the loop; with batching off (16 calls' threads) the default interval is kept, which answered
+more there (docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -23,6 +29,8 @@ from .config import ServeConfig
 
 if TYPE_CHECKING:
     from uform import Executor, Model
+
+SWITCH_INTERVAL = 0.0002  # seconds, while batching (sys.setswitchinterval)
 
 
 def load(model_path: str | None, quantization: str, devices: Sequence[int] | None, threads: int | None = 1) -> tuple[Model, Executor | None]:
@@ -70,9 +78,13 @@ def serve(model: Model, config: ServeConfig, *, host: str, port: int, access_log
     # uvicorn raises the signal it caught again once it has stopped; a handler of our own
     # makes that a no-op, so that a drained server exits 0 instead of dying of SIGTERM
     previous = signal.signal(signal.SIGTERM, _ignore)
+    interval = sys.getswitchinterval()
+    if config.batching:
+        sys.setswitchinterval(SWITCH_INTERVAL)
     try:
         Draining(uv).run()
     finally:
+        sys.setswitchinterval(interval)
         signal.signal(signal.SIGTERM, previous)
     if state.batcher is not None and state.batcher.busy():
         # --drain-seconds ran out during a verb call, which no thread can interrupt: its
