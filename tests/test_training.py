@@ -74,6 +74,17 @@ def test_the_same_seed_writes_the_same_checkpoint(tmp_path: Path) -> None:
     assert run("c.safetensors", 1) != first
 
 
+def test_the_sixth_runs_settings_train(tmp_path: Path) -> None:
+    """128 pictures a step's kind (image_factor 2), captions in groups of like length and packed decoder rows in both phases."""
+    from uform.training import Settings, train
+
+    out = tmp_path / "sixth.safetensors"
+    result = train(Settings(out=str(out), seed=0, steps=3, batch=4, decoder_batch=6, warmup=1, image_pool=4, video_pool=4, audio_pool=4,
+                            calibration_examples=30, evaluate=False, config=tiny_config(), decoder_steps=2, decoder_phase_batch=6,
+                            image_factor=2, text_groups=4, decoder_row=128), log=lambda line: None)  # fmt: skip
+    assert result.steps == 3 and result.decoder_steps == 2 and out.is_file()
+
+
 def test_the_contrastive_loss_ranks_every_meaning_and_the_inputs_are_labelled_by_meaning() -> None:
     import torch
 

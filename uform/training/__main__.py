@@ -21,6 +21,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=defaults.batch, help=f"items per modality per step (default {defaults.batch})")
     parser.add_argument("--image-factor", type=int, default=defaults.image_factor,
                         help="pictures per step: this many times --batch (default %(default)s)")
+    parser.add_argument("--text-groups", type=int, default=defaults.text_groups,
+                        help="a text step's captions encoded in this many groups of like length: the same loss, less padding (default %(default)s)")
+    parser.add_argument("--decoder-row", type=int, default=defaults.decoder_row,
+                        help="pack the decoder's questions into rows of this many bytes in both phases; 0: the first phase padded, "
+                             "the decoder phase's rows 256 bytes (default %(default)s)")
     parser.add_argument("--image-pool", type=int, default=defaults.image_pool, help="training pictures decoded once (default %(default)s)")
     parser.add_argument("--video-pool", type=int, default=defaults.video_pool, help="training clips decoded once (default %(default)s)")
     parser.add_argument("--audio-pool", type=int, default=defaults.audio_pool, help="varied training recordings made once (default %(default)s)")
@@ -41,7 +46,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         torch.set_num_threads(args.threads)
     settings = Settings(out=args.out, seed=args.seed, steps=args.steps, minutes=args.minutes, batch=args.batch,
-                        image_factor=args.image_factor, image_pool=args.image_pool, video_pool=args.video_pool, audio_pool=args.audio_pool,
+                        image_factor=args.image_factor, text_groups=args.text_groups, decoder_row=args.decoder_row, image_pool=args.image_pool, video_pool=args.video_pool, audio_pool=args.audio_pool,
                         evaluate=not args.no_evaluate, phase=args.phase, start=args.start,
                         decoder_steps=args.decoder_steps)  # fmt: skip
     result = train(settings, lambda line: print(line, flush=True))

@@ -81,10 +81,11 @@ class Settings:
     steps: int = 4400
     minutes: float | None = None  # stop early after this long (the schedule still assumes ``steps``)
     batch: int = 64  # pictures and clips a step (recordings on the steps that have them)
-    image_factor: int = 2  # pictures a step: this many times ``batch`` (2 read shape and count much better, docs/training.md, fifth and sixth runs)
+    image_factor: int = 1  # pictures a step: this many times ``batch`` (2 read pictures much better but the fifth and sixth runs lost clips, docs/training.md)
     decoder_batch: int = 48  # questions a decoder step
-    text_groups: int = 4  # a text step encodes its captions in this many groups of like length (the same loss, less padding)
-    decoder_row: int = 128  # the decoder's questions are packed into rows of this many bytes, in both phases (the same losses, less padding)
+    text_groups: int = 1  # a text step encodes its captions in this many groups of like length (4: the same embeddings, less padding; sixth run)
+    decoder_row: int = 0  # > 0: the decoder's questions packed into rows of this many bytes in both phases (the same losses, less padding;
+    # the sixth run's 128); 0: the first phase's padded (decoder_loss), the decoder phase's rows of 256 bytes, as the shipped checkpoint's
     lr: float = 2e-3
     warmup: int = 100
     image_pool: int = 24000  # pictures decoded once through the runtime (canonical and varied), drawn from every step
@@ -517,7 +518,9 @@ def train_towers(settings: Settings, raw: Path, log: Callable[[str], None], star
             texts = text_embeddings(text_tower, [c for m in MODALITIES for c in inputs.captions(m)], settings.text_groups)
             parts["text"] = F.cross_entropy(scales["text"].exp().clamp(max=100.0) * texts @ every.T, torch.arange(len(every)))
         if step % settings.decoder_every == 0:
-            parts["decoder"], right = packed_decoder_step(decoder_tower, inputs.questions(settings.decoder_batch), settings.decoder_row)
+            asked = inputs.questions(settings.decoder_batch)
+            step_loss = packed_decoder_step(decoder_tower, asked, settings.decoder_row) if settings.decoder_row else decoder_loss(decoder_tower, asked)
+            parts["decoder"], right = step_loss
             accuracy.append(right)
         total = torch.stack(list(parts.values())).sum()
         optimiser.zero_grad(set_to_none=True)
@@ -697,7 +700,7 @@ def _train_decoder(source: Path, target: Path, settings: Settings, log: Callable
     losses, window = [], []
     tower.train()
     for step in range(steps):
-        total, answer = packed_decoder_loss(tower, decoder_questions(rng, settings.decoder_phase_batch, tower.context), settings.decoder_row)
+        total, answer = packed_decoder_loss(tower, decoder_questions(rng, settings.decoder_phase_batch, tower.context), settings.decoder_row or 256)
         optimiser.zero_grad(set_to_none=True)
         total.backward()  # type: ignore[no-untyped-call]
         torch.nn.utils.clip_grad_norm_(params, 1.0)
