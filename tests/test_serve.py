@@ -212,6 +212,23 @@ def test_models_health_metrics_and_timing_headers(server: Proc) -> None:
     assert any('"POST /v1/embeddings" 200 ' in line for line in server.lines)
 
 
+def test_one_write_declines_a_request_cycle_it_does_not_know() -> None:
+    """wire.write_whole changes nothing and answers False (the response goes out through
+    uvicorn's own send) for a cycle of uvicorn's type that lacks what it reads, as another
+    uvicorn version's might, and for a send that is not a cycle's at all."""
+    import types
+
+    from uform.serve import wire
+
+    if wire._Cycle is None:
+        pytest.skip("uvicorn's httptools protocol does not import here")
+    cycle = object.__new__(wire._Cycle)  # uvicorn's class, none of its attributes
+    send = types.MethodType(lambda self, message: None, cycle)
+    assert wire.write_whole(send, 200, b"\r\n", b"{}") is False
+    assert vars(cycle) == {}
+    assert wire.write_whole(lambda message: None, 200, b"\r\n", b"{}") is False
+
+
 def test_one_write_response_on_the_wire(server: Proc, model: uform.Model) -> None:
     """A 200 from /v1/embeddings leaves in one write of its own (wire.write_whole): the head
     uvicorn would write (date and server first, then content-type, length and the timing

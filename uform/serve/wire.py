@@ -103,20 +103,23 @@ def write_whole(send: Any, status: int, head: bytes, body: bytes) -> bool:
     cycle: Any = getattr(send, "__self__", None)
     if _Cycle is None or type(cycle) is not _Cycle:
         return False
-    if cycle.response_started or cycle.disconnected or not cycle.keep_alive or cycle.access_log or cycle.flow.write_paused:
+    try:  # everything read before anything is changed: a uvicorn without one of these declines
+        if cycle.response_started or cycle.disconnected or not cycle.keep_alive or cycle.access_log or cycle.flow.write_paused:
+            return False
+        defaults, transport = cycle.default_headers, cycle.transport
+        finish = cycle.message_event.set, cycle.on_response
+    except AttributeError:
         return False
-    defaults = cycle.default_headers
     if defaults is not _defaults[0]:
         _defaults[:] = defaults, b"".join(b"%s: %s\r\n" % pair for pair in defaults)
     cycle.response_started = True
     cycle.waiting_for_100_continue = False
     data = b"".join((STATUS_LINE[status], _defaults[1], head, body))
-    transport = cycle.transport
     if type(transport) is OneWrite:
         transport.write_now(data)
     else:
         transport.write(data)
     cycle.response_complete = True
-    cycle.message_event.set()
-    cycle.on_response()
+    for step in finish:
+        step()
     return True
