@@ -14,7 +14,7 @@ check every header with two regular expressions and build the head again each ti
 (profiled: a fifth of the event loop's time a small request). It writes what uvicorn's
 ``send`` would, sets the request cycle's state as ``send`` does, and declines (False: send as
 usual) wherever it is not sure: another server, a response already begun, paused writing,
-a connection not kept alive, uvicorn's own access log on.
+a connection not kept alive, uvicorn's own access log on, a cycle without an attribute it reads.
 """
 
 from __future__ import annotations
