@@ -45,6 +45,26 @@ def test_sigterm_drains_in_flight_requests_and_exits_0() -> None:
         assert any("Shutting down" in line for line in server.lines)
 
 
+def _nice(pid: int, tid: int) -> int:
+    return int(Path(f"/proc/{pid}/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()[16])
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="per-thread nice values are read from Linux's /proc")
+@pytest.mark.parametrize("batching", [[], ["--no-batching"]])
+def test_the_models_threads_run_at_a_higher_nice_value_than_the_event_loop(batching: list[str]) -> None:
+    from uform.serve.run import MODEL_NICE
+
+    with subprocess_server(batching) as server:
+        pid = server.proc.pid
+        before = {int(t.name) for t in Path(f"/proc/{pid}/task").iterdir()}  # the loop, ONNX Runtime's threads, uvloop's
+        assert httpx.post(server.url + "/v1/embeddings", json={"input": ["a red circle", "a blue square"]}).status_code == 200
+        lanes = {int(t.name) for t in Path(f"/proc/{pid}/task").iterdir()} - before  # started by the first request
+        base = _nice(pid, pid)  # the event loop's thread keeps the nice value the process started with
+        assert lanes and all(_nice(pid, tid) == min(19, base + MODEL_NICE) for tid in lanes)
+        others = [_nice(pid, tid) for tid in before - {pid}]
+        assert min(19, base + MODEL_NICE) in others and set(others) <= {base, min(19, base + MODEL_NICE)}
+
+
 def test_the_drain_deadline_holds_during_a_long_call() -> None:
     with subprocess_server(["--drain-seconds", "1", "--max-items", "8192", "--max-batch-items", "8192", "--max-batch-tokens", "10000000"]) as server:
         def send() -> None:

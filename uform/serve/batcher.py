@@ -69,7 +69,7 @@ class Batcher:
             items = config.max_batch_items if config.batching else 1
             budget = Budget(items, config.budget(kind) if config.batching else 1, window if config.batching else 0.0)
             call = _chooser(model) if kind == "choose" else _encoder(model, verb)
-            self.lanes[kind] = Lane(verb, call, budget, metrics, workers, param="input", depth=self.depth)
+            self.lanes[kind] = Lane(verb, call, budget, metrics, workers, param="input", depth=self.depth, nice=config.model_nice)
 
     def busy(self) -> bool:
         """Whether a verb call is still running (its thread cannot be stopped)."""

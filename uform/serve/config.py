@@ -19,6 +19,10 @@ class ServeConfig:
     ``batching=False`` makes one verb call per request (the benchmark's baseline).
     ``batches_at_once``: verb calls each lane runs at the same time (default 1: one call at a
     time, which on CPUs runs on every core's ONNX Runtime thread).
+    ``model_nice``: added to the nice value of the threads that run verbs (the lanes' and
+    every thread they start); 0 leaves them as they are. ``uform serve`` sets it
+    (``run.MODEL_NICE``) and raises ONNX Runtime's threads made at load by as much, so that
+    on busy cores the event loop runs first and the model takes the time it leaves.
     """
 
     model_id: str = "uform"
@@ -34,6 +38,7 @@ class ServeConfig:
     batch_window_ms: float = 0.0
     batching: bool = True
     batches_at_once: int = 1
+    model_nice: int = 0
     drain_seconds: float = 30.0
     retry_after_seconds: int = 1
     inline_json_bytes: int = 64 << 10  # bodies up to this are parsed on the event loop; larger on a thread
@@ -50,6 +55,8 @@ class ServeConfig:
                      "max_batch_pixels", "max_batch_bytes", "batches_at_once"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
+        if not 0 <= self.model_nice <= 19:
+            raise ValueError(f"model-nice must be 0-19, got {self.model_nice}")
         if self.batch_window_ms < 0 or self.drain_seconds < 0:
             raise ValueError("batch-window-ms and drain-seconds must not be negative")
         if self.media_root is not None and not self.media_root.is_dir():

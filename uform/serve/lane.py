@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import os
 import threading
 import time
 from collections import deque
@@ -69,7 +70,7 @@ class Lane:
     """
 
     def __init__(self, verb: str, call: Verb, budget: Budget, metrics: Metrics, workers: int = 1, param: str = "input",
-                 depth: Depth | None = None) -> None:  # fmt: skip
+                 depth: Depth | None = None, nice: int = 0) -> None:  # fmt: skip
         self.verb = verb
         self.depth = depth or Depth()
         self._call = call
@@ -84,6 +85,7 @@ class Lane:
         self._idle = 0  # threads waiting for work
         self._threads = 0  # threads started and not ended
         self._workers = workers
+        self._nice = nice  # added to each worker thread's nice value as it starts
         self._ended: asyncio.Future[None] | None = None  # resolved when the last thread ends after close
         self.queued_items = 0
         self.running = 0  # verb calls in flight
@@ -151,6 +153,8 @@ class Lane:
         """A worker thread: batches from the queue until the lane closes and the queue is empty."""
         arena = Arena()
         window = self._budget.window
+        if self._nice:
+            lower_priority([threading.get_native_id()], self._nice)
         try:
             while True:
                 jobs: list[Job] = []
@@ -246,6 +250,17 @@ class Lane:
                 outcomes[j] = split(result, start, stop)
             break
         return outcomes
+
+
+def lower_priority(threads: Sequence[int], nice: int) -> None:
+    """Add ``nice`` to the nice value of each of ``threads`` (Linux thread ids), at most 19; a
+    thread that has ended, or a system without per-thread priorities, is skipped. Threads a
+    thread starts afterwards inherit its value."""
+    for tid in threads:
+        try:
+            os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + nice))
+        except (OSError, AttributeError):  # ended, not permitted, or not POSIX
+            pass
 
 
 def split(result: Any, start: int, stop: int) -> Any:

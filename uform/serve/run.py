@@ -14,6 +14,14 @@ default is 5 ms): a lane's thread that needs the interpreter lock between its ON
 runs waits at most that long for the event loop to hand it over, so the model waits less on
 the loop; with batching off (16 calls' threads) the default interval is kept, which answered
 more there (docs/benchmarks.md).
+
+The threads that run the model (ONNX Runtime's, the lanes', and what they start) run at a
+nice value ``MODEL_NICE`` (10) above the event loop's: where the loop and a verb call want the
+same core, the loop runs first (answering, parsing, queueing the next batch) and the call
+takes the time it leaves: at 32 clients on 2 cores 1.06x the requests a second at 0.91x the
+CPU a request (interleaved rounds, every one ahead; docs/benchmarks.md). It is set with
+batching on and off alike. On a machine shared with other work the model's threads give way
+to that work too.
 """
 
 from __future__ import annotations
@@ -31,6 +39,7 @@ if TYPE_CHECKING:
     from uform import Executor, Model
 
 SWITCH_INTERVAL = 0.0002  # seconds, while batching (sys.setswitchinterval)
+MODEL_NICE = 10  # added to the nice value of every thread but the event loop's (ServeConfig.model_nice)
 
 
 def load(model_path: str | None, quantization: str, devices: Sequence[int] | None, threads: int | None = 1) -> tuple[Model, Executor | None]:
@@ -47,16 +56,26 @@ def load(model_path: str | None, quantization: str, devices: Sequence[int] | Non
 
 
 def serve(model: Model, config: ServeConfig, *, host: str, port: int, access_log: bool = True, announce: Any = None,
-          executor: Executor | None = None) -> int:  # fmt: skip
+          executor: Executor | None = None, model_nice: int = MODEL_NICE) -> int:  # fmt: skip
     """Serve until SIGTERM or SIGINT, then drain; answers the exit status (0). ``executor``, the
-    one ``model`` was loaded with, is closed after it."""
+    one ``model`` was loaded with, is closed after it. Every thread of the process but this one
+    (the event loop's) gets ``model_nice`` added to its nice value, and so do the lanes'
+    threads as they start (``ServeConfig.model_nice``)."""
+    import dataclasses
+    import threading
+
     import uvicorn
 
     from .app import create_app
     from .catalog import served
 
     from .http import AccessLog
+    from .lane import lower_priority
 
+    config = dataclasses.replace(config, model_nice=model_nice)
+    # the threads made so far are ONNX Runtime's (and uvloop's); the lanes' lower their own as they start
+    loop_thread = threading.get_native_id()
+    lower_priority([t for t in _threads() if t != loop_thread], config.model_nice)
     app, state = create_app(model, config, AccessLog() if access_log else None)
     uv = uvicorn.Config(
         app, host=host, port=port, lifespan="on", access_log=False, log_level="info",
@@ -96,6 +115,14 @@ def serve(model: Model, config: ServeConfig, *, host: str, port: int, access_log
     if executor is not None:
         executor.close()
     return 0
+
+
+def _threads() -> list[int]:
+    """The ids of this process's threads (none where /proc is not there)."""
+    try:
+        return [int(t) for t in os.listdir("/proc/self/task")]
+    except OSError:
+        return []
 
 
 def _ignore(sig: int, frame: FrameType | None) -> None:
