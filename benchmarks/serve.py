@@ -12,9 +12,10 @@ by a load generator (``wrk`` with one thread where installed, else a lean asynci
 process of its own), one text or one 640x480 JPEG (a data: URL) per request, at each client
 count: requests/s, p50 and p99 latency, the server process's CPU seconds per request (from
 /proc; its event loop's thread alone too), text_encode's mean batch, and the CPU shares of the
-server, the generator and everything else running on the machine. Then the server's resident memory across 10,000
-requests of distinct texts, the same server (``--server-args`` too) with batching off (one verb call per request),
-and, for the choice of framework, a bare JSON echo route on uvicorn with Starlette and with
+server, the generator and everything else running on the machine; the server's resident memory across 10,000
+requests of distinct texts (after the text points, before the images). Then the same server (``--server-args`` too) with batching off (one verb call per request),
+alone and then in turns with the batching one (``--paired-rounds`` rounds at 32 clients: the machine's speed drifts from
+minute to minute, and a ratio of two points measured minutes apart carries that drift), and, for the choice of framework, a bare JSON echo route on uvicorn with Starlette and with
 FastAPI. Writes benchmarks/results/serve.json.
 """
 
@@ -285,7 +286,22 @@ def memory(server: Served, requests: int, clients: int) -> dict[str, Any]:
         samples.append(server.rss())
     base = samples[0]
     return {"requests": step * 10, "rss_mib": [round(s / 2**20, 2) for s in samples],
-            "max_change_vs_first_tenth": round(max(abs(s - base) for s in samples) / base, 4)}  # fmt: skip
+            "max_change_vs_first_tenth": round(max(abs(s - base) for s in samples) / base, 4),
+            "last_vs_first_tenth": round((samples[-1] - base) / base, 4)}  # fmt: skip
+
+
+def paired(on: Served, off: Served, kind: str, body: bytes, clients: int, seconds: float, rounds: int) -> list[dict[str, Any]]:
+    """``rounds`` rounds of one point on each server, in turns (which goes first alternates):
+    each round's requests/s and server CPU a request, and their ratios (batching on / off)."""
+    out = []
+    for r in range(rounds):
+        first, second = (on, off) if r % 2 == 0 else (off, on)
+        got = {id(first): measured(first, kind, body, clients, seconds)}
+        got[id(second)] = measured(second, kind, body, clients, seconds)
+        a, b = got[id(on)], got[id(off)]
+        out.append({"clients": clients, "rps": a["rps"], "rps_batching_off": b["rps"], "throughput_ratio": round(a["rps"] / b["rps"], 3),
+                    "server_cpu_ms_per_request": a["server_cpu_ms_per_request"], "server_cpu_ms_per_request_batching_off": b["server_cpu_ms_per_request"]})  # fmt: skip
+    return out
 
 
 def bare_app(framework: str) -> Any:
@@ -334,6 +350,7 @@ def main() -> None:
     p.add_argument("--client", choices=["wrk", "asyncio"], default="wrk" if shutil.which("wrk") else "asyncio")
     p.add_argument("--memory-requests", type=int, default=10000)
     p.add_argument("--server-args", default="", help="more uform serve options for the batching server (e.g. '--batches-at-once 2 --threads 1')")
+    p.add_argument("--paired-rounds", type=int, default=4, help="rounds of the batching server and the batching-off one in turns (default 4)")
     p.add_argument("--texts-only", action="store_true", help="in-process figures and the text points alone (no images, memory, baselines)")
     p.add_argument("--drive", help=argparse.SUPPRESS)
     p.add_argument("--body", help=argparse.SUPPRESS)
@@ -369,18 +386,23 @@ def main() -> None:
             ratio = at[key]["server_cpu_ms_per_request"] / inproc["text_cpu_ms_per_text_batch64"]
             print(json.dumps({"clients": key, "server_cpu_per_text_vs_in_process_batch64": round(ratio, 2)}))
             return
+        # memory before the images: what 640x480 batches' buffers leave is handed back by the
+        # allocator at its own pace, which read as a fall of up to 11 % after the first tenth
+        result["memory"] = memory(server, a.memory_requests, 32)
+        print(result["memory"])
         result["texts_float"] = [measured(server, a.client, float_body, c, a.seconds) for c in clients if c >= 32][:1]
         measured(server, a.client, image_body, 8, min(a.seconds, 1))
         result["images_640x480_jpeg"] = [measured(server, a.client, image_body, c, a.seconds) for c in clients]
         print(table(result["images_640x480_jpeg"], list(result["images_640x480_jpeg"][0])))
-        result["memory"] = memory(server, a.memory_requests, 32)
-        print(result["memory"])
-    finally:
-        server.close()
-    server = Served([*serve_cmd, *shlex.split(a.server_args), "--no-batching"])  # the same server, batching off
-    try:
-        measured(server, a.client, text_body, 8, min(a.seconds, 1))
-        result["texts_batching_off"] = [measured(server, a.client, text_body, c, a.seconds) for c in clients if c >= 32][:1]
+        off = Served([*serve_cmd, *shlex.split(a.server_args), "--no-batching"])  # the same server, batching off
+        try:
+            measured(off, a.client, text_body, 8, min(a.seconds, 1))
+            result["texts_batching_off"] = [measured(off, a.client, text_body, c, a.seconds) for c in clients if c >= 32][:1]
+            if result["texts_batching_off"]:  # both servers in turns, so that the machine's drift falls on both alike
+                key = result["texts_batching_off"][0]["clients"]
+                result["paired_rounds"] = paired(server, off, a.client, text_body, key, a.seconds, a.paired_rounds)
+        finally:
+            off.close()
     finally:
         server.close()
     result["frameworks"] = []
@@ -404,6 +426,7 @@ def goals(r: dict[str, Any]) -> dict[str, Any]:
     at = {row["clients"]: row for row in r["texts"]}
     key = 32 if 32 in at else max(at)
     off = r["texts_batching_off"][0] if r["texts_batching_off"] else None
+    paired = r.get("paired_rounds") or []
     cpu_ratio = at[key]["server_cpu_ms_per_request"] / r["in_process"]["text_cpu_ms_per_text_batch64"]
     one = at.get(1)
     return {
@@ -412,6 +435,8 @@ def goals(r: dict[str, Any]) -> dict[str, Any]:
         "server_cpu_per_text_vs_in_process_batch64_side_by_side": round(at[key]["server_cpu_ms_per_request"] / r["in_process"]["text_cpu_ms_per_text_batch64_side_by_side"], 2),
         "throughput_vs_batching_off": round(at[key]["rps"] / off["rps"], 2) if off else None,
         "throughput_goal_met": bool(off and at[key]["rps"] >= 3 * off["rps"]),
+        "throughput_vs_batching_off_paired_median": round(float(np.median([p["throughput_ratio"] for p in paired])), 2) if paired else None,
+        "throughput_goal_met_paired": bool(paired and np.median([p["throughput_ratio"] for p in paired]) >= 3),
         "one_client_p50_minus_in_process_ms": round(one["p50_ms"] - r["in_process"]["text_p50_ms"], 3) if one else None,
         "latency_goal_met": bool(one and one["p50_ms"] <= r["in_process"]["text_p50_ms"] + 2),
         "memory_change": r["memory"]["max_change_vs_first_tenth"], "memory_goal_met": r["memory"]["max_change_vs_first_tenth"] <= 0.05,

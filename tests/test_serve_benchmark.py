@@ -14,7 +14,7 @@ SCRIPT = Path(__file__).parents[1] / "benchmarks" / "serve.py"
 
 def test_serve_benchmark_runs(tmp_path: Path) -> None:
     env = {**os.environ, "UFORM_BENCHMARK_RESULTS": str(tmp_path)}
-    args = ["--seconds", "0.3", "--clients", "1,32", "--memory-requests", "200", "--client", "asyncio"]
+    args = ["--seconds", "0.3", "--clients", "1,32", "--memory-requests", "200", "--client", "asyncio", "--paired-rounds", "2"]
     done = subprocess.run([sys.executable, str(SCRIPT), *args], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
     result = json.loads((tmp_path / "serve.json").read_text())
@@ -23,3 +23,4 @@ def test_serve_benchmark_runs(tmp_path: Path) -> None:
     assert all(row["errors"] == 0 and row["requests"] > 0 for row in result["texts"] + result["images_640x480_jpeg"])
     assert result["memory"]["requests"] == 200 and len(result["memory"]["rss_mib"]) == 10
     assert result["goals"]["clients"] == 32 and result["goals"]["throughput_vs_batching_off"] > 0
+    assert [row["clients"] for row in result["paired_rounds"]] == [32, 32] and result["goals"]["throughput_vs_batching_off_paired_median"] > 0
