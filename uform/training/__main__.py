@@ -1,4 +1,4 @@
-"""``python -m uform.training --out PATH --seed 0 [--steps N] [--minutes M] [--phase decoder --from CHECKPOINT]``."""
+"""``python -m uform.training --out PATH --seed 0 [--steps N] [--minutes M] [--phase decoder|clips --from CHECKPOINT]``."""
 
 from __future__ import annotations
 
@@ -29,25 +29,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--image-pool", type=int, default=defaults.image_pool, help="training pictures decoded once (default %(default)s)")
     parser.add_argument("--video-pool", type=int, default=defaults.video_pool, help="training clips decoded once (default %(default)s)")
     parser.add_argument("--audio-pool", type=int, default=defaults.audio_pool, help="varied training recordings made once (default %(default)s)")
-    parser.add_argument("--phase", choices=("all", "decoder"), default="all",
-                        help="all: the towers' phase, then the byte decoder's; decoder: the decoder's alone, from --from (default all)")
+    parser.add_argument("--phase", choices=("all", "decoder", "clips"), default="all",
+                        help="all: the towers' phase, then the byte decoder's; decoder: the decoder's alone, from --from; "
+                             "clips: the first phase's clip tower alone, into --from (default all)")
     parser.add_argument("--from", dest="start", default=None, metavar="CHECKPOINT",
-                        help="the checkpoint the decoder phase starts from (with --phase decoder; its other tensors are kept byte for byte)")
+                        help="the checkpoint the decoder or clips phase starts from (its other tensors are kept byte for byte)")
+    parser.add_argument("--variant", type=int, default=None,
+                        help="with --phase clips: seeds the clip tower's initialisation and data (default: --seed, which seeds "
+                             "the prototypes and must be the checkpoint's own)")
     parser.add_argument("--decoder-steps", type=int, default=defaults.decoder_steps,
                         help="steps of the byte decoder's own phase; 0 skips it (default %(default)s)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     parser.add_argument("--no-evaluate", action="store_true", help="skip the BF16 and E4M3 evaluation at the end")
     parser.add_argument("--report", default=None, help="write the run's result as JSON here")
     args = parser.parse_args(argv)
-    if (args.phase == "decoder") != (args.start is not None):
-        parser.error("--from CHECKPOINT goes with --phase decoder, and --phase decoder needs it")
+    if (args.phase != "all") != (args.start is not None):
+        parser.error("--from CHECKPOINT goes with --phase decoder or --phase clips, and they need it")
+    if args.variant is not None and args.phase != "clips":
+        parser.error("--variant goes with --phase clips")
     if args.threads:
         import torch
 
         torch.set_num_threads(args.threads)
     settings = Settings(out=args.out, seed=args.seed, steps=args.steps, minutes=args.minutes, batch=args.batch,
                         image_factor=args.image_factor, text_groups=args.text_groups, decoder_row=args.decoder_row, image_pool=args.image_pool, video_pool=args.video_pool, audio_pool=args.audio_pool,
-                        evaluate=not args.no_evaluate, phase=args.phase, start=args.start,
+                        evaluate=not args.no_evaluate, phase=args.phase, start=args.start, variant=args.variant,
                         decoder_steps=args.decoder_steps)  # fmt: skip
     result = train(settings, lambda line: print(line, flush=True))
     if args.report:

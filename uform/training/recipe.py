@@ -104,8 +104,10 @@ class Settings:
     evaluate: bool = True
     config: ModelConfig = field(default_factory=default_config)
     # the second phase: the byte decoder alone, from the first phase's BF16 checkpoint (docs/training.md)
-    phase: str = "all"  # "all": the towers' phase, then the decoder's; "decoder": the decoder's alone, from ``start``
-    start: str | None = None  # the checkpoint the decoder phase starts from when ``phase`` is "decoder"
+    phase: str = "all"  # "all": the towers' phase, then the decoder's; "decoder": the decoder's alone, from ``start``;
+    # "clips": the first phase's clip tower alone, into ``start`` (uform.training.clips)
+    start: str | None = None  # the checkpoint the decoder or clips phase starts from
+    variant: int | None = None  # the clips phase: seeds the clip tower's initialisation and data (default: ``seed``, which seeds the prototypes)
     decoder_steps: int = 2000  # 0 skips the phase (the recipe as it was before it)
     decoder_phase_batch: int = 64  # questions a step of the decoder phase
     decoder_lr: float = 1e-3
@@ -324,6 +326,29 @@ def contrastive(media: torch.Tensor, texts: torch.Tensor, labels: torch.Tensor, 
     return (to_text + to_media) / 2
 
 
+def cosine(step: int, warmup: int, steps: int) -> float:
+    """The recipe's learning-rate factor: linear warm-up over ``warmup`` steps, then a cosine
+    decay to 2 % at ``steps``."""
+    if step < warmup:
+        return (step + 1) / warmup
+    done = (step - warmup) / max(1, steps - warmup)
+    return 0.02 + 0.98 * 0.5 * (1 + math.cos(math.pi * min(done, 1.0)))
+
+
+def clip_losses(tower: VideoTower, where: nn.Linear, scale: torch.Tensor, target: torch.Tensor, data: np.ndarray,
+                labelled: np.ndarray, weight: float) -> dict[str, torch.Tensor]:  # fmt: skip
+    """A batch of clips' losses: ``video``, the contrastive loss against the clips' prototypes
+    ``target``, and with ``weight`` > 0 the auxiliary ``place`` (where the shape is in each
+    frame, read from the class token's final state by ``where``) and ``look`` (attention on it)."""
+    media, hidden, attention = video_forward(tower, torch.from_numpy(data))
+    parts = {"video": contrastive(media, target, torch.from_numpy(labelled), scale)}
+    if weight:
+        place, seen, cover = motion(data, tower.patch_size)
+        parts["place"] = weight * ((where(hidden) - place) ** 2 * seen).sum() / seen.sum().clamp(min=1)
+        parts["look"] = weight * attention_loss(attention, cover)
+    return parts
+
+
 def video_forward(tower: VideoTower, frames: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The video tower's embeddings, its class token's final hidden state, and the log of the
     class token's attention in the first block (``[B, heads, F, patches]``; what the
@@ -419,15 +444,22 @@ def train(settings: Settings, log: Callable[[str], None] = print) -> Result:
     BF16 checkpoint, on more and more varied questions; every other tensor is kept byte for
     byte. With ``phase="decoder"`` only the second phase runs, from the checkpoint ``start``
     (whose towers are then the first phase's output: the shipped checkpoint's are). Then the
-    choice temperatures are fitted (:func:`calibrate`)."""
-    if settings.phase not in ("all", "decoder"):
-        raise ValueError(f"phase must be 'all' or 'decoder', got {settings.phase!r}")
-    if settings.phase == "decoder" and not settings.start:
-        raise ValueError("the decoder phase starts from a checkpoint: give Settings.start (--from CHECKPOINT)")
+    choice temperatures are fitted (:func:`calibrate`). With ``phase="clips"`` the first phase's
+    clip tower alone is trained into ``start``, which keeps its temperatures
+    (:mod:`uform.training.clips`)."""
+    if settings.phase not in ("all", "decoder", "clips"):
+        raise ValueError(f"phase must be 'all', 'decoder' or 'clips', got {settings.phase!r}")
+    if settings.phase != "all" and not settings.start:
+        raise ValueError(f"the {settings.phase} phase starts from a checkpoint: give Settings.start (--from CHECKPOINT)")
     started = time.perf_counter()
     out = Path(settings.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     raw = out.with_name(out.name + ".uncalibrated")
+    if settings.phase == "clips":
+        from .clips import train_clips
+
+        result = train_clips(settings, log, started)
+        return finish(result, out, settings, log, started)
     try:
         if settings.phase == "all":
             steps, losses = train_towers(settings, raw, log, started)
@@ -449,8 +481,14 @@ def train(settings: Settings, log: Callable[[str], None] = print) -> Result:
         result.temperatures = calibrate(source, out, settings, log)
     finally:
         raw.unlink(missing_ok=True)
+    return finish(result, out, settings, log, started)
+
+
+def finish(result: Result, out: Path, settings: Settings, log: Callable[[str], None], started: float) -> Result:
+    """A run's seconds and log line, and (``settings.evaluate``) both suites' figures."""
     result.seconds = time.perf_counter() - started
-    log(f"trained, saved and calibrated in {result.seconds:.0f} s: {out} ({out.stat().st_size} bytes)")
+    done = "trained and saved" if settings.phase == "clips" else "trained, saved and calibrated"  # clips keep the temperatures
+    log(f"{done} in {result.seconds:.0f} s: {out} ({out.stat().st_size} bytes)")
     if settings.evaluate:
         result.evaluations = evaluate_all(out, settings.seed, log)
     return result
@@ -467,21 +505,14 @@ def train_towers(settings: Settings, raw: Path, log: Callable[[str], None], star
     targets = prototypes(config.dimensions, settings.seed)
     every = torch.cat([targets[m] for m in MODALITIES])  # the text tower's classes: every meaning of every modality
     scales = nn.ParameterDict({m: nn.Parameter(torch.tensor(math.log(10.0))) for m in (*MODALITIES, "text")})
-    frames, patch = int(config.towers["video"]["frames"]), int(config.towers["video"]["patch_size"])
-    where = nn.Linear(int(config.towers["video"]["width"]), 2 * frames)  # the auxiliary head: the shape's place in each frame
+    where = nn.Linear(int(config.towers["video"]["width"]), 2 * int(config.towers["video"]["frames"]))  # the auxiliary head: the shape's place in each frame
     params = list(model.parameters()) + list(scales.parameters()) + list(where.parameters())
     decay = [p for p in params if p.ndim >= 2]
     rest = [p for p in params if p.ndim < 2]
     optimiser = torch.optim.AdamW([{"params": decay, "weight_decay": 0.05}, {"params": rest, "weight_decay": 0.0}],
                                   lr=settings.lr, betas=(0.9, 0.98))  # fmt: skip
 
-    def rate(step: int) -> float:
-        if step < settings.warmup:
-            return (step + 1) / settings.warmup
-        done = (step - settings.warmup) / max(1, settings.steps - settings.warmup)
-        return 0.02 + 0.98 * 0.5 * (1 + math.cos(math.pi * min(done, 1.0)))
-
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimiser, rate)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimiser, lambda step: cosine(step, settings.warmup, settings.steps))
     # each tower's gradients are clipped on their own, so one loss cannot starve another
     towers = model.towers
     clipped = [list(t.parameters()) for name, t in towers.items() if name != "video"]
@@ -505,12 +536,7 @@ def train_towers(settings: Settings, raw: Path, log: Callable[[str], None], star
         data, labelled = inputs.images(settings.image_factor * b, canonical)
         parts["image"] = contrastive(towers["image"](torch.from_numpy(data)), targets["image"], torch.from_numpy(labelled), scales["image"])
         data, labelled = inputs.videos(b, canonical)
-        media, hidden, attention = video_forward(video_tower, torch.from_numpy(data))
-        parts["video"] = contrastive(media, targets["video"], torch.from_numpy(labelled), scales["video"])
-        if settings.motion:
-            place, seen, cover = motion(data, patch)
-            parts["place"] = settings.motion * ((where(hidden) - place) ** 2 * seen).sum() / seen.sum().clamp(min=1)
-            parts["look"] = settings.motion * attention_loss(attention, cover)
+        parts |= clip_losses(video_tower, where, scales["video"], targets["video"], data, labelled, settings.motion)
         if step % settings.audio_every == 0:
             data, labelled = inputs.sounds(b)
             parts["audio"] = contrastive(towers["audio"](torch.from_numpy(data)), targets["audio"], torch.from_numpy(labelled), scales["audio"])
@@ -690,13 +716,7 @@ def _train_decoder(source: Path, target: Path, settings: Settings, log: Callable
                                    {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0}],
                                   lr=settings.decoder_lr, betas=(0.9, 0.98))  # fmt: skip
     steps, warmup = settings.decoder_steps, settings.decoder_warmup
-
-    def rate(step: int) -> float:
-        if step < warmup:
-            return (step + 1) / warmup
-        return 0.02 + 0.98 * 0.5 * (1 + math.cos(math.pi * min((step - warmup) / max(1, steps - warmup), 1.0)))
-
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimiser, rate)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimiser, lambda step: cosine(step, warmup, steps))
     losses, window = [], []
     tower.train()
     for step in range(steps):
