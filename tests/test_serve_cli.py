@@ -65,6 +65,18 @@ def test_the_models_threads_run_at_a_higher_nice_value_than_the_event_loop(batch
         assert min(19, base + MODEL_NICE) in others and set(others) <= {base, min(19, base + MODEL_NICE)}
 
 
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="per-thread nice values are read from Linux's /proc")
+def test_model_nice_0_leaves_every_threads_priority_and_a_bad_value_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    with subprocess_server(["--model-nice", "0"]) as server:
+        pid = server.proc.pid
+        assert httpx.post(server.url + "/v1/embeddings", json={"input": ["a red circle"]}).status_code == 200
+        base = _nice(pid, pid)
+        assert {_nice(pid, int(t.name)) for t in Path(f"/proc/{pid}/task").iterdir()} == {base}
+    for bad in ("-1", "20"):
+        assert main(["serve", "--model-nice", bad]) == 2
+        assert f"--model-nice must be 0-19, got {bad}" in capsys.readouterr().err
+
+
 def test_the_drain_deadline_holds_during_a_long_call() -> None:
     with subprocess_server(["--drain-seconds", "1", "--max-items", "8192", "--max-batch-items", "8192", "--max-batch-tokens", "10000000"]) as server:
         def send() -> None:

@@ -30,6 +30,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--threads", type=int, default=0, help="ONNX Runtime threads a verb call uses on CPUs (default 0: every core, the library's default)")
     p.add_argument("--batches-at-once", type=int, default=1, metavar="N",
                    help="verb calls each lane runs at the same time (default 1: one call at a time, on every core)")  # fmt: skip
+    p.add_argument("--model-nice", type=int, default=10, metavar="N",
+                   help="added to the nice value of the threads that run the model, so the event loop goes first (0-19, default 10; 0: unchanged)")
     p.add_argument("--drain-seconds", type=float, default=30.0, help="on SIGTERM, how long in-flight requests get (default 30)")
     p.add_argument("--no-access-log", action="store_true", help="log no line per request")
     p.set_defaults(run=_serve)
@@ -50,6 +52,8 @@ def _serve(args: argparse.Namespace) -> int:
     devices = [int(d) for d in args.devices.split(",") if d.strip()] if args.devices else None
     if args.threads < 0:
         raise ValueError(f"--threads must be 0 or more, got {args.threads}")
+    if not 0 <= args.model_nice <= 19:
+        raise ValueError(f"--model-nice must be 0-19, got {args.model_nice}")
     name = args.model_name or model_path(args).name.removesuffix(".safetensors")
     config = ServeConfig(
         model_id=name, api_key=api_key_from(args.api_key), media_root=args.media_root, max_request_bytes=args.max_request_bytes,
@@ -59,4 +63,5 @@ def _serve(args: argparse.Namespace) -> int:
         batches_at_once=args.batches_at_once,
     )  # fmt: skip
     model, executor = load(args.model, args.quantization, devices, args.threads or None)
-    return serve(model, config, host=args.host, port=args.port, access_log=not args.no_access_log, executor=executor)
+    return serve(model, config, host=args.host, port=args.port, access_log=not args.no_access_log, executor=executor,
+                 model_nice=args.model_nice)
