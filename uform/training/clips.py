@@ -23,7 +23,7 @@ from torch import nn
 from uform.exporters.reference import ReferenceModel
 from uform.exporters.reference.video import VideoTower
 
-from .recipe import Inputs, Result, Settings, clip_losses, cosine, initialise, prototypes, save
+from .recipe import Inputs, Result, Settings, clip_losses, cosine, initialise, optimise, prototypes, save
 
 
 def train_clips(settings: Settings, log: Callable[[str], None], started: float) -> Result:
@@ -60,11 +60,7 @@ def train_clips(settings: Settings, log: Callable[[str], None], started: float) 
         canonical = 1.0 if step < settings.curriculum * settings.steps else settings.canonical_vision
         data, labelled = inputs.videos(settings.batch, canonical)
         total = torch.stack(list(clip_losses(tower, where, scale, target, data, labelled, settings.motion).values())).sum()
-        optimiser.zero_grad(set_to_none=True)
-        total.backward()  # type: ignore[no-untyped-call]
-        torch.nn.utils.clip_grad_norm_(clipped, 1.0)
-        optimiser.step()
-        scheduler.step()
+        optimise(total, optimiser, scheduler, clipped)
         window.append(float(total.detach()))
         if (step + 1) % settings.log_every == 0 or step + 1 == settings.steps:
             losses.append(float(np.mean(window)))

@@ -335,6 +335,16 @@ def cosine(step: int, warmup: int, steps: int) -> float:
     return 0.02 + 0.98 * 0.5 * (1 + math.cos(math.pi * min(done, 1.0)))
 
 
+def optimise(total: torch.Tensor, optimiser: torch.optim.Optimizer, scheduler: Any, clipped: list[nn.Parameter]) -> None:
+    """One step of a single tower's phase: the gradients of ``total``, clipped at norm 1 over
+    ``clipped``, then the optimiser's step and the schedule's."""
+    optimiser.zero_grad(set_to_none=True)
+    total.backward()  # type: ignore[no-untyped-call]
+    torch.nn.utils.clip_grad_norm_(clipped, 1.0)
+    optimiser.step()
+    scheduler.step()
+
+
 def clip_losses(tower: VideoTower, where: nn.Linear, scale: torch.Tensor, target: torch.Tensor, data: np.ndarray,
                 labelled: np.ndarray, weight: float) -> dict[str, torch.Tensor]:  # fmt: skip
     """A batch of clips' losses: ``video``, the contrastive loss against the clips' prototypes
@@ -721,11 +731,7 @@ def _train_decoder(source: Path, target: Path, settings: Settings, log: Callable
     tower.train()
     for step in range(steps):
         total, answer = packed_decoder_loss(tower, decoder_questions(rng, settings.decoder_phase_batch, tower.context), settings.decoder_row or 256)
-        optimiser.zero_grad(set_to_none=True)
-        total.backward()  # type: ignore[no-untyped-call]
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        optimiser.step()
-        scheduler.step()
+        optimise(total, optimiser, scheduler, params)
         window.append(float(answer.detach()))
         if (step + 1) % settings.log_every == 0 or step + 1 == steps:
             losses.append(float(np.mean(window)))
