@@ -279,7 +279,8 @@ def test_the_command_line_takes_the_clips_phase_and_its_variant(capsys: pytest.C
     from uform.training.__main__ import main
 
     for argv, said in ((["--out", "x", "--phase", "clips"], "--from CHECKPOINT goes with --phase decoder or --phase clips"),
-                       (["--out", "x", "--variant", "2"], "--variant goes with --phase clips")):  # fmt: skip
+                       (["--out", "x", "--variant", "2"], "--variant goes with --phase clips"),
+                       (["--out", "x", "--canonical-vision", "1.5"], "--canonical-vision is a share, 0 to 1, got 1.5")):  # fmt: skip
         with pytest.raises(SystemExit):
             main(argv)
         assert said in capsys.readouterr().err

@@ -29,6 +29,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--image-pool", type=int, default=defaults.image_pool, help="training pictures decoded once (default %(default)s)")
     parser.add_argument("--video-pool", type=int, default=defaults.video_pool, help="training clips decoded once (default %(default)s)")
     parser.add_argument("--audio-pool", type=int, default=defaults.audio_pool, help="varied training recordings made once (default %(default)s)")
+    parser.add_argument("--canonical-vision", type=float, default=defaults.canonical_vision,
+                        help="share of pictures and clips from the canonical renderers after the curriculum (default %(default)s)")
     parser.add_argument("--phase", choices=("all", "decoder", "clips"), default="all",
                         help="all: the towers' phase, then the byte decoder's; decoder: the decoder's alone, from --from; "
                              "clips: the first phase's clip tower alone, into --from (default all)")
@@ -47,13 +49,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--from CHECKPOINT goes with --phase decoder or --phase clips, and they need it")
     if args.variant is not None and args.phase != "clips":
         parser.error("--variant goes with --phase clips")
+    if not 0.0 <= args.canonical_vision <= 1.0:
+        parser.error(f"--canonical-vision is a share, 0 to 1, got {args.canonical_vision}")
     if args.threads:
         import torch
 
         torch.set_num_threads(args.threads)
     settings = Settings(out=args.out, seed=args.seed, steps=args.steps, minutes=args.minutes, batch=args.batch,
                         image_factor=args.image_factor, text_groups=args.text_groups, decoder_row=args.decoder_row, image_pool=args.image_pool, video_pool=args.video_pool, audio_pool=args.audio_pool,
-                        evaluate=not args.no_evaluate, phase=args.phase, start=args.start, variant=args.variant,
+                        canonical_vision=args.canonical_vision, evaluate=not args.no_evaluate, phase=args.phase, start=args.start,
+                        variant=args.variant,
                         decoder_steps=args.decoder_steps)  # fmt: skip
     result = train(settings, lambda line: print(line, flush=True))
     if args.report:
