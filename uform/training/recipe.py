@@ -81,18 +81,18 @@ class Settings:
     steps: int = 4400
     minutes: float | None = None  # stop early after this long (the schedule still assumes ``steps``)
     batch: int = 64  # pictures and clips a step (recordings on the steps that have them)
-    image_factor: int = 1  # pictures a step: this many times ``batch`` (2 read pictures much better but the fifth and sixth runs lost clips, docs/training.md)
+    image_factor: int = 2  # pictures a step: this many times ``batch`` (the seventh run's 2; 1 the fourth run's, docs/training.md)
     decoder_batch: int = 48  # questions a decoder step
-    text_groups: int = 1  # a text step encodes its captions in this many groups of like length (4: the same embeddings, less padding; sixth run)
-    decoder_row: int = 0  # > 0: the decoder's questions packed into rows of this many bytes in both phases (the same losses, less padding;
-    # the sixth run's 128); 0: the first phase's padded (decoder_loss), the decoder phase's rows of 256 bytes, as the shipped checkpoint's
+    text_groups: int = 4  # a text step encodes its captions in this many groups of like length (the same embeddings as 1, less padding)
+    decoder_row: int = 128  # > 0: the decoder's questions packed into rows of this many bytes in both phases (the same losses, less
+    # padding); 0: the first phase's padded (decoder_loss), the decoder phase's rows of 256 bytes, as the fourth run's
     lr: float = 2e-3
     warmup: int = 100
     image_pool: int = 24000  # pictures decoded once through the runtime (canonical and varied), drawn from every step
     video_pool: int = 12000  # clips decoded once through the runtime, drawn from every step
     audio_pool: int = 5000  # varied recordings made once (through the runtime's resampler), drawn from every step
     canonical: float = 0.3  # share of recordings from the canonical renderer (the own suite's), the rest varied
-    canonical_vision: float = 0.4  # share of pictures and clips from the canonical renderers after the curriculum
+    canonical_vision: float = 0.2  # share of pictures and clips from the canonical renderers after the curriculum (the fourth run's 0.4)
     curriculum: float = 0.25  # share of the steps, first, whose pictures and clips are all canonical
     audio_every: int = 2  # the audio tower's steps: every this many
     text_every: int = 3  # the text tower's steps (every meaning in one phrasing against its prototype)
