@@ -14,8 +14,9 @@ count: requests/s, p50 and p99 latency, the server process's CPU seconds per req
 /proc; its event loop's thread alone too), text_encode's mean batch, and the CPU shares of the
 server, the generator and everything else running on the machine; the server's resident memory across 10,000
 requests of distinct texts (after the text points, before the images). Then the same server (``--server-args`` too) with batching off (one verb call per request),
-alone and then in turns with the batching one (``--paired-rounds`` rounds at 32 clients: the machine's speed drifts from
-minute to minute, and a ratio of two points measured minutes apart carries that drift), and, for the choice of framework, a bare JSON echo route on uvicorn with Starlette and with
+alone and then in turns with the batching one (``--paired-rounds`` rounds at 32 clients, the in-process 64 texts between
+the two servers' points of a round: the machine's speed drifts from minute to minute, and a ratio of two points measured
+minutes apart carries that drift; each round's ratios, throughput and CPU, are of figures taken within seconds), and, for the choice of framework, a bare JSON echo route on uvicorn with Starlette and with
 FastAPI. Writes benchmarks/results/serve.json.
 """
 
@@ -43,6 +44,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from common import save, table  # noqa: E402
 
 TEXT = "a red circle moving up"
+BATCH64 = [f"{TEXT} {i}" for i in range(64)]
 TICK = os.sysconf("SC_CLK_TCK")
 
 
@@ -69,12 +71,7 @@ def in_process(seconds: float, jpeg: bytes) -> dict[str, Any]:
             t = time.perf_counter()
             model.text_encode([TEXT], arena)
             latencies.append(time.perf_counter() - t)
-        batch = [f"{TEXT} {i}" for i in range(64)]
-        calls, cpu, wall = 0, time.process_time(), time.perf_counter()
-        while time.perf_counter() - wall < seconds or calls < 5:
-            model.text_encode(batch, arena)
-            calls += 1
-        cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+        texts_per_s, cpu_per_text = batch64(model, arena, seconds)
         images: list[float] = []
         end = time.perf_counter() + seconds
         while time.perf_counter() < end or len(images) < 10:
@@ -82,13 +79,24 @@ def in_process(seconds: float, jpeg: bytes) -> dict[str, Any]:
             model.image_encode([jpeg], arena)
             images.append(time.perf_counter() - t)
         d, backend, compute = model.describe(), model.backend, model.compute
-    side = side_by_side(seconds, batch)
+    side = side_by_side(seconds, BATCH64)
     return {
             "cpu_class": d.cpu_class.value if d.cpu_class else None, "backend": backend, "compute": compute,
             "text_p50_ms": round(float(np.median(latencies)) * 1000, 3), "text_texts_per_s_batch1": round(len(latencies) / sum(latencies), 1),
-            "text_texts_per_s_batch64": round(calls * 64 / wall, 1), "text_cpu_ms_per_text_batch64": round(cpu / (calls * 64) * 1000, 4),
+            "text_texts_per_s_batch64": round(texts_per_s, 1), "text_cpu_ms_per_text_batch64": round(cpu_per_text * 1000, 4),
             "image_p50_ms": round(float(np.median(images)) * 1000, 3), **side,
     }  # fmt: skip
+
+
+def batch64(model: Any, arena: Any, seconds: float) -> tuple[float, float]:
+    """``text_encode`` of 64 texts at once for ``seconds`` (5 calls at least): texts/s and
+    process CPU seconds a text."""
+    calls, cpu, wall = 0, time.process_time(), time.perf_counter()
+    while time.perf_counter() - wall < seconds or calls < 5:
+        model.text_encode(BATCH64, arena)
+        calls += 1
+    cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+    return calls * len(BATCH64) / wall, cpu / (calls * len(BATCH64))
 
 
 def side_by_side(seconds: float, batch: list[str]) -> dict[str, Any]:
@@ -291,16 +299,26 @@ def memory(server: Served, requests: int, clients: int) -> dict[str, Any]:
 
 
 def paired(on: Served, off: Served, kind: str, body: bytes, clients: int, seconds: float, rounds: int) -> list[dict[str, Any]]:
-    """``rounds`` rounds of one point on each server, in turns (which goes first alternates):
-    each round's requests/s and server CPU a request, and their ratios (batching on / off)."""
+    """``rounds`` rounds of one point on each server, in turns (which goes first alternates),
+    and between them the in-process ``text_encode`` of 64 texts (both servers idle): each
+    round's requests/s and server CPU a request, their ratios (batching on / off), and the
+    batching server's CPU a request over the in-process CPU a text of the same round."""
+    import uform
+
     out = []
-    for r in range(rounds):
-        first, second = (on, off) if r % 2 == 0 else (off, on)
-        got = {id(first): measured(first, kind, body, clients, seconds)}
-        got[id(second)] = measured(second, kind, body, clients, seconds)
-        a, b = got[id(on)], got[id(off)]
-        out.append({"clients": clients, "rps": a["rps"], "rps_batching_off": b["rps"], "throughput_ratio": round(a["rps"] / b["rps"], 3),
-                    "server_cpu_ms_per_request": a["server_cpu_ms_per_request"], "server_cpu_ms_per_request_batching_off": b["server_cpu_ms_per_request"]})  # fmt: skip
+    with uform.Model.load_ram() as model:
+        arena = uform.Arena()
+        batch64(model, arena, 0.2)  # warm-up
+        for r in range(rounds):
+            first, second = (on, off) if r % 2 == 0 else (off, on)
+            got = {id(first): measured(first, kind, body, clients, seconds)}
+            _, cpu_per_text = batch64(model, arena, min(seconds, 2.0))
+            got[id(second)] = measured(second, kind, body, clients, seconds)
+            a, b = got[id(on)], got[id(off)]
+            out.append({"clients": clients, "rps": a["rps"], "rps_batching_off": b["rps"], "throughput_ratio": round(a["rps"] / b["rps"], 3),
+                        "server_cpu_ms_per_request": a["server_cpu_ms_per_request"], "server_cpu_ms_per_request_batching_off": b["server_cpu_ms_per_request"],
+                        "in_process_cpu_ms_per_text_batch64": round(cpu_per_text * 1000, 4),
+                        "server_cpu_vs_in_process_batch64": round(a["server_cpu_ms_per_request"] / (cpu_per_text * 1000), 3)})  # fmt: skip
     return out
 
 
@@ -437,6 +455,8 @@ def goals(r: dict[str, Any]) -> dict[str, Any]:
         "throughput_goal_met": bool(off and at[key]["rps"] >= 3 * off["rps"]),
         "throughput_vs_batching_off_paired_median": round(float(np.median([p["throughput_ratio"] for p in paired])), 2) if paired else None,
         "throughput_goal_met_paired": bool(paired and np.median([p["throughput_ratio"] for p in paired]) >= 3),
+        "server_cpu_vs_in_process_batch64_paired_median": round(float(np.median([p["server_cpu_vs_in_process_batch64"] for p in paired])), 2) if paired else None,
+        "server_cpu_goal_met_paired": bool(paired and np.median([p["server_cpu_vs_in_process_batch64"] for p in paired]) <= 1.5),
         "one_client_p50_minus_in_process_ms": round(one["p50_ms"] - r["in_process"]["text_p50_ms"], 3) if one else None,
         "latency_goal_met": bool(one and one["p50_ms"] <= r["in_process"]["text_p50_ms"] + 2),
         "memory_change": r["memory"]["max_change_vs_first_tenth"], "memory_goal_met": r["memory"]["max_change_vs_first_tenth"] <= 0.05,
