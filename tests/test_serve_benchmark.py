@@ -24,3 +24,5 @@ def test_serve_benchmark_runs(tmp_path: Path) -> None:
     assert result["memory"]["requests"] == 200 and len(result["memory"]["rss_mib"]) == 10
     assert result["goals"]["clients"] == 32 and result["goals"]["throughput_vs_batching_off"] > 0
     assert [row["clients"] for row in result["paired_rounds"]] == [32, 32] and result["goals"]["throughput_vs_batching_off_paired_median"] > 0
+    assert all(row["in_process_cpu_ms_per_text_batch64"] > 0 and row["server_cpu_vs_in_process_batch64"] > 0 for row in result["paired_rounds"])
+    assert result["goals"]["server_cpu_vs_in_process_batch64_paired_median"] > 0 and "server_cpu_goal_met_paired" in result["goals"]
