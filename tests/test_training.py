@@ -37,11 +37,12 @@ def test_a_few_steps_lower_the_loss_and_the_checkpoint_serves(tmp_path: Path) ->
     out = tmp_path / "trained.safetensors"
     settings = Settings(out=str(out), seed=0, steps=24, batch=12, decoder_batch=8, lr=3e-3, warmup=4, image_pool=24, video_pool=24,
                         audio_pool=24, calibration_examples=90, log_every=6, evaluate=False, config=tiny_config(),
-                        decoder_steps=6, decoder_phase_batch=8)  # fmt: skip
+                        decoder_steps=6, decoder_phase_batch=8, reading_steps=4)  # fmt: skip
     result = train(settings, log=lambda line: None)
     assert result.steps == 24 and len(result.losses) == 4
     assert result.last_loss < result.first_loss
     assert result.decoder_steps == 6 and len(result.decoder_losses) == 1
+    assert result.reading_steps == 4 and len(result.reading_losses) == 1
     assert set(result.heldout) == {"canonical", "training", "decoder phase", "unseen phrasings", "options in any order"}
     assert out.is_file() and not out.with_name(out.name + ".uncalibrated").exists()
     assert len(result.temperatures) == 3 and result.temperatures != (1.0, 1.0, 1.0)
@@ -66,7 +67,7 @@ def test_the_same_seed_writes_the_same_checkpoint(tmp_path: Path) -> None:
         out = tmp_path / name
         train(Settings(out=str(out), seed=seed, steps=2, batch=4, decoder_batch=4, warmup=1, image_pool=4, video_pool=4,
                        audio_pool=4, calibration_examples=16, evaluate=False, config=tiny_config(), decoder_steps=2,
-                       decoder_phase_batch=4), log=lambda line: None)  # fmt: skip
+                       decoder_phase_batch=4, reading_steps=2), log=lambda line: None)  # fmt: skip
         return out.read_bytes()
 
     first = run("a.safetensors", 0)
@@ -81,7 +82,7 @@ def test_the_sixth_runs_settings_train(tmp_path: Path) -> None:
     out = tmp_path / "sixth.safetensors"
     result = train(Settings(out=str(out), seed=0, steps=3, batch=4, decoder_batch=6, warmup=1, image_pool=4, video_pool=4, audio_pool=4,
                             calibration_examples=30, evaluate=False, config=tiny_config(), decoder_steps=2, decoder_phase_batch=6,
-                            image_factor=2, text_groups=4, decoder_row=128), log=lambda line: None)  # fmt: skip
+                            image_factor=2, text_groups=4, decoder_row=128, reading_steps=0), log=lambda line: None)  # fmt: skip
     assert result.steps == 3 and result.decoder_steps == 2 and out.is_file()
 
 
@@ -150,7 +151,8 @@ def test_the_decoder_phase_from_a_checkpoint_is_the_full_recipes_second_phase(tm
     from uform.training import Settings, train
 
     common = dict(seed=0, steps=3, batch=4, decoder_batch=4, warmup=1, image_pool=4, video_pool=4, audio_pool=4,
-                  calibration_examples=60, evaluate=False, config=tiny_config(), decoder_phase_batch=6, decoder_warmup=2)  # fmt: skip
+                  calibration_examples=60, evaluate=False, config=tiny_config(), decoder_phase_batch=6, decoder_warmup=2,
+                  reading_steps=0)  # fmt: skip
     towers, full, phased = tmp_path / "towers.safetensors", tmp_path / "full.safetensors", tmp_path / "phased.safetensors"
     train(Settings(out=str(towers), decoder_steps=0, **common), log=lambda line: None)  # the first phase alone (and calibration)
     train(Settings(out=str(full), decoder_steps=5, **common), log=lambda line: None)
@@ -173,6 +175,60 @@ def test_the_decoder_phase_from_a_checkpoint_is_the_full_recipes_second_phase(tm
     assert tensors(again) == after
     with pytest.raises(ValueError, match="starts from a checkpoint"):
         train(Settings(out=str(again), phase="decoder", **common))
+
+
+def test_the_reading_stage_from_a_checkpoint_is_the_full_recipes_last_stage(tmp_path: Path) -> None:
+    """``--phase reading --from CHECKPOINT`` goes on with the byte decoder alone, from the
+    decoder phase's output, and writes what the full recipe writes; ``--phase decoder`` runs
+    the stage after the decoder phase."""
+    from uform.training import Settings, train
+
+    common = dict(seed=0, steps=3, batch=4, decoder_batch=4, warmup=1, image_pool=4, video_pool=4, audio_pool=4,
+                  calibration_examples=60, evaluate=False, config=tiny_config(), decoder_phase_batch=6, decoder_warmup=2,
+                  decoder_steps=3)  # fmt: skip
+    decoded, full, read, phased = (tmp_path / f"{n}.safetensors" for n in ("decoded", "full", "read", "phased"))
+    train(Settings(out=str(decoded), reading_steps=0, **common), log=lambda line: None)  # both phases, no reading stage
+    train(Settings(out=str(full), reading_steps=4, **common), log=lambda line: None)
+    lines: list[str] = []
+    result = train(Settings(out=str(read), reading_steps=4, phase="reading", start=str(decoded), **common), log=lines.append)
+    assert result.steps == 0 and result.decoder_steps == 0 and result.reading_steps == 4 and len(result.reading_losses) == 1
+    assert any(line.startswith("reading stage: 4 steps") for line in lines)
+    before, after = tensors(decoded), tensors(read)
+    changed = {name for name in before if before[name] != after[name]}
+    assert changed and all(name.startswith("decoder.") for name in changed)  # the towers are kept byte for byte
+    assert tensors(full) == after  # the same as the full recipe's last stage
+    towers = tmp_path / "towers.safetensors"
+    train(Settings(out=str(towers), **(common | {"decoder_steps": 0, "reading_steps": 0})), log=lambda line: None)
+    train(Settings(out=str(phased), reading_steps=4, phase="decoder", start=str(towers), **common), log=lambda line: None)
+    assert tensors(phased) == after  # --phase decoder: the decoder phase, then the reading stage
+
+
+def test_the_reading_stage_lists_lettered_options_in_a_random_order() -> None:
+    """Its questions are lettered in the share asked for and their lists are shuffled: a full
+    list of the six colours comes in the canonical order about once in 720 (the decoder
+    phase's, half of them shuffled, far more often)."""
+    from uform.demo import variety as v
+    from uform.training.reading import reading_questions
+    from uform.training.recipe import decoder_questions
+
+    def canonical_share(questions: list[g.Question]) -> tuple[float, int]:
+        full = [q.text for q in questions if q.group == g.LETTERS and all(c in q.text for c in g.COLOURS)]
+        in_order = [t for t in full if sorted(g.COLOURS, key=t.rfind) == list(g.COLOURS)]
+        return len(in_order) / max(len(full), 1), len(full)
+
+    rng = np.random.default_rng(3)
+    lettered = reading_questions(rng, 1500, 128, letters=1.0)
+    assert all(q.group == g.LETTERS and len(q.text.encode()) < 128 for q in lettered)
+    share, full = canonical_share(lettered)
+    assert full > 40 and share < 0.05
+    share, full = canonical_share(decoder_questions(np.random.default_rng(3), 3000, 128))
+    assert full > 40 and share > 0.3
+    mixed = reading_questions(np.random.default_rng(4), 600, 128, letters=0.0)
+    assert {q.group for q in mixed} == {g.YES_NO, g.DIGITS, g.LETTERS}
+    assert sum(q.group == g.LETTERS for q in mixed) < 0.5 * len(mixed)
+    rng = np.random.default_rng(5)
+    share, full = canonical_share([v.decoder_question(rng, shuffled=0.0) for _ in range(3000)])
+    assert full > 40 and share == 1.0  # never shuffled: every full list in the canonical order
 
 
 def test_the_command_line_takes_the_decoder_phase_with_its_checkpoint(capsys: pytest.CaptureFixture[str]) -> None:
@@ -248,7 +304,7 @@ def test_the_clips_phase_trains_the_clip_tower_alone_into_its_checkpoint(tmp_pat
     from uform.training import Settings, train
 
     common = dict(seed=0, steps=3, batch=4, decoder_batch=4, warmup=1, image_pool=4, video_pool=6, audio_pool=4,
-                  calibration_examples=60, evaluate=False, config=tiny_config(), decoder_steps=0)  # fmt: skip
+                  calibration_examples=60, evaluate=False, config=tiny_config(), decoder_steps=0, reading_steps=0)  # fmt: skip
     start = tmp_path / "start.safetensors"
     train(Settings(out=str(start), **common), log=lambda line: None)
     outs = {v: tmp_path / f"clips{v}.safetensors" for v in (1, 2)}
@@ -278,7 +334,7 @@ def test_the_clips_phase_trains_the_clip_tower_alone_into_its_checkpoint(tmp_pat
 def test_the_command_line_takes_the_clips_phase_and_its_variant(capsys: pytest.CaptureFixture[str]) -> None:
     from uform.training.__main__ import main
 
-    for argv, said in ((["--out", "x", "--phase", "clips"], "--from CHECKPOINT goes with --phase decoder or --phase clips"),
+    for argv, said in ((["--out", "x", "--phase", "clips"], "--from CHECKPOINT goes with --phase decoder, reading or clips"),
                        (["--out", "x", "--variant", "2"], "--variant goes with --phase clips"),
                        (["--out", "x", "--canonical-vision", "1.5"], "--canonical-vision is a share, 0 to 1, got 1.5")):  # fmt: skip
         with pytest.raises(SystemExit):

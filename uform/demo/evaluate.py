@@ -25,8 +25,9 @@ if TYPE_CHECKING:
 
 TRAINING_STREAM, CALIBRATION_STREAM, EVALUATION_STREAM, MEDIA_STREAM = 1, 2, 3, 4
 # 5 is the foreign suite's (uform.demo.foreign.FOREIGN_STREAM); 6 a held-out split of the
-# training's own generators (read before either suite); 7 the byte decoder's own phase
-HELDOUT_STREAM, DECODER_STREAM = 6, 7
+# training's own generators (read before either suite); 7 the byte decoder's own phase, 8 its
+# reading stage
+HELDOUT_STREAM, DECODER_STREAM, READING_STREAM = 6, 7, 8
 DEFAULT_COUNT = 96
 
 

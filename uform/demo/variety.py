@@ -631,14 +631,15 @@ def _capital(s: str) -> str:
     return s[:1].upper() + s[1:]
 
 
-def decoder_question(rng: np.random.Generator, jumbled: float = 0.35) -> g.Question:
+def decoder_question(rng: np.random.Generator, jumbled: float = 0.35, shuffled: float = 0.5) -> g.Question:
     """A question for the decoder's own phase: a paraphrased or jumbled description, sometimes
     wrapped (``there is …``), capitalised or followed by words about the medium that the answer
     does not depend on; asked in one of ``DECODER_ASK`` / ``DECODER_WHICH`` / ``DECODER_HOW_MANY``
     with the asked value in any of its words (``disc`` for a circle, ``deep`` for low), yes/no
     answers balanced and their wrong values drawn from the near misses too (another value of the
-    same attribute); lettered options in several forms, in any order, sometimes only some of
-    them (the right one among them) or in other words."""
+    same attribute); lettered options in several forms, in a random order with probability
+    ``shuffled`` (the decoder phase's 0.5, the reading stage's 1.0), sometimes only some of them
+    (the right one among them) or in other words."""
     modality = str(rng.choice(["image", "video", "audio"]))
     pool = meanings(modality)
     m = pool[int(rng.integers(0, len(pool)))]
@@ -666,7 +667,7 @@ def decoder_question(rng: np.random.Generator, jumbled: float = 0.35) -> g.Quest
             keep = int(rng.integers(1, len(others) + 1))
             chosen = {value, *(others[int(i)] for i in rng.permutation(len(others))[:keep])}
             shown = [o for o in shown if o in chosen]
-        if rng.random() < 0.5:
+        if shuffled and rng.random() < shuffled:
             shown = [shown[int(i)] for i in rng.permutation(len(shown))]
         said = [str(rng.choice(words[o])) if rng.random() < 0.3 else o for o in shown]
         option, between = str(rng.choice(OPTION_FORMS)), str(rng.choice(OPTION_JOINS))

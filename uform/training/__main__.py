@@ -1,4 +1,4 @@
-"""``python -m uform.training --out PATH --seed 0 [--steps N] [--minutes M] [--phase decoder|clips --from CHECKPOINT]``."""
+"""``python -m uform.training --out PATH --seed 0 [--steps N] [--minutes M] [--phase decoder|reading|clips --from CHECKPOINT]``."""
 
 from __future__ import annotations
 
@@ -31,22 +31,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--audio-pool", type=int, default=defaults.audio_pool, help="varied training recordings made once (default %(default)s)")
     parser.add_argument("--canonical-vision", type=float, default=defaults.canonical_vision,
                         help="share of pictures and clips from the canonical renderers after the curriculum (default %(default)s)")
-    parser.add_argument("--phase", choices=("all", "decoder", "clips"), default="all",
-                        help="all: the towers' phase, then the byte decoder's; decoder: the decoder's alone, from --from; "
+    parser.add_argument("--phase", choices=("all", "decoder", "reading", "clips"), default="all",
+                        help="all: the towers' phase, then the byte decoder's and its reading stage; decoder: the decoder's "
+                             "and its reading stage alone, from --from; reading: the reading stage alone, from --from; "
                              "clips: the first phase's clip tower alone, into --from (default all)")
     parser.add_argument("--from", dest="start", default=None, metavar="CHECKPOINT",
-                        help="the checkpoint the decoder or clips phase starts from (its other tensors are kept byte for byte)")
+                        help="the checkpoint the decoder, reading or clips phase starts from (its other tensors are kept byte for byte)")
     parser.add_argument("--variant", type=int, default=None,
                         help="with --phase clips: seeds the clip tower's initialisation and data (default: --seed, which seeds "
                              "the prototypes and must be the checkpoint's own)")
     parser.add_argument("--decoder-steps", type=int, default=defaults.decoder_steps,
                         help="steps of the byte decoder's own phase; 0 skips it (default %(default)s)")
+    parser.add_argument("--reading-steps", type=int, default=defaults.reading_steps,
+                        help="steps of the decoder's reading stage (every lettered list in a random order); 0 skips it "
+                             "(default %(default)s)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     parser.add_argument("--no-evaluate", action="store_true", help="skip the BF16 and E4M3 evaluation at the end")
     parser.add_argument("--report", default=None, help="write the run's result as JSON here")
     args = parser.parse_args(argv)
     if (args.phase != "all") != (args.start is not None):
-        parser.error("--from CHECKPOINT goes with --phase decoder or --phase clips, and they need it")
+        parser.error("--from CHECKPOINT goes with --phase decoder, reading or clips, and they need it")
     if args.variant is not None and args.phase != "clips":
         parser.error("--variant goes with --phase clips")
     if not 0.0 <= args.canonical_vision <= 1.0:
@@ -59,7 +63,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         image_factor=args.image_factor, text_groups=args.text_groups, decoder_row=args.decoder_row, image_pool=args.image_pool, video_pool=args.video_pool, audio_pool=args.audio_pool,
                         canonical_vision=args.canonical_vision, evaluate=not args.no_evaluate, phase=args.phase, start=args.start,
                         variant=args.variant,
-                        decoder_steps=args.decoder_steps)  # fmt: skip
+                        decoder_steps=args.decoder_steps, reading_steps=args.reading_steps)  # fmt: skip
     result = train(settings, lambda line: print(line, flush=True))
     if args.report:
         with open(args.report, "w", encoding="utf-8") as f:

@@ -104,14 +104,18 @@ class Settings:
     evaluate: bool = True
     config: ModelConfig = field(default_factory=default_config)
     # the second phase: the byte decoder alone, from the first phase's BF16 checkpoint (docs/training.md)
-    phase: str = "all"  # "all": the towers' phase, then the decoder's; "decoder": the decoder's alone, from ``start``;
+    phase: str = "all"  # "all": the towers' phase, then the decoder's; "decoder": the decoder's alone (and its reading stage),
+    # from ``start``; "reading": the decoder's reading stage alone, from ``start``;
     # "clips": the first phase's clip tower alone, into ``start`` (uform.training.clips)
-    start: str | None = None  # the checkpoint the decoder or clips phase starts from
+    start: str | None = None  # the checkpoint the decoder, reading or clips phase starts from
     variant: int | None = None  # the clips phase: seeds the clip tower's initialisation and data (default: ``seed``, which seeds the prototypes)
     decoder_steps: int = 2000  # 0 skips the phase (the recipe as it was before it)
     decoder_phase_batch: int = 64  # questions a step of the decoder phase
     decoder_lr: float = 1e-3
     decoder_warmup: int = 100
+    # the decoder's reading stage, after its phase (uform.training.reading): every lettered list in a random order
+    reading_steps: int = 2000  # 0 skips it (the seventh run's recipe)
+    reading_letters: float = 0.4  # share of its questions that are lettered
     smoothing: bool = True  # calibration labels smoothed by 1/(n+2) a group (uform.calibrate.fit_temperatures): no group at the floor
 
 
@@ -130,7 +134,10 @@ class Result:
     decoder_steps: int = 0  # steps of the decoder phase
     decoder_seconds: float = 0.0
     decoder_losses: list[float] = field(default_factory=list)  # the decoder phase's logged answer losses
-    heldout: dict[str, float] = field(default_factory=dict)  # the decoder's accuracy on held-out questions (stream 6) after its phase
+    reading_steps: int = 0  # steps of the decoder's reading stage
+    reading_seconds: float = 0.0
+    reading_losses: list[float] = field(default_factory=list)
+    heldout: dict[str, float] = field(default_factory=dict)  # the decoder's accuracy on held-out questions (stream 6) after its last stage
 
 
 # -- inputs, as the runtime makes them ---------------------------------------------------
@@ -452,13 +459,16 @@ def train(settings: Settings, log: Callable[[str], None] = print) -> Result:
     questions; their losses share a step but no parameters. Its weights are written BF16. The
     decoder's (:func:`train_decoder`, ``decoder_steps`` > 0): the byte decoder alone, from that
     BF16 checkpoint, on more and more varied questions; every other tensor is kept byte for
-    byte. With ``phase="decoder"`` only the second phase runs, from the checkpoint ``start``
-    (whose towers are then the first phase's output: the shipped checkpoint's are). Then the
-    choice temperatures are fitted (:func:`calibrate`). With ``phase="clips"`` the first phase's
+    byte; then its reading stage (:func:`uform.training.reading.train_reading`,
+    ``reading_steps`` > 0), every lettered list in a random order. With ``phase="decoder"``
+    only the second phase runs, from the checkpoint ``start`` (whose towers are then the first
+    phase's output: the shipped checkpoint's are); with ``phase="reading"`` only the reading
+    stage, from ``start`` (a checkpoint after the decoder phase). Then the choice temperatures
+    are fitted (:func:`calibrate`). With ``phase="clips"`` the first phase's
     clip tower alone is trained into ``start``, which keeps its temperatures
     (:mod:`uform.training.clips`)."""
-    if settings.phase not in ("all", "decoder", "clips"):
-        raise ValueError(f"phase must be 'all', 'decoder' or 'clips', got {settings.phase!r}")
+    if settings.phase not in ("all", "decoder", "reading", "clips"):
+        raise ValueError(f"phase must be 'all', 'decoder', 'reading' or 'clips', got {settings.phase!r}")
     if settings.phase != "all" and not settings.start:
         raise ValueError(f"the {settings.phase} phase starts from a checkpoint: give Settings.start (--from CHECKPOINT)")
     started = time.perf_counter()
@@ -477,11 +487,19 @@ def train(settings: Settings, log: Callable[[str], None] = print) -> Result:
             source = raw
         else:
             result, source = Result(str(out), 0, 0.0, float("nan"), float("nan"), []), Path(str(settings.start))
-        if settings.decoder_steps > 0:
+        trained = False
+        if settings.decoder_steps > 0 and settings.phase != "reading":
             train_decoder(source, raw, settings, log, result)
-            if not result.losses:
-                result.first_loss, result.last_loss = result.decoder_losses[0], result.decoder_losses[-1]
-        elif settings.phase == "decoder":  # recalibration alone: the same tensors, the temperatures fitted afresh
+            source, trained = raw, True
+        if settings.reading_steps > 0:
+            from .reading import train_reading
+
+            train_reading(source, raw, settings, log, result)
+            source, trained = raw, True
+        if not result.losses and trained:
+            stage = result.decoder_losses or result.reading_losses
+            result.first_loss, result.last_loss = stage[0], stage[-1]
+        if not trained and settings.phase != "all":  # recalibration alone: the same tensors, the temperatures fitted afresh
             from uform.calibrate import write_temperatures
 
             with safe_open(str(source), framework="np") as f:
