@@ -12,24 +12,24 @@ import pytest
 import uform
 from uform.demo import evaluate, foreign
 
-# docs/training.md, "Runs of this recipe", seventh run (count 96, seed 0) has the figures; on
-# seed 1 (count 48, 256 questions) the shipped checkpoint measured recall@1 and @5 1.00 for every
-# modality, direction 1.00, text_choose 0.984 with ECE 0.024, BF16 and E4M3 alike
+# docs/training.md, "Runs of this recipe", the reading stage (count 96, seed 0) has the figures;
+# on seed 1 (count 48, 256 questions) the shipped checkpoint measured recall@1 and @5 1.00 for
+# every modality, direction 1.00, text_choose 1.000 with ECE 0.025, BF16 and E4M3 alike
 FLOORS = {
     "image_recall_at_1": 0.93, "video_recall_at_1": 0.93, "audio_recall_at_1": 0.93,
     "image_recall_at_5": 0.97, "video_recall_at_5": 0.97, "audio_recall_at_5": 0.97,
-    "video_direction": 0.93, "choose_accuracy": 0.96,
+    "video_direction": 0.93, "choose_accuracy": 0.97,
 }  # fmt: skip
 ECE_CEILING = 0.06
 # The foreign suite on seed 1 (count 64, 256 questions): recall@1 image 0.93, video 0.89,
-# audio 0.91, recall@5 1.00 / 0.97 / 1.00, direction 0.95, text_choose 0.891 (E4M3 0.895) with
-# ECE 0.047 (E4M3 0.048), BF16 and E4M3 alike otherwise. Issue 19's goals (0.9 recall@1, 0.95
-# direction, text_choose 0.95 with ECE 0.05) are not all met (text_choose, and on seed 0 the
-# pictures' 0.88); these floors keep every figure from getting worse.
+# audio 0.91, recall@5 1.00 / 0.97 / 1.00, direction 0.95, text_choose 0.973 with ECE 0.049
+# (E4M3 0.045), BF16 and E4M3 alike otherwise. Issue 19's goals (0.9 recall@1, 0.95 direction,
+# text_choose 0.95 with ECE 0.05) are not all met (on seed 0 the pictures' 0.88); these floors
+# keep every figure from getting worse.
 FOREIGN_FLOORS = {
     "image_recall_at_1": 0.85, "video_recall_at_1": 0.8, "audio_recall_at_1": 0.85,
     "image_recall_at_5": 0.95, "video_recall_at_5": 0.9, "audio_recall_at_5": 0.95,
-    "video_direction": 0.9, "choose_accuracy": 0.85,
+    "video_direction": 0.9, "choose_accuracy": 0.94,
 }  # fmt: skip
 FOREIGN_ECE_CEILING = 0.08
 
