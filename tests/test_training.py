@@ -336,7 +336,9 @@ def test_the_command_line_takes_the_clips_phase_and_its_variant(capsys: pytest.C
 
     for argv, said in ((["--out", "x", "--phase", "clips"], "--from CHECKPOINT goes with --phase decoder, reading or clips"),
                        (["--out", "x", "--variant", "2"], "--variant goes with --phase clips"),
-                       (["--out", "x", "--canonical-vision", "1.5"], "--canonical-vision is a share, 0 to 1, got 1.5")):  # fmt: skip
+                       (["--out", "x", "--canonical-vision", "1.5"], "--canonical-vision is a share, 0 to 1, got 1.5"),
+                       (["--out", "x", "--reading-steps", "-1"], "--reading-steps is a count of steps, 0 or more, got -1"),
+                       (["--out", "x", "--phase", "reading"], "--from CHECKPOINT goes with --phase decoder, reading or clips")):  # fmt: skip
         with pytest.raises(SystemExit):
             main(argv)
         assert said in capsys.readouterr().err

@@ -53,6 +53,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--from CHECKPOINT goes with --phase decoder, reading or clips, and they need it")
     if args.variant is not None and args.phase != "clips":
         parser.error("--variant goes with --phase clips")
+    for flag, value in (("--decoder-steps", args.decoder_steps), ("--reading-steps", args.reading_steps)):
+        if value < 0:
+            parser.error(f"{flag} is a count of steps, 0 or more, got {value}")
     if not 0.0 <= args.canonical_vision <= 1.0:
         parser.error(f"--canonical-vision is a share, 0 to 1, got {args.canonical_vision}")
     if args.threads:
