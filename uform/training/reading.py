@@ -13,7 +13,6 @@ kept byte for byte. docs/training.md has what it changed.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -23,10 +22,8 @@ import torch
 from uform.demo import generate as g
 from uform.demo import variety as v
 from uform.demo.evaluate import READING_STREAM
-from uform.exporters.reference import ReferenceModel
-from uform.exporters.reference.decoder import DecoderTower
 
-from .recipe import Result, Settings, cosine, decoder_accuracy, heldout_questions, neutral, optimise, packed_decoder_loss, save
+from .recipe import Result, Settings, decoder_stage
 
 WARMUP = 50  # steps of warm-up of the stage's fresh optimiser
 
@@ -65,11 +62,11 @@ def reading_questions(rng: np.random.Generator, n: int, context: int, letters: f
 
 def train_reading(source: Path, target: Path, settings: Settings, log: Callable[[str], None], result: Result | None = None) -> None:
     """``settings.reading_steps`` steps of the decoder of checkpoint ``source`` on
-    :func:`reading_questions` (stream ``[READING_STREAM, seed]``, ``decoder_phase_batch`` a step,
-    packed into rows of ``decoder_row`` bytes), AdamW as the decoder phase's at ``decoder_lr``
-    after :data:`WARMUP` steps, cosine decay to 2 %. Writes ``target`` as the decoder phase
-    does (temperatures 1.0, every other tensor byte for byte) and records the stage in
-    ``result``. Deterministic for a checkpoint, seed and thread count."""
+    :func:`reading_questions` (stream ``[READING_STREAM, seed]``, ``decoder_phase_batch`` a
+    step), as the decoder phase trains (:func:`~uform.training.recipe.decoder_stage`: a fresh
+    AdamW at ``decoder_lr``, here after :data:`WARMUP` steps of warm-up); writes ``target`` as
+    the decoder phase does and records the stage in ``result``. Deterministic for a checkpoint,
+    seed and thread count."""
     deterministic = torch.are_deterministic_algorithms_enabled()
     torch.use_deterministic_algorithms(True)
     try:
@@ -79,34 +76,11 @@ def train_reading(source: Path, target: Path, settings: Settings, log: Callable[
 
 
 def _train(source: Path, target: Path, settings: Settings, log: Callable[[str], None], result: Result | None) -> None:
-    started = time.perf_counter()
-    torch.manual_seed(settings.seed)
-    model = ReferenceModel.from_checkpoint(source)
-    tower = model.towers["decoder"]
-    assert isinstance(tower, DecoderTower)
-    rng = np.random.default_rng([READING_STREAM, settings.seed])
-    params = list(tower.parameters())
-    optimiser = torch.optim.AdamW([{"params": [p for p in params if p.ndim >= 2], "weight_decay": 0.05},
-                                   {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0}],
-                                  lr=settings.decoder_lr, betas=(0.9, 0.98))  # fmt: skip
+    def draw(rng: np.random.Generator, context: int) -> list[g.Question]:
+        return reading_questions(rng, settings.decoder_phase_batch, context, settings.reading_letters)
+
     steps = settings.reading_steps
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimiser, lambda step: cosine(step, WARMUP, steps))
-    losses, window = [], []
-    tower.train()
-    for step in range(steps):
-        asked = reading_questions(rng, settings.decoder_phase_batch, tower.context, settings.reading_letters)
-        total, answer = packed_decoder_loss(tower, asked, settings.decoder_row or 256)
-        optimise(total, optimiser, scheduler, params)
-        window.append(float(answer.detach()))
-        if (step + 1) % settings.log_every == 0 or step + 1 == steps:
-            losses.append(float(np.mean(window)))
-            window = []
-            if (step + 1) % (4 * settings.log_every) == 0 or step + 1 == steps:
-                log(f"reading step {step + 1}/{steps}  answer loss {losses[-1]:.4f}  {time.perf_counter() - started:.0f} s")
-    tower.eval()
-    save(model, neutral(model.config), target)
-    seconds = time.perf_counter() - started
-    heldout = {name: decoder_accuracy(tower, qs) for name, qs in heldout_questions(settings.seed).items()}
-    log(f"reading stage: {steps} steps in {seconds:.0f} s; held-out accuracy " + ", ".join(f"{k} {x:.3f}" for k, x in heldout.items()))
+    seconds, losses, heldout = decoder_stage(source, target, settings, log, READING_STREAM, steps, WARMUP, draw,
+                                             ("reading step", "reading stage"))  # fmt: skip
     if result is not None:
         result.reading_steps, result.reading_seconds, result.reading_losses, result.heldout = steps, seconds, losses, heldout

@@ -733,37 +733,56 @@ def train_decoder(source: Path, target: Path, settings: Settings, log: Callable[
 
 
 def _train_decoder(source: Path, target: Path, settings: Settings, log: Callable[[str], None], result: Result | None) -> None:
+    def draw(rng: np.random.Generator, context: int) -> list[g.Question]:
+        return decoder_questions(rng, settings.decoder_phase_batch, context)
+
+    steps = settings.decoder_steps
+    seconds, losses, heldout = decoder_stage(source, target, settings, log, DECODER_STREAM, steps, settings.decoder_warmup, draw,
+                                             ("decoder step", "decoder phase"))  # fmt: skip
+    if result is not None:
+        result.decoder_steps, result.decoder_seconds, result.decoder_losses, result.heldout = steps, seconds, losses, heldout
+
+
+def decoder_stage(source: Path, target: Path, settings: Settings, log: Callable[[str], None], stream: int, steps: int, warmup: int,
+                  draw: Callable[[np.random.Generator, int], list[g.Question]],
+                  names: tuple[str, str]) -> tuple[float, list[float], dict[str, float]]:  # fmt: skip
+    """``steps`` steps of the byte decoder of checkpoint ``source`` alone, on ``draw(rng,
+    context)``'s questions a step (``rng``: stream ``[stream, seed]``), packed into rows of
+    ``decoder_row`` bytes: AdamW (β 0.9/0.98, weight decay 0.05 on matrices) at ``decoder_lr``
+    after ``warmup`` steps, cosine decay to 2 %, gradients clipped at norm 1. Writes ``target``
+    (every other tensor byte for byte, the choice temperatures 1.0: :func:`neutral`), reads the
+    held-out questions and logs as ``names`` (a step's line, the stage's). Answers the seconds,
+    the logged answer losses and the held-out accuracies. The decoder phase and the reading
+    stage (:mod:`uform.training.reading`) are two of these."""
     started = time.perf_counter()
     torch.manual_seed(settings.seed)
     model = ReferenceModel.from_checkpoint(source)
     tower = model.towers["decoder"]
     assert isinstance(tower, DecoderTower)
-    rng = np.random.default_rng([DECODER_STREAM, settings.seed])
+    rng = np.random.default_rng([stream, settings.seed])
     params = list(tower.parameters())
     optimiser = torch.optim.AdamW([{"params": [p for p in params if p.ndim >= 2], "weight_decay": 0.05},
                                    {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0}],
                                   lr=settings.decoder_lr, betas=(0.9, 0.98))  # fmt: skip
-    steps, warmup = settings.decoder_steps, settings.decoder_warmup
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimiser, lambda step: cosine(step, warmup, steps))
     losses, window = [], []
     tower.train()
     for step in range(steps):
-        total, answer = packed_decoder_loss(tower, decoder_questions(rng, settings.decoder_phase_batch, tower.context), settings.decoder_row or 256)
+        total, answer = packed_decoder_loss(tower, draw(rng, tower.context), settings.decoder_row or 256)
         optimise(total, optimiser, scheduler, params)
         window.append(float(answer.detach()))
         if (step + 1) % settings.log_every == 0 or step + 1 == steps:
             losses.append(float(np.mean(window)))
             window = []
             if (step + 1) % (4 * settings.log_every) == 0 or step + 1 == steps:
-                log(f"decoder step {step + 1}/{steps}  answer loss {losses[-1]:.4f}  {time.perf_counter() - started:.0f} s")
+                log(f"{names[0]} {step + 1}/{steps}  answer loss {losses[-1]:.4f}  {time.perf_counter() - started:.0f} s")
     tower.eval()
     save(model, neutral(model.config), target)
     seconds = time.perf_counter() - started
     heldout = {name: decoder_accuracy(tower, qs) for name, qs in heldout_questions(settings.seed).items()}
-    log(f"decoder phase: {steps} steps in {seconds:.0f} s; held-out accuracy "
+    log(f"{names[1]}: {steps} steps in {seconds:.0f} s; held-out accuracy "
         + ", ".join(f"{name} {value:.3f}" for name, value in heldout.items()))  # fmt: skip
-    if result is not None:
-        result.decoder_steps, result.decoder_seconds, result.decoder_losses, result.heldout = steps, seconds, losses, heldout
+    return seconds, losses, heldout
 
 
 def calibrate(raw: Path, out: Path, settings: Settings, log: Callable[[str], None]) -> tuple[float, ...]:
