@@ -722,17 +722,9 @@ def train_decoder(source: Path, target: Path, settings: Settings, log: Callable[
     steps of warm-up, cosine decay to 2 %; gradients clipped at norm 1). Writes ``target``: every
     tensor of ``source`` but the decoder's byte for byte (BF16 → float32 → BF16 is exact), the
     decoder's trained, the choice temperatures 1.0 (:func:`neutral`: calibration fits them).
-    Records the phase in ``result`` when given. Runs with ``torch.use_deterministic_algorithms``,
-    so that the same checkpoint, seed and thread count give the same decoder."""
-    deterministic = torch.are_deterministic_algorithms_enabled()
-    torch.use_deterministic_algorithms(True)  # with 2 threads a 30-step phase differed run to run without it (an op's reduction order)
-    try:
-        _train_decoder(source, target, settings, log, result)
-    finally:
-        torch.use_deterministic_algorithms(deterministic)
+    Records the phase in ``result`` when given. Deterministic for a checkpoint, seed and thread
+    count (:func:`decoder_stage`)."""
 
-
-def _train_decoder(source: Path, target: Path, settings: Settings, log: Callable[[str], None], result: Result | None) -> None:
     def draw(rng: np.random.Generator, context: int) -> list[g.Question]:
         return decoder_questions(rng, settings.decoder_phase_batch, context)
 
@@ -753,7 +745,20 @@ def decoder_stage(source: Path, target: Path, settings: Settings, log: Callable[
     (every other tensor byte for byte, the choice temperatures 1.0: :func:`neutral`), reads the
     held-out questions and logs as ``names`` (a step's line, the stage's). Answers the seconds,
     the logged answer losses and the held-out accuracies. The decoder phase and the reading
-    stage (:mod:`uform.training.reading`) are two of these."""
+    stage (:mod:`uform.training.reading`) are two of these. Runs with
+    ``torch.use_deterministic_algorithms``, so that the same checkpoint, seed and thread count
+    give the same decoder."""
+    deterministic = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)  # with 2 threads a 30-step phase differed run to run without it (an op's reduction order)
+    try:
+        return _decoder_stage(source, target, settings, log, stream, steps, warmup, draw, names)
+    finally:
+        torch.use_deterministic_algorithms(deterministic)
+
+
+def _decoder_stage(source: Path, target: Path, settings: Settings, log: Callable[[str], None], stream: int, steps: int, warmup: int,
+                   draw: Callable[[np.random.Generator, int], list[g.Question]],
+                   names: tuple[str, str]) -> tuple[float, list[float], dict[str, float]]:  # fmt: skip
     started = time.perf_counter()
     torch.manual_seed(settings.seed)
     model = ReferenceModel.from_checkpoint(source)
