@@ -42,8 +42,9 @@ def video_bytes(frames: np.ndarray, fmt: str = "mp4", *, fps: int = VIDEO_FPS, g
         raise ValueError(f"video format must be one of {VIDEO_FORMATS}, got {fmt!r}")
     out = io.BytesIO()
     # bitexact: no random segment UIDs or dates in the container (WebM bytes then repeat);
-    # one encoding thread and no sync-lookahead make most MP4s repeat too, yet x264 still
-    # encodes about 1 clip in 12 differently from run to run (tiny frames; not tracked down)
+    # one encoding thread, no sync-lookahead and x264's cpu-independent make the MP4s repeat too
+    # (without cpu-independent about 1 varied training clip in 7 encoded otherwise from one call
+    # to the next; mbtree=0 repeated as well)
     with av.open(out, mode="w", format="mp4" if fmt == "mp4" else "webm", options={"fflags": "+bitexact"}) as container:
         stream = container.add_stream("libx264" if fmt == "mp4" else "libvpx", rate=fps)
         stream.width, stream.height = int(frames.shape[2]), int(frames.shape[1])
@@ -53,7 +54,7 @@ def video_bytes(frames: np.ndarray, fmt: str = "mp4", *, fps: int = VIDEO_FPS, g
             stream.codec_context.gop_size = gop
         if fmt == "mp4":
             stream.options = {"crf": str(16 if crf is None else crf), "preset": "veryfast", "threads": "1", "flags": "+bitexact",
-                              "x264-params": "threads=1:lookahead-threads=1:sync-lookahead=0"}  # fmt: skip
+                              "x264-params": "threads=1:lookahead-threads=1:sync-lookahead=0:cpu-independent=1"}  # fmt: skip
         else:
             stream.options = {"crf": str(8 if crf is None else crf), "b": "2M", "threads": "1", "flags": "+bitexact"}
         for f in frames:
