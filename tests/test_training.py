@@ -294,11 +294,12 @@ def test_smoothed_calibration_keeps_a_group_answered_all_right_off_the_floor() -
     assert cal.fit_temperatures(many.reshape(-1), np.arange(4001) * 3, drawn, np.zeros(4000, np.int64), 1, smoothing=True)[0][0] == pytest.approx(plain, rel=0.01)
 
 
-def test_the_clips_phase_trains_the_clip_tower_alone_into_its_checkpoint(tmp_path: Path) -> None:
-    """``--phase clips --from CHECKPOINT``: the first phase's clip tower alone, from a fresh
-    initialisation, written into the checkpoint with every other tensor and the choice
-    temperatures byte for byte; a variant is reproducible and another variant draws another
-    tower; the checkpoint serves clips."""
+@pytest.mark.parametrize(("phase", "tower"), [("clips", "video"), ("pictures", "image")])
+def test_a_media_tower_phase_trains_that_tower_alone_into_its_checkpoint(tmp_path: Path, phase: str, tower: str) -> None:
+    """``--phase clips`` / ``--phase pictures --from CHECKPOINT``: the first phase's clip or
+    picture tower alone, from a fresh initialisation, written into the checkpoint with every
+    other tensor and the choice temperatures byte for byte; a variant is reproducible and
+    another variant draws another tower; the checkpoint serves the tower's media."""
     import uform
     from uform.core.checkpoint import CheckpointFile
     from uform.training import Settings, train
@@ -307,38 +308,43 @@ def test_the_clips_phase_trains_the_clip_tower_alone_into_its_checkpoint(tmp_pat
                   calibration_examples=60, evaluate=False, config=tiny_config(), decoder_steps=0, reading_steps=0)  # fmt: skip
     start = tmp_path / "start.safetensors"
     train(Settings(out=str(start), **common), log=lambda line: None)
-    outs = {v: tmp_path / f"clips{v}.safetensors" for v in (1, 2)}
+    outs = {v: tmp_path / f"{phase}{v}.safetensors" for v in (1, 2)}
     lines: list[str] = []
     for v, out in outs.items():
-        result = train(Settings(out=str(out), phase="clips", start=str(start), variant=v, **common), log=lines.append)
+        result = train(Settings(out=str(out), phase=phase, start=str(start), variant=v, **common), log=lines.append)
         assert result.steps == 3 and len(result.losses) == 1 and np.isfinite(result.last_loss)
     assert any(line.startswith("trained and saved in") for line in lines)
+    assert any(line.startswith(f"{phase} step 3/3") for line in lines)
     before, one, two = tensors(start), tensors(outs[1]), tensors(outs[2])
     assert before.keys() == one.keys() == two.keys()
-    assert {name for name in before if before[name] != one[name]} == {name for name in before if name.startswith("video.")}
-    assert {name for name in one if one[name] != two[name]} <= {name for name in before if name.startswith("video.")}
+    assert {name for name in before if before[name] != one[name]} == {name for name in before if name.startswith(f"{tower}.")}
+    assert {name for name in one if one[name] != two[name]} <= {name for name in before if name.startswith(f"{tower}.")}
     assert one != two  # another variant, another tower
     again = tmp_path / "again.safetensors"
-    train(Settings(out=str(again), phase="clips", start=str(start), variant=1, **common), log=lambda line: None)
+    train(Settings(out=str(again), phase=phase, start=str(start), variant=1, **common), log=lambda line: None)
     assert tensors(again) == one
     with CheckpointFile(start) as a, CheckpointFile(outs[1]) as b:
         assert a.metadata == b.metadata  # the temperatures (and everything else said of the model) kept
     model = uform.Model.load_ram(outs[1])
     try:
-        clip = video_bytes(g.clip(np.random.default_rng(0)).frames)
-        assert model.video_encode([clip], uform.Arena()).embeddings.shape == (1, 16)
+        if tower == "video":
+            embeddings = model.video_encode([video_bytes(g.clip(np.random.default_rng(0)).frames)], uform.Arena()).embeddings
+        else:
+            embeddings = model.image_encode([image_bytes(g.picture(np.random.default_rng(0)).pixels)], uform.Arena()).embeddings
+        assert embeddings.shape == (1, 16)
     finally:
         model.close()
 
 
-def test_the_command_line_takes_the_clips_phase_and_its_variant(capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_command_line_takes_the_media_tower_phases_and_their_variant(capsys: pytest.CaptureFixture[str]) -> None:
     from uform.training.__main__ import main
 
-    for argv, said in ((["--out", "x", "--phase", "clips"], "--from CHECKPOINT goes with --phase decoder, reading or clips"),
-                       (["--out", "x", "--variant", "2"], "--variant goes with --phase clips"),
+    for argv, said in ((["--out", "x", "--phase", "clips"], "--from CHECKPOINT goes with --phase decoder, reading, clips or pictures"),
+                       (["--out", "x", "--phase", "pictures"], "--from CHECKPOINT goes with --phase decoder, reading, clips or pictures"),
+                       (["--out", "x", "--variant", "2"], "--variant goes with --phase clips or pictures"),
                        (["--out", "x", "--canonical-vision", "1.5"], "--canonical-vision is a share, 0 to 1, got 1.5"),
                        (["--out", "x", "--reading-steps", "-1"], "--reading-steps is a count of steps, 0 or more, got -1"),
-                       (["--out", "x", "--phase", "reading"], "--from CHECKPOINT goes with --phase decoder, reading or clips")):  # fmt: skip
+                       (["--out", "x", "--phase", "reading"], "--from CHECKPOINT goes with --phase decoder, reading, clips or pictures")):  # fmt: skip
         with pytest.raises(SystemExit):
             main(argv)
         assert said in capsys.readouterr().err

@@ -1,4 +1,4 @@
-"""``python -m uform.training --out PATH --seed 0 [--steps N] [--minutes M] [--phase decoder|reading|clips --from CHECKPOINT]``."""
+"""``python -m uform.training --out PATH --seed 0 [--steps N] [--minutes M] [--phase decoder|reading|clips|pictures --from CHECKPOINT]``."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import asdict
 
-from .recipe import Settings, train
+from .recipe import PHASES, Settings, train
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -31,15 +31,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--audio-pool", type=int, default=defaults.audio_pool, help="varied training recordings made once (default %(default)s)")
     parser.add_argument("--canonical-vision", type=float, default=defaults.canonical_vision,
                         help="share of pictures and clips from the canonical renderers after the curriculum (default %(default)s)")
-    parser.add_argument("--phase", choices=("all", "decoder", "reading", "clips"), default="all",
+    parser.add_argument("--phase", choices=PHASES, default="all",
                         help="all: the towers' phase, then the byte decoder's and its reading stage; decoder: the decoder's "
                              "and its reading stage alone, from --from; reading: the reading stage alone, from --from; "
-                             "clips: the first phase's clip tower alone, into --from (default all)")
+                             "clips, pictures: the first phase's clip or picture tower alone, into --from (default all)")
     parser.add_argument("--from", dest="start", default=None, metavar="CHECKPOINT",
-                        help="the checkpoint the decoder, reading or clips phase starts from (its other tensors are kept byte for byte)")
+                        help="the checkpoint the decoder, reading, clips or pictures phase starts from (its other tensors are "
+                             "kept byte for byte)")
     parser.add_argument("--variant", type=int, default=None,
-                        help="with --phase clips: seeds the clip tower's initialisation and data (default: --seed, which seeds "
-                             "the prototypes and must be the checkpoint's own)")
+                        help="with --phase clips or pictures: seeds the tower's initialisation and data (default: --seed, which "
+                             "seeds the prototypes and must be the checkpoint's own)")
     parser.add_argument("--decoder-steps", type=int, default=defaults.decoder_steps,
                         help="steps of the byte decoder's own phase; 0 skips it (default %(default)s)")
     parser.add_argument("--reading-steps", type=int, default=defaults.reading_steps,
@@ -50,9 +51,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--report", default=None, help="write the run's result as JSON here")
     args = parser.parse_args(argv)
     if (args.phase != "all") != (args.start is not None):
-        parser.error("--from CHECKPOINT goes with --phase decoder, reading or clips, and they need it")
-    if args.variant is not None and args.phase != "clips":
-        parser.error("--variant goes with --phase clips")
+        parser.error("--from CHECKPOINT goes with --phase decoder, reading, clips or pictures, and they need it")
+    if args.variant is not None and args.phase not in ("clips", "pictures"):
+        parser.error("--variant goes with --phase clips or pictures")
     for flag, value in (("--decoder-steps", args.decoder_steps), ("--reading-steps", args.reading_steps)):
         if value < 0:
             parser.error(f"{flag} is a count of steps, 0 or more, got {value}")

@@ -53,6 +53,7 @@ from uform.exporters.reference.video import VideoTower
 MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
 STACK = {"width": 128, "depth": 3, "heads": 4, "mlp_width": 256}
 DIMENSIONS, CONTEXT = 64, 128
+PHASES = ("all", "decoder", "reading", "clips", "pictures")  # Settings.phase, --phase
 
 
 def default_config() -> ModelConfig:
@@ -106,9 +107,9 @@ class Settings:
     # the second phase: the byte decoder alone, from the first phase's BF16 checkpoint (docs/training.md)
     phase: str = "all"  # "all": the towers' phase, then the decoder's; "decoder": the decoder's alone (and its reading stage),
     # from ``start``; "reading": the decoder's reading stage alone, from ``start``;
-    # "clips": the first phase's clip tower alone, into ``start`` (uform.training.clips)
-    start: str | None = None  # the checkpoint the decoder, reading or clips phase starts from
-    variant: int | None = None  # the clips phase: seeds the clip tower's initialisation and data (default: ``seed``, which seeds the prototypes)
+    # "clips" or "pictures": the first phase's clip or picture tower alone, into ``start`` (uform.training.alone)
+    start: str | None = None  # the checkpoint the decoder, reading, clips or pictures phase starts from
+    variant: int | None = None  # the clips and pictures phases: seeds the tower's initialisation and data (default: ``seed``, which seeds the prototypes)
     decoder_steps: int = 2000  # 0 skips the phase (the recipe as it was before it)
     decoder_phase_batch: int = 64  # questions a step of the decoder phase
     decoder_lr: float = 1e-3
@@ -464,21 +465,21 @@ def train(settings: Settings, log: Callable[[str], None] = print) -> Result:
     only the second phase runs, from the checkpoint ``start`` (whose towers are then the first
     phase's output: the shipped checkpoint's are); with ``phase="reading"`` only the reading
     stage, from ``start`` (a checkpoint after the decoder phase). Then the choice temperatures
-    are fitted (:func:`calibrate`). With ``phase="clips"`` the first phase's
-    clip tower alone is trained into ``start``, which keeps its temperatures
-    (:mod:`uform.training.clips`)."""
-    if settings.phase not in ("all", "decoder", "reading", "clips"):
-        raise ValueError(f"phase must be 'all', 'decoder', 'reading' or 'clips', got {settings.phase!r}")
+    are fitted (:func:`calibrate`). With ``phase="clips"`` or ``"pictures"`` the first phase's
+    clip or picture tower alone is trained into ``start``, which keeps its temperatures
+    (:mod:`uform.training.alone`)."""
+    if settings.phase not in PHASES:
+        raise ValueError(f"phase must be one of {', '.join(map(repr, PHASES))}, got {settings.phase!r}")
     if settings.phase != "all" and not settings.start:
         raise ValueError(f"the {settings.phase} phase starts from a checkpoint: give Settings.start (--from CHECKPOINT)")
     started = time.perf_counter()
     out = Path(settings.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     raw = out.with_name(out.name + ".uncalibrated")
-    if settings.phase == "clips":
-        from .clips import train_clips
+    if settings.phase in ("clips", "pictures"):
+        from .alone import train_alone
 
-        result = train_clips(settings, log, started)
+        result = train_alone(settings, log, started)
         return finish(result, out, settings, log, started)
     try:
         if settings.phase == "all":
@@ -515,7 +516,7 @@ def train(settings: Settings, log: Callable[[str], None] = print) -> Result:
 def finish(result: Result, out: Path, settings: Settings, log: Callable[[str], None], started: float) -> Result:
     """A run's seconds and log line, and (``settings.evaluate``) both suites' figures."""
     result.seconds = time.perf_counter() - started
-    done = "trained and saved" if settings.phase == "clips" else "trained, saved and calibrated"  # clips keep the temperatures
+    done = "trained and saved" if settings.phase in ("clips", "pictures") else "trained, saved and calibrated"  # a media tower keeps them
     log(f"{done} in {result.seconds:.0f} s: {out} ({out.stat().st_size} bytes)")
     if settings.evaluate:
         result.evaluations = evaluate_all(out, settings.seed, log)

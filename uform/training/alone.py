@@ -1,0 +1,93 @@
+"""One media tower alone (``--phase clips``, ``--phase pictures``): what a tower's recipe gives
+from seed to seed.
+
+The media towers learn against fixed prototypes (:func:`~uform.training.recipe.prototypes`,
+drawn from the seed) and their gradients are clipped tower by tower, so the first phase's clip
+tower or picture tower can be trained on its own: the same steps, schedule, curriculum, batch,
+data and losses, without the other towers' work. A ``variant`` seeds the tower's
+initialisation and the stream of its media, the ``seed`` the prototypes (it must be the seed the
+checkpoint was trained with: the shipped one's is 0). The tower is written into the checkpoint
+it starts from, every other tensor and the choice temperatures kept byte for byte (a media
+tower plays no part in ``text_choose``), so the result reads at once with ``uform evaluate``.
+docs/training.md has what its draws read.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from uform.exporters.reference import ReferenceModel
+from uform.exporters.reference.video import VideoTower
+
+from .recipe import Inputs, Result, Settings, clip_losses, contrastive, cosine, initialise, optimise, prototypes, save
+
+TOWERS = {"clips": "video", "pictures": "image"}  # the phase and the tower it trains
+
+
+def train_alone(settings: Settings, log: Callable[[str], None], started: float) -> Result:
+    """``settings.steps`` steps of the tower of ``settings.phase`` (:data:`TOWERS`) alone, from
+    a fresh initialisation (stream ``settings.variant``, else the seed), written with the rest
+    of ``settings.start`` to ``settings.out``. Clips learn with the first phase's auxiliary
+    losses; pictures come ``settings.image_factor × settings.batch`` a step, as there."""
+    assert settings.start is not None
+    name = TOWERS[settings.phase]
+    variant = settings.seed if settings.variant is None else settings.variant
+    model = ReferenceModel.from_checkpoint(Path(settings.start))
+    config = model.config
+    torch.manual_seed(variant)
+    fresh = ReferenceModel(config)
+    initialise(fresh, variant)  # as the first phase initialises every tower
+    tower = fresh.towers[name]
+    target = prototypes(config.dimensions, settings.seed)[name]
+    scale = nn.Parameter(torch.tensor(float(np.log(10.0))))
+    clipped = list(tower.parameters())
+    if name == "video":
+        assert isinstance(tower, VideoTower)
+        where = nn.Linear(int(config.towers["video"]["width"]), 2 * int(config.towers["video"]["frames"]))
+        clipped += list(where.parameters())
+        inputs = Inputs(config, variant, settings.video_pool, log, canonical=settings.canonical, jumbled=settings.jumbled)
+
+        def loss(canonical: float) -> torch.Tensor:
+            data, labelled = inputs.videos(settings.batch, canonical)
+            return torch.stack(list(clip_losses(tower, where, scale, target, data, labelled, settings.motion).values())).sum()
+    else:
+        inputs = Inputs(config, variant, 0, log, image_pool=settings.image_pool, canonical=settings.canonical,
+                        jumbled=settings.jumbled)  # fmt: skip
+
+        def loss(canonical: float) -> torch.Tensor:
+            data, labelled = inputs.images(settings.image_factor * settings.batch, canonical)
+            return contrastive(tower(torch.from_numpy(data)), target, torch.from_numpy(labelled), scale)
+
+    params = clipped + [scale]
+    optimiser = torch.optim.AdamW([{"params": [p for p in params if p.ndim >= 2], "weight_decay": 0.05},
+                                   {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0}],
+                                  lr=settings.lr, betas=(0.9, 0.98))  # fmt: skip
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimiser, lambda step: cosine(step, settings.warmup, settings.steps))
+    losses: list[float] = []
+    window: list[float] = []
+    tower.train()
+    step = 0
+    for step in range(settings.steps):
+        if settings.minutes is not None and time.perf_counter() - started > 60 * settings.minutes:
+            log(f"stopping after {settings.minutes} minutes at step {step}")
+            break
+        total = loss(1.0 if step < settings.curriculum * settings.steps else settings.canonical_vision)
+        optimise(total, optimiser, scheduler, clipped)
+        window.append(float(total.detach()))
+        if (step + 1) % settings.log_every == 0 or step + 1 == settings.steps:
+            losses.append(float(np.mean(window)))
+            window = []
+            if (step + 1) % (8 * settings.log_every) == 0 or step + 1 == settings.steps:
+                log(f"{settings.phase} step {step + 1}/{settings.steps}  loss {losses[-1]:.4f}  {time.perf_counter() - started:.0f} s")
+    if window:
+        losses.append(float(np.mean(window)))
+    tower.eval()
+    model.towers[name].load_state_dict(tower.state_dict())
+    save(model, config, settings.out)
+    return Result(str(settings.out), step + 1, 0.0, losses[0], losses[-1], losses, tuple(config.choice_temperatures))
