@@ -75,6 +75,23 @@ def test_the_same_seed_writes_the_same_checkpoint(tmp_path: Path) -> None:
     assert run("c.safetensors", 1) != first
 
 
+def test_the_recipes_own_model_repeats_byte_for_byte(tmp_path: Path) -> None:
+    """The recipe's geometry (not the tiny one, whose ops are too small to be cut across threads)
+    on the threads torch has: the first phase's decoder ran its reduction in another order from
+    run to run until the phase ran with deterministic algorithms, and a few of the training's
+    H.264 clips encoded otherwise until x264 was made cpu-independent (tests/test_demo.py)."""
+    from uform.training import Settings, train
+
+    def run(name: str) -> bytes:
+        out = tmp_path / name
+        train(Settings(out=str(out), seed=0, steps=8, batch=16, decoder_batch=48, warmup=2, image_pool=32, video_pool=48,
+                       audio_pool=16, calibration_examples=60, evaluate=False, decoder_steps=0, reading_steps=0),
+              log=lambda line: None)  # fmt: skip
+        return out.read_bytes()
+
+    assert run("a.safetensors") == run("b.safetensors")
+
+
 def test_the_sixth_runs_settings_train(tmp_path: Path) -> None:
     """128 pictures a step's kind (image_factor 2), captions in groups of like length and packed decoder rows in both phases."""
     from uform.training import Settings, train

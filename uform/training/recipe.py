@@ -26,7 +26,8 @@ from __future__ import annotations
 import math
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -483,7 +484,8 @@ def train(settings: Settings, log: Callable[[str], None] = print) -> Result:
         return finish(result, out, settings, log, started)
     try:
         if settings.phase == "all":
-            steps, losses = train_towers(settings, raw, log, started)
+            with deterministic():
+                steps, losses = train_towers(settings, raw, log, started)
             result = Result(str(out), steps, 0.0, losses[0], losses[-1], losses)
             source = raw
         else:
@@ -749,12 +751,21 @@ def decoder_stage(source: Path, target: Path, settings: Settings, log: Callable[
     stage (:mod:`uform.training.reading`) are two of these. Runs with
     ``torch.use_deterministic_algorithms``, so that the same checkpoint, seed and thread count
     give the same decoder."""
-    deterministic = torch.are_deterministic_algorithms_enabled()
-    torch.use_deterministic_algorithms(True)  # with 2 threads a 30-step phase differed run to run without it (an op's reduction order)
-    try:
+    with deterministic():
         return _decoder_stage(source, target, settings, log, stream, steps, warmup, draw, names)
+
+
+@contextmanager
+def deterministic() -> Iterator[None]:
+    """``torch.use_deterministic_algorithms`` within the block, as it was after it: on 2 threads
+    a decoder trained without it differed from run to run (an op's reduction order), in the
+    first phase and in the decoder's own phase alike."""
+    before = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        yield
     finally:
-        torch.use_deterministic_algorithms(deterministic)
+        torch.use_deterministic_algorithms(before)
 
 
 def _decoder_stage(source: Path, target: Path, settings: Settings, log: Callable[[str], None], stream: int, steps: int, warmup: int,
