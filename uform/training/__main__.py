@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import asdict
 
-from .recipe import PHASES, Settings, train
+from .recipe import ALONE, PHASES, Settings, train
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -52,7 +52,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if (args.phase != "all") != (args.start is not None):
         parser.error("--from CHECKPOINT goes with --phase decoder, reading, clips or pictures, and they need it")
-    if args.variant is not None and args.phase not in ("clips", "pictures"):
+    if args.variant is not None and args.phase not in ALONE:
         parser.error("--variant goes with --phase clips or pictures")
     for flag, value in (("--decoder-steps", args.decoder_steps), ("--reading-steps", args.reading_steps)):
         if value < 0:

@@ -25,18 +25,16 @@ from torch import nn
 from uform.exporters.reference import ReferenceModel
 from uform.exporters.reference.video import VideoTower
 
-from .recipe import Inputs, Result, Settings, clip_losses, contrastive, cosine, initialise, optimise, prototypes, save
-
-TOWERS = {"clips": "video", "pictures": "image"}  # the phase and the tower it trains
+from .recipe import ALONE, Inputs, Result, Settings, clip_losses, contrastive, cosine, initialise, optimise, prototypes, save
 
 
 def train_alone(settings: Settings, log: Callable[[str], None], started: float) -> Result:
-    """``settings.steps`` steps of the tower of ``settings.phase`` (:data:`TOWERS`) alone, from
+    """``settings.steps`` steps of the tower of ``settings.phase`` (:data:`~uform.training.recipe.ALONE`) alone, from
     a fresh initialisation (stream ``settings.variant``, else the seed), written with the rest
     of ``settings.start`` to ``settings.out``. Clips learn with the first phase's auxiliary
     losses; pictures come ``settings.image_factor × settings.batch`` a step, as there."""
     assert settings.start is not None
-    name = TOWERS[settings.phase]
+    name = ALONE[settings.phase]
     variant = settings.seed if settings.variant is None else settings.variant
     model = ReferenceModel.from_checkpoint(Path(settings.start))
     config = model.config

@@ -55,6 +55,20 @@ MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
 STACK = {"width": 128, "depth": 3, "heads": 4, "mlp_width": 256}
 DIMENSIONS, CONTEXT = 64, 128
 PHASES = ("all", "decoder", "reading", "clips", "pictures")  # Settings.phase, --phase
+ALONE = {"clips": "video", "pictures": "image"}  # the phases that train one media tower alone (uform.training.alone), and its tower
+
+
+@contextmanager
+def deterministic() -> Iterator[None]:
+    """``torch.use_deterministic_algorithms`` within the block, as it was after it: on 2 threads
+    a decoder trained without it differed from run to run (an op's reduction order), in the
+    first phase and in the decoder's own phase alike."""
+    before = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(before)
 
 
 def default_config() -> ModelConfig:
@@ -477,15 +491,14 @@ def train(settings: Settings, log: Callable[[str], None] = print) -> Result:
     out = Path(settings.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     raw = out.with_name(out.name + ".uncalibrated")
-    if settings.phase in ("clips", "pictures"):
+    if settings.phase in ALONE:
         from .alone import train_alone
 
         result = train_alone(settings, log, started)
         return finish(result, out, settings, log, started)
     try:
         if settings.phase == "all":
-            with deterministic():
-                steps, losses = train_towers(settings, raw, log, started)
+            steps, losses = train_towers(settings, raw, log, started)
             result = Result(str(out), steps, 0.0, losses[0], losses[-1], losses)
             source = raw
         else:
@@ -518,17 +531,18 @@ def train(settings: Settings, log: Callable[[str], None] = print) -> Result:
 def finish(result: Result, out: Path, settings: Settings, log: Callable[[str], None], started: float) -> Result:
     """A run's seconds and log line, and (``settings.evaluate``) both suites' figures."""
     result.seconds = time.perf_counter() - started
-    done = "trained and saved" if settings.phase in ("clips", "pictures") else "trained, saved and calibrated"  # a media tower keeps them
+    done = "trained and saved" if settings.phase in ALONE else "trained, saved and calibrated"  # a media tower keeps them
     log(f"{done} in {result.seconds:.0f} s: {out} ({out.stat().st_size} bytes)")
     if settings.evaluate:
         result.evaluations = evaluate_all(out, settings.seed, log)
     return result
 
 
+@deterministic()
 def train_towers(settings: Settings, raw: Path, log: Callable[[str], None], started: float) -> tuple[int, list[float]]:
     """The first phase: every tower, from the seed's initialisation, for ``settings.steps``
     steps; writes the BF16 checkpoint ``raw`` (uncalibrated) and answers the steps taken and
-    the logged losses."""
+    the logged losses. Runs with ``torch.use_deterministic_algorithms`` (:func:`deterministic`)."""
     torch.manual_seed(settings.seed)
     config = settings.config
     model = ReferenceModel(config)
@@ -738,6 +752,7 @@ def train_decoder(source: Path, target: Path, settings: Settings, log: Callable[
         result.decoder_steps, result.decoder_seconds, result.decoder_losses, result.heldout = steps, seconds, losses, heldout
 
 
+@deterministic()
 def decoder_stage(source: Path, target: Path, settings: Settings, log: Callable[[str], None], stream: int, steps: int, warmup: int,
                   draw: Callable[[np.random.Generator, int], list[g.Question]],
                   names: tuple[str, str]) -> tuple[float, list[float], dict[str, float]]:  # fmt: skip
@@ -751,26 +766,6 @@ def decoder_stage(source: Path, target: Path, settings: Settings, log: Callable[
     stage (:mod:`uform.training.reading`) are two of these. Runs with
     ``torch.use_deterministic_algorithms``, so that the same checkpoint, seed and thread count
     give the same decoder."""
-    with deterministic():
-        return _decoder_stage(source, target, settings, log, stream, steps, warmup, draw, names)
-
-
-@contextmanager
-def deterministic() -> Iterator[None]:
-    """``torch.use_deterministic_algorithms`` within the block, as it was after it: on 2 threads
-    a decoder trained without it differed from run to run (an op's reduction order), in the
-    first phase and in the decoder's own phase alike."""
-    before = torch.are_deterministic_algorithms_enabled()
-    torch.use_deterministic_algorithms(True)
-    try:
-        yield
-    finally:
-        torch.use_deterministic_algorithms(before)
-
-
-def _decoder_stage(source: Path, target: Path, settings: Settings, log: Callable[[str], None], stream: int, steps: int, warmup: int,
-                   draw: Callable[[np.random.Generator, int], list[g.Question]],
-                   names: tuple[str, str]) -> tuple[float, list[float], dict[str, float]]:  # fmt: skip
     started = time.perf_counter()
     torch.manual_seed(settings.seed)
     model = ReferenceModel.from_checkpoint(source)
