@@ -7,6 +7,8 @@ Every kernel variant this machine runs is checked; the others are skipped with t
 from __future__ import annotations
 
 import json
+import re
+import shutil
 import os
 import subprocess
 import sys
@@ -484,3 +486,29 @@ def test_the_fma_peak_probe_answers_for_avx2_only() -> None:
     assert one is not None and two is not None and one > 1e9 and two > 1e9
     for variant in sorted(lib.runnable - {"avx2"}):
         assert lib.fma_peak(variant, 1) is None
+
+
+# A function the compiler made once in each file (a template or inline function from a
+# header) is a weak symbol, and the linker keeps one copy for every file. Made where an
+# AVX-512 target was set, it stopped every AVX2-only machine with SIGILL
+# (std::vector<float>::assign in the attention scratch). Machines that run AVX-512 never see it.
+WIDE = re.compile(r"%[yz]mm\d+|%k[0-7]\b")
+
+
+@needs_library
+def test_no_weak_symbol_of_the_library_holds_vector_instructions() -> None:
+    assert LIBRARY is not None
+    tools = [shutil.which("nm"), shutil.which("objdump")]
+    if None in tools:
+        pytest.skip("binutils (nm, objdump) are not installed here")
+    listed = subprocess.run(["nm", "--defined-only", str(LIBRARY.path)], capture_output=True, text=True, check=True).stdout
+    weak = {line.split()[2] for line in listed.splitlines() if len(line.split()) == 3 and line.split()[1] in "WVu"}
+    assert weak, "nm listed no weak symbol: the check would prove nothing"
+    code = subprocess.run(["objdump", "-d", "--no-show-raw-insn", str(LIBRARY.path)], capture_output=True, text=True, check=True).stdout
+    wide, name = set(), ""
+    for line in code.splitlines():
+        if line.endswith(">:"):
+            name = line[line.index("<") + 1 : -2]
+        elif name in weak and WIDE.search(line):
+            wide.add(name)
+    assert not wide, f"weak symbols compiled for a wider instruction set than every machine runs: {sorted(wide)}"

@@ -5,10 +5,8 @@
 // are transposed into a thread's scratch, and four query rows go at a time, so each load of
 // k or v feeds four FMAs (sixteen accumulators per block of 64 keys or 64 columns). Scores
 // live in the scratch too: nothing of size T x T is allocated per call. On the base towers
-// (2 cores) this runs 4-6 % faster than ONNX Runtime's unfused MatMul/Softmax/MatMul; an
-// AVX2 version of it was slower than the unfused ops, so AVX2 machines keep those.
-#pragma GCC target("avx512f,avx512dq,fma")
-
+// (2 cores) this runs 1-6 % faster than ONNX Runtime's unfused MatMul/Softmax/MatMul; its
+// AVX2 twin is attention_avx2.cpp (docs/backends.md).
 #include <immintrin.h>
 
 #include <algorithm>
@@ -16,6 +14,11 @@
 #include <vector>
 
 #include "attention.h"
+
+// Only after every include: a template or inline function from a header compiled under this
+// target would be a weak symbol that the linker may keep for every file, and a machine
+// without these instructions would run it (std::vector<float>::assign did: SIGILL on AVX2).
+#pragma GCC target("avx512f,avx512dq,fma")
 
 namespace uform {
 namespace {

@@ -1,8 +1,6 @@
 // attention.cpp's multi-head attention at 256 bits (AVX2 with FMA): the same tasks, scratch
 // and order of work, at 8 lanes. Keys go in blocks of 32 (four vectors) against three query
 // rows at a time (twelve sums), so each load of k or v still feeds three FMAs.
-#pragma GCC target("avx2,fma")
-
 #include <immintrin.h>
 
 #include <algorithm>
@@ -10,6 +8,11 @@
 #include <vector>
 
 #include "attention.h"
+
+// Only after every include: a template or inline function from a header compiled under this
+// target would be a weak symbol that the linker may keep for every file, and a machine
+// without these instructions would run it (std::vector<float>::assign did: SIGILL on AVX2).
+#pragma GCC target("avx2,fma")
 
 namespace uform {
 namespace {

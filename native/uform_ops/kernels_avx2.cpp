@@ -20,8 +20,6 @@
 //   converts from memory as it sums. A conversion from memory costs the FMA pipes next to
 //   nothing; in registers, five integer operations, two extracts and four conversions a pair
 //   made a step of six rows take 1.34x the FMAs' time, for every group again.
-#pragma GCC target("avx2,fma,f16c")
-
 #include <immintrin.h>
 
 #include <algorithm>
@@ -30,6 +28,11 @@
 #include <cstring>
 
 #include "gemm.h"
+
+// Only after every include: a template or inline function from a header compiled under this
+// target would be a weak symbol that the linker may keep for every file, and a machine
+// without these instructions would run it (std::vector<float>::assign did: SIGILL on AVX2).
+#pragma GCC target("avx2,fma,f16c")
 
 namespace uform {
 namespace avx2 {

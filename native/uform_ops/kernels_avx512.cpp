@@ -1,6 +1,4 @@
 // AVX-512 F (x86-64-v4): float32 FMA over weights widened to float32 in the decoded panel.
-#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,fma")
-
 #include <immintrin.h>
 
 #include <algorithm>
@@ -8,6 +6,11 @@
 #include <cstring>
 
 #include "gemm.h"
+
+// Only after every include: a template or inline function from a header compiled under this
+// target would be a weak symbol that the linker may keep for every file, and a machine
+// without these instructions would run it (std::vector<float>::assign did: SIGILL on AVX2).
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,fma")
 
 namespace uform {
 namespace avx512 {

@@ -1,8 +1,6 @@
 // AVX-512 BF16 (x86-64-v4+vnni+bf16 and above): products of BF16 pairs with float32
 // accumulation (VDPBF16PS). Activations are rounded to BF16 once per product (round to
 // nearest even); weights decode to BF16 exactly (E4M3 through a 256-entry table).
-#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,fma")
-
 #include <immintrin.h>
 
 #include <algorithm>
@@ -10,6 +8,11 @@
 #include <cstring>
 
 #include "gemm.h"
+
+// Only after every include: a template or inline function from a header compiled under this
+// target would be a weak symbol that the linker may keep for every file, and a machine
+// without these instructions would run it (std::vector<float>::assign did: SIGILL on AVX2).
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,fma")
 
 namespace uform {
 namespace avx512bf16 {
