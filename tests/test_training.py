@@ -128,6 +128,25 @@ def test_the_contrastive_loss_ranks_every_meaning_and_the_inputs_are_labelled_by
     assert torch.allclose(targets["image"].norm(dim=1), torch.ones(54))
 
 
+def test_each_part_of_the_inputs_draws_from_its_own_stream() -> None:
+    """Another picture pool and batch leave every other part's draws as they were (a larger
+    picture batch once redrew every clip, sound, caption and question after it)."""
+    from uform.training.recipe import Inputs
+
+    small = Inputs(tiny_config(), 0, 4, lambda line: None, audio_pool=4, image_pool=2, canonical=0.5)
+    large = Inputs(tiny_config(), 0, 4, lambda line: None, audio_pool=4, image_pool=6, canonical=0.5)
+    other = Inputs(tiny_config(), 1, 4, lambda line: None, audio_pool=4, image_pool=2, canonical=0.5)
+    assert np.array_equal(small.clip_frames, large.clip_frames) and np.array_equal(small.sound_windows, large.sound_windows)
+    for step in range(3):
+        small.images(2)
+        large.images(8 + step)
+        for a, b in ((small.videos(3), large.videos(3)), (small.sounds(3), large.sounds(3))):
+            assert all(np.array_equal(x, y) for x, y in zip(a, b))
+        assert small.captions("video") == large.captions("video")
+        assert [q.text for q in small.questions(4)] == [q.text for q in large.questions(4)]
+    assert not np.array_equal(small.clip_frames, other.clip_frames)
+
+
 def test_a_flipped_transposed_or_reversed_clip_changes_its_direction_with_it() -> None:
     from uform.demo import variety
     from uform.training.recipe import Inputs, motion
@@ -365,3 +384,30 @@ def test_the_command_line_takes_the_media_tower_phases_and_their_variant(capsys:
         with pytest.raises(SystemExit):
             main(argv)
         assert said in capsys.readouterr().err
+
+
+def test_the_held_out_split_reads_the_shipped_model_through_the_runtime(capsys: pytest.CaptureFixture[str]) -> None:
+    """The split a model is chosen on (never the foreign suite): the same draw for the same seed,
+    labelled by meaning, and the shipped model reads it far above chance, attribute by attribute."""
+    import json
+
+    import uform
+    from uform.demo import variety
+    from uform.training import heldout
+
+    sizes = {"image": 24, "video": 12, "audio": 12}
+    split = heldout.draw(0, sizes)
+    assert split == heldout.draw(0, sizes) and split != heldout.draw(1, sizes)
+    assert {m: len(f) for m, f in split.files.items()} == sizes
+    assert all(0 <= i < len(variety.meanings(m)) for m, labels in split.labels.items() for i in labels)
+    with uform.Model.load_ram() as model:
+        read = heldout.read(model, split)
+    assert set(read) == {"image", "video", "audio"} and read["video"].direction is not None and read["image"].direction is None
+    for modality, floor in (("image", 0.75), ("video", 0.6), ("audio", 0.75)):
+        r = read[modality]
+        assert r.accuracy >= floor and len(r.attributes) == 3 and min(r.attributes) >= r.accuracy, (modality, r)
+    assert read["video"].direction >= 0.75
+
+    heldout.main([str(uform.default_checkpoint()), "--json", "--count", "4"])
+    said = json.loads(capsys.readouterr().out)
+    assert said["checkpoint"] == str(uform.default_checkpoint()) and set(said) == {"checkpoint", "image", "video", "audio"}
