@@ -411,3 +411,6 @@ def test_the_held_out_split_reads_the_shipped_model_through_the_runtime(capsys: 
     heldout.main([str(uform.default_checkpoint()), "--json", "--count", "4"])
     said = json.loads(capsys.readouterr().out)
     assert said["checkpoint"] == str(uform.default_checkpoint()) and set(said) == {"checkpoint", "image", "video", "audio"}
+    with pytest.raises(SystemExit):
+        heldout.main([str(uform.default_checkpoint()), "--count", "0"])
+    assert "--count is a number of items, 1 or more, got 0" in capsys.readouterr().err

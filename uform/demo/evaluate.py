@@ -105,7 +105,7 @@ def _retrieval(model: Model, verb: str, files: list[bytes], captions: list[str])
     return recall(s, queries, captions, 1), recall(s, queries, captions, 5), len(queries), media
 
 
-def _direction(model: Model, media: np.ndarray, clips: list[tuple[str, str, str]]) -> float:
+def clip_direction(model: Model, media: np.ndarray, clips: list[tuple[str, str, str]]) -> float:
     """Fraction of clips nearest to the caption of their own direction among the four of their colour and shape."""
     from uform import Arena
 
@@ -148,7 +148,7 @@ def evaluate(
     clips = [g.clip(rng, int(rng.choice([32, 64]))) for _ in range(count)]
     video = _retrieval(model, "video_encode", [video_bytes(c.frames, g_fmt(i, "mp4", "webm")) for i, c in enumerate(clips)],
                        [c.caption for c in clips])  # fmt: skip
-    direction = _direction(model, video[3], [(c.colour, c.shape, c.direction) for c in clips])
+    direction = clip_direction(model, video[3], [(c.colour, c.shape, c.direction) for c in clips])
     report(2)
     sounds = [g.sound(rng) for _ in range(count)]
     audio = _retrieval(model, "audio_encode", [audio_bytes(s.samples, g_fmt(i, "wav", "flac")) for i, s in enumerate(sounds)],

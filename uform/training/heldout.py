@@ -22,9 +22,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from uform.demo import generate as g
 from uform.demo import variety as v
-from uform.demo.evaluate import HELDOUT_STREAM
+from uform.demo.evaluate import HELDOUT_STREAM, clip_direction
 from uform.demo.media import audio_bytes, image_bytes, video_bytes
 
 if TYPE_CHECKING:
@@ -93,18 +92,9 @@ def read(model: Model, split: Split) -> dict[str, Reading]:
             float(np.mean([meanings[a].attributes[i] == meanings[b].attributes[i] for a, b in zip(guessed, truth)]))
             for i in range(len(meanings[0].attributes))
         )  # fmt: skip
-        direction = _direction(model, media, [meanings[t] for t in truth]) if modality == "video" else None
+        direction = clip_direction(model, media, [meanings[t].attributes for t in truth]) if modality == "video" else None
         out[modality] = Reading(float(np.mean(guessed == truth)), attributes, direction)
     return out
-
-
-def _direction(model: Model, media: np.ndarray, truth: list[v.Meaning]) -> float:
-    from uform import Arena
-
-    texts = [g.video_caption(m.attributes[0], m.attributes[1], d) for m in truth for d in g.DIRECTIONS]
-    embedded = np.array(model.text_encode(texts, Arena()).embeddings).reshape(len(truth), len(g.DIRECTIONS), -1)
-    guessed = np.argmax(np.einsum("cd,cwd->cw", media, embedded), axis=1)
-    return float(np.mean([g.DIRECTIONS[int(i)] == m.attributes[2] for i, m in zip(guessed, truth)]))
 
 
 def main(argv: list[str] | None = None) -> None:

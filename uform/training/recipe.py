@@ -169,7 +169,7 @@ PARTS = ("image", "video", "audio", "captions", "questions")  # Inputs' parts, e
 
 
 class Inputs:
-    """Batches of preprocessed media and their meanings, drawn from one seeded generator.
+    """Batches of preprocessed media and their meanings, drawn from seeded generators (one a part).
 
     Pictures and clips come from pools decoded once through the runtime, half of each pool
     from the canonical renderers of :mod:`uform.demo.generate` and half from
