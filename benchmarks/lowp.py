@@ -22,6 +22,12 @@ tower's size) so that padding plays no part:
   the capability it ran is printed): on a machine above x86-64-v3, the fair float32 peer of
   the pinned AVX2 kernels, whose own float32 path (ONNX Runtime's MLAS) still uses AVX-512.
 
+As the ``turns`` part, batch 1 again with every uform run of a tower loaded in one process and
+called in turns on the same item, at least 15 turns (``vs f32 @1``: the median over turns of
+the float32 path's time over the run's, with its quartiles): a batch-1 call takes 0.05-0.5 s on
+2 cores, so the best of calls filling ``--seconds`` sees only a few of them, and runs timed
+minutes apart drift; read batch 1 here.
+
 For text towers, short queries too — ``text_encode`` median latency of a 12-byte text alone,
 of 8 of them in one call, and of a 52-byte text — the texts a search sends — and, as the
 ``queries`` part, the same again with every uform run loaded in one process and called in
@@ -68,6 +74,7 @@ BLOCK = {"qkv": (2304, 768), "out": (768, 768), "fc1": (3072, 768), "fc2": (768,
 TEXT_BYTES = 86
 LOADS = 3  # loads timed per run (the median is reported)
 BATCHES = (1, 64)
+TURNS = 15  # turns at least, for the batch-1 rows called in turns
 
 
 def texts(n: int) -> list[bytes]:
@@ -78,6 +85,15 @@ def texts(n: int) -> list[bytes]:
         line = " ".join(rng.choice(words, 40))
         out.append(line[:TEXT_BYTES].ljust(TEXT_BYTES).encode())
     return out
+
+
+def pictures(path: Path, n: int) -> np.ndarray:
+    """``n`` random pictures of the image tower's size in the checkpoint at ``path``."""
+    from uform.core.config import ModelConfig
+    from uform.core.safetensors import parse
+
+    size = int(ModelConfig.from_metadata(parse(memoryview(path.read_bytes())).metadata).towers["image"]["image_size"])
+    return np.random.default_rng(0).integers(0, 256, (n, size, size, 3), dtype=np.uint8)
 
 
 def rss_anon() -> int:
@@ -167,11 +183,7 @@ def worker(run: str, path: Path, tower: str, seconds: float) -> dict[str, Any]:
     if tower == "text":
         inputs = texts(64)
     elif tower != "all":
-        from uform.core.config import ModelConfig
-        from uform.core.safetensors import parse
-
-        size = int(ModelConfig.from_metadata(parse(memoryview(path.read_bytes())).metadata).towers["image"]["image_size"])
-        inputs = list(np.random.default_rng(0).integers(0, 256, (64, size, size, 3), dtype=np.uint8))
+        inputs = list(pictures(path, 64))
     result: dict[str, Any] = {}
     if not run.startswith("torch"):  # what the first load of a process does once: find plugins, open the library
         from uform.core.host import get_host
@@ -342,7 +354,7 @@ def main() -> None:
     parser.add_argument("--towers", default="text:small,text:base,image:base")
     parser.add_argument("--seconds", type=float, default=2.0)
     parser.add_argument("--runs", default=",".join(RUNS))
-    parser.add_argument("--parts", default="towers,queries,kernels,full-load", help="which of towers, queries, kernels, full-load to run")
+    parser.add_argument("--parts", default="towers,turns,queries,kernels,full-load", help="which of towers, turns, queries, kernels, full-load to run")
     parser.add_argument("--worker", nargs=3, metavar=("RUN", "CHECKPOINT", "TOWER"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -374,11 +386,17 @@ def main() -> None:
     rows: list[dict[str, Any]] = []
     queries: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
-        for spec in args.towers.split(",") if "towers" in parts else ():
+        turns: list[dict[str, Any]] = []
+        for spec in args.towers.split(",") if parts & {"towers", "turns"} else ():
             tower, preset = spec.split(":")
             path = Path(tmp) / f"{tower}-{preset}.safetensors"
             config, tensors = checkpoint.new(get_host(), preset, 0, [tower])
             checkpoint.save(path, config, tensors)
+            del tensors
+            if "turns" in parts:
+                turns += [{"tower": spec} | row for row in interleaved_towers(path, tower, runs, args.seconds)]
+            if "towers" not in parts:
+                continue
             file_read = read_time(path)
             measured = {run: m for run in runs if (m := measure(run, path, tower, args.seconds)) is not None}
             peer, f32, avx2 = (measured.get(r, {}) for r in ("torch bf16 autocast", "uform f32", AVX2_PEER))
@@ -410,6 +428,10 @@ def main() -> None:
             print(table(rows, columns + ["RSS MiB", "RSS/file", "load/read"]))
             for r in results["runs"]:
                 print(f"  {r['tower']} {r['run']}: {r['held']}")
+        if turns:
+            print("\nbatch 1, the uform runs of each tower in one process called in turns: median items/s, and the median of each turn's f32 time over this run's")
+            print(table(turns, list(turns[0])))
+            results["turns"] = turns
         if queries:
             print("\nshort queries: text_encode median ms (vs: the peer's time over this run's)")
             print(table(queries, list(queries[0])))
@@ -438,6 +460,47 @@ def main() -> None:
             print("\nthe full base checkpoint (every tower): load over read")
             print(table(results["full_load"], list(results["full_load"][0])))
     print(f"wrote {save('lowp', results)}")
+
+
+def interleaved_towers(path: Path, tower: str, runs: list[str], seconds: float) -> list[dict[str, Any]]:
+    """Batch 1 again, every uform run of ``runs`` loaded in this one process and called in
+    turns: a turn calls each run once on the same item (the runs' order rotating from turn to
+    turn), for at least ``TURNS`` turns and ``2 × seconds`` a run. Each run's items/s is the
+    inverse of its median call, and ``vs f32`` the median over turns of the float32 path's
+    time over this run's in the same turn. A tower's batch-1 call is 0.05-0.5 s on 2 cores, so
+    the best of runs filling ``seconds`` (the ``towers`` part) sees only a few calls, minutes
+    apart from the peer's: these ratios are the ones to read at batch 1."""
+    import uform
+
+    models = {run: load(run, path) for run in runs if run.startswith("uform") and "dql" not in run}
+    if tower == "text":
+        items: list[Any] = [[line] for line in texts(8)]
+        encode = {run: model.text_encode for run, model in models.items()}
+    else:
+        items = [p[None] for p in pictures(path, 4)]
+        encode = {run: model.image_encode_pixels for run, model in models.items()}
+    arena = uform.Arena()
+    names = list(models)
+    for run in names:  # a warm-up call each: first products, the arena's buffers
+        encode[run](items[0], arena)
+    times: dict[str, list[float]] = {run: [] for run in names}
+    start, turn = time.perf_counter(), 0
+    while turn < TURNS or time.perf_counter() - start < 2 * seconds * len(names):
+        item = items[turn % len(items)]
+        for run in names[turn % len(names) :] + names[: turn % len(names)]:
+            t = time.perf_counter()
+            encode[run](item, arena)
+            times[run].append(time.perf_counter() - t)
+        turn += 1
+    for model in models.values():
+        model.close()
+    f32 = np.array(times.get("uform f32", [np.nan] * turn))
+    return [
+        {"run": run, "turns": turn, "items/s @1": f"{1 / np.median(took):.2f}",
+         "vs f32 @1": f"{np.median(f32 / np.array(took)):.2f}x" if "uform f32" in times else "",
+         "spread": f"{np.percentile(f32 / np.array(took), 25):.2f}-{np.percentile(f32 / np.array(took), 75):.2f}" if "uform f32" in times else ""}
+        for run, took in times.items()
+    ]  # fmt: skip
 
 
 def interleaved_queries(path: Path, runs: list[str], seconds: float) -> list[dict[str, Any]]:
