@@ -426,3 +426,39 @@ def test_the_held_out_split_reads_the_shipped_model_through_the_runtime(capsys: 
     with pytest.raises(SystemExit):
         heldout.main([str(uform.default_checkpoint()), "--count", "0"])
     assert "--count is a number of items, 1 or more, got 0" in capsys.readouterr().err
+
+
+def test_a_grafted_checkpoint_holds_one_media_tower_of_the_donor_and_the_rest_of_the_host(tmp_path: Path) -> None:
+    from uform.core import checkpoint
+    from uform.core.errors import CheckpointError
+    from uform.core.host import get_host
+    from uform.core.safetensors import parse
+    from uform.training.graft import graft
+
+    paths = {}
+    for seed in (1, 2):
+        config, tensors = checkpoint.new(get_host(), "tiny", seed)
+        checkpoint.save(paths.setdefault(seed, tmp_path / f"seed{seed}.safetensors"), config, tensors)
+    out = tmp_path / "grafted.safetensors"
+    assert graft("image", paths[1], paths[2], out) > 0
+    donor, host, grafted = (parse(memoryview(p.read_bytes())) for p in (paths[1], paths[2], out))
+    assert grafted.metadata == host.metadata and set(grafted.entries) == set(host.entries)
+    for name in grafted.entries:
+        source = donor if name.startswith("image.") else host
+        assert grafted.array(name).tobytes() == source.array(name).tobytes(), name
+    assert donor.array("image.patch.weight").tobytes() != host.array("image.patch.weight").tobytes()
+    graft("image", paths[2], out, out)  # into itself: written aside, then renamed
+    assert out.read_bytes() == paths[2].read_bytes()
+
+    with pytest.raises(ValueError, match="only a media tower can be grafted .* not 'text'"):
+        graft("text", paths[1], paths[2], out)
+    config, tensors = checkpoint.new(get_host(), "small", 1, ["image"])
+    checkpoint.save(other := tmp_path / "small.safetensors", config, tensors)
+    with pytest.raises(CheckpointError, match="small.safetensors's image tower is configured otherwise than"):
+        graft("image", other, paths[2], out)
+    with pytest.raises(CheckpointError, match=r"small.safetensors: holds no audio tower \(towers: image\)"):
+        graft("audio", paths[1], other, out)
+    (bad := tmp_path / "bad.safetensors").write_bytes(b"not a checkpoint")
+    with pytest.raises(CheckpointError, match="bad.safetensors: not a valid safetensors checkpoint"):
+        graft("image", bad, paths[2], out)
+    assert out.read_bytes() == paths[2].read_bytes()  # a refused graft leaves the output as it was
