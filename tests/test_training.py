@@ -147,18 +147,6 @@ def test_each_part_of_the_inputs_draws_from_its_own_stream() -> None:
     assert not np.array_equal(small.clip_frames, other.clip_frames)
 
 
-def test_the_pools_made_on_worker_threads_are_the_pools_made_in_turn() -> None:
-    """Encoding and decoding the pools' files side by side draws nothing: the same pictures and
-    clips, labels and later batches as one thread making them in stream order."""
-    from uform.training.recipe import Inputs
-
-    alone, side_by_side = (Inputs(tiny_config(), 0, 12, lambda line: None, image_pool=10, canonical=0.5, workers=n) for n in (1, 2))
-    for name in ("pictures", "picture_labels", "clip_frames", "clip_labels"):
-        assert np.array_equal(getattr(alone, name), getattr(side_by_side, name)), name
-    assert all(np.array_equal(a, b) for a, b in zip(alone.images(6), side_by_side.images(6)))
-    assert all(np.array_equal(a, b) for a, b in zip(alone.videos(6), side_by_side.videos(6)))
-
-
 def test_a_flipped_transposed_or_reversed_clip_changes_its_direction_with_it() -> None:
     from uform.demo import variety
     from uform.training.recipe import Inputs, motion

@@ -49,15 +49,14 @@ def train_alone(settings: Settings, log: Callable[[str], None], started: float) 
         assert isinstance(tower, VideoTower)
         where = nn.Linear(int(config.towers["video"]["width"]), 2 * int(config.towers["video"]["frames"]))
         clipped += list(where.parameters())
-        inputs = Inputs(config, variant, settings.video_pool, log, canonical=settings.canonical, jumbled=settings.jumbled,
-                        workers=torch.get_num_threads())  # fmt: skip
+        inputs = Inputs(config, variant, settings.video_pool, log, canonical=settings.canonical, jumbled=settings.jumbled)
 
         def loss(canonical: float) -> torch.Tensor:
             data, labelled = inputs.videos(settings.batch, canonical)
             return torch.stack(list(clip_losses(tower, where, scale, target, data, labelled, settings.motion).values())).sum()
     else:
         inputs = Inputs(config, variant, 0, log, image_pool=settings.image_pool, canonical=settings.canonical,
-                        jumbled=settings.jumbled, workers=torch.get_num_threads())  # fmt: skip
+                        jumbled=settings.jumbled)  # fmt: skip
 
         def loss(canonical: float) -> torch.Tensor:
             data, labelled = inputs.images(settings.image_factor * settings.batch, canonical)

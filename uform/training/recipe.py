@@ -26,13 +26,11 @@ from __future__ import annotations
 import math
 import os
 import time
-from collections import deque
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import ml_dtypes
 import numpy as np
@@ -53,7 +51,6 @@ from uform.exporters.reference.decoder import BEGIN, DecoderTower
 from uform.exporters.reference.text import TextTower
 from uform.exporters.reference.video import VideoTower
 
-T = TypeVar("T")
 MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
 STACK = {"width": 128, "depth": 3, "heads": 4, "mlp_width": 256}
 DIMENSIONS, CONTEXT = 64, 128
@@ -169,27 +166,6 @@ _REVERSE = {"left": "right", "right": "left", "up": "down", "down": "up"}
 
 
 PARTS = ("image", "video", "audio", "captions", "questions")  # Inputs' parts, each drawn from a stream of its own
-AHEAD = 4  # pool items drawn ahead of the first unfinished one, a worker
-
-
-def pipelined(drawn: Iterator[Callable[[], T]], workers: int) -> list[T]:
-    """What each of ``drawn``'s functions returns, in order, called on ``workers`` threads.
-
-    The iterator is advanced on the calling thread alone, so the draws from a seeded stream keep
-    their order, at most ``AHEAD × workers`` items ahead of the results; the functions
-    (encoding and decoding a pool's files: PyAV and Pillow release the GIL) run side by side.
-    With one worker, each is called as it is drawn."""
-    if workers <= 1:
-        return [made() for made in drawn]
-    done: list[T] = []
-    pending: deque[Future[T]] = deque()
-    with ThreadPoolExecutor(workers, thread_name_prefix="uform-pool") as pool:
-        for made in drawn:
-            pending.append(pool.submit(made))
-            if len(pending) >= AHEAD * workers:
-                done.append(pending.popleft().result())
-        done.extend(f.result() for f in pending)
-    return done
 
 
 class Inputs:
@@ -208,7 +184,7 @@ class Inputs:
     another size) leaves what every other part draws as it was."""
 
     def __init__(self, config: ModelConfig, seed: int, video_pool: int, log: Callable[[str], None], *, audio_pool: int = 0,
-                 image_pool: int = 0, canonical: float = 0.3, jumbled: float = 0.35, workers: int = 1) -> None:  # fmt: skip
+                 image_pool: int = 0, canonical: float = 0.3, jumbled: float = 0.35) -> None:  # fmt: skip
         from uform.plugins import image as image_plugin
         from uform.plugins import video as video_plugin
 
@@ -225,12 +201,12 @@ class Inputs:
                      for name, table in (("x", _FLIP_X), ("y", _FLIP_Y), ("t", _TRANSPOSE), ("r", _REVERSE))}  # fmt: skip
         self.rngs = {part: np.random.default_rng([TRAINING_STREAM, seed, i]) for i, part in enumerate(PARTS, 1)}
         started = time.perf_counter()
-        pictures = pipelined((self._picture(i % 2 == 0) for i in range(max(image_pool, 2))), workers)
+        pictures = [self._picture(i % 2 == 0) for i in range(max(image_pool, 2))]
         self.pictures = np.stack([p for p, _ in pictures])
         self.picture_labels = np.array([label for _, label in pictures], np.int64)
         log(f"decoded {len(pictures)} training pictures through the image plugin in {time.perf_counter() - started:.0f} s")
         started = time.perf_counter()
-        clips = pipelined((self._clip(i) for i in range(max(video_pool, 2))), workers)
+        clips = [self._clip(i) for i in range(max(video_pool, 2))]
         self.clip_frames = np.stack([c[0] for c in clips])
         self.clip_labels = np.array([c[1] for c in clips], np.int64)
         log(f"decoded {len(clips)} training clips through the video plugin in {time.perf_counter() - started:.0f} s")
@@ -240,8 +216,7 @@ class Inputs:
         self.sound_labels = np.array([self.index["audio"][m.caption] for _, m in made], np.int64)
         log(f"made {audio_pool} varied training recordings in {time.perf_counter() - started:.0f} s")
 
-    def _picture(self, canonical: bool) -> Callable[[], tuple[np.ndarray, int]]:
-        """A pool picture drawn (here, in stream order), and what writes its file and decodes it."""
+    def _picture(self, canonical: bool) -> tuple[np.ndarray, int]:
         from uform.plugins.sources import Source
 
         rng = self.rngs["image"]
@@ -251,35 +226,24 @@ class Inputs:
         else:
             pixels, m = v.picture(rng, int(rng.choice([32, 40, 48, 64, 96, 128])))
             caption, quality = m.caption, int(rng.integers(60, 96))
-        jpeg, label = rng.random() < 0.3, self.index["image"][caption]
+        data = image_bytes(pixels, "jpeg", quality=quality) if rng.random() < 0.3 else image_bytes(pixels, "png")
+        return self.image_plugin.decode(Source(0, None, data=data), self.image_size)[0], self.index["image"][caption]
 
-        def made() -> tuple[np.ndarray, int]:
-            data = image_bytes(pixels, "jpeg", quality=quality) if jpeg else image_bytes(pixels, "png")
-            return self.image_plugin.decode(Source(0, None, data=data), self.image_size)[0], label
-
-        return made
-
-    def _clip(self, i: int) -> Callable[[], tuple[np.ndarray, int]]:
-        """A pool clip drawn (here, in stream order), and what encodes its file and samples it."""
+    def _clip(self, i: int) -> tuple[np.ndarray, int]:
         from uform.plugins.sources import Source
 
         rng = self.rngs["video"]
         fmt = "mp4" if i % 4 < 2 else "webm"
         if i % 2 == 0:  # the even clips are canonical, the odd ones varied
             c = g.clip(rng, int(rng.choice([32, 64])))
-            frames, caption, options = c.frames, c.caption, {}
+            data, caption = video_bytes(c.frames, fmt), c.caption
         else:
             vc = v.clip(rng)
             crf = int(rng.integers(14, 32)) if fmt == "mp4" else int(rng.integers(4, 30))
             gop = int(rng.choice([1, 3, 8, 30, 250]))
-            frames, caption, options = vc.frames, vc.meaning.caption, {"fps": vc.fps, "gop": gop, "crf": crf}
-        label = self.index["video"][caption]
-
-        def made() -> tuple[np.ndarray, int]:
-            data = video_bytes(frames, fmt, **options)
-            return self.video_plugin.sample(Source(0, None, data=data), self.video_tower)[0], label
-
-        return made
+            data, caption = video_bytes(vc.frames, fmt, fps=vc.fps, gop=gop, crf=crf), vc.meaning.caption
+        frames, _ = self.video_plugin.sample(Source(0, None, data=data), self.video_tower)
+        return frames, self.index["video"][caption]
 
     @staticmethod
     def _pick(rng: np.random.Generator, count: int, n: int, canonical: float) -> np.ndarray:
@@ -613,7 +577,7 @@ def train_towers(settings: Settings, raw: Path, log: Callable[[str], None], star
     clipped = [list(t.parameters()) for name, t in towers.items() if name != "video"]
     clipped += [list(towers["video"].parameters()) + list(where.parameters()), list(scales.parameters())]
     inputs = Inputs(config, settings.seed, settings.video_pool, log, audio_pool=settings.audio_pool, image_pool=settings.image_pool,
-                    canonical=settings.canonical, jumbled=settings.jumbled, workers=torch.get_num_threads())  # fmt: skip
+                    canonical=settings.canonical, jumbled=settings.jumbled)  # fmt: skip
     text_tower, decoder_tower, video_tower = towers["text"], towers["decoder"], towers["video"]
     assert isinstance(text_tower, TextTower) and isinstance(decoder_tower, DecoderTower) and isinstance(video_tower, VideoTower)
     losses: list[float] = []
