@@ -494,13 +494,15 @@ def interleaved_towers(path: Path, tower: str, runs: list[str], seconds: float) 
         turn += 1
     for model in models.values():
         model.close()
-    f32 = np.array(times.get("uform f32", [np.nan] * turn))
-    return [
-        {"run": run, "turns": turn, "items/s @1": f"{1 / np.median(took):.2f}",
-         "vs f32 @1": f"{np.median(f32 / np.array(took)):.2f}x" if "uform f32" in times else "",
-         "spread": f"{np.percentile(f32 / np.array(took), 25):.2f}-{np.percentile(f32 / np.array(took), 75):.2f}" if "uform f32" in times else ""}
-        for run, took in times.items()
-    ]  # fmt: skip
+    f32 = np.array(times["uform f32"]) if "uform f32" in times else None
+    rows: list[dict[str, Any]] = []
+    for run, took in times.items():
+        row = {"run": run, "turns": turn, "items/s @1": f"{1 / np.median(took):.2f}"}
+        if f32 is not None:  # each turn's float32 time over this run's
+            ratios = f32 / np.array(took)
+            row |= {"vs f32 @1": f"{np.median(ratios):.2f}x", "spread": f"{np.percentile(ratios, 25):.2f}-{np.percentile(ratios, 75):.2f}"}
+        rows.append(row)
+    return rows
 
 
 def interleaved_queries(path: Path, runs: list[str], seconds: float) -> list[dict[str, Any]]:
