@@ -19,20 +19,21 @@ configuration.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 from pathlib import Path
 
 from uform.core import safetensors
+from uform.core.config import ModelConfig
 from uform.core.errors import CheckpointError
 
 TOWERS = ("audio", "image", "video")  # the media towers: each learns against the prototypes alone
 
 
-def parsed(path: str | os.PathLike[str]) -> safetensors.Container:
-    """The checkpoint at ``path``, read whole and checked; errors name the path."""
+def parsed(path: str | os.PathLike[str]) -> tuple[safetensors.Container, ModelConfig]:
+    """The checkpoint at ``path``, read whole and checked, and its configuration; errors name the path."""
     try:
-        return safetensors.parse(memoryview(Path(path).read_bytes()))
+        container = safetensors.parse(memoryview(Path(path).read_bytes()))
+        return container, ModelConfig.from_metadata(container.metadata)
     except OSError as exc:
         raise CheckpointError(f"{path}: cannot read the checkpoint ({exc.strerror or exc})") from None
     except CheckpointError as exc:
@@ -44,13 +45,12 @@ def graft(tower: str, source: str | os.PathLike[str], into: str | os.PathLike[st
     if tower not in TOWERS:
         raise ValueError(f"only a media tower can be grafted ({', '.join(TOWERS)}), not {tower!r}: "
                          "the choice temperatures were fitted to the text tower and the decoder")  # fmt: skip
-    donor, host = parsed(source), parsed(into)
+    (donor, donor_config), (host, host_config) = parsed(source), parsed(into)
     configs = []
-    for path, container in ((source, donor), (into, host)):
-        towers = json.loads(container.metadata.get("uform", "{}")).get("towers", {})
-        if tower not in towers:
-            raise CheckpointError(f"{path}: holds no {tower} tower (towers: {', '.join(sorted(towers)) or 'none'})")
-        configs.append(towers[tower])
+    for path, config in ((source, donor_config), (into, host_config)):
+        if tower not in config.towers:
+            raise CheckpointError(f"{path}: holds no {tower} tower (towers: {', '.join(sorted(config.towers))})")
+        configs.append(config.towers[tower])
     if configs[0] != configs[1]:
         raise CheckpointError(f"{source}'s {tower} tower is configured otherwise than {into}'s: {configs[0]} against {configs[1]}")
     prefix = f"{tower}."
@@ -61,8 +61,11 @@ def graft(tower: str, source: str | os.PathLike[str], into: str | os.PathLike[st
                               f"{sorted(set(taken) ^ set(kept))[:4]}")  # fmt: skip
     tensors = {n: (donor if n.startswith(prefix) else host).array(n) for n in host.entries}
     partial = Path(out).with_name(Path(out).name + ".partial")  # then renamed: ``out`` may be ``into`` itself
-    safetensors.write(partial, tensors, host.metadata)
-    os.replace(partial, out)
+    try:
+        safetensors.write(partial, tensors, host.metadata)
+        os.replace(partial, out)
+    finally:
+        partial.unlink(missing_ok=True)
     return len(taken)
 
 
