@@ -92,6 +92,34 @@ def test_the_recipes_own_model_repeats_byte_for_byte(tmp_path: Path) -> None:
     assert run("a.safetensors") == run("b.safetensors")
 
 
+def test_the_steps_skip_filling_fresh_memory_and_write_what_filled_memory_writes(tmp_path: Path) -> None:
+    """Deterministic algorithms fill every fresh tensor with NaN by default, to catch a read of
+    memory no op wrote: 4 % of a first-phase step (the 42,804 fills of 25 steps). The recipe's
+    steps write every tensor they read, so :func:`deterministic` turns the fill off (and back as
+    it was) and the phase writes the same bytes as with it."""
+    import torch
+
+    from uform.training import Settings
+    from uform.training.recipe import deterministic, train_towers
+
+    before, algorithms = torch.utils.deterministic.fill_uninitialized_memory, torch.are_deterministic_algorithms_enabled()
+    with deterministic():
+        assert torch.are_deterministic_algorithms_enabled() and not torch.utils.deterministic.fill_uninitialized_memory
+    assert torch.utils.deterministic.fill_uninitialized_memory == before
+
+    settings = Settings(out="unused", seed=0, steps=3, batch=4, decoder_batch=6, warmup=1, image_pool=4, video_pool=4, audio_pool=4,
+                        config=tiny_config())  # fmt: skip
+    train_towers(settings, tmp_path / "skipped.safetensors", lambda line: None, 0.0)
+    torch.use_deterministic_algorithms(True)
+    torch.utils.deterministic.fill_uninitialized_memory = True
+    try:
+        train_towers.__wrapped__(settings, tmp_path / "filled.safetensors", lambda line: None, 0.0)  # type: ignore[attr-defined]
+    finally:
+        torch.use_deterministic_algorithms(algorithms)
+        torch.utils.deterministic.fill_uninitialized_memory = before
+    assert (tmp_path / "skipped.safetensors").read_bytes() == (tmp_path / "filled.safetensors").read_bytes()
+
+
 def test_the_sixth_runs_settings_train(tmp_path: Path) -> None:
     """128 pictures a step's kind (image_factor 2), captions in groups of like length and packed decoder rows in both phases."""
     from uform.training import Settings, train
