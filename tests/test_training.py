@@ -400,12 +400,48 @@ def test_a_media_tower_phase_trains_that_tower_alone_into_its_checkpoint(tmp_pat
         model.close()
 
 
+def test_the_clip_tower_can_start_from_the_checkpoints_picture_tower(tmp_path: Path) -> None:
+    """``--phase clips --clips-from-pictures``: every tensor the picture tower shares with the clip
+    tower by name and shape is copied (the frames' embedding alone stays fresh), and the phase
+    trains on from there into the checkpoint, logging what it took."""
+    import torch
+
+    from uform.exporters.reference import ReferenceModel
+    from uform.training import Settings, train
+    from uform.training.alone import pictures_into_clips
+
+    common = dict(seed=0, steps=2, batch=4, decoder_batch=4, warmup=1, image_pool=4, video_pool=6, audio_pool=4,
+                  calibration_examples=60, evaluate=False, config=tiny_config(), decoder_steps=0, reading_steps=0)  # fmt: skip
+    start = tmp_path / "start.safetensors"
+    train(Settings(out=str(start), **common), log=lambda line: None)
+    model = ReferenceModel.from_checkpoint(start)
+    clips = ReferenceModel(model.config).towers["video"]
+    taken = pictures_into_clips(model, clips)
+    assert set(clips.state_dict()) - set(taken) == {"time.weight"} and "blocks.0.attn.qkv.weight" in taken
+    pictures = model.towers["image"].state_dict()
+    assert all(torch.equal(clips.state_dict()[key], pictures[key]) for key in taken)
+
+    lines: list[str] = []
+    out = tmp_path / "clips.safetensors"
+    train(Settings(out=str(out), phase="clips", start=str(start), variant=1, clips_from_pictures=True, **common), log=lines.append)
+    assert any(line.startswith(f"the clip tower starts from the checkpoint's picture tower: {len(taken)} tensors") for line in lines)
+    trained = ReferenceModel.from_checkpoint(out).towers["video"].state_dict()
+    fresh = tmp_path / "fresh.safetensors"
+    train(Settings(out=str(fresh), phase="clips", start=str(start), variant=1, **common), log=lambda line: None)
+    untouched = ReferenceModel.from_checkpoint(fresh).towers["video"].state_dict()
+    # two steps from the picture tower stay near it, and far from the fresh start's tower
+    near = float((trained["patch.weight"] - pictures["patch.weight"]).abs().max())
+    assert near < float((untouched["patch.weight"] - pictures["patch.weight"]).abs().max()) and near < 0.05
+
+
 def test_the_command_line_takes_the_media_tower_phases_and_their_variant(capsys: pytest.CaptureFixture[str]) -> None:
     from uform.training.__main__ import main
 
     for argv, said in ((["--out", "x", "--phase", "clips"], "--from CHECKPOINT goes with --phase decoder, reading, clips or pictures"),
                        (["--out", "x", "--phase", "pictures"], "--from CHECKPOINT goes with --phase decoder, reading, clips or pictures"),
                        (["--out", "x", "--variant", "2"], "--variant goes with --phase clips or pictures"),
+                       (["--out", "x", "--phase", "pictures", "--from", "c", "--clips-from-pictures"],
+                        "--clips-from-pictures goes with --phase clips"),
                        (["--out", "x", "--canonical-vision", "1.5"], "--canonical-vision is a share, 0 to 1, got 1.5"),
                        (["--out", "x", "--reading-steps", "-1"], "--reading-steps is a count of steps, 0 or more, got -1"),
                        (["--out", "x", "--phase", "reading"], "--from CHECKPOINT goes with --phase decoder, reading, clips or pictures")):  # fmt: skip

@@ -28,6 +28,18 @@ from uform.exporters.reference.video import VideoTower
 from .recipe import ALONE, Inputs, Result, Settings, clip_losses, contrastive, cosine, initialise, optimise, prototypes, save
 
 
+def pictures_into_clips(model: ReferenceModel, tower: nn.Module) -> list[str]:
+    """Every tensor of ``model``'s picture tower that the clip ``tower`` has by the same name and
+    shape (the patches' projection, class token, positions, blocks, final norm and projection into
+    the shared space: a clip's colour and shape have the prototypes a picture's have) copied into
+    ``tower``; the frames' embedding keeps its fresh initialisation. Answers the names taken."""
+    source = model.towers["image"].state_dict()
+    mine = tower.state_dict()
+    taken = [key for key, value in source.items() if key in mine and mine[key].shape == value.shape]
+    tower.load_state_dict({**mine, **{key: source[key].clone() for key in taken}})
+    return taken
+
+
 def train_alone(settings: Settings, log: Callable[[str], None], started: float) -> Result:
     """``settings.steps`` steps of the tower of ``settings.phase`` (:data:`~uform.training.recipe.ALONE`) alone, from
     a fresh initialisation (stream ``settings.variant``, else the seed), written with the rest
@@ -42,6 +54,9 @@ def train_alone(settings: Settings, log: Callable[[str], None], started: float) 
     fresh = ReferenceModel(config)
     initialise(fresh, variant)  # as the first phase initialises every tower
     tower = fresh.towers[name]
+    if settings.clips_from_pictures and name == "video":
+        taken = pictures_into_clips(model, tower)
+        log(f"the clip tower starts from the checkpoint's picture tower: {len(taken)} tensors taken, the frames' embedding fresh")
     target = prototypes(config.dimensions, settings.seed)[name]
     scale = nn.Parameter(torch.tensor(float(np.log(10.0))))
     clipped = list(tower.parameters())

@@ -129,6 +129,7 @@ class Settings:
     # from ``start``; "reading": the decoder's reading stage alone, from ``start``;
     # "clips" or "pictures": the first phase's clip or picture tower alone, into ``start`` (uform.training.alone)
     start: str | None = None  # the checkpoint the decoder, reading, clips or pictures phase starts from
+    clips_from_pictures: bool = False  # the clips phase: the clip tower starts from the checkpoint's picture tower (uform.training.alone)
     variant: int | None = None  # the clips and pictures phases: seeds the tower's initialisation and data (default: ``seed``, which seeds the prototypes)
     decoder_steps: int = 2000  # 0 skips the phase (the recipe as it was before it)
     decoder_phase_batch: int = 64  # questions a step of the decoder phase
