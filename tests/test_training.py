@@ -434,6 +434,33 @@ def test_the_clip_tower_can_start_from_the_checkpoints_picture_tower(tmp_path: P
     assert near < float((untouched["patch.weight"] - pictures["patch.weight"]).abs().max()) and near < 0.05
 
 
+def test_the_clip_stage_trains_the_clip_tower_after_the_first_phase_from_its_picture_tower(tmp_path: Path) -> None:
+    """``--clip-stage``: the towers' phase trains no clip tower (and decodes no clip pool), then the
+    clip stage trains it from that phase's picture tower; every other tower is the phase's, so
+    the checkpoint differs from the joint recipe's in its clip tower alone, and it repeats."""
+    from uform.training import Settings, train
+
+    common = dict(seed=0, steps=2, batch=4, decoder_batch=4, warmup=1, image_pool=4, video_pool=6, audio_pool=4,
+                  calibration_examples=60, evaluate=False, config=tiny_config(), decoder_steps=0, reading_steps=0)  # fmt: skip
+    lines: list[str] = []
+    staged = tmp_path / "staged.safetensors"
+    result = train(Settings(out=str(staged), clip_stage=True, **common), log=lines.append)
+    assert result.clip_steps == 2 and result.clip_seconds > 0
+    assert [line for line in lines if line.startswith("decoded") and "clips" in line] == [
+        "decoded 2 training clips through the video plugin in 0 s",  # the first phase's: none to speak of
+        "decoded 6 training clips through the video plugin in 0 s",  # the stage's pool
+    ]
+    assert any(line.startswith("the clip tower starts from the checkpoint's picture tower") for line in lines)
+    assert any(line.startswith("clip stage: 2 steps in") for line in lines)
+    joint = tmp_path / "joint.safetensors"
+    train(Settings(out=str(joint), **common), log=lambda line: None)
+    one, other = tensors(staged), tensors(joint)
+    assert {name for name in one if one[name] != other[name]} == {name for name in one if name.startswith("video.")}
+    again = tmp_path / "again.safetensors"
+    train(Settings(out=str(again), clip_stage=True, **common), log=lambda line: None)
+    assert again.read_bytes() == staged.read_bytes()
+
+
 def test_the_command_line_takes_the_media_tower_phases_and_their_variant(capsys: pytest.CaptureFixture[str]) -> None:
     from uform.training.__main__ import main
 
@@ -442,6 +469,8 @@ def test_the_command_line_takes_the_media_tower_phases_and_their_variant(capsys:
                        (["--out", "x", "--variant", "2"], "--variant goes with --phase clips or pictures"),
                        (["--out", "x", "--phase", "pictures", "--from", "c", "--clips-from-pictures"],
                         "--clips-from-pictures goes with --phase clips"),
+                       (["--out", "x", "--phase", "decoder", "--from", "c", "--clip-stage"],
+                        "--clip-stage goes with --phase all (the towers' phase)"),
                        (["--out", "x", "--canonical-vision", "1.5"], "--canonical-vision is a share, 0 to 1, got 1.5"),
                        (["--out", "x", "--reading-steps", "-1"], "--reading-steps is a count of steps, 0 or more, got -1"),
                        (["--out", "x", "--phase", "reading"], "--from CHECKPOINT goes with --phase decoder, reading, clips or pictures")):  # fmt: skip

@@ -44,6 +44,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--clips-from-pictures", action="store_true",
                         help="with --phase clips: the clip tower starts from --from's picture tower (its patches, positions, "
                              "blocks and projection), not from a fresh initialisation")
+    parser.add_argument("--clip-stage", action="store_true",
+                        help="the towers' phase trains no clip tower; a clip stage after it trains the clip tower alone from "
+                             "that phase's picture tower (as --phase clips --clips-from-pictures), then the decoder's phase")
     parser.add_argument("--decoder-steps", type=int, default=defaults.decoder_steps,
                         help="steps of the byte decoder's own phase; 0 skips it (default %(default)s)")
     parser.add_argument("--reading-steps", type=int, default=defaults.reading_steps,
@@ -59,6 +62,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--variant goes with --phase clips or pictures")
     if args.clips_from_pictures and args.phase != "clips":
         parser.error("--clips-from-pictures goes with --phase clips")
+    if args.clip_stage and args.phase != "all":
+        parser.error("--clip-stage goes with --phase all (the towers' phase)")
     for flag, value in (("--decoder-steps", args.decoder_steps), ("--reading-steps", args.reading_steps)):
         if value < 0:
             parser.error(f"{flag} is a count of steps, 0 or more, got {value}")
@@ -71,7 +76,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings = Settings(out=args.out, seed=args.seed, steps=args.steps, minutes=args.minutes, batch=args.batch,
                         image_factor=args.image_factor, text_groups=args.text_groups, decoder_row=args.decoder_row, image_pool=args.image_pool, video_pool=args.video_pool, audio_pool=args.audio_pool,
                         canonical_vision=args.canonical_vision, evaluate=not args.no_evaluate, phase=args.phase, start=args.start,
-                        variant=args.variant, clips_from_pictures=args.clips_from_pictures,
+                        variant=args.variant, clips_from_pictures=args.clips_from_pictures, clip_stage=args.clip_stage,
                         decoder_steps=args.decoder_steps, reading_steps=args.reading_steps)  # fmt: skip
     result = train(settings, lambda line: print(line, flush=True))
     if args.report:

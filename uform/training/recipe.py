@@ -28,7 +28,7 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -130,6 +130,8 @@ class Settings:
     # "clips" or "pictures": the first phase's clip or picture tower alone, into ``start`` (uform.training.alone)
     start: str | None = None  # the checkpoint the decoder, reading, clips or pictures phase starts from
     clips_from_pictures: bool = False  # the clips phase: the clip tower starts from the checkpoint's picture tower (uform.training.alone)
+    clip_stage: bool = False  # the whole recipe: the first phase trains no clip tower; the clip stage then trains it alone from
+    # the first phase's picture tower (the clips phase with clips_from_pictures), before the decoder's phase
     variant: int | None = None  # the clips and pictures phases: seeds the tower's initialisation and data (default: ``seed``, which seeds the prototypes)
     decoder_steps: int = 2000  # 0 skips the phase (the recipe as it was before it)
     decoder_phase_batch: int = 64  # questions a step of the decoder phase
@@ -159,6 +161,8 @@ class Result:
     reading_steps: int = 0  # steps of the decoder's reading stage
     reading_seconds: float = 0.0
     reading_losses: list[float] = field(default_factory=list)
+    clip_steps: int = 0  # steps of the clip stage (Settings.clip_stage)
+    clip_seconds: float = 0.0
     heldout: dict[str, float] = field(default_factory=dict)  # the decoder's accuracy on held-out questions (stream 6) after its last stage
 
 
@@ -521,6 +525,8 @@ def train(settings: Settings, log: Callable[[str], None] = print) -> Result:
             steps, losses = train_towers(settings, raw, log, started)
             result = Result(str(out), steps, 0.0, losses[0], losses[-1], losses)
             source = raw
+            if settings.clip_stage:
+                clip_stage(raw, settings, log, result)
         else:
             result, source = Result(str(out), 0, 0.0, float("nan"), float("nan"), []), Path(str(settings.start))
         trained = False
@@ -546,6 +552,26 @@ def train(settings: Settings, log: Callable[[str], None] = print) -> Result:
     finally:
         raw.unlink(missing_ok=True)
     return finish(result, out, settings, log, started)
+
+
+def clip_stage(raw: Path, settings: Settings, log: Callable[[str], None], result: Result) -> None:
+    """The clip stage (``settings.clip_stage``): the clip tower of the first phase's checkpoint
+    ``raw`` trained alone from its picture tower (:func:`uform.training.alone.train_alone` with
+    ``clips_from_pictures``: the first phase's clip steps, schedule, data and losses), written
+    back into ``raw``, every other tensor byte for byte. Deterministic algorithms, as the phases."""
+    from .alone import train_alone
+
+    started = time.perf_counter()
+    staged = raw.with_name(raw.name + ".clips")
+    try:
+        with deterministic():
+            done = train_alone(replace(settings, phase="clips", start=str(raw), out=str(staged), variant=None, clips_from_pictures=True),
+                               log, started)  # fmt: skip
+        staged.replace(raw)
+    finally:
+        staged.unlink(missing_ok=True)
+    result.clip_steps, result.clip_seconds = done.steps, time.perf_counter() - started
+    log(f"clip stage: {done.steps} steps in {result.clip_seconds:.0f} s")
 
 
 def finish(result: Result, out: Path, settings: Settings, log: Callable[[str], None], started: float) -> Result:
@@ -582,8 +608,9 @@ def train_towers(settings: Settings, raw: Path, log: Callable[[str], None], star
     towers = model.towers
     clipped = [list(t.parameters()) for name, t in towers.items() if name != "video"]
     clipped += [list(towers["video"].parameters()) + list(where.parameters()), list(scales.parameters())]
-    inputs = Inputs(config, settings.seed, settings.video_pool, log, audio_pool=settings.audio_pool, image_pool=settings.image_pool,
-                    canonical=settings.canonical, jumbled=settings.jumbled)  # fmt: skip
+    clips = not settings.clip_stage  # with the clip stage, the clip tower trains after this phase, from its picture tower
+    inputs = Inputs(config, settings.seed, settings.video_pool if clips else 0, log, audio_pool=settings.audio_pool,
+                    image_pool=settings.image_pool, canonical=settings.canonical, jumbled=settings.jumbled)  # fmt: skip
     text_tower, decoder_tower, video_tower = towers["text"], towers["decoder"], towers["video"]
     assert isinstance(text_tower, TextTower) and isinstance(decoder_tower, DecoderTower) and isinstance(video_tower, VideoTower)
     losses: list[float] = []
@@ -600,8 +627,9 @@ def train_towers(settings: Settings, raw: Path, log: Callable[[str], None], star
         parts: dict[str, torch.Tensor] = {}
         data, labelled = inputs.images(settings.image_factor * b, canonical)
         parts["image"] = contrastive(towers["image"](torch.from_numpy(data)), targets["image"], torch.from_numpy(labelled), scales["image"])
-        data, labelled = inputs.videos(b, canonical)
-        parts |= clip_losses(video_tower, where, scales["video"], targets["video"], data, labelled, settings.motion)
+        if clips:
+            data, labelled = inputs.videos(b, canonical)
+            parts |= clip_losses(video_tower, where, scales["video"], targets["video"], data, labelled, settings.motion)
         if step % settings.audio_every == 0:
             data, labelled = inputs.sounds(b)
             parts["audio"] = contrastive(towers["audio"](torch.from_numpy(data)), targets["audio"], torch.from_numpy(labelled), scales["audio"])
