@@ -6,6 +6,7 @@ Every kernel variant this machine runs is checked; the others are skipped with t
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import shutil
@@ -157,6 +158,36 @@ def test_products_match_numpy_at_every_row_count(variant: str, m: int) -> None:
         np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
 
 
+@pytest.mark.parametrize("m", [1, 6, 7, 8, 24, 25, 26, 97, 300])
+def test_the_split_kernels_write_the_avx2_kernels_bits(m: int) -> None:
+    """avx2-split stages panels as float32 (E4M3 from 7 rows a task, BF16 from 25) where
+    avx2 widens in registers or stages F16 bits: every weight widens exactly and the sums
+    run in the same order, so y is the same bit for bit, on either side of each threshold."""
+    lib = runnable("avx2-split")
+    n, k = 45, 771
+    rng = np.random.default_rng(300 + m)
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    w = bf16(rng, n, k, scale=0.3)
+    bias = rng.standard_normal(n).astype(np.float32)
+    for quantized in (False, True):
+        ys = []
+        for variant in ("avx2", "avx2-split"):
+            packed, scale = lib.pack(variant, w, quantized, threads=2)
+            ys.append(lib.gemm(variant, x, packed, n, scale, bias, threads=2))
+        assert np.array_equal(ys[0], ys[1]), f"{'e4m3' if quantized else 'bf16'}: {np.argwhere(ys[0] != ys[1])[:5].tolist()}"
+
+
+@needs_library
+@pytest.mark.parametrize("splits", [False, True])
+def test_x86_64_v3_takes_the_split_kernels_where_256_bit_operations_are_halved(monkeypatch: pytest.MonkeyPatch, splits: bool) -> None:
+    assert LIBRARY is not None
+    monkeypatch.setattr(e4m3, "library", lambda: dataclasses.replace(LIBRARY, splits_256=splits))
+    assert e4m3.variant_of(CPUClass.X86_64_V3) == ("avx2-split" if splits else "avx2")
+    assert e4m3.variant_of(CPUClass.X86_64_V4) == "avx512"  # the other classes keep theirs
+    assert e4m3.variant_of(CPUClass.X86_64_V4_VNNI_BF16) == "avx512-bf16"
+    assert e4m3.variant_of(CPUClass.X86_64_V2) is None
+
+
 @needs_library
 def test_a_weight_that_is_not_finite_is_named() -> None:
     assert LIBRARY is not None
@@ -195,9 +226,9 @@ def test_bf16_and_e4m3_loads_run_on_the_library(tiny_text: Path) -> None:
     f32 = uform.Model.load_ram(tiny_text, quantization=Scalar.F32)
     held = uform.Model.load_ram(tiny_text)  # bf16, as stored
     quantized = uform.Model.load_ram(tiny_text, quantization=Scalar.E4M3)
-    if held.describe().cpu_class not in e4m3.VARIANT_OF:
+    variant = e4m3.variant_of(CPUClass(held.describe().cpu_class))
+    if variant is None:
         pytest.skip(f"the library has no kernels for this machine's class {held.describe().cpu_class}")
-    variant = e4m3.VARIANT_OF[held.describe().cpu_class]  # type: ignore[index]
     for model, scalar in ((held, Scalar.BF16), (quantized, Scalar.E4M3)):
         assert model.describe().quantization == scalar
         assert (model.backend, model.compute) == ("e4m3", e4m3.COMPUTE[variant])
@@ -222,7 +253,7 @@ def test_uform_plugins_names_the_kernels_this_machine_runs(capsys: pytest.Captur
     best = machine_classes()[-1]
     main(["plugins"])
     line = next(line for line in capsys.readouterr().out.splitlines() if line.strip().startswith("e4m3 (ram)"))
-    variant = e4m3.VARIANT_OF.get(best)
+    variant = e4m3.variant_of(best)
     expected = f"{e4m3.COMPUTE[variant]} for {best}" if variant else f"no kernels for {best}"
     assert line.strip().startswith(f"e4m3 (ram): available ({expected}") and str(LIBRARY.path) in line  # type: ignore[union-attr]
 
@@ -233,7 +264,7 @@ def test_every_class_the_machine_runs_picks_its_kernels(tiny_text: Path) -> None
 
     for cls in machine_classes():
         model = uform.Model.load_ram(tiny_text, cpu_class=cls)
-        variant = e4m3.VARIANT_OF.get(cls)
+        variant = e4m3.variant_of(cls)
         assert model.describe().cpu_class == cls
         if variant is None:  # no kernels for the class: the cpu backend serves, in float32
             assert (model.backend, model.describe().quantization) == ("cpu", Scalar.F32)
@@ -247,7 +278,7 @@ def test_the_fallback_graphs_compute_what_the_kernels_do(tiny_text: Path) -> Non
     kernels: the same codes and scales, float32 products both."""
     from uform.plugins.cpu import machine_classes
 
-    fma = next((c for c in machine_classes() if e4m3.VARIANT_OF.get(c) in ("avx2", "avx512")), None)
+    fma = next((c for c in machine_classes() if e4m3.variant_of(c) in ("avx2", "avx2-split", "avx512")), None)
     if fma is None:
         pytest.skip("this machine runs no class with float32 FMA kernels")
     kernels = uform.Model.load_ram(tiny_text, quantization=Scalar.E4M3, cpu_class=fma)
@@ -365,7 +396,7 @@ def attention_reference(qkv: np.ndarray, items: int, heads: int, mask: np.ndarra
 
 @pytest.mark.parametrize("items,tokens,heads,head_dim", [(1, 1, 1, 16), (2, 5, 2, 16), (1, 13, 12, 64), (2, 33, 2, 32), (3, 87, 12, 64), (1, 70, 3, 48)])
 @pytest.mark.parametrize("mask", ["none", "padding", "causal"])
-@pytest.mark.parametrize("variant", ["avx2", "avx512"])
+@pytest.mark.parametrize("variant", ["avx2", "avx2-split", "avx512"])
 def test_attention_matches_numpy(variant: str, items: int, tokens: int, heads: int, head_dim: int, mask: str) -> None:
     """Both attention kernels (AVX2's and AVX-512's; avx512-bf16 runs AVX-512's) against
     numpy in float64: keys in and past whole blocks, partial column blocks, every mask form."""
@@ -384,7 +415,7 @@ def test_attention_matches_numpy(variant: str, items: int, tokens: int, heads: i
 
 
 @needs_library
-@pytest.mark.parametrize("variant", ["avx2", "avx512"])
+@pytest.mark.parametrize("variant", ["avx2", "avx2-split", "avx512"])
 def test_every_attention_of_every_tower_is_fused_and_computes_what_the_graph_does(variant: str, tmp_path: Path) -> None:
     """Through the float32-product kernels (AVX2's, AVX-512's) with attention fused, every
     tower agrees with the cpu backend's standard float32 graph."""
@@ -398,7 +429,7 @@ def test_every_attention_of_every_tower_is_fused_and_computes_what_the_graph_doe
     from uform.plugins.cpu import machine_classes
 
     assert variant in e4m3.FUSED_ATTENTION
-    fma = next((c for c in machine_classes() if e4m3.VARIANT_OF.get(c) == variant), None)
+    fma = next((c for c in machine_classes() if e4m3.variant_of(c) == variant), None)
     if fma is None or LIBRARY is None or variant not in LIBRARY.runnable:
         pytest.skip(f"this machine runs no class whose kernels are {variant}")
     path = make_checkpoint(tmp_path / "small.safetensors", "small", 2)
@@ -406,7 +437,7 @@ def test_every_attention_of_every_tower_is_fused_and_computes_what_the_graph_doe
     config = ModelConfig.from_metadata(container.metadata)
     for name, (modality, parsed, specs) in runtime.plan_towers(container, config, get_host()).items():
         graph = runtime.build_graph(name, modality, parsed, config, specs)
-        lowered = e4m3.lower(graph, {k: container.array(k) for k in specs}, False, e4m3.VARIANT_OF[fma], LIBRARY, 1)  # type: ignore[arg-type]
+        lowered = e4m3.lower(graph, {k: container.array(k) for k in specs}, False, variant, LIBRARY, 1)  # type: ignore[arg-type]
         sites = json.loads({p.key: p.value for p in graph.metadata_props}["uform.attention_sites"])
         ops = collections.Counter(n.op_type for n in lowered.graph.graph.node)
         assert ops["Attention"] == len(sites) > 0, name
@@ -479,12 +510,13 @@ def test_a_file_load_reads_each_matrix_into_scratch_and_keeps_none(
 
 
 def test_the_fma_peak_probe_answers_for_avx2_only() -> None:
-    """The benchmarks' share of peak: a positive rate for the avx2 kernels on 1 and 2 threads,
-    None for a variant without a probe."""
+    """The benchmarks' share of peak: a positive rate for AVX2's kernels (avx2, avx2-split)
+    on 1 and 2 threads, None for a variant without a probe."""
     lib = runnable("avx2")
-    one, two = lib.fma_peak("avx2", 1), lib.fma_peak("avx2", 2)
-    assert one is not None and two is not None and one > 1e9 and two > 1e9
-    for variant in sorted(lib.runnable - {"avx2"}):
+    for variant in ("avx2", "avx2-split"):
+        one, two = lib.fma_peak(variant, 1), lib.fma_peak(variant, 2)
+        assert one is not None and two is not None and one > 1e9 and two > 1e9
+    for variant in sorted(lib.runnable - {"avx2", "avx2-split"}):
         assert lib.fma_peak(variant, 1) is None
 
 

@@ -5,8 +5,8 @@
 
 namespace uform {
 
-constexpr int kAbi = 4;  // bump when an exported signature or an op's contract changes
-const Kernel* const kernels[kVariants] = {&kernel_avx2, &kernel_avx512, &kernel_avx512bf16};
+constexpr int kAbi = 5;  // bump when an exported signature or an op's contract changes
+const Kernel* const kernels[kVariants] = {&kernel_avx2, &kernel_avx512, &kernel_avx512bf16, &kernel_avx2_split};
 
 namespace {
 std::atomic<uint64_t> serials{1};
@@ -24,6 +24,7 @@ bool runnable(int variant) {
   __builtin_cpu_init();
   switch (variant) {
     case kAVX2:
+    case kAVX2Split:  // runs anywhere AVX2 does; chosen where 256-bit operations are split (splits_256)
       return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
     case kAVX512:
       return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
@@ -52,6 +53,10 @@ UFORM_EXPORT unsigned uform_ops_runnable() {
     if (runnable(v)) mask |= 1u << v;
   return mask;
 }
+
+// 1 when this CPU runs 256-bit AVX operations as two 128-bit halves (the avx2-split
+// variant's machines), else 0.
+UFORM_EXPORT int uform_ops_splits_256() { return splits_256() ? 1 : 0; }
 
 // Elements (uint16 for BF16, bytes for E4M3) of an [n, k] matrix packed for `variant`.
 UFORM_EXPORT int64_t uform_packed_elements(int variant, int64_t n, int64_t k) {
@@ -106,7 +111,7 @@ UFORM_EXPORT int uform_gemm(int variant, const float* x, int64_t m, int64_t k, c
 // share of it a product reaches); answers -1 for a variant that has no probe or that this
 // CPU cannot run.
 UFORM_EXPORT double uform_fma_peak(int variant, int threads) {
-  if (variant != kAVX2 || !runnable(variant) || threads < 1) return -1;
+  if ((variant != kAVX2 && variant != kAVX2Split) || !runnable(variant) || threads < 1) return -1;
   constexpr int64_t iterations = 1 << 24;  // ~0.1 s a thread
   double best = 0;
   for (int run = 0; run < 3; ++run) {
@@ -119,12 +124,13 @@ UFORM_EXPORT double uform_fma_peak(int variant, int threads) {
   return best;
 }
 
-// Attention outside ONNX Runtime (for parity tests) through `variant`'s kernel (avx512-bf16: AVX-512's):
+// Attention outside ONNX Runtime (for parity tests) through `variant`'s kernel (avx512-bf16: AVX-512's,
+// avx2-split: AVX2's):
 // answers 0, 1 for a variant this CPU cannot run, 2 for bad arguments.
 UFORM_EXPORT int uform_attention(int variant, const float* qkv, const float* mask, int mask_per_query, float* out,
                                  int64_t items, int64_t tokens, int64_t heads, int64_t head_dim, int threads) {
   if (variant < 0 || variant >= kVariants) return 1;
-  const bool wide = variant != kAVX2;  // avx512-bf16 runs AVX-512's attention
+  const bool wide = variant == kAVX512 || variant == kAVX512BF16;  // avx512-bf16 runs AVX-512's attention, avx2-split AVX2's
   if (!runnable(wide ? kAVX512 : kAVX2)) return 1;
   if (items < 0 || tokens < 0 || heads < 1 || head_dim < 16 || head_dim % 16) return 2;
   const Attention a{qkv, mask, mask_per_query != 0, out, items, tokens, heads, head_dim, 0};

@@ -4,7 +4,7 @@
 //
 // x is float32 [m, k] (row stride k); w holds the checkpoint's [n, k] matrix as raw bits,
 // BF16 (uint16) or FLOAT8 E4M3FN (uint8), packed at load for the variant (pack.cpp): panels
-// of `nr` output columns, each [k / pair][nr][pair] with pair = 2 for avx512-bf16 and avx2
+// of `nr` output columns, each [k / pair][nr][pair] with pair = 2 for avx512-bf16, avx2 and avx2-split
 // and 1 for avx512, zero-padded past n and k. scale (E4M3's per-output-channel scale) and
 // bias may be null. Work is cut into tasks (panels of output columns times a block of rows)
 // that any thread may run in any order: each writes its own part of y only.
@@ -16,7 +16,7 @@
 namespace uform {
 
 enum WeightType : int { kBF16 = 0, kE4M3 = 1 };
-enum Variant : int { kAVX2 = 0, kAVX512 = 1, kAVX512BF16 = 2, kVariants = 3 };
+enum Variant : int { kAVX2 = 0, kAVX512 = 1, kAVX512BF16 = 2, kAVX2Split = 3, kVariants = 4 };
 
 struct Gemm {
   const float* x;         // [m, k]
@@ -47,6 +47,10 @@ struct Kernel {
 extern const Kernel kernel_avx2;
 extern const Kernel kernel_avx512;
 extern const Kernel kernel_avx512bf16;
+extern const Kernel kernel_avx2_split;  // AVX2's, panels staged as float32 (kernels_avx2.cpp)
+
+// Whether this CPU runs 256-bit AVX operations as two 128-bit halves (kernels_avx2.cpp).
+bool splits_256();
 
 // The 256 E4M3FN codes decoded exactly (NaN codes decode to 0: quantize never writes them).
 extern const float e4m3_to_f32[256];

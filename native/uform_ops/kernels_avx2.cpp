@@ -20,6 +20,14 @@
 //   converts from memory as it sums. A conversion from memory costs the FMA pipes next to
 //   nothing; in registers, five integer operations, two extracts and four conversions a pair
 //   made a step of six rows take 1.34x the FMAs' time, for every group again.
+//
+// Where 256-bit operations run as two 128-bit halves (AMD Zen 1 and Zen+: `splits_256`),
+// the widening's integer operations and conversions take slots of the two FMA pipes, so the
+// `avx2-split` variant stages a panel as float32 instead (`stage_f32`, into L1 or L2), the
+// loop then only loading weights as an FP32 GEMM does: BF16 from 25 rows (five groups; below,
+// its shift and mask cost less than the staging), E4M3 from 7 (two groups). Same bits: every
+// weight widens exactly and the sums run in the same order.
+#include <cpuid.h>
 #include <immintrin.h>
 
 #include <algorithm>
@@ -39,6 +47,9 @@ namespace avx2 {
 
 constexpr int64_t NR = 16, MR = 6, PAIR = 2;
 constexpr int STAGED = 2;            // `widened`'s weights: E4M3 panels staged as F16 bits (beside kBF16, kE4M3)
+constexpr int WIDE = 3;              // `widened`'s weights: panels staged as float32 (avx2-split)
+constexpr int64_t WIDE_BF16_FROM = 25;  // avx2-split: rows from which BF16 panels are staged as float32
+constexpr int64_t WIDE_E4M3_FROM = 7;   // avx2-split: rows from which E4M3 panels are staged as float32
 constexpr int64_t STAGE_FROM = 8;    // rows from which E4M3 panels are staged (7: 0.98x, two groups of 4 and 3)
 constexpr int64_t MC = 96;           // rows per task at most
 constexpr int64_t PANELS = 4;        // panels per task at most
@@ -138,6 +149,34 @@ static void stage(const Gemm& g, int64_t j, uint16_t* out) {
   }
 }
 
+// Panel j's weights as float32, [k / 2][even 16, odd 16] floats: each pair widened as
+// `Widen` does in registers, once for every group of rows that reads the panel.
+static void stage_f32(const Gemm& g, int64_t j, float* out) {
+  const int64_t pairs = (g.k + 1) / 2, word = g.wtype == kBF16 ? 4 : 2;
+  const char* at = static_cast<const char*>(g.w) + j * pairs * NR * word;
+  for (int64_t p = 0; p < pairs; ++p, at += NR * word, out += 2 * NR) {
+    _mm_prefetch(at + REACH, _MM_HINT_T0);
+    __m256 e0, e1, o0, o1;
+    if (g.wtype == kBF16) {
+      Widen::bf16(at, 0, e0, e1, o0, o1);
+    } else {
+      Widen::e4m3(at, 0, e0, e1, o0, o1);
+    }
+    _mm256_store_ps(out, e0);
+    _mm256_store_ps(out + 8, e1);
+    _mm256_store_ps(out + 16, o0);
+    _mm256_store_ps(out + 24, o1);
+  }
+}
+
+static inline void wide(const void* w, int64_t p, __m256& e0, __m256& e1, __m256& o0, __m256& o1) {
+  const float* at = static_cast<const float*>(w) + p * 2 * NR;
+  e0 = _mm256_load_ps(at);
+  e1 = _mm256_load_ps(at + 8);
+  o0 = _mm256_load_ps(at + 16);
+  o1 = _mm256_load_ps(at + 24);
+}
+
 static inline void staged(const void* w, int64_t p, __m256& e0, __m256& e1, __m256& o0, __m256& o1) {
   const __m128i* at = reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(w) + p * 2 * NR);
   e0 = _mm256_cvtph_ps(_mm_load_si128(at));
@@ -147,12 +186,12 @@ static inline void staged(const void* w, int64_t p, __m256& e0, __m256& e1, __m2
 }
 
 // Rows [row, row + R) times the 16 columns of panel `w` over all of k (WT: kBF16 or kE4M3
-// packed pairs, widened in registers, or STAGED F16 bits): the sums stay in registers from
+// packed pairs, widened in registers, STAGED F16 bits or WIDE float32): the sums stay in registers from
 // the first k to the last and y is written once. `next`: bytes from the panel to what is
 // fetched into L2 as it is read (0: the panel itself, in cache already).
 template <int R, int WT>
 __attribute__((noinline)) static void widened(const Gemm& g, int64_t row, int64_t n0, const void* w, int64_t next) {
-  constexpr int64_t word = WT == kE4M3 ? 2 : 4;  // bytes of a column's pair: two E4M3 codes, two BF16 weights or two staged F16 ones
+  constexpr int64_t word = WT == kE4M3 ? 2 : WT == WIDE ? 8 : 4;  // bytes of a column's pair: two E4M3 codes, two BF16 weights, two staged F16 ones or float32
   alignas(32) __m256 acc[MR][2];                  // R of them used; the assembly writes six
 #pragma GCC unroll 6
   for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
@@ -193,6 +232,9 @@ __attribute__((noinline)) static void widened(const Gemm& g, int64_t row, int64_
 // staged E4M3: the F16 bits, converted from memory
 #define UFORM_F16_EVEN "vcvtph2ps (%[b]), %%ymm12\n\tvcvtph2ps 16(%[b]), %%ymm13\n\t"
 #define UFORM_F16_ODD "vcvtph2ps 32(%[b]), %%ymm12\n\tvcvtph2ps 48(%[b]), %%ymm13\n\t"
+// staged float32: loads alone
+#define UFORM_F32_EVEN "vmovaps (%[b]), %%ymm12\n\tvmovaps 32(%[b]), %%ymm13\n\t"
+#define UFORM_F32_ODD "vmovaps 64(%[b]), %%ymm12\n\tvmovaps 96(%[b]), %%ymm13\n\t"
 // the next panel, fetched into L2 at the rate this one is read (by the first group only)
 #define UFORM_PFN "prefetcht1 (%[b],%[next],1)\n\t"
 #define UFORM_WIDEN(HALF, SETUP, EVEN, ODD, STEP)                                               \
@@ -223,12 +265,19 @@ __attribute__((noinline)) static void widened(const Gemm& g, int64_t row, int64_
 #define UFORM_BF16(HALF) UFORM_WIDEN(HALF, "vmovdqa %[mask], %%ymm15\n\t", UFORM_BF16_EVEN, UFORM_BF16_ODD, 64)
 #define UFORM_E4M3(HALF) UFORM_WIDEN(HALF, "", UFORM_E4M3_EVEN, UFORM_E4M3_ODD, 32)
 #define UFORM_F16(HALF) UFORM_WIDEN(HALF, "", UFORM_F16_EVEN, UFORM_F16_ODD, 64)
+#define UFORM_F32(HALF) UFORM_WIDEN(HALF, "", UFORM_F32_EVEN, UFORM_F32_ODD, 128)
       if constexpr (WT == kBF16 && R == 6) {
         UFORM_BF16(UFORM_HALF6);
       } else if constexpr (WT == kBF16 && R == 5) {
         UFORM_BF16(UFORM_HALF5);
       } else if constexpr (WT == kBF16) {
         UFORM_BF16(UFORM_HALF4);
+      } else if constexpr (WT == WIDE && R == 6) {
+        UFORM_F32(UFORM_HALF6);
+      } else if constexpr (WT == WIDE && R == 5) {
+        UFORM_F32(UFORM_HALF5);
+      } else if constexpr (WT == WIDE) {
+        UFORM_F32(UFORM_HALF4);
       } else if constexpr (WT == STAGED && R == 6) {
         UFORM_F16(UFORM_HALF6);
       } else if constexpr (WT == STAGED && R == 5) {
@@ -242,6 +291,9 @@ __attribute__((noinline)) static void widened(const Gemm& g, int64_t row, int64_
       } else {
         UFORM_E4M3(UFORM_HALF4);
       }
+#undef UFORM_F32
+#undef UFORM_F32_ODD
+#undef UFORM_F32_EVEN
 #undef UFORM_F16
 #undef UFORM_F16_ODD
 #undef UFORM_F16_EVEN
@@ -260,7 +312,7 @@ __attribute__((noinline)) static void widened(const Gemm& g, int64_t row, int64_
       p = full;
     }
   }
-  const auto pair = WT == kBF16 ? Widen::bf16 : WT == STAGED ? staged : Widen::e4m3;
+  const auto pair = WT == kBF16 ? Widen::bf16 : WT == STAGED ? staged : WT == WIDE ? wide : Widen::e4m3;
   for (; p < full; ++p) {
     _mm_prefetch(static_cast<const char*>(w) + p * NR * word + REACH, _MM_HINT_T0);
     _mm_prefetch(static_cast<const char*>(w) + p * NR * word + next, _MM_HINT_T1);
@@ -304,22 +356,24 @@ static inline void widened_rows(int64_t count, const Gemm& g, int64_t row, int64
 }
 
 struct Staging {
-  uint16_t* data = nullptr;
-  int64_t pairs = 0;
+  void* data = nullptr;
+  int64_t bytes = 0;
   ~Staging() { std::free(data); }
-  uint16_t* fit(int64_t need) {  // room for `need` staged pairs (64 bytes each)
-    if (need > pairs) {
+  void* fit(int64_t need) {  // room for `need` bytes (a multiple of 64)
+    if (need > bytes) {
       std::free(data);
-      data = static_cast<uint16_t*>(std::aligned_alloc(64, size_t(need) * 2 * NR * sizeof(uint16_t)));
-      if (data == nullptr) std::abort();  // a panel's F16 bits: k * 64 bytes
-      pairs = need;
+      data = std::aligned_alloc(64, size_t(need));
+      if (data == nullptr) std::abort();  // a panel: k * 32 bytes (F16 bits) or k * 64 (float32)
+      bytes = need;
     }
     return data;
   }
 };
 
-static thread_local Staging staging;  // one E4M3 panel's F16 bits (8 rows or more)
+static thread_local Staging staging;  // one panel, staged as F16 bits or float32
 
+// SPLIT: the avx2-split variant's task (panels staged as float32, see the top of the file).
+template <bool SPLIT>
 static void task(const Gemm& g, int64_t t) {
   const Cut c = cut(g);
   const int64_t panels = ceil_div(g.n, NR), pairs = (g.k + 1) / 2;
@@ -332,11 +386,17 @@ static void task(const Gemm& g, int64_t t) {
   // a lone row or two whose few sums leave the FMA pipes waiting on their latency
   const int64_t groups = ceil_div(r1 - r0, MR);
   const int64_t word = g.wtype == kBF16 ? 4 : 2;  // bytes of a column's packed pair
-  uint16_t* const staged = g.wtype == kE4M3 && r1 - r0 >= STAGE_FROM ? staging.fit(pairs) : nullptr;
+  const bool wide = SPLIT && r1 - r0 >= (g.wtype == kBF16 ? WIDE_BF16_FROM : WIDE_E4M3_FROM);
+  const bool f16 = !wide && g.wtype == kE4M3 && r1 - r0 >= STAGE_FROM;
+  void* const staged = wide || f16 ? staging.fit(pairs * 2 * NR * (wide ? 4 : 2)) : nullptr;
   for (int64_t j = j0; j < j1; ++j) {
     const char* packed = static_cast<const char*>(g.w) + j * pairs * NR * word;
-    if (staged) stage(g, j, staged);
-    const void* w = staged ? static_cast<const void*>(staged) : packed;
+    if (wide) {
+      stage_f32(g, j, static_cast<float*>(staged));
+    } else if (f16) {
+      stage(g, j, static_cast<uint16_t*>(staged));
+    }
+    const void* w = staged ? staged : packed;
     for (int64_t q = 0, row = r0; q < groups; ++q) {
       const int64_t count = ceil_div(r1 - row, groups - q);
       // the first group of rows also fetches the next panel into L2 as it reads this one:
@@ -344,10 +404,13 @@ static void task(const Gemm& g, int64_t t) {
       // through the F16 bits reach over twice the 32-byte packed pairs); E4M3 widened in
       // registers (a single group, half the bytes) gained nothing from it (within 2 %). A
       // task's last panel fetches the next task's first too, whichever thread takes it (short
-      // queries +0.3-4.8 % in three interleaved runs, large m the same)
-      const bool ahead = q == 0 && j + 1 < panels && (g.wtype == kBF16 || staged);
+      // queries +0.3-4.8 % in three interleaved runs, large m the same). Not from panels
+      // staged as float32, whose 128-byte steps would reach four times past the next panel.
+      const bool ahead = q == 0 && j + 1 < panels && !wide && (g.wtype == kBF16 || f16);
       const int64_t next = ahead ? int64_t(reinterpret_cast<intptr_t>(packed + pairs * NR * word) - reinterpret_cast<intptr_t>(w)) : 0;
-      if (g.wtype == kBF16) {
+      if (wide) {
+        widened_rows<MR, WIDE>(count, g, row, j * NR, w, next);
+      } else if (g.wtype == kBF16) {
         widened_rows<MR, kBF16>(count, g, row, j * NR, w, next);
       } else if (staged) {
         widened_rows<MR, STAGED>(count, g, row, j * NR, w, next);
@@ -429,6 +492,17 @@ void encode_e4m3_avx2(const uint16_t* row, int64_t k, float inverse, uint8_t* co
   }
 }
 
-const Kernel kernel_avx2 = {"avx2", avx2::NR, avx2::PAIR, avx2::MC, false, avx2::task, nullptr, avx2::count};
+// Whether this CPU runs 256-bit AVX operations as two 128-bit halves: AMD's CPUID leaf
+// 0x8000001A says so in EAX (FP128 set, FP256 clear: Zen 1, Zen+ and Hygon's Dhyana; Zen 2 and
+// later set FP256). CPUs without the leaf (Intel's) are taken as full width.
+bool splits_256() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (__get_cpuid_max(0x80000000u, nullptr) < 0x8000001Au) return false;
+  __cpuid(0x8000001Au, a, b, c, d);
+  return (a & 1u) && !(a & 4u);
+}
+
+const Kernel kernel_avx2 = {"avx2", avx2::NR, avx2::PAIR, avx2::MC, false, avx2::task<false>, nullptr, avx2::count};
+const Kernel kernel_avx2_split = {"avx2-split", avx2::NR, avx2::PAIR, avx2::MC, false, avx2::task<true>, nullptr, avx2::count};
 
 }  // namespace uform

@@ -7,12 +7,12 @@
 //   MatMulE4M3(X: float[..., k], W: uint8 E4M3FN codes, scale: float[n], bias?: float[n])
 // each computing y = scale * (x @ W^T) + bias for the checkpoint's [n, k] matrix W, held
 // packed for the kernels (uform_pack), with the attributes `variant` (0 avx2, 1 avx512,
-// 2 avx512-bf16) naming the kernels, `n` the output width and, optionally, `threads` the
+// 2 avx512-bf16, 3 avx2-split) naming the kernels, `n` the output width and, optionally, `threads` the
 // session's intra-op threads (variants that cut a product by its shape size tasks to it); and
 //   Attention(qkv: float[B * T, 3 * W], shape: int64[2] = (B, T), mask?: float) -> float[B * T, W]
 // multi-head attention of `heads` heads over a fused qkv projection, the additive mask
 // [B, 1, 1, T] (padding) or [T, T] (causal), float32 throughout, with the optional attribute
-// `variant` (0: AVX2 with FMA; 1 and 2: AVX-512 F; absent: AVX-512 where the CPU has it). A kernel whose
+// `variant` (0 and 3: AVX2 with FMA; 1 and 2: AVX-512 F; absent: AVX-512 where the CPU has it). A kernel whose
 // instructions this CPU lacks is refused when the session is created, with a message;
 // nothing runs an illegal instruction.
 // Work runs on ONNX Runtime's intra-op thread pool (KernelContext_ParallelFor).
@@ -292,8 +292,8 @@ struct AttentionOp : OrtCustomOp {
       if (heads < 1) return fail(api, "ai.uform.Attention: heads must be positive");
       int64_t variant = runnable(kAVX512) ? kAVX512 : kAVX2;  // optional: the kernels' variant (avx512-bf16 runs AVX-512's)
       if (OrtStatus* status = api->KernelInfoGetAttribute_int64(info, "variant", &variant)) api->ReleaseStatus(status);
-      if (variant < 0 || variant >= kVariants) return fail(api, "ai.uform.Attention: variant must be 0, 1 or 2");
-      const bool wide = variant != kAVX2;
+      if (variant < 0 || variant >= kVariants) return fail(api, "ai.uform.Attention: variant must be 0, 1, 2 or 3");
+      const bool wide = variant == kAVX512 || variant == kAVX512BF16;
       if (!runnable(wide ? kAVX512 : kAVX2))
         return api->CreateStatus(ORT_NOT_IMPLEMENTED, wide ? "ai.uform.Attention: this CPU lacks AVX-512" : "ai.uform.Attention: this CPU lacks AVX2 and FMA");
       auto* kernel = new (std::nothrow) AttentionKernel{api, heads, wide ? attention_task : attention_task_avx2, "ai.uform.Attention"};

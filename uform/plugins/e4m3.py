@@ -14,7 +14,8 @@ session has its own copy, packed on the domain's CPUs. Each attention also runs 
 
 Kernels come in a variant per CPU class — AVX2 FMA (x86-64-v3), AVX-512 FMA (x86-64-v4),
 AVX-512 BF16 dot products (x86-64-v4+vnni+bf16 and AMX machines) — chosen by the detected or
-pinned ``cpu_class``, and run on ONNX Runtime's intra-op thread pool. A class without
+pinned ``cpu_class``; on x86-64-v3, the ``avx2-split`` kernels where the CPU runs 256-bit
+operations as two halves (AMD Zen 1 and Zen+), the ``avx2`` kernels elsewhere — and run on ONNX Runtime's intra-op thread pool. A class without
 kernels (x86-64-v2, Arm) is left to the cpu backend, as is ``quantization=Scalar.F32``.
 Exported towers never use these ops (see ``uform.exporters``).
 """
@@ -40,15 +41,16 @@ from uform.plugins.sessions import Fed, Replicas, on_cpus, ort_values, session_o
 
 DOMAIN = "ai.uform"
 MIN_ONNXRUNTIME = (1, 21)  # the C API version the library is built against
-VARIANT_OF = {
+VARIANT_OF = {  # x86-64-v3's: see variant_of
     CPUClass.X86_64_V3: "avx2",
     CPUClass.X86_64_V4: "avx512",
     CPUClass.X86_64_V4_VNNI_BF16: "avx512-bf16",
     CPUClass.X86_64_AMX: "avx512-bf16",
 }
-FUSED_ATTENTION = frozenset({"avx2", "avx512", "avx512-bf16"})  # variants whose loads run attention as one op (benchmarks/attention.py)
+FUSED_ATTENTION = frozenset({"avx2", "avx512", "avx512-bf16", "avx2-split"})  # variants whose loads run attention as one op (benchmarks/attention.py)
 COMPUTE = {
     "avx2": "float32 products of weights widened in cache (avx2 kernels)",
+    "avx2-split": "float32 products of weights widened in cache (avx2-split kernels: 256-bit operations run as two halves here)",
     "avx512": "float32 products of weights widened in cache (avx512 kernels)",
     "avx512-bf16": "bf16 products, float32 sums (avx512-bf16 kernels)",
 }
@@ -75,16 +77,27 @@ def accepts(request: LoadRequest) -> str | None:
     if request.quantization not in (Scalar.BF16, Scalar.E4M3):
         return f"holds weights in bf16 or e4m3, not {request.quantization}"
     chosen = choose_class(request.cpu_class, machine_classes())  # a class beyond the machine raises
-    variant = VARIANT_OF.get(chosen)
+    variant = variant_of(chosen)
     if variant is None or variant not in library().runnable:
         return f"has no kernels for cpu_class {chosen} (it has {', '.join(sorted(library().runnable))})"
     return None
 
 
+def variant_of(cpu_class: CPUClass) -> str | None:
+    """The kernel variant a load for ``cpu_class`` runs on this machine (None: no kernels).
+    x86-64-v3 takes ``avx2-split`` where this CPU runs 256-bit operations as two 128-bit
+    halves: there the ``avx2`` kernels' widening in registers takes the FMA pipes' slots
+    (docs/backends.md, "Kernels and CPU classes")."""
+    variant = VARIANT_OF.get(cpu_class)
+    if variant == "avx2" and library().splits_256:
+        return "avx2-split"
+    return variant
+
+
 def describe_here() -> str:
     """The kernels a load on this machine would run, in words (for ``uform plugins``)."""
     best = choose_class(None, machine_classes())
-    variant = VARIANT_OF.get(best)
+    variant = variant_of(best)
     what = f"{COMPUTE[variant]} for {best}" if variant else f"no kernels for {best}: the cpu backend serves"
     return f"{what}; library {library().path}"
 
@@ -142,7 +155,8 @@ def open_ram(request: LoadRequest) -> Placement:
 
     lib = library()
     cpu_class = choose_class(request.cpu_class, machine_classes())
-    variant = VARIANT_OF[cpu_class]
+    variant = variant_of(cpu_class)
+    assert variant is not None  # accepts() refused the load otherwise
     plan = domain_plan(check_domains(request.memory_domains, numa_nodes()), request.executor.threads)
     quantize = request.quantization is Scalar.E4M3
     runners: dict[str, Runner] = {}

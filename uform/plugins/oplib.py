@@ -24,8 +24,8 @@ from typing import Any
 
 import numpy as np
 
-ABI = 4  # uform_ops_abi() of the library this module speaks to
-VARIANTS = ("avx2", "avx512", "avx512-bf16")  # kernel variants, by the index the ops take
+ABI = 5  # uform_ops_abi() of the library this module speaks to
+VARIANTS = ("avx2", "avx512", "avx512-bf16", "avx2-split")  # kernel variants, by the index the ops take
 BF16, E4M3 = 0, 1  # weight types, as the library numbers them
 ENVIRONMENT = "UFORM_OPS_LIBRARY"
 _P, _I64 = ctypes.c_void_p, ctypes.c_int64
@@ -41,11 +41,14 @@ def _pointer(array: np.ndarray | None) -> Any:
 
 @dataclass(frozen=True)
 class OpLibrary:
-    """A loaded op library: its path and the kernel variants this CPU runs."""
+    """A loaded op library: its path, the kernel variants this CPU runs, and whether this
+    CPU runs 256-bit AVX operations as two 128-bit halves (``splits_256``: AMD Zen 1 and
+    Zen+, whose AVX2 loads take the ``avx2-split`` kernels)."""
 
     path: Path
     handle: ctypes.CDLL
     runnable: frozenset[str]
+    splits_256: bool = False
 
     def packed_elements(self, variant: str, n: int, k: int) -> int:
         """Elements of an [n, k] matrix packed for ``variant`` (panels padded with zeros)."""
@@ -122,7 +125,7 @@ class OpLibrary:
     def fma_peak(self, variant: str, threads: int = 1) -> float | None:
         """FLOP/s of ``variant``'s FMAs on ``threads`` threads at once with nothing but
         registers (the best of 3 runs of about 0.1 s): the class's peak as measured here, for
-        benchmarks' share of peak. None where the variant has no probe (only avx2 has one)."""
+        benchmarks' share of peak. None where the variant has no probe (only AVX2's have one)."""
         rate = float(self.handle.uform_fma_peak(VARIANTS.index(variant), max(1, threads)))
         return rate if rate > 0 else None
 
@@ -136,8 +139,8 @@ class OpLibrary:
         threads: int = 1,
         variant: str = "avx512",
     ) -> np.ndarray:
-        """The ``Attention`` op outside ONNX Runtime, through ``variant``'s kernel (``avx2``'s
-        own, or AVX-512's for the others): ``qkv`` float32 [items * tokens, 3W]; ``mask``
+        """The ``Attention`` op outside ONNX Runtime, through ``variant``'s kernel (AVX2's for
+        ``avx2`` and ``avx2-split``, AVX-512's for the others): ``qkv`` float32 [items * tokens, 3W]; ``mask``
         additive, [items, tokens] (padding), or [tokens, tokens] when ``causal``."""
         qkv = np.ascontiguousarray(qkv, np.float32)
         rows, triple = qkv.shape
@@ -211,5 +214,7 @@ def library() -> OpLibrary:
     handle.uform_attention.restype = ctypes.c_int
     handle.uform_fma_peak.restype = ctypes.c_double
     handle.uform_ops_runnable.restype = ctypes.c_uint
+    handle.uform_ops_splits_256.restype = ctypes.c_int
     mask = int(handle.uform_ops_runnable())
-    return OpLibrary(path, handle, frozenset(v for i, v in enumerate(VARIANTS) if mask >> i & 1))
+    runnable = frozenset(v for i, v in enumerate(VARIANTS) if mask >> i & 1)
+    return OpLibrary(path, handle, runnable, bool(handle.uform_ops_splits_256()))
