@@ -172,12 +172,13 @@ def nbits_backend() -> Any:
 
 def worker(run: str, path: Path, tower: str, seconds: float) -> dict[str, Any]:
     import onnxruntime  # noqa: F401 - imported before the baseline, as uform's load imports it
-    import torch
 
     import uform
 
-    threads = uform.core.executor.available_cores()
-    torch.set_num_threads(threads)
+    if run.startswith("torch"):  # only PyTorch's runs import it (2-3 s a process; a uform user has no torch)
+        import torch
+
+        torch.set_num_threads(uform.core.executor.available_cores())
     items = {1: 8, 64: 64} if tower == "text" else {1: 4, 64: 64}
     inputs: list[Any] = []
     if tower == "text":
