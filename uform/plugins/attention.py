@@ -41,7 +41,9 @@ def fuse_attention(graph: onnx.ModelProto, variant: int) -> onnx.ModelProto:
         context = site["context"]
         if site["head_dim"] % 16 or context not in producer:
             continue
-        region = _after(site["qkv"], nodes, readers) & _before(context, nodes, producer)
+        # what lies between: made from the projection and making the context (the walk back
+        # stops at the projection, the walk forward stays within what the walk back found)
+        region = _after(site["qkv"], nodes, readers, _before(context, nodes, producer, site["qkv"]))
         made = {out for i in region for out in nodes[i].output} - {context}
         if made & outputs or any(j not in region for name in made for j in readers.get(name, [])):
             continue
@@ -56,24 +58,25 @@ def fuse_attention(graph: onnx.ModelProto, variant: int) -> onnx.ModelProto:
     return out
 
 
-def _after(value: str, nodes: list[onnx.NodeProto], readers: dict[str, list[int]]) -> set[int]:
-    """The nodes that read ``value``, directly or through others."""
+def _after(value: str, nodes: list[onnx.NodeProto], readers: dict[str, list[int]], within: set[int]) -> set[int]:
+    """The nodes of ``within`` that read ``value``, directly or through others of them."""
     seen: set[int] = set()
     stack = [value]
     while stack:
         for i in readers.get(stack.pop(), []):
-            if i not in seen:
+            if i in within and i not in seen:
                 seen.add(i)
                 stack.extend(nodes[i].output)
     return seen
 
 
-def _before(value: str, nodes: list[onnx.NodeProto], producer: dict[str, int]) -> set[int]:
-    """The nodes ``value`` is made from, directly or through others."""
+def _before(value: str, nodes: list[onnx.NodeProto], producer: dict[str, int], stop: str) -> set[int]:
+    """The nodes ``value`` is made from, directly or through others, not looking past ``stop``."""
     seen: set[int] = set()
     stack = [value]
     while stack:
-        i = producer.get(stack.pop())
+        at = stack.pop()
+        i = producer.get(at) if at != stop else None
         if i is not None and i not in seen:
             seen.add(i)
             stack.extend(nodes[i].input)
