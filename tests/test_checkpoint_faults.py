@@ -167,6 +167,23 @@ def test_nonfinite_weights_are_refused_naming_the_tensor(
         uform.Model.load_ram(path)
 
 
+def test_a_matrix_with_bad_weights_in_two_panels_is_refused_naming_the_first(tiny_text: Path, tmp_path: Path) -> None:
+    """The e4m3 backend reads a file's BF16 matrices unchecked and lets the packing check their
+    bits (on several threads, panel by panel): a refusal still names the tensor and its first
+    bad weight, whichever thread met one first."""
+    tensor = "text.blocks.0.mlp.fc1.weight"
+    blob = tiny_text.read_bytes()
+    rows, k = json.loads(blob[8 : 8 + struct.unpack("<Q", blob[:8])[0]])[tensor]["shape"]
+    assert rows > 32  # the two bad weights lie in different panels of 16 rows
+    path = tmp_path / "poisoned.safetensors"
+    path.write_bytes(tiny_text.read_bytes())
+    path.write_bytes(_poisoned(path, tensor, 40 * k + 1, np.inf))
+    path.write_bytes(_poisoned(path, tensor, 3 * k + 2, np.nan))
+    for quantization in ("bf16", "e4m3"):
+        with pytest.raises(uform.CheckpointError, match=re.escape(f"tensor '{tensor}': holds NaN or infinite values (the first, nan, at index [3, 2])")):
+            uform.Model.load_ram(path, quantization=quantization)
+
+
 def test_nonfinite_check_reads_the_bits_of_every_float_dtype(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(safetensors, "FINITE_CHUNK", 7)  # the bad value lies in a later chunk
     for dtype in ("BF16", "F16", "F32", "F64", "F8_E4M3", "F8_E5M2"):

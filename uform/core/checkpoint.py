@@ -120,13 +120,17 @@ class CheckpointFile:
         e = self.entries[name]
         return e.end - e.begin
 
-    def read_into(self, name: str, out: np.ndarray) -> np.ndarray:
+    def read_into(self, name: str, out: np.ndarray, skip_bf16_check: bool = False) -> np.ndarray:
         """Tensor ``name`` read into the front of ``out`` (a flat uint8 array of at least
-        :meth:`nbytes`), checked finite; answers it as a typed, shaped view of ``out``."""
+        :meth:`nbytes`), checked finite; answers it as a typed, shaped view of ``out``.
+        ``skip_bf16_check``: a BF16 tensor is not checked here, for a caller that checks every
+        weight's bits as it reads them anyway (the op library's packing: 0.16 s of a 823 MiB
+        load on 2 cores spent scanning the bits twice)."""
         e = self.entries[name]
         data = out[: e.end - e.begin]
         self._fill(data, self._start + e.begin)
-        safetensors.check_tensor(e, data, self._scratch)
+        if not (skip_bf16_check and e.dtype == "BF16"):
+            safetensors.check_tensor(e, data, self._scratch)
         return data.view(safetensors.DTYPES[e.dtype]).reshape(e.shape)
 
     def array(self, name: str) -> np.ndarray:

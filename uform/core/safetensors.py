@@ -76,8 +76,9 @@ class Container:
         e = self.entries[name]
         return e.end - e.begin
 
-    def read_into(self, name: str, out: np.ndarray) -> np.ndarray:
-        """Tensor ``name`` copied into the front of ``out`` (flat uint8), as a typed, shaped view."""
+    def read_into(self, name: str, out: np.ndarray, skip_bf16_check: bool = False) -> np.ndarray:
+        """Tensor ``name`` copied into the front of ``out`` (flat uint8), as a typed, shaped view.
+        (Nothing is checked here: a parsed buffer is checked whole, :func:`check_finite`.)"""
         e = self.entries[name]
         data = out[: e.end - e.begin]
         data[:] = np.frombuffer(self.data[e.begin : e.end], np.uint8)

@@ -28,7 +28,7 @@ class Source(Protocol):
 
     def nbytes(self, name: str) -> int: ...
     def array(self, name: str) -> np.ndarray: ...
-    def read_into(self, name: str, out: np.ndarray) -> np.ndarray: ...
+    def read_into(self, name: str, out: np.ndarray, skip_bf16_check: bool = False) -> np.ndarray: ...
 
 
 class Stored(Mapping[str, np.ndarray]):
@@ -79,13 +79,14 @@ class Stored(Mapping[str, np.ndarray]):
         """The stored bytes of every weight."""
         return sum(self._source.nbytes(n) for n in self._names)
 
-    def fetch(self, name: str, scratch: np.ndarray) -> np.ndarray:
+    def fetch(self, name: str, scratch: np.ndarray, skip_bf16_check: bool = False) -> np.ndarray:
         """Weight ``name``, not kept: a view of memory already holding it, else read into the
         front of ``scratch`` (flat uint8, at least the weight's bytes), valid until the next
-        fetch into it."""
+        fetch into it. ``skip_bf16_check``: a BF16 weight read here is not checked finite (the
+        caller checks its bits itself)."""
         if name in self._read or not self._source.streams:
             return self[name]
-        return self._source.read_into(name, scratch)
+        return self._source.read_into(name, scratch, skip_bf16_check)
 
 
 def stored_bytes(weights: Mapping[str, np.ndarray]) -> int:

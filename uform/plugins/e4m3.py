@@ -119,14 +119,21 @@ def lower(
     shapes = [shape_of(weights, m) for m in names]
     # a matrix not read yet is read into one reused buffer and packed from there (reading the
     # next one on a thread of its own while this one was packed measured no faster: 2 cores)
-    scratch = np.empty(max((2 * math.prod(s) for s in shapes), default=0), np.uint8) if isinstance(weights, Stored) and weights.streams else None
+    stored = weights if isinstance(weights, Stored) and weights.streams else None
+    scratch = np.empty(max((2 * math.prod(s) for s in shapes), default=0), np.uint8) if stored is not None else None
+    last = [0]
 
     def fetch(i: int) -> np.ndarray:
-        return weights.fetch(names[i], scratch) if isinstance(weights, Stored) and scratch is not None else weights[names[i]]
+        # a BF16 matrix read from the file is not checked finite as it is read: the packing
+        # checks every weight's bits (and a refusal is read again, checked, to name it)
+        last[0] = i
+        return stored.fetch(names[i], scratch, skip_bf16_check=True) if stored is not None and scratch is not None else weights[names[i]]
 
     try:
         packed = lib.pack_all(variant, [(s, quantized[m]) for s, m in zip(shapes, names)], fetch, threads)
     except ValueError as exc:  # reading a tensor refuses non-finite weights first; this names them too
+        if stored is not None and scratch is not None and not isinstance(exc, CheckpointError):
+            stored.fetch(names[last[0]], scratch)  # checked: raises CheckpointError naming the tensor and its first bad weight
         raise CheckpointError(f"a matrix of the {graph.graph.name!r} tower: {exc}") from None
     for (index, matrix), (fed[matrix], scale) in zip(products.items(), packed):
         node = nodes[index]
