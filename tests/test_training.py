@@ -358,10 +358,10 @@ def test_smoothed_calibration_keeps_a_group_answered_all_right_off_the_floor() -
     assert cal.fit_temperatures(many.reshape(-1), np.arange(4001) * 3, drawn, np.zeros(4000, np.int64), 1, smoothing=True)[0][0] == pytest.approx(plain, rel=0.01)
 
 
-@pytest.mark.parametrize(("phase", "tower"), [("clips", "video"), ("pictures", "image")])
+@pytest.mark.parametrize(("phase", "tower"), [("clips", "video"), ("pictures", "image"), ("sounds", "audio")])
 def test_a_media_tower_phase_trains_that_tower_alone_into_its_checkpoint(tmp_path: Path, phase: str, tower: str) -> None:
-    """``--phase clips`` / ``--phase pictures --from CHECKPOINT``: the first phase's clip or
-    picture tower alone, from a fresh initialisation, written into the checkpoint with every
+    """``--phase clips`` / ``pictures`` / ``sounds --from CHECKPOINT``: the first phase's clip,
+    picture or sound tower alone, from a fresh initialisation, written into the checkpoint with every
     other tensor and the choice temperatures byte for byte; a variant is reproducible and
     another variant draws another tower; the checkpoint serves the tower's media."""
     import uform
@@ -393,11 +393,54 @@ def test_a_media_tower_phase_trains_that_tower_alone_into_its_checkpoint(tmp_pat
     try:
         if tower == "video":
             embeddings = model.video_encode([video_bytes(g.clip(np.random.default_rng(0)).frames)], uform.Arena()).embeddings
+        elif tower == "audio":
+            embeddings = model.audio_encode([audio_bytes(g.sound(np.random.default_rng(0)).samples)], uform.Arena()).embeddings
         else:
             embeddings = model.image_encode([image_bytes(g.picture(np.random.default_rng(0)).pixels)], uform.Arena()).embeddings
         assert embeddings.shape == (1, 16)
     finally:
         model.close()
+
+
+def test_the_sound_tower_can_take_another_front_end(tmp_path: Path) -> None:
+    """``--phase sounds --audio-front n_fft=…,n_mels=…``: the checkpoint's config says the new
+    front end, the sound tower's shapes follow it (its patches take n_mels × patch_frames
+    values, its positions one per patch of the new frame count), every other tensor is kept
+    byte for byte, and the runtime serves it; a key other than n_fft, hop, n_mels is refused."""
+    import uform
+    from uform.core.checkpoint import CheckpointFile
+    from uform.core.config import ModelConfig
+    from uform.training import Settings, train
+    from uform.training.alone import with_audio_front
+
+    common = dict(seed=0, steps=2, batch=4, decoder_batch=4, warmup=1, image_pool=4, video_pool=6, audio_pool=4,
+                  calibration_examples=60, evaluate=False, config=tiny_config(), decoder_steps=0, reading_steps=0)  # fmt: skip
+    start = tmp_path / "start.safetensors"
+    train(Settings(out=str(start), **common), log=lambda line: None)
+    before = tensors(start)
+    out = tmp_path / "front.safetensors"
+    lines: list[str] = []
+    train(Settings(out=str(out), phase="sounds", start=str(start), audio_front={"n_fft": 800, "n_mels": 24}, **common), log=lines.append)
+    assert "the sound tower's front end: n_fft 800, n_mels 24" in lines
+    with CheckpointFile(start) as a, CheckpointFile(out) as b:
+        old, new = ModelConfig.from_metadata(a.metadata).towers["audio"], ModelConfig.from_metadata(b.metadata).towers["audio"]
+        assert {k: v for k, v in new.items() if old[k] != v} == {"n_fft": 800, "n_mels": 24}
+        frames = 1 + (new["samples"] - 800) // new["hop"]
+        assert b.entries["audio.patch.weight"].shape[1] == 24 * new["patch_frames"]
+        assert b.entries["audio.pos.weight"].shape[0] == 1 + frames // new["patch_frames"]
+    after = tensors(out)
+    assert {name for name in before if not name.startswith("audio.")} == {name for name in after if not name.startswith("audio.")}
+    assert all(before[name] == after[name] for name in before if not name.startswith("audio."))
+    model = uform.Model.load_ram(out)
+    try:
+        assert model.audio_encode([audio_bytes(g.sound(np.random.default_rng(0)).samples)], uform.Arena()).embeddings.shape == (1, 16)
+    finally:
+        model.close()
+    with pytest.raises(ValueError, match="^audio_front sets n_fft, hop, n_mels, not width$"):
+        with_audio_front(tiny_config(), {"width": 8})
+    with pytest.raises(ValueError, match="^audio_front goes with the sounds phase$"):
+        train(Settings(out=str(tmp_path / "x.safetensors"), phase="pictures", start=str(start), audio_front={"n_mels": 24}, **common),
+              log=lambda line: None)  # fmt: skip
 
 
 def test_the_clip_tower_can_start_from_the_checkpoints_picture_tower(tmp_path: Path) -> None:
@@ -464,16 +507,22 @@ def test_the_clip_stage_trains_the_clip_tower_after_the_first_phase_from_its_pic
 def test_the_command_line_takes_the_media_tower_phases_and_their_variant(capsys: pytest.CaptureFixture[str]) -> None:
     from uform.training.__main__ import main
 
-    for argv, said in ((["--out", "x", "--phase", "clips"], "--from CHECKPOINT goes with --phase decoder, reading, clips or pictures"),
-                       (["--out", "x", "--phase", "pictures"], "--from CHECKPOINT goes with --phase decoder, reading, clips or pictures"),
-                       (["--out", "x", "--variant", "2"], "--variant goes with --phase clips or pictures"),
+    for argv, said in ((["--out", "x", "--phase", "clips"], "--from CHECKPOINT goes with --phase decoder, reading, clips, pictures or sounds"),
+                       (["--out", "x", "--phase", "pictures"], "--from CHECKPOINT goes with --phase decoder, reading, clips, pictures or sounds"),
+                       (["--out", "x", "--variant", "2"], "--variant goes with --phase clips, pictures or sounds"),
+                       (["--out", "x", "--phase", "pictures", "--from", "c", "--audio-front", "n_mels=64"],
+                        "--audio-front goes with --phase sounds"),
+                       (["--out", "x", "--phase", "sounds", "--from", "c", "--audio-front", "n_mels=lots"],
+                        "--audio-front takes n_fft=N,hop=N,n_mels=N (any of them), got 'n_mels=lots'"),
+                       (["--out", "x", "--phase", "sounds", "--from", "c", "--audio-front", "width=8"],
+                        "--audio-front takes n_fft=N,hop=N,n_mels=N (any of them), got 'width=8'"),
                        (["--out", "x", "--phase", "pictures", "--from", "c", "--clips-from-pictures"],
                         "--clips-from-pictures goes with --phase clips"),
                        (["--out", "x", "--phase", "decoder", "--from", "c", "--clip-stage"],
                         "--clip-stage goes with --phase all (the towers' phase)"),
                        (["--out", "x", "--canonical-vision", "1.5"], "--canonical-vision is a share, 0 to 1, got 1.5"),
                        (["--out", "x", "--reading-steps", "-1"], "--reading-steps is a count of steps, 0 or more, got -1"),
-                       (["--out", "x", "--phase", "reading"], "--from CHECKPOINT goes with --phase decoder, reading, clips or pictures")):  # fmt: skip
+                       (["--out", "x", "--phase", "reading"], "--from CHECKPOINT goes with --phase decoder, reading, clips, pictures or sounds")):  # fmt: skip
         with pytest.raises(SystemExit):
             main(argv)
         assert said in capsys.readouterr().err

@@ -1,4 +1,4 @@
-"""``python -m uform.training --out PATH --seed 0 [--steps N] [--minutes M] [--phase decoder|reading|clips|pictures --from CHECKPOINT]``."""
+"""``python -m uform.training --out PATH --seed 0 [--steps N] [--minutes M] [--phase decoder|reading|clips|pictures|sounds --from CHECKPOINT]``."""
 
 from __future__ import annotations
 
@@ -34,13 +34,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--phase", choices=PHASES, default="all",
                         help="all: the towers' phase, then the byte decoder's and its reading stage; decoder: the decoder's "
                              "and its reading stage alone, from --from; reading: the reading stage alone, from --from; "
-                             "clips, pictures: the first phase's clip or picture tower alone, into --from (default all)")
+                             "clips, pictures, sounds: the first phase's clip, picture or sound tower alone, into --from "
+                             "(default all)")
     parser.add_argument("--from", dest="start", default=None, metavar="CHECKPOINT",
-                        help="the checkpoint the decoder, reading, clips or pictures phase starts from (its other tensors are "
-                             "kept byte for byte)")
+                        help="the checkpoint the decoder, reading, clips, pictures or sounds phase starts from (its other "
+                             "tensors are kept byte for byte)")
     parser.add_argument("--variant", type=int, default=None,
-                        help="with --phase clips or pictures: seeds the tower's initialisation and data (default: --seed, which "
-                             "seeds the prototypes and must be the checkpoint's own)")
+                        help="with --phase clips, pictures or sounds: seeds the tower's initialisation and data (default: --seed, "
+                             "which seeds the prototypes and must be the checkpoint's own)")
+    parser.add_argument("--audio-front", default=None, metavar="n_fft=N,hop=N,n_mels=N",
+                        help="with --phase sounds: the sound tower's front end in place of the checkpoint's (any of the three; "
+                             "the written checkpoint's config says so)")
     parser.add_argument("--clips-from-pictures", action="store_true",
                         help="with --phase clips: the clip tower starts from --from's picture tower (its patches, positions, "
                              "blocks and projection), not from a fresh initialisation")
@@ -57,9 +61,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--report", default=None, help="write the run's result as JSON here")
     args = parser.parse_args(argv)
     if (args.phase != "all") != (args.start is not None):
-        parser.error("--from CHECKPOINT goes with --phase decoder, reading, clips or pictures, and they need it")
+        parser.error("--from CHECKPOINT goes with --phase decoder, reading, clips, pictures or sounds, and they need it")
     if args.variant is not None and args.phase not in ALONE:
-        parser.error("--variant goes with --phase clips or pictures")
+        parser.error("--variant goes with --phase clips, pictures or sounds")
+    front = None
+    if args.audio_front is not None:
+        if args.phase != "sounds":
+            parser.error("--audio-front goes with --phase sounds")
+        try:
+            front = {key.strip(): int(value) for key, value in (part.split("=") for part in args.audio_front.split(","))}
+        except ValueError:
+            parser.error(f"--audio-front takes n_fft=N,hop=N,n_mels=N (any of them), got {args.audio_front!r}")
+        if not front or set(front) - {"n_fft", "hop", "n_mels"}:
+            parser.error(f"--audio-front takes n_fft=N,hop=N,n_mels=N (any of them), got {args.audio_front!r}")
     if args.clips_from_pictures and args.phase != "clips":
         parser.error("--clips-from-pictures goes with --phase clips")
     if args.clip_stage and args.phase != "all":
@@ -76,7 +90,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings = Settings(out=args.out, seed=args.seed, steps=args.steps, minutes=args.minutes, batch=args.batch,
                         image_factor=args.image_factor, text_groups=args.text_groups, decoder_row=args.decoder_row, image_pool=args.image_pool, video_pool=args.video_pool, audio_pool=args.audio_pool,
                         canonical_vision=args.canonical_vision, evaluate=not args.no_evaluate, phase=args.phase, start=args.start,
-                        variant=args.variant, clips_from_pictures=args.clips_from_pictures, clip_stage=args.clip_stage,
+                        variant=args.variant, clips_from_pictures=args.clips_from_pictures, clip_stage=args.clip_stage, audio_front=front,
                         decoder_steps=args.decoder_steps, reading_steps=args.reading_steps)  # fmt: skip
     result = train(settings, lambda line: print(line, flush=True))
     if args.report:

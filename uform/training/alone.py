@@ -1,5 +1,5 @@
-"""One media tower alone (``--phase clips``, ``--phase pictures``): what a tower's recipe gives
-from seed to seed.
+"""One media tower alone (``--phase clips``, ``--phase pictures``, ``--phase sounds``): what a
+tower's recipe gives from seed to seed.
 
 The media towers learn against fixed prototypes (:func:`~uform.training.recipe.prototypes`,
 drawn from the seed) and their gradients are clipped tower by tower, so the first phase's clip
@@ -9,6 +9,8 @@ initialisation and the stream of its media, the ``seed`` the prototypes (it must
 checkpoint was trained with: the shipped one's is 0). The tower is written into the checkpoint
 it starts from, every other tensor and the choice temperatures kept byte for byte (a media
 tower plays no part in ``text_choose``), so the result reads at once with ``uform evaluate``.
+The sound tower may take another front end (``Settings.audio_front``: its ``n_fft``, ``hop``
+and ``n_mels``); the checkpoint's config then says so, and the tower's shapes follow it.
 docs/training.md has what its draws read.
 """
 
@@ -25,7 +27,11 @@ from torch import nn
 from uform.exporters.reference import ReferenceModel
 from uform.exporters.reference.video import VideoTower
 
+from uform.core.config import ModelConfig
+
 from .recipe import ALONE, Inputs, Result, Settings, clip_losses, contrastive, cosine, initialise, optimise, prototypes, save
+
+FRONT = ("n_fft", "hop", "n_mels")  # what Settings.audio_front may set
 
 
 def pictures_into_clips(model: ReferenceModel, tower: nn.Module) -> list[str]:
@@ -40,16 +46,33 @@ def pictures_into_clips(model: ReferenceModel, tower: nn.Module) -> list[str]:
     return taken
 
 
+def with_audio_front(config: ModelConfig, front: dict[str, int]) -> ModelConfig:
+    """``config`` with the audio tower's ``front`` (a subset of :data:`FRONT`) in place of its own."""
+    unknown = sorted(set(front) - set(FRONT))
+    if unknown:
+        raise ValueError(f"audio_front sets {', '.join(FRONT)}, not {', '.join(unknown)}")
+    raw = {**config.raw, "towers": {**config.raw["towers"], "audio": {**config.raw["towers"]["audio"], **front}}}
+    return ModelConfig.from_dict(raw)
+
+
 def train_alone(settings: Settings, log: Callable[[str], None], started: float) -> Result:
     """``settings.steps`` steps of the tower of ``settings.phase`` (:data:`~uform.training.recipe.ALONE`) alone, from
     a fresh initialisation (stream ``settings.variant``, else the seed), written with the rest
     of ``settings.start`` to ``settings.out``. Clips learn with the first phase's auxiliary
-    losses; pictures come ``settings.image_factor × settings.batch`` a step, as there."""
+    losses; pictures come ``settings.image_factor × settings.batch`` a step, as there;
+    recordings ``settings.batch`` a step (a share ``settings.canonical`` made afresh by the
+    canonical renderer, the rest from a pool of varied ones, as in the first phase, whose
+    sound tower steps every ``settings.audio_every`` steps)."""
     assert settings.start is not None
     name = ALONE[settings.phase]
     variant = settings.seed if settings.variant is None else settings.variant
     model = ReferenceModel.from_checkpoint(Path(settings.start))
     config = model.config
+    if settings.audio_front:
+        if name != "audio":
+            raise ValueError("audio_front goes with the sounds phase")
+        config = with_audio_front(config, settings.audio_front)
+        log(f"the sound tower's front end: {', '.join(f'{k} {v}' for k, v in settings.audio_front.items())}")
     torch.manual_seed(variant)
     fresh = ReferenceModel(config)
     initialise(fresh, variant)  # as the first phase initialises every tower
@@ -69,6 +92,12 @@ def train_alone(settings: Settings, log: Callable[[str], None], started: float) 
         def loss(canonical: float) -> torch.Tensor:
             data, labelled = inputs.videos(settings.batch, canonical)
             return torch.stack(list(clip_losses(tower, where, scale, target, data, labelled, settings.motion).values())).sum()
+    elif name == "audio":
+        inputs = Inputs(config, variant, 0, log, audio_pool=settings.audio_pool, canonical=settings.canonical, jumbled=settings.jumbled)
+
+        def loss(canonical: float) -> torch.Tensor:  # the recordings' share from the canonical renderer is settings.canonical
+            data, labelled = inputs.sounds(settings.batch)
+            return contrastive(tower(torch.from_numpy(data)), target, torch.from_numpy(labelled), scale)
     else:
         inputs = Inputs(config, variant, 0, log, image_pool=settings.image_pool, canonical=settings.canonical,
                         jumbled=settings.jumbled)  # fmt: skip
@@ -101,6 +130,9 @@ def train_alone(settings: Settings, log: Callable[[str], None], started: float) 
     if window:
         losses.append(float(np.mean(window)))
     tower.eval()
-    model.towers[name].load_state_dict(tower.state_dict())
+    if settings.audio_front:
+        model.towers[name] = tower  # shapes of its own front end (config says so)
+    else:
+        model.towers[name].load_state_dict(tower.state_dict())
     save(model, config, settings.out)
     return Result(str(settings.out), step + 1, 0.0, losses[0], losses[-1], losses, tuple(config.choice_temperatures))

@@ -54,8 +54,8 @@ from uform.exporters.reference.video import VideoTower
 MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
 STACK = {"width": 128, "depth": 3, "heads": 4, "mlp_width": 256}
 DIMENSIONS, CONTEXT = 64, 128
-PHASES = ("all", "decoder", "reading", "clips", "pictures")  # Settings.phase, --phase
-ALONE = {"clips": "video", "pictures": "image"}  # the phases that train one media tower alone (uform.training.alone), and its tower
+PHASES = ("all", "decoder", "reading", "clips", "pictures", "sounds")  # Settings.phase, --phase
+ALONE = {"clips": "video", "pictures": "image", "sounds": "audio"}  # the phases that train one media tower alone (uform.training.alone), and its tower
 
 
 @contextmanager
@@ -127,12 +127,13 @@ class Settings:
     # the second phase: the byte decoder alone, from the first phase's BF16 checkpoint (docs/training.md)
     phase: str = "all"  # "all": the towers' phase, then the decoder's; "decoder": the decoder's alone (and its reading stage),
     # from ``start``; "reading": the decoder's reading stage alone, from ``start``;
-    # "clips" or "pictures": the first phase's clip or picture tower alone, into ``start`` (uform.training.alone)
-    start: str | None = None  # the checkpoint the decoder, reading, clips or pictures phase starts from
+    # "clips", "pictures" or "sounds": the first phase's clip, picture or sound tower alone, into ``start`` (uform.training.alone)
+    start: str | None = None  # the checkpoint the decoder, reading, clips, pictures or sounds phase starts from
     clips_from_pictures: bool = False  # the clips phase: the clip tower starts from the checkpoint's picture tower (uform.training.alone)
     clip_stage: bool = False  # the whole recipe: the first phase trains no clip tower; the clip stage then trains it alone from
     # the first phase's picture tower (the clips phase with clips_from_pictures), before the decoder's phase
-    variant: int | None = None  # the clips and pictures phases: seeds the tower's initialisation and data (default: ``seed``, which seeds the prototypes)
+    variant: int | None = None  # the phases of one tower: seeds the tower's initialisation and data (default: ``seed``, which seeds the prototypes)
+    audio_front: dict[str, int] | None = None  # the sounds phase: the audio tower's n_fft, hop and n_mels in place of the checkpoint's
     decoder_steps: int = 2000  # 0 skips the phase (the recipe as it was before it)
     decoder_phase_batch: int = 64  # questions a step of the decoder phase
     decoder_lr: float = 1e-3
@@ -504,9 +505,9 @@ def train(settings: Settings, log: Callable[[str], None] = print) -> Result:
     only the second phase runs, from the checkpoint ``start`` (whose towers are then the first
     phase's output: the shipped checkpoint's are); with ``phase="reading"`` only the reading
     stage, from ``start`` (a checkpoint after the decoder phase). Then the choice temperatures
-    are fitted (:func:`calibrate`). With ``phase="clips"`` or ``"pictures"`` the first phase's
-    clip or picture tower alone is trained into ``start``, which keeps its temperatures
-    (:mod:`uform.training.alone`)."""
+    are fitted (:func:`calibrate`). With ``phase="clips"``, ``"pictures"`` or ``"sounds"`` the
+    first phase's clip, picture or sound tower alone is trained into ``start``, which keeps its
+    temperatures (:mod:`uform.training.alone`)."""
     if settings.phase not in PHASES:
         raise ValueError(f"phase must be one of {', '.join(map(repr, PHASES))}, got {settings.phase!r}")
     if settings.phase != "all" and not settings.start:
