@@ -4,10 +4,11 @@ MatMul/Softmax/MatMul, tower by tower, for each kernel variant this CPU runs.
 Loads run with attention fused only for the variants in ``uform.plugins.e4m3.FUSED_ATTENTION``
 (today every variant). For each variant a load on this CPU reaches, this script loads each
 tower twice with the same BF16 weights, pinned to the variant's class — once with the
-variant in that set, once without — and times both loads in turns in one process (median latency of each case), so
-that the ratio compares like with like on a shared machine: text (a 12-byte query, a 52-byte
-text, 64 texts of 86 bytes) and images (1 and 16 of 224 x 224). It also checks that both
-loads answer the same embeddings (max |difference|). Writes benchmarks/results/attention.json.
+variant in that set, once without — and times both loads in turns in one process (median
+latency of each case), so that the ratio compares like with like on a shared machine: text
+(a 12-byte query, a 52-byte text, 64 texts of 86 bytes) and images (1 and 16 of 224 x 224).
+It also checks that both loads answer the same embeddings (max |difference|). Writes
+benchmarks/results/attention.json.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import asdict
 
-from .recipe import ALONE, PHASES, Settings, train
+from .recipe import ALONE, FRONT, PHASES, Settings, train
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -72,7 +72,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             front = {key.strip(): int(value) for key, value in (part.split("=") for part in args.audio_front.split(","))}
         except ValueError:
             parser.error(f"--audio-front takes n_fft=N,hop=N,n_mels=N (any of them), got {args.audio_front!r}")
-        if not front or set(front) - {"n_fft", "hop", "n_mels"}:
+        if not front or set(front) - set(FRONT):
             parser.error(f"--audio-front takes n_fft=N,hop=N,n_mels=N (any of them), got {args.audio_front!r}")
     if args.clips_from_pictures and args.phase != "clips":
         parser.error("--clips-from-pictures goes with --phase clips")

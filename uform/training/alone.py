@@ -24,14 +24,11 @@ import numpy as np
 import torch
 from torch import nn
 
+from uform.core.config import ModelConfig
 from uform.exporters.reference import ReferenceModel
 from uform.exporters.reference.video import VideoTower
 
-from uform.core.config import ModelConfig
-
-from .recipe import ALONE, Inputs, Result, Settings, clip_losses, contrastive, cosine, initialise, optimise, prototypes, save
-
-FRONT = ("n_fft", "hop", "n_mels")  # what Settings.audio_front may set
+from .recipe import ALONE, FRONT, Inputs, Result, Settings, clip_losses, contrastive, cosine, initialise, optimise, prototypes, save
 
 
 def pictures_into_clips(model: ReferenceModel, tower: nn.Module) -> list[str]:

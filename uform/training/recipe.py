@@ -56,6 +56,7 @@ STACK = {"width": 128, "depth": 3, "heads": 4, "mlp_width": 256}
 DIMENSIONS, CONTEXT = 64, 128
 PHASES = ("all", "decoder", "reading", "clips", "pictures", "sounds")  # Settings.phase, --phase
 ALONE = {"clips": "video", "pictures": "image", "sounds": "audio"}  # the phases that train one media tower alone (uform.training.alone), and its tower
+FRONT = ("n_fft", "hop", "n_mels")  # what Settings.audio_front (--audio-front) may set of the sound tower's config
 
 
 @contextmanager
