@@ -10,7 +10,7 @@ blocks so that every linear layer is one ``Gemm`` with ``transB=1`` over the che
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -138,20 +138,57 @@ class GraphBuilder:
         hidden = self.gelu(self.linear(self.layer_norm(x, f"{prefix}.ln2"), f"{prefix}.mlp.fc1"))
         return self.op("Add", x, self.linear(hidden, f"{prefix}.mlp.fc2"))  # type: ignore[no-any-return]
 
-    def transformer(self, x: str, prefix: str, g: Geometry, mask: str | None = None) -> str:
-        """Run ``prefix.blocks.*`` then ``prefix.ln_final`` over ``x`` [B, T, W]; answer [B, T, W]."""
+    def transformer(self, x: str, prefix: str, g: Geometry, mask: str | None = None, pick: Callable[[str], str] | None = None) -> str:
+        """Run ``prefix.blocks.*`` then ``prefix.ln_final`` over ``x`` [B, T, W]; answer [B, T, W].
+
+        With ``pick`` (e.g. :meth:`class_token`), answer [B, W]: the token ``pick`` takes from
+        each row, its last block run for that token alone (:meth:`picked_block`)."""
         shape = self.op("Shape", x)
         bt = self.op("Slice", shape, self.ints([0]), self.ints([2]))
         h = self.op("Reshape", x, self.ints([-1, g.width]))
-        for i in range(g.depth):
+        for i in range(g.depth - (pick is not None)):
             h = self.block(h, f"{prefix}.blocks.{i}", g, bt, mask)
+        if pick is not None:
+            return self.layer_norm(self.picked_block(h, f"{prefix}.blocks.{g.depth - 1}", g, shape, pick, mask), f"{prefix}.ln_final")
         h = self.layer_norm(h, f"{prefix}.ln_final")
         return self.op("Reshape", h, shape)  # type: ignore[no-any-return]
 
+    def picked_block(self, h: str, prefix: str, g: Geometry, shape: str, pick: Callable[[str], str], mask: str | None) -> str:
+        """Block ``prefix`` for one token of each row: ``h`` [B*T, W] → [B, W].
+
+        ``pick`` takes the token from a [B, T, C] value ([B, C]); ``shape`` is [B, T, W]; ``mask``
+        the additive mask of its scores ([B, 1, 1, T], or None). Keys and values come from
+        every token, the query is the token's own from the same projection, and the output
+        projection and MLP run for that token alone: ``block``'s math for one token of T, for
+        about a quarter of a block's products (the cost of the keys and values)."""
+        bt = self.op("Slice", shape, self.ints([0]), self.ints([2]))
+        projected = self.linear(self.layer_norm(h, f"{prefix}.ln1"), f"{prefix}.attn.qkv")  # [B*T, 3W]: q, k, v of each token
+        split = self.op("Concat", bt, self.ints([3, g.heads, g.head_dim]), axis=0)
+        qkv = self.op("Transpose", self.op("Reshape", projected, split), perm=[2, 0, 3, 1, 4])
+        _, k, v = (self.op("Squeeze", part, self.ints([0])) for part in self.op("Split", qkv, axis=0, outputs=3))  # [B, H, T, d]
+        rows = self.op("Reshape", projected, self.op("Concat", bt, self.ints([3 * g.width]), axis=0))
+        q = self.op("Slice", pick(rows), self.ints([0]), self.ints([g.width]), self.ints([1]))
+        q = self.op("Mul", self.op("Reshape", q, self.ints([-1, g.heads, 1, g.head_dim])), self.scalar(1 / np.sqrt(g.head_dim)))
+        scores = self.op("MatMul", q, self.op("Transpose", k, perm=[0, 1, 3, 2]))  # [B, H, 1, T]
+        if mask is not None:
+            scores = self.op("Add", scores, mask)
+        context = self.op("Reshape", self.op("MatMul", self.op("Softmax", scores, axis=-1), v), self.ints([-1, g.width]))
+        mine = pick(self.op("Reshape", h, shape))
+        mine = self.op("Add", mine, self.linear(context, f"{prefix}.attn.out"))
+        hidden = self.gelu(self.linear(self.layer_norm(mine, f"{prefix}.ln2"), f"{prefix}.mlp.fc1"))
+        return self.op("Add", mine, self.linear(hidden, f"{prefix}.mlp.fc2"))  # type: ignore[no-any-return]
+
+    def class_token(self, x: str) -> str:
+        """The first (class) token of each row of ``x`` [B, T, C]: [B, C] (a ``pick``)."""
+        return self.op("Gather", x, self.const(np.int64(0)), axis=1)  # type: ignore[no-any-return]
+
     def pooled_embedding(self, hidden: str, prefix: str) -> str:
         """The first (class) token of ``hidden`` [B, T, W], projected and L2-normalised: [B, D]."""
-        cls = self.op("Gather", hidden, self.const(np.int64(0)), axis=1)
-        return self.l2_normalize(self.linear(cls, f"{prefix}.projection", bias=False))
+        return self.projected_embedding(self.class_token(hidden), prefix)
+
+    def projected_embedding(self, pooled: str, prefix: str) -> str:
+        """``pooled`` [B, W] (e.g. ``transformer(..., pick=class_token)``) projected and L2-normalised: [B, D]."""
+        return self.l2_normalize(self.linear(pooled, f"{prefix}.projection", bias=False))
 
     def prepend_class_token(self, x: str, prefix: str) -> str:
         """``[cls + pos[0], x...]`` along tokens, for ``x`` [B, T, W] already holding pos[1:]."""

@@ -159,8 +159,8 @@ def graph(t: AudioTower, model: ModelConfig, b: GraphBuilder) -> None:
     patches = b.op("Reshape", b.op("Transpose", patches, perm=[0, 1, 3, 2]), b.ints([-1, t.n_mels * t.patch_frames]))
     x = b.op("Reshape", b.linear(patches, "audio.patch"), b.ints([-1, t.tokens, t.geometry.width]))
     x = b.op("Add", x, b.op("Slice", b.weight("audio.pos.weight"), b.ints([1]), b.ints([1 + t.tokens])))
-    hidden = b.transformer(b.prepend_class_token(x, "audio"), "audio", t.geometry)
-    b.output(b.pooled_embedding(hidden, "audio"), "embeddings", None, ["batch", model.dimensions])
+    pooled = b.transformer(b.prepend_class_token(x, "audio"), "audio", t.geometry, pick=b.class_token)
+    b.output(b.projected_embedding(pooled, "audio"), "embeddings", None, ["batch", model.dimensions])
 
 
 # -- verbs ------------------------------------------------------------------------------------

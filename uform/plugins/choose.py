@@ -76,24 +76,14 @@ def graph(t: DecoderTower, model: ModelConfig, b: GraphBuilder) -> None:
     h = b.op("Reshape", x, b.ints([-1, g.width]))
     for i in range(g.depth - 1):
         h = b.block(h, f"decoder.blocks.{i}", g, bt, mask)
-    final = _last_block(b, g, f"decoder.blocks.{g.depth - 1}", h, shape, bt, last, tokens)
+    at = b.op("Unsqueeze", last, b.ints([1]))
+
+    def pick(rows: str) -> str:  # each row's last real token: [B, T, C] → [B, C]
+        return b.op("GatherND", rows, at, batch_dims=1)  # type: ignore[no-any-return]
+
+    seen = b.padding_mask(b.op("Add", last, b.const(np.int64(1))), tokens)  # causal, for the last token: the row's real tokens
+    final = b.picked_block(h, f"decoder.blocks.{g.depth - 1}", g, shape, pick, seen)
     b.output(b.linear(b.layer_norm(final, "decoder.ln_final"), "decoder.head"), "logits", None, ["batch", BYTES])
-
-
-def _last_block(b: GraphBuilder, g: Geometry, p: str, h: str, shape: str, bt: str, last: str, tokens: str) -> str:
-    """Block ``p`` for the token at ``last`` of each row: ``h`` [B*T, W] → [B, W]."""
-    mine = b.op("GatherND", b.op("Reshape", h, shape), b.op("Unsqueeze", last, b.ints([1])), batch_dims=1)  # [B, W]
-    split = b.op("Concat", bt, b.ints([3, g.heads, g.head_dim]), axis=0)
-    qkv = b.op("Transpose", b.op("Reshape", b.linear(b.layer_norm(h, f"{p}.ln1"), f"{p}.attn.qkv"), split), perm=[2, 0, 3, 1, 4])
-    _, k, v = (b.op("Squeeze", part, b.ints([0])) for part in b.op("Split", qkv, axis=0, outputs=3))  # [B, H, T, d]
-    q = b.op("Slice", b.linear(b.layer_norm(mine, f"{p}.ln1"), f"{p}.attn.qkv"), b.ints([0]), b.ints([g.width]), b.ints([1]))
-    q = b.op("Mul", b.op("Reshape", q, b.ints([-1, g.heads, 1, g.head_dim])), b.scalar(1 / np.sqrt(g.head_dim)))
-    scores = b.op("MatMul", q, b.op("Transpose", k, perm=[0, 1, 3, 2]))  # [B, H, 1, T]
-    scores = b.op("Add", scores, b.padding_mask(b.op("Add", last, b.const(np.int64(1))), tokens))
-    context = b.op("Reshape", b.op("MatMul", b.op("Softmax", scores, axis=-1), v), b.ints([-1, g.width]))
-    mine = b.op("Add", mine, b.linear(context, f"{p}.attn.out"))
-    hidden = b.gelu(b.linear(b.layer_norm(mine, f"{p}.ln2"), f"{p}.mlp.fc1"))
-    return b.op("Add", mine, b.linear(hidden, f"{p}.mlp.fc2"))  # type: ignore[no-any-return]
 
 
 def describe(t: DecoderTower, model: ModelConfig) -> dict[str, int]:

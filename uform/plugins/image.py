@@ -84,8 +84,8 @@ def graph(t: ImageTower, model: ModelConfig, b: GraphBuilder) -> None:
     x = _frames.patch_tokens(b, pixels, "image", t.pixels, t.geometry.width)
     positions = b.op("Slice", b.weight("image.pos.weight"), b.ints([1]), b.ints([1 + t.pixels.grid**2]))
     x = b.prepend_class_token(b.op("Add", x, positions), "image")
-    hidden = b.transformer(x, "image", t.geometry)
-    b.output(b.pooled_embedding(hidden, "image"), "embeddings", None, ["batch", model.dimensions])
+    pooled = b.transformer(x, "image", t.geometry, pick=b.class_token)
+    b.output(b.projected_embedding(pooled, "image"), "embeddings", None, ["batch", model.dimensions])
 
 
 # -- decoding --------------------------------------------------------------------------

@@ -76,9 +76,12 @@ def graph(t: TextTower, model: ModelConfig, b: GraphBuilder) -> None:
     x = b.op("Add", b.op("Gather", b.weight("text.embed.weight"), ids), positions)
     x = b.prepend_class_token(x, "text")
     mask = b.padding_mask(b.op("Add", lengths, b.const(np.int64(1))), b.op("Add", length, b.ints([1])))
-    hidden = b.transformer(x, "text", t.geometry, mask)
-    b.output(b.pooled_embedding(hidden, "text"), "embeddings", None, ["batch", model.dimensions])
-    if t.token_width:
+    if not t.token_width:  # only the class token is read: the last block runs for it alone
+        pooled = b.transformer(x, "text", t.geometry, mask, pick=b.class_token)
+        b.output(b.projected_embedding(pooled, "text"), "embeddings", None, ["batch", model.dimensions])
+    else:
+        hidden = b.transformer(x, "text", t.geometry, mask)
+        b.output(b.pooled_embedding(hidden, "text"), "embeddings", None, ["batch", model.dimensions])
         rows = b.op("Reshape", b.op("Slice", hidden, b.ints([1]), b.ints([1 << 62]), b.ints([1])), b.ints([-1, t.geometry.width]))
         vectors = b.l2_normalize(b.linear(rows, "text.token_head", bias=False))
         shape = b.op("Concat", b.op("Shape", ids), b.ints([t.token_width]), axis=0)

@@ -96,8 +96,8 @@ def graph(t: VideoTower, model: ModelConfig, b: GraphBuilder) -> None:
     positions = b.op("Slice", b.weight("video.pos.weight"), b.ints([1]), b.ints([1 + n]))  # [G², W]
     times = b.op("Unsqueeze", b.weight("video.time.weight"), b.ints([1]))  # [F, 1, W]
     x = b.op("Reshape", b.op("Add", b.op("Add", x, positions), times), b.ints([0, f * n, w]))
-    hidden = b.transformer(b.prepend_class_token(x, "video"), "video", t.geometry)
-    b.output(b.pooled_embedding(hidden, "video"), "embeddings", None, ["batch", model.dimensions])
+    pooled = b.transformer(b.prepend_class_token(x, "video"), "video", t.geometry, pick=b.class_token)
+    b.output(b.projected_embedding(pooled, "video"), "embeddings", None, ["batch", model.dimensions])
 
 
 # -- sampling --------------------------------------------------------------------------
