@@ -40,7 +40,9 @@ every variant this CPU runs: GFLOP/s and the share of the class's FMA peak as me
 
 Each runs in a process of its own: resident memory after load (growth over the process
 before it), and load time (the median of 3 loads) over the time to read the file (warm in
-the page cache, the best of 3); what the
+the page cache, the best of 3; for ``full-load`` also in the load's own process, the file
+read into fresh memory before each load, the median of 3: "load/read in turns", both sides
+writing as much new memory in the same state); what the
 first load of a process also does once (discovering plugins, opening the op library) is
 timed apart (``first_in_process_s`` in the result file). Items/s
 are the best of runs filling ``--seconds``; ``vs torch bf16`` is the ratio to PyTorch BF16
@@ -193,6 +195,12 @@ def worker(run: str, path: Path, tower: str, seconds: float) -> dict[str, Any]:
         for backend in get_host().backends.values():
             backend.probe()
         result["first_in_process_s"] = time.perf_counter() - t
+    reads = []  # the full checkpoint: the file read into fresh memory before each load, as a load writes into it
+    if tower == "all":
+        path.read_bytes()  # the page cache, as the loads find it
+        t = time.perf_counter()
+        path.read_bytes()
+        reads.append(time.perf_counter() - t)
     before = rss_anon()
     started = time.perf_counter()
     if run.startswith("torch"):
@@ -224,6 +232,10 @@ def worker(run: str, path: Path, tower: str, seconds: float) -> dict[str, Any]:
     result["rss_mib"] = (rss_anon() - before) / 2**20
     loads = [loaded]  # a load's time varies with how fast fresh memory comes (this VM: 0.1-0.45 s for one file): the median of 3
     for _ in range(LOADS - 1):
+        if reads:
+            t = time.perf_counter()
+            path.read_bytes()
+            reads.append(time.perf_counter() - t)
         if run.startswith("torch"):
             t = time.perf_counter()
             ReferenceModel.from_checkpoint(path)
@@ -233,6 +245,8 @@ def worker(run: str, path: Path, tower: str, seconds: float) -> dict[str, Any]:
         loads.append(time.perf_counter() - t)
     result["load_s"] = float(np.median(loads))
     result["loads_s"] = loads
+    if reads:
+        result["read_s"], result["reads_s"] = float(np.median(reads)), reads
     for batch in BATCHES if tower != "all" else ():
         calls = [inputs[i : i + batch] for i in range(0, items[batch], batch)]
         result[f"items/s @{batch}"] = rate(lambda calls=calls: [call(c) for c in calls], items[batch], seconds)  # type: ignore[misc]
@@ -315,6 +329,18 @@ def kernels(seconds: float) -> list[dict[str, Any]]:
                     "peak GFLOP/s": f"{peak / 1e9:.0f}" if peak else "",
                 })  # fmt: skip
     return rows
+
+
+def touch_fresh(nbytes: int) -> float:
+    """Seconds to write ``nbytes`` of memory this process never had (then freed): how fresh
+    memory comes here, printed beside the loads. A VM may back its guest's memory only as it
+    is first touched and take freed memory back: on the Zen 1 VM, 823 MiB took 1.3-1.4 s so
+    and 0.12-0.14 s just freed (docs/benchmarks.md), and a load writes that much."""
+    t = time.perf_counter()
+    block = np.ones(nbytes, np.uint8)
+    took = time.perf_counter() - t
+    del block
+    return took
 
 
 def read_time(path: Path) -> float:
@@ -553,14 +579,19 @@ def full_load(tmp: Path, runs: list[str]) -> list[dict[str, Any]]:
     config, tensors = checkpoint.new(get_host(), "base", 0)
     checkpoint.save(path, config, tensors)
     del tensors
+    size = path.stat().st_size
+    touched = [touch_fresh(size) for _ in range(2)]
+    print(f"full load: {size / 2**20:.0f} MiB of memory this process never had written in {touched[0]:.2f} s, then {touched[1]:.2f} s "
+          "(a VM may back a guest's memory only as it is first touched, and take freed memory back)")  # fmt: skip
     file_read = read_time(path)
     rows = []
     for run in (r for r in runs if r.startswith("uform") and "dql" not in r):
         m = measure(run, path, "all", 0)
         if m is not None:
-            rows.append({"run": run, "file MiB": f"{path.stat().st_size / 2**20:.0f}", "read s": f"{file_read:.2f}",
+            rows.append({"run": run, "file MiB": f"{size / 2**20:.0f}", "read s": f"{file_read:.2f}",
                          "load s": f"{m['load_s']:.2f}", "load/read": f"{m['load_s'] / file_read:.2f}",
-                         "RSS/file": f"{m['rss_mib'] * 2**20 / path.stat().st_size:.2f}"})  # fmt: skip
+                         "read in turns s": f"{m['read_s']:.2f}", "load/read in turns": f"{m['load_s'] / m['read_s']:.2f}",
+                         "RSS/file": f"{m['rss_mib'] * 2**20 / size:.2f}"})  # fmt: skip
     path.unlink()
     return rows
 

@@ -68,8 +68,8 @@ class OpLibrary:
         threads: int = 1,
     ) -> list[tuple[np.ndarray, np.ndarray | None]]:
         """Each matrix ``i``, of ``matrices[i] = (shape, e4m3)``, packed as :meth:`pack` does,
-        all in one anonymous map of huge pages (one page fault per 2 MiB instead of one per
-        4 KiB; its pages go back to the system when the last array goes). ``fetch(i)``
+        all in one private anonymous map (its pages go back to the system when the last array
+        goes; huge pages are not asked for, see :func:`_zeros`). ``fetch(i)``
         answers matrix ``i``'s BF16 weights when its turn comes (it may reuse one buffer for
         all). ValueError names a weight that is not finite."""
         shapes = []
@@ -164,15 +164,19 @@ HUGE_PAGE = 2 << 20
 
 def _zeros(shapes: Sequence[tuple[int, np.dtype[Any]]]) -> list[np.ndarray]:
     """Zeroed arrays of ``(count, dtype)`` in one private anonymous map, each starting on a
-    64-byte line and the first on a 2 MiB boundary, with huge pages where the kernel allows.
-    The map is unmapped when the last array goes (from malloc's heap the pages would stay)."""
+    64-byte line and the first on a 2 MiB boundary (where the kernel gives every map huge
+    pages, they line up). The map is unmapped when the last array goes (from malloc's heap the
+    pages would stay).
+
+    Huge pages are not asked for (``MADV_HUGEPAGE``): on a VM that backs its guest's memory as
+    it is first touched, 2 MiB pages came from memory the host had not backed yet, and a BF16
+    load of the full base checkpoint took 1.00-1.08 s with them against 0.72-0.74 s without
+    (2-core Zen 1; the towers ran the same, within 1 %: docs/benchmarks.md)."""
     offsets, size = [], 0
     for count, dtype in shapes:
         offsets.append(size)
         size += -(-count * dtype.itemsize // 64) * 64
     buffer = mmap.mmap(-1, size + HUGE_PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-    if hasattr(mmap, "MADV_HUGEPAGE"):
-        buffer.madvise(mmap.MADV_HUGEPAGE)
     base = np.frombuffer(buffer, np.uint8)
     start = -base.ctypes.data % HUGE_PAGE
     return [base[start + o : start + o + c * d.itemsize].view(d) for o, (c, d) in zip(offsets, shapes)]
