@@ -23,8 +23,9 @@ OPSET = 21
 NEG_INF = -1e9
 # metadata key: a JSON list of the graph's attentions, each the names of its fused qkv
 # projection, the [batch, tokens] shape, the additive mask ("" for none) and the context
-# ([batch * tokens, width]) with the head count and width. The graph itself stays standard ONNX; a
-# backend may replace what lies between qkv and context with one op of its own.
+# ([batch * tokens, width]; with "first": true, each item's first query alone, [batch, width])
+# with the head count and width. The graph itself stays standard ONNX; a backend may replace
+# what lies between qkv and context with one op of its own.
 ATTENTION_SITES = "uform.attention_sites"
 Dim = int | str | None
 
@@ -165,7 +166,8 @@ class GraphBuilder:
         projected = self.linear(self.layer_norm(h, f"{prefix}.ln1"), f"{prefix}.attn.qkv")  # [B*T, 3W]: q, k, v of each token
         split = self.op("Concat", bt, self.ints([3, g.heads, g.head_dim]), axis=0)
         qkv = self.op("Transpose", self.op("Reshape", projected, split), perm=[2, 0, 3, 1, 4])
-        _, k, v = (self.op("Squeeze", part, self.ints([0])) for part in self.op("Split", qkv, axis=0, outputs=3))  # [B, H, T, d]
+        parts = self.op("Split", qkv, axis=0, outputs=3)
+        k, v = (self.op("Squeeze", part, self.ints([0])) for part in parts[1:])  # [B, H, T, d]
         rows = self.op("Reshape", projected, self.op("Concat", bt, self.ints([3 * g.width]), axis=0))
         q = self.op("Slice", pick(rows), self.ints([0]), self.ints([g.width]), self.ints([1]))
         q = self.op("Mul", self.op("Reshape", q, self.ints([-1, g.heads, 1, g.head_dim])), self.scalar(1 / np.sqrt(g.head_dim)))
@@ -173,6 +175,9 @@ class GraphBuilder:
         if mask is not None:
             scores = self.op("Add", scores, mask)
         context = self.op("Reshape", self.op("MatMul", self.op("Softmax", scores, axis=-1), v), self.ints([-1, g.width]))
+        if pick == self.class_token:  # an attention site whose query is each item's first token alone
+            site = {"qkv": projected, "shape": bt, "mask": mask or "", "context": context, "heads": g.heads, "head_dim": g.head_dim}
+            self.attention_sites.append(site | {"first": True})
         mine = pick(self.op("Reshape", h, shape))
         mine = self.op("Add", mine, self.linear(context, f"{prefix}.attn.out"))
         hidden = self.gelu(self.linear(self.layer_norm(mine, f"{prefix}.ln2"), f"{prefix}.mlp.fc1"))
