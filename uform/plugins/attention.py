@@ -52,10 +52,10 @@ def fuse_attention(graph: onnx.ModelProto, variant: int) -> onnx.ModelProto:
         inputs = [site["qkv"], site["shape"]] + ([site["mask"]] if site["mask"] else [])
         end = producer[context]
         dropped |= region - {end}
-        first = {"first": 1} if site.get("first") else {}  # each item's first query alone: the class token a tower pools
-        fused[end] = helper.make_node(
-            "Attention", inputs, [context], name=f"{context}:attention", domain=DOMAIN, heads=site["heads"], variant=variant, **first
-        )
+        node = helper.make_node("Attention", inputs, [context], name=f"{context}:attention", domain=DOMAIN, heads=site["heads"], variant=variant)
+        if site.get("first"):  # each item's first query alone: the class token a tower pools
+            node.attribute.append(helper.make_attribute("first", 1))
+        fused[end] = node
     out = onnx.ModelProto()
     out.CopyFrom(graph)
     del out.graph.node[:]
