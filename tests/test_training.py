@@ -341,6 +341,57 @@ def test_captions_encoded_in_groups_of_like_length_give_the_same_embeddings() ->
             assert torch.allclose(text_embeddings(tower, captions, groups), whole, atol=1e-6)
 
 
+def test_towers_run_for_their_class_token_alone_give_the_same_embeddings_and_gradients() -> None:
+    """Training sets ``class_token_only`` on every tower but the decoder: their last block
+    runs for the class token alone, and the embeddings and every gradient stay the full
+    blocks' (a text tower with a token head, which reads every token, keeps them all)."""
+    import torch
+
+    from uform.exporters.reference import ReferenceModel
+    from uform.training.recipe import class_tokens_only, initialise
+
+    config = tiny_config()
+    config.towers["text"]["token_width"] = 8
+    full = ReferenceModel(config)
+    initialise(full, 3)
+    picked = ReferenceModel(config)
+    picked.load_state_dict(full.state_dict())
+    class_tokens_only(picked)
+    assert [n for n, t in picked.towers.items() if t.class_token_only] == [n for n in picked.towers if n != "decoder"]
+    x = torch.zeros(2, 5, 32)
+    assert picked.towers["image"].run(x).shape == (2, 1, 32) and full.towers["image"].run(x).shape == (2, 5, 32)
+    rng = np.random.default_rng(5)
+    inputs = {
+        "image": (torch.from_numpy(rng.integers(0, 256, (3, 32, 32, 3), dtype=np.uint8)),),
+        "video": (torch.from_numpy(rng.integers(0, 256, (2, 4, 32, 32, 3), dtype=np.uint8)),),
+        "audio": (torch.from_numpy(rng.standard_normal((2, 16000)).astype(np.float32)),),
+        "text": (torch.from_numpy(rng.integers(1, 256, (3, 9))), torch.tensor([9, 4, 1])),
+    }
+    for name, args in inputs.items():
+        outs = [model.towers[name](*args) for model in (full, picked)]
+        if name == "text":  # embeddings and the token head's vectors, every token still run
+            assert outs[0][1] is not None and outs[1][1] is not None and torch.equal(outs[0][1], outs[1][1])
+            outs = [o[0] for o in outs]
+        torch.testing.assert_close(outs[1], outs[0], atol=1e-6, rtol=0)
+        for out in outs:
+            (out * torch.linspace(-1, 1, out.shape[-1])).sum().backward()
+    graded = 0
+    for (key, a), b in zip(full.named_parameters(), picked.parameters()):
+        assert (a.grad is None) == (b.grad is None), key  # the decoder's and the token head's: none
+        if a.grad is not None and b.grad is not None:
+            torch.testing.assert_close(b.grad, a.grad, atol=1e-5, rtol=1e-4, msg=key)
+            graded += 1
+    assert graded == sum(1 for n, _ in full.named_parameters() if not n.startswith("towers.decoder.") and "token_head" not in n)
+    config.towers["text"]["token_width"] = 0  # without a token head, the text tower runs its class token alone too
+    lone = ReferenceModel(config)
+    lone.load_state_dict({k: v for k, v in full.state_dict().items() if "token_head" not in k})
+    class_tokens_only(lone)
+    with torch.no_grad():
+        embeddings, tokens = lone.towers["text"](*inputs["text"])
+        assert tokens is None
+        torch.testing.assert_close(embeddings, full.towers["text"](*inputs["text"])[0], atol=1e-6, rtol=0)
+
+
 def test_smoothed_calibration_keeps_a_group_answered_all_right_off_the_floor() -> None:
     from uform import calibrate as cal
 

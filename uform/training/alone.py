@@ -28,7 +28,7 @@ from uform.core.config import ModelConfig
 from uform.exporters.reference import ReferenceModel
 from uform.exporters.reference.video import VideoTower
 
-from .recipe import ALONE, FRONT, Inputs, Result, Settings, clip_losses, contrastive, cosine, initialise, optimise, prototypes, save
+from .recipe import ALONE, FRONT, Inputs, Result, Settings, class_tokens_only, clip_losses, contrastive, cosine, initialise, optimise, prototypes, save
 
 
 def pictures_into_clips(model: ReferenceModel, tower: nn.Module) -> list[str]:
@@ -73,6 +73,7 @@ def train_alone(settings: Settings, log: Callable[[str], None], started: float) 
     torch.manual_seed(variant)
     fresh = ReferenceModel(config)
     initialise(fresh, variant)  # as the first phase initialises every tower
+    class_tokens_only(fresh)
     tower = fresh.towers[name]
     if settings.clips_from_pictures and name == "video":
         taken = pictures_into_clips(model, tower)

@@ -46,7 +46,7 @@ from uform.demo import variety as v
 from uform.demo.evaluate import CALIBRATION_STREAM, DECODER_STREAM, HELDOUT_STREAM, TRAINING_STREAM
 from uform.demo.media import image_bytes, video_bytes
 from uform.exporters.reference import ReferenceModel
-from uform.exporters.reference.blocks import Block, causal_mask
+from uform.exporters.reference.blocks import Block, Stack, causal_mask
 from uform.exporters.reference.decoder import BEGIN, DecoderTower
 from uform.exporters.reference.text import TextTower
 from uform.exporters.reference.video import VideoTower
@@ -308,6 +308,15 @@ class Inputs:
 
 
 # -- model -------------------------------------------------------------------------------
+
+
+def class_tokens_only(model: ReferenceModel) -> None:
+    """Every tower but the decoder runs its last block for its class token alone: training
+    reads nothing else of them (the same losses and gradients, a quarter of the last block;
+    a first-phase step 0.75 -> 0.68 s on 2 Zen 1 cores, docs/training.md)."""
+    for name, tower in model.towers.items():
+        if name != "decoder" and isinstance(tower, Stack):
+            tower.class_token_only = True
 
 
 def initialise(model: nn.Module, seed: int) -> None:
@@ -595,6 +604,7 @@ def train_towers(settings: Settings, raw: Path, log: Callable[[str], None], star
     config = settings.config
     model = ReferenceModel(config)
     initialise(model, settings.seed)
+    class_tokens_only(model)
     targets = prototypes(config.dimensions, settings.seed)
     every = torch.cat([targets[m] for m in MODALITIES])  # the text tower's classes: every meaning of every modality
     scales = nn.ParameterDict({m: nn.Parameter(torch.tensor(math.log(10.0))) for m in (*MODALITIES, "text")})

@@ -24,14 +24,18 @@ class Attention(nn.Module):
         self.qkv = nn.Linear(g.width, 3 * g.width)
         self.out = nn.Linear(g.width, g.width)
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None, first: bool = False) -> torch.Tensor:
+        """[B, T, W] → [B, T, W]; with ``first``, the first token's output alone ([B, 1, W])."""
         b, t, w = x.shape
         q, k, v = self.qkv(x).view(b, t, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        if first:
+            q = q[:, :, :1]
+            mask = mask[:1] if mask is not None and mask.dim() == 2 else mask  # a causal mask's first row
         scores = (q / math.sqrt(self.head_dim)) @ k.transpose(-1, -2)
         if mask is not None:
             scores = scores + mask
         context = scores.softmax(-1) @ v
-        return self.out(context.transpose(1, 2).reshape(b, t, w))
+        return self.out(context.transpose(1, 2).reshape(b, q.shape[2], w))
 
 
 class MLP(nn.Module):
@@ -54,22 +58,35 @@ class Block(nn.Module):
         self.ln2 = nn.LayerNorm(g.width, eps=LAYER_NORM_EPS)
         self.mlp = MLP(g)
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-        x = x + self.attn(self.ln1(x), mask)
-        return x + self.mlp(self.ln2(x))
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None, first: bool = False) -> torch.Tensor:
+        """With ``first``, the first token's output alone ([B, 1, W]): keys and values from
+        every token, its query, output projection and MLP alone (the same math for it)."""
+        mine = x[:, :1] if first else x
+        mine = mine + self.attn(self.ln1(x), mask, first)
+        return mine + self.mlp(self.ln2(mine))
 
 
 class Stack(nn.Module):
-    """``blocks.*`` then ``ln_final``; the base of every tower module."""
+    """``blocks.*`` then ``ln_final``; the base of every tower module.
+
+    ``class_token_only`` (off: the reference runs every token, as docs/checkpoint.md writes
+    the math): the last block runs for the first token alone and ``run`` answers [B, 1, W],
+    for a tower whose caller reads its class token only (training sets it: the same loss and
+    gradients for a quarter of the last block)."""
+
+    class_token_only = False
 
     def __init__(self, g: Geometry) -> None:
         super().__init__()
         self.blocks = nn.ModuleList(Block(g) for _ in range(g.depth))
         self.ln_final = nn.LayerNorm(g.width, eps=LAYER_NORM_EPS)
 
-    def run(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-        for block in self.blocks:
-            x = block(x, mask)
+    def run(self, x: torch.Tensor, mask: torch.Tensor | None = None, every_token: bool = False) -> torch.Tensor:
+        """The stack over ``x`` [B, T, W]: [B, T, W], or [B, 1, W] with ``class_token_only``
+        (unless ``every_token``: a caller that reads every token)."""
+        last = len(self.blocks) - 1 if self.class_token_only and not every_token else -1
+        for i, block in enumerate(self.blocks):
+            x = block(x, mask, i == last)
         return self.ln_final(x)
 
 

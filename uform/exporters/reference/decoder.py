@@ -31,7 +31,7 @@ class DecoderTower(Stack):
         """``ids`` [B, T] (begin token first, zero right-padded), ``last`` [B] → logits [B, 256]."""
         tokens = ids.shape[1]
         x = self.embed(ids) + self.pos.weight[:tokens]
-        hidden = self.run(x, causal_mask(tokens))
+        hidden = self.run(x, causal_mask(tokens), every_token=True)
         return self.head(hidden[torch.arange(ids.shape[0]), last])
 
     def logits(self, texts: Sequence[bytes]) -> torch.Tensor:

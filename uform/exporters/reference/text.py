@@ -31,7 +31,7 @@ class TextTower(Stack):
         length = ids.shape[1]
         x = self.embed(ids) + self.pos.weight[1 : length + 1]
         x = with_class_token(x, self.cls, self.pos.weight[0])
-        hidden = self.run(x, padding_mask(lengths + 1, length + 1))
+        hidden = self.run(x, padding_mask(lengths + 1, length + 1), every_token=bool(self.token_width))
         embeddings = normalize(self.projection(hidden[:, 0]))
         tokens = normalize(self.token_head(hidden[:, 1:])) if self.token_width else None
         return embeddings, tokens
