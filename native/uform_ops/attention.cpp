@@ -105,7 +105,7 @@ void values(const Attention& a, const float* __restrict rows, int64_t h, int64_t
       }
     }
     for (int r = 0; r < R; ++r) {
-      float* out = a.out + (a.item * a.queries + i + r) * width + h * d + c0;
+      float* out = a.out + (a.item * t + i + r) * width + h * d + c0;
       for (int u = 0; u < vectors; ++u) _mm512_storeu_ps(out + 16 * u, _mm512_mul_ps(acc[r][u], _mm512_set1_ps(inverse[r])));
     }
   }

@@ -10,9 +10,8 @@ struct Attention {
   const float* qkv;     // [items * tokens, 3 * heads * head_dim]: q, k, v of each token
   const float* mask;    // additive: [items, tokens] (padding), [tokens, tokens] (causal), or null
   bool mask_per_query;  // the [tokens, tokens] form
-  float* out;           // [items * queries, heads * head_dim]
+  float* out;           // [items * tokens, heads * head_dim]
   int64_t items, tokens, heads, head_dim;  // head_dim a multiple of 16
-  int64_t queries;      // the first queries of each item computed: tokens, or 1 (the class token alone)
   int64_t item;  // the item a task works on (set by the task)
 };
 

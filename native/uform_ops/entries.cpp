@@ -1,7 +1,5 @@
 // The library's plain C entries, for ctypes: its ABI, the variants this CPU runs, packing,
 // and the products outside ONNX Runtime (parity tests and benchmarks).
-#include <algorithm>
-
 #include "attention.h"
 #include "library.h"
 
@@ -128,16 +126,14 @@ UFORM_EXPORT double uform_fma_peak(int variant, int threads) {
 
 // Attention outside ONNX Runtime (for parity tests) through `variant`'s kernel (avx512-bf16: AVX-512's,
 // avx2-split: AVX2's):
-// `first`: each item's first query alone (out [items, width]); answers 0, 1 for a variant this
-// CPU cannot run, 2 for bad arguments.
+// answers 0, 1 for a variant this CPU cannot run, 2 for bad arguments.
 UFORM_EXPORT int uform_attention(int variant, const float* qkv, const float* mask, int mask_per_query, float* out,
-                                 int64_t items, int64_t tokens, int64_t heads, int64_t head_dim, int threads, int first) {
+                                 int64_t items, int64_t tokens, int64_t heads, int64_t head_dim, int threads) {
   if (variant < 0 || variant >= kVariants) return 1;
   const bool wide = variant == kAVX512 || variant == kAVX512BF16;  // avx512-bf16 runs AVX-512's attention, avx2-split AVX2's
   if (!runnable(wide ? kAVX512 : kAVX2)) return 1;
   if (items < 0 || tokens < 0 || heads < 1 || head_dim < 16 || head_dim % 16) return 2;
-  if (first && tokens == 0 && items > 0) return 2;
-  const Attention a{qkv, mask, mask_per_query != 0, out, items, tokens, heads, head_dim, first ? std::min<int64_t>(tokens, 1) : tokens, 0};
+  const Attention a{qkv, mask, mask_per_query != 0, out, items, tokens, heads, head_dim, 0};
   spread(items * heads, threads, [&](int64_t t) { (wide ? attention_task : attention_task_avx2)(a, t); });
   return 0;
 }

@@ -12,15 +12,12 @@
 //   Attention(qkv: float[B * T, 3 * W], shape: int64[2] = (B, T), mask?: float) -> float[B * T, W]
 // multi-head attention of `heads` heads over a fused qkv projection, the additive mask
 // [B, 1, 1, T] (padding) or [T, T] (causal), float32 throughout, with the optional attribute
-// `variant` (0 and 3: AVX2 with FMA; 1 and 2: AVX-512 F; absent: AVX-512 where the CPU has it) and
-// `first` (1: each item's first query alone, its class token, out float[B, W]; keys and values
-// of every token; default 0). A kernel whose
+// `variant` (0 and 3: AVX2 with FMA; 1 and 2: AVX-512 F; absent: AVX-512 where the CPU has it). A kernel whose
 // instructions this CPU lacks is refused when the session is created, with a message;
 // nothing runs an illegal instruction.
 // Work runs on ONNX Runtime's intra-op thread pool (KernelContext_ParallelFor).
 #include <onnxruntime_c_api.h>
 
-#include <algorithm>
 #include <mutex>
 #include <new>
 #include <string>
@@ -231,7 +228,6 @@ const Op<kE4M3> matmul_e4m3;
 struct AttentionKernel {
   const OrtApi* api;
   int64_t heads;
-  bool first;  // attribute `first` = 1: each item's first query alone (its class token), out [items, width]
   void (*task)(const Attention&, int64_t);  // the variant's: attention_task (AVX-512) or attention_task_avx2
   std::string name = "ai.uform.Attention";
 };
@@ -266,17 +262,15 @@ OrtStatus* attend(AttentionKernel* op, OrtKernelContext* ctx) {
     a.mask = static_cast<const float*>(data);
     a.mask_per_query = causal;
   }
-  const int64_t queries = op->first ? std::min<int64_t>(tokens, 1) : tokens;
-  const int64_t dims[2] = {op->first ? items : items * tokens, width};
+  const int64_t dims[2] = {items * tokens, width};
   OrtValue* out = nullptr;
   ORT_TRY(api->KernelContext_GetOutput(ctx, 0, dims, 2, &out));
-  if (op->first && tokens == 0 && items > 0) return fail(api, name + ": first needs at least one token an item");
   if (items * tokens == 0) return nullptr;
   ORT_TRY(api->GetTensorMutableData(const_cast<OrtValue*>(qkv), &data));
   a.qkv = static_cast<const float*>(data);
   ORT_TRY(api->GetTensorMutableData(out, &data));
   a.out = static_cast<float*>(data);
-  a.items = items, a.tokens = tokens, a.heads = op->heads, a.head_dim = head_dim, a.queries = queries;
+  a.items = items, a.tokens = tokens, a.heads = op->heads, a.head_dim = head_dim;
   struct Call {
     Attention a;
     void (*task)(const Attention&, int64_t);
@@ -299,13 +293,10 @@ struct AttentionOp : OrtCustomOp {
       int64_t variant = runnable(kAVX512) ? kAVX512 : kAVX2;  // optional: the kernels' variant (avx512-bf16 runs AVX-512's)
       if (OrtStatus* status = api->KernelInfoGetAttribute_int64(info, "variant", &variant)) api->ReleaseStatus(status);
       if (variant < 0 || variant >= kVariants) return fail(api, "ai.uform.Attention: variant must be 0, 1, 2 or 3");
-      int64_t first = 0;  // optional: each item's first query alone
-      if (OrtStatus* status = api->KernelInfoGetAttribute_int64(info, "first", &first)) api->ReleaseStatus(status);
-      if (first != 0 && first != 1) return fail(api, "ai.uform.Attention: first must be 0 or 1");
       const bool wide = variant == kAVX512 || variant == kAVX512BF16;
       if (!runnable(wide ? kAVX512 : kAVX2))
         return api->CreateStatus(ORT_NOT_IMPLEMENTED, wide ? "ai.uform.Attention: this CPU lacks AVX-512" : "ai.uform.Attention: this CPU lacks AVX2 and FMA");
-      auto* kernel = new (std::nothrow) AttentionKernel{api, heads, first == 1, wide ? attention_task : attention_task_avx2, "ai.uform.Attention"};
+      auto* kernel = new (std::nothrow) AttentionKernel{api, heads, wide ? attention_task : attention_task_avx2, "ai.uform.Attention"};
       if (!kernel) return api->CreateStatus(ORT_FAIL, "out of memory");
       *out = kernel;
       return nullptr;

@@ -23,9 +23,8 @@ OPSET = 21
 NEG_INF = -1e9
 # metadata key: a JSON list of the graph's attentions, each the names of its fused qkv
 # projection, the [batch, tokens] shape, the additive mask ("" for none) and the context
-# ([batch * tokens, width]; with "first": true, each item's first query alone, [batch, width])
-# with the head count and width. The graph itself stays standard ONNX; a backend may replace
-# what lies between qkv and context with one op of its own.
+# ([batch * tokens, width]) with the head count and width. The graph itself stays standard ONNX; a
+# backend may replace what lies between qkv and context with one op of its own.
 ATTENTION_SITES = "uform.attention_sites"
 Dim = int | str | None
 
@@ -120,6 +119,10 @@ class GraphBuilder:
         return self.op("Mul", self.op("Cast", upper, to=self.float_type), self.scalar(NEG_INF))  # type: ignore[no-any-return]
 
     def attention(self, x: str, prefix: str, g: Geometry, bt: str, mask: str | None) -> str:
+        return self.linear(self.attention_context(x, prefix, g, bt, mask), f"{prefix}.out")
+
+    def attention_context(self, x: str, prefix: str, g: Geometry, bt: str, mask: str | None) -> str:
+        """Every token's attention context before the output projection: [B*T, W] (an attention site)."""
         projected = self.linear(x, f"{prefix}.qkv")
         split_shape = self.op("Concat", bt, self.ints([3, g.heads, g.head_dim]), axis=0)
         qkv = self.op("Transpose", self.op("Reshape", projected, split_shape), perm=[2, 0, 3, 1, 4])
@@ -131,7 +134,7 @@ class GraphBuilder:
         context = self.op("MatMul", self.op("Softmax", scores, axis=-1), v)
         context = self.op("Reshape", self.op("Transpose", context, perm=[0, 2, 1, 3]), self.ints([-1, g.width]))
         self.attention_sites.append({"qkv": projected, "shape": bt, "mask": mask or "", "context": context, "heads": g.heads, "head_dim": g.head_dim})
-        return self.linear(context, f"{prefix}.out")
+        return context  # type: ignore[no-any-return]
 
     def block(self, x: str, prefix: str, g: Geometry, bt: str, mask: str | None) -> str:
         """Pre-norm block: ``x + attn(ln1(x))`` then ``x + fc2(gelu(fc1(ln2(x))))``."""
@@ -158,28 +161,14 @@ class GraphBuilder:
         """Block ``prefix`` for one token of each row: ``h`` [B*T, W] → [B, W].
 
         ``pick`` takes the token from a [B, T, C] value ([B, C]); ``shape`` is [B, T, W]; ``mask``
-        the additive mask of its scores ([B, 1, 1, T], or None). Keys and values come from
-        every token, the query is the token's own from the same projection, and the output
-        projection and MLP run for that token alone: ``block``'s math for one token of T, for
-        about a quarter of a block's products (the cost of the keys and values)."""
+        the block's additive mask. The attention runs as in every block (an attention site,
+        its context the same bits whatever the batch); the output projection and the MLP run
+        for the picked token alone: ``block``'s math for one token of T, without three
+        quarters of a block's products."""
         bt = self.op("Slice", shape, self.ints([0]), self.ints([2]))
-        projected = self.linear(self.layer_norm(h, f"{prefix}.ln1"), f"{prefix}.attn.qkv")  # [B*T, 3W]: q, k, v of each token
-        split = self.op("Concat", bt, self.ints([3, g.heads, g.head_dim]), axis=0)
-        qkv = self.op("Transpose", self.op("Reshape", projected, split), perm=[2, 0, 3, 1, 4])
-        parts = self.op("Split", qkv, axis=0, outputs=3)
-        k, v = (self.op("Squeeze", part, self.ints([0])) for part in parts[1:])  # [B, H, T, d]
-        rows = self.op("Reshape", projected, self.op("Concat", bt, self.ints([3 * g.width]), axis=0))
-        q = self.op("Slice", pick(rows), self.ints([0]), self.ints([g.width]), self.ints([1]))
-        q = self.op("Mul", self.op("Reshape", q, self.ints([-1, g.heads, 1, g.head_dim])), self.scalar(1 / np.sqrt(g.head_dim)))
-        scores = self.op("MatMul", q, self.op("Transpose", k, perm=[0, 1, 3, 2]))  # [B, H, 1, T]
-        if mask is not None:
-            scores = self.op("Add", scores, mask)
-        context = self.op("Reshape", self.op("MatMul", self.op("Softmax", scores, axis=-1), v), self.ints([-1, g.width]))
-        if pick == self.class_token:  # an attention site whose query is each item's first token alone
-            site = {"qkv": projected, "shape": bt, "mask": mask or "", "context": context, "heads": g.heads, "head_dim": g.head_dim}
-            self.attention_sites.append(site | {"first": True})
+        context = self.attention_context(self.layer_norm(h, f"{prefix}.ln1"), f"{prefix}.attn", g, bt, mask)
         mine = pick(self.op("Reshape", h, shape))
-        mine = self.op("Add", mine, self.linear(context, f"{prefix}.attn.out"))
+        mine = self.op("Add", mine, self.linear(pick(self.op("Reshape", context, shape)), f"{prefix}.attn.out"))
         hidden = self.gelu(self.linear(self.layer_norm(mine, f"{prefix}.ln2"), f"{prefix}.mlp.fc1"))
         return self.op("Add", mine, self.linear(hidden, f"{prefix}.mlp.fc2"))  # type: ignore[no-any-return]
 

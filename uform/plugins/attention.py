@@ -4,9 +4,7 @@ The graph builder records where each attention is (:data:`uform.core.graph.ATTEN
 in the model's metadata): its fused qkv projection, the ``[batch, tokens]`` shape, the
 additive mask and the context it makes. Everything that lies between the projection and
 the context — reshapes, transposes, the scaled scores, the mask, the softmax, the product
-with the values — becomes one node (for a site marked ``first``, a tower's last block run for
-its class token, the node computes each item's first query alone: its ``first`` attribute). A
-site whose intermediate values are read elsewhere,
+with the values — becomes one node. A site whose intermediate values are read elsewhere,
 or whose heads are not a multiple of 16 wide, is left as it is. The op runs the kernel of the
 node's ``variant`` (AVX2's or AVX-512's); the e4m3 backend fuses for every variant in
 :data:`uform.plugins.e4m3.FUSED_ATTENTION` (``benchmarks/attention.py`` times each against
@@ -52,10 +50,7 @@ def fuse_attention(graph: onnx.ModelProto, variant: int) -> onnx.ModelProto:
         inputs = [site["qkv"], site["shape"]] + ([site["mask"]] if site["mask"] else [])
         end = producer[context]
         dropped |= region - {end}
-        node = helper.make_node("Attention", inputs, [context], name=f"{context}:attention", domain=DOMAIN, heads=site["heads"], variant=variant)
-        if site.get("first"):  # each item's first query alone: the class token a tower pools
-            node.attribute.append(helper.make_attribute("first", 1))
-        fused[end] = node
+        fused[end] = helper.make_node("Attention", inputs, [context], name=f"{context}:attention", domain=DOMAIN, heads=site["heads"], variant=variant)
     out = onnx.ModelProto()
     out.CopyFrom(graph)
     del out.graph.node[:]

@@ -61,8 +61,8 @@ def graph(t: DecoderTower, model: ModelConfig, b: GraphBuilder) -> None:
     """``bytes`` [B, T] (begin token first, zero right-padded), ``last`` [B] → ``logits`` [B, 256].
 
     Only each row's last real token reaches the head, and causal attention lets no earlier
-    token see it, so the final block runs its query, output projection and MLP for that
-    token alone (keys and values for all): the same math for a fraction of the last block.
+    token see it, so the final block runs its output projection and MLP for that token alone
+    (``GraphBuilder.picked_block``): the same math for a fraction of the last block.
     """
     g = t.geometry
     ids = b.input("bytes", TensorProto.INT64, ["batch", "tokens"])
@@ -81,8 +81,7 @@ def graph(t: DecoderTower, model: ModelConfig, b: GraphBuilder) -> None:
     def pick(rows: str) -> str:  # each row's last real token: [B, T, C] → [B, C]
         return b.op("GatherND", rows, at, batch_dims=1)  # type: ignore[no-any-return]
 
-    seen = b.padding_mask(b.op("Add", last, b.const(np.int64(1))), tokens)  # causal, for the last token: the row's real tokens
-    final = b.picked_block(h, f"decoder.blocks.{g.depth - 1}", g, shape, pick, seen)
+    final = b.picked_block(h, f"decoder.blocks.{g.depth - 1}", g, shape, pick, mask)
     b.output(b.linear(b.layer_norm(final, "decoder.ln_final"), "decoder.head"), "logits", None, ["batch", BYTES])
 
 

@@ -138,12 +138,10 @@ class OpLibrary:
         causal: bool = False,
         threads: int = 1,
         variant: str = "avx512",
-        first: bool = False,
     ) -> np.ndarray:
         """The ``Attention`` op outside ONNX Runtime, through ``variant``'s kernel (AVX2's for
         ``avx2`` and ``avx2-split``, AVX-512's for the others): ``qkv`` float32 [items * tokens, 3W]; ``mask``
-        additive, [items, tokens] (padding), or [tokens, tokens] when ``causal``; ``first``: each
-        item's first query alone ([items, W] out, as the op's ``first`` attribute)."""
+        additive, [items, tokens] (padding), or [tokens, tokens] when ``causal``."""
         qkv = np.ascontiguousarray(qkv, np.float32)
         rows, triple = qkv.shape
         tokens, width = rows // max(items, 1), triple // 3
@@ -151,10 +149,10 @@ class OpLibrary:
             mask = np.ascontiguousarray(mask, np.float32)
             if mask.shape != ((tokens, tokens) if causal else (items, tokens)):
                 raise ValueError(f"mask must be {'[tokens, tokens]' if causal else '[items, tokens]'}, got {list(mask.shape)}")
-        out = np.empty((items if first else rows, width), np.float32)
+        out = np.empty((rows, width), np.float32)
         rc = self.handle.uform_attention(
             VARIANTS.index(variant), _pointer(qkv), _pointer(mask), int(causal), _pointer(out), _I64(items), _I64(tokens), _I64(heads),
-            _I64(width // heads), max(1, threads), int(first),
+            _I64(width // heads), max(1, threads),
         )  # fmt: skip
         if rc != 0:
             raise OpLibraryError(f"uform_attention failed ({rc})")
