@@ -381,7 +381,7 @@ def main() -> None:
     parser.add_argument("--towers", default="text:small,text:base,image:base")
     parser.add_argument("--seconds", type=float, default=2.0)
     parser.add_argument("--runs", default=",".join(RUNS))
-    parser.add_argument("--parts", default="towers,turns,queries,kernels,full-load", help="which of towers, turns, queries, kernels, full-load to run")
+    parser.add_argument("--parts", default="towers,turns,queries,kernels,full-load", help="which of towers, turns, queries, kernels, full-load, huge-pages to run (huge-pages only when named)")
     parser.add_argument("--worker", nargs=3, metavar=("RUN", "CHECKPOINT", "TOWER"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -482,6 +482,16 @@ def main() -> None:
             except OpLibraryError as exc:  # the fallback: nothing of the library to time
                 results["kernels"], results["kernels_skipped"] = [], str(exc)
                 print(f"\nkernels alone: skipped ({exc})")
+        if "huge-pages" in parts:
+            texts_asked = [t for t in args.towers.split(",") if t.startswith("text:")]
+            spec = "text:base" if "text:base" in texts_asked or not texts_asked else texts_asked[0]
+            path = Path(tmp) / f"pages-{spec.replace(':', '-')}.safetensors"
+            config, tensors = checkpoint.new(get_host(), spec.split(":")[1], 0, ["text"])
+            checkpoint.save(path, config, tensors)
+            del tensors
+            results["huge_pages"] = huge_pages(path, [r for r in runs if r != "uform f32"], args.seconds)
+            print(f"\nhuge pages, {spec}: each run loaded twice in one process, packed weights in 4 KiB pages (UFORM_HUGE_PAGES=0) and in huge pages, called in turns")
+            print(table(results["huge_pages"], list(results["huge_pages"][0])))
         if "full-load" in parts:
             results["full_load"] = full_load(Path(tmp), runs)
             print("\nthe full base checkpoint (every tower): load over read")
@@ -566,6 +576,46 @@ def interleaved_queries(path: Path, runs: list[str], seconds: float) -> list[dic
         for name, took in by_name.items():
             row[f"{name} ms"] = f"{1e3 * took:.1f}"
             row[f"{name} vs f32"] = ratio(f32.get(name), took)
+        rows.append(row)
+    return rows
+
+
+def huge_pages(path: Path, runs: list[str], seconds: float) -> list[dict[str, Any]]:
+    """The e4m3 backend's runs of ``runs``, each loaded twice in this process (its packed
+    weights in 4 KiB pages, ``UFORM_HUGE_PAGES=0``, and in huge pages) and called in turns on
+    the short queries and one text of ``TEXT_BYTES``: the median of each turn's time in huge
+    pages over its time in 4 KiB ones, with quartiles."""
+    import os
+
+    import uform
+
+    arena = uform.Arena()
+    inputs = {name: [line[:n] for line, n in zip(texts(len(lengths)), lengths)] for name, lengths in QUERIES.items()}
+    inputs[f"{TEXT_BYTES} B"] = texts(1)
+    rows = []
+    for run in (r for r in runs if r.startswith("uform") and "dql" not in r):
+        pair = {}
+        for setting in ("0", "1"):
+            os.environ["UFORM_HUGE_PAGES"] = setting
+            pair[setting] = load(run, path)
+        os.environ.pop("UFORM_HUGE_PAGES")
+        row: dict[str, Any] = {"run": run}
+        for name, query in inputs.items():
+            times: dict[str, list[float]] = {"0": [], "1": []}
+            for model in pair.values():
+                model.text_encode(query, arena)
+            start, turn = time.perf_counter(), 0
+            while time.perf_counter() - start < 2 * seconds or turn < TURNS:
+                for setting in ("0", "1") if turn % 2 == 0 else ("1", "0"):
+                    t = time.perf_counter()
+                    pair[setting].text_encode(query, arena)
+                    times[setting].append(time.perf_counter() - t)
+                turn += 1
+            ratios = np.array(times["1"]) / np.array(times["0"])
+            row[f"{name} 4K ms"] = f"{1e3 * np.median(times['0']):.2f}"
+            row[f"{name} huge/4K"] = f"{np.median(ratios):.3f} ({np.percentile(ratios, 25):.3f}-{np.percentile(ratios, 75):.3f})"
+        for model in pair.values():
+            model.close()
         rows.append(row)
     return rows
 

@@ -214,6 +214,33 @@ def test_packing_refuses_shapes_and_vectors_that_do_not_fit() -> None:
         LIBRARY.pack(variant, np.ones((0, 6), ml_dtypes.bfloat16), False)
 
 
+def advised_huge(array: np.ndarray) -> bool:
+    """Whether the map holding ``array`` asked for huge pages (``hg`` in its smaps VmFlags)."""
+    address, inside = array.ctypes.data, False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        if re.match(r"^[0-9a-f]+-[0-9a-f]+ ", line):
+            start, end = (int(v, 16) for v in line.split()[0].split("-"))
+            inside = start <= address < end
+        elif inside and line.startswith("VmFlags:"):
+            return "hg" in line.split()[1:]
+    raise AssertionError(f"no map holds {address:#x}")
+
+
+@pytest.mark.skipif(not Path("/proc/self/smaps").exists() or not hasattr(__import__("mmap"), "MADV_HUGEPAGE"), reason="no /proc/self/smaps or MADV_HUGEPAGE here")
+@pytest.mark.parametrize("setting", [None, "1", "0"])
+def test_packed_weights_ask_for_huge_pages_unless_turned_off(monkeypatch: pytest.MonkeyPatch, setting: str | None) -> None:
+    from uform.plugins.oplib import _zeros
+
+    if setting is None:
+        monkeypatch.delenv("UFORM_HUGE_PAGES", raising=False)
+    else:
+        monkeypatch.setenv("UFORM_HUGE_PAGES", setting)
+    arrays = _zeros([(3 << 20, np.dtype(np.uint16)), (100, np.dtype(np.uint8))])
+    assert [a.ctypes.data % 64 for a in arrays] == [0, 0] and arrays[0].ctypes.data % (2 << 20) == 0
+    assert [a.size for a in arrays] == [3 << 20, 100] and not arrays[0].any()
+    assert advised_huge(arrays[0]) == (setting != "0")
+
+
 TEXTS = [f"caption {i}: " + "a red circle moves left " * (i % 5 + 1) for i in range(40)]
 
 

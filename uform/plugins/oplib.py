@@ -68,8 +68,8 @@ class OpLibrary:
         threads: int = 1,
     ) -> list[tuple[np.ndarray, np.ndarray | None]]:
         """Each matrix ``i``, of ``matrices[i] = (shape, e4m3)``, packed as :meth:`pack` does,
-        all in one private anonymous map (its pages go back to the system when the last array
-        goes; huge pages are not asked for, see :func:`_zeros`). ``fetch(i)``
+        all in one private anonymous map of huge pages (its pages go back to the system when
+        the last array goes; see :func:`_zeros`). ``fetch(i)``
         answers matrix ``i``'s BF16 weights when its turn comes (it may reuse one buffer for
         all). ValueError names a weight that is not finite."""
         shapes = []
@@ -164,22 +164,30 @@ HUGE_PAGE = 2 << 20
 
 def _zeros(shapes: Sequence[tuple[int, np.dtype[Any]]]) -> list[np.ndarray]:
     """Zeroed arrays of ``(count, dtype)`` in one private anonymous map, each starting on a
-    64-byte line and the first on a 2 MiB boundary (where the kernel gives every map huge
-    pages, they line up). The map is unmapped when the last array goes (from malloc's heap the
-    pages would stay).
+    64-byte line and the first on a 2 MiB boundary. The map is unmapped when the last array
+    goes (from malloc's heap the pages would stay).
 
-    Huge pages are not asked for (``MADV_HUGEPAGE``): on a VM that backs its guest's memory as
-    it is first touched, 2 MiB pages came from memory the host had not backed yet, and a BF16
-    load of the full base checkpoint took 1.00-1.08 s with them against 0.72-0.74 s without
-    (2-core Zen 1; the towers ran the same, within 1 %: docs/benchmarks.md)."""
+    Huge pages are asked for (``MADV_HUGEPAGE``) unless ``UFORM_HUGE_PAGES=0``: a short query
+    streams every weight once, and with 4 KiB pages a base text tower's 12-byte query took
+    1.05x the time (BF16, Zen 4, AVX-512 and AVX2 kernels alike; longer inputs within 1 %).
+    Where a VM backs its guest's memory only as it is first touched, 2 MiB pages may come from
+    memory the host has not backed yet: on a 2-core Zen 1 a BF16 load of the full base
+    checkpoint took 1.00-1.08 s with them against 0.72-0.74 s without (docs/backends.md)."""
     offsets, size = [], 0
     for count, dtype in shapes:
         offsets.append(size)
         size += -(-count * dtype.itemsize // 64) * 64
     buffer = mmap.mmap(-1, size + HUGE_PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    if hasattr(mmap, "MADV_HUGEPAGE") and huge_pages():
+        buffer.madvise(mmap.MADV_HUGEPAGE)
     base = np.frombuffer(buffer, np.uint8)
     start = -base.ctypes.data % HUGE_PAGE
     return [base[start + o : start + o + c * d.itemsize].view(d) for o, (c, d) in zip(offsets, shapes)]
+
+
+def huge_pages() -> bool:
+    """Whether packed weights ask for huge pages: yes, unless ``UFORM_HUGE_PAGES`` is ``0``."""
+    return os.environ.get("UFORM_HUGE_PAGES", "1").strip() != "0"
 
 
 def library_path() -> Path:
