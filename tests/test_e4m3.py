@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import mmap
 import re
 import shutil
 import os
@@ -226,7 +227,10 @@ def advised_huge(array: np.ndarray) -> bool:
     raise AssertionError(f"no map holds {address:#x}")
 
 
-@pytest.mark.skipif(not Path("/proc/self/smaps").exists() or not hasattr(__import__("mmap"), "MADV_HUGEPAGE"), reason="no /proc/self/smaps or MADV_HUGEPAGE here")
+@pytest.mark.skipif(
+    not Path("/proc/self/smaps").exists() or not Path("/sys/kernel/mm/transparent_hugepage").exists() or not hasattr(mmap, "MADV_HUGEPAGE"),
+    reason="no /proc/self/smaps, transparent huge pages or MADV_HUGEPAGE here",
+)
 @pytest.mark.parametrize("setting", [None, "1", "0"])
 def test_packed_weights_ask_for_huge_pages_unless_turned_off(monkeypatch: pytest.MonkeyPatch, setting: str | None) -> None:
     from uform.plugins.oplib import _zeros

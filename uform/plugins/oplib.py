@@ -179,7 +179,10 @@ def _zeros(shapes: Sequence[tuple[int, np.dtype[Any]]]) -> list[np.ndarray]:
         size += -(-count * dtype.itemsize // 64) * 64
     buffer = mmap.mmap(-1, size + HUGE_PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     if hasattr(mmap, "MADV_HUGEPAGE") and huge_pages():
-        buffer.madvise(mmap.MADV_HUGEPAGE)
+        try:
+            buffer.madvise(mmap.MADV_HUGEPAGE)
+        except OSError:  # a kernel without transparent huge pages (EINVAL): 4 KiB pages serve
+            pass
     base = np.frombuffer(buffer, np.uint8)
     start = -base.ctypes.data % HUGE_PAGE
     return [base[start + o : start + o + c * d.itemsize].view(d) for o, (c, d) in zip(offsets, shapes)]
