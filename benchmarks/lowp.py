@@ -464,11 +464,7 @@ def main() -> None:
             print(table(queries, list(queries[0])))
             results["queries"] = queries
         if "queries" in parts:
-            texts_asked = [t for t in args.towers.split(",") if t.startswith("text:")]
-            spec = "text:base" if "text:base" in texts_asked or not texts_asked else texts_asked[0]  # a search's query tower
-            path = Path(tmp) / f"queries-{spec.replace(':', '-')}.safetensors"
-            config, tensors = checkpoint.new(get_host(), spec.split(":")[1], 0, ["text"])
-            checkpoint.save(path, config, tensors)
+            spec, path = query_tower(args.towers, Path(tmp))
             results["queries_interleaved"] = interleaved_queries(path, runs, args.seconds)
             print(f"\nshort queries, {spec}, the uform runs in one process called in turns: text_encode median ms")
             print(table(results["queries_interleaved"], list(results["queries_interleaved"][0])))
@@ -483,12 +479,7 @@ def main() -> None:
                 results["kernels"], results["kernels_skipped"] = [], str(exc)
                 print(f"\nkernels alone: skipped ({exc})")
         if "huge-pages" in parts:
-            texts_asked = [t for t in args.towers.split(",") if t.startswith("text:")]
-            spec = "text:base" if "text:base" in texts_asked or not texts_asked else texts_asked[0]
-            path = Path(tmp) / f"pages-{spec.replace(':', '-')}.safetensors"
-            config, tensors = checkpoint.new(get_host(), spec.split(":")[1], 0, ["text"])
-            checkpoint.save(path, config, tensors)
-            del tensors
+            spec, path = query_tower(args.towers, Path(tmp))
             results["huge_pages"] = huge_pages(path, [r for r in runs if r != "uform f32"], args.seconds)
             print(f"\nhuge pages, {spec}: each run loaded twice in one process, packed weights in 4 KiB pages (UFORM_HUGE_PAGES=0) and in huge pages, called in turns")
             print(table(results["huge_pages"], list(results["huge_pages"][0])))
@@ -497,6 +488,21 @@ def main() -> None:
             print("\nthe full base checkpoint (every tower): load over read")
             print(table(results["full_load"], list(results["full_load"][0])))
     print(f"wrote {save('lowp', results)}")
+
+
+def query_tower(towers: str, tmp: Path) -> tuple[str, Path]:
+    """A search's query tower among ``towers`` (text:base when asked for or when no text tower
+    is, else the first text tower asked for), written once into ``tmp``: its spec and path."""
+    from uform.core import checkpoint
+    from uform.core.host import get_host
+
+    asked = [t for t in towers.split(",") if t.startswith("text:")]
+    spec = "text:base" if "text:base" in asked or not asked else asked[0]
+    path = tmp / f"queries-{spec.replace(':', '-')}.safetensors"
+    if not path.exists():
+        config, tensors = checkpoint.new(get_host(), spec.split(":")[1], 0, ["text"])
+        checkpoint.save(path, config, tensors)
+    return spec, path
 
 
 def interleaved_towers(path: Path, tower: str, runs: list[str], seconds: float) -> list[dict[str, Any]]:
@@ -595,10 +601,14 @@ def huge_pages(path: Path, runs: list[str], seconds: float) -> list[dict[str, An
     rows = []
     for run in (r for r in runs if r.startswith("uform") and "dql" not in r):
         pair = {}
+        before = os.environ.get("UFORM_HUGE_PAGES")
         for setting in ("0", "1"):
             os.environ["UFORM_HUGE_PAGES"] = setting
             pair[setting] = load(run, path)
-        os.environ.pop("UFORM_HUGE_PAGES")
+        if before is None:
+            del os.environ["UFORM_HUGE_PAGES"]
+        else:
+            os.environ["UFORM_HUGE_PAGES"] = before
         row: dict[str, Any] = {"run": run}
         for name, query in inputs.items():
             times: dict[str, list[float]] = {"0": [], "1": []}
