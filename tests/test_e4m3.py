@@ -233,13 +233,13 @@ def advised_huge(array: np.ndarray) -> bool:
 )
 @pytest.mark.parametrize("setting", [None, "1", "0"])
 def test_packed_weights_ask_for_huge_pages_unless_turned_off(monkeypatch: pytest.MonkeyPatch, setting: str | None) -> None:
-    from uform.plugins.oplib import _zeros
+    from uform.plugins.oplib import zeros
 
     if setting is None:
         monkeypatch.delenv("UFORM_HUGE_PAGES", raising=False)
     else:
         monkeypatch.setenv("UFORM_HUGE_PAGES", setting)
-    arrays = _zeros([(3 << 20, np.dtype(np.uint16)), (100, np.dtype(np.uint8))])
+    arrays = zeros([(3 << 20, np.dtype(np.uint16)), (100, np.dtype(np.uint8))])
     assert [a.ctypes.data % 64 for a in arrays] == [0, 0] and arrays[0].ctypes.data % (2 << 20) == 0
     assert [a.size for a in arrays] == [3 << 20, 100] and not arrays[0].any()
     assert advised_huge(arrays[0]) == (setting != "0")

@@ -69,7 +69,7 @@ class OpLibrary:
     ) -> list[tuple[np.ndarray, np.ndarray | None]]:
         """Each matrix ``i``, of ``matrices[i] = (shape, e4m3)``, packed as :meth:`pack` does,
         all in one private anonymous map of huge pages (its pages go back to the system when
-        the last array goes; see :func:`_zeros`). ``fetch(i)``
+        the last array goes; see :func:`zeros`). ``fetch(i)``
         answers matrix ``i``'s BF16 weights when its turn comes (it may reuse one buffer for
         all). ValueError names a weight that is not finite."""
         shapes = []
@@ -78,7 +78,7 @@ class OpLibrary:
                 raise ValueError(f"weights must be a non-empty [n, k] matrix, got shape {list(shape)}")
             dtype = np.dtype(np.uint8 if e4m3 else np.uint16)
             shapes.append((self.packed_elements(variant, *shape), dtype))
-        arrays = _zeros(shapes)
+        arrays = zeros(shapes)
         packed = []
         for i, ((shape, e4m3), out) in enumerate(zip(matrices, arrays)):
             weights = fetch(i)
@@ -162,7 +162,7 @@ class OpLibrary:
 HUGE_PAGE = 2 << 20
 
 
-def _zeros(shapes: Sequence[tuple[int, np.dtype[Any]]]) -> list[np.ndarray]:
+def zeros(shapes: Sequence[tuple[int, np.dtype[Any]]]) -> list[np.ndarray]:
     """Zeroed arrays of ``(count, dtype)`` in one private anonymous map, each starting on a
     64-byte line and the first on a 2 MiB boundary. The map is unmapped when the last array
     goes (from malloc's heap the pages would stay).
