@@ -36,7 +36,11 @@ alone, each as the towers run it (one of the library's ops in an ONNX Runtime se
 four products of a base block (qkv, out, fc1, fc2; k = 768, 3072) at m = 16, 87 and 5,568 rows (a short query, one 86-byte text, 64 of them), BF16 and E4M3 weights, for
 every variant this CPU runs: GFLOP/s and the share of the class's FMA peak as measured here
 (``OpLibrary.fma_peak``: 12 register-only FMA chains a thread, in the same run). And
-``--full-load``: the full base checkpoint (every tower, 823 MiB), load over read.
+``--full-load``: the full base checkpoint (every tower, 823 MiB), load over read. Named
+only: ``huge-pages`` (each e4m3-backend run loaded twice in one process, its packed weights in
+4 KiB pages and in huge pages) and ``epilogues`` (loaded twice, GELU and residual adds as ONNX
+Runtime's nodes and inside the products), each pair called in turns on the short queries, one
+86-byte text (and, for ``epilogues``, 64 of them): the median ratio of each turn's times.
 
 Each runs in a process of its own: resident memory after load (growth over the process
 before it), and load time (the median of 3 loads) over the time to read the file (warm in
@@ -381,7 +385,7 @@ def main() -> None:
     parser.add_argument("--towers", default="text:small,text:base,image:base")
     parser.add_argument("--seconds", type=float, default=2.0)
     parser.add_argument("--runs", default=",".join(RUNS))
-    parser.add_argument("--parts", default="towers,turns,queries,kernels,full-load", help="which of towers, turns, queries, kernels, full-load, huge-pages to run (huge-pages only when named)")
+    parser.add_argument("--parts", default="towers,turns,queries,kernels,full-load", help="which of towers, turns, queries, kernels, full-load, huge-pages, epilogues to run (the last two only when named)")
     parser.add_argument("--worker", nargs=3, metavar=("RUN", "CHECKPOINT", "TOWER"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -478,11 +482,19 @@ def main() -> None:
             except OpLibraryError as exc:  # the fallback: nothing of the library to time
                 results["kernels"], results["kernels_skipped"] = [], str(exc)
                 print(f"\nkernels alone: skipped ({exc})")
-        if "huge-pages" in parts:
+        pairs = {  # the parts that load each run twice (paired): what differs, and what ms and ratio are
+            "huge-pages": (huge_pages, "packed weights in 4 KiB pages (UFORM_HUGE_PAGES=0) and in huge pages", "in 4 KiB pages", "in huge pages"),
+            "epilogues": (epilogues, "GELU and residual adds as ONNX Runtime nodes and inside the products", "as nodes", "fused"),
+        }  # fmt: skip
+        for part, (measure_pair, what, before, after) in pairs.items():
+            if part not in parts:
+                continue
             spec, path = query_tower(args.towers, Path(tmp))
-            results["huge_pages"] = huge_pages(path, [r for r in runs if r != "uform f32"], args.seconds)
-            print(f"\nhuge pages, {spec}: each run loaded twice in one process, packed weights in 4 KiB pages (UFORM_HUGE_PAGES=0) and in huge pages, called in turns")
-            print(table(results["huge_pages"], list(results["huge_pages"][0])))
+            key = part.replace("-", "_")
+            results[key] = measure_pair(path, [r for r in runs if r != "uform f32"], args.seconds)
+            print(f"\n{part}, {spec}: each run loaded twice in one process, {what}, called in turns")
+            print(f"(ms: {before}; ratio: the median over turns of the time {after} over it, quartiles)")
+            print(table(results[key], list(results[key][0])))
         if "full-load" in parts:
             results["full_load"] = full_load(Path(tmp), runs)
             print("\nthe full base checkpoint (every tower): load over read")
@@ -586,47 +598,81 @@ def interleaved_queries(path: Path, runs: list[str], seconds: float) -> list[dic
     return rows
 
 
-def huge_pages(path: Path, runs: list[str], seconds: float) -> list[dict[str, Any]]:
-    """The e4m3 backend's runs of ``runs``, each loaded twice in this process (its packed
-    weights in 4 KiB pages, ``UFORM_HUGE_PAGES=0``, and in huge pages) and called in turns on
-    the short queries and one text of ``TEXT_BYTES``: the median of each turn's time in huge
-    pages over its time in 4 KiB ones, with quartiles."""
-    import os
-
+def paired(pair: dict[str, Any], inputs: dict[str, tuple[list[bytes], int]], seconds: float) -> dict[str, str]:
+    """Two loads of one run, ``pair`` (``{"before": model, "after": model}``), called in
+    turns on each of ``inputs`` (name: texts of one call, turns at least): per input, the
+    median ms of ``before`` and the median of each turn's time of ``after`` over ``before``'s,
+    with quartiles."""
     import uform
 
     arena = uform.Arena()
-    inputs = {name: [line[:n] for line, n in zip(texts(len(lengths)), lengths)] for name, lengths in QUERIES.items()}
-    inputs[f"{TEXT_BYTES} B"] = texts(1)
+    row: dict[str, str] = {}
+    for name, (query, least) in inputs.items():
+        times: dict[str, list[float]] = {"before": [], "after": []}
+        for model in pair.values():
+            model.text_encode(query, arena)
+        start, turn = time.perf_counter(), 0
+        while time.perf_counter() - start < 2 * seconds or turn < least:
+            for side in ("before", "after") if turn % 2 == 0 else ("after", "before"):
+                t = time.perf_counter()
+                pair[side].text_encode(query, arena)
+                times[side].append(time.perf_counter() - t)
+            turn += 1
+        ratios = np.array(times["after"]) / np.array(times["before"])
+        row[f"{name} ms"] = f"{1e3 * np.median(times['before']):.2f}"
+        row[f"{name} ratio"] = f"{np.median(ratios):.3f} ({np.percentile(ratios, 25):.3f}-{np.percentile(ratios, 75):.3f})"
+    return row
+
+
+def query_inputs() -> dict[str, tuple[list[bytes], int]]:
+    """The short queries and one text of ``TEXT_BYTES``, each for ``TURNS`` turns at least."""
+    inputs = {name: ([line[:n] for line, n in zip(texts(len(lengths)), lengths)], TURNS) for name, lengths in QUERIES.items()}
+    inputs[f"{TEXT_BYTES} B"] = (texts(1), TURNS)
+    return inputs
+
+
+def huge_pages(path: Path, runs: list[str], seconds: float) -> list[dict[str, Any]]:
+    """The e4m3 backend's runs of ``runs``, each loaded twice in this process (its packed
+    weights in 4 KiB pages, ``UFORM_HUGE_PAGES=0``, and in huge pages) and called in turns on
+    the short queries and one text of ``TEXT_BYTES`` (:func:`paired`): ``ms`` in 4 KiB pages,
+    ``ratio`` the time in huge pages over it."""
     rows = []
     for run in (r for r in runs if r.startswith("uform") and "dql" not in r):
         pair = {}
         before = os.environ.get("UFORM_HUGE_PAGES")
-        for setting in ("0", "1"):
+        for side, setting in (("before", "0"), ("after", "1")):
             os.environ["UFORM_HUGE_PAGES"] = setting
-            pair[setting] = load(run, path)
+            pair[side] = load(run, path)
         if before is None:
             del os.environ["UFORM_HUGE_PAGES"]
         else:
             os.environ["UFORM_HUGE_PAGES"] = before
-        row: dict[str, Any] = {"run": run}
-        for name, query in inputs.items():
-            times: dict[str, list[float]] = {"0": [], "1": []}
-            for model in pair.values():
-                model.text_encode(query, arena)
-            start, turn = time.perf_counter(), 0
-            while time.perf_counter() - start < 2 * seconds or turn < TURNS:
-                for setting in ("0", "1") if turn % 2 == 0 else ("1", "0"):
-                    t = time.perf_counter()
-                    pair[setting].text_encode(query, arena)
-                    times[setting].append(time.perf_counter() - t)
-                turn += 1
-            ratios = np.array(times["1"]) / np.array(times["0"])
-            row[f"{name} 4K ms"] = f"{1e3 * np.median(times['0']):.2f}"
-            row[f"{name} huge/4K"] = f"{np.median(ratios):.3f} ({np.percentile(ratios, 25):.3f}-{np.percentile(ratios, 75):.3f})"
+        rows.append({"run": run} | paired(pair, query_inputs(), seconds))
         for model in pair.values():
             model.close()
-        rows.append(row)
+    return rows
+
+
+def epilogues(path: Path, runs: list[str], seconds: float) -> list[dict[str, Any]]:
+    """The e4m3 backend's runs of ``runs``, each loaded twice in this process (GELU and
+    residual adds as ONNX Runtime's own nodes, ``e4m3.FUSE_EPILOGUES = False``, and inside the
+    products) and called in turns (:func:`paired`) on the short queries, one text of
+    ``TEXT_BYTES`` and 64 of them: ``ms`` apart, ``ratio`` the time fused over it."""
+    from uform.plugins import e4m3
+
+    inputs = query_inputs() | {f"64 x {TEXT_BYTES} B": (texts(64), 5)}
+    rows = []
+    for run in (r for r in runs if r.startswith("uform") and "dql" not in r):
+        pair = {}
+        try:
+            for side, fuse in (("before", False), ("after", True)):
+                e4m3.FUSE_EPILOGUES = fuse
+                pair[side] = load(run, path)
+        finally:
+            e4m3.FUSE_EPILOGUES = True
+        rows.append({"run": run} | paired(pair, inputs, seconds))
+        for model in pair.values():
+            model.close()
     return rows
 
 

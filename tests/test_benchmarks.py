@@ -17,9 +17,9 @@ RUNS = {  # script → (smallest arguments, keys its result file must have)
     "audio": (["--presets", "tiny", "--items", "4", "--threads", "1", "--seconds", "0.02"], {"items", "presets"}),
     "choose": (["--presets", "tiny", "--seconds", "0.02", "--examples", "200"], {"throughput", "calibration"}),
     "lowp": (
-        ["--towers", "text:tiny,image:tiny", "--seconds", "0.02", "--parts", "towers,turns,queries,kernels,huge-pages",
+        ["--towers", "text:tiny,image:tiny", "--seconds", "0.02", "--parts", "towers,turns,queries,kernels,huge-pages,epilogues",
          "--runs", "uform f32,uform bf16,uform e4m3 dql,ort int8 nbits,torch bf16 autocast,torch fp32 [avx2]"],
-        {"variant", "cpu_class", "runs", "turns", "queries", "queries_interleaved", "kernels", "huge_pages"},
+        {"variant", "cpu_class", "runs", "turns", "queries", "queries_interleaved", "kernels", "huge_pages", "epilogues"},
     ),  # fmt: skip
     "attention": (["--preset", "tiny", "--seconds", "0.02"], {"cpu_class", "preset"}),
     "media": (["--preset", "tiny", "--seconds", "0.02", "--images", "4", "--clips", "1"], {"images_640x480", "video_gop30", "video_gop250"}),

@@ -24,23 +24,9 @@ import uform
 from uform import Arena, CPUClass, Scalar
 from uform.plugins import e4m3
 from uform.plugins.dequantize import quantize_e4m3
-from uform.plugins.oplib import VARIANTS, OpLibrary, OpLibraryError, library
+from uform.plugins.oplib import VARIANTS, OpLibraryError
 
-try:
-    LIBRARY: OpLibrary | None = library()
-    WHY_NOT = ""
-except OpLibraryError as exc:  # the suite still runs: the fallback tests below cover this case
-    LIBRARY, WHY_NOT = None, str(exc)
-
-needs_library = pytest.mark.skipif(LIBRARY is None, reason=f"the op library is not usable here: {WHY_NOT}")
-
-
-def runnable(variant: str) -> OpLibrary:
-    if LIBRARY is None:
-        pytest.skip(f"the op library is not usable here: {WHY_NOT}")
-    if variant not in LIBRARY.runnable:
-        pytest.skip(f"this CPU cannot run the {variant} kernels (it runs {sorted(LIBRARY.runnable)})")
-    return LIBRARY
+from oplibrary import LIBRARY, WHY_NOT, needs_library, runnable
 
 
 def bf16(rng: np.random.Generator, *shape: int, scale: float = 0.05) -> np.ndarray:

@@ -5,7 +5,7 @@
 
 namespace uform {
 
-constexpr int kAbi = 5;  // bump when an exported signature or an op's contract changes
+constexpr int kAbi = 6;  // bump when an exported signature or an op's contract changes
 const Kernel* const kernels[kVariants] = {&kernel_avx2, &kernel_avx512, &kernel_avx512bf16, &kernel_avx2_split};
 
 namespace {
@@ -84,15 +84,18 @@ UFORM_EXPORT int64_t uform_pack(int variant, int wtype, const uint16_t* w, int64
 }
 
 // The product outside ONNX Runtime (for parity tests and benchmarks of the kernels alone);
-// w packed by uform_pack for the same variant.
+// w packed by uform_pack for the same variant; residual ([m, n]) may be null, activation is
+// 0 (none) or 1 (GELU).
 // Answers 0, 1 when this CPU cannot run `variant`, 2 for bad arguments, 3 out of memory.
 UFORM_EXPORT int uform_gemm(int variant, const float* x, int64_t m, int64_t k, const void* w, int wtype, int64_t n,
-                            const float* scale, const float* bias, float* y, int threads) {
+                            const float* scale, const float* bias, const float* residual, int activation, float* y,
+                            int threads) {
   if (variant < 0 || variant >= kVariants || !runnable(variant)) return 1;
   if (m < 0 || n < 0 || k <= 0 || (wtype != kBF16 && wtype != kE4M3)) return 2;
+  if (activation < 0 || activation >= kActivations) return 2;
   if (m == 0 || n == 0) return 0;
   const Kernel& kern = *kernels[variant];
-  Gemm g{x, w, scale, bias, y, nullptr, m, n, k, (k + 1) / 2 * 2, wtype, next_serial(), threads};
+  Gemm g{x, w, scale, bias, y, nullptr, m, n, k, (k + 1) / 2 * 2, wtype, next_serial(), threads, residual, activation};
   if (kern.bf16_x) {
     uint16_t* xb = nullptr;
     try {

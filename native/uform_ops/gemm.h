@@ -1,7 +1,9 @@
 // The matrix product every kernel variant computes, and what the variants export.
 //
-//   y[m, n] = scale[n] * sum_k x[m, k] * w[n, k] + bias[n]
+//   y[m, n] = act(scale[n] * sum_k x[m, k] * w[n, k] + bias[n]) + residual[m, n]
 //
+// act is the identity or GELU (exact, gelu.inc) and residual an optional [m, n] float32 matrix:
+// a block's fc1 and GELU, or a projection and the residual add after it, in one pass over y.
 // x is float32 [m, k] (row stride k); w holds the checkpoint's [n, k] matrix as raw bits,
 // BF16 (uint16) or FLOAT8 E4M3FN (uint8), packed at load for the variant (pack.cpp): panels
 // of `nr` output columns, each [k / pair][nr][pair] with pair = 2 for avx512-bf16, avx2 and avx2-split
@@ -16,6 +18,7 @@
 namespace uform {
 
 enum WeightType : int { kBF16 = 0, kE4M3 = 1 };
+enum Activation : int { kIdentity = 0, kGelu = 1, kActivations = 2 };
 enum Variant : int { kAVX2 = 0, kAVX512 = 1, kAVX512BF16 = 2, kAVX2Split = 3, kVariants = 4 };
 
 struct Gemm {
@@ -29,6 +32,8 @@ struct Gemm {
   int wtype;
   uint64_t serial;        // unique per product: a thread's decoded panel is reused within one only
   int64_t threads = 0;    // threads that will run the tasks (0: not known): variants that cut by shape size tasks to it
+  const float* residual = nullptr;  // [m, n] added last, or null
+  int activation = kIdentity;
 };
 
 // A variant: its tile sizes and its task function (defined in kernels_<variant>.cpp, compiled

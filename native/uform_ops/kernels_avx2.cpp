@@ -45,6 +45,11 @@
 namespace uform {
 namespace avx2 {
 
+typedef int32_t Int8x32 __attribute__((vector_size(32), may_alias));
+#define UFORM_VFMA(a, b, c) _mm256_fmadd_ps(a, b, c)
+#include "gelu.inc"
+#undef UFORM_VFMA
+
 constexpr int64_t NR = 16, MR = 6, PAIR = 2;
 constexpr int STAGED = 2;            // `widened`'s weights: E4M3 panels staged as F16 bits (beside kBF16, kE4M3)
 constexpr int WIDE = 3;              // `widened`'s weights: panels staged as float32 (avx2-split)
@@ -82,8 +87,8 @@ static inline __m256i lanes(int64_t count) {
   return _mm256_cmpgt_epi32(_mm256_set1_epi32(int32_t(std::clamp<int64_t>(count, 0, 8))), index);
 }
 
-// y for rows [row, row + R) and the panel's columns from n0: scale * sum + bias (E4M3's
-// widened weights are code * 2^-8: the 2^8 comes here).
+// y for rows [row, row + R) and the panel's columns from n0: act(scale * sum + bias) +
+// residual (E4M3's widened weights are code * 2^-8: the 2^8 comes here).
 template <int R>
 static inline void finish(const Gemm& g, int64_t row, int64_t n0, const __m256 (*acc)[2]) {
   const int64_t cols = std::min<int64_t>(NR, g.n - n0);
@@ -96,8 +101,17 @@ static inline void finish(const Gemm& g, int64_t row, int64_t n0, const __m256 (
 #pragma GCC unroll 6
   for (int r = 0; r < R; ++r) {
     float* y = g.y + (row + r) * g.n + n0;
-    const __m256 v0 = _mm256_fmadd_ps(acc[r][0], s0, c0);
-    const __m256 v1 = _mm256_fmadd_ps(acc[r][1], s1, c1);
+    __m256 v0 = _mm256_fmadd_ps(acc[r][0], s0, c0);
+    __m256 v1 = _mm256_fmadd_ps(acc[r][1], s1, c1);
+    if (g.activation == kGelu) {
+      v0 = gelu<__m256, Int8x32>(v0);
+      v1 = gelu<__m256, Int8x32>(v1);
+    }
+    if (g.residual) {
+      const float* add = g.residual + (row + r) * g.n + n0;
+      v0 = _mm256_add_ps(v0, _mm256_maskload_ps(add, m0));
+      v1 = _mm256_add_ps(v1, _mm256_maskload_ps(add + 8, m1));
+    }
     if (cols == NR) {
       _mm256_storeu_ps(y, v0);
       _mm256_storeu_ps(y + 8, v1);
@@ -195,6 +209,14 @@ __attribute__((noinline)) static void widened(const Gemm& g, int64_t row, int64_
   alignas(32) __m256 acc[MR][2];                  // R of them used; the assembly writes six
 #pragma GCC unroll 6
   for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+  if (g.residual) {  // read at the end: fetched now, while the sums run (rows n floats apart, no stream to detect)
+#pragma GCC unroll 6
+    for (int r = 0; r < R; ++r) {
+      const float* add = g.residual + (row + r) * g.n + n0;
+      _mm_prefetch(reinterpret_cast<const char*>(add), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(add + NR - 1), _MM_HINT_T0);
+    }
+  }
   const float* x = g.x + row * g.k;
   const int64_t k = g.k, full = k / 2;
   int64_t p = 0;

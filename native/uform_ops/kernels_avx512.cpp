@@ -27,7 +27,7 @@ template <int R>
 static inline void micro(const Gemm& g, int64_t row, int64_t n0, const Panel* panel, int64_t begin, int64_t end,
                          bool first, bool last) {
   __m512 acc[R][2];
-  load_sums<R, 2>(g, row, n0, first, acc);
+  load_sums<R, 2>(g, row, n0, first, last, acc);
   const float* x = g.x + row * g.k;
   for (int64_t i = begin; i < end; ++i) {
     const __m512 b0 = _mm512_load_ps(panel + i * NR);

@@ -58,7 +58,7 @@ template <int R>
 static inline void micro(const Gemm& g, int64_t row, int64_t n0, const Panel* panel, int64_t begin, int64_t end,
                          bool first, bool last) {
   __m512 acc[R][V];
-  load_sums<R, V>(g, row, n0, first, acc);
+  load_sums<R, V>(g, row, n0, first, last, acc);
   const int32_t* x = reinterpret_cast<const int32_t*>(g.xb + row * g.kpad);
   const int64_t stride = g.kpad / 2;
   for (int64_t p = begin; p < end; ++p) {

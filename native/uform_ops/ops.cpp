@@ -3,12 +3,13 @@
 // functions the Python side calls through ctypes; pack.cpp the packing and quantization.)
 //
 // Ops, domain "ai.uform" (the graph rewrite in uform/plugins/e4m3.py emits them):
-//   MatMulBF16(X: float[..., k], W: uint16 BF16 bits, bias?: float[n]) -> float[..., n]
-//   MatMulE4M3(X: float[..., k], W: uint8 E4M3FN codes, scale: float[n], bias?: float[n])
-// each computing y = scale * (x @ W^T) + bias for the checkpoint's [n, k] matrix W, held
-// packed for the kernels (uform_pack), with the attributes `variant` (0 avx2, 1 avx512,
-// 2 avx512-bf16, 3 avx2-split) naming the kernels, `n` the output width and, optionally, `threads` the
-// session's intra-op threads (variants that cut a product by its shape size tasks to it); and
+//   MatMulBF16(X: float[..., k], W: uint16 BF16 bits, bias?: float[n], residual?: float[..., n]) -> float[..., n]
+//   MatMulE4M3(X: float[..., k], W: uint8 E4M3FN codes, scale: float[n], bias?: float[n], residual?: float[..., n])
+// each computing y = act(scale * (x @ W^T) + bias) + residual for the checkpoint's [n, k]
+// matrix W, held packed for the kernels (uform_pack), with the attributes `variant` (0 avx2,
+// 1 avx512, 2 avx512-bf16, 3 avx2-split) naming the kernels, `n` the output width and,
+// optionally, `threads` the session's intra-op threads (variants that cut a product by its
+// shape size tasks to it) and `activation` (0 or absent: none; 1: GELU, exact); and
 //   Attention(qkv: float[B * T, 3 * W], shape: int64[2] = (B, T), mask?: float) -> float[B * T, W]
 // multi-head attention of `heads` heads over a fused qkv projection, the additive mask
 // [B, 1, 1, T] (padding) or [T, T] (causal), float32 throughout, with the optional attribute
@@ -38,6 +39,7 @@ struct OpKernel {
   int64_t n;
   std::string name;
   int64_t threads;  // the session's intra-op threads (attribute `threads`; 0 when absent)
+  int activation;   // attribute `activation` (kIdentity when absent)
 };
 
 struct Parallel {
@@ -72,13 +74,14 @@ OrtStatus* compute(OpKernel* op, OrtKernelContext* ctx) {
   size_t inputs = 0;
   ORT_TRY(api->KernelContext_GetInputCount(ctx, &inputs));
   const bool e4m3 = op->wtype == kE4M3;
-  const OrtValue *x = nullptr, *w = nullptr, *scale = nullptr, *bias = nullptr;
+  const OrtValue *x = nullptr, *w = nullptr, *scale = nullptr, *bias = nullptr, *residual = nullptr;
   ORT_TRY(api->KernelContext_GetInput(ctx, 0, &x));
   ORT_TRY(api->KernelContext_GetInput(ctx, 1, &w));
   if (e4m3) ORT_TRY(api->KernelContext_GetInput(ctx, 2, &scale));
   const size_t bias_at = e4m3 ? 3 : 2;
-  if (inputs > bias_at) ORT_TRY(api->KernelContext_GetInput(ctx, bias_at, &bias));
-  std::vector<int64_t> xd, wd, sd, bd;
+  if (inputs > bias_at) ORT_TRY(api->KernelContext_GetInput(ctx, bias_at, &bias));  // null when the node names none ("")
+  if (inputs > bias_at + 1) ORT_TRY(api->KernelContext_GetInput(ctx, bias_at + 1, &residual));
+  std::vector<int64_t> xd, wd, sd, bd, rd;
   ORT_TRY(shape_of(api, x, xd));
   ORT_TRY(shape_of(api, w, wd));
   if (xd.empty() || xd.back() < 1) return fail(api, op->name + ": x must be [..., k] with k > 0");
@@ -100,6 +103,10 @@ OrtStatus* compute(OpKernel* op, OrtKernelContext* ctx) {
   for (size_t i = 0; i + 1 < xd.size(); ++i) m *= xd[i];
   std::vector<int64_t> yd = xd;
   yd.back() = n;
+  if (residual) {
+    ORT_TRY(shape_of(api, residual, rd));
+    if (rd != yd) return fail(api, op->name + ": residual must have the output's shape [..., n]");
+  }
   OrtValue* y = nullptr;
   ORT_TRY(api->KernelContext_GetOutput(ctx, 0, yd.data(), yd.size(), &y));
   if (m == 0 || n == 0) return nullptr;
@@ -117,6 +124,11 @@ OrtStatus* compute(OpKernel* op, OrtKernelContext* ctx) {
     ORT_TRY(api->GetTensorMutableData(const_cast<OrtValue*>(bias), &data));
     g.bias = static_cast<const float*>(data);
   }
+  if (residual) {
+    ORT_TRY(api->GetTensorMutableData(const_cast<OrtValue*>(residual), &data));
+    g.residual = static_cast<const float*>(data);
+  }
+  g.activation = op->activation;
   ORT_TRY(api->GetTensorMutableData(y, &data));
   g.y = static_cast<float*>(data);
   g.m = m, g.n = n, g.k = k, g.kpad = (k + 1) / 2 * 2, g.wtype = op->wtype;
@@ -202,20 +214,28 @@ struct Op : OrtCustomOp {
         api->ReleaseStatus(status);
         threads = 0;
       }
-      auto* kernel = new (std::nothrow) OpKernel{api, kernels[variant], WType, n, name, std::max<int64_t>(threads, 0)};
+      int64_t activation = kIdentity;  // optional: applied to scale * product + bias, before the residual
+      if (OrtStatus* status = api->KernelInfoGetAttribute_int64(info, "activation", &activation)) {
+        api->ReleaseStatus(status);
+        activation = kIdentity;
+      }
+      if (activation < 0 || activation >= kActivations)
+        return fail(api, name + ": unknown activation " + std::to_string(activation) + " (0: none, 1: GELU)");
+      auto* kernel = new (std::nothrow)
+          OpKernel{api, kernels[variant], WType, n, name, std::max<int64_t>(threads, 0), int(activation)};
       if (!kernel) return api->CreateStatus(ORT_FAIL, "out of memory");
       *out = kernel;
       return nullptr;
     };
     GetName = [](const OrtCustomOp*) { return WType == kE4M3 ? "MatMulE4M3" : "MatMulBF16"; };
-    GetInputTypeCount = [](const OrtCustomOp*) -> size_t { return WType == kE4M3 ? 4 : 3; };
+    GetInputTypeCount = [](const OrtCustomOp*) -> size_t { return WType == kE4M3 ? 5 : 4; };
     GetInputType = [](const OrtCustomOp*, size_t i) {
       if (i == 1) return WType == kE4M3 ? ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8 : ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT16;
       return ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
     };
     GetInputCharacteristic = [](const OrtCustomOp*, size_t i) {
-      const size_t bias = WType == kE4M3 ? 3 : 2;
-      return i == bias ? INPUT_OUTPUT_OPTIONAL : INPUT_OUTPUT_REQUIRED;
+      const size_t bias = WType == kE4M3 ? 3 : 2;  // then the residual
+      return i >= bias ? INPUT_OUTPUT_OPTIONAL : INPUT_OUTPUT_REQUIRED;
     };
   }
 };

@@ -26,6 +26,10 @@ NEG_INF = -1e9
 # ([batch * tokens, width]) with the head count and width. The graph itself stays standard ONNX; a
 # backend may replace what lies between qkv and context with one op of its own.
 ATTENTION_SITES = "uform.attention_sites"
+# metadata key: a JSON list of the outputs of the graph's residual adds, each ``Add(x, f(x))``
+# of two values of one shape (a block's stream and what a sublayer adds to it): a backend
+# may add x inside the product that makes f(x).
+RESIDUAL_SITES = "uform.residual_sites"
 Dim = int | str | None
 
 
@@ -42,6 +46,8 @@ class GraphBuilder:
         self.weights: dict[str, None] = {}  # ordered set of referenced checkpoint tensors
         # where attention(): the value names a backend needs to run an attention as one op
         self.attention_sites: list[dict[str, Any]] = []
+        # where residual(): the outputs of adds whose two inputs have one shape
+        self.residual_sites: list[str] = []
         self._count = 0
 
     def _fresh(self, hint: str) -> str:
@@ -91,6 +97,12 @@ class GraphBuilder:
             args.append(self.weight(f"{prefix}.bias"))
         return self.op("Gemm", *args, transB=1)  # type: ignore[no-any-return]
 
+    def residual(self, x: str, update: str) -> str:
+        """``x + update`` for two values of one shape (a residual site)."""
+        out: str = self.op("Add", x, update)
+        self.residual_sites.append(out)
+        return out
+
     def layer_norm(self, x: str, prefix: str) -> str:
         w, b = self.weight(f"{prefix}.weight"), self.weight(f"{prefix}.bias")
         return self.op("LayerNormalization", x, w, b, axis=-1, epsilon=LAYER_NORM_EPS)  # type: ignore[no-any-return]
@@ -138,9 +150,9 @@ class GraphBuilder:
 
     def block(self, x: str, prefix: str, g: Geometry, bt: str, mask: str | None) -> str:
         """Pre-norm block: ``x + attn(ln1(x))`` then ``x + fc2(gelu(fc1(ln2(x))))``."""
-        x = self.op("Add", x, self.attention(self.layer_norm(x, f"{prefix}.ln1"), f"{prefix}.attn", g, bt, mask))
+        x = self.residual(x, self.attention(self.layer_norm(x, f"{prefix}.ln1"), f"{prefix}.attn", g, bt, mask))
         hidden = self.gelu(self.linear(self.layer_norm(x, f"{prefix}.ln2"), f"{prefix}.mlp.fc1"))
-        return self.op("Add", x, self.linear(hidden, f"{prefix}.mlp.fc2"))  # type: ignore[no-any-return]
+        return self.residual(x, self.linear(hidden, f"{prefix}.mlp.fc2"))
 
     def transformer(self, x: str, prefix: str, g: Geometry, mask: str | None = None, pick: Callable[[str], str] | None = None) -> str:
         """Run ``prefix.blocks.*`` then ``prefix.ln_final`` over ``x`` [B, T, W]; answer [B, T, W].
@@ -168,9 +180,9 @@ class GraphBuilder:
         bt = self.op("Slice", shape, self.ints([0]), self.ints([2]))
         context = self.attention_context(self.layer_norm(h, f"{prefix}.ln1"), f"{prefix}.attn", g, bt, mask)
         mine = pick(self.op("Reshape", h, shape))
-        mine = self.op("Add", mine, self.linear(pick(self.op("Reshape", context, shape)), f"{prefix}.attn.out"))
+        mine = self.residual(mine, self.linear(pick(self.op("Reshape", context, shape)), f"{prefix}.attn.out"))
         hidden = self.gelu(self.linear(self.layer_norm(mine, f"{prefix}.ln2"), f"{prefix}.mlp.fc1"))
-        return self.op("Add", mine, self.linear(hidden, f"{prefix}.mlp.fc2"))  # type: ignore[no-any-return]
+        return self.residual(mine, self.linear(hidden, f"{prefix}.mlp.fc2"))
 
     def class_token(self, x: str) -> str:
         """The first (class) token of each row of ``x`` [B, T, C]: [B, C] (a ``pick``)."""
@@ -197,7 +209,8 @@ class GraphBuilder:
         graph = helper.make_graph(self.nodes, self.name, self.inputs, self.outputs, self.constants)
         model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="uform")
         model.ir_version = 10
-        if self.attention_sites:
-            helper.set_model_props(model, {ATTENTION_SITES: json.dumps(self.attention_sites)})
+        props = {ATTENTION_SITES: self.attention_sites, RESIDUAL_SITES: self.residual_sites}
+        if any(props.values()):
+            helper.set_model_props(model, {key: json.dumps(sites) for key, sites in props.items() if sites})
         return model
 

@@ -10,7 +10,8 @@ owns it); no float32 copy of a matrix exists and nothing is written to disk. The
 tensors the standard ops take (norms, biases, class tokens, positions, byte embeddings;
 under 1 % of the weights) are float32 initializers. With memory domains, each domain's
 session has its own copy, packed on the domain's CPUs. Each attention also runs as one
-``Attention`` op (:mod:`uform.plugins.attention`).
+``Attention`` op (:mod:`uform.plugins.attention`), and each block's GELU and residual adds
+run inside the products that feed them (:mod:`uform.plugins.epilogues`).
 
 Kernels come in a variant per CPU class — AVX2 FMA (x86-64-v3), AVX-512 FMA (x86-64-v4),
 AVX-512 BF16 dot products (x86-64-v4+vnni+bf16 and AMX machines) — chosen by the detected or
@@ -35,6 +36,7 @@ from uform.core.plugin import Backend, LoadRequest, Placement, Runner, TowerPlan
 from uform.core.types import CPUClass, Scalar
 from uform.core.weights import Lowered, Stored, lowered, matrix_products, shape_of, stored_bytes
 from uform.plugins.attention import fuse_attention
+from uform.plugins.epilogues import fuse_epilogues
 from uform.plugins.cpu import check_domains, choose_class, domain_plan, machine_classes, numa_nodes
 from uform.plugins.oplib import VARIANTS, OpLibrary, OpLibraryError, library
 from uform.plugins.sessions import Fed, Replicas, on_cpus, ort_values, session_options
@@ -48,6 +50,7 @@ VARIANT_OF = {  # x86-64-v3's: see variant_of
     CPUClass.X86_64_AMX: "avx512-bf16",
 }
 FUSED_ATTENTION = frozenset({"avx2", "avx512", "avx512-bf16", "avx2-split"})  # variants whose loads run attention as one op (benchmarks/attention.py)
+FUSE_EPILOGUES = True  # GELU and residual adds inside the products (benchmarks/lowp.py --parts epilogues loads without too)
 COMPUTE = {
     "avx2": "float32 products of weights widened in cache (avx2 kernels)",
     "avx2-split": "float32 products of weights widened in cache (avx2-split kernels: 256-bit operations run as two halves here)",
@@ -107,8 +110,9 @@ def lower(
 ) -> Lowered:
     """``graph`` with every ``Gemm(x, W, b, transB=1)`` over a checkpoint matrix made the
     library's op over ``W`` packed for ``variant`` (the blocks' matrices quantized to E4M3
-    when ``quantize``), every attention one ``Attention`` op (the variant's kernel), and the
-    remaining weights widened to float32."""
+    when ``quantize``), every attention one ``Attention`` op (the variant's kernel), GELUs and
+    residual adds folded into the products before them, and the remaining weights widened to
+    float32."""
     if variant in FUSED_ATTENTION:
         graph = fuse_attention(graph, VARIANTS.index(variant))
     fed: dict[str, np.ndarray] = {}
@@ -149,6 +153,8 @@ def lower(
         nodes[index] = helper.make_node(
             op, inputs, list(node.output), name=node.name, domain=DOMAIN, variant=VARIANTS.index(variant), n=n, threads=threads
         )  # threads: the session's, which the kernels size their tasks to
+    if FUSE_EPILOGUES:
+        nodes = fuse_epilogues(graph, nodes)
     initializers = {name: weights[name].astype(np.float32) for name in weights if name not in fed}
     out = lowered(graph, nodes, fed, initializers)
     out.graph.opset_import.append(helper.make_opsetid(DOMAIN, 1))

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-ABI = 5  # uform_ops_abi() of the library this module speaks to
+ABI = 6  # uform_ops_abi() of the library this module speaks to
 VARIANTS = ("avx2", "avx512", "avx512-bf16", "avx2-split")  # kernel variants, by the index the ops take
 BF16, E4M3 = 0, 1  # weight types, as the library numbers them
 ENVIRONMENT = "UFORM_OPS_LIBRARY"
@@ -101,8 +101,10 @@ class OpLibrary:
     def gemm(
         self, variant: str, x: np.ndarray, packed: np.ndarray, n: int,
         scale: np.ndarray | None = None, bias: np.ndarray | None = None, threads: int = 1,
+        residual: np.ndarray | None = None, gelu: bool = False,
     ) -> np.ndarray:  # fmt: skip
-        """``scale * (x @ W.T) + bias`` with W packed for ``variant`` by :meth:`pack`."""
+        """``act(scale * (x @ W.T) + bias) + residual`` with W packed for ``variant`` by
+        :meth:`pack`; ``act`` is exact GELU when ``gelu``, else the identity."""
         x = np.ascontiguousarray(x, np.float32)
         m, k = x.shape
         if packed.size != self.packed_elements(variant, n, k):
@@ -110,11 +112,13 @@ class OpLibrary:
         for name, vector in (("scale", scale), ("bias", bias)):
             if vector is not None and (vector.dtype != np.float32 or vector.shape != (n,)):
                 raise ValueError(f"{name} must be float32 [{n}]")
+        if residual is not None and (residual.dtype != np.float32 or residual.shape != (m, n) or not residual.flags.c_contiguous):
+            raise ValueError(f"residual must be a C-contiguous float32 [{m}, {n}]")
         y = np.empty((m, n), np.float32)
         wtype = E4M3 if packed.dtype == np.uint8 else BF16
         rc = self.handle.uform_gemm(
             VARIANTS.index(variant), _pointer(x), _I64(m), _I64(k), _pointer(packed), wtype, _I64(n),
-            _pointer(scale), _pointer(bias), _pointer(y), max(1, threads),
+            _pointer(scale), _pointer(bias), _pointer(residual), int(gelu), _pointer(y), max(1, threads),
         )  # fmt: skip
         if rc == 1:
             raise OpLibraryError(f"this CPU cannot run the {variant} kernels")
