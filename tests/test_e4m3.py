@@ -24,7 +24,7 @@ import uform
 from uform import Arena, CPUClass, Scalar
 from uform.plugins import e4m3
 from uform.plugins.dequantize import quantize_e4m3
-from uform.plugins.oplib import VARIANTS, OpLibraryError
+from uform.plugins.oplib import VARIANTS
 
 from oplibrary import LIBRARY, WHY_NOT, needs_library, runnable
 
