@@ -56,6 +56,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--reading-steps", type=int, default=defaults.reading_steps,
                         help="steps of the decoder's reading stage (every lettered list in a random order); 0 skips it "
                              "(default %(default)s)")
+    parser.add_argument("--bf16-autocast", dest="autocast", action="store_true",
+                        help="the first phase's and the clip stage's tower forwards in BF16 autocast, losses in float32 (faster where the CPU has BF16 instructions)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     parser.add_argument("--no-evaluate", action="store_true", help="skip the BF16 and E4M3 evaluation at the end")
     parser.add_argument("--report", default=None, help="write the run's result as JSON here")
@@ -91,7 +93,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         image_factor=args.image_factor, text_groups=args.text_groups, decoder_row=args.decoder_row, image_pool=args.image_pool, video_pool=args.video_pool, audio_pool=args.audio_pool,
                         canonical_vision=args.canonical_vision, evaluate=not args.no_evaluate, phase=args.phase, start=args.start,
                         variant=args.variant, clips_from_pictures=args.clips_from_pictures, clip_stage=args.clip_stage, audio_front=front,
-                        decoder_steps=args.decoder_steps, reading_steps=args.reading_steps)  # fmt: skip
+                        decoder_steps=args.decoder_steps, reading_steps=args.reading_steps, autocast=args.autocast)  # fmt: skip
     result = train(settings, lambda line: print(line, flush=True))
     if args.report:
         with open(args.report, "w", encoding="utf-8") as f:

@@ -89,7 +89,7 @@ def train_alone(settings: Settings, log: Callable[[str], None], started: float) 
 
         def loss(canonical: float) -> torch.Tensor:
             data, labelled = inputs.videos(settings.batch, canonical)
-            return torch.stack(list(clip_losses(tower, where, scale, target, data, labelled, settings.motion).values())).sum()
+            return torch.stack(list(clip_losses(tower, where, scale, target, data, labelled, settings.motion, settings.autocast).values())).sum()
     elif name == "audio":
         inputs = Inputs(config, variant, 0, log, audio_pool=settings.audio_pool, canonical=settings.canonical, jumbled=settings.jumbled)
 

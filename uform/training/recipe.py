@@ -27,7 +27,7 @@ import math
 import os
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -57,6 +57,14 @@ DIMENSIONS, CONTEXT = 64, 128
 PHASES = ("all", "decoder", "reading", "clips", "pictures", "sounds")  # Settings.phase, --phase
 ALONE = {"clips": "video", "pictures": "image", "sounds": "audio"}  # the phases that train one media tower alone (uform.training.alone), and its tower
 FRONT = ("n_fft", "hop", "n_mels")  # what Settings.audio_front (--audio-front) may set of the sound tower's config
+
+
+def towers_in_bf16(enabled: bool) -> AbstractContextManager[Any]:
+    """The media and text towers' forward passes under BF16 autocast when ``enabled``
+    (``Settings.autocast``): their products in BF16 with float32 sums; what they answer is cast
+    back to float32 by the caller, so every loss head (logits, cross-entropies, the auxiliary
+    losses) and the decoder run in float32."""
+    return torch.autocast("cpu", dtype=torch.bfloat16) if enabled else nullcontext()
 
 
 @contextmanager
@@ -143,6 +151,7 @@ class Settings:
     reading_steps: int = 2000  # 0 skips it (the seventh run's recipe)
     reading_letters: float = 0.4  # share of its questions that are lettered
     smoothing: bool = True  # calibration labels smoothed by 1/(n+2) a group (uform.calibrate.fit_temperatures): no group at the floor
+    autocast: bool = False  # the first phase's and the clip stage's tower forwards in BF16 autocast, the losses in float32 (towers_in_bf16)
 
 
 @dataclass
@@ -404,11 +413,14 @@ def optimise(total: torch.Tensor, optimiser: torch.optim.Optimizer, scheduler: A
 
 
 def clip_losses(tower: VideoTower, where: nn.Linear, scale: torch.Tensor, target: torch.Tensor, data: np.ndarray,
-                labelled: np.ndarray, weight: float) -> dict[str, torch.Tensor]:  # fmt: skip
+                labelled: np.ndarray, weight: float, autocast: bool = False) -> dict[str, torch.Tensor]:  # fmt: skip
     """A batch of clips' losses: ``video``, the contrastive loss against the clips' prototypes
     ``target``, and with ``weight`` > 0 the auxiliary ``place`` (where the shape is in each
-    frame, read from the class token's final state by ``where``) and ``look`` (attention on it)."""
-    media, hidden, attention = video_forward(tower, torch.from_numpy(data))
+    frame, read from the class token's final state by ``where``) and ``look`` (attention on it).
+    With ``autocast`` the tower runs in BF16 autocast, the losses in float32."""
+    with towers_in_bf16(autocast):
+        media, hidden, attention = video_forward(tower, torch.from_numpy(data))
+    media, hidden, attention = media.float(), hidden.float(), attention.float()
     parts = {"video": contrastive(media, target, torch.from_numpy(labelled), scale)}
     if weight:
         place, seen, cover = motion(data, tower.patch_size)
@@ -638,15 +650,20 @@ def train_towers(settings: Settings, raw: Path, log: Callable[[str], None], star
         canonical = 1.0 if step < settings.curriculum * settings.steps else settings.canonical_vision
         parts: dict[str, torch.Tensor] = {}
         data, labelled = inputs.images(settings.image_factor * b, canonical)
-        parts["image"] = contrastive(towers["image"](torch.from_numpy(data)), targets["image"], torch.from_numpy(labelled), scales["image"])
+        with towers_in_bf16(settings.autocast):
+            pictures = towers["image"](torch.from_numpy(data))
+        parts["image"] = contrastive(pictures.float(), targets["image"], torch.from_numpy(labelled), scales["image"])
         if clips:
             data, labelled = inputs.videos(b, canonical)
-            parts |= clip_losses(video_tower, where, scales["video"], targets["video"], data, labelled, settings.motion)
+            parts |= clip_losses(video_tower, where, scales["video"], targets["video"], data, labelled, settings.motion, settings.autocast)
         if step % settings.audio_every == 0:
             data, labelled = inputs.sounds(b)
-            parts["audio"] = contrastive(towers["audio"](torch.from_numpy(data)), targets["audio"], torch.from_numpy(labelled), scales["audio"])
+            with towers_in_bf16(settings.autocast):
+                sounds = towers["audio"](torch.from_numpy(data))
+            parts["audio"] = contrastive(sounds.float(), targets["audio"], torch.from_numpy(labelled), scales["audio"])
         if step % settings.text_every == 0:
-            texts = text_embeddings(text_tower, [c for m in MODALITIES for c in inputs.captions(m)], settings.text_groups)
+            with towers_in_bf16(settings.autocast):
+                texts = text_embeddings(text_tower, [c for m in MODALITIES for c in inputs.captions(m)], settings.text_groups).float()
             parts["text"] = F.cross_entropy(scales["text"].exp().clamp(max=100.0) * texts @ every.T, torch.arange(len(every)))
         if step % settings.decoder_every == 0:
             asked = inputs.questions(settings.decoder_batch)
