@@ -643,3 +643,28 @@ def test_a_grafted_checkpoint_holds_one_media_tower_of_the_donor_and_the_rest_of
     with pytest.raises(CheckpointError, match="bad.safetensors: not a valid safetensors checkpoint"):
         graft("image", bad, paths[2], out)
     assert out.read_bytes() == paths[2].read_bytes()  # a refused graft leaves the output as it was
+
+
+def test_bf16_autocast_runs_the_towers_in_bf16_and_leaves_the_decoder_as_it_was(tmp_path: Path) -> None:
+    """``autocast``: the first phase's and the clip stage's tower forwards in BF16 (their
+    products' outputs BF16), the losses in float32. The decoder, which never runs under it,
+    comes out byte for byte as without; every other tower differs; a run repeats."""
+    import torch
+
+    from uform.training import Settings, train
+    from uform.training.recipe import towers_in_bf16
+
+    layer = torch.nn.Linear(4, 3)
+    with towers_in_bf16(True):
+        assert layer(torch.ones(2, 4)).dtype == torch.bfloat16
+    with towers_in_bf16(False):
+        assert layer(torch.ones(2, 4)).dtype == torch.float32
+    common = dict(seed=0, steps=3, batch=4, decoder_batch=4, warmup=1, image_pool=4, video_pool=6, audio_pool=4, decoder_every=1,
+                  calibration_examples=60, evaluate=False, config=tiny_config(), decoder_steps=0, reading_steps=0, clip_stage=True)  # fmt: skip
+    paths = {name: tmp_path / f"{name}.safetensors" for name in ("float32", "bf16", "again")}
+    results = {name: train(Settings(out=str(path), autocast=name != "float32", **common), log=lambda line: None) for name, path in paths.items()}
+    assert all(np.isfinite(r.losses).all() for r in results.values())
+    one, other = tensors(paths["bf16"]), tensors(paths["float32"])
+    differ = {name.split(".")[0] for name in one if one[name] != other[name]}
+    assert differ == {"text", "image", "video", "audio"}
+    assert paths["again"].read_bytes() == paths["bf16"].read_bytes()
