@@ -36,8 +36,8 @@ from uform.core.plugin import Backend, LoadRequest, Placement, Runner, TowerPlan
 from uform.core.types import CPUClass, Scalar
 from uform.core.weights import Lowered, Stored, lowered, matrix_products, shape_of, stored_bytes
 from uform.plugins.attention import fuse_attention
-from uform.plugins.epilogues import fuse_epilogues
 from uform.plugins.cpu import check_domains, choose_class, domain_plan, machine_classes, numa_nodes
+from uform.plugins.epilogues import fuse_epilogues
 from uform.plugins.oplib import VARIANTS, OpLibrary, OpLibraryError, library
 from uform.plugins.sessions import Fed, Replicas, on_cpus, ort_values, session_options
 

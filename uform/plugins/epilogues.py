@@ -19,8 +19,8 @@ import onnx
 from onnx import helper
 
 from uform.core.graph import RESIDUAL_SITES
+from uform.plugins.attention import DOMAIN
 
-DOMAIN = "ai.uform"
 PRODUCTS = ("MatMulBF16", "MatMulE4M3")
 GELU = 1  # the ops' `activation` attribute: 0 (or absent) none, 1 exact GELU
 
