@@ -43,7 +43,8 @@ def test_a_few_steps_lower_the_loss_and_the_checkpoint_serves(tmp_path: Path) ->
     assert result.last_loss < result.first_loss
     assert result.decoder_steps == 6 and len(result.decoder_losses) == 1
     assert result.reading_steps == 4 and len(result.reading_losses) == 1
-    assert set(result.heldout) == {"canonical", "training", "decoder phase", "unseen phrasings", "options in any order"}
+    assert set(result.heldout) == {"canonical", "training", "decoder phase", "unseen phrasings", "options in any order",
+                                  "six options in any order"}
     assert out.is_file() and not out.with_name(out.name + ".uncalibrated").exists()
     assert len(result.temperatures) == 3 and result.temperatures != (1.0, 1.0, 1.0)
 
@@ -558,9 +559,9 @@ def test_the_clip_stage_trains_the_clip_tower_after_the_first_phase_from_its_pic
 def test_the_command_line_takes_the_media_tower_phases_and_their_variant(capsys: pytest.CaptureFixture[str]) -> None:
     from uform.training.__main__ import main
 
-    for argv, said in ((["--out", "x", "--phase", "clips"], "--from CHECKPOINT goes with --phase decoder, reading, clips, pictures or sounds"),
-                       (["--out", "x", "--phase", "pictures"], "--from CHECKPOINT goes with --phase decoder, reading, clips, pictures or sounds"),
-                       (["--out", "x", "--variant", "2"], "--variant goes with --phase clips, pictures or sounds"),
+    for argv, said in ((["--out", "x", "--phase", "clips"], "--from CHECKPOINT goes with --phase decoder, reading, clips, pictures, sounds or questions"),
+                       (["--out", "x", "--phase", "pictures"], "--from CHECKPOINT goes with --phase decoder, reading, clips, pictures, sounds or questions"),
+                       (["--out", "x", "--variant", "2"], "--variant goes with --phase clips, pictures, sounds or questions"),
                        (["--out", "x", "--phase", "pictures", "--from", "c", "--audio-front", "n_mels=64"],
                         "--audio-front goes with --phase sounds"),
                        (["--out", "x", "--phase", "sounds", "--from", "c", "--audio-front", "n_mels=lots"],
@@ -573,7 +574,7 @@ def test_the_command_line_takes_the_media_tower_phases_and_their_variant(capsys:
                         "--clip-stage goes with --phase all (the towers' phase)"),
                        (["--out", "x", "--canonical-vision", "1.5"], "--canonical-vision is a share, 0 to 1, got 1.5"),
                        (["--out", "x", "--reading-steps", "-1"], "--reading-steps is a count of steps, 0 or more, got -1"),
-                       (["--out", "x", "--phase", "reading"], "--from CHECKPOINT goes with --phase decoder, reading, clips, pictures or sounds")):  # fmt: skip
+                       (["--out", "x", "--phase", "reading"], "--from CHECKPOINT goes with --phase decoder, reading, clips, pictures, sounds or questions")):  # fmt: skip
         with pytest.raises(SystemExit):
             main(argv)
         assert said in capsys.readouterr().err
@@ -668,3 +669,33 @@ def test_bf16_autocast_runs_the_towers_in_bf16_and_leaves_the_decoder_as_it_was(
     differ = {name.split(".")[0] for name in one if one[name] != other[name]}
     assert differ == {"text", "image", "video", "audio"}
     assert paths["again"].read_bytes() == paths["bf16"].read_bytes()
+
+
+def test_the_questions_phase_gives_the_first_phases_decoder_bit_for_bit(tmp_path: Path) -> None:
+    """``--phase questions``: the first phase's byte decoder trained alone (its steps on every
+    ``decoder_every``-th step of the schedule, its questions' own stream) is the decoder the whole
+    first phase gives, byte for byte; every other tensor is the checkpoint's, and the choice
+    temperatures are fitted afresh (calibrated, not the checkpoint's)."""
+    from uform.core.checkpoint import CheckpointFile
+    from uform.core.config import ModelConfig
+    from uform.training import Settings, train
+
+    common = dict(seed=0, steps=7, batch=4, decoder_batch=6, warmup=2, image_pool=4, video_pool=6, audio_pool=4,
+                  calibration_examples=60, evaluate=False, config=tiny_config(), decoder_steps=0, reading_steps=0)  # fmt: skip
+    first = tmp_path / "first.safetensors"
+    train(Settings(out=str(first), **common), log=lambda line: None)
+    other = tmp_path / "other.safetensors"  # towers and decoder of another seed: the phase replaces the decoder alone
+    train(Settings(out=str(other), **(common | {"seed": 1})), log=lambda line: None)
+    out = tmp_path / "questions.safetensors"
+    lines: list[str] = []
+    result = train(Settings(out=str(out), phase="questions", start=str(other), **common), log=lines.append)
+    assert result.steps == 4 and any(line.startswith("questions step 4/4") for line in lines)  # steps 0, 2, 4, 6 of 7
+    made, want, kept = tensors(out), tensors(first), tensors(other)
+    decoder = {name for name in made if name.startswith("decoder.")}
+    assert decoder and all(made[name] == want[name] for name in decoder)
+    assert all(made[name] == kept[name] for name in made if name not in decoder)
+    assert any(made[name] != kept[name] for name in decoder)
+    with CheckpointFile(out) as f:
+        temperatures = ModelConfig.from_metadata(f.metadata).choice_temperatures
+    assert tuple(temperatures) == tuple(result.temperatures) and len(temperatures) == 3 and tuple(temperatures) != (1.0, 1.0, 1.0)
+    assert lines[-1].startswith("trained, saved and calibrated in ")

@@ -1,4 +1,4 @@
-"""``python -m uform.training --out PATH --seed 0 [--steps N] [--minutes M] [--phase decoder|reading|clips|pictures|sounds --from CHECKPOINT]``."""
+"""``python -m uform.training --out PATH --seed 0 [--steps N] [--minutes M] [--phase decoder|reading|clips|pictures|sounds|questions --from CHECKPOINT]``."""
 
 from __future__ import annotations
 
@@ -34,13 +34,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--phase", choices=PHASES, default="all",
                         help="all: the towers' phase, then the byte decoder's and its reading stage; decoder: the decoder's "
                              "and its reading stage alone, from --from; reading: the reading stage alone, from --from; "
-                             "clips, pictures, sounds: the first phase's clip, picture or sound tower alone, into --from "
-                             "(default all)")
+                             "clips, pictures, sounds: the first phase's clip, picture or sound tower alone, into --from; "
+                             "questions: the first phase's byte decoder alone, into --from, then calibrated (default all)")
     parser.add_argument("--from", dest="start", default=None, metavar="CHECKPOINT",
-                        help="the checkpoint the decoder, reading, clips, pictures or sounds phase starts from (its other "
+                        help="the checkpoint every phase but all starts from (its other "
                              "tensors are kept byte for byte)")
     parser.add_argument("--variant", type=int, default=None,
-                        help="with --phase clips, pictures or sounds: seeds the tower's initialisation and data (default: --seed, "
+                        help="with --phase clips, pictures, sounds or questions: seeds the tower's initialisation and data (default: --seed, "
                              "which seeds the prototypes and must be the checkpoint's own)")
     parser.add_argument("--audio-front", default=None, metavar="n_fft=N,hop=N,n_mels=N",
                         help="with --phase sounds: the sound tower's front end in place of the checkpoint's (any of the three; "
@@ -63,9 +63,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--report", default=None, help="write the run's result as JSON here")
     args = parser.parse_args(argv)
     if (args.phase != "all") != (args.start is not None):
-        parser.error("--from CHECKPOINT goes with --phase decoder, reading, clips, pictures or sounds, and they need it")
+        parser.error("--from CHECKPOINT goes with --phase decoder, reading, clips, pictures, sounds or questions, and they need it")
     if args.variant is not None and args.phase not in ALONE:
-        parser.error("--variant goes with --phase clips, pictures or sounds")
+        parser.error("--variant goes with --phase clips, pictures, sounds or questions")
     front = None
     if args.audio_front is not None:
         if args.phase != "sounds":
