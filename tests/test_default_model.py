@@ -12,29 +12,28 @@ import pytest
 import uform
 from uform.demo import evaluate, foreign
 
-# docs/training.md, "Runs of this recipe", the reading stage (count 96, seed 0) has the figures;
-# on seed 1 (count 48, 256 questions) the shipped checkpoint measured recall@1 and @5 1.00 for
-# every modality, direction 1.00, text_choose 1.000 with ECE 0.025, BF16 and E4M3 alike
+# docs/training.md, "The decoder of another draw" (count 96, seed 0), has the figures; on seed 1
+# (count 48, 256 questions) the shipped checkpoint measured recall@1 and @5 1.00 for every
+# modality, direction 1.00, text_choose 1.000 with ECE 0.011, BF16 and E4M3 alike
 FLOORS = {
     "image_recall_at_1": 0.93, "video_recall_at_1": 0.93, "audio_recall_at_1": 0.93,
     "image_recall_at_5": 0.97, "video_recall_at_5": 0.97, "audio_recall_at_5": 0.97,
     "video_direction": 0.93, "choose_accuracy": 0.97,
 }  # fmt: skip
 ECE_CEILING = 0.06
-# The foreign suite on seed 1 (count 64, 256 questions): recall@1 image 0.93, video 0.97 (E4M3
-# 0.94), audio 0.87 (0.91 with the sound tower before 2026-12-04's), recall@5 0.98 / 0.97 / 1.00, direction 0.98, text_choose 0.973 with ECE 0.049
-# (E4M3 0.045), BF16 and E4M3 alike otherwise (2026-12-02: the clip tower trained on from the
-# picture tower; the one before it read video 0.89 and direction 0.95 here). Issue 19's goals
-# (0.9 recall@1, 0.95 direction, text_choose 0.95 with ECE 0.05) are met on seed 0
-# (docs/training.md) but E4M3's audio (0.955 against 1.000), not on every draw (seed 1 at count
-# 96: sounds 0.91, ECE 0.054); these
-# floors keep every figure from getting worse.
+# The foreign suite on seed 1 (count 64, 256 questions): recall@1 image 0.93, video 0.97, audio
+# 0.87, recall@5 1.00 / 0.97 / 1.00, direction 1.00, text_choose 0.996 with ECE 0.024, BF16 and
+# E4M3 alike (2026-12-04: the fourteenth run's towers with the decoder of seed 1's draw; the
+# composition before read 0.93, 0.97, 0.87, direction 0.98, text_choose 0.973 with ECE 0.049).
+# Issue 19's goals (0.9 recall@1, 0.95 direction, text_choose 0.95 with ECE 0.05, E4M3 within
+# 0.02) are met on seed 0 (docs/training.md), not on every draw (seed 1 at count 96: sounds
+# 0.83); these floors keep every figure from getting worse.
 FOREIGN_FLOORS = {
     "image_recall_at_1": 0.85, "video_recall_at_1": 0.88, "audio_recall_at_1": 0.85,
     "image_recall_at_5": 0.95, "video_recall_at_5": 0.93, "audio_recall_at_5": 0.95,
-    "video_direction": 0.94, "choose_accuracy": 0.94,
+    "video_direction": 0.94, "choose_accuracy": 0.97,
 }  # fmt: skip
-FOREIGN_ECE_CEILING = 0.08
+FOREIGN_ECE_CEILING = 0.05  # issue 19's goal, met on this draw since the decoder of seed 1's draw (0.024)
 
 
 @pytest.mark.parametrize("quantization", [uform.Scalar.BF16, uform.Scalar.E4M3])
