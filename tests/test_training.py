@@ -699,3 +699,36 @@ def test_the_questions_phase_gives_the_first_phases_decoder_bit_for_bit(tmp_path
         temperatures = ModelConfig.from_metadata(f.metadata).choice_temperatures
     assert tuple(temperatures) == tuple(result.temperatures) and len(temperatures) == 3 and tuple(temperatures) != (1.0, 1.0, 1.0)
     assert lines[-1].startswith("trained, saved and calibrated in ")
+
+
+def test_the_decoders_draw_is_its_own_and_one_command_makes_the_four_commands_checkpoint(tmp_path: Path) -> None:
+    """``--decoder-seed D``: the byte decoder's initialisation and every question it trains on
+    come from draw D, the towers, held-out questions and calibration from ``--seed``. The towers
+    are those of the run without it, byte for byte, and the whole checkpoint is what the four
+    commands of the shipped model make (docs/training.md): the run, ``--phase questions --seed
+    D``, ``--phase decoder --seed D``, and a recalibration on ``--seed``."""
+    from uform.core.checkpoint import CheckpointFile
+    from uform.core.config import ModelConfig
+    from uform.training import Settings, train
+
+    common = dict(seed=0, steps=7, batch=4, decoder_batch=6, warmup=2, image_pool=4, video_pool=6, audio_pool=4, calibration_examples=60,
+                  evaluate=False, config=tiny_config(), decoder_steps=3, decoder_phase_batch=6, reading_steps=2)  # fmt: skip
+    one = tmp_path / "one.safetensors"
+    train(Settings(out=str(one), decoder_seed=1, **common), log=lambda line: None)
+    plain = tmp_path / "plain.safetensors"
+    train(Settings(out=str(plain), **common), log=lambda line: None)
+    made, base = tensors(one), tensors(plain)
+    decoder = {name for name in made if name.startswith("decoder.")}
+    assert all(made[name] == base[name] for name in made if name not in decoder)
+    assert any(made[name] != base[name] for name in decoder)
+
+    drawn = tmp_path / "questions.safetensors"
+    train(Settings(out=str(drawn), phase="questions", start=str(plain), **(common | {"seed": 1})), log=lambda line: None)
+    staged = tmp_path / "decoder.safetensors"
+    train(Settings(out=str(staged), phase="decoder", start=str(drawn), **(common | {"seed": 1})), log=lambda line: None)
+    final = tmp_path / "final.safetensors"
+    train(Settings(out=str(final), phase="decoder", start=str(staged), **(common | {"decoder_steps": 0, "reading_steps": 0})),
+          log=lambda line: None)  # fmt: skip
+    assert tensors(final) == made
+    with CheckpointFile(one) as a, CheckpointFile(final) as b:
+        assert ModelConfig.from_metadata(a.metadata).choice_temperatures == ModelConfig.from_metadata(b.metadata).choice_temperatures

@@ -42,6 +42,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--variant", type=int, default=None,
                         help="with --phase clips, pictures, sounds or questions: seeds the tower's initialisation and data (default: --seed, "
                              "which seeds the prototypes and must be the checkpoint's own)")
+    parser.add_argument("--decoder-seed", type=int, default=None,
+                        help="the byte decoder's draw: its initialisation and every question it trains on, in every phase "
+                             "(default: --seed; the towers, held-out questions and calibration keep --seed)")
     parser.add_argument("--audio-front", default=None, metavar="n_fft=N,hop=N,n_mels=N",
                         help="with --phase sounds: the sound tower's front end in place of the checkpoint's (any of the three; "
                              "the written checkpoint's config says so)")
@@ -93,7 +96,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         image_factor=args.image_factor, text_groups=args.text_groups, decoder_row=args.decoder_row, image_pool=args.image_pool, video_pool=args.video_pool, audio_pool=args.audio_pool,
                         canonical_vision=args.canonical_vision, evaluate=not args.no_evaluate, phase=args.phase, start=args.start,
                         variant=args.variant, clips_from_pictures=args.clips_from_pictures, clip_stage=args.clip_stage, audio_front=front,
-                        decoder_steps=args.decoder_steps, reading_steps=args.reading_steps, autocast=args.autocast)  # fmt: skip
+                        decoder_steps=args.decoder_steps, reading_steps=args.reading_steps, autocast=args.autocast,
+                        decoder_seed=args.decoder_seed)  # fmt: skip
     result = train(settings, lambda line: print(line, flush=True))
     if args.report:
         with open(args.report, "w", encoding="utf-8") as f:

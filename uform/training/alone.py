@@ -34,8 +34,8 @@ from uform.exporters.reference.decoder import DecoderTower
 from uform.exporters.reference.video import VideoTower
 
 from .recipe import (
-    ALONE, FRONT, Inputs, Result, Settings, class_tokens_only, clip_losses, contrastive, cosine, decoder_loss, default_config, initialise,
-    neutral, optimise, packed_decoder_step, prototypes, save,
+    ALONE, FRONT, Inputs, Result, Settings, class_tokens_only, clip_losses, contrastive, cosine, decoder_draw, decoder_loss, default_config,
+    initialise, neutral, optimise, packed_decoder_step, prototypes, save,
 )  # fmt: skip
 
 
@@ -81,7 +81,7 @@ def train_alone(settings: Settings, log: Callable[[str], None], started: float) 
     questions on every ``settings.decoder_every``-th step of the schedule, as there."""
     assert settings.start is not None
     name = ALONE[settings.phase]
-    variant = settings.seed if settings.variant is None else settings.variant
+    variant = settings.variant if settings.variant is not None else decoder_draw(settings) if name == "decoder" else settings.seed
     model = ReferenceModel.from_checkpoint(Path(settings.start))
     config = model.config
     if settings.audio_front:

@@ -86,6 +86,11 @@ def deterministic() -> Iterator[None]:
         setattr(fill, "fill_uninitialized_memory", filled)  # noqa: B010
 
 
+def decoder_draw(settings: Settings) -> int:
+    """The seed of the byte decoder's draw: ``settings.decoder_seed``, else ``settings.seed``."""
+    return settings.seed if settings.decoder_seed is None else settings.decoder_seed
+
+
 def default_config() -> ModelConfig:
     """The default model's geometry: every tower 128 wide, 3 blocks, 4 heads (docs/training.md)."""
     return make_config(
@@ -144,6 +149,8 @@ class Settings:
     clip_stage: bool = False  # the whole recipe: the first phase trains no clip tower; the clip stage then trains it alone from
     # the first phase's picture tower (the clips phase with clips_from_pictures), before the decoder's phase
     variant: int | None = None  # the phases of one tower: seeds the tower's initialisation and data (default: ``seed``, which seeds the prototypes)
+    decoder_seed: int | None = None  # the byte decoder's draw: its initialisation and every question it trains on, in every
+    # phase (default: ``seed``); the towers, the held-out questions and calibration keep ``seed`` (docs/training.md)
     audio_front: dict[str, int] | None = None  # the sounds phase: the audio tower's n_fft, hop and n_mels in place of the checkpoint's
     decoder_steps: int = 2000  # 0 skips the phase (the recipe as it was before it)
     decoder_phase_batch: int = 64  # questions a step of the decoder phase
@@ -207,7 +214,7 @@ class Inputs:
     another size) leaves what every other part draws as it was."""
 
     def __init__(self, config: ModelConfig, seed: int, video_pool: int, log: Callable[[str], None], *, audio_pool: int = 0,
-                 image_pool: int = 0, canonical: float = 0.3, jumbled: float = 0.35) -> None:  # fmt: skip
+                 image_pool: int = 0, canonical: float = 0.3, jumbled: float = 0.35, questions_seed: int | None = None) -> None:  # fmt: skip
         from uform.plugins import image as image_plugin
         from uform.plugins import video as video_plugin
 
@@ -223,6 +230,8 @@ class Inputs:
         self.turn = {name: np.array([where[(x.attributes[0], x.attributes[1], table[x.attributes[2]])] for x in video])
                      for name, table in (("x", _FLIP_X), ("y", _FLIP_Y), ("t", _TRANSPOSE), ("r", _REVERSE))}  # fmt: skip
         self.rngs = {part: np.random.default_rng([TRAINING_STREAM, seed, i]) for i, part in enumerate(PARTS, 1)}
+        if questions_seed is not None:  # the decoder's questions from a draw of their own (Settings.decoder_seed)
+            self.rngs["questions"] = np.random.default_rng([TRAINING_STREAM, questions_seed, PARTS.index("questions") + 1])
         started = time.perf_counter()
         pictures = [self._picture(i % 2 == 0) for i in range(max(image_pool, 2))]
         self.pictures = np.stack([p for p, _ in pictures])
@@ -626,6 +635,11 @@ def train_towers(settings: Settings, raw: Path, log: Callable[[str], None], star
     config = settings.config
     model = ReferenceModel(config)
     initialise(model, settings.seed)
+    if decoder_draw(settings) != settings.seed:  # the decoder as a run of its draw initialises it (the global RNG untouched)
+        with torch.random.fork_rng(devices=[]):
+            other = ReferenceModel(config)
+        initialise(other, decoder_draw(settings))
+        model.towers["decoder"].load_state_dict(other.towers["decoder"].state_dict())
     class_tokens_only(model)
     targets = prototypes(config.dimensions, settings.seed)
     every = torch.cat([targets[m] for m in MODALITIES])  # the text tower's classes: every meaning of every modality
@@ -644,7 +658,8 @@ def train_towers(settings: Settings, raw: Path, log: Callable[[str], None], star
     clipped += [list(towers["video"].parameters()) + list(where.parameters()), list(scales.parameters())]
     clips = not settings.clip_stage  # with the clip stage, the clip tower trains after this phase, from its picture tower
     inputs = Inputs(config, settings.seed, settings.video_pool if clips else 0, log, audio_pool=settings.audio_pool,
-                    image_pool=settings.image_pool, canonical=settings.canonical, jumbled=settings.jumbled)  # fmt: skip
+                    image_pool=settings.image_pool, canonical=settings.canonical, jumbled=settings.jumbled,
+                    questions_seed=decoder_draw(settings))  # fmt: skip
     text_tower, decoder_tower, video_tower = towers["text"], towers["decoder"], towers["video"]
     assert isinstance(text_tower, TextTower) and isinstance(decoder_tower, DecoderTower) and isinstance(video_tower, VideoTower)
     losses: list[float] = []
@@ -847,7 +862,7 @@ def decoder_stage(source: Path, target: Path, settings: Settings, log: Callable[
                   draw: Callable[[np.random.Generator, int], list[g.Question]],
                   names: tuple[str, str]) -> tuple[float, list[float], dict[str, float]]:  # fmt: skip
     """``steps`` steps of the byte decoder of checkpoint ``source`` alone, on ``draw(rng,
-    context)``'s questions a step (``rng``: stream ``[stream, seed]``), packed into rows of
+    context)``'s questions a step (``rng``: stream ``[stream, decoder seed]``, :func:`decoder_draw`), packed into rows of
     ``decoder_row`` bytes: AdamW (β 0.9/0.98, weight decay 0.05 on matrices) at ``decoder_lr``
     after ``warmup`` steps, cosine decay to 2 %, gradients clipped at norm 1. Writes ``target``
     (every other tensor byte for byte, the choice temperatures 1.0: :func:`neutral`), reads the
@@ -857,11 +872,11 @@ def decoder_stage(source: Path, target: Path, settings: Settings, log: Callable[
     ``torch.use_deterministic_algorithms``, so that the same checkpoint, seed and thread count
     give the same decoder."""
     started = time.perf_counter()
-    torch.manual_seed(settings.seed)
+    torch.manual_seed(decoder_draw(settings))
     model = ReferenceModel.from_checkpoint(source)
     tower = model.towers["decoder"]
     assert isinstance(tower, DecoderTower)
-    rng = np.random.default_rng([stream, settings.seed])
+    rng = np.random.default_rng([stream, decoder_draw(settings)])
     params = list(tower.parameters())
     optimiser = torch.optim.AdamW([{"params": [p for p in params if p.ndim >= 2], "weight_decay": 0.05},
                                    {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0}],
