@@ -562,6 +562,8 @@ def test_the_command_line_takes_the_media_tower_phases_and_their_variant(capsys:
     for argv, said in ((["--out", "x", "--phase", "clips"], "--from CHECKPOINT goes with --phase decoder, reading, clips, pictures, sounds or questions"),
                        (["--out", "x", "--phase", "pictures"], "--from CHECKPOINT goes with --phase decoder, reading, clips, pictures, sounds or questions"),
                        (["--out", "x", "--variant", "2"], "--variant goes with --phase clips, pictures, sounds or questions"),
+                       (["--out", "x", "--phase", "sounds", "--from", "c", "--decoder-seed", "1"],
+                        "--decoder-seed goes with --phase all, decoder, reading or questions (the phases that train the byte decoder)"),
                        (["--out", "x", "--phase", "pictures", "--from", "c", "--audio-front", "n_mels=64"],
                         "--audio-front goes with --phase sounds"),
                        (["--out", "x", "--phase", "sounds", "--from", "c", "--audio-front", "n_mels=lots"],

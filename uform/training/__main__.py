@@ -69,6 +69,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--from CHECKPOINT goes with --phase decoder, reading, clips, pictures, sounds or questions, and they need it")
     if args.variant is not None and args.phase not in ALONE:
         parser.error("--variant goes with --phase clips, pictures, sounds or questions")
+    if args.decoder_seed is not None and args.phase not in ("all", "decoder", "reading", "questions"):
+        parser.error("--decoder-seed goes with --phase all, decoder, reading or questions (the phases that train the byte decoder)")
     front = None
     if args.audio_front is not None:
         if args.phase != "sounds":

@@ -553,10 +553,10 @@ def train(settings: Settings, log: Callable[[str], None] = print) -> Result:
     if settings.phase in ALONE:
         from .alone import train_alone
 
-        if ALONE[settings.phase] != "decoder":
+        if settings.phase != "questions":  # a media tower: the checkpoint keeps its temperatures
             return finish(train_alone(settings, log, started), out, settings, log, started)
     try:
-        if ALONE.get(settings.phase) == "decoder":  # the first phase's decoder alone, deterministic as there, then calibrated
+        if settings.phase == "questions":  # the first phase's decoder alone, deterministic as there, then calibrated
             with deterministic():
                 result = train_alone(replace(settings, out=str(raw)), log, started)
             result.out = str(out)
@@ -618,8 +618,8 @@ def clip_stage(raw: Path, settings: Settings, log: Callable[[str], None], result
 def finish(result: Result, out: Path, settings: Settings, log: Callable[[str], None], started: float) -> Result:
     """A run's seconds and log line, and (``settings.evaluate``) both suites' figures."""
     result.seconds = time.perf_counter() - started
-    media = ALONE.get(settings.phase, "decoder") != "decoder"
-    done = "trained and saved" if media else "trained, saved and calibrated"  # a media tower keeps the temperatures
+    media = settings.phase in ALONE and settings.phase != "questions"  # a media tower keeps the temperatures
+    done = "trained and saved" if media else "trained, saved and calibrated"
     log(f"{done} in {result.seconds:.0f} s: {out} ({out.stat().st_size} bytes)")
     if settings.evaluate:
         result.evaluations = evaluate_all(out, settings.seed, log)
