@@ -216,6 +216,31 @@ def test_variety_items_carry_their_meaning_and_come_through_the_resampler() -> N
     assert 0 <= q.answer < len(q.choices)
 
 
+def test_varied_voices_have_the_partials_asked_for_within_the_band_the_tower_hears() -> None:
+    from uform.demo import variety
+
+    def highest(partials: int, rate: int, root: float = 150.0, draws: int = 60) -> tuple[int, int]:
+        """The highest harmonic any harmonic voice reached, and the lowest any stopped at."""
+        rng = np.random.default_rng(5)
+        t = np.arange(rate) / rate  # one second: harmonic k sits in FFT bin 150 k
+        tops = []
+        for _ in range(draws):
+            x = variety._voice(rng, root * t, root, rate, partials)
+            magnitude = np.abs(np.fft.rfft(x)) / len(x)
+            present = [k for k in range(1, int(rate / 2 // root)) if magnitude[int(k * root)] > 1e-4]
+            if present != [1]:  # a sine has the fundamental alone
+                tops.append(max(present))
+        return max(tops), min(tops)
+
+    assert highest(12, 16000) == (12, 11)  # the recipe as it was: every harmonic voice 12 partials (odd ones alone: 11)
+    assert highest(12, 8000)[0] == 12
+    # past 12 each voice draws its count from 4: bright and dull voices
+    top, bottom = highest(48, 48000)
+    assert 40 <= top <= 48 and bottom <= 10  # 7200 Hz / 150 Hz = 48: the band the tower hears, not 0.45 x 48 kHz
+    assert 20 <= highest(48, 8000)[0] <= 24  # 3600 Hz / 150 Hz: under Nyquist
+    assert 16 <= highest(20, 16000)[0] <= 20
+
+
 def test_uform_evaluate_runs_both_suites(capsys: pytest.CaptureFixture[str]) -> None:
     from uform.cli import main
 

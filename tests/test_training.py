@@ -574,6 +574,9 @@ def test_the_command_line_takes_the_media_tower_phases_and_their_variant(capsys:
                         "--clips-from-pictures goes with --phase clips"),
                        (["--out", "x", "--phase", "decoder", "--from", "c", "--clip-stage"],
                         "--clip-stage goes with --phase all (the towers' phase)"),
+                       (["--out", "x", "--voice-partials", "0"], "--voice-partials is a count of partials, 1 or more, got 0"),
+                       (["--out", "x", "--phase", "pictures", "--from", "c", "--voice-partials", "48"],
+                        "--voice-partials goes with --phase all or sounds (the phases that train the sound tower)"),
                        (["--out", "x", "--canonical-vision", "1.5"], "--canonical-vision is a share, 0 to 1, got 1.5"),
                        (["--out", "x", "--reading-steps", "-1"], "--reading-steps is a count of steps, 0 or more, got -1"),
                        (["--out", "x", "--phase", "reading"], "--from CHECKPOINT goes with --phase decoder, reading, clips, pictures, sounds or questions")):  # fmt: skip
@@ -594,6 +597,8 @@ def test_the_held_out_split_reads_the_shipped_model_through_the_runtime(capsys: 
     sizes = {"image": 24, "video": 12, "audio": 12}
     split = heldout.draw(0, sizes)
     assert split == heldout.draw(0, sizes) and split != heldout.draw(1, sizes)
+    bright = heldout.draw(0, sizes, partials=48)  # the recordings alone drawn otherwise
+    assert {m for m in sizes if bright.files[m] != split.files[m]} == {"audio"}
     assert {m: len(f) for m, f in split.files.items()} == sizes
     assert all(0 <= i < len(variety.meanings(m)) for m, labels in split.labels.items() for i in labels)
     with uform.Model.load_ram() as model:

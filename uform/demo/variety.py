@@ -349,14 +349,28 @@ CHORDS = ((1.0, 1.26, 1.498), (1.0, 1.189, 1.498), (1.0, 1.335, 1.498), (1.0, 1.
           (1.0, 1.26, 1.498, 1.782), (1.0, 1.26, 1.498, 2.0))  # fmt: skip
 
 
-def _voice(rng: np.random.Generator, cycles: np.ndarray, top: float, rate: int) -> np.ndarray:
-    """A periodic voice of ``cycles`` (phase in cycles): sine, or harmonics below Nyquist."""
+PARTIALS = 12  # the most partials a harmonic voice has, as the recipe made its recordings until 2026-12-04
+
+
+def _voice(rng: np.random.Generator, cycles: np.ndarray, top: float, rate: int, partials: int = PARTIALS) -> np.ndarray:
+    """A periodic voice of ``cycles`` (phase in cycles): sine, or harmonics below Nyquist.
+
+    A harmonic voice has at most ``partials`` partials. At :data:`PARTIALS` (12) every such voice
+    has 12, or fewer where Nyquist comes first. With more, each draws how many it has, from 4 up
+    to ``partials`` and to the band the tower hears (under 0.45 × the lower of ``rate`` and the
+    tower's 16 kHz): bright and dull voices alike, so that a low tone's upper partials are no
+    sign of a chord (12 alone taught that partials past the twelfth come from a chord's upper
+    voices only: a low sawtooth of 15 or more was heard as a chord)."""
     kind = int(rng.choice([0, 0, 1, 2, 3, 4]))
     if kind == 0:
         return np.asarray(np.sin(2 * np.pi * cycles), np.float64)
     limit = max(1, int((rate * 0.45) // max(top, 1.0)))
+    if partials != PARTIALS:
+        heard = max(1, int((min(rate, g.SAMPLE_RATE) * 0.45) // max(top, 1.0)))
+        most = min(limit, heard, partials)
+        limit = int(rng.integers(min(4, most), most + 1))
     x = np.zeros_like(cycles)
-    for k in range(1, min(limit, 12) + 1):
+    for k in range(1, min(limit, partials) + 1):
         if kind == 1 and k % 2:  # square
             x += np.sin(2 * np.pi * k * cycles) / k
         elif kind == 2:  # sawtooth
@@ -401,9 +415,10 @@ def _pulses(rng: np.random.Generator, t: np.ndarray, rhythm: str) -> np.ndarray:
     return np.asarray(np.sin(np.pi * phase) ** float(rng.uniform(1, 3)), np.float64)  # swelling
 
 
-def sound(rng: np.random.Generator, window: int = g.SAMPLE_RATE) -> tuple[np.ndarray, Meaning]:
+def sound(rng: np.random.Generator, window: int = g.SAMPLE_RATE, partials: int = PARTIALS) -> tuple[np.ndarray, Meaning]:
     """A varied recording as the tower's window (float32, ``window`` samples at the tower's rate),
-    brought there by the runtime's resampler, and its meaning."""
+    brought there by the runtime's resampler, and its meaning; its voices have at most
+    ``partials`` partials (:func:`_voice`)."""
     from uform.plugins import recordings
 
     caption = str(rng.choice(g.audio_captions()))
@@ -417,7 +432,7 @@ def sound(rng: np.random.Generator, window: int = g.SAMPLE_RATE) -> tuple[np.nda
         lo, hi = g.PITCHES[pitch]
         root = float(np.exp(rng.uniform(np.log(lo), np.log(hi))))
         ratios = (1.0,) if kind == "tone" else CHORDS[int(rng.integers(0, len(CHORDS)))]
-        x = sum(_voice(rng, root * q * t + float(rng.uniform(0, 1)), root * q, rate) for q in ratios) / len(ratios)
+        x = sum(_voice(rng, root * q * t + float(rng.uniform(0, 1)), root * q, rate, partials) for q in ratios) / len(ratios)
         x = x * _pulses(rng, t, rhythm)
     elif kind == "noise":
         x = _coloured_noise(rng, n) * _pulses(rng, t, rhythm)
@@ -426,7 +441,7 @@ def sound(rng: np.random.Generator, window: int = g.SAMPLE_RATE) -> tuple[np.nda
         if pitch == "falling":
             f0, f1 = f1, f0
         freq = f0 + (f1 - f0) * t / body if rng.random() < 0.5 else f0 * (f1 / f0) ** (t / body)
-        x = _voice(rng, np.cumsum(freq) / rate, max(f0, f1), rate)
+        x = _voice(rng, np.cumsum(freq) / rate, max(f0, f1), rate, partials)
     fade = max(1, min(n // 5, int(rate * float(rng.uniform(0.003, 0.03)))))
     x[:fade] *= np.linspace(0, 1, fade)
     x[-fade:] *= np.linspace(1, 0, fade)

@@ -29,6 +29,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--image-pool", type=int, default=defaults.image_pool, help="training pictures decoded once (default %(default)s)")
     parser.add_argument("--video-pool", type=int, default=defaults.video_pool, help="training clips decoded once (default %(default)s)")
     parser.add_argument("--audio-pool", type=int, default=defaults.audio_pool, help="varied training recordings made once (default %(default)s)")
+    parser.add_argument("--voice-partials", type=int, default=defaults.voice_partials, metavar="N",
+                        help="the most partials a varied recording's voice has; past 12 each voice draws its count, 4 to N, "
+                             "within the band the tower hears (default %(default)s, the recipe as it was)")
     parser.add_argument("--canonical-vision", type=float, default=defaults.canonical_vision,
                         help="share of pictures and clips from the canonical renderers after the curriculum (default %(default)s)")
     parser.add_argument("--phase", choices=PHASES, default="all",
@@ -88,6 +91,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     for flag, value in (("--decoder-steps", args.decoder_steps), ("--reading-steps", args.reading_steps)):
         if value < 0:
             parser.error(f"{flag} is a count of steps, 0 or more, got {value}")
+    if args.voice_partials < 1:
+        parser.error(f"--voice-partials is a count of partials, 1 or more, got {args.voice_partials}")
+    if args.voice_partials != defaults.voice_partials and args.phase not in ("all", "sounds"):
+        parser.error("--voice-partials goes with --phase all or sounds (the phases that train the sound tower)")
     if not 0.0 <= args.canonical_vision <= 1.0:
         parser.error(f"--canonical-vision is a share, 0 to 1, got {args.canonical_vision}")
     if args.threads:
@@ -99,7 +106,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         canonical_vision=args.canonical_vision, evaluate=not args.no_evaluate, phase=args.phase, start=args.start,
                         variant=args.variant, clips_from_pictures=args.clips_from_pictures, clip_stage=args.clip_stage, audio_front=front,
                         decoder_steps=args.decoder_steps, reading_steps=args.reading_steps, autocast=args.autocast,
-                        decoder_seed=args.decoder_seed)  # fmt: skip
+                        decoder_seed=args.decoder_seed, voice_partials=args.voice_partials)  # fmt: skip
     result = train(settings, lambda line: print(line, flush=True))
     if args.report:
         with open(args.report, "w", encoding="utf-8") as f:

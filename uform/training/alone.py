@@ -112,7 +112,8 @@ def train_alone(settings: Settings, log: Callable[[str], None], started: float) 
             data, labelled = inputs.videos(settings.batch, canonical)
             return torch.stack(list(clip_losses(tower, where, scale, target, data, labelled, settings.motion, settings.autocast).values())).sum()
     elif name == "audio":
-        inputs = Inputs(config, variant, 0, log, audio_pool=settings.audio_pool, canonical=settings.canonical, jumbled=settings.jumbled)
+        inputs = Inputs(config, variant, 0, log, audio_pool=settings.audio_pool, canonical=settings.canonical, jumbled=settings.jumbled,
+                        partials=settings.voice_partials)  # fmt: skip
 
         def loss(canonical: float) -> torch.Tensor:  # the recordings' share from the canonical renderer is settings.canonical
             data, labelled = inputs.sounds(settings.batch)

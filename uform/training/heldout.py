@@ -51,8 +51,10 @@ class Reading:
     direction: float | None = None
 
 
-def draw(seed: int = 0, sizes: dict[str, int] | None = None) -> Split:
-    """The split of ``seed``: ``sizes`` items a modality (:data:`SIZES` unless given)."""
+def draw(seed: int = 0, sizes: dict[str, int] | None = None, partials: int = v.PARTIALS) -> Split:
+    """The split of ``seed``: ``sizes`` items a modality (:data:`SIZES` unless given), the
+    recordings' voices with at most ``partials`` partials (``variety._voice``; 12, the recipe's
+    recordings before 2026-12-04, unless given)."""
     sizes = SIZES if sizes is None else sizes
     index = {m: {x.caption: i for i, x in enumerate(v.meanings(m))} for m in SIZES}
     rng = np.random.default_rng([HELDOUT_STREAM, seed])
@@ -68,7 +70,7 @@ def draw(seed: int = 0, sizes: dict[str, int] | None = None) -> Split:
         files["video"].append(video_bytes(clip.frames, "mp4" if i % 2 == 0 else "webm", fps=clip.fps))
         labels["video"].append(index["video"][clip.meaning.caption])
     for i in range(sizes.get("audio", 0)):
-        window, meaning = v.sound(rng)
+        window, meaning = v.sound(rng, partials=partials)
         pcm = np.clip(np.round(window * 32767.0), -32768, 32767).astype(np.int16)
         files["audio"].append(audio_bytes(pcm, "wav" if i % 2 == 0 else "flac"))
         labels["audio"].append(index["audio"][meaning.caption])
@@ -106,10 +108,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quantization", default="bf16", choices=["bf16", "e4m3", "f32"])
     parser.add_argument("--count", type=int, help=f"items a modality (default {SIZES})")
     parser.add_argument("--json", action="store_true", help="one JSON object a checkpoint")
+    parser.add_argument("--voice-partials", type=int, default=v.PARTIALS, metavar="N",
+                        help="the recordings' voices drawn as the recipe's --voice-partials N draws them (default %(default)s)")
     args = parser.parse_args(argv)
     if args.count is not None and args.count < 1:
         parser.error(f"--count is a number of items, 1 or more, got {args.count}")
-    split = draw(args.seed, None if args.count is None else dict.fromkeys(SIZES, args.count))
+    if args.voice_partials < 1:
+        parser.error(f"--voice-partials is a count of partials, 1 or more, got {args.voice_partials}")
+    split = draw(args.seed, None if args.count is None else dict.fromkeys(SIZES, args.count), args.voice_partials)
     for path in args.checkpoints:
         with uform.Model.load_ram(path, quantization=args.quantization) as model:
             readings = read(model, split)

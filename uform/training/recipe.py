@@ -127,6 +127,8 @@ class Settings:
     image_pool: int = 24000  # pictures decoded once through the runtime (canonical and varied), drawn from every step
     video_pool: int = 12000  # clips decoded once through the runtime, drawn from every step
     audio_pool: int = 5000  # varied recordings made once (through the runtime's resampler), drawn from every step
+    voice_partials: int = v.PARTIALS  # the most partials a varied recording's voice has (variety._voice: 12 as before; more
+    # draws each voice's count, bright and dull alike)
     canonical: float = 0.3  # share of recordings from the canonical renderer (the own suite's), the rest varied
     canonical_vision: float = 0.2  # share of pictures and clips from the canonical renderers after the curriculum (the fourth run's 0.4)
     curriculum: float = 0.25  # share of the steps, first, whose pictures and clips are all canonical
@@ -214,7 +216,8 @@ class Inputs:
     another size) leaves what every other part draws as it was."""
 
     def __init__(self, config: ModelConfig, seed: int, video_pool: int, log: Callable[[str], None], *, audio_pool: int = 0,
-                 image_pool: int = 0, canonical: float = 0.3, jumbled: float = 0.35, questions_seed: int | None = None) -> None:  # fmt: skip
+                 image_pool: int = 0, canonical: float = 0.3, jumbled: float = 0.35, questions_seed: int | None = None,
+                 partials: int = v.PARTIALS) -> None:  # fmt: skip
         from uform.plugins import image as image_plugin
         from uform.plugins import video as video_plugin
 
@@ -243,7 +246,7 @@ class Inputs:
         self.clip_labels = np.array([c[1] for c in clips], np.int64)
         log(f"decoded {len(clips)} training clips through the video plugin in {time.perf_counter() - started:.0f} s")
         started = time.perf_counter()
-        made = [v.sound(self.rngs["audio"], self.window) for _ in range(audio_pool)]
+        made = [v.sound(self.rngs["audio"], self.window, partials) for _ in range(audio_pool)]
         self.sound_windows = np.stack([w for w, _ in made]) if made else np.zeros((0, self.window), np.float32)
         self.sound_labels = np.array([self.index["audio"][m.caption] for _, m in made], np.int64)
         log(f"made {audio_pool} varied training recordings in {time.perf_counter() - started:.0f} s")
@@ -659,7 +662,7 @@ def train_towers(settings: Settings, raw: Path, log: Callable[[str], None], star
     clips = not settings.clip_stage  # with the clip stage, the clip tower trains after this phase, from its picture tower
     inputs = Inputs(config, settings.seed, settings.video_pool if clips else 0, log, audio_pool=settings.audio_pool,
                     image_pool=settings.image_pool, canonical=settings.canonical, jumbled=settings.jumbled,
-                    questions_seed=decoder_draw(settings))  # fmt: skip
+                    questions_seed=decoder_draw(settings), partials=settings.voice_partials)  # fmt: skip
     text_tower, decoder_tower, video_tower = towers["text"], towers["decoder"], towers["video"]
     assert isinstance(text_tower, TextTower) and isinstance(decoder_tower, DecoderTower) and isinstance(video_tower, VideoTower)
     losses: list[float] = []
