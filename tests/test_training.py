@@ -615,6 +615,9 @@ def test_the_held_out_split_reads_the_shipped_model_through_the_runtime(capsys: 
     with pytest.raises(SystemExit):
         heldout.main([str(uform.default_checkpoint()), "--count", "0"])
     assert "--count is a number of items, 1 or more, got 0" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        heldout.main([str(uform.default_checkpoint()), "--voice-partials", "0"])
+    assert "--voice-partials is a count of partials, 1 or more, got 0" in capsys.readouterr().err
 
 
 def test_a_grafted_checkpoint_holds_one_media_tower_of_the_donor_and_the_rest_of_the_host(tmp_path: Path) -> None:
