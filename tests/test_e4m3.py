@@ -164,6 +164,28 @@ def test_the_split_kernels_write_the_avx2_kernels_bits(m: int) -> None:
         assert np.array_equal(ys[0], ys[1]), f"{'e4m3' if quantized else 'bf16'}: {np.argwhere(ys[0] != ys[1])[:5].tolist()}"
 
 
+@pytest.mark.parametrize("variant", ["avx2", "avx2-split"])
+@pytest.mark.parametrize("m", [4, 7, 8, 14, 16, 96])
+def test_the_avx2_kernels_write_each_rows_bits_whatever_rows_and_threads_run_with_it(variant: str, m: int) -> None:
+    """Every row of an AVX2 product sums its k in the same order, one FMA at a time, whether
+    it runs alone (widened in registers) or among m rows and 1-3 threads (E4M3 panels staged
+    as F16 bits, each task's next panel staged inside the FMA loop of the one before, tasks
+    cut by the thread count; avx2-split's float32 stages): so y is the bits of each row
+    alone. Many panels (n = 629) and an odd k (a half pair) put every panel through staging."""
+    lib = runnable(variant)
+    n, k = 629, 771
+    rng = np.random.default_rng(400 + m)
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    w = bf16(rng, n, k, scale=0.3)
+    bias = rng.standard_normal(n).astype(np.float32)
+    for quantized in (False, True):
+        packed, scale = lib.pack(variant, w, quantized, threads=2)
+        alone = np.concatenate([lib.gemm(variant, x[r : r + 1], packed, n, scale, bias, threads=1) for r in range(m)])
+        for threads in (1, 2, 3):
+            y = lib.gemm(variant, x, packed, n, scale, bias, threads=threads)
+            assert np.array_equal(y, alone), f"{'e4m3' if quantized else 'bf16'}, {threads} threads: {np.argwhere(y != alone)[:5].tolist()}"
+
+
 @needs_library
 @pytest.mark.parametrize("splits", [False, True])
 def test_x86_64_v3_takes_the_split_kernels_where_256_bit_operations_are_halved(monkeypatch: pytest.MonkeyPatch, splits: bool) -> None:

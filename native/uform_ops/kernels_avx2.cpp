@@ -15,11 +15,14 @@
 // moves from DRAM is the packed weights, and x once.
 // - BF16 widens in registers at every m (a shift or a mask per 8 weights, on ports the FMAs
 //   leave free: six rows ran at the FMA peak).
-// - E4M3 widens in registers up to 7 rows (one group, or two). From 8 rows its panel is first
-//   staged: the codes turned into F16 bits once, into L1 or L2, which every group then
-//   converts from memory as it sums. A conversion from memory costs the FMA pipes next to
-//   nothing; in registers, five integer operations, two extracts and four conversions a pair
-//   made a step of six rows take 1.34x the FMAs' time, for every group again.
+// - E4M3 widens in registers up to 3 rows. From 4 its panel is staged: the codes turned into
+//   F16 bits once, into L1 or L2, which every group then converts from memory as it sums. A
+//   conversion from memory costs the FMA pipes next to nothing; in registers, five integer
+//   operations, two extracts and four conversions a pair made a step of six rows take 1.34x
+//   the FMAs' time, for every group again. Staging a panel alone is bound by its stores (64
+//   bytes a pair) while the FMA pipes wait, so only a task's first panel is: the first group
+//   of rows stages the next panel as it reads this one, its stores beside the FMAs, and tasks
+//   are cut as wide as the threads allow (`cut`).
 //
 // Where 256-bit operations run as two 128-bit halves (AMD Zen 1 and Zen+: `splits_256`),
 // the widening's integer operations and conversions take slots of the two FMA pipes, so the
@@ -53,11 +56,13 @@ typedef int32_t Int8x32 __attribute__((vector_size(32), may_alias));
 constexpr int64_t NR = 16, MR = 6, PAIR = 2;
 constexpr int STAGED = 2;            // `widened`'s weights: E4M3 panels staged as F16 bits (beside kBF16, kE4M3)
 constexpr int WIDE = 3;              // `widened`'s weights: panels staged as float32 (avx2-split)
+constexpr int STAGING = 4;           // `widened`'s weights: STAGED, the group also staging the task's next panel
 constexpr int64_t WIDE_BF16_FROM = 25;  // avx2-split: rows from which BF16 panels are staged as float32
 constexpr int64_t WIDE_E4M3_FROM = 7;   // avx2-split: rows from which E4M3 panels are staged as float32
-constexpr int64_t STAGE_FROM = 8;    // rows from which E4M3 panels are staged (7: 0.98x, two groups of 4 and 3)
+constexpr int64_t STAGE_FROM = 4;    // rows from which E4M3 panels are staged (staged at 1-3 rows: 0.48-0.56x BF16, in registers 0.89-1.02x)
 constexpr int64_t MC = 96;           // rows per task at most
 constexpr int64_t PANELS = 4;        // panels per task at most
+constexpr int64_t STAGED_PANELS = 16;  // the same for E4M3 staged at one block of rows (see `cut`)
 constexpr int64_t REACH = 2048;      // bytes ahead that weights widened in registers are fetched from DRAM (4 and 8 KiB: the same)
 constexpr int64_t TASKS_PER_THREAD = 3;  // narrower tasks until a product has this many a thread (none idles long)
 constexpr int64_t UNKNOWN_THREADS = 8;   // what to cut for when the caller did not say
@@ -69,16 +74,32 @@ struct Cut {
 
 static inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// SPLIT: the avx2-split variant (it stages no F16 bits).
+template <bool SPLIT>
 static Cut cut(const Gemm& g) {
   Cut c{std::max<int64_t>(1, ceil_div(g.m, ceil_div(g.m, MC))), PANELS};  // blocks of rows as even as can be
   const int64_t rows = ceil_div(g.m, c.mc), panels = ceil_div(g.n, NR);
-  const int64_t least = TASKS_PER_THREAD * (g.threads > 0 ? g.threads : UNKNOWN_THREADS);
+  const int64_t threads = g.threads > 0 ? g.threads : UNKNOWN_THREADS;
+  if (!SPLIT && g.wtype == kE4M3 && rows == 1 && g.m >= STAGE_FROM) {
+    // a task's first panel is staged alone and each next one inside the FMA loop of the
+    // panel before (`STAGING`): tasks as wide as can be, the panels a thread runs (its
+    // tasks', as ONNX Runtime hands them out) as few as can be; of equal spans the wider
+    c.panels = 1;
+    int64_t span = ceil_div(panels, threads);
+    for (int64_t wide = STAGED_PANELS; wide > 1; --wide) {
+      const int64_t here = ceil_div(ceil_div(panels, wide), threads) * wide;
+      if (here < span || (here == span && wide > c.panels)) c = {c.mc, wide}, span = here;
+    }
+    return c;
+  }
+  const int64_t least = TASKS_PER_THREAD * threads;
   while (c.panels > 1 && rows * ceil_div(panels, c.panels) < least) c.panels /= 2;
   return c;
 }
 
+template <bool SPLIT>
 static int64_t count(const Gemm& g) {
-  const Cut c = cut(g);
+  const Cut c = cut<SPLIT>(g);
   return ceil_div(g.m, c.mc) * ceil_div(ceil_div(g.n, NR), c.panels);
 }
 
@@ -149,18 +170,23 @@ struct Widen {
   }
 };
 
-// E4M3 panel j's codes as F16 bits, [k / 2][even 16, odd 16] of 16-bit words: the trick of
-// `Widen::e4m3` done once for every group of rows that reads the panel.
-static void stage(const Gemm& g, int64_t j, uint16_t* out) {
-  const int64_t pairs = (g.k + 1) / 2;
-  const char* at = static_cast<const char*>(g.w) + j * pairs * NR * 2;
+// E4M3 pairs [p0, pairs) of the panel at `at` as F16 bits, [k / 2][even 16, odd 16] of 16-bit
+// words: the trick of `Widen::e4m3` done once for every group of rows that reads the panel.
+static void stage_pairs(const char* at, int64_t p0, int64_t pairs, uint16_t* out) {
   const __m256i keep = _mm256_set1_epi16(int16_t(0xBF80u));
-  for (int64_t p = 0; p < pairs; ++p, at += NR * 2, out += 2 * NR) {
+  at += p0 * NR * 2;
+  out += p0 * 2 * NR;
+  for (int64_t p = p0; p < pairs; ++p, at += NR * 2, out += 2 * NR) {
     _mm_prefetch(at + REACH, _MM_HINT_T0);
     const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(at));
     _mm256_store_si256(reinterpret_cast<__m256i*>(out), _mm256_and_si256(_mm256_srai_epi16(_mm256_slli_epi16(v, 8), 1), keep));
     _mm256_store_si256(reinterpret_cast<__m256i*>(out + NR), _mm256_and_si256(_mm256_srai_epi16(v, 1), keep));
   }
+}
+
+static void stage(const Gemm& g, int64_t j, uint16_t* out) {
+  const int64_t pairs = (g.k + 1) / 2;
+  stage_pairs(static_cast<const char*>(g.w) + j * pairs * NR * 2, 0, pairs, out);
 }
 
 // Panel j's weights as float32, [k / 2][even 16, odd 16] floats: each pair widened as
@@ -202,9 +228,11 @@ static inline void staged(const void* w, int64_t p, __m256& e0, __m256& e1, __m2
 // Rows [row, row + R) times the 16 columns of panel `w` over all of k (WT: kBF16 or kE4M3
 // packed pairs, widened in registers, STAGED F16 bits or WIDE float32): the sums stay in registers from
 // the first k to the last and y is written once. `next`: bytes from the panel to what is
-// fetched into L2 as it is read (0: the panel itself, in cache already).
+// fetched into L2 as it is read (0: the panel itself, in cache already). STAGING reads F16 bits
+// as STAGED does and stages the packed panel `src` into `dst` pair by pair as it goes.
 template <int R, int WT>
-__attribute__((noinline)) static void widened(const Gemm& g, int64_t row, int64_t n0, const void* w, int64_t next) {
+__attribute__((noinline)) static void widened(const Gemm& g, int64_t row, int64_t n0, const void* w, int64_t next,
+                                              const char* src = nullptr, uint16_t* dst = nullptr) {
   constexpr int64_t word = WT == kE4M3 ? 2 : WT == WIDE ? 8 : 4;  // bytes of a column's pair: two E4M3 codes, two BF16 weights, two staged F16 ones or float32
   alignas(32) __m256 acc[MR][2];                  // R of them used; the assembly writes six
 #pragma GCC unroll 6
@@ -220,6 +248,11 @@ __attribute__((noinline)) static void widened(const Gemm& g, int64_t row, int64_
   const float* x = g.x + row * g.k;
   const int64_t k = g.k, full = k / 2;
   int64_t p = 0;
+  int64_t staged_to = 0;  // STAGING: pairs of the next panel staged so far
+  if constexpr (WT == STAGING && R < 4) {
+    stage_pairs(src, 0, (k + 1) / 2, dst);
+    staged_to = (k + 1) / 2;
+  }
   if constexpr (R >= 4) {
     // in assembly from four rows up: twelve sums (or eight, ten), the panel's two
     // vectors, one broadcast, one more. From intrinsics GCC spilled sums: five rows ran at
@@ -230,6 +263,8 @@ __attribute__((noinline)) static void widened(const Gemm& g, int64_t row, int64_
       const int64_t stride = k * int64_t(sizeof(float));
       int64_t n = full;
       const char* b = static_cast<const char*>(w);
+      const char* c = src;
+      uint16_t* d = dst;
       const __m256i mask = WT == kBF16 ? _mm256_set1_epi32(int32_t(0xFFFF0000u)) : _mm256_set1_epi16(int16_t(0xBF80u));
 #define UFORM_ROW(u, at, s0, s1)                                                               \
   "vbroadcastss " #u at ", %%ymm14\n\t"                                                         \
@@ -254,12 +289,19 @@ __attribute__((noinline)) static void widened(const Gemm& g, int64_t row, int64_
 // staged E4M3: the F16 bits, converted from memory
 #define UFORM_F16_EVEN "vcvtph2ps (%[b]), %%ymm12\n\tvcvtph2ps 16(%[b]), %%ymm13\n\t"
 #define UFORM_F16_ODD "vcvtph2ps 32(%[b]), %%ymm12\n\tvcvtph2ps 48(%[b]), %%ymm13\n\t"
+// staged E4M3 that stages the next panel's pair too (ymm15 and ymm14 free before the broadcasts)
+#define UFORM_STAGE_NEXT                                                                        \
+  "vmovdqu (%[c]), %%ymm15\n\tvpsllw $8, %%ymm15, %%ymm14\n\tvpsraw $1, %%ymm14, %%ymm14\n\t"    \
+  "vpand %[mask], %%ymm14, %%ymm14\n\tvmovdqa %%ymm14, (%[d])\n\tvpsraw $1, %%ymm15, %%ymm15\n\t" \
+  "vpand %[mask], %%ymm15, %%ymm15\n\tvmovdqa %%ymm15, 32(%[d])\n\tadd $32, %[c]\n\tadd $64, %[d]\n\t"
+#define UFORM_F16S_EVEN UFORM_STAGE_NEXT UFORM_F16_EVEN
 // staged float32: loads alone
 #define UFORM_F32_EVEN "vmovaps (%[b]), %%ymm12\n\tvmovaps 32(%[b]), %%ymm13\n\t"
 #define UFORM_F32_ODD "vmovaps 64(%[b]), %%ymm12\n\tvmovaps 96(%[b]), %%ymm13\n\t"
 // the next panel, fetched into L2 at the rate this one is read (by the first group only)
 #define UFORM_PFN "prefetcht1 (%[b],%[next],1)\n\t"
-#define UFORM_WIDEN(HALF, SETUP, EVEN, ODD, STEP)                                               \
+#define UFORM_WIDEN(HALF, SETUP, EVEN, ODD, STEP) UFORM_WIDEN_PF(HALF, SETUP, EVEN, ODD, STEP, "prefetcht0 %c[reach](%[b])\n\t" UFORM_PFN)
+#define UFORM_WIDEN_PF(HALF, SETUP, EVEN, ODD, STEP, PF)                                               \
   __asm__ volatile(                                                                             \
       "vxorps %%ymm0, %%ymm0, %%ymm0\n\tvxorps %%ymm1, %%ymm1, %%ymm1\n\tvxorps %%ymm2, %%ymm2, %%ymm2\n\t" \
       "vxorps %%ymm3, %%ymm3, %%ymm3\n\tvxorps %%ymm4, %%ymm4, %%ymm4\n\tvxorps %%ymm5, %%ymm5, %%ymm5\n\t" \
@@ -269,8 +311,7 @@ __attribute__((noinline)) static void widened(const Gemm& g, int64_t row, int64_
       ".p2align 5\n\t"                                                                          \
       "1:\n\t"                                                                                  \
       EVEN HALF(0) ODD HALF(4)                                                                  \
-      "prefetcht0 %c[reach](%[b])\n\t"                                                          \
-      UFORM_PFN                                                                                 \
+      PF                                                                                        \
       "add $" #STEP ", %[b]\n\t"                                                                \
       "add $8, %[lo]\n\t"                                                                       \
       "add $8, %[hi]\n\t"                                                                       \
@@ -280,7 +321,7 @@ __attribute__((noinline)) static void widened(const Gemm& g, int64_t row, int64_
       "vmovaps %%ymm3, 96(%[acc])\n\tvmovaps %%ymm4, 128(%[acc])\n\tvmovaps %%ymm5, 160(%[acc])\n\t" \
       "vmovaps %%ymm6, 192(%[acc])\n\tvmovaps %%ymm7, 224(%[acc])\n\tvmovaps %%ymm8, 256(%[acc])\n\t" \
       "vmovaps %%ymm9, 288(%[acc])\n\tvmovaps %%ymm10, 320(%[acc])\n\tvmovaps %%ymm11, 352(%[acc])\n\t" \
-      : [b] "+r"(b), [lo] "+r"(lo), [hi] "+r"(hi), [n] "+r"(n)                                  \
+      : [b] "+r"(b), [lo] "+r"(lo), [hi] "+r"(hi), [n] "+r"(n), [c] "+r"(c), [d] "+r"(d)        \
       : [s] "r"(stride), [acc] "r"(&acc[0][0]), [mask] "m"(mask), [reach] "i"(REACH), [next] "r"(next) \
       : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "xmm12", \
         "xmm13", "xmm14", "xmm15", "cc", "memory")
@@ -288,6 +329,7 @@ __attribute__((noinline)) static void widened(const Gemm& g, int64_t row, int64_
 #define UFORM_E4M3(HALF) UFORM_WIDEN(HALF, "", UFORM_E4M3_EVEN, UFORM_E4M3_ODD, 32)
 #define UFORM_F16(HALF) UFORM_WIDEN(HALF, "", UFORM_F16_EVEN, UFORM_F16_ODD, 64)
 #define UFORM_F32(HALF) UFORM_WIDEN(HALF, "", UFORM_F32_EVEN, UFORM_F32_ODD, 128)
+#define UFORM_F16S(HALF) UFORM_WIDEN_PF(HALF, "", UFORM_F16S_EVEN, UFORM_F16_ODD, 64, "prefetcht0 %c[reach](%[c])\n\t")
       if constexpr (WT == kBF16 && R == 6) {
         UFORM_BF16(UFORM_HALF6);
       } else if constexpr (WT == kBF16 && R == 5) {
@@ -300,6 +342,12 @@ __attribute__((noinline)) static void widened(const Gemm& g, int64_t row, int64_
         UFORM_F32(UFORM_HALF5);
       } else if constexpr (WT == WIDE) {
         UFORM_F32(UFORM_HALF4);
+      } else if constexpr (WT == STAGING && R == 6) {
+        UFORM_F16S(UFORM_HALF6);
+      } else if constexpr (WT == STAGING && R == 5) {
+        UFORM_F16S(UFORM_HALF5);
+      } else if constexpr (WT == STAGING) {
+        UFORM_F16S(UFORM_HALF4);
       } else if constexpr (WT == STAGED && R == 6) {
         UFORM_F16(UFORM_HALF6);
       } else if constexpr (WT == STAGED && R == 5) {
@@ -317,6 +365,10 @@ __attribute__((noinline)) static void widened(const Gemm& g, int64_t row, int64_
 #undef UFORM_F32_ODD
 #undef UFORM_F32_EVEN
 #undef UFORM_F16
+#undef UFORM_F16S
+#undef UFORM_F16S_EVEN
+#undef UFORM_STAGE_NEXT
+#undef UFORM_WIDEN_PF
 #undef UFORM_F16_ODD
 #undef UFORM_F16_EVEN
 #undef UFORM_E4M3
@@ -332,9 +384,13 @@ __attribute__((noinline)) static void widened(const Gemm& g, int64_t row, int64_
 #undef UFORM_HALF4
 #undef UFORM_ROW
       p = full;
+      staged_to = full;
     }
   }
-  const auto pair = WT == kBF16 ? Widen::bf16 : WT == STAGED ? staged : WT == WIDE ? wide : Widen::e4m3;
+  if constexpr (WT == STAGING) {
+    if (staged_to < (k + 1) / 2) stage_pairs(src, staged_to, (k + 1) / 2, dst);
+  }
+  const auto pair = WT == kBF16 ? Widen::bf16 : WT == STAGED || WT == STAGING ? staged : WT == WIDE ? wide : Widen::e4m3;
   for (; p < full; ++p) {
     _mm_prefetch(static_cast<const char*>(w) + p * NR * word + REACH, _MM_HINT_T0);
     _mm_prefetch(static_cast<const char*>(w) + p * NR * word + next, _MM_HINT_T1);
@@ -367,12 +423,13 @@ __attribute__((noinline)) static void widened(const Gemm& g, int64_t row, int64_
 }
 
 template <int R, int WT>
-static inline void widened_rows(int64_t count, const Gemm& g, int64_t row, int64_t n0, const void* w, int64_t next) {
+static inline void widened_rows(int64_t count, const Gemm& g, int64_t row, int64_t n0, const void* w, int64_t next,
+                                const char* src = nullptr, uint16_t* dst = nullptr) {
   if constexpr (R > 0) {
     if (count == R) {
-      widened<R, WT>(g, row, n0, w, next);
+      widened<R, WT>(g, row, n0, w, next, src, dst);
     } else {
-      widened_rows<R - 1, WT>(count, g, row, n0, w, next);
+      widened_rows<R - 1, WT>(count, g, row, n0, w, next, src, dst);
     }
   }
 }
@@ -397,7 +454,7 @@ static thread_local Staging staging;  // one panel, staged as F16 bits or float3
 // SPLIT: the avx2-split variant's task (panels staged as float32, see the top of the file).
 template <bool SPLIT>
 static void task(const Gemm& g, int64_t t) {
-  const Cut c = cut(g);
+  const Cut c = cut<SPLIT>(g);
   const int64_t panels = ceil_div(g.n, NR), pairs = (g.k + 1) / 2;
   // tasks in the order of their rows: a thread's next task keeps the block of x in L2 and
   // takes the next panels (from L3), so that x moves from DRAM once at large m
@@ -409,16 +466,20 @@ static void task(const Gemm& g, int64_t t) {
   const int64_t groups = ceil_div(r1 - r0, MR);
   const int64_t word = g.wtype == kBF16 ? 4 : 2;  // bytes of a column's packed pair
   const bool wide = SPLIT && r1 - r0 >= (g.wtype == kBF16 ? WIDE_BF16_FROM : WIDE_E4M3_FROM);
-  const bool f16 = !wide && g.wtype == kE4M3 && r1 - r0 >= STAGE_FROM;
-  void* const staged = wide || f16 ? staging.fit(pairs * 2 * NR * (wide ? 4 : 2)) : nullptr;
+  const bool f16 = !SPLIT && g.wtype == kE4M3 && r1 - r0 >= STAGE_FROM;
+  // F16 bits: two panels' room, the one read and the next, staged as it is read
+  const int64_t panel16 = pairs * 2 * NR;
+  void* const staged = wide || f16 ? staging.fit(pairs * 2 * NR * 4) : nullptr;
   for (int64_t j = j0; j < j1; ++j) {
     const char* packed = static_cast<const char*>(g.w) + j * pairs * NR * word;
+    uint16_t* const here = f16 ? static_cast<uint16_t*>(staged) + (j - j0) % 2 * panel16 : nullptr;
+    uint16_t* const there = f16 ? static_cast<uint16_t*>(staged) + (j - j0 + 1) % 2 * panel16 : nullptr;
     if (wide) {
       stage_f32(g, j, static_cast<float*>(staged));
-    } else if (f16) {
-      stage(g, j, static_cast<uint16_t*>(staged));
+    } else if (f16 && j == j0) {
+      stage(g, j, here);
     }
-    const void* w = staged ? staged : packed;
+    const void* w = wide ? staged : f16 ? static_cast<void*>(here) : packed;
     for (int64_t q = 0, row = r0; q < groups; ++q) {
       const int64_t count = ceil_div(r1 - row, groups - q);
       // the first group of rows also fetches the next panel into L2 as it reads this one:
@@ -434,6 +495,8 @@ static void task(const Gemm& g, int64_t t) {
         widened_rows<MR, WIDE>(count, g, row, j * NR, w, next);
       } else if (g.wtype == kBF16) {
         widened_rows<MR, kBF16>(count, g, row, j * NR, w, next);
+      } else if (f16 && q == 0 && j + 1 < j1) {  // stages the next panel beside its FMAs
+        widened_rows<MR, STAGING>(count, g, row, j * NR, w, 0, packed + pairs * NR * word, there);
       } else if (staged) {
         widened_rows<MR, STAGED>(count, g, row, j * NR, w, next);
       } else {
@@ -524,7 +587,7 @@ bool splits_256() {
   return (a & 1u) && !(a & 4u);
 }
 
-const Kernel kernel_avx2 = {"avx2", avx2::NR, avx2::PAIR, avx2::MC, false, avx2::task<false>, nullptr, avx2::count};
-const Kernel kernel_avx2_split = {"avx2-split", avx2::NR, avx2::PAIR, avx2::MC, false, avx2::task<true>, nullptr, avx2::count};
+const Kernel kernel_avx2 = {"avx2", avx2::NR, avx2::PAIR, avx2::MC, false, avx2::task<false>, nullptr, avx2::count<false>};
+const Kernel kernel_avx2_split = {"avx2-split", avx2::NR, avx2::PAIR, avx2::MC, false, avx2::task<true>, nullptr, avx2::count<true>};
 
 }  // namespace uform
