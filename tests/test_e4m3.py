@@ -164,14 +164,15 @@ def test_the_split_kernels_write_the_avx2_kernels_bits(m: int) -> None:
         assert np.array_equal(ys[0], ys[1]), f"{'e4m3' if quantized else 'bf16'}: {np.argwhere(ys[0] != ys[1])[:5].tolist()}"
 
 
-@pytest.mark.parametrize("variant", ["avx2", "avx2-split"])
-@pytest.mark.parametrize("m", [4, 7, 8, 14, 16, 96])
-def test_the_avx2_kernels_write_each_rows_bits_whatever_rows_and_threads_run_with_it(variant: str, m: int) -> None:
-    """Every row of an AVX2 product sums its k in the same order, one FMA at a time, whether
-    it runs alone (widened in registers) or among m rows and 1-3 threads (E4M3 panels staged
-    as F16 bits, each task's next panel staged inside the FMA loop of the one before, tasks
-    cut by the thread count; avx2-split's float32 stages): so y is the bits of each row
-    alone. Many panels (n = 629) and an odd k (a half pair) put every panel through staging."""
+@pytest.mark.parametrize("variant", ["avx2", "avx2-split", "avx512"])
+@pytest.mark.parametrize("m", [4, 7, 8, 14, 16, 24, 96])
+def test_the_fma_kernels_write_each_rows_bits_whatever_rows_and_threads_run_with_it(variant: str, m: int) -> None:
+    """Every row of an AVX2 or AVX-512 FMA product sums its k in the same order, one FMA at a
+    time, whether it runs alone (widened in registers) or among m rows and 1-3 threads (E4M3
+    panels staged as F16 bits, each task's next panel staged inside the FMA loop of the one
+    before, tasks cut by the thread count; float32 stages from 24 rows on avx512, from 7 on
+    avx2-split): so y is the bits of each row alone. Many panels (n = 629) and an odd k (a
+    half pair) put every panel through staging."""
     lib = runnable(variant)
     n, k = 629, 771
     rng = np.random.default_rng(400 + m)
