@@ -164,6 +164,7 @@ __attribute__((noinline)) static void widened(const Gemm& g, int64_t row, int64_
   const int64_t k = g.k, full = k / 2, pairs = (k + 1) / 2;
   const char* bytes = static_cast<const char*>(w);
   int64_t p = 0;
+  static_assert(WT != kE4M3 || R < STAGE_FROM, "E4M3 widens in registers below STAGE_FROM rows only");
   if constexpr (R >= 4) {
     // in assembly from four rows up, as the avx2 kernels (GCC kept a pointer a row and
     // spilled them): twelve sums (or eight, ten), the panel's two vectors, one broadcast, one
@@ -192,13 +193,6 @@ __attribute__((noinline)) static void widened(const Gemm& g, int64_t row, int64_
 #define UFORM_HALF8(u) UFORM_HALF7(u) UFORM_ROW(u, "(%[far],%[s],1)", 14, 15)
 #define UFORM_BF16_EVEN "vpslld $16, (%[b]), %%zmm16\n\tvpslld $16, 64(%[b]), %%zmm17\n\t"
 #define UFORM_BF16_ODD "vpandd (%[b]), %%zmm19, %%zmm16\n\tvpandd 64(%[b]), %%zmm19, %%zmm17\n\t"
-#define UFORM_E4M3_EVEN                                                                         \
-  "vmovdqu64 (%[b]), %%zmm19\n\tvpsllw $8, %%zmm19, %%zmm18\n\tvpsraw $1, %%zmm18, %%zmm18\n\t"  \
-  "vpandd %[mask], %%zmm18, %%zmm18\n\tvcvtph2ps %%ymm18, %%zmm16\n\tvextracti64x4 $1, %%zmm18, %%ymm17\n\t" \
-  "vcvtph2ps %%ymm17, %%zmm17\n\t"
-#define UFORM_E4M3_ODD                                                                          \
-  "vpsraw $1, %%zmm19, %%zmm19\n\tvpandd %[mask], %%zmm19, %%zmm19\n\tvcvtph2ps %%ymm19, %%zmm16\n\t" \
-  "vextracti64x4 $1, %%zmm19, %%ymm17\n\tvcvtph2ps %%ymm17, %%zmm17\n\t"
 #define UFORM_F32_EVEN "vmovaps (%[b]), %%zmm16\n\tvmovaps 64(%[b]), %%zmm17\n\t"
 #define UFORM_F32_ODD "vmovaps 128(%[b]), %%zmm16\n\tvmovaps 192(%[b]), %%zmm17\n\t"
 #define UFORM_F16_EVEN "vcvtph2ps (%[b]), %%zmm16\n\tvcvtph2ps 32(%[b]), %%zmm17\n\t"
@@ -241,8 +235,6 @@ __attribute__((noinline)) static void widened(const Gemm& g, int64_t row, int64_
 #define UFORM_RUN(HALF)                                                                         \
   if constexpr (WT == kBF16) {                                                                  \
     UFORM_LOOP(HALF, "vmovdqa64 %[mask], %%zmm19\n\t", UFORM_BF16_EVEN, UFORM_BF16_ODD, 128);    \
-  } else if constexpr (WT == kE4M3) {                                                           \
-    UFORM_LOOP(HALF, "", UFORM_E4M3_EVEN, UFORM_E4M3_ODD, 64);                                  \
   } else if constexpr (WT == WIDE) {                                                            \
     UFORM_LOOP(HALF, "", UFORM_F32_EVEN, UFORM_F32_ODD, 256);                                   \
   } else if constexpr (WT == STAGING) {                                                         \
@@ -268,8 +260,6 @@ __attribute__((noinline)) static void widened(const Gemm& g, int64_t row, int64_
 #undef UFORM_F32_ODD
 #undef UFORM_F32_EVEN
 #undef UFORM_F16_EVEN
-#undef UFORM_E4M3_ODD
-#undef UFORM_E4M3_EVEN
 #undef UFORM_BF16_ODD
 #undef UFORM_BF16_EVEN
 #undef UFORM_HALF8
@@ -404,7 +394,7 @@ static void task(const Gemm& g, int64_t t) {
         if (g.wtype == kBF16) {
           widened_rows<MR, kBF16>(count, g, row, j * NR, packed, q == 0, next, nullptr, nullptr);
         } else {
-          widened_rows<MR, kE4M3>(count, g, row, j * NR, packed, q == 0, next, nullptr, nullptr);
+          widened_rows<STAGE_FROM - 1, kE4M3>(count, g, row, j * NR, packed, q == 0, next, nullptr, nullptr);
         }
       }
       row += count;
