@@ -5,15 +5,16 @@
 // 32-bit word (even weight: shift left 16; odd: mask the high half); an E4M3 pair one 16-bit
 // word whose codes become the F16 bits of code * 2^-8 exactly by moving the code to the high
 // byte, an arithmetic shift right by 1 and a mask, then vcvtph2ps (the 2^8 comes at the end).
-// - BF16 widens in registers at every m, in groups of up to 6 rows.
+// - BF16 widens in registers at every m.
 // - E4M3 widens in registers up to 3 rows. From 4 a task's panels are staged as F16 bits, which
-//   every group of up to 8 rows converts from memory: the task's first panel alone, each next
-//   one by the first group of the panel before, inside its FMA loop; tasks at one block of rows
-//   are cut as wide as the threads allow. From 24 rows a task each panel is staged as float32
-//   (a 512-bit conversion from memory costs more than the load of a float32 on Zen 4).
-// A task is up to 96 rows times some panels; each group reads a panel over all of k with its
-// sums in registers (the loop in assembly from 4 rows: from intrinsics GCC kept a pointer a row
-// and spilled them), y written once. Every row sums its k in order, one FMA at a time, whatever
+//   every group of rows converts from memory: the task's first panel alone, each next one by
+//   the first group of the panel before, inside its FMA loop; tasks at one block of rows are cut
+//   as wide as the threads allow. From 24 rows a task each panel is staged as float32 (a 512-bit
+//   conversion from memory costs more than the load of a float32 on Zen 4).
+// A task is up to 96 rows times some panels; each group of up to 8 rows (sixteen sums) reads a
+// panel over all of k with its sums in registers (the loop in assembly from 4 rows: from
+// intrinsics GCC kept a pointer a row and spilled them), y written once; a BF16 pair is two
+// cache lines, both fetched ahead. Every row sums its k in order, one FMA at a time, whatever
 // its group: a row's bits do not depend on the rows beside it.
 #include <immintrin.h>
 
@@ -32,7 +33,6 @@ namespace uform {
 namespace avx512 {
 
 constexpr int64_t NR = 32, MR = 8, PAIR = 2, MC = 96;
-constexpr int64_t MR_BF16 = 6;          // BF16's groups: at most 6 rows (8 ran 0.79-0.91x on Zen 4)
 constexpr int STAGED = 2;               // `widened`'s weights: E4M3 panels staged as F16 bits (beside kBF16, kE4M3)
 constexpr int STAGING = 3;              // STAGED, the group also staging the task's next panel
 constexpr int WIDE = 4;                 // E4M3 panels staged as float32
@@ -214,6 +214,7 @@ __attribute__((noinline)) static void widened(const Gemm& g, int64_t row, int64_
       "1:\n\t"                                                                                  \
       EVEN HALF(0) ODD HALF(4)                                                                  \
       "prefetcht0 (%[b],%[reach],1)\n\t"                                                        \
+      "prefetcht0 64(%[b],%[reach],1)\n\t" /* a pair's second line (BF16: 128 bytes a pair) */ \
       "prefetcht1 (%[b],%[ahead],1)\n\t"                                                        \
       "add $" #STEP ", %[b]\n\t"                                                                \
       "add $8, %[lo]\n\t"                                                                       \
@@ -274,7 +275,10 @@ __attribute__((noinline)) static void widened(const Gemm& g, int64_t row, int64_
     }
   }
   for (; p < full; ++p) {
-    if (fetch) _mm_prefetch(bytes + p * step + REACH, _MM_HINT_T0);
+    if (fetch) {  // every line of the pair: a BF16 pair of 32 columns is two
+      _mm_prefetch(bytes + p * step + REACH, _MM_HINT_T0);
+      if constexpr (step > 64) _mm_prefetch(bytes + p * step + REACH + 64, _MM_HINT_T0);
+    }
     if (next) _mm_prefetch(bytes + p * step + next, _MM_HINT_T1);
     if constexpr (WT == STAGING) {
       _mm_prefetch(src + p * NR * 2 + REACH, _MM_HINT_T0);
@@ -366,7 +370,7 @@ static void task(const Gemm& g, int64_t t) {
   const int64_t sweeps = ceil_div(panels, c.panels);
   const int64_t j0 = t % sweeps * c.panels, j1 = std::min(panels, j0 + c.panels);
   const int64_t r0 = t / sweeps * c.mc, r1 = std::min(g.m, r0 + c.mc);
-  const int64_t groups = ceil_div(r1 - r0, g.wtype == kBF16 ? MR_BF16 : MR);  // as even as can be (14 rows: 5, 5, 4 or 7, 7)
+  const int64_t groups = ceil_div(r1 - r0, MR);  // as even as can be (14 rows: 7, 7)
   const int64_t word = g.wtype == kBF16 ? 4 : 2, panel_bytes = pairs * NR * word;
   const bool wide = g.wtype == kE4M3 && r1 - r0 >= WIDE_FROM;
   const bool f16 = g.wtype == kE4M3 && !wide && r1 - r0 >= STAGE_FROM;
