@@ -14,6 +14,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 
 namespace uform {
 
@@ -81,5 +82,35 @@ inline int64_t row_blocks(const Gemm& g, const Kernel& kern) { return (g.m + ker
 inline int64_t tasks(const Gemm& g, const Kernel& kern) {
   return kern.count ? kern.count(g) : panels(g, kern) * row_blocks(g, kern);
 }
+
+// Panels a task takes where a task stages its next panel beside the FMAs of the one before
+// (the avx2 and avx512 kernels' E4M3 at one block of rows): up to `most`, so that a task's
+// first panel, staged alone, is one of many, with the panels a thread runs (its tasks', as
+// ONNX Runtime hands them out) as few as can be; of equal spans the wider.
+inline int64_t widest_tasks(int64_t panels, int64_t threads, int64_t most) {
+  int64_t best = 1, span = (panels + threads - 1) / threads;
+  for (int64_t wide = most; wide > 1; --wide) {
+    const int64_t tasks = (panels + wide - 1) / wide;
+    const int64_t here = (tasks + threads - 1) / threads * wide;
+    if (here < span || (here == span && wide > best)) best = wide, span = here;
+  }
+  return best;
+}
+
+// A thread's buffer for staged panels, kept from product to product and grown as needed.
+struct Staging {
+  void* data = nullptr;
+  int64_t bytes = 0;
+  ~Staging() { std::free(data); }
+  void* fit(int64_t need) {  // room for `need` bytes (a multiple of 64)
+    if (need > bytes) {
+      std::free(data);
+      data = std::aligned_alloc(64, size_t(need));
+      if (data == nullptr) std::abort();  // a panel or two: some hundreds of KiB at most
+      bytes = need;
+    }
+    return data;
+  }
+};
 
 }  // namespace uform

@@ -81,15 +81,7 @@ static Cut cut(const Gemm& g) {
   const int64_t rows = ceil_div(g.m, c.mc), panels = ceil_div(g.n, NR);
   const int64_t threads = g.threads > 0 ? g.threads : UNKNOWN_THREADS;
   if (!SPLIT && g.wtype == kE4M3 && rows == 1 && g.m >= STAGE_FROM) {
-    // a task's first panel is staged alone and each next one inside the FMA loop of the
-    // panel before (`STAGING`): tasks as wide as can be, the panels a thread runs (its
-    // tasks', as ONNX Runtime hands them out) as few as can be; of equal spans the wider
-    c.panels = 1;
-    int64_t span = ceil_div(panels, threads);
-    for (int64_t wide = STAGED_PANELS; wide > 1; --wide) {
-      const int64_t here = ceil_div(ceil_div(panels, wide), threads) * wide;
-      if (here < span || (here == span && wide > c.panels)) c = {c.mc, wide}, span = here;
-    }
+    c.panels = widest_tasks(panels, threads, STAGED_PANELS);  // each next panel staged inside the FMA loop of the one before
     return c;
   }
   const int64_t least = TASKS_PER_THREAD * threads;
@@ -434,22 +426,7 @@ static inline void widened_rows(int64_t count, const Gemm& g, int64_t row, int64
   }
 }
 
-struct Staging {
-  void* data = nullptr;
-  int64_t bytes = 0;
-  ~Staging() { std::free(data); }
-  void* fit(int64_t need) {  // room for `need` bytes (a multiple of 64)
-    if (need > bytes) {
-      std::free(data);
-      data = std::aligned_alloc(64, size_t(need));
-      if (data == nullptr) std::abort();  // a panel: k * 32 bytes (F16 bits) or k * 64 (float32)
-      bytes = need;
-    }
-    return data;
-  }
-};
-
-static thread_local Staging staging;  // one panel, staged as F16 bits or float32
+static thread_local Staging staging;  // two panels of F16 bits (the one read and the next) or one of float32
 
 // SPLIT: the avx2-split variant's task (panels staged as float32, see the top of the file).
 template <bool SPLIT>

@@ -57,13 +57,8 @@ static Cut cut(const Gemm& g) {
   Cut c{std::max<int64_t>(1, ceil_div(g.m, ceil_div(g.m, MC))), PANELS};  // blocks of rows as even as can be
   const int64_t rows = ceil_div(g.m, c.mc), panels = ceil_div(g.n, NR);
   const int64_t threads = g.threads > 0 ? g.threads : UNKNOWN_THREADS;
-  if (g.wtype == kE4M3 && rows == 1 && g.m >= STAGE_FROM && g.m < WIDE_FROM) {  // as the avx2 kernels cut (kernels_avx2.cpp)
-    c.panels = 1;
-    int64_t span = ceil_div(panels, threads);
-    for (int64_t wide = STAGED_PANELS; wide > 1; --wide) {
-      const int64_t here = ceil_div(ceil_div(panels, wide), threads) * wide;
-      if (here < span || (here == span && wide > c.panels)) c = {c.mc, wide}, span = here;
-    }
+  if (g.wtype == kE4M3 && rows == 1 && g.m >= STAGE_FROM && g.m < WIDE_FROM) {  // staged beside the FMAs
+    c.panels = widest_tasks(panels, threads, STAGED_PANELS);
     return c;
   }
   while (c.panels > 1 && rows * ceil_div(panels, c.panels) < TASKS_PER_THREAD * threads) c.panels /= 2;
@@ -345,21 +340,6 @@ static inline void widened_rows(int64_t count, const Gemm& g, int64_t row, int64
     }
   }
 }
-
-struct Staging {
-  void* data = nullptr;
-  int64_t bytes = 0;
-  ~Staging() { std::free(data); }
-  void* fit(int64_t need) {  // room for `need` bytes (a multiple of 64)
-    if (need > bytes) {
-      std::free(data);
-      data = std::aligned_alloc(64, size_t(need));
-      if (data == nullptr) std::abort();  // two panels of F16 bits: k * 128 bytes
-      bytes = need;
-    }
-    return data;
-  }
-};
 
 static thread_local Staging staging;  // two panels of F16 bits: the one read and the next
 
