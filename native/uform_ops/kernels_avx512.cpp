@@ -158,6 +158,7 @@ __attribute__((noinline)) static void widened(const Gemm& g, int64_t row, int64_
   const float* x = g.x + row * g.k;
   const int64_t k = g.k, full = k / 2, pairs = (k + 1) / 2;
   const char* bytes = static_cast<const char*>(w);
+  const auto pair = WT == kBF16 ? bf16 : WT == kE4M3 ? e4m3 : WT == WIDE ? wide : staged;  // pair p as float32
   int64_t p = 0;
   static_assert(WT != kE4M3 || R < STAGE_FROM, "E4M3 widens in registers below STAGE_FROM rows only");
   if constexpr (R >= 4) {
@@ -280,15 +281,7 @@ __attribute__((noinline)) static void widened(const Gemm& g, int64_t row, int64_
       stage_pairs(src, p, p + 1, dst);
     }
     __m512 e0, e1, o0, o1;
-    if constexpr (WT == kBF16) {
-      bf16(w, p, e0, e1, o0, o1);
-    } else if constexpr (WT == kE4M3) {
-      e4m3(w, p, e0, e1, o0, o1);
-    } else if constexpr (WT == WIDE) {
-      wide(w, p, e0, e1, o0, o1);
-    } else {
-      staged(w, p, e0, e1, o0, o1);
-    }
+    pair(w, p, e0, e1, o0, o1);
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
       const __m512 a = _mm512_set1_ps(x[r * k + 2 * p]);
@@ -305,15 +298,7 @@ __attribute__((noinline)) static void widened(const Gemm& g, int64_t row, int64_
   if constexpr (WT == STAGING) stage_pairs(src, full, pairs, dst);
   if (k % 2) {  // the last pair holds one weight (its odd half is padding; x has no k-th column)
     __m512 e0, e1, o0, o1;
-    if constexpr (WT == kBF16) {
-      bf16(w, full, e0, e1, o0, o1);
-    } else if constexpr (WT == kE4M3) {
-      e4m3(w, full, e0, e1, o0, o1);
-    } else if constexpr (WT == WIDE) {
-      wide(w, full, e0, e1, o0, o1);
-    } else {
-      staged(w, full, e0, e1, o0, o1);
-    }
+    pair(w, full, e0, e1, o0, o1);
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
       const __m512 a = _mm512_set1_ps(x[r * k + 2 * full]);
