@@ -585,6 +585,21 @@ def test_the_command_line_takes_the_media_tower_phases_and_their_variant(capsys:
         assert said in capsys.readouterr().err
 
 
+def test_bf16_autocast_is_refused_where_pytorchs_bf16_products_are_not_native() -> None:
+    """On a CPU where oneDNN has no BF16 products (held to AVX2 here, as an AVX2-only CPU is),
+    the option would make the recipe several times slower: the command says so and stops."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "ONEDNN_MAX_CPU_ISA": "AVX2"}
+    done = subprocess.run([sys.executable, "-m", "uform.training", "--out", "never.safetensors", "--bf16-autocast"],
+                          env=env, capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert "--bf16-autocast: PyTorch has no native BF16 products on this CPU" in done.stderr
+    assert "leave the option out" in done.stderr and not Path("never.safetensors").exists()
+
+
 def test_the_held_out_split_reads_the_shipped_model_through_the_runtime(capsys: pytest.CaptureFixture[str]) -> None:
     """The split a model is chosen on (never the foreign suite): the same draw for the same seed,
     labelled by meaning, and the shipped model reads it far above chance, attribute by attribute."""
