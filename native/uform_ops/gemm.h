@@ -8,10 +8,12 @@
 // BF16 (uint16) or FLOAT8 E4M3FN (uint8), packed at load for the variant (pack.cpp): panels
 // of `nr` output columns, each [k / pair][nr][pair] with pair = 2 for avx512-bf16, avx2 and avx2-split
 // and 1 for avx512, zero-padded past n and k. scale (E4M3's per-output-channel scale) and
-// bias may be null. Work is cut into tasks (panels of output columns times a block of rows)
-// that any thread may run in any order: each writes its own part of y only.
+// bias may be null. Work is cut into tasks (panels of output columns times a block of rows, or
+// spans of panels handed out as they are run: PanelSpans) that any thread may run in any
+// order: each panel writes its own part of y only, its bits whichever thread runs it.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -35,6 +37,15 @@ struct Gemm {
   int64_t threads = 0;    // threads that will run the tasks (0: not known): variants that cut by shape size tasks to it
   const float* residual = nullptr;  // [m, n] added last, or null
   int activation = kIdentity;
+  struct Claim* claims = nullptr;  // zeroed, one a task, when a product has at most kMaxClaims tasks (PanelSpans)
+};
+
+constexpr int64_t kMaxClaims = 64;  // tasks of a product that may hand out its panels as they go (Gemm::claims)
+
+// A claim word on a cache line of its own (threads taking panels from different spans do not
+// take the line from each other).
+struct alignas(64) Claim {
+  std::atomic<uint64_t> word;
 };
 
 // A variant: its tile sizes and its task function (defined in kernels_<variant>.cpp, compiled
@@ -83,19 +94,61 @@ inline int64_t tasks(const Gemm& g, const Kernel& kern) {
   return kern.count ? kern.count(g) : panels(g, kern) * row_blocks(g, kern);
 }
 
-// Panels a task takes where a task stages its next panel beside the FMAs of the one before
-// (the avx2 and avx512 kernels' E4M3 at one block of rows): up to `most`, so that a task's
-// first panel, staged alone, is one of many, with the panels a thread runs (its tasks', as
-// ONNX Runtime hands them out) as few as can be; of equal spans the wider.
-inline int64_t widest_tasks(int64_t panels, int64_t threads, int64_t most) {
-  int64_t best = 1, span = (panels + threads - 1) / threads;
-  for (int64_t wide = most; wide > 1; --wide) {
-    const int64_t tasks = (panels + wide - 1) / wide;
-    const int64_t here = (tasks + threads - 1) / threads * wide;
-    if (here < span || (here == span && wide > best)) best = wide, span = here;
+// Panels handed out as they are run, by the tasks of a product that cut it into `spans` (at
+// most kMaxClaims, with Gemm::claims a word each): task s owns the panels [s * panels / spans,
+// (s + 1) * panels / spans) and takes them from the front, one at a time; a task whose own are
+// gone takes the others' from their backs, so that no thread waits while another has two
+// panels left (fixed tasks of 12-16 panels left the first done waiting 11-18 us a product at 13
+// rows). A claim word counts the panels taken from its span's front (low 32 bits) and back.
+struct PanelSpans {
+  Claim* words;
+  int64_t spans, panels;
+
+  int64_t begin(int64_t s) const { return s * panels / spans; }
+  int64_t end(int64_t s) const { return (s + 1) * panels / spans; }
+  // A panel of span s not yet taken (its first, or with `back` its last), or -1 when none is left.
+  int64_t take(int64_t s, bool back) const {
+    uint64_t w = words[s].word.load(std::memory_order_relaxed);
+    for (;;) {
+      const int64_t front = int64_t(w & 0xFFFFFFFFu), behind = int64_t(w >> 32);
+      if (begin(s) + front >= end(s) - behind) return -1;
+      // relaxed: the words only share out the panels; the pool's join orders the writes to y
+      if (words[s].word.compare_exchange_weak(w, back ? w + (uint64_t(1) << 32) : w + 1, std::memory_order_relaxed))
+        return back ? end(s) - behind - 1 : begin(s) + front;
+    }
   }
-  return best;
-}
+};
+
+// What one task takes in turn: its own span's panels front to back, then the other spans'
+// from their backs, one span at a time (each read as one stream, backwards).
+struct PanelWalk {
+  const PanelSpans& spans;
+  int64_t own, from = -1;  // from: the span taken from the back (-1: still the task's own front)
+
+  int64_t next() {
+    if (from < 0) {
+      if (const int64_t j = spans.take(own, false); j >= 0) return j;
+      from = own;
+    }
+    for (int64_t i = 0; i < spans.spans; ++i) {
+      const int64_t s = (from + i) % spans.spans;
+      if (const int64_t j = spans.take(s, true); j >= 0) {
+        from = s;
+        return j;
+      }
+    }
+    return -1;
+  }
+};
+
+// Zeroed claim words for a product of `tasks` tasks (Gemm::claims), on the caller's stack.
+struct Claims {
+  Claim words[kMaxClaims];
+  Claims() {
+    for (auto& w : words) w.word.store(0, std::memory_order_relaxed);
+  }
+  Claim* for_tasks(int64_t tasks) { return tasks <= kMaxClaims ? words : nullptr; }
+};
 
 // A thread's buffer for staged panels, kept from product to product and grown as needed.
 struct Staging {

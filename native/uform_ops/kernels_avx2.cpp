@@ -8,9 +8,11 @@
 // code to the high byte, an arithmetic shift right by 1 and a mask, then vcvtph2ps; the 2^8
 // is applied with the scale.
 //
-// A task is up to 96 rows (the blocks of a product as even as can be) times up to 4 panels,
-// tasks in the order of their rows; each group of up to 6 rows reads a panel over all of k and
-// sums in registers, y written once. The first group reads the panel from DRAM or L3 (fetched
+// Up to 96 rows a product is cut into spans of panels, one for each thread, whose panels the
+// threads take one at a time, a thread's own first and then the others' (PanelSpans, gemm.h),
+// so that none waits while another has panels left; larger products into tasks of up to 96 rows
+// (the blocks as even as can be) times up to 4 panels, in the order of their rows. Each group
+// of up to 6 rows reads a panel over all of k and sums in registers, y written once. The first group reads the panel from DRAM or L3 (fetched
 // REACH bytes ahead, and the next panel into L2 behind it), the others from L1 or L2: what
 // moves from DRAM is the packed weights, and x once.
 // - BF16 widens in registers at every m (a shift or a mask per 8 weights, on ports the FMAs
@@ -20,9 +22,9 @@
 //   conversion from memory costs the FMA pipes next to nothing; in registers, five integer
 //   operations, two extracts and four conversions a pair made a step of six rows take 1.34x
 //   the FMAs' time, for every group again. Staging a panel alone is bound by its stores (64
-//   bytes a pair) while the FMA pipes wait, so only a task's first panel is: the first group
-//   of rows stages the next panel as it reads this one, its stores beside the FMAs, and tasks
-//   are cut as wide as the threads allow (`cut`).
+//   bytes a pair) while the FMA pipes wait, so only a thread's first panel of a product (of a
+//   task, past 96 rows) is: the first group of rows stages the next panel as it reads this
+//   one, its stores beside the FMAs.
 //
 // Where 256-bit operations run as two 128-bit halves (AMD Zen 1 and Zen+: `splits_256`),
 // the widening's integer operations and conversions take slots of the two FMA pipes, so the
@@ -62,7 +64,6 @@ constexpr int64_t WIDE_E4M3_FROM = 7;   // avx2-split: rows from which E4M3 pane
 constexpr int64_t STAGE_FROM = 4;    // rows from which E4M3 panels are staged (staged at 1-3 rows: 0.48-0.56x BF16, in registers 0.89-1.02x)
 constexpr int64_t MC = 96;           // rows per task at most
 constexpr int64_t PANELS = 4;        // panels per task at most
-constexpr int64_t STAGED_PANELS = 16;  // the same for E4M3 staged at one block of rows (see `cut`)
 constexpr int64_t REACH = 2048;      // bytes ahead that weights widened in registers are fetched from DRAM (4 and 8 KiB: the same)
 constexpr int64_t TASKS_PER_THREAD = 3;  // narrower tasks until a product has this many a thread (none idles long)
 constexpr int64_t UNKNOWN_THREADS = 8;   // what to cut for when the caller did not say
@@ -74,24 +75,25 @@ struct Cut {
 
 static inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// SPLIT: the avx2-split variant (it stages no F16 bits).
-template <bool SPLIT>
+// Products of one block of rows are cut into spans of panels handed out as they are run
+// (PanelSpans, `span_task`), a span a thread; larger ones into tasks of a block of rows times
+// some panels, narrower until each thread has a few.
+static bool spanned(const Gemm& g) { return g.m <= MC; }
+
+static int64_t threads_of(const Gemm& g) { return g.threads > 0 ? g.threads : UNKNOWN_THREADS; }
+
+static int64_t spans(const Gemm& g) { return std::min({threads_of(g), ceil_div(g.n, NR), kMaxClaims}); }
+
 static Cut cut(const Gemm& g) {
   Cut c{std::max<int64_t>(1, ceil_div(g.m, ceil_div(g.m, MC))), PANELS};  // blocks of rows as even as can be
   const int64_t rows = ceil_div(g.m, c.mc), panels = ceil_div(g.n, NR);
-  const int64_t threads = g.threads > 0 ? g.threads : UNKNOWN_THREADS;
-  if (!SPLIT && g.wtype == kE4M3 && rows == 1 && g.m >= STAGE_FROM) {
-    c.panels = widest_tasks(panels, threads, STAGED_PANELS);  // each next panel staged inside the FMA loop of the one before
-    return c;
-  }
-  const int64_t least = TASKS_PER_THREAD * threads;
-  while (c.panels > 1 && rows * ceil_div(panels, c.panels) < least) c.panels /= 2;
+  while (c.panels > 1 && rows * ceil_div(panels, c.panels) < TASKS_PER_THREAD * threads_of(g)) c.panels /= 2;
   return c;
 }
 
-template <bool SPLIT>
 static int64_t count(const Gemm& g) {
-  const Cut c = cut<SPLIT>(g);
+  if (spanned(g)) return spans(g);
+  const Cut c = cut(g);
   return ceil_div(g.m, c.mc) * ceil_div(ceil_div(g.n, NR), c.panels);
 }
 
@@ -428,59 +430,93 @@ static inline void widened_rows(int64_t count, const Gemm& g, int64_t row, int64
 
 static thread_local Staging staging;  // two panels of F16 bits (the one read and the next) or one of float32
 
+// How `rows` rows read their panels: E4M3 staged as F16 bits (`f16`), panels staged as float32
+// by avx2-split (`wide`; SPLIT), or weights widened in registers (neither).
+template <bool SPLIT>
+struct Reading {
+  bool f16, wide;
+  Reading(const Gemm& g, int64_t rows)
+      : f16(!SPLIT && g.wtype == kE4M3 && rows >= STAGE_FROM),
+        wide(SPLIT && rows >= (g.wtype == kBF16 ? WIDE_BF16_FROM : WIDE_E4M3_FROM)) {}
+  // the thread's staging room, when the panels are staged (null when not)
+  void* room(const Gemm& g) const { return f16 || wide ? staging.fit((g.k + 1) / 2 * 2 * NR * 4) : nullptr; }
+};
+
+// Panel j for rows [r0, r1), in groups of at most MR rows as even as can be (13 rows: 5, 4, 4),
+// so that no group is a lone row or two whose few sums leave the FMA pipes waiting on their
+// latency. `mine`: the panel this thread reads next (-1: none), `ahead`: when there is none, a
+// panel another thread may read next (-1: none). The first group of rows fetches the one or
+// the other into L2 as it reads this one (BF16's from DRAM: 4-10 % at 6-16 rows; a task's last
+// panel fetching the next task's first, short queries +0.3-4.8 %), or, E4M3 staged, stages
+// `mine` beside its FMAs: `room` holds two panels of F16 bits, j's in half `turn % 2` and
+// `mine`'s then in the other (the first of a thread's panels is staged alone, by its caller).
+// E4M3 widened in registers (a single group, half the bytes) fetches nothing ahead (within 2 %);
+// panels staged as float32 neither (their 128-byte steps would reach four times past the next).
+template <bool SPLIT>
+static void run_panel(const Gemm& g, const Reading<SPLIT>& how, int64_t j, int64_t r0, int64_t r1, int64_t mine, int64_t ahead,
+                      void* room, int64_t turn) {
+  const int64_t pairs = (g.k + 1) / 2, groups = ceil_div(r1 - r0, MR), panel16 = pairs * 2 * NR;
+  const int64_t bytes = pairs * NR * (g.wtype == kBF16 ? 4 : 2);  // of a packed panel
+  const char* const w = static_cast<const char*>(g.w);
+  uint16_t* const here = how.f16 ? static_cast<uint16_t*>(room) + turn % 2 * panel16 : nullptr;
+  uint16_t* const there = how.f16 ? static_cast<uint16_t*>(room) + (turn + 1) % 2 * panel16 : nullptr;
+  if (how.wide) stage_f32(g, j, static_cast<float*>(room));
+  const int64_t fetch = mine >= 0 ? mine : ahead;
+  for (int64_t q = 0, row = r0; q < groups; ++q) {
+    const int64_t rows = ceil_div(r1 - row, groups - q);
+    if (how.wide) {
+      widened_rows<MR, WIDE>(rows, g, row, j * NR, room, 0);
+    } else if (g.wtype == kBF16) {
+      widened_rows<MR, kBF16>(rows, g, row, j * NR, w + j * bytes, q == 0 && fetch >= 0 ? (fetch - j) * bytes : 0);
+    } else if (how.f16 && q == 0 && mine >= 0) {
+      widened_rows<MR, STAGING>(rows, g, row, j * NR, here, 0, w + mine * bytes, there);
+    } else if (how.f16) {
+      const int64_t next = q == 0 && ahead >= 0 ? int64_t(reinterpret_cast<intptr_t>(w + ahead * bytes) - reinterpret_cast<intptr_t>(here)) : 0;
+      widened_rows<MR, STAGED>(rows, g, row, j * NR, here, next);
+    } else {
+      widened_rows<MR, kE4M3>(rows, g, row, j * NR, w + j * bytes, 0);
+    }
+    row += rows;
+  }
+}
+
+// Task t of a spanned product (`spanned`): the panels it takes in turn (PanelWalk), each taken
+// one ahead, so that the panel after is known while this one is read.
+template <bool SPLIT>
+static void span_task(const Gemm& g, int64_t t) {
+  const PanelSpans shared{g.claims, spans(g), ceil_div(g.n, NR)};
+  PanelWalk walk{shared, t};
+  int64_t fixed = shared.begin(t);  // without claim words (a caller that gave none): the task's own span, in order
+  const auto take = [&] { return g.claims ? walk.next() : fixed < shared.end(t) ? fixed++ : -1; };
+  int64_t j = take();
+  if (j < 0) return;
+  const Reading<SPLIT> how(g, g.m);
+  void* const room = how.room(g);
+  if (how.f16) stage(g, j, static_cast<uint16_t*>(room));
+  for (int64_t turn = 0; j >= 0; ++turn) {
+    const int64_t next = take();
+    run_panel<SPLIT>(g, how, j, 0, g.m, next, -1, room, turn);
+    j = next;
+  }
+}
+
 // SPLIT: the avx2-split variant's task (panels staged as float32, see the top of the file).
 template <bool SPLIT>
 static void task(const Gemm& g, int64_t t) {
-  const Cut c = cut<SPLIT>(g);
-  const int64_t panels = ceil_div(g.n, NR), pairs = (g.k + 1) / 2;
+  if (spanned(g)) return span_task<SPLIT>(g, t);
+  const Cut c = cut(g);
+  const int64_t panels = ceil_div(g.n, NR);
   // tasks in the order of their rows: a thread's next task keeps the block of x in L2 and
   // takes the next panels (from L3), so that x moves from DRAM once at large m
   const int64_t sweeps = ceil_div(panels, c.panels);
   const int64_t j0 = t % sweeps * c.panels, j1 = std::min(panels, j0 + c.panels);
   const int64_t r0 = t / sweeps * c.mc, r1 = std::min(g.m, r0 + c.mc);
-  // rows in groups of at most MR, as even as can be (13 rows: 5, 4, 4), so that no group is
-  // a lone row or two whose few sums leave the FMA pipes waiting on their latency
-  const int64_t groups = ceil_div(r1 - r0, MR);
-  const int64_t word = g.wtype == kBF16 ? 4 : 2;  // bytes of a column's packed pair
-  const bool wide = SPLIT && r1 - r0 >= (g.wtype == kBF16 ? WIDE_BF16_FROM : WIDE_E4M3_FROM);
-  const bool f16 = !SPLIT && g.wtype == kE4M3 && r1 - r0 >= STAGE_FROM;
-  // F16 bits: two panels' room, the one read and the next, staged as it is read
-  const int64_t panel16 = pairs * 2 * NR;
-  void* const staged = wide || f16 ? staging.fit(pairs * 2 * NR * 4) : nullptr;
+  const Reading<SPLIT> how(g, r1 - r0);
+  void* const room = how.room(g);
+  if (how.f16) stage(g, j0, static_cast<uint16_t*>(room));
   for (int64_t j = j0; j < j1; ++j) {
-    const char* packed = static_cast<const char*>(g.w) + j * pairs * NR * word;
-    uint16_t* const here = f16 ? static_cast<uint16_t*>(staged) + (j - j0) % 2 * panel16 : nullptr;
-    uint16_t* const there = f16 ? static_cast<uint16_t*>(staged) + (j - j0 + 1) % 2 * panel16 : nullptr;
-    if (wide) {
-      stage_f32(g, j, static_cast<float*>(staged));
-    } else if (f16 && j == j0) {
-      stage(g, j, here);
-    }
-    const void* w = wide ? staged : f16 ? static_cast<void*>(here) : packed;
-    for (int64_t q = 0, row = r0; q < groups; ++q) {
-      const int64_t count = ceil_div(r1 - row, groups - q);
-      // the first group of rows also fetches the next panel into L2 as it reads this one:
-      // BF16's from DRAM (4-10 % at 6-16 rows), E4M3's for the next staging (the 64-byte steps
-      // through the F16 bits reach over twice the 32-byte packed pairs); E4M3 widened in
-      // registers (a single group, half the bytes) gained nothing from it (within 2 %). A
-      // task's last panel fetches the next task's first too, whichever thread takes it (short
-      // queries +0.3-4.8 % in three interleaved runs, large m the same). Not from panels
-      // staged as float32, whose 128-byte steps would reach four times past the next panel.
-      const bool ahead = q == 0 && j + 1 < panels && !wide && (g.wtype == kBF16 || f16);
-      const int64_t next = ahead ? int64_t(reinterpret_cast<intptr_t>(packed + pairs * NR * word) - reinterpret_cast<intptr_t>(w)) : 0;
-      if (wide) {
-        widened_rows<MR, WIDE>(count, g, row, j * NR, w, next);
-      } else if (g.wtype == kBF16) {
-        widened_rows<MR, kBF16>(count, g, row, j * NR, w, next);
-      } else if (f16 && q == 0 && j + 1 < j1) {  // stages the next panel beside its FMAs
-        widened_rows<MR, STAGING>(count, g, row, j * NR, w, 0, packed + pairs * NR * word, there);
-      } else if (staged) {
-        widened_rows<MR, STAGED>(count, g, row, j * NR, w, next);
-      } else {
-        widened_rows<MR, kE4M3>(count, g, row, j * NR, w, next);
-      }
-      row += count;
-    }
+    const int64_t mine = j + 1 < j1 ? j + 1 : -1;
+    run_panel<SPLIT>(g, how, j, r0, r1, mine, mine < 0 && j + 1 < panels ? j + 1 : -1, room, j - j0);
   }
 }
 
@@ -564,7 +600,7 @@ bool splits_256() {
   return (a & 1u) && !(a & 4u);
 }
 
-const Kernel kernel_avx2 = {"avx2", avx2::NR, avx2::PAIR, avx2::MC, false, avx2::task<false>, nullptr, avx2::count<false>};
-const Kernel kernel_avx2_split = {"avx2-split", avx2::NR, avx2::PAIR, avx2::MC, false, avx2::task<true>, nullptr, avx2::count<true>};
+const Kernel kernel_avx2 = {"avx2", avx2::NR, avx2::PAIR, avx2::MC, false, avx2::task<false>, nullptr, avx2::count};
+const Kernel kernel_avx2_split = {"avx2-split", avx2::NR, avx2::PAIR, avx2::MC, false, avx2::task<true>, nullptr, avx2::count};
 
 }  // namespace uform

@@ -6,16 +6,17 @@
 // word whose codes become the F16 bits of code * 2^-8 exactly by moving the code to the high
 // byte, an arithmetic shift right by 1 and a mask, then vcvtph2ps (the 2^8 comes at the end).
 // - BF16 widens in registers at every m.
-// - E4M3 widens in registers up to 3 rows. From 4 a task's panels are staged as F16 bits, which
-//   every group of rows converts from memory: the task's first panel alone, each next one by
-//   the first group of the panel before, inside its FMA loop; tasks at one block of rows are cut
-//   as wide as the threads allow. From 24 rows a task each panel is staged as float32 (a 512-bit
-//   conversion from memory costs more than the load of a float32 on Zen 4).
-// A task is up to 96 rows times some panels; each group of up to 8 rows (sixteen sums) reads a
-// panel over all of k with its sums in registers (the loop in assembly from 4 rows: from
-// intrinsics GCC kept a pointer a row and spilled them), y written once; a BF16 pair is two
-// cache lines, both fetched ahead. Every row sums its k in order, one FMA at a time, whatever
-// its group: a row's bits do not depend on the rows beside it.
+// - E4M3 widens in registers up to 3 rows. From 4 a thread's panels are staged as F16 bits,
+//   which every group of rows converts from memory: its first panel of a product (or task)
+//   alone, each next one by the first group of the panel before, inside its FMA loop. From 24
+//   rows each panel is staged as float32 (a 512-bit conversion from memory costs more than the
+//   load of a float32 on Zen 4).
+// Up to 96 rows a product is cut into spans of panels taken one at a time (PanelSpans, gemm.h),
+// larger ones into tasks of up to 96 rows times some panels. Each group of up to 8 rows
+// (sixteen sums) reads a panel over all of k with its sums in registers (the loop in assembly
+// from 4 rows: from intrinsics GCC kept a pointer a row and spilled them), y written once; a
+// BF16 pair is two cache lines, both fetched ahead. Every row sums its k in order, one FMA at
+// a time, whatever its group: a row's bits do not depend on the rows beside it.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -39,7 +40,6 @@ constexpr int WIDE = 4;                 // E4M3 panels staged as float32
 constexpr int64_t WIDE_FROM = 24;       // rows a task from which E4M3 panels are staged as float32
 constexpr int64_t STAGE_FROM = 4;       // rows from which E4M3 panels are staged
 constexpr int64_t PANELS = 4;           // panels per task at most
-constexpr int64_t STAGED_PANELS = 16;   // the same for E4M3 staged at one block of rows (see `cut`)
 constexpr int64_t REACH = 2048;         // bytes ahead that weights read from DRAM are fetched
 constexpr int64_t TASKS_PER_THREAD = 3; // narrower tasks until a product has this many a thread
 constexpr int64_t UNKNOWN_THREADS = 8;  // what to cut for when the caller did not say
@@ -53,19 +53,24 @@ struct Cut {
 
 static inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// Products of one block of rows are cut into spans of panels handed out as they are run
+// (PanelSpans, `span_task`), a span a thread; larger ones into tasks of a block of rows times
+// some panels, narrower until each thread has a few.
+static bool spanned(const Gemm& g) { return g.m <= MC; }
+
+static int64_t threads_of(const Gemm& g) { return g.threads > 0 ? g.threads : UNKNOWN_THREADS; }
+
+static int64_t spans(const Gemm& g) { return std::min({threads_of(g), ceil_div(g.n, NR), kMaxClaims}); }
+
 static Cut cut(const Gemm& g) {
   Cut c{std::max<int64_t>(1, ceil_div(g.m, ceil_div(g.m, MC))), PANELS};  // blocks of rows as even as can be
   const int64_t rows = ceil_div(g.m, c.mc), panels = ceil_div(g.n, NR);
-  const int64_t threads = g.threads > 0 ? g.threads : UNKNOWN_THREADS;
-  if (g.wtype == kE4M3 && rows == 1 && g.m >= STAGE_FROM && g.m < WIDE_FROM) {  // staged beside the FMAs
-    c.panels = widest_tasks(panels, threads, STAGED_PANELS);
-    return c;
-  }
-  while (c.panels > 1 && rows * ceil_div(panels, c.panels) < TASKS_PER_THREAD * threads) c.panels /= 2;
+  while (c.panels > 1 && rows * ceil_div(panels, c.panels) < TASKS_PER_THREAD * threads_of(g)) c.panels /= 2;
   return c;
 }
 
 static int64_t count(const Gemm& g) {
+  if (spanned(g)) return spans(g);
   const Cut c = cut(g);
   return ceil_div(g.m, c.mc) * ceil_div(ceil_div(g.n, NR), c.panels);
 }
@@ -328,46 +333,84 @@ static inline void widened_rows(int64_t count, const Gemm& g, int64_t row, int64
 
 static thread_local Staging staging;  // two panels of F16 bits: the one read and the next
 
+// How `rows` rows read their panels: E4M3 staged as F16 bits (`f16`) or as float32 (`wide`),
+// or weights widened in registers (neither).
+struct Reading {
+  bool wide, f16;
+  Reading(const Gemm& g, int64_t rows)
+      : wide(g.wtype == kE4M3 && rows >= WIDE_FROM), f16(g.wtype == kE4M3 && !wide && rows >= STAGE_FROM) {}
+  // the thread's staging room (two panels of F16 bits or one of float32), null when not staged
+  void* room(const Gemm& g) const { return f16 || wide ? staging.fit((g.k + 1) / 2 * 2 * NR * 4) : nullptr; }
+};
+
+// Panel j for rows [r0, r1), in groups of up to MR rows as even as can be (14 rows: 7, 7).
+// `mine`: the panel this thread reads next (-1: none), `ahead`: when there is none, a panel
+// another thread may read next (-1: none). The first group reads the panel from DRAM and fetches
+// the next into L2 behind it, or, E4M3 staged as F16 bits, stages `mine` beside its FMAs: `room`
+// holds two panels, j's in half `turn % 2` and `mine`'s then in the other (the first of a
+// thread's panels is staged alone, by its caller).
+static void run_panel(const Gemm& g, const Reading& how, int64_t j, int64_t r0, int64_t r1, int64_t mine, int64_t ahead,
+                      void* room, int64_t turn) {
+  const int64_t pairs = (g.k + 1) / 2, groups = ceil_div(r1 - r0, MR), panel16 = pairs * 2 * NR;
+  const int64_t bytes = pairs * NR * (g.wtype == kBF16 ? 4 : 2);  // of a packed panel
+  const char* const w = static_cast<const char*>(g.w);
+  const char* const packed = w + j * bytes;
+  uint16_t* const here = how.f16 ? static_cast<uint16_t*>(room) + turn % 2 * panel16 : nullptr;
+  uint16_t* const there = how.f16 ? static_cast<uint16_t*>(room) + (turn + 1) % 2 * panel16 : nullptr;
+  if (how.wide) stage_f32(packed, pairs, static_cast<float*>(room));
+  const int64_t fetch = mine >= 0 ? mine : ahead;
+  for (int64_t q = 0, row = r0; q < groups; ++q) {
+    const int64_t rows = ceil_div(r1 - row, groups - q);
+    if (how.wide) {
+      widened_rows<MR, WIDE>(rows, g, row, j * NR, room, false, 0, nullptr, nullptr);
+    } else if (how.f16 && q == 0 && mine >= 0) {
+      widened_rows<MR, STAGING>(rows, g, row, j * NR, here, false, 0, w + mine * bytes, there);
+    } else if (how.f16) {
+      const int64_t next = q == 0 && ahead >= 0 ? int64_t(reinterpret_cast<intptr_t>(w + ahead * bytes) - reinterpret_cast<intptr_t>(here)) : 0;
+      widened_rows<MR, STAGED>(rows, g, row, j * NR, here, false, next, nullptr, nullptr);
+    } else if (g.wtype == kBF16) {
+      widened_rows<MR, kBF16>(rows, g, row, j * NR, packed, q == 0, q == 0 && fetch >= 0 ? (fetch - j) * bytes : 0, nullptr, nullptr);
+    } else {
+      widened_rows<STAGE_FROM - 1, kE4M3>(rows, g, row, j * NR, packed, q == 0, q == 0 && fetch >= 0 ? (fetch - j) * bytes : 0, nullptr, nullptr);
+    }
+    row += rows;
+  }
+}
+
+// Task t of a spanned product (`spanned`): the panels it takes in turn (PanelWalk), each taken
+// one ahead, so that the panel after is known while this one is read.
+static void span_task(const Gemm& g, int64_t t) {
+  const PanelSpans shared{g.claims, spans(g), ceil_div(g.n, NR)};
+  PanelWalk walk{shared, t};
+  int64_t fixed = shared.begin(t);  // without claim words (a caller that gave none): the task's own span, in order
+  const auto take = [&] { return g.claims ? walk.next() : fixed < shared.end(t) ? fixed++ : -1; };
+  int64_t j = take();
+  if (j < 0) return;
+  const Reading how(g, g.m);
+  void* const room = how.room(g);
+  const int64_t pairs = (g.k + 1) / 2;
+  if (how.f16) stage_pairs(static_cast<const char*>(g.w) + j * pairs * NR * 2, 0, pairs, static_cast<uint16_t*>(room));
+  for (int64_t turn = 0; j >= 0; ++turn) {
+    const int64_t next = take();
+    run_panel(g, how, j, 0, g.m, next, -1, room, turn);
+    j = next;
+  }
+}
+
 static void task(const Gemm& g, int64_t t) {
+  if (spanned(g)) return span_task(g, t);
   const Cut c = cut(g);
   const int64_t panels = ceil_div(g.n, NR), pairs = (g.k + 1) / 2;
   // tasks in the order of their rows: a thread's next task keeps its block of x in L2
   const int64_t sweeps = ceil_div(panels, c.panels);
   const int64_t j0 = t % sweeps * c.panels, j1 = std::min(panels, j0 + c.panels);
   const int64_t r0 = t / sweeps * c.mc, r1 = std::min(g.m, r0 + c.mc);
-  const int64_t groups = ceil_div(r1 - r0, MR);  // as even as can be (14 rows: 7, 7)
-  const int64_t word = g.wtype == kBF16 ? 4 : 2, panel_bytes = pairs * NR * word;
-  const bool wide = g.wtype == kE4M3 && r1 - r0 >= WIDE_FROM;
-  const bool f16 = g.wtype == kE4M3 && !wide && r1 - r0 >= STAGE_FROM;
-  const int64_t panel16 = pairs * 2 * NR;  // words of a staged panel
-  uint16_t* const buffer = f16 || wide ? static_cast<uint16_t*>(staging.fit(panel16 * 2 * 2)) : nullptr;  // or one of float32
+  const Reading how(g, r1 - r0);
+  void* const room = how.room(g);
+  if (how.f16) stage_pairs(static_cast<const char*>(g.w) + j0 * pairs * NR * 2, 0, pairs, static_cast<uint16_t*>(room));
   for (int64_t j = j0; j < j1; ++j) {
-    const char* packed = static_cast<const char*>(g.w) + j * panel_bytes;
-    uint16_t* const here = f16 ? buffer + (j - j0) % 2 * panel16 : nullptr;
-    uint16_t* const there = f16 ? buffer + (j - j0 + 1) % 2 * panel16 : nullptr;
-    if (f16 && j == j0) stage_pairs(packed, 0, pairs, here);
-    if (wide) stage_f32(packed, pairs, reinterpret_cast<float*>(buffer));
-    for (int64_t q = 0, row = r0; q < groups; ++q) {
-      const int64_t count = ceil_div(r1 - row, groups - q);
-      if (wide) {
-        widened_rows<MR, WIDE>(count, g, row, j * NR, buffer, false, 0, nullptr, nullptr);
-      } else if (f16 && q == 0 && j + 1 < j1) {  // stages the next panel beside its FMAs
-        widened_rows<MR, STAGING>(count, g, row, j * NR, here, false, 0, packed + panel_bytes, there);
-      } else if (f16) {
-        // the last panel's first group fetches the next task's first panel into L2
-        const int64_t next = q == 0 && j + 1 < panels ? int64_t(reinterpret_cast<intptr_t>(packed + panel_bytes) - reinterpret_cast<intptr_t>(here)) : 0;
-        widened_rows<MR, STAGED>(count, g, row, j * NR, here, false, next, nullptr, nullptr);
-      } else {
-        // the first group reads the panel from DRAM and fetches the next into L2 behind it
-        const int64_t next = q == 0 && j + 1 < panels ? panel_bytes : 0;
-        if (g.wtype == kBF16) {
-          widened_rows<MR, kBF16>(count, g, row, j * NR, packed, q == 0, next, nullptr, nullptr);
-        } else {
-          widened_rows<STAGE_FROM - 1, kE4M3>(count, g, row, j * NR, packed, q == 0, next, nullptr, nullptr);
-        }
-      }
-      row += count;
-    }
+    const int64_t mine = j + 1 < j1 ? j + 1 : -1;
+    run_panel(g, how, j, r0, r1, mine, mine < 0 && j + 1 < panels ? j + 1 : -1, room, j - j0);
   }
 }
 

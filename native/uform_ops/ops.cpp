@@ -150,13 +150,16 @@ OrtStatus* compute(OpKernel* op, OrtKernelContext* ctx) {
         },
         size_t(pieces), 0, &par));
   }
+  Claims claims;
+  const int64_t count = tasks(g, *kern);
+  g.claims = claims.for_tasks(count);
   ORT_TRY(api->KernelContext_ParallelFor(
       ctx,
       [](void* p, size_t i) {
         auto* par = static_cast<Parallel*>(p);
         par->kern->task(*par->g, int64_t(i));
       },
-      size_t(tasks(g, *kern)), 0, &par));
+      size_t(count), 0, &par));
   return nullptr;
 }
 
