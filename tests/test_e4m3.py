@@ -15,6 +15,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import ml_dtypes
 import numpy as np
@@ -24,7 +25,7 @@ import uform
 from uform import Arena, CPUClass, Scalar
 from uform.plugins import e4m3
 from uform.plugins.dequantize import quantize_e4m3
-from uform.plugins.oplib import VARIANTS
+from uform.plugins.oplib import VARIANTS, OpLibrary
 
 from oplibrary import LIBRARY, WHY_NOT, needs_library, runnable
 
@@ -185,6 +186,51 @@ def test_the_fma_kernels_write_each_rows_bits_whatever_rows_and_threads_run_with
         for threads in (1, 2, 3):
             y = lib.gemm(variant, x, packed, n, scale, bias, threads=threads)
             assert np.array_equal(y, alone), f"{'e4m3' if quantized else 'bf16'}, {threads} threads: {np.argwhere(y != alone)[:5].tolist()}"
+
+
+def product_session(lib: OpLibrary, variant: str, e4m3: bool, n: int, k: int, size: int, tasks_for: int, pool: int) -> Any:
+    """One ``ai.uform`` product node in an ONNX Runtime session of ``pool`` threads, its tasks
+    cut for ``tasks_for`` threads (the node's ``threads`` attribute)."""
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+
+    from uform.plugins.sessions import session_options
+
+    op, wtype = ("MatMulE4M3", TensorProto.UINT8) if e4m3 else ("MatMulBF16", TensorProto.UINT16)
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["m", k]), helper.make_tensor_value_info("w", wtype, [size])]
+    inputs += [helper.make_tensor_value_info("scale", TensorProto.FLOAT, [n])] if e4m3 else []
+    inputs += [helper.make_tensor_value_info("bias", TensorProto.FLOAT, [n])]
+    node = helper.make_node(op, [i.name for i in inputs], ["y"], domain="ai.uform", variant=VARIANTS.index(variant), n=n, threads=tasks_for)
+    graph = helper.make_graph([node], "product", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["m", n])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("ai.uform", 1)])
+    options = session_options(pool)
+    options.register_custom_ops_library(str(lib.path))
+    return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+
+
+@pytest.mark.parametrize("variant", ["avx2", "avx2-split", "avx512"])
+@pytest.mark.parametrize("m", [1, 3, 5, 13, 96, 97])
+def test_every_panel_is_run_once_whoever_takes_it(variant: str, m: int) -> None:
+    """Up to one block of rows (96) a product is cut into spans of panels, a span for each
+    thread it was cut for, each thread taking its own span's panels from the front and then
+    the others' from their backs. Cut for 8 threads and run by a pool of 1 or 2, most spans
+    have no thread of their own: every panel must still be run once, its bits those of the
+    rows alone. (97 rows: two blocks, cut into fixed tasks.)"""
+    lib = runnable(variant)
+    n, k = 629, 771
+    rng = np.random.default_rng(500 + m)
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    w = bf16(rng, n, k, scale=0.3)
+    bias = rng.standard_normal(n).astype(np.float32)
+    for quantized in (False, True):
+        packed, scale = lib.pack(variant, w, quantized, threads=2)
+        alone = lib.gemm(variant, x, packed, n, scale, bias, threads=1)
+        feeds = {"x": x, "w": packed, "bias": bias} | ({"scale": scale} if quantized else {})
+        for tasks_for, pool in ((8, 1), (8, 2), (2, 2), (1, 2)):
+            (y,) = product_session(lib, variant, quantized, n, k, packed.size, tasks_for, pool).run(None, feeds)
+            assert np.array_equal(y, alone), (
+                f"{'e4m3' if quantized else 'bf16'}, cut for {tasks_for} threads, {pool} running: {np.argwhere(y != alone)[:5].tolist()}"
+            )
 
 
 @needs_library
