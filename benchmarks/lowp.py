@@ -288,27 +288,13 @@ def kernels(seconds: float) -> list[dict[str, Any]]:
     fed with every run, on the session's intra-op pool), and the share of the class's FMA
     peak measured in the same run (where the variant has a probe)."""
     import ml_dtypes
-    import onnxruntime as ort
-    from onnx import TensorProto, helper
 
     from uform.core.executor import available_cores
-    from uform.plugins.oplib import VARIANTS, library
-    from uform.plugins.sessions import session_options
+    from uform.plugins.oplib import library
 
     lib, threads = library(), available_cores()
     rng = np.random.default_rng(0)
     weights = {name: (rng.standard_normal(shape) * 0.05).astype(ml_dtypes.bfloat16) for name, shape in BLOCK.items()}
-
-    def session(variant: str, e4m3: bool, n: int, w: np.ndarray) -> Any:
-        op, wtype = ("MatMulE4M3", TensorProto.UINT8) if e4m3 else ("MatMulBF16", TensorProto.UINT16)
-        inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["m", "k"]), helper.make_tensor_value_info("w", wtype, [w.size])]
-        inputs += [helper.make_tensor_value_info("scale", TensorProto.FLOAT, [n])] if e4m3 else []
-        node = helper.make_node(op, [i.name for i in inputs], ["y"], domain="ai.uform", variant=VARIANTS.index(variant), n=n, threads=threads)
-        graph = helper.make_graph([node], "product", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["m", n])])
-        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("ai.uform", 1)])
-        options = session_options(threads)
-        options.register_custom_ops_library(str(lib.path))
-        return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
 
     rows = []
     for variant in sorted(lib.runnable):
@@ -319,7 +305,7 @@ def kernels(seconds: float) -> list[dict[str, Any]]:
                 n = w.shape[0]
                 packed, scale = lib.pack(variant, w, e4m3, threads)
                 feeds = {"w": packed} | ({"scale": scale} if scale is not None else {})
-                runs.append((session(variant, e4m3, n, packed), feeds, *w.shape))
+                runs.append((lib.product_session(variant, e4m3, n, w.shape[1], packed.size, threads), feeds, *w.shape))
             for m in KERNEL_ROWS:
                 flops, spent = 0.0, 0.0
                 for sess, feeds, n, k in runs:

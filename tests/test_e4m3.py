@@ -15,7 +15,6 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import ml_dtypes
 import numpy as np
@@ -25,7 +24,7 @@ import uform
 from uform import Arena, CPUClass, Scalar
 from uform.plugins import e4m3
 from uform.plugins.dequantize import quantize_e4m3
-from uform.plugins.oplib import VARIANTS, OpLibrary
+from uform.plugins.oplib import VARIANTS
 
 from oplibrary import LIBRARY, WHY_NOT, needs_library, runnable
 
@@ -165,6 +164,13 @@ def test_the_split_kernels_write_the_avx2_kernels_bits(m: int) -> None:
         assert np.array_equal(ys[0], ys[1]), f"{'e4m3' if quantized else 'bf16'}: {np.argwhere(ys[0] != ys[1])[:5].tolist()}"
 
 
+def many_panels(m: int, n: int, k: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """x [m, k], BF16 weights [n, k] and a bias [n] for a product of many panels."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    return x, bf16(rng, n, k, scale=0.3), rng.standard_normal(n).astype(np.float32)
+
+
 @pytest.mark.parametrize("variant", ["avx2", "avx2-split", "avx512"])
 @pytest.mark.parametrize("m", [4, 7, 8, 14, 16, 24, 96])
 def test_the_fma_kernels_write_each_rows_bits_whatever_rows_and_threads_run_with_it(variant: str, m: int) -> None:
@@ -176,36 +182,13 @@ def test_the_fma_kernels_write_each_rows_bits_whatever_rows_and_threads_run_with
     half pair) put every panel through staging."""
     lib = runnable(variant)
     n, k = 629, 771
-    rng = np.random.default_rng(400 + m)
-    x = rng.standard_normal((m, k)).astype(np.float32)
-    w = bf16(rng, n, k, scale=0.3)
-    bias = rng.standard_normal(n).astype(np.float32)
+    x, w, bias = many_panels(m, n, k, seed=400 + m)
     for quantized in (False, True):
         packed, scale = lib.pack(variant, w, quantized, threads=2)
         alone = np.concatenate([lib.gemm(variant, x[r : r + 1], packed, n, scale, bias, threads=1) for r in range(m)])
         for threads in (1, 2, 3):
             y = lib.gemm(variant, x, packed, n, scale, bias, threads=threads)
             assert np.array_equal(y, alone), f"{'e4m3' if quantized else 'bf16'}, {threads} threads: {np.argwhere(y != alone)[:5].tolist()}"
-
-
-def product_session(lib: OpLibrary, variant: str, e4m3: bool, n: int, k: int, size: int, tasks_for: int, pool: int) -> Any:
-    """One ``ai.uform`` product node in an ONNX Runtime session of ``pool`` threads, its tasks
-    cut for ``tasks_for`` threads (the node's ``threads`` attribute)."""
-    import onnxruntime as ort
-    from onnx import TensorProto, helper
-
-    from uform.plugins.sessions import session_options
-
-    op, wtype = ("MatMulE4M3", TensorProto.UINT8) if e4m3 else ("MatMulBF16", TensorProto.UINT16)
-    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["m", k]), helper.make_tensor_value_info("w", wtype, [size])]
-    inputs += [helper.make_tensor_value_info("scale", TensorProto.FLOAT, [n])] if e4m3 else []
-    inputs += [helper.make_tensor_value_info("bias", TensorProto.FLOAT, [n])]
-    node = helper.make_node(op, [i.name for i in inputs], ["y"], domain="ai.uform", variant=VARIANTS.index(variant), n=n, threads=tasks_for)
-    graph = helper.make_graph([node], "product", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["m", n])])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("ai.uform", 1)])
-    options = session_options(pool)
-    options.register_custom_ops_library(str(lib.path))
-    return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
 
 
 @pytest.mark.parametrize("variant", ["avx2", "avx2-split", "avx512"])
@@ -218,16 +201,13 @@ def test_every_panel_is_run_once_whoever_takes_it(variant: str, m: int) -> None:
     rows alone. (97 rows: two blocks, cut into fixed tasks.)"""
     lib = runnable(variant)
     n, k = 629, 771
-    rng = np.random.default_rng(500 + m)
-    x = rng.standard_normal((m, k)).astype(np.float32)
-    w = bf16(rng, n, k, scale=0.3)
-    bias = rng.standard_normal(n).astype(np.float32)
+    x, w, bias = many_panels(m, n, k, seed=500 + m)
     for quantized in (False, True):
         packed, scale = lib.pack(variant, w, quantized, threads=2)
         alone = lib.gemm(variant, x, packed, n, scale, bias, threads=1)
         feeds = {"x": x, "w": packed, "bias": bias} | ({"scale": scale} if quantized else {})
         for tasks_for, pool in ((8, 1), (8, 2), (2, 2), (1, 2)):
-            (y,) = product_session(lib, variant, quantized, n, k, packed.size, tasks_for, pool).run(None, feeds)
+            (y,) = lib.product_session(variant, quantized, n, k, packed.size, tasks_for, pool, bias=True).run(None, feeds)
             assert np.array_equal(y, alone), (
                 f"{'e4m3' if quantized else 'bf16'}, cut for {tasks_for} threads, {pool} running: {np.argwhere(y != alone)[:5].tolist()}"
             )

@@ -120,12 +120,15 @@ struct PanelSpans {
 };
 
 // What one task takes in turn: its own span's panels front to back, then the other spans'
-// from their backs, one span at a time (each read as one stream, backwards).
+// from their backs, one span at a time (each read as one stream, backwards). Without claim
+// words (a caller that gave none), its own span's panels in order and nothing else.
 struct PanelWalk {
   const PanelSpans& spans;
   int64_t own, from = -1;  // from: the span taken from the back (-1: still the task's own front)
+  int64_t alone = 0;       // without claim words: the panels of its own span taken so far
 
   int64_t next() {
+    if (!spans.words) return spans.begin(own) + alone < spans.end(own) ? spans.begin(own) + alone++ : -1;
     if (from < 0) {
       if (const int64_t j = spans.take(own, false); j >= 0) return j;
       from = own;

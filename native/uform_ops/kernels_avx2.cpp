@@ -486,15 +486,13 @@ template <bool SPLIT>
 static void span_task(const Gemm& g, int64_t t) {
   const PanelSpans shared{g.claims, spans(g), ceil_div(g.n, NR)};
   PanelWalk walk{shared, t};
-  int64_t fixed = shared.begin(t);  // without claim words (a caller that gave none): the task's own span, in order
-  const auto take = [&] { return g.claims ? walk.next() : fixed < shared.end(t) ? fixed++ : -1; };
-  int64_t j = take();
+  int64_t j = walk.next();
   if (j < 0) return;
   const Reading<SPLIT> how(g, g.m);
   void* const room = how.room(g);
   if (how.f16) stage(g, j, static_cast<uint16_t*>(room));
   for (int64_t turn = 0; j >= 0; ++turn) {
-    const int64_t next = take();
+    const int64_t next = walk.next();
     run_panel<SPLIT>(g, how, j, 0, g.m, next, -1, room, turn);
     j = next;
   }

@@ -382,16 +382,14 @@ static void run_panel(const Gemm& g, const Reading& how, int64_t j, int64_t r0, 
 static void span_task(const Gemm& g, int64_t t) {
   const PanelSpans shared{g.claims, spans(g), ceil_div(g.n, NR)};
   PanelWalk walk{shared, t};
-  int64_t fixed = shared.begin(t);  // without claim words (a caller that gave none): the task's own span, in order
-  const auto take = [&] { return g.claims ? walk.next() : fixed < shared.end(t) ? fixed++ : -1; };
-  int64_t j = take();
+  int64_t j = walk.next();
   if (j < 0) return;
   const Reading how(g, g.m);
   void* const room = how.room(g);
   const int64_t pairs = (g.k + 1) / 2;
   if (how.f16) stage_pairs(static_cast<const char*>(g.w) + j * pairs * NR * 2, 0, pairs, static_cast<uint16_t*>(room));
   for (int64_t turn = 0; j >= 0; ++turn) {
-    const int64_t next = take();
+    const int64_t next = walk.next();
     run_panel(g, how, j, 0, g.m, next, -1, room, turn);
     j = next;
   }

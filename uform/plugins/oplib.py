@@ -8,7 +8,8 @@ another ABI. Nothing here runs an instruction the CPU lacks: the library reports
 kernel variants this CPU runs, and refuses the others itself.
 
 Weights are packed once, at load, into the panels the kernels read (:meth:`OpLibrary.pack`);
-:meth:`OpLibrary.gemm` runs a product outside ONNX Runtime, for parity tests and benchmarks.
+:meth:`OpLibrary.gemm` runs a product outside ONNX Runtime, :meth:`OpLibrary.product_session`
+one inside it, for parity tests and benchmarks.
 """
 
 from __future__ import annotations
@@ -125,6 +126,29 @@ class OpLibrary:
         if rc != 0:
             raise OpLibraryError(f"uform_gemm failed ({rc})")
         return y
+
+    def product_session(
+        self, variant: str, e4m3: bool, n: int, k: int, packed_size: int, threads: int, pool: int | None = None, bias: bool = False
+    ) -> Any:  # fmt: skip
+        """One product node in an ONNX Runtime session, as the towers run it: feeds ``x`` [m, k]
+        (any m), ``w`` (``packed_size`` elements packed by :meth:`pack`), ``scale`` [n] when
+        ``e4m3`` and ``bias`` [n] when ``bias``; its tasks cut for ``threads`` threads (the
+        node's ``threads`` attribute), run by a pool of ``pool`` (default ``threads``)."""
+        import onnxruntime as ort
+        from onnx import TensorProto, helper
+
+        from uform.plugins.sessions import session_options
+
+        op, wtype = ("MatMulE4M3", TensorProto.UINT8) if e4m3 else ("MatMulBF16", TensorProto.UINT16)
+        names = ["x", "w"] + (["scale"] if e4m3 else []) + (["bias"] if bias else [])
+        shapes: dict[str, list[str | int]] = {"x": ["m", k], "w": [packed_size], "scale": [n], "bias": [n]}
+        inputs = [helper.make_tensor_value_info(name, wtype if name == "w" else TensorProto.FLOAT, shapes[name]) for name in names]
+        node = helper.make_node(op, names, ["y"], domain="ai.uform", variant=VARIANTS.index(variant), n=n, threads=threads)
+        graph = helper.make_graph([node], "product", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["m", n])])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("ai.uform", 1)])
+        options = session_options(threads if pool is None else pool)
+        options.register_custom_ops_library(str(self.path))
+        return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
 
     def fma_peak(self, variant: str, threads: int = 1) -> float | None:
         """FLOP/s of ``variant``'s FMAs on ``threads`` threads at once with nothing but
