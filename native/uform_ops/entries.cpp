@@ -107,9 +107,8 @@ UFORM_EXPORT int uform_gemm(int variant, const float* x, int64_t m, int64_t k, c
     spread((m + 63) / 64, threads, [&](int64_t i) { kern.round_rows(x, k, xb, g.kpad, i * 64, std::min(m, (i + 1) * 64)); });
   }
   Claims claims;
-  const int64_t count = tasks(g, kern);
-  g.claims = claims.for_tasks(count);
-  spread(count, threads, [&](int64_t t) { kern.task(g, t); });
+  g.claims = claims.words;
+  spread(tasks(g, kern), threads, [&](int64_t t) { kern.task(g, t); });
   return 0;
 }
 

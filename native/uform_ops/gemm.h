@@ -37,7 +37,7 @@ struct Gemm {
   int64_t threads = 0;    // threads that will run the tasks (0: not known): variants that cut by shape size tasks to it
   const float* residual = nullptr;  // [m, n] added last, or null
   int activation = kIdentity;
-  struct Claim* claims = nullptr;  // zeroed, one a task, when a product has at most kMaxClaims tasks (PanelSpans)
+  struct Claim* claims = nullptr;  // kMaxClaims zeroed words (Claims) for the tasks that hand out panels (PanelSpans)
 };
 
 constexpr int64_t kMaxClaims = 64;  // tasks of a product that may hand out its panels as they go (Gemm::claims)
@@ -120,15 +120,12 @@ struct PanelSpans {
 };
 
 // What one task takes in turn: its own span's panels front to back, then the other spans'
-// from their backs, one span at a time (each read as one stream, backwards). Without claim
-// words (a caller that gave none), its own span's panels in order and nothing else.
+// from their backs, one span at a time (each read as one stream, backwards).
 struct PanelWalk {
   const PanelSpans& spans;
   int64_t own, from = -1;  // from: the span taken from the back (-1: still the task's own front)
-  int64_t alone = 0;       // without claim words: the panels of its own span taken so far
 
   int64_t next() {
-    if (!spans.words) return spans.begin(own) + alone < spans.end(own) ? spans.begin(own) + alone++ : -1;
     if (from < 0) {
       if (const int64_t j = spans.take(own, false); j >= 0) return j;
       from = own;
@@ -144,13 +141,13 @@ struct PanelWalk {
   }
 };
 
-// Zeroed claim words for a product of `tasks` tasks (Gemm::claims), on the caller's stack.
+// Zeroed claim words for one product (Gemm::claims), on the caller's stack: every caller of
+// Kernel::task gives them.
 struct Claims {
   Claim words[kMaxClaims];
   Claims() {
     for (auto& w : words) w.word.store(0, std::memory_order_relaxed);
   }
-  Claim* for_tasks(int64_t tasks) { return tasks <= kMaxClaims ? words : nullptr; }
 };
 
 // A thread's buffer for staged panels, kept from product to product and grown as needed.

@@ -151,8 +151,8 @@ OrtStatus* compute(OpKernel* op, OrtKernelContext* ctx) {
         size_t(pieces), 0, &par));
   }
   Claims claims;
+  g.claims = claims.words;
   const int64_t count = tasks(g, *kern);
-  g.claims = claims.for_tasks(count);
   ORT_TRY(api->KernelContext_ParallelFor(
       ctx,
       [](void* p, size_t i) {
