@@ -2,9 +2,12 @@
 // head h,
 //   out[b, i, h] = softmax_j(q_i . k_j / sqrt(D) + mask[b, i, j]) . v_j
 // where row b * T + i of qkv holds [q | k | v], each [H][D]. One (b, h) is one task; its keys
-// are transposed into a thread's scratch, and four query rows go at a time, so each load of
-// k or v feeds four FMAs (sixteen accumulators per block of 64 keys or 64 columns). Scores
-// live in the scratch too: nothing of size T x T is allocated per call. On the base towers
+// are transposed into a thread's scratch (8 x 8 at a time, in registers; T padded to 16), and
+// four query rows go at a time, so each load of k or v feeds four FMAs (sixteen accumulators
+// per block of 64 keys or 64 columns; the last block of keys only as many vectors as they
+// fill). Scores live in the scratch too: nothing of size T x T is allocated per call. A
+// key's score sums its D products in order whatever T is padded to: a row's bits do not
+// depend on how many keys share its block. On the base towers
 // (2 cores) this runs 1-6 % faster than ONNX Runtime's unfused MatMul/Softmax/MatMul; its
 // AVX2 twin is attention_avx2.cpp (docs/backends.md).
 #include <immintrin.h>
@@ -23,7 +26,8 @@
 namespace uform {
 namespace {
 
-constexpr int64_t ROWS = 4, LANES = 16, BLOCK = 64;
+constexpr int64_t ROWS = 4, LANES = 16, BLOCK = 64;  // BLOCK: keys a block of scores (four vectors)
+constexpr bool GATHER = false;  // values read in place (gathered: 0.83-1.03x, benchmarks.md)
 
 // e^x for x in [-87, 88] (clamped outside): x = n ln 2 + r, |r| <= ln 2 / 2, e^r by its
 // degree-6 Taylor polynomial (relative error below 2e-7), times 2^n (scalef).
@@ -37,30 +41,42 @@ inline __m512 exp16(__m512 x) {
   return _mm512_scalef_ps(p, n);
 }
 
-// Scores of rows [i, i + rows) against every key, scaled and masked, then each row's softmax
-// numerators (exp of score - max) in place; answers the rows' reciprocal sums.
+// Scores of R rows (q: the first one's query) against the V * LANES keys of kt's columns,
+// scaled, into scored's rows (both already at the block's first key).
+template <int R, int V>
+inline void score_block(const float* q, int64_t stride, int64_t d, const float* __restrict kt, int64_t tp, float* __restrict scored,
+                        __m512 scale) {
+  __m512 acc[R][V];
+  for (int r = 0; r < R; ++r)
+    for (int u = 0; u < V; ++u) acc[r][u] = _mm512_setzero_ps();
+  for (int64_t c = 0; c < d; ++c) {
+    __m512 k[V];
+    for (int u = 0; u < V; ++u) k[u] = _mm512_loadu_ps(kt + c * tp + LANES * u);
+    for (int r = 0; r < R; ++r) {
+      const __m512 x = _mm512_set1_ps(q[r * stride + c]);
+      for (int u = 0; u < V; ++u) acc[r][u] = _mm512_fmadd_ps(x, k[u], acc[r][u]);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int u = 0; u < V; ++u) _mm512_storeu_ps(scored + r * tp + LANES * u, _mm512_mul_ps(acc[r][u], scale));
+}
+
+// Scores of rows [i, i + R) against every key (tp of them, padded to LANES), scaled and
+// masked, then each row's softmax numerators (exp of score - max) in place; answers the
+// rows' reciprocal sums.
 template <int R>
 void scores(const Attention& a, const float* __restrict rows, int64_t h, int64_t i, int64_t tp, const float* __restrict kts,
             float* __restrict scored, float* inverse) {
   const int64_t t = a.tokens, d = a.head_dim, stride = 3 * a.heads * d;
   const __m512 scale = _mm512_set1_ps(1.0f / std::sqrt(float(d)));
-  for (int64_t j0 = 0; j0 < tp; j0 += BLOCK) {
-    __m512 acc[R][4];
-    for (int r = 0; r < R; ++r)
-      for (int u = 0; u < 4; ++u) acc[r][u] = _mm512_setzero_ps();
-    for (int64_t c = 0; c < d; ++c) {
-      const float* kt = kts + c * tp + j0;
-      const __m512 k0 = _mm512_loadu_ps(kt), k1 = _mm512_loadu_ps(kt + 16), k2 = _mm512_loadu_ps(kt + 32), k3 = _mm512_loadu_ps(kt + 48);
-      for (int r = 0; r < R; ++r) {
-        const __m512 q = _mm512_set1_ps(rows[(i + r) * stride + h * d + c]);
-        acc[r][0] = _mm512_fmadd_ps(q, k0, acc[r][0]);
-        acc[r][1] = _mm512_fmadd_ps(q, k1, acc[r][1]);
-        acc[r][2] = _mm512_fmadd_ps(q, k2, acc[r][2]);
-        acc[r][3] = _mm512_fmadd_ps(q, k3, acc[r][3]);
-      }
-    }
-    for (int r = 0; r < R; ++r)
-      for (int u = 0; u < 4; ++u) _mm512_storeu_ps(scored + r * tp + j0 + 16 * u, _mm512_mul_ps(acc[r][u], scale));
+  const float* q = rows + i * stride + h * d;
+  int64_t j0 = 0;
+  for (; j0 + BLOCK <= tp; j0 += BLOCK) score_block<R, 4>(q, stride, d, kts + j0, tp, scored + j0, scale);
+  switch ((tp - j0) / LANES) {  // the last keys, fewer than a block
+    case 3: score_block<R, 3>(q, stride, d, kts + j0, tp, scored + j0, scale); break;
+    case 2: score_block<R, 2>(q, stride, d, kts + j0, tp, scored + j0, scale); break;
+    case 1: score_block<R, 1>(q, stride, d, kts + j0, tp, scored + j0, scale); break;
+    default: break;
   }
   for (int r = 0; r < R; ++r) {
     float* row = scored + r * tp;
@@ -112,7 +128,7 @@ void values(const Attention& a, const float* __restrict rows, int64_t h, int64_t
 }
 
 template <int R>
-void block(const Attention& a, const float* rows, int64_t h, int64_t i, int64_t tp, const float* kt, float* scored) {
+void block(const Attention& a, const float* rows, int64_t h, int64_t i, int64_t tp, const float* kt, const float*, float* scored) {
   float inverse[ROWS];
   scores<R>(a, rows, h, i, tp, kt, scored, inverse);
   values<R>(a, rows, h, i, tp, scored, inverse);
