@@ -40,7 +40,8 @@ every variant this CPU runs: GFLOP/s and the share of the class's FMA peak as me
 only: ``huge-pages`` (each e4m3-backend run loaded twice in one process, its packed weights in
 4 KiB pages and in huge pages) and ``epilogues`` (loaded twice, GELU and residual adds as ONNX
 Runtime's nodes and inside the products), each pair called in turns on the short queries, one
-86-byte text (and, for ``epilogues``, 64 of them): the median ratio of each turn's times.
+86-byte text (and, for ``epilogues``, 64 of them): the median ratio of each turn's times. Last,
+the AVX2 goals, each read from the rows that measure it fairly (``lowp_goals.py``), met or not.
 
 Each runs in a process of its own: resident memory after load (growth over the process
 before it), and load time (the median of 3 loads) over the time to read the file (warm in
@@ -69,6 +70,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
 from common import rate, save, table  # noqa: E402
+from lowp_goals import goals  # noqa: E402
 
 RUNS = ["uform f32", "uform bf16", "uform e4m3", "uform e4m3 dql", "ort int8 nbits", "torch fp32", "torch bf16 autocast"]
 PINNED = ["uform bf16 [x86-64-v3]", "uform e4m3 [x86-64-v3]"]  # added where the machine's best class is above v3
@@ -455,7 +457,7 @@ def main() -> None:
             results["queries"] = queries
         if "queries" in parts:
             spec, path = query_tower(args.towers, Path(tmp))
-            results["queries_interleaved"] = interleaved_queries(path, runs, args.seconds)
+            results["query_tower"], results["queries_interleaved"] = spec, interleaved_queries(path, runs, args.seconds)
             print(f"\nshort queries, {spec}, the uform runs in one process called in turns: text_encode median ms")
             print(table(results["queries_interleaved"], list(results["queries_interleaved"][0])))
         if "kernels" in parts:
@@ -485,7 +487,23 @@ def main() -> None:
             results["full_load"] = full_load(Path(tmp), runs)
             print("\nthe full base checkpoint (every tower): load over read")
             print(table(results["full_load"], list(results["full_load"][0])))
+    pinned = above_v3 and PINNED[0] in runs
+    results["goals"] = goals(results, pinned, v3_variant())
+    where = "the AVX2 kernels pinned, against a float32 path that uses AVX-512" if pinned else f"the {classes[-1].value} runs"
+    print(f"\nthe AVX2 goals, read from this run ({where}; they are set for AVX2-only machines):")
+    print(table(results["goals"], ["goal", "measured", "met"]))
     print(f"wrote {save('lowp', results)}")
+
+
+def v3_variant() -> str | None:
+    """The kernels x86-64-v3 runs on this machine (None without the op library)."""
+    from uform import CPUClass
+    from uform.plugins import e4m3
+
+    try:
+        return e4m3.variant_of(CPUClass.X86_64_V3)
+    except Exception:  # noqa: BLE001 - no op library: the kernel goals are "not run"
+        return None
 
 
 def query_tower(towers: str, tmp: Path) -> tuple[str, Path]:
