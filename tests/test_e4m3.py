@@ -225,6 +225,43 @@ def test_x86_64_v3_takes_the_split_kernels_where_256_bit_operations_are_halved(m
 
 
 @needs_library
+@pytest.mark.parametrize("splits", [False, True])
+@pytest.mark.parametrize("chosen", ["avx2", "avx2-split"])
+def test_the_environment_picks_either_avx2_variant(monkeypatch: pytest.MonkeyPatch, splits: bool, chosen: str) -> None:
+    """UFORM_AVX2_KERNELS overrides the machine's choice for x86-64-v3 (for CPUs no one has
+    measured both on: Intel's AVX2 cores), and only for it."""
+    assert LIBRARY is not None
+    monkeypatch.setattr(e4m3, "library", lambda: dataclasses.replace(LIBRARY, splits_256=splits))
+    monkeypatch.setenv("UFORM_AVX2_KERNELS", f" {chosen} ")
+    assert e4m3.variant_of(CPUClass.X86_64_V3) == chosen
+    assert e4m3.variant_of(CPUClass.X86_64_V4) == "avx512"
+    monkeypatch.setenv("UFORM_AVX2_KERNELS", "")  # empty: as unset
+    assert e4m3.variant_of(CPUClass.X86_64_V3) == ("avx2-split" if splits else "avx2")
+
+
+@needs_library
+def test_an_unknown_avx2_variant_in_the_environment_fails_the_load(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from ckpt import make_checkpoint
+
+    from uform.core.errors import UnsupportedError
+    from uform.plugins.cpu import machine_classes
+
+    if CPUClass.X86_64_V3 not in machine_classes():
+        pytest.skip("this machine runs no x86-64-v3 kernels")
+    path = make_checkpoint(tmp_path / "tiny.safetensors", "tiny", 0, ["text"])
+    monkeypatch.setenv("UFORM_AVX2_KERNELS", "avx3")
+    with pytest.raises(UnsupportedError, match=r"UFORM_AVX2_KERNELS='avx3' names no AVX2 kernels: set it to avx2 or avx2-split, or unset it"):
+        uform.Model.load_ram(path, cpu_class=CPUClass.X86_64_V3)
+    assert e4m3.variant_of(CPUClass.X86_64_V4) in (None, "avx512")  # other classes do not read it
+    monkeypatch.setattr(e4m3, "machine_classes", lambda: [CPUClass.X86_64_V2, CPUClass.X86_64_V3])  # as on an AVX2-only CPU
+    assert e4m3.describe_here().startswith("loads for x86-64-v3 fail: UFORM_AVX2_KERNELS='avx3' names no AVX2 kernels")
+    monkeypatch.setenv("UFORM_AVX2_KERNELS", "avx2-split")
+    assert e4m3.describe_here().startswith("float32 products of weights widened in cache (avx2-split kernels")
+    model = uform.Model.load_ram(path, cpu_class=CPUClass.X86_64_V3)
+    assert "avx2-split kernels" in model.compute
+
+
+@needs_library
 def test_a_weight_that_is_not_finite_is_named() -> None:
     assert LIBRARY is not None
     w = np.zeros((40, 10), ml_dtypes.bfloat16)

@@ -16,7 +16,8 @@ run inside the products that feed them (:mod:`uform.plugins.epilogues`).
 Kernels come in a variant per CPU class — AVX2 FMA (x86-64-v3), AVX-512 FMA (x86-64-v4),
 AVX-512 BF16 dot products (x86-64-v4+vnni+bf16 and AMX machines) — chosen by the detected or
 pinned ``cpu_class``; on x86-64-v3, the ``avx2-split`` kernels where the CPU runs 256-bit
-operations as two halves (AMD Zen 1 and Zen+), the ``avx2`` kernels elsewhere — and run on ONNX Runtime's intra-op thread pool. A class without
+operations as two halves (AMD Zen 1 and Zen+), the ``avx2`` kernels elsewhere, or whichever
+``UFORM_AVX2_KERNELS`` names — and run on ONNX Runtime's intra-op thread pool. A class without
 kernels (x86-64-v2, Arm) is left to the cpu backend, as is ``quantization=Scalar.F32``.
 Exported towers never use these ops (see ``uform.exporters``).
 """
@@ -24,13 +25,14 @@ Exported towers never use these ops (see ``uform.exporters``).
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Iterable, Mapping
 
 import numpy as np
 import onnx
 from onnx import helper
 
-from uform.core.errors import CheckpointError
+from uform.core.errors import CheckpointError, UnsupportedError
 from uform.core.hookspecs import hookimpl
 from uform.core.plugin import Backend, LoadRequest, Placement, Runner, TowerPlan
 from uform.core.types import CPUClass, Scalar
@@ -49,11 +51,13 @@ VARIANT_OF = {  # x86-64-v3's: see variant_of
     CPUClass.X86_64_V4_VNNI_BF16: "avx512-bf16",
     CPUClass.X86_64_AMX: "avx512-bf16",
 }
+AVX2_KERNELS = "UFORM_AVX2_KERNELS"  # the environment's choice of x86-64-v3's kernels: see variant_of
+AVX2_VARIANTS = ("avx2", "avx2-split")
 FUSED_ATTENTION = frozenset({"avx2", "avx512", "avx512-bf16", "avx2-split"})  # variants whose loads run attention as one op (benchmarks/attention.py)
 FUSE_EPILOGUES = True  # GELU and residual adds inside the products (benchmarks/lowp.py --parts epilogues loads without too)
 COMPUTE = {
     "avx2": "float32 products of weights widened in cache (avx2 kernels)",
-    "avx2-split": "float32 products of weights widened in cache (avx2-split kernels: 256-bit operations run as two halves here)",
+    "avx2-split": "float32 products of weights widened in cache (avx2-split kernels: panels staged as float32)",
     "avx512": "float32 products of weights widened in cache (avx512 kernels)",
     "avx512-bf16": "bf16 products, float32 sums (avx512-bf16 kernels)",
 }
@@ -90,17 +94,24 @@ def variant_of(cpu_class: CPUClass) -> str | None:
     """The kernel variant a load for ``cpu_class`` runs on this machine (None: no kernels).
     x86-64-v3 takes ``avx2-split`` where this CPU runs 256-bit operations as two 128-bit
     halves: there the ``avx2`` kernels' widening in registers takes the FMA pipes' slots
-    (docs/backends.md, "Kernels and CPU classes")."""
+    (docs/backends.md, "Kernels and CPU classes"); ``UFORM_AVX2_KERNELS`` names either one
+    instead. UnsupportedError where it names neither."""
     variant = VARIANT_OF.get(cpu_class)
-    if variant == "avx2" and library().splits_256:
-        return "avx2-split"
-    return variant
+    if variant != "avx2":
+        return variant
+    chosen = os.environ.get(AVX2_KERNELS, "").strip()
+    if chosen and chosen not in AVX2_VARIANTS:
+        raise UnsupportedError(f"{AVX2_KERNELS}={chosen!r} names no AVX2 kernels: set it to {' or '.join(AVX2_VARIANTS)}, or unset it")
+    return chosen or ("avx2-split" if library().splits_256 else "avx2")
 
 
 def describe_here() -> str:
     """The kernels a load on this machine would run, in words (for ``uform plugins``)."""
     best = choose_class(None, machine_classes())
-    variant = variant_of(best)
+    try:
+        variant = variant_of(best)
+    except UnsupportedError as exc:  # the environment names no variant: what a load would say
+        return f"loads for {best} fail: {exc}; library {library().path}"
     what = f"{COMPUTE[variant]} for {best}" if variant else f"no kernels for {best}: the cpu backend serves"
     return f"{what}; library {library().path}"
 
