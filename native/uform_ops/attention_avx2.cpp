@@ -73,6 +73,10 @@ inline void score_block(const float* q, int64_t stride, int64_t d, const float* 
     for (int u = 0; u < V; ++u) _mm256_storeu_ps(scored + r * tp + LANES * u, _mm256_mul_ps(acc[r][u], scale));
 }
 
+// Scores of R rows against every key, block by block (attention.inc).
+template <int R, class Scale>
+void score_keys(const float* q, int64_t stride, int64_t d, const float* kts, int64_t tp, float* scored, Scale scale);
+
 // Scores of rows [i, i + R) against every key (tp of them, padded to LANES), scaled and
 // masked (keys past the last, -inf), then each row's softmax numerators in place; answers
 // the rows' reciprocal sums.
@@ -82,14 +86,7 @@ void scores(const Attention& a, const float* __restrict rows, int64_t h, int64_t
   const int64_t t = a.tokens, d = a.head_dim, stride = 3 * a.heads * d;
   const __m256 scale = _mm256_set1_ps(1.0f / std::sqrt(float(d)));
   const float* q = rows + i * stride + h * d;
-  int64_t j0 = 0;
-  for (; j0 + BLOCK <= tp; j0 += BLOCK) score_block<R, 4>(q, stride, d, kts + j0, tp, scored + j0, scale);
-  switch ((tp - j0) / LANES) {  // the last keys, fewer than a block
-    case 3: score_block<R, 3>(q, stride, d, kts + j0, tp, scored + j0, scale); break;
-    case 2: score_block<R, 2>(q, stride, d, kts + j0, tp, scored + j0, scale); break;
-    case 1: score_block<R, 1>(q, stride, d, kts + j0, tp, scored + j0, scale); break;
-    default: break;
-  }
+  score_keys<R>(q, stride, d, kts, tp, scored, scale);
   for (int r = 0; r < R; ++r) {
     float* row = scored + r * tp;
     const float* mask = a.mask == nullptr ? nullptr : a.mask_per_query ? a.mask + (i + r) * t : a.mask + a.item * t;
