@@ -61,6 +61,27 @@ def test_without_cpuinfo_the_architecture_baseline(monkeypatch: pytest.MonkeyPat
     assert cpu.machine_classes() == [V2]
 
 
+def test_the_environment_caps_the_classes_a_machine_is_taken_to_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    zen4 = MACHINES["zen4-epyc-9r14.txt"]
+    assert cpu.capped(zen4, "x86-64-v3") == [V2, V3]
+    assert cpu.capped(zen4, " x86-64-v4 ") == [V2, V3, V4]
+    assert cpu.capped(zen4, "") == zen4 and cpu.capped(zen4, "  ") == zen4
+    assert cpu.capped(MACHINES["zen3-epyc-7r13.txt"], "x86-64-amx") == [V2, V3]  # a cap above the machine changes nothing
+    assert cpu.capped(MACHINES["graviton3-neoverse-v1.txt"], "arm64-neon") == [NEON]
+    with pytest.raises(UnsupportedError, match=r"^UFORM_CPU_CLASS='avx2' names no CPU class: set it to one of x86-64-v2, x86-64-v3, .*arm64-sve, or unset it$"):
+        cpu.capped(zen4, "avx2")
+    with pytest.raises(UnsupportedError, match=r"^UFORM_CPU_CLASS=arm64-neon is a class of arm64, and this machine is x86-64: unset it or name one of x86-64-v2, x86-64-v3, x86-64-v4, x86-64-v4\+vnni\+bf16$"):
+        cpu.capped(zen4, "arm64-neon")
+    monkeypatch.setattr(cpu, "CPUINFO", str(DATA / "sapphirerapids-platinum-8488c.txt"))
+    monkeypatch.setenv("UFORM_CPU_CLASS", "x86-64-v4")
+    assert cpu.machine_classes() == [V2, V3, V4]
+    assert cpu.choose_class(None, cpu.machine_classes()) == V4
+    with pytest.raises(UnsupportedError, match=r"^cpu_class x86-64-amx is beyond this machine; the best class it runs is x86-64-v4$"):
+        cpu.choose_class(AMX, cpu.machine_classes())
+    monkeypatch.delenv("UFORM_CPU_CLASS")
+    assert cpu.machine_classes()[-1] == AMX
+
+
 def test_pin_validation_names_the_class_asked_and_the_best() -> None:
     zen3 = MACHINES["zen3-epyc-7r13.txt"]
     assert cpu.choose_class(V2, zen3) == V2 and cpu.choose_class("x86-64-v3", zen3) == V3

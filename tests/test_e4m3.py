@@ -262,6 +262,27 @@ def test_an_unknown_avx2_variant_in_the_environment_fails_the_load(monkeypatch: 
 
 
 @needs_library
+def test_a_capped_environment_loads_for_the_cap(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from ckpt import make_checkpoint
+
+    from uform.plugins.cpu import machine_classes
+
+    if CPUClass.X86_64_V3 not in machine_classes():
+        pytest.skip("this machine runs no x86-64-v3 kernels")
+    path = make_checkpoint(tmp_path / "tiny.safetensors", "tiny", 0, ["text"])
+    monkeypatch.setenv("UFORM_CPU_CLASS", "x86-64-v3")
+    avx2 = e4m3.variant_of(CPUClass.X86_64_V3)
+    assert e4m3.describe_here().startswith(f"{e4m3.COMPUTE[avx2]} for x86-64-v3, capped by UFORM_CPU_CLASS; library ")
+    model = uform.Model.load_ram(path)
+    assert model.describe().cpu_class == CPUClass.X86_64_V3 and f"({avx2} kernels" in model.compute
+    with pytest.raises(uform.UnsupportedError, match=r"^cpu_class x86-64-v4 is beyond this machine; the best class it runs is x86-64-v3$"):
+        uform.Model.load_ram(path, cpu_class=CPUClass.X86_64_V4)
+    monkeypatch.setenv("UFORM_CPU_CLASS", "x86-64-v9")
+    with pytest.raises(uform.UnsupportedError, match=r"^UFORM_CPU_CLASS='x86-64-v9' names no CPU class"):
+        uform.Model.load_ram(path)
+
+
+@needs_library
 def test_a_weight_that_is_not_finite_is_named() -> None:
     assert LIBRARY is not None
     w = np.zeros((40, 10), ml_dtypes.bfloat16)

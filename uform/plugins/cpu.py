@@ -46,6 +46,7 @@ ARM_CLASSES: tuple[tuple[CPUClass, frozenset[str]], ...] = (
     (CPUClass.ARM64_NEON, frozenset({"asimd"})),
     (CPUClass.ARM64_SVE, frozenset({"sve"})),
 )
+CEILING = "UFORM_CPU_CLASS"  # the environment's cap on the classes this machine is taken to run
 NODE_ROOT = "/sys/devices/system/node"  # where Linux lists NUMA nodes (tests point it elsewhere)
 CPUINFO = "/proc/cpuinfo"
 
@@ -77,12 +78,31 @@ def classes_from_cpuinfo(text: str) -> list[CPUClass]:
 
 
 def machine_classes() -> list[CPUClass]:
-    """The classes this machine runs, lowest first (from ``/proc/cpuinfo`` on Linux)."""
+    """The classes this machine runs, lowest first (from ``/proc/cpuinfo`` on Linux), up to
+    ``UFORM_CPU_CLASS`` where the environment sets it (:func:`capped`)."""
     try:
         with open(CPUINFO) as f:
-            return classes_from_cpuinfo(f.read())
+            found = classes_from_cpuinfo(f.read())
     except OSError:  # not Linux: the baseline of the architecture
-        return [CPUClass.ARM64_NEON] if platform.machine().lower() in ("arm64", "aarch64") else [CPUClass.X86_64_V2]
+        found = [CPUClass.ARM64_NEON] if platform.machine().lower() in ("arm64", "aarch64") else [CPUClass.X86_64_V2]
+    return capped(found, os.environ.get(CEILING, ""))
+
+
+def capped(runnable: Sequence[CPUClass], ceiling: str) -> list[CPUClass]:
+    """``runnable`` without the classes above ``ceiling`` (a CPUClass value; empty: no cap).
+    Every process of a fleet then loads for one class, whatever its CPU: the same kernels and
+    the same sums (docs/backends.md, "CPU classes"). UnsupportedError where ``ceiling`` names
+    no class, or one of another architecture."""
+    if not ceiling.strip():
+        return list(runnable)
+    try:
+        cap = CPUClass(ceiling.strip())
+    except ValueError:
+        raise UnsupportedError(f"{CEILING}={ceiling!r} names no CPU class: set it to one of {', '.join(c.value for c in CPUClass)}, or unset it") from None
+    if runnable and _architecture(runnable[-1]) != _architecture(cap):
+        raise UnsupportedError(f"{CEILING}={cap} is a class of {_architecture(cap)}, and this machine is {_architecture(runnable[-1])}: unset it or name one of {', '.join(c.value for c in runnable)}")
+    order = list(CPUClass)
+    return [c for c in runnable if order.index(c) <= order.index(cap)]
 
 
 def _architecture(cls: CPUClass) -> str:

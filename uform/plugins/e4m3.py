@@ -38,7 +38,7 @@ from uform.core.plugin import Backend, LoadRequest, Placement, Runner, TowerPlan
 from uform.core.types import CPUClass, Scalar
 from uform.core.weights import Lowered, Stored, lowered, matrix_products, shape_of, stored_bytes
 from uform.plugins.attention import fuse_attention
-from uform.plugins.cpu import check_domains, choose_class, domain_plan, machine_classes, numa_nodes
+from uform.plugins.cpu import CEILING, check_domains, choose_class, domain_plan, machine_classes, numa_nodes
 from uform.plugins.epilogues import fuse_epilogues
 from uform.plugins.oplib import VARIANTS, OpLibrary, OpLibraryError, library
 from uform.plugins.sessions import Fed, Replicas, on_cpus, ort_values, session_options
@@ -108,11 +108,12 @@ def variant_of(cpu_class: CPUClass) -> str | None:
 def describe_here() -> str:
     """The kernels a load on this machine would run, in words (for ``uform plugins``)."""
     best = choose_class(None, machine_classes())
+    best_note = f"{best}, capped by {CEILING}" if os.environ.get(CEILING, "").strip() else str(best)
     try:
         variant = variant_of(best)
     except UnsupportedError as exc:  # the environment names no variant: what a load would say
-        return f"loads for {best} fail: {exc}; library {library().path}"
-    what = f"{COMPUTE[variant]} for {best}" if variant else f"no kernels for {best}: the cpu backend serves"
+        return f"loads for {best_note} fail: {exc}; library {library().path}"
+    what = f"{COMPUTE[variant]} for {best_note}" if variant else f"no kernels for {best_note}: the cpu backend serves"
     return f"{what}; library {library().path}"
 
 
