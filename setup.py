@@ -4,10 +4,15 @@ Everything else about the package is in pyproject.toml. The library is a plain s
 loaded by ONNX Runtime and ctypes, not a Python module. When it cannot be built (no C++
 compiler, no ONNX Runtime headers), the package still installs: the reason is written beside
 where the library would be, `uform plugins` shows it, and loads use the cpu backend.
+
+Beside it, on Linux x86-64, the CPUID view (native/cpuid_view): a plain shared object the
+benchmarks load to measure as on a lower CPU class (benchmarks/cpu_view.py); nothing at run
+time uses it, and the package installs without it likewise.
 """
 
 from __future__ import annotations
 
+import platform
 import sys
 from pathlib import Path
 
@@ -28,12 +33,13 @@ class BuildOps(build_ext):
         target = Path(self.get_ext_fullpath(ext.name))
         failure = target.parent / (ext.name.rpartition(".")[2] + ERROR_SUFFIX)
         try:
-            ext.include_dirs.append(str(find()))
+            if ext.name == ops.name:
+                ext.include_dirs.append(str(find()))
             super().build_extension(ext)
         except (HeadersUnavailable, OSError, Exception) as exc:  # noqa: BLE001 - the package installs without it
             failure.parent.mkdir(parents=True, exist_ok=True)
             failure.write_text(f"{type(exc).__name__}: {exc}\n")
-            print(f"uform: the op library was not built ({exc}); loads will use the cpu backend", file=sys.stderr)
+            print(f"uform: {ext.name} was not built ({exc}); {CONSEQUENCE[ext.name]}", file=sys.stderr)
             return
         failure.unlink(missing_ok=True)
 
@@ -47,4 +53,13 @@ ops = Extension(
     language="c++",
 )
 
-setup(ext_modules=[ops], cmdclass={"build_ext": BuildOps})
+cpuid_view = Extension(
+    "uform._cpuid_view",
+    sources=["native/cpuid_view/cpuid_view.c"],
+    extra_compile_args=["-O2", "-fvisibility=default"],
+    language="c",
+)
+CONSEQUENCE = {ops.name: "loads will use the cpu backend", cpuid_view.name: "benchmarks/cpu_view.py will not run"}
+linux_x86 = sys.platform == "linux" and platform.machine() in ("x86_64", "AMD64")
+
+setup(ext_modules=[ops, cpuid_view] if linux_x86 else [ops], cmdclass={"build_ext": BuildOps})

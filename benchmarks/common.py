@@ -50,6 +50,26 @@ def cpu_peak_gflops() -> tuple[float, str]:
     return cores * per_cycle * ghz, f"{cores} cores x {per_cycle} FP32 FLOP/cycle x {ghz:.2f} GHz ({platform.processor() or platform.machine()})"
 
 
+def cpu_view() -> dict[str, Any] | None:
+    """The CPUID view this process runs in (``benchmarks/cpu_view.py``): the class its libraries
+    see and how many ``cpuid`` instructions the view answered so far; None outside one."""
+    view, library = os.environ.get("UFORM_CPUID_VIEW"), os.environ.get("UFORM_CPUID_VIEW_LIBRARY")
+    if not view or not library:
+        return None
+    import ctypes
+
+    answer = ctypes.CDLL(library).uform_cpuid_view_answered
+    answer.restype = ctypes.c_long
+    return {"class": view, "cpuid_answered": int(answer())}
+
+
+def describe_view(view: dict[str, Any] | None) -> str:
+    """A line saying what the libraries of this process saw of the CPU."""
+    if view is None:
+        return "CPUID: this machine's own (no view)"
+    return f"CPUID view: {view['class']} (every library of these processes sees that class; {view['cpuid_answered']} cpuid answered here)"
+
+
 def save(name: str, data: dict[str, Any]) -> Path:
     RESULTS.mkdir(exist_ok=True)
     path = RESULTS / f"{name}.json"

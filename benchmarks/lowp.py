@@ -22,6 +22,11 @@ tower's size) so that padding plays no part:
   the capability it ran is printed): on a machine above x86-64-v3, the fair float32 peer of
   the pinned AVX2 kernels, whose own float32 path (ONNX Runtime's MLAS) still uses AVX-512.
 
+Where the CPU has CPUID faulting, ``python benchmarks/cpu_view.py x86-64-v3
+benchmarks/lowp.py ...`` runs all of it as on an AVX2-only machine instead: every library of
+every process sees x86-64-v3, MLAS included, so the plain runs are the AVX2 runs and the
+float32 path is the AVX2 peer itself (the view is printed and kept in the result file).
+
 As the ``turns`` part, batch 1 again with every uform run of a tower loaded in one process and
 called in turns on the same item, at least 15 turns (``vs f32 @1``: the median over turns of
 the float32 path's time over the run's, with its quartiles): a batch-1 call takes 0.05-0.5 s on
@@ -69,7 +74,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import rate, save, table  # noqa: E402
+from common import cpu_view, describe_view, rate, save, table  # noqa: E402
 from lowp_goals import goals  # noqa: E402
 
 RUNS = ["uform f32", "uform bf16", "uform e4m3", "uform e4m3 dql", "ort int8 nbits", "torch fp32", "torch bf16 autocast"]
@@ -395,8 +400,9 @@ def main() -> None:
     classes = machine_classes()
     print(f"op library: {'available' if probe is None else probe}; kernels: {variant}")
     print(f"cpu class: {classes[-1].value}; threads: {uform.core.executor.available_cores()}")
+    print(describe_view(cpu_view()))
     parts = set(args.parts.split(","))
-    results: dict[str, Any] = {"variant": variant, "library": probe or "available", "cpu_class": classes[-1].value, "runs": []}
+    results: dict[str, Any] = {"variant": variant, "library": probe or "available", "cpu_class": classes[-1].value, "cpu_view": cpu_view(), "runs": []}
     runs = args.runs.split(",")
     above_v3 = uform.CPUClass.X86_64_V3 in classes[:-1]
     if args.runs == ",".join(RUNS) and above_v3:

@@ -6,7 +6,9 @@
 the script with ``ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2``
 and ``--cpu-class x86-64-v3`` to compare AVX2 kernels with AVX2 PyTorch peers (the capability
 PyTorch ran and what uform held are printed; ONNX Runtime's own float32 ops still use what
-the machine has).
+the machine has). Fairer still, where the CPU has CPUID faulting: ``python
+benchmarks/cpu_view.py x86-64-v3 benchmarks/media.py ...``, where every library of the run,
+ONNX Runtime's included, sees an AVX2-only CPU (the view is printed).
 
 Images/s from JPEG files end to end (decode in threads, overlapped with the tower), of the
 image tower alone (preprocessed pixels fed straight to the ONNX Runtime session), of the
@@ -34,7 +36,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parent.parent / "tests"))
-from common import rate, save, table  # noqa: E402
+from common import cpu_view, describe_view, rate, save, table  # noqa: E402
 
 
 def photos(directory: Path, count: int, size: tuple[int, int]) -> list[Path]:
@@ -116,7 +118,8 @@ def main() -> None:
         model = uform.Model.load_ram(ckpt, cpu_class=uform.CPUClass(args.cpu_class) if args.cpu_class else None)
         results["uform"] = f"{model.describe().quantization} weights, {model.compute} [{model.backend}]"
         results["torch_capability"] = torch.backends.cpu.get_cpu_capability()
-        print(f"uform: {results['uform']}; PyTorch: ATen {results['torch_capability']}")
+        results["cpu_view"] = cpu_view()
+        print(f"uform: {results['uform']}; PyTorch: ATen {results['torch_capability']}; {describe_view(results['cpu_view'])}")
         reference = ReferenceModel.from_checkpoint(ckpt)
         icfg, vcfg = config.towers["image"], config.towers["video"]
         s, n = icfg["image_size"], args.images
@@ -142,10 +145,10 @@ def main() -> None:
             calls = max(1, stats.items // n)
             hidden = 1 - stats.seconds_preprocess / max(stats.seconds_decode, 1e-9)
             rows += [
-                {"what": f"uform image_encode, JPEG {label}", "rate": f"{end_to_end:.0f} images/s"},
-                {"what": f"uform image tower only (ONNX Runtime, batch 32), same {label} set", "rate": f"{tower:.0f} images/s"},
-                {"what": f"PyTorch reference + PIL pipeline, JPEG {label}", "rate": f"{ref_rate:.0f} images/s"},
-                {"what": f"transformers ViT + ViTImageProcessor, JPEG {label}", "rate": f"{hf_rate:.0f} images/s"},
+                {"what": f"uform image_encode, JPEG {label}", "rate": f"{end_to_end:.2f} images/s"},
+                {"what": f"uform image tower only (ONNX Runtime, batch 32), same {label} set", "rate": f"{tower:.2f} images/s"},
+                {"what": f"PyTorch reference + PIL pipeline, JPEG {label}", "rate": f"{ref_rate:.2f} images/s"},
+                {"what": f"transformers ViT + ViTImageProcessor, JPEG {label}", "rate": f"{hf_rate:.2f} images/s"},
             ]
             results[f"images_{label}"] = {
                 "end_to_end": end_to_end, "tower_only": tower, "reference_pil": ref_rate, "transformers_vit": hf_rate,
