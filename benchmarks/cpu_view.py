@@ -50,6 +50,8 @@ def main(argv: list[str]) -> None:
     if len(argv) < 2 or argv[0] not in GLIBC_HIDDEN:
         raise SystemExit(f"usage: python benchmarks/cpu_view.py {{{','.join(GLIBC_HIDDEN)}}} SCRIPT [ARGS...] | -m MODULE [ARGS...]")
     view, command = argv[0], argv[1:]
+    sys.stdout.flush()
+    sys.stderr.flush()  # execve drops what Python still buffers
     os.execve(sys.executable, [sys.executable, *command], environment(view, dict(os.environ)))
 
 
