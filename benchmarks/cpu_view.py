@@ -19,6 +19,10 @@ machine"). How:
 - ``GLIBC_TUNABLES`` hides AVX-512 from glibc, which asked the CPU before Python started.
 
 The hardware still runs every instruction: code that uses AVX-512 without asking is not caught.
+A real fault still goes to the handler that was there before (Python's ``faulthandler`` where
+``PYTHONFAULTHANDLER`` or ``-X faulthandler`` set it), but ``faulthandler.enable()`` called
+inside the view puts its handler in front of the view's: the next ``cpuid`` then ends the
+process as a segmentation fault.
 Needs Linux x86-64 with the ``cpuid_fault`` flag (most KVM and Firecracker guests of recent
 kernels, Intel since Ivy Bridge, AMD since Zen 4); it says so where it is missing.
 """
