@@ -239,16 +239,23 @@ def test_the_environment_picks_either_avx2_variant(monkeypatch: pytest.MonkeyPat
     assert e4m3.variant_of(CPUClass.X86_64_V3) == ("avx2-split" if splits else "avx2")
 
 
-@needs_library
-def test_an_unknown_avx2_variant_in_the_environment_fails_the_load(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+@pytest.fixture
+def v3_text(tmp_path: Path) -> Path:
+    """A tiny text checkpoint, where this machine runs x86-64-v3 (else the test is skipped)."""
     from ckpt import make_checkpoint
 
-    from uform.core.errors import UnsupportedError
     from uform.plugins.cpu import machine_classes
 
     if CPUClass.X86_64_V3 not in machine_classes():
         pytest.skip("this machine runs no x86-64-v3 kernels")
-    path = make_checkpoint(tmp_path / "tiny.safetensors", "tiny", 0, ["text"])
+    return make_checkpoint(tmp_path / "tiny.safetensors", "tiny", 0, ["text"])
+
+
+@needs_library
+def test_an_unknown_avx2_variant_in_the_environment_fails_the_load(monkeypatch: pytest.MonkeyPatch, v3_text: Path) -> None:
+    from uform.core.errors import UnsupportedError
+
+    path = v3_text
     monkeypatch.setenv("UFORM_AVX2_KERNELS", "avx3")
     with pytest.raises(UnsupportedError, match=r"UFORM_AVX2_KERNELS='avx3' names no AVX2 kernels: set it to avx2 or avx2-split, or unset it"):
         uform.Model.load_ram(path, cpu_class=CPUClass.X86_64_V3)
@@ -262,14 +269,8 @@ def test_an_unknown_avx2_variant_in_the_environment_fails_the_load(monkeypatch: 
 
 
 @needs_library
-def test_a_capped_environment_loads_for_the_cap(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    from ckpt import make_checkpoint
-
-    from uform.plugins.cpu import machine_classes
-
-    if CPUClass.X86_64_V3 not in machine_classes():
-        pytest.skip("this machine runs no x86-64-v3 kernels")
-    path = make_checkpoint(tmp_path / "tiny.safetensors", "tiny", 0, ["text"])
+def test_a_capped_environment_loads_for_the_cap(monkeypatch: pytest.MonkeyPatch, v3_text: Path) -> None:
+    path = v3_text
     monkeypatch.setenv("UFORM_CPU_CLASS", "x86-64-v3")
     avx2 = e4m3.variant_of(CPUClass.X86_64_V3)
     assert e4m3.describe_here().startswith(f"{e4m3.COMPUTE[avx2]} for x86-64-v3, capped by UFORM_CPU_CLASS; library ")
