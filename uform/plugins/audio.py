@@ -30,7 +30,7 @@ from uform.core.runtime import Call
 from uform.core.stats import EncodeStats
 
 from .recordings import Recording, buffers, decode, resample
-from ._sources import sources
+from .sources import sources
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack

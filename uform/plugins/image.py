@@ -24,9 +24,9 @@ from uform.core.prepare import ItemBatches
 from uform.core.runtime import Call
 from uform.core.stats import EncodeStats
 
-from . import _frames
-from ._frames import Pixels
-from ._sources import Source, sources
+from . import frames
+from .frames import Pixels
+from .sources import Source, sources
 
 if TYPE_CHECKING:
     from PIL import Image
@@ -63,7 +63,7 @@ class ImageTower:
 
 
 def read(cfg: Mapping[str, Any], model: ModelConfig) -> ImageTower:
-    return ImageTower(*_frames.read_geometry(cfg, "towers.image"))
+    return ImageTower(*frames.read_geometry(cfg, "towers.image"))
 
 
 def tensors(t: ImageTower, model: ModelConfig) -> dict[str, TensorSpec]:
@@ -80,8 +80,8 @@ def tensors(t: ImageTower, model: ModelConfig) -> dict[str, TensorSpec]:
 
 def graph(t: ImageTower, model: ModelConfig, b: GraphBuilder) -> None:
     s = t.pixels.image_size
-    pixels = _frames.pixels_input(b, "pixels", ["batch", s, s, 3])
-    x = _frames.patch_tokens(b, pixels, "image", t.pixels, t.geometry.width)
+    pixels = frames.pixels_input(b, "pixels", ["batch", s, s, 3])
+    x = frames.patch_tokens(b, pixels, "image", t.pixels, t.geometry.width)
     positions = b.op("Slice", b.weight("image.pos.weight"), b.ints([1]), b.ints([1 + t.pixels.grid**2]))
     x = b.prepend_class_token(b.op("Add", x, positions), "image")
     pooled = b.transformer(x, "image", t.geometry, pick=b.class_token)
@@ -140,24 +140,24 @@ def to_rgb(image: Image.Image) -> Image.Image:
         rgb = np.repeat(gray[..., None], 3, axis=2)
         if isinstance(key, int):
             rgb[wide == key] = 255
-        return _frames.from_array(rgb)
+        return frames.from_array(rgb)
     if mode == "L" and isinstance(key, int) and depth < 8:
         stored = np.asarray(image)
         rgb = np.repeat(stored[..., None], 3, axis=2)
         rgb[stored == key * 255 // ((1 << depth) - 1)] = 255  # the 1-, 2- or 4-bit value as Pillow scales samples
-        return _frames.from_array(rgb)
+        return frames.from_array(rgb)
     if mode == "RGB" and isinstance(key, tuple) and len(key) == 3:
         rgb = np.array(image)
         colour = np.asarray(key, np.int64) >> (8 if depth == 16 else 0)
         rgb[(rgb == colour).all(axis=2)] = 255
-        return _frames.from_array(rgb)
+        return frames.from_array(rgb)
     if mode == "RGB":
         return image
     if "A" in mode or "a" in mode or "transparency" in image.info:
         rgba = np.asarray(image.convert("RGBA"))
         alpha = rgba[..., 3:].astype(np.uint32)
         rgb = (rgba[..., :3] * alpha + 255 * (255 - alpha) + 127) // 255
-        return _frames.from_array(rgb.astype(np.uint8))
+        return frames.from_array(rgb.astype(np.uint8))
     return image.convert("RGB")
 
 
@@ -239,7 +239,7 @@ def decode(source: Source, size: int) -> tuple[np.ndarray, int, int, bool]:
         rgb = to_rgb(orient(image))
     except Exception as exc:  # noqa: BLE001
         raise source.fail(f"cannot convert the image to RGB: {type(exc).__name__}: {exc}") from None
-    return _frames.fit(rgb, size), read, image.width * image.height, reduced
+    return frames.fit(rgb, size), read, image.width * image.height, reduced
 
 
 def as_pixels(index: int, buffer: Any) -> np.ndarray:
@@ -298,14 +298,14 @@ def image_encode_pixels(
     arrays = [as_pixels(i, p) for i, p in enumerate(pixels)]
 
     def prepare(i: int, size: int) -> Prepared:
-        return _frames.fit(_frames.from_array(arrays[i]), size), arrays[i].shape[0] * arrays[i].shape[1], 0, 0
+        return frames.fit(frames.from_array(arrays[i]), size), arrays[i].shape[0] * arrays[i].shape[1], 0, 0
 
     return _run(call, len(arrays), prepare, arena, stats, options)
 
 
 @hookimpl
 def uform_modalities() -> Iterable[Modality]:
-    common = {"mean": _frames.MEAN, "std": _frames.STD}
+    common = {"mean": frames.MEAN, "std": frames.STD}
     presets = {
         "tiny": {"width": 64, "depth": 2, "heads": 2, "mlp_width": 128, "image_size": 32, "patch_size": 8, **common},
         "small": {"width": 256, "depth": 4, "heads": 4, "mlp_width": 1024, "image_size": 128, "patch_size": 16, **common},

@@ -28,9 +28,9 @@ from uform.core.prepare import ItemBatches
 from uform.core.runtime import Call
 from uform.core.stats import EncodeStats
 
-from . import _frames
-from ._frames import Pixels
-from ._sources import Source, falls_short, sources
+from . import frames
+from .frames import Pixels
+from .sources import Source, falls_short, sources
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -71,7 +71,7 @@ class VideoTower:
 
 
 def read(cfg: Mapping[str, Any], model: ModelConfig) -> VideoTower:
-    geometry, pixels = _frames.read_geometry(cfg, "towers.video")
+    geometry, pixels = frames.read_geometry(cfg, "towers.video")
     return VideoTower(geometry, pixels, integer(cfg, "frames", "towers.video", 1, MAX_FRAMES))
 
 
@@ -90,8 +90,8 @@ def tensors(t: VideoTower, model: ModelConfig) -> dict[str, TensorSpec]:
 
 def graph(t: VideoTower, model: ModelConfig, b: GraphBuilder) -> None:
     s, f, w, n = t.pixels.image_size, t.frames, t.geometry.width, t.pixels.grid**2
-    frames = _frames.pixels_input(b, "frames", ["batch", f, s, s, 3])
-    x = _frames.patch_tokens(b, b.op("Reshape", frames, b.ints([-1, s, s, 3])), "video", t.pixels, w)
+    clips = frames.pixels_input(b, "frames", ["batch", f, s, s, 3])
+    x = frames.patch_tokens(b, b.op("Reshape", clips, b.ints([-1, s, s, 3])), "video", t.pixels, w)
     x = b.op("Reshape", x, b.ints([-1, f, n, w]))
     positions = b.op("Slice", b.weight("video.pos.weight"), b.ints([1]), b.ints([1 + n]))  # [G², W]
     times = b.op("Unsqueeze", b.weight("video.time.weight"), b.ints([1]))  # [F, 1, W]
@@ -289,7 +289,7 @@ def frame_pixels(frame: Any, size: int, source: Source) -> np.ndarray:
     turns = round((frame.rotation or 0) / 90) % 4  # counterclockwise quarter turns, as FFmpeg's autorotate
     if turns:
         rgb = np.rot90(rgb, turns)
-    return _frames.fit(_frames.from_array(rgb), size)
+    return frames.fit(frames.from_array(rgb), size)
 
 
 def sample(source: Source, t: VideoTower, seeking: bool = True) -> tuple[np.ndarray, Counters]:
@@ -362,7 +362,7 @@ def video_encode(
 
 @hookimpl
 def uform_modalities() -> Iterable[Modality]:
-    common = {"mean": _frames.MEAN, "std": _frames.STD}
+    common = {"mean": frames.MEAN, "std": frames.STD}
     presets = {
         "tiny": {"width": 64, "depth": 2, "heads": 2, "mlp_width": 128, "frames": 4, "image_size": 32, "patch_size": 8, **common},
         "small": {"width": 256, "depth": 4, "heads": 4, "mlp_width": 1024, "frames": 8, "image_size": 112, "patch_size": 16, **common},
