@@ -15,7 +15,7 @@ image tower alone (preprocessed pixels fed straight to the ONNX Runtime session)
 PyTorch reference fed by a plain PIL pipeline (open, RGB, resize, crop, batch: no overlap),
 and of a Hugging Face transformers ViT of the same geometry (random init from a ViTConfig,
 nothing downloaded) with its ViTImageProcessor. Then clips/s for sampling the video tower's
-frames (8 on ``small``) from 10 s 640x480 H.264 clips: the seek plan of uform.plugins.video
+frames (8 on ``small``) from 10 s 640x480 H.264 clips: the seek plan of uform.plugins.clips
 against reading the clip through, at 1 keyframe a second and at 1 keyframe per 250 frames,
 and video_encode end to end. Every image rate is the best of timed calls after a warm-up call
 (each call a whole set of ``--images``), never a first call: one-time costs (a library's first
@@ -104,6 +104,7 @@ def main() -> None:
     from uform.core.executor import available_cores
     from uform.core.host import get_host
     from uform.exporters.reference import ReferenceModel
+    from uform.plugins import clips as sampling
     from uform.plugins import frames, sources, video
 
     threads = available_cores()
@@ -167,8 +168,8 @@ def main() -> None:
         for gop in (30, 250):
             clips = [movie(root / f"clip{gop}_{i}.mp4", 10, gop) for i in range(args.clips)]
             items = [sources.Source(i, str(c)) for i, c in enumerate(clips)]
-            seek = rate(lambda: [video.sample(src, vt, True) for src in items], len(clips), args.seconds)
-            through = rate(lambda: [video.sample(src, vt, False) for src in items], len(clips), args.seconds)
+            seek = rate(lambda: [sampling.sample(src, vt.frames, vt.pixels.image_size, True) for src in items], len(clips), args.seconds)
+            through = rate(lambda: [sampling.sample(src, vt.frames, vt.pixels.image_size, False) for src in items], len(clips), args.seconds)
             every = rate(lambda: [_decode_every_frame(c) for c in clips], len(clips), args.seconds)
             vstats = uform.VideoEncodeStats()
             arena = uform.Arena()

@@ -45,12 +45,12 @@ def test_questions_are_answerable_from_their_caption() -> None:
 
 
 def test_pictures_decode_through_the_runtime_as_generated() -> None:
-    from uform.plugins import image
+    from uform.plugins import pictures
 
     p = g.picture(np.random.default_rng(0), 32)
-    decoded = image.decode(Source(0, None, data=image_bytes(p.pixels, "png")), 32)[0]
+    decoded = pictures.decode(Source(0, None, data=image_bytes(p.pixels, "png")), 32)[0]
     assert np.array_equal(decoded, p.pixels)
-    jpeg = image.decode(Source(0, None, data=image_bytes(p.pixels, "jpeg")), 32)[0]
+    jpeg = pictures.decode(Source(0, None, data=image_bytes(p.pixels, "jpeg")), 32)[0]
     assert np.abs(jpeg.astype(int) - p.pixels).mean() < 6
 
 
@@ -66,13 +66,13 @@ def test_recordings_decode_through_the_runtime_to_the_training_samples() -> None
 @pytest.mark.parametrize("fmt", ["mp4", "webm"])
 def test_clips_decode_through_the_runtime_close_to_their_frames(fmt: str) -> None:
     from uform.core.config import make_config
-    from uform.plugins import video
+    from uform.plugins import clips, video
 
     cfg = {"width": 8, "depth": 1, "heads": 1, "mlp_width": 8, "frames": 4, "image_size": 32, "patch_size": 8,
            "mean": [0.5] * 3, "std": [0.5] * 3}  # fmt: skip
     tower = video.read(cfg, make_config(8, 8, {"video": cfg}))
     c = g.clip(np.random.default_rng(0), 32)
-    frames, _ = video.sample(Source(0, None, data=video_bytes(c.frames, fmt)), tower)
+    frames, _ = clips.sample(Source(0, None, data=video_bytes(c.frames, fmt)), tower.frames, tower.pixels.image_size)
     # 8 frames over one second, 4 samples at (i + 1/2) / 4 s: frames 1, 3, 5, 7
     assert np.abs(frames.astype(int) - c.frames[[1, 3, 5, 7]]).mean() < 6
 
@@ -142,7 +142,7 @@ def test_foreign_captions_are_never_training_captions_but_use_its_words() -> Non
 def test_foreign_media_decode_through_the_runtime_and_repeat_per_seed() -> None:
     from uform.core.config import make_config
     from uform.demo import foreign as f
-    from uform.plugins import image, recordings, video
+    from uform.plugins import clips, pictures, recordings, video
 
     def draw(seed: int) -> list[object]:
         rng = np.random.default_rng(seed)
@@ -157,8 +157,8 @@ def test_foreign_media_decode_through_the_runtime_and_repeat_per_seed() -> None:
     kinds = set()
     for _ in range(6):
         p, (c, four), s = f.picture(rng), f.clip(rng), f.sound(rng)
-        assert image.decode(Source(0, None, data=p.data), 32)[0].shape == (32, 32, 3)
-        frames, _ = video.sample(Source(0, None, data=c.data), tower)
+        assert pictures.decode(Source(0, None, data=p.data), 32)[0].shape == (32, 32, 3)
+        frames, _ = clips.sample(Source(0, None, data=c.data), tower.frames, tower.pixels.image_size)
         assert frames.shape == (4, 32, 32, 3) and np.abs(frames[0].astype(int) - frames[3]).mean() > 0.5  # it moves
         assert sorted(four) == sorted(f.WAYS) and len(set(four.values())) == 4
         window = recordings.decode(Source(0, None, data=s.data), 16000, 16000).samples

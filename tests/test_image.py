@@ -12,7 +12,7 @@ from PIL import Image
 
 import uform
 from ckpt import make_checkpoint
-from uform.plugins import frames, image, sources
+from uform.plugins import frames, image, pictures, sources
 
 S = 32  # tiny preset
 
@@ -113,12 +113,12 @@ def test_exif_orientation(model: uform.Model, orientation: int) -> None:
         1: stored, 2: stored[:, ::-1], 3: stored[::-1, ::-1], 4: stored[::-1], 5: stored.transpose(1, 0, 2),
         6: np.rot90(stored, -1), 7: stored[::-1, ::-1].transpose(1, 0, 2), 8: np.rot90(stored, 1),
     }[orientation]  # fmt: skip
-    got, *_ = image.decode(sources.Source(0, None, data=with_orientation(stored, orientation)), S)
+    got, *_ = pictures.decode(sources.Source(0, None, data=with_orientation(stored, orientation)), S)
     np.testing.assert_array_equal(got, frames.fit(Image.fromarray(np.ascontiguousarray(upright)), S))
 
 
 def _rgb(im: Image.Image) -> np.ndarray:
-    return np.asarray(image.to_rgb(image.orient(im)))
+    return np.asarray(pictures.to_rgb(pictures.orient(im)))
 
 
 def test_modes_convert_to_8_bit_rgb() -> None:
@@ -159,10 +159,10 @@ def test_modes_convert_to_8_bit_rgb() -> None:
 
 def test_large_jpegs_decode_at_reduced_scale(monkeypatch: pytest.MonkeyPatch) -> None:
     data = encode_image(pattern(600, 800), "JPEG", quality=95)
-    reduced, _, pixels, was_reduced = image.decode(sources.Source(0, None, data=data), S)
+    reduced, _, pixels, was_reduced = pictures.decode(sources.Source(0, None, data=data), S)
     assert was_reduced and pixels == 75 * 100  # 1/8 scale keeps the shorter side >= 2 S (75 >= 64)
-    monkeypatch.setattr(image, "JPEG_DRAFT_MARGIN", 0)
-    full, _, pixels, was_reduced = image.decode(sources.Source(0, None, data=data), S)
+    monkeypatch.setattr(pictures, "JPEG_DRAFT_MARGIN", 0)
+    full, _, pixels, was_reduced = pictures.decode(sources.Source(0, None, data=data), S)
     assert not was_reduced and pixels == 600 * 800
     assert np.abs(full.astype(int) - reduced).mean() < 2
 
@@ -265,7 +265,7 @@ def test_corrupted_files_raise_input_errors_only(model: uform.Model, fmt: str) -
 def test_jpeg_orientation_and_empty_calls(model: uform.Model) -> None:
     data = with_orientation(pattern(40, 70), 6, "JPEG")
     upright = Image.open(io.BytesIO(data)).convert("RGB").transpose(Image.Transpose.ROTATE_270)
-    got, *_ = image.decode(sources.Source(0, None, data=data), S)
+    got, *_ = pictures.decode(sources.Source(0, None, data=data), S)
     np.testing.assert_array_equal(got, frames.fit(upright, S))
     assert model.image_encode([], uform.Arena()).embeddings.shape == (0, 32)
     assert model.image_encode_pixels([], uform.Arena()).embeddings.shape == (0, 32)

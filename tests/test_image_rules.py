@@ -14,7 +14,7 @@ from PIL import Image
 
 import uform
 from ckpt import make_checkpoint
-from uform.plugins import image, sources
+from uform.plugins import pictures, sources
 
 S = 32  # tiny preset
 
@@ -25,7 +25,7 @@ def model(tmp_path_factory: pytest.TempPathFactory) -> uform.Model:
 
 
 def decoded(data: bytes) -> np.ndarray:
-    return image.decode(sources.Source(0, None, data=data), S)[0]
+    return pictures.decode(sources.Source(0, None, data=data), S)[0]
 
 
 # -- JPEG reduced scale: the largest s of 8, 4, 2 with shorter >= margin * s * S -------------
@@ -36,14 +36,14 @@ def decoded(data: bytes) -> np.ndarray:
     [(512, 8), (511, 4), (505, 4), (256, 4), (255, 2), (128, 2), (127, 1)],  # margin 2, S = 32
 )
 def test_draft_scale_is_the_documented_rule(shorter: int, scale: int) -> None:
-    assert image.draft_scale(shorter + 15, shorter, S) == scale
-    assert image.draft_scale(shorter, 4 * shorter, S) == scale
+    assert pictures.draft_scale(shorter + 15, shorter, S) == scale
+    assert pictures.draft_scale(shorter, 4 * shorter, S) == scale
 
 
 def test_a_jpeg_decodes_at_the_documented_scale(model: uform.Model) -> None:
     # ceil(505 / 8) = 64 = margin × S, but 505 < margin × 8 × S = 512: the rule says 1/4
     data = encode_image(pattern(505, 520), "JPEG", quality=92)
-    fitted, _, pixels, reduced = image.decode(sources.Source(0, None, data=data), S)
+    fitted, _, pixels, reduced = pictures.decode(sources.Source(0, None, data=data), S)
     assert reduced and pixels == 130 * 127  # ceil(520 / 4) × ceil(505 / 4)
     reference = Image.open(io.BytesIO(data))
     reference.draft(None, (520 // 4, 505 // 4))  # libjpeg at 1/4, decoded independently of uform
@@ -89,7 +89,7 @@ def test_low_depth_grayscale_transparent_value_is_white(model: uform.Model, dept
     data = png(values, depth, 0, struct.pack(">H", 1))
     expected = _gray(values, 255 // top)  # samples scaled to 8 bits: × 85 (2-bit), × 17 (4-bit)
     expected[values == 1] = 255
-    assert np.array_equal(image.decode(sources.Source(0, None, data=data), 40)[0], expected)
+    assert np.array_equal(pictures.decode(sources.Source(0, None, data=data), 40)[0], expected)
     files = np.array(model.image_encode([data], uform.Arena()).embeddings)
     assert np.array_equal(files, np.array(model.image_encode_pixels([expected], uform.Arena()).embeddings))
 

@@ -13,7 +13,7 @@ from PIL import Image
 
 import uform
 from ckpt import make_checkpoint
-from uform.plugins import frames, image, sources
+from uform.plugins import frames, pictures, sources
 
 S = 32  # tiny preset
 
@@ -87,7 +87,7 @@ def test_a_million_to_one_png_and_its_pixels_encode_alike(model: uform.Model) ->
     picture = strip(1_000_000, 1)
     data = encode_image(picture, "PNG")
     assert len(data) < 100_000
-    fitted, _, pixels, _ = image.decode(sources.Source(0, None, data=data), S)
+    fitted, _, pixels, _ = pictures.decode(sources.Source(0, None, data=data), S)
     assert pixels == 1_000_000 and fitted.shape == (S, S, 3)
     wide = np.ascontiguousarray(picture.transpose(1, 0, 2))
     files = np.array(model.image_encode([data, encode_image(wide, "PNG")], uform.Arena()).embeddings)

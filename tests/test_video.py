@@ -14,6 +14,7 @@ import uform
 from ckpt import make_checkpoint
 from uform.core import checkpoint
 from uform.core.host import get_host
+from uform.plugins import clips as clips_module
 from uform.plugins import frames as frames_module
 from uform.plugins import sources, video
 
@@ -37,8 +38,8 @@ def tower(ckpt: Path) -> video.VideoTower:
     return video.read(config.towers["video"], config)
 
 
-def sampled(tower: video.VideoTower, data: bytes, seeking: bool = True) -> tuple[list[int], np.ndarray, video.Counters]:
-    frames, counters = video.sample(sources.Source(0, None, data=data), tower, seeking)
+def sampled(tower: video.VideoTower, data: bytes, seeking: bool = True) -> tuple[list[int], np.ndarray, clips_module.Counters]:
+    frames, counters = clips_module.sample(sources.Source(0, None, data=data), tower.frames, tower.pixels.image_size, seeking)
     return [level_index(f) for f in frames], frames, counters
 
 
@@ -107,7 +108,7 @@ def test_parity_with_reference(model: uform.Model, ckpt: Path, tower: video.Vide
 
     clips = [clip(frames=12), clip("libvpx", "webm", frames=5, picture=pattern(48, 64)), clip(frames=9, size=(80, 32))]
     ours = np.array(model.video_encode(clips, uform.Arena()).embeddings)
-    frames = np.stack([video.sample(sources.Source(0, None, data=c), tower)[0] for c in clips])
+    frames = np.stack([clips_module.sample(sources.Source(0, None, data=c), tower.frames, tower.pixels.image_size)[0] for c in clips])
     with torch.no_grad():
         ref = ReferenceModel.from_checkpoint(ckpt).towers["video"](torch.from_numpy(frames)).numpy()
     assert ours.shape == (3, 32)
@@ -193,14 +194,14 @@ def test_bad_files_name_item_path_and_reason_and_write_nothing(model: uform.Mode
 
 
 def test_bounds_on_frame_size_and_duration(model: uform.Model, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(video, "MAX_FRAME_PIXELS", 64 * 48 - 1)
+    monkeypatch.setattr(clips_module, "MAX_FRAME_PIXELS", 64 * 48 - 1)
     with pytest.raises(uform.InputError, match=r"item 0: frames are 64x48, over the limit"):
         model.video_encode([clip(frames=3)], uform.Arena())
-    monkeypatch.setattr(video, "MAX_FRAME_PIXELS", 10**8)
-    monkeypatch.setattr(video, "MAX_SECONDS", 0.5)
+    monkeypatch.setattr(clips_module, "MAX_FRAME_PIXELS", 10**8)
+    monkeypatch.setattr(clips_module, "MAX_SECONDS", 0.5)
     with pytest.raises(uform.InputError, match=r"item 0: the clip spans 1 s, over the limit"):
         model.video_encode([clip(frames=30)], uform.Arena())
-    monkeypatch.setattr(video, "MAX_PACKETS", 5)
+    monkeypatch.setattr(clips_module, "MAX_PACKETS", 5)
     with pytest.raises(uform.InputError, match=r"over 5 frames"):
         model.video_encode([clip(frames=10)], uform.Arena())
 
@@ -208,16 +209,16 @@ def test_bounds_on_frame_size_and_duration(model: uform.Model, monkeypatch: pyte
 def test_a_missed_seek_falls_back_to_reading_through(tower: video.VideoTower, monkeypatch: pytest.MonkeyPatch) -> None:
     data = clip(frames=30, gop=5)
     want = sampled(tower, data, seeking=False)[1]
-    real = video.pick
+    real = clips_module.pick
     calls: list[bool] = []
 
-    def missing(container: object, stream: object, p: video.Plan, count: int, seeking: bool, keep: object) -> video.Counters:
+    def missing(container: object, stream: object, p: clips_module.Plan, count: int, seeking: bool, keep: object) -> clips_module.Counters:
         calls.append(seeking)
         if seeking:
-            raise video._SeekMissed
+            raise clips_module._SeekMissed
         return real(container, stream, p, count, seeking, keep)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(video, "pick", missing)
+    monkeypatch.setattr(clips_module, "pick", missing)
     np.testing.assert_array_equal(sampled(tower, data)[1], want)
     assert calls == [True, False]
 

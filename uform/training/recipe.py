@@ -3,8 +3,8 @@
 Every tower is the PyTorch reference (:mod:`uform.exporters.reference`) of the runtime's
 graphs, so trained weights mean the same in both. Inputs are prepared exactly as the
 runtime prepares them: pictures go through file bytes and the image plugin's own decode
-(:func:`uform.plugins.image.decode`), clips through MP4/WebM bytes and the video plugin's
-own sampling (:func:`uform.plugins.video.sample`), recordings are 16-bit samples read as
+(:func:`uform.plugins.pictures.decode`), clips through MP4/WebM bytes and the video plugin's
+own sampling (:func:`uform.plugins.clips.sample`), recordings are 16-bit samples read as
 ``s16 / 32768`` at the tower's rate (what the runtime reads from a WAV or FLAC at 16 kHz:
 no resampling, the window is exactly the one-second recording).
 
@@ -218,10 +218,8 @@ class Inputs:
     def __init__(self, config: ModelConfig, seed: int, video_pool: int, log: Callable[[str], None], *, audio_pool: int = 0,
                  image_pool: int = 0, canonical: float = 0.3, jumbled: float = 0.35, questions_seed: int | None = None,
                  partials: int = v.PARTIALS) -> None:  # fmt: skip
-        from uform.plugins import image as image_plugin
         from uform.plugins import video as video_plugin
 
-        self.image_plugin, self.video_plugin = image_plugin, video_plugin
         self.image_size = int(config.towers["image"]["image_size"])
         self.window = int(config.towers["audio"]["samples"])
         self.video_tower = video_plugin.read(config.towers["video"], config)
@@ -252,6 +250,7 @@ class Inputs:
         log(f"made {audio_pool} varied training recordings in {time.perf_counter() - started:.0f} s")
 
     def _picture(self, canonical: bool) -> tuple[np.ndarray, int]:
+        from uform.plugins.pictures import decode as decode_picture
         from uform.plugins.sources import Source
 
         rng = self.rngs["image"]
@@ -262,9 +261,10 @@ class Inputs:
             pixels, m = v.picture(rng, int(rng.choice([32, 40, 48, 64, 96, 128])))
             caption, quality = m.caption, int(rng.integers(60, 96))
         data = image_bytes(pixels, "jpeg", quality=quality) if rng.random() < 0.3 else image_bytes(pixels, "png")
-        return self.image_plugin.decode(Source(0, None, data=data), self.image_size)[0], self.index["image"][caption]
+        return decode_picture(Source(0, None, data=data), self.image_size)[0], self.index["image"][caption]
 
     def _clip(self, i: int) -> tuple[np.ndarray, int]:
+        from uform.plugins.clips import sample as sample_clip
         from uform.plugins.sources import Source
 
         rng = self.rngs["video"]
@@ -277,7 +277,7 @@ class Inputs:
             crf = int(rng.integers(14, 32)) if fmt == "mp4" else int(rng.integers(4, 30))
             gop = int(rng.choice([1, 3, 8, 30, 250]))
             data, caption = video_bytes(vc.frames, fmt, fps=vc.fps, gop=gop, crf=crf), vc.meaning.caption
-        frames, _ = self.video_plugin.sample(Source(0, None, data=data), self.video_tower)
+        frames, _ = sample_clip(Source(0, None, data=data), self.video_tower.frames, self.video_tower.pixels.image_size)
         return frames, self.index["video"][caption]
 
     @staticmethod

@@ -1,0 +1,261 @@
+"""Clips to frames on the host: MP4 (H.264, HEVC) and WebM (VP8, VP9, AV1) files sampled,
+each sampled frame decoded, turned upright and fitted to the tower's square.
+
+The rules are docs/media.md's ("Video"). A demux-only pass (:func:`plan`) reads every packet's
+presentation time and keyframe flag (no decoding); the ``F`` frames the format names are then
+decoded (:func:`pick`), seeking only when the next one lies in a later keyframe group than the
+decoder's position, which never decodes more than reading the clip through. The video plugin
+(:mod:`uform.plugins.video`) maps :func:`sample` over the executor's threads.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from uform.core.errors import InputError
+
+from . import frames
+from .sources import Source, falls_short
+
+MAX_FRAME_PIXELS = 40_000_000  # width × height of a frame (8K UHD is 33.2 M)
+MAX_SECONDS = 6 * 3600  # span of a clip's presentation times
+MAX_PACKETS = 2_000_000  # video packets the demux-only pass reads
+CONTAINERS = {"mp4": "mp4", "webm": "matroska"}
+_MP4_BOXES = (b"ftyp", b"moov", b"mdat", b"free", b"skip", b"wide")
+
+
+@dataclass
+class Plan:
+    """What the demux-only pass found: frame times and keyframe times (stream time base)."""
+
+    times: np.ndarray  # presentation times of every frame, sorted
+    keys: np.ndarray  # presentation times of keyframes, sorted
+    start: int  # t₀
+    span: int  # d
+    seconds: float
+
+    def targets(self, count: int) -> np.ndarray:
+        """Index into ``times`` of the frame each of ``count`` samples takes: the last frame at or
+        before ``t₀ + (i + ½) d / F`` (exact, in integers), the first frame if none is."""
+        scaled = 2 * count * (self.times - self.start)
+        picks = np.searchsorted(scaled, (2 * np.arange(count) + 1) * self.span, side="right") - 1
+        return np.maximum(picks, 0)
+
+    def group(self, pts: int) -> int:
+        return int(np.searchsorted(self.keys, pts, side="right")) - 1
+
+
+@dataclass
+class Counters:
+    decoded: int = 0
+    seeks: int = 0
+    seconds: float = 0.0
+    bytes_read: int = 0
+
+
+class _SeekMissed(Exception):
+    """A seek landed after the frame it aimed at: decode from the start instead."""
+
+
+class _NoFrames(Exception):
+    """The decoder produced no frame at all."""
+
+
+def sniff(head: bytes) -> str | None:
+    if head.startswith(b"\x1aE\xdf\xa3"):
+        return "webm"
+    if head[4:8] in _MP4_BOXES:
+        return "mp4"
+    return None
+
+
+def video_stream(container: Any, source: Source) -> Any:
+    streams = [s for s in container.streams.video if not s.disposition & 0x400]  # AV_DISPOSITION_ATTACHED_PIC
+    if not container.streams:
+        raise source.fail("cannot decode the video: no stream could be read (a truncated or damaged file?)")
+    if not streams:
+        others = ", ".join(sorted({s.type for s in container.streams}))
+        raise source.fail(f"the file has no video stream (streams: {others})")
+    stream = streams[0]
+    width, height = stream.codec_context.width, stream.codec_context.height
+    if width * height > MAX_FRAME_PIXELS:
+        raise source.fail(f"frames are {width}x{height}, over the limit of {MAX_FRAME_PIXELS} pixels (uform.plugins.clips.MAX_FRAME_PIXELS)")
+    return stream
+
+
+def plan(container: Any, stream: Any, source: Source) -> Plan:
+    """Demux (never decode) the file: every video frame's presentation time and keyframes,
+    and where each stream's packets end, to tell a truncated file (:func:`check_complete`)."""
+    times, keys, durations = [], [], {}
+    ends: dict[Any, int] = {}  # stream → where its packets end (its time base)
+    for packet in container.demux():
+        if packet.pts is None or packet.size == 0 or packet.is_discard:  # discard: cut by an MP4 edit list
+            continue
+        if packet.stream is not stream:
+            ends[packet.stream] = max(ends.get(packet.stream, packet.pts), packet.pts + (packet.duration or 0))
+            continue
+        times.append(packet.pts)
+        durations[packet.pts] = packet.duration or 0
+        if packet.is_keyframe:
+            keys.append(packet.pts)
+        if len(times) > MAX_PACKETS:
+            raise source.fail(f"the video stream has over {MAX_PACKETS} frames (uform.plugins.clips.MAX_PACKETS)")
+    if not times:
+        raise source.fail("the video stream has no frames")
+    order = np.sort(np.asarray(times, np.int64))
+    gaps = np.diff(order)
+    last = durations[int(order[-1])] or (int(np.median(gaps)) if len(gaps) else 1)
+    span = int(order[-1] - order[0]) + max(int(last), 1)
+    seconds = float(span * stream.time_base)
+    if seconds > MAX_SECONDS:
+        raise source.fail(f"the clip spans {seconds:.0f} s, over the limit of {MAX_SECONDS} s (uform.plugins.clips.MAX_SECONDS)")
+    ends[stream] = int(order[0]) + span
+    check_complete(container, stream, ends, source)
+    return Plan(order, np.sort(np.asarray(keys or times[:1], np.int64)), int(order[0]), span, seconds)
+
+
+def check_complete(container: Any, stream: Any, ends: Mapping[Any, int], source: Source) -> None:
+    """Refuse a file whose packets end well before the duration its container declares.
+
+    The video stream's own declared duration (MP4) is compared with where its packets end;
+    where it declares none (WebM), the container's duration is compared with where the
+    packets of any stream end (a cut file loses the end of every stream). Containers count
+    a duration from time 0 or from the first timestamp, so a file is refused only when it
+    falls short either way. A file that declares nothing (a live WebM recording) is not judged.
+    """
+    if stream.duration and stream.time_base:
+        declared, start = float(stream.duration * stream.time_base), float((stream.start_time or 0) * stream.time_base)
+        end = float(ends[stream] * stream.time_base)
+    elif container.duration:
+        declared, start = container.duration / 1_000_000, (container.start_time or 0) / 1_000_000
+        end = max(float(last * s.time_base) for s, last in ends.items() if s.time_base)
+    else:
+        return
+    ended = max(end, end - start)
+    if falls_short(ended, declared):
+        raise source.fail(f"is truncated or corrupt: its container declares {declared:.2f} s, its packets end at {max(ended, 0):.2f} s")
+
+
+def _frames_from(container: Any, stream: Any, seek_to: int | None) -> Iterator[Any]:
+    if seek_to is not None:
+        container.seek(seek_to, stream=stream, backward=True, any_frame=False)
+    for packet in container.demux(stream):
+        yield from packet.decode()
+
+
+def pick(container: Any, stream: Any, p: Plan, count: int, seeking: bool, keep: Callable[[int, Any], None]) -> Counters:
+    """Decode up to the ``count`` sampled frames, calling ``keep(i, frame)`` for each sample in order.
+
+    Frames come out of the decoder in presentation order; sample ``i`` is the last frame at or
+    before its target time. With ``seeking``, when the next sample lies in a later keyframe
+    group than the frame just decoded, the container seeks to that group's keyframe.
+    """
+    wanted = p.times[p.targets(count)]
+    c = Counters()
+    j, prev = 0, None
+    first = p.group(int(wanted[0]))
+    seek_to: int | None = int(p.keys[first]) if seeking and first > 0 else None
+    while True:
+        jump, c.seeks = seek_to is not None, c.seeks + int(seek_to is not None)
+        frames, seek_to = _frames_from(container, stream, seek_to), None
+        for frame in frames:
+            c.decoded += 1
+            pts = frame.pts if frame.pts is not None else (prev.pts + 1 if prev is not None else p.start)
+            if jump and pts > wanted[j]:
+                raise _SeekMissed
+            jump = False
+            while j < count and 2 * count * (pts - p.start) > (2 * j + 1) * p.span:
+                keep(j, prev if prev is not None else frame)
+                j += 1
+            if j == count:
+                return c
+            prev = frame
+            group = p.group(int(wanted[j]))
+            if seeking and group > p.group(pts):
+                seek_to = int(p.keys[group])
+                break
+        if jump:
+            raise _SeekMissed  # the seek found no frames
+        if seek_to is None:
+            break
+    if prev is None:
+        raise _NoFrames
+    while j < count:
+        keep(j, prev)
+        j += 1
+    return c
+
+
+def _opener(source: Source) -> tuple[Callable[[], Any], bytes, int]:
+    """How to (re)open the clip for PyAV, its first bytes, and its size in bytes."""
+    if source.data is None and source.stream is None:
+        assert source.path is not None
+        path = source.path
+        with open(path, "rb") as f:
+            head, size = f.read(16), f.seek(0, 2)
+        return (lambda: path), head, size
+    data = source.data if source.data is not None else source.open().read()
+    if not isinstance(data, bytes):
+        raise source.fail(f"the file object gave {type(data).__name__}, not bytes; open it with 'rb'")
+    return (lambda: io.BytesIO(data)), data[:16], len(data)
+
+
+def frame_pixels(frame: Any, size: int, source: Source) -> np.ndarray:
+    """One decoded frame as ``uint8 [S, S, 3]``: RGB, turned as its display matrix says, fitted."""
+    if frame.width * frame.height > MAX_FRAME_PIXELS:
+        raise source.fail(f"a frame is {frame.width}x{frame.height}, over the limit of {MAX_FRAME_PIXELS} pixels")
+    # libswscale with PyAV's defaults (SWS_BILINEAR): the matrix and range the frame is tagged
+    # with; untagged is BT.601, limited range (docs/checkpoint.md, "Video tower")
+    rgb = frame.to_ndarray(format="rgb24")
+    turns = round((frame.rotation or 0) / 90) % 4  # counterclockwise quarter turns, as FFmpeg's autorotate
+    if turns:
+        rgb = np.rot90(rgb, turns)
+    return frames.fit(frames.from_array(rgb), size)
+
+
+def sample(source: Source, count: int, size: int, seeking: bool = True) -> tuple[np.ndarray, Counters]:
+    """``uint8 [count, size, size, 3]`` of one clip (a tower's ``F`` frames of ``S × S``), and
+    what decoding it cost."""
+    import av
+
+    try:
+        opener, head, nbytes = _opener(source)
+    except OSError as exc:
+        raise source.fail(f"cannot read the file ({exc})") from None
+    kind = sniff(head)
+    if kind is None:
+        raise source.fail(f"not an MP4 or WebM file (first bytes {head[:8].hex(' ')})" if head else "the file is empty")
+    out = np.empty((count, size, size, 3), np.uint8)
+    last: list[Any] = [None]
+
+    def keep(i: int, frame: Any) -> None:
+        if last[0] is not frame:
+            out[i] = frame_pixels(frame, size, source)
+            last[0] = frame
+        else:
+            out[i] = out[i - 1]
+
+    try:
+        with av.open(opener(), format=CONTAINERS[kind], metadata_errors="replace") as container:
+            index = video_stream(container, source).index
+            p = plan(container, container.streams[index], source)
+        for attempt in ((True, False) if seeking else (False,)):
+            with av.open(opener(), format=CONTAINERS[kind], metadata_errors="replace") as container:
+                try:
+                    c = pick(container, container.streams[index], p, count, attempt, keep)
+                    break
+                except _SeekMissed:
+                    last[0] = None
+    except InputError:
+        raise
+    except _NoFrames:
+        raise source.fail("the video stream has no decodable frames") from None
+    except Exception as exc:  # noqa: BLE001 - whatever FFmpeg says, it is this item's fault
+        raise source.fail(f"cannot decode the video: {type(exc).__name__}: {exc}") from None
+    c.seconds, c.bytes_read = p.seconds, nbytes
+    return out, c
