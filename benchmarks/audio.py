@@ -69,7 +69,9 @@ def measure(model: Any, kind: str, items: list[Any], window_seconds: float, seco
 
 
 def graph_only(model: Any, items: int, window: int, seconds: float) -> float:
-    runner = model._runtime.placement.runners["audio"]
+    from uform.model import runtime_of
+
+    runner = runtime_of(model).placement.runners["audio"]
     feed = np.random.default_rng(0).standard_normal((items, window)).astype(np.float32) * 0.1
     return rate(lambda: runner.run(["embeddings"], {"samples": feed}), items, seconds)
 

@@ -57,9 +57,10 @@ def throughput(model: Any, ref: Any, seconds: float) -> list[dict[str, Any]]:
     import torch
 
     import uform
+    from uform.model import runtime_of
     from uform.plugins.choose import feeds
 
-    runner = model._runtime.placement.runners["decoder"]
+    runner = runtime_of(model).placement.runners["decoder"]
     context = model.describe().context
     rows = []
     for batch in (1, 64):

@@ -111,15 +111,16 @@ def parity(model: Any, path: Path, towers: list[str], min_cosine: float = 0.999)
     import torch
 
     from uform.exporters.reference import ReferenceModel
+    from uform.model import runtime_of
 
     ref = ReferenceModel.from_checkpoint(path)
     rows, rng = [], np.random.default_rng(0)
     for name in towers:
-        loaded = model._runtime.towers[name]
+        loaded = runtime_of(model).towers[name]
         feeds = synthetic_feeds(loaded.graph, PARITY_ROWS, rng, min(LENGTH, model.describe().context))
         first = loaded.graph.graph.output[0].name
         try:
-            got = model._runtime.placement.runners[name].run([first], feeds)[0].astype(np.float64)
+            got = runtime_of(model).placement.runners[name].run([first], feeds)[0].astype(np.float64)
             with torch.no_grad():
                 want = ref.towers[name](*(torch.from_numpy(f) for f in feeds.values()))
         except Exception as exc:  # noqa: BLE001 - one tower's failure is reported, the others still run
@@ -135,10 +136,11 @@ def parity(model: Any, path: Path, towers: list[str], min_cosine: float = 0.999)
 
 def throughput(model: Any, towers: list[str], seconds: float, batches: list[int]) -> list[dict[str, Any]]:
     from uform import Arena
+    from uform.model import runtime_of
 
     rows, rng = [], np.random.default_rng(1)
     for name in towers:
-        loaded, runner = model._runtime.towers[name], model._runtime.placement.runners[name]
+        loaded, runner = runtime_of(model).towers[name], runtime_of(model).placement.runners[name]
         first = loaded.graph.graph.output[0].name
         for batch in batches:
             feeds = synthetic_feeds(loaded.graph, batch, rng, min(LENGTH, model.describe().context))
@@ -149,7 +151,7 @@ def throughput(model: Any, towers: list[str], seconds: float, batches: list[int]
         "image_encode_pixels": ("images/s", lambda n: [rng.integers(0, 256, (256, 320, 3), dtype=np.uint8) for _ in range(n)]),
     }
     for verb, (unit, make) in verbs.items():
-        if not any(verb in t.modality.verbs for t in model._runtime.towers.values()):
+        if verb not in model.served.verbs:
             continue
         for batch in batches:
             items, arena = make(batch), Arena()
@@ -163,6 +165,7 @@ def torch_peer(path: Path, model: Any, towers: list[str], seconds: float, batche
     import torch
 
     from uform.exporters.reference import ReferenceModel
+    from uform.model import runtime_of
 
     if not torch.cuda.is_available():
         print("\n(no PyTorch peer: this torch has no CUDA)")
@@ -172,7 +175,7 @@ def torch_peer(path: Path, model: Any, towers: list[str], seconds: float, batche
     found: dict[tuple[str, int, str], float] = {}
     rng = np.random.default_rng(1)
     for name in towers:
-        loaded = model._runtime.towers[name]
+        loaded = runtime_of(model).towers[name]
         for batch in batches:
             feeds = synthetic_feeds(loaded.graph, batch, rng, min(LENGTH, model.describe().context))
             args = [torch.from_numpy(f).to("cuda") for f in feeds.values()]
@@ -253,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             run: dict[str, Any] = {"load_vram_s": round(time.perf_counter() - t, 2), "compute": model.compute}
             run["description"] = {k: str(v) for k, v in model.describe()._asdict().items()}
-            towers = list(model._runtime.towers)
+            towers = list(model.served.towers)
             print(f"\n[{compute}] load_vram of {path.stat().st_size >> 20} MiB on devices {devices}: {run['load_vram_s']} s; towers {towers}")
             run["parity"] = parity(model, path, [n for n in towers if n in TOWERS], 0.98 if compute == "e4m3" else 0.999)
             print(table(run["parity"], ["tower", "output", "max_abs_error", "min_cosine", "ok", "error"]))

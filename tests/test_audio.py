@@ -19,6 +19,7 @@ import uform
 from ckpt import make_checkpoint
 from uform.core import checkpoint
 from uform.core.host import get_host
+from uform.model import runtime_of
 from uform.plugins import audio, recordings, sources
 
 R, N = 16000, 16000  # the tiny preset's rate and window
@@ -157,7 +158,7 @@ def test_wav_at_the_tower_rate_is_exactly_its_samples(model: uform.Model, tmp_pa
     signal = media.tone(0.75, R, (300.0,))
     path = media.wav(tmp_path / "mono16k.wav", signal, R)
     pcm = media.pcm16(signal)[:, 0].astype(np.float32) / 32768
-    window = decode_item(0, path, model._runtime.towers["audio"].parsed).samples
+    window = decode_item(0, path, runtime_of(model).towers["audio"].parsed).samples
     np.testing.assert_array_equal(window, np.concatenate([pcm, np.zeros(N - len(pcm), np.float32)]))
     np.testing.assert_array_equal(embed(model, [path]), embed_samples(model, [pcm], R))
 

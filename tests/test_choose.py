@@ -13,6 +13,7 @@ from uform import Arena, InputError, RowsTape, TextEncodeStats, UnsupportedError
 from uform.core import checkpoint
 from uform.core.config import ModelConfig
 from uform.core.host import get_host
+from uform.model import runtime_of
 
 TEMPERATURES = [1.0, 0.02, 5.0]  # group 1 sharpens a tiny random model's small logits, group 2 flattens
 TEXTS = [
@@ -55,7 +56,7 @@ def test_parity_with_reference(path: Path) -> None:
     chunks = [t[-32:] for t in texts]
     lengths = np.array([len(c) for c in chunks])
     batch = feeds(chunks, lengths, np.arange(len(chunks)))
-    got = model._runtime.placement.runners["decoder"].run(["logits"], batch.feeds)[0]
+    got = runtime_of(model).placement.runners["decoder"].run(["logits"], batch.feeds)[0]
     with torch.no_grad():
         want = decoder.logits(texts).numpy()
         assert np.abs(decoder(torch.from_numpy(batch.feeds["bytes"]), torch.from_numpy(batch.feeds["last"])).numpy() - want).max() == 0

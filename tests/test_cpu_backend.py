@@ -12,6 +12,7 @@ import pytest
 
 import uform
 from uform import Arena, CPUClass, Executor, UnsupportedError
+from uform.model import runtime_of
 from uform.plugins import cpu
 from uform.plugins.sessions import Replicas, affinity_string, session_options
 
@@ -157,7 +158,7 @@ def test_session_options_come_from_the_executor() -> None:
 @pytest.mark.parametrize("quantization", [uform.Scalar.F32, uform.Scalar.BF16])  # the cpu backend, and the e4m3 one where it serves
 def test_load_ram_sessions_use_the_executor_threads(tiny_text: Path, quantization: uform.Scalar) -> None:
     model = uform.Model.load_ram(tiny_text, executor=Executor(threads=1), quantization=quantization)
-    runner = model._runtime.placement.runners["text"]
+    runner = runtime_of(model).placement.runners["text"]
     session = runner.session if model.backend == "e4m3" else runner  # type: ignore[attr-defined]
     assert session.get_session_options().intra_op_num_threads == 1
 
@@ -180,10 +181,10 @@ def test_two_domains_make_two_pinned_replicas(tmp_path: Path, tiny_text: Path, t
     first, last = allowed[0], allowed[-1]
     monkeypatch.setattr(cpu, "NODE_ROOT", fake_nodes(tmp_path / "nodes", {0: str(first), 1: str(last)}))
     model = uform.Model.load_ram(tiny_text, memory_domains=[0, 1], executor=Executor(threads=2))
-    runner = model._runtime.placement.runners["text"]
+    runner = runtime_of(model).placement.runners["text"]
     assert isinstance(runner, Replicas) and runner.affinities == [[first], [last]]
     assert model.describe().memory_usage == 2 * tiny_model.describe().memory_usage
-    assert (model._runtime.placement.batch_scale, tiny_model._runtime.placement.batch_scale) == (2, 1)
+    assert (runtime_of(model).placement.batch_scale, runtime_of(tiny_model).placement.batch_scale) == (2, 1)
     want = np.array(tiny_model.text_encode(TEXTS, Arena()).embeddings)
     np.testing.assert_allclose(np.array(model.text_encode(TEXTS, Arena()).embeddings), want, rtol=1e-6, atol=1e-7)
     assert min(runner.calls) > 0  # both domains served the call

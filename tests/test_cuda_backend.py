@@ -15,6 +15,7 @@ import pytest
 
 import uform
 from uform import Arena, Executor, GPUClass, Outputs, UnsupportedError
+from uform.model import runtime_of
 from uform.plugins import cuda
 from uform.plugins import gpus as gpu_info
 from uform.plugins.sessions import Replicas, rows_of
@@ -300,7 +301,7 @@ def test_load_vram_over_fake_devices_matches_load_ram(fake_cuda: list[int], tiny
     d = model.describe()
     assert (d.gpu_class, d.cpu_class) == (SM89, None)
     assert d.memory_usage == 2 * tiny_model.describe().memory_usage
-    runner = model._runtime.placement.runners["text"]
+    runner = runtime_of(model).placement.runners["text"]
     assert isinstance(runner, Replicas) and len(runner.sessions) == 2
     both = Outputs.EMBEDDINGS | Outputs.TOKENS
     got, want = model.text_encode(TEXTS, Arena(), outputs=both), tiny_model.text_encode(TEXTS, Arena(), outputs=both)
@@ -309,18 +310,18 @@ def test_load_vram_over_fake_devices_matches_load_ram(fake_cuda: list[int], tiny
     np.testing.assert_allclose(np.array(got.tokens.values), np.array(want.tokens.values), rtol=1e-6, atol=1e-7)
     assert min(runner.calls) > 0
     one = uform.Model.load_vram_buffer(tiny_text.read_bytes(), gpu_class=SM80)
-    assert one.describe().gpu_class == SM80 and not isinstance(one._runtime.placement.runners["text"], Replicas)
+    assert one.describe().gpu_class == SM80 and not isinstance(runtime_of(one).placement.runners["text"], Replicas)
 
 
 def test_vram_batches_hold_more_rows_split_over_the_devices(fake_cuda: list[int], tiny_text: Path, tiny_model: uform.Model) -> None:
     model = uform.Model.load_vram(tiny_text, devices=[0, 1])
-    assert model._runtime.placement.batch_scale == 2 * cuda.BATCH_SCALE == 8
+    assert runtime_of(model).placement.batch_scale == 2 * cuda.BATCH_SCALE == 8
     texts = [f"caption {i}" for i in range(600)]
     on_gpu, on_cpu = uform.TextEncodeStats(), uform.TextEncodeStats()
     got = np.array(model.text_encode(texts, Arena(), stats=on_gpu).embeddings)
     want = np.array(tiny_model.text_encode(texts, Arena(), stats=on_cpu).embeddings)
     assert (on_cpu.batches, on_gpu.batches) == (10, 2)  # 64 rows a batch on the CPU, 8 x 64 on two devices
-    runner = model._runtime.placement.runners["text"]
+    runner = runtime_of(model).placement.runners["text"]
     assert isinstance(runner, Replicas) and runner.calls == [2, 2]  # each batch split over both devices
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
 

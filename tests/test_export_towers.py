@@ -14,6 +14,7 @@ import uform
 from ckpt import make_checkpoint
 from uform.cli import main
 from uform.core.host import get_host
+from uform.model import runtime_of
 
 SIZES = {"batch": 2, "length": 5}
 
@@ -54,7 +55,7 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 def test_exported_towers_match_model_in_a_second_runtime(exported: tuple[Path, Path], weights: str) -> None:
     path, root = exported
     model = uform.Model.load_ram(path, quantization=uform.Scalar.F32)  # exported towers are float32
-    runners = model._runtime.placement.runners
+    runners = runtime_of(model).placement.runners
     assert set(runners) == {p.stem for p in (root / weights).glob("*.onnx")}
     rng = np.random.default_rng(0)
     for tower, runner in runners.items():

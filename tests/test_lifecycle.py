@@ -16,6 +16,7 @@ import uform
 from uform.core.pipeline import Batch, run_batches
 from uform.core.progress import Progress
 from uform.core.runtime import Call
+from uform.model import runtime_of
 
 WAIT = 10.0  # seconds a test waits for an event that must come; never reached when it passes
 
@@ -150,9 +151,9 @@ def test_close_joins_the_model_executor_but_not_the_callers(tiny_text: Path) -> 
     with uform.Model.load_ram(tiny_text, executor=mine) as model:
         model.deferred(mine).text_encode(["a", "b"], uform.Arena()).result()
         own = uform.Model.load_ram(tiny_text)
-        own.deferred(own._runtime.executor).text_encode(["a"], uform.Arena()).result()
+        own.deferred(runtime_of(own).executor).text_encode(["a"], uform.Arena()).result()
         own.close()
-        assert own._runtime.executor._dispatch is None  # joined
+        assert runtime_of(own).executor._dispatch is None  # joined
     assert mine._dispatch is not None  # the caller's executor is the caller's to close
     mine.close()
 
@@ -171,7 +172,7 @@ def test_close_closes_replicas(tiny_text: Path) -> None:
             closed.append("closed")
 
     model = uform.Model.load_ram(tiny_text)
-    runners = cast(dict[str, Any], model._runtime.placement.runners)
+    runners = cast(dict[str, Any], runtime_of(model).placement.runners)
     runners["text"] = Closing(runners["text"])
     model.close()
     assert closed == ["closed"]

@@ -23,6 +23,7 @@ from .core.stats import EncodeStats
 from .core.types import CPUClass, GPUClass, ModelDescription, Outputs, Scalar
 from .model import Model, default_checkpoint
 from .plugins.text import TextEncodeStats
+from .served import Served
 
 __version__ = "4.0.0rc1"
 
@@ -47,6 +48,6 @@ __all__ = [
     "Arena", "ArenaBusyError", "ArenaError", "CPUClass", "CancelledError", "CheckpointError",
     "Deferred", "DeferredOn", "EncodeStats", "Encoded", "Executor", "GPUClass", "InputError",
     "Model", "ModelDescription", "On", "Outputs", "PluginConflictError", "PluginError",
-    "RowsTape", "Scalar", "StaleArenaError", "TextEncodeStats", "UformError", "UnsupportedError",
+    "RowsTape", "Scalar", "Served", "StaleArenaError", "TextEncodeStats", "UformError", "UnsupportedError",
     "default_checkpoint", "hookimpl",
 ]  # fmt: skip

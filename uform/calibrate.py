@@ -185,7 +185,7 @@ def choice_logits(model: Model, examples: Sequence[Example], progress: ProgressH
     """Each example's choice logits (float64, flat) and offsets, up to a constant per row."""
     from . import Arena, InputError
 
-    temps = np.asarray(_temperatures(model), np.float64)
+    temps = np.asarray(model.served.choice_temperatures, np.float64)
     groups = [e.group if e.group < len(temps) else 0 for e in examples]
     try:
         tape = model.text_choose([e.text for e in examples], [e.choices for e in examples], Arena(), temperature_groups=groups, progress=progress)
@@ -194,11 +194,6 @@ def choice_logits(model: Model, examples: Sequence[Example], progress: ProgressH
     probs, offsets = tape.to_numpy()
     logp = np.log(np.maximum(probs.astype(np.float64), 1e-45))
     return logp * np.repeat(temps[groups], np.diff(offsets)), offsets
-
-
-def _temperatures(model: Model) -> tuple[float, ...]:
-    """The loaded checkpoint's ``choice_temperatures`` (describe() only counts them)."""
-    return tuple(model._runtime.config.choice_temperatures)
 
 
 def sample_examples(model: Model, texts: Sequence[str | bytes], choices: Sequence[str | bytes], groups: Sequence[int],
@@ -265,7 +260,7 @@ def calibrate(
     if not 0 <= holdout < 1:
         raise ValueError(f"holdout must be in [0, 1), got {holdout}")
     model = Model.load_ram(checkpoint)
-    previous = _temperatures(model)
+    previous = model.served.choice_temperatures
     count = groups if groups is not None else max(len(previous), 1 + max(e.group for e in items))
     if any(e.group >= count for e in items):
         raise ValueError(f"an example names group {max(e.group for e in items)}, beyond the {count} groups asked for")

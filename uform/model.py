@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import functools
 import os
-import threading
 from pathlib import Path
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, BinaryIO
@@ -19,6 +18,8 @@ from .core.executor import DeferredOn, Executor, On
 from .core.progress import ProgressHandler
 from .core.runtime import Runtime, as_buffer
 from .core.types import CPUClass, GPUClass, ModelDescription, Outputs, Scalar
+from .lifecycle import Life
+from .served import Served, served_by
 
 if TYPE_CHECKING:
     from typing_extensions import Buffer
@@ -50,46 +51,16 @@ def default_checkpoint() -> Path:
     return DEFAULT_CHECKPOINT
 
 
-class _Life:
-    """Whether a model (and every receiver made from it) is open, and how many calls run."""
-
-    def __init__(self, owns_executor: bool) -> None:
-        self.owns_executor = owns_executor
-        self.closed = False
-        self._calls = 0
-        self._changed = threading.Condition()
-
-    def enter(self) -> None:
-        with self._changed:
-            if self.closed:
-                raise ValueError("this Model was closed (Model.close() or the end of its with block); load it again to use it")
-            self._calls += 1
-
-    def leave(self) -> None:
-        with self._changed:
-            self._calls -= 1
-            self._changed.notify_all()
-
-    def close(self) -> bool:
-        """Refuse new calls and wait for those running; False when it was closed already."""
-        with self._changed:
-            if self.closed:
-                return False
-            self.closed = True
-            self._changed.wait_for(lambda: self._calls == 0)
-            return True
-
-
 class Model:
     """A loaded encoder serving every modality it was trained on; load it with a ``load_*`` classmethod.
 
     ``close()`` (or leaving a ``with Model.load_ram(...) as model:`` block) releases it.
     """
 
-    def __init__(self, runtime: Runtime, executor: Executor | None = None, *, owns_executor: bool = False, _life: _Life | None = None) -> None:
+    def __init__(self, runtime: Runtime, executor: Executor | None = None, *, owns_executor: bool = False, _life: Life | None = None) -> None:
         self._runtime = runtime
         self._executor = executor
-        self._life = _life or _Life(owns_executor)
+        self._life = _life or Life(owns_executor)
 
     # -- loading -------------------------------------------------------------------------
 
@@ -188,7 +159,7 @@ class Model:
 
     def __getattr__(self, name: str) -> Callable[..., Any]:
         """Verbs of third-party modalities: ``model.smell_encode(...)`` when a plugin serves it."""
-        if not name.startswith("_") and any(name in t.modality.verbs for t in self._runtime.towers.values()):
+        if not name.startswith("_") and name in self.served.verbs:
             return functools.partial(self._verb, name)
         raise AttributeError(f"{name!r} is not a Model verb of this checkpoint's modalities")
 
@@ -197,6 +168,11 @@ class Model:
     def describe(self) -> ModelDescription:
         """The model's geometry and placement."""
         return self._runtime.describe()
+
+    @property
+    def served(self) -> Served:
+        """What this load serves: towers, modalities, verbs and choice temperatures."""
+        return served_by(self._runtime)
 
     @property
     def backend(self) -> str:
@@ -371,17 +347,22 @@ class Model:
     def __repr__(self) -> str:
         d = self.describe()
         closed = ", closed" if self._life.closed else ""
-        return f"Model(towers={list(self._runtime.towers)}, dimensions={d.dimensions}, quantization={d.quantization.name}{closed})"
+        return f"Model(towers={list(self.served.towers)}, dimensions={d.dimensions}, quantization={d.quantization.name}{closed})"
 
 
 def _from_file(cls: type[Model], path: _PathLike | None, placement: str, executor: Executor | None, **options: Any) -> Model:
-    """A model loaded from ``path`` (the default checkpoint when None). The header is read
-    first and each tensor when a backend asks for it (``CheckpointFile``: no map, so the file
-    may shrink or change meanwhile without faulting the process); nothing refers to the file
-    once the load is done."""
+    """A model loaded from ``path`` (None: the default checkpoint), read by ``CheckpointFile``
+    (header, then each tensor when a backend asks; no map); nothing refers to it afterwards."""
     with CheckpointFile(default_checkpoint() if path is None else path) as source:
         runtime = Runtime.load(source, placement=placement, executor=executor, **options)
     return cls(runtime, owns_executor=executor is None)
+
+
+def runtime_of(model: Model) -> Runtime:
+    """The host's record of ``model``'s load (``uform.core.runtime.Runtime``: config, towers,
+    placement and its runners): for tests, benchmarks and tools that look beneath the API
+    page, which this is no part of; what a load serves is :attr:`Model.served`."""
+    return model._runtime
 
 
 def _runtime(buffer: Buffer, **options: Any) -> Runtime:

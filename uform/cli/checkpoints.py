@@ -80,10 +80,8 @@ def description(args: argparse.Namespace) -> dict[str, Any]:
     with model:
         d = model.describe()
         fields = {k: (v.value if hasattr(v, "value") else v) for k, v in d._asdict().items()}
-        from uform.serve.catalog import served  # light: no server imports
-
         info = {"model": str(model_path(args)), **fields, "backend": model.backend, "compute": model.compute}
-        return info | {"modalities": served(model)}
+        return info | {"modalities": {name: list(verbs) for name, verbs in model.served.modalities.items()}}
 
 
 def _describe(args: argparse.Namespace) -> int:

@@ -1,7 +1,5 @@
-"""Which modalities and verbs a loaded model serves, and which verb serves each kind of item.
-
-Light on purpose (no server imports): ``uform describe`` uses it too.
-"""
+"""Which modalities and verbs a loaded model serves (``Model.served``, in the server's shapes),
+and which verb serves each kind of item. Light on purpose: no server imports."""
 
 from __future__ import annotations
 
@@ -17,14 +15,10 @@ CHOOSE_VERB = "text_choose"
 
 def served(model: Model) -> dict[str, list[str]]:
     """Each modality the checkpoint holds (with an installed plugin), and the verbs it adds,
-    sorted by modality name."""
-    towers = model._runtime.towers  # noqa: SLF001 - the host's own record of what this load serves
-    modalities: dict[str, list[str]] = {}
-    for tower in towers.values():
-        modalities.setdefault(tower.modality.name, []).extend(tower.modality.verbs)
-    return {name: sorted(set(verbs)) for name, verbs in sorted(modalities.items())}
+    sorted by modality name (``Model.served.modalities`` as lists)."""
+    return {name: list(verbs) for name, verbs in model.served.modalities.items()}
 
 
 def verbs(model: Model) -> set[str]:
     """Every verb the model serves."""
-    return {verb for names in served(model).values() for verb in names}
+    return set(model.served.verbs)
