@@ -12,7 +12,8 @@ import pytest
 import uform
 from uform.demo import evaluate, foreign
 
-# docs/training.md, "The decoder of another draw" (count 96, seed 0), has the figures; on seed 1
+# docs/training.md, "The default model" (count 96, seed 0; the run: docs/notes/training-history.md,
+# "The decoder of another draw"), has the figures; on seed 1
 # (count 48, 256 questions) the shipped checkpoint measured recall@1 and @5 1.00 for every
 # modality, direction 1.00, text_choose 1.000 with ECE 0.011, BF16 and E4M3 alike
 FLOORS = {
