@@ -154,6 +154,7 @@ def encode(
     dimensions: int | None,
     bar: Bar,
     report: Callable[[Failure], None],
+    payloads: Sequence[str | bytes] | None = None,
 ) -> Encoding:
     """Each item's embedding through the Model's verbs: one call per modality (per ``CHUNK``
     items), the verbs' own batching inside it.
@@ -165,6 +166,8 @@ def encode(
 
     With ``dimensions`` below the model's, rows are computed in F32, cut to their first
     ``dimensions`` values, made unit again (Matryoshka) and stored in ``scalar``.
+    ``payloads`` (one per item) go to the verbs in place of the items' values: the bytes of
+    files already read (``uform index`` encodes exactly the bytes it hashed).
     """
     from uform import Arena, Scalar, UnsupportedError
     from uform.core import scalars
@@ -189,13 +192,14 @@ def encode(
         failures.append(f)
         report(f)
 
+    values: Sequence[str | bytes] = [item.value for item in items]
     for modality, indices in by_modality.items():
         verb = getattr(model, VERBS[modality])
         bar.describe(PLURAL[modality])
         for start in range(0, len(indices), CHUNK):
             chunk = indices[start : start + CHUNK]
             try:
-                for ok, rows, row_scales in _encode_chunk(verb, [items[i].value for i in chunk], arena, asked, bar, done, failed, chunk):
+                for ok, rows, row_scales in _encode_chunk(verb, [(payloads or values)[i] for i in chunk], arena, asked, bar, done, failed, chunk):
                     kept.append(np.asarray([chunk[k] for k in ok], np.int64))
                     blocks.append(rows)
                     if row_scales is not None:
@@ -230,7 +234,7 @@ _Block = tuple[list[int], np.ndarray, "np.ndarray | None"]
 
 def _encode_chunk(
     verb: Callable[..., object],
-    values: list[str],
+    values: list[str | bytes],
     arena: object,
     scalar: Scalar,
     bar: Bar,

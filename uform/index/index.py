@@ -1,0 +1,336 @@
+"""``Index``: open or create an index, update it, search it, read it, remove from it."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sqlite3
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, NamedTuple
+
+import numpy as np
+
+from ..core.scalars import coerce
+from ..core.types import Scalar
+from . import scoring
+from .store import MODALITIES, Identity, IndexModelError, Store
+from .update import Text, UpdateReport, Updater
+
+if TYPE_CHECKING:
+    from ..cli.inputs import Failure
+    from ..core.executor import Executor
+    from ..model import Model
+
+_PathLike = str | os.PathLike[str]
+
+
+class Hit(NamedTuple):
+    """One search result: the item's path (a text's key), its modality, its score (cosine,
+    -1 … 1), and the text for a text item (else None)."""
+
+    path: str
+    modality: str
+    score: float
+    text: str | None
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One indexed item as :meth:`Index.entries` yields it."""
+
+    path: str
+    modality: str
+    hash: str  # hex BLAKE2b-128 of the file's bytes (a text's UTF-8)
+    size: int | None  # None for a text
+    mtime_ns: int | None  # -1 when the file changed while it was read; None for a text
+    text: str | None
+    embedding: np.ndarray  # a row of the index's scalar (I8: the int8 values; scales via embedding_scale)
+    embedding_scale: float | None
+
+
+def checkpoint_digest(path: Path) -> str:
+    """SHA-256 of a checkpoint file (the model's identity in an index)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+class Index:
+    """An incremental, crash-safe index of embeddings made by one model (docs/index.md).
+
+    ``Index(path)`` opens the index folder ``path``, creating it when missing (unless
+    ``read_only``). The model is ``checkpoint`` (default: the shipped model) loaded at
+    ``quantization`` when something must be encoded, or ``model`` when given (then name its
+    file in ``checkpoint``: the file's SHA-256 is the identity an index keeps). An index made
+    by another checkpoint, quantization or ``outputs_scalar`` raises :class:`IndexModelError`.
+    """
+
+    def __init__(
+        self,
+        path: _PathLike,
+        *,
+        checkpoint: _PathLike | None = None,
+        model: Model | None = None,
+        quantization: Scalar | str | None = None,
+        outputs_scalar: Scalar | str | None = None,
+        read_only: bool = False,
+        executor: Executor | None = None,
+    ) -> None:
+        from ..model import default_checkpoint
+
+        if model is not None and checkpoint is None:
+            raise ValueError("Index(model=...) needs checkpoint=, the file the model was loaded from: its SHA-256 is the index's model identity")
+        self.path = Path(path)
+        self.checkpoint = Path(checkpoint) if checkpoint is not None else default_checkpoint()
+        self._model, self._owns_model, self._executor = model, False, executor
+        asked_q = coerce(quantization, "quantization").value if quantization is not None else None
+        if asked_q is None:
+            asked_q = model.describe().quantization.value if model is not None else Scalar.BF16.value
+        asked_s = coerce(outputs_scalar).value if outputs_scalar is not None else None
+        self.quantization = asked_q
+        sha = checkpoint_digest(self.checkpoint)
+        exists = (self.path / "index.sqlite").exists()
+        identity = None
+        if not exists and not read_only:
+            dims = self._load().describe().dimensions
+            identity = Identity(sha, self.checkpoint.name, asked_q, dims, asked_s or Scalar.F32.value)
+        self._store = Store(self.path, write=not read_only, identity=identity)
+        mine = self._store.identity
+        theirs = Identity(sha, self.checkpoint.name, asked_q, mine.dimensions, asked_s or mine.scalar)
+        if (mine.checkpoint_sha256, mine.quantization, mine.scalar) != (theirs.checkpoint_sha256, theirs.quantization, theirs.scalar):
+            self._store.close()
+            raise IndexModelError(
+                f"{self.path} was made by {mine.describe()}; this is {theirs.describe()}: its vectors cannot be mixed or compared. "
+                f"Pass that model (uform: --model PATH --quantization {mine.quantization}), or index into another folder"
+            )  # fmt: skip
+        self.identity = mine
+        self._cache: tuple[int, int, np.ndarray, np.ndarray] | None = None
+
+    # -- the model ---------------------------------------------------------------------------
+
+    def _load(self) -> Model:
+        if self._model is None:
+            from ..model import Model
+
+            self._model = Model.load_ram(self.checkpoint, quantization=Scalar(self.quantization), executor=self._executor)
+            self._owns_model = True
+        return self._model
+
+    @property
+    def model(self) -> Model:
+        """The model (loaded on first use)."""
+        return self._load()
+
+    # -- updating ----------------------------------------------------------------------------
+
+    def update(
+        self,
+        sources: Iterable[_PathLike | Text],
+        *,
+        progress: Callable[[int, int], bool | None] | None = None,
+        report: Callable[[Failure], None] | None = None,
+        compact: bool = True,
+    ) -> UpdateReport:
+        """Bring the index up to date with ``sources``: files, folders (walked as ``uform encode``
+        walks them), ``.txt``/``.jsonl`` files (a text a line) and :class:`Text` items. Only new
+        or changed content is encoded; rows of files gone from under the paths given leave.
+        ``progress(done, total)`` after each committed chunk (``False`` cancels: committed
+        chunks stay); ``report(failure)`` as each item fails."""
+        from ..cli.common import Bar
+
+        store = self._writer()
+        try:
+            with Bar("", quiet=True) as bar:
+                result = Updater(store, self._load, progress, report, bar).run(sources)
+            if compact:
+                self.compact(only_if_worth=True)
+            return result
+        except sqlite3.OperationalError as exc:
+            raise OSError(f"{self.path}: cannot write the index ({exc}); what was committed before stays") from None
+
+    def remove(self, paths: Iterable[_PathLike]) -> int:
+        """Remove the items of ``paths`` (a folder: every item under it); answer how many left."""
+        from .update import in_scope
+
+        store = self._writer()
+        roots = [os.path.abspath(os.fspath(p)) for p in paths]
+        with store.transaction() as c:
+            slots = [(s,) for s, p in c.execute("SELECT slot, path FROM items").fetchall() if in_scope(p, roots)]
+            c.executemany("DELETE FROM items WHERE slot = ?", slots)
+            c.executemany("DELETE FROM failed WHERE path = ?", ((p,) for (p,) in c.execute("SELECT path FROM failed").fetchall() if in_scope(p, roots)))
+        return len(slots)
+
+    def compact(self, *, only_if_worth: bool = False) -> int:
+        """Rewrite the vectors without the rows of removed items; answer the rows dropped.
+        ``only_if_worth``: only when they are over a quarter of the rows."""
+        store = self._writer()
+        with store.snapshot() as c:
+            live = c.execute("SELECT count(*) FROM items").fetchone()[0]
+            _, slots = store.state()
+        if only_if_worth and (slots - live) * 4 <= slots:
+            return 0
+        return store.compact()
+
+    def _writer(self) -> Store:
+        if not self._store.write:
+            raise PermissionError(f"{self.path}: this Index was opened read_only")
+        return self._store
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        with self._store.snapshot() as c:
+            return int(c.execute("SELECT count(*) FROM items").fetchone()[0])
+
+    def _rows(self) -> tuple[int, int, np.ndarray, np.ndarray]:
+        generation, slots = self._store.state()
+        if self._cache is None or self._cache[:2] != (generation, slots):
+            self._cache = (generation, slots, *self._store.vectors(generation, slots))
+        return self._cache
+
+    def search(self, query: str, k: int = 10, *, modalities: Sequence[str] | None = None) -> list[Hit]:
+        """The ``k`` items nearest to the text ``query`` (0: all), best first."""
+        from ..core.arena import Arena
+
+        embedding = np.array(self._load().text_encode([query], Arena()).embeddings[0])
+        return self.search_embedding(embedding, k, modalities=modalities)
+
+    def search_file(self, path: _PathLike, k: int = 10, *, modalities: Sequence[str] | None = None) -> list[Hit]:
+        """The ``k`` items nearest to a media file (near-duplicates, "more like this"), itself included when indexed."""
+        from ..cli.inputs import modality_of
+        from ..core.arena import Arena
+
+        p = os.fspath(path)
+        modality = modality_of(p)
+        if modality is None:
+            raise ValueError(f"{p}: not a file of a known media type (image, video or audio by its extension)")
+        verb = getattr(self._load(), {"image": "image_encode", "video": "video_encode", "audio": "audio_encode"}[modality])
+        return self.search_embedding(np.array(verb([p], Arena()).embeddings[0]), k, modalities=modalities)
+
+    def search_embedding(self, embedding: np.ndarray, k: int = 10, *, modalities: Sequence[str] | None = None) -> list[Hit]:
+        """The ``k`` items nearest to a float32 embedding of the model (0: all), best first; exact."""
+        if k < 0:
+            raise ValueError(f"k must be 0 (all) or more; got {k}")
+        wanted = None if modalities is None else [_kind(m) for m in modalities]
+        q = scoring.prepare(embedding, Scalar(self.identity.scalar), self.identity.dimensions)
+        for _ in range(3):  # a compaction between the snapshot and the mapping: take a new snapshot
+            try:
+                with self._store.snapshot() as c:
+                    return self._search(c, q, k, wanted)
+            except FileNotFoundError:
+                self._cache = None
+        raise RuntimeError(f"{self.path}: the index kept changing generation under the search")
+
+    def _search(self, c: sqlite3.Connection, q: np.ndarray, k: int, wanted: list[int] | None) -> list[Hit]:
+        _, slots, rows, kinds = self._rows()
+        values = scoring.scores(rows, Scalar(self.identity.scalar), q, self.identity.dimensions)
+        mask = scoring.kind_mask(kinds, wanted)
+        if mask is not None:
+            values = np.where(mask, values, -np.inf)
+        live = slots if mask is None else int(mask.sum())
+        want = live if k == 0 else min(k, live)
+        count = min(live, want + 16)
+        while True:  # rows of removed items are skipped: widen until k live ones are found
+            order = scoring.top(values, count)
+            order = order[np.isfinite(values[order])]
+            found = _resolve(c, [int(s) for s in order])
+            hits = [Hit(found[s][0], MODALITIES[kinds[s]], float(values[s]), found[s][1]) for s in map(int, order) if s in found]
+            if len(hits) >= want or count >= live:
+                return hits[:want] if k else hits
+            count = min(live, count * 4)
+
+    def entries(self) -> Iterator[Entry]:
+        """Every item, in slot order, from one snapshot."""
+        with self._store.snapshot() as c:
+            _, _, rows, kinds = self._rows()
+            for slot, path, size, mtime, h, text in c.execute("SELECT slot, path, size, mtime, hash, text FROM items ORDER BY slot"):
+                row = rows[slot]
+                scaled = Scalar(self.identity.scalar) is Scalar.I8
+                yield Entry(path, MODALITIES[kinds[slot]], h.hex(), size, mtime, text, np.array(row["q"] if scaled else row),
+                            float(row["s"]) if scaled else None)  # fmt: skip
+
+    __iter__ = entries
+
+    def failures(self) -> list[tuple[str, str]]:
+        """(path, reason) of the items that failed and have not changed since."""
+        with self._store.snapshot() as c:
+            return [(p, r) for p, r in c.execute("SELECT path, reason FROM failed ORDER BY path")]
+
+    def export_parquet(self, path: _PathLike) -> int:
+        """Write every item to a Parquet file (needs pyarrow); answer the rows written. Schema: docs/index.md."""
+        from .parquet import write_index
+
+        return write_index(self, path)
+
+    def import_parquet(self, path: _PathLike) -> int:
+        """Add the rows of a Parquet file, or a folder of them, in the schema :meth:`export_parquet`
+        and ``uform.ray.index_rows`` write, made by this index's model; answer the rows added.
+        A path already holding the same hash is left as it is. Imported files carry no size and
+        time: the next :meth:`update` over them reads and hashes each once, and embeds none
+        whose hash matches."""
+        from .parquet import read_batches
+        from .update import _store_rows
+
+        store = self._writer()
+        mine = (self.identity.checkpoint_sha256, self.identity.quantization)
+        bits = Scalar(self.identity.scalar) is Scalar.B1
+        with store.snapshot() as c:
+            known = dict(c.execute("SELECT path, hash FROM items"))
+        added = 0
+        for batch in read_batches(path):
+            for model in set(zip(batch["model"], batch["quantization"], strict=True)) - {mine}:
+                raise IndexModelError(f"{path} holds embeddings of the checkpoint with SHA-256 {model[0]} ({model[1]} weights); "
+                                      f"{self.path} is of {self.identity.describe()}")  # fmt: skip
+            keep = [i for i, (p, h) in enumerate(zip(batch["path"], batch["hash"], strict=True)) if known.get(p) != bytes.fromhex(h)]
+            if not keep:
+                continue
+            vectors = batch["embedding"][keep]
+            rows = vectors.astype(np.uint8).view(store.dtype).reshape(-1) if bits else _store_rows(vectors.astype(np.float32), store)
+            _, at = store.state()
+            store.append(rows, np.array([_kind(batch["modality"][i]) for i in keep], np.uint8), at)
+            with store.transaction() as c:
+                for slot, i in enumerate(keep, at):
+                    c.execute("DELETE FROM items WHERE path = ?", (batch["path"][i],))
+                    c.execute("INSERT INTO items VALUES (?, ?, NULL, NULL, ?, ?)", (slot, batch["path"][i], bytes.fromhex(batch["hash"][i]), batch["text"][i]))
+                    known[batch["path"][i]] = bytes.fromhex(batch["hash"][i])
+                c.execute("UPDATE meta SET value = ? WHERE key = 'slots'", (str(at + len(keep)),))
+            added += len(keep)
+        return added
+
+    # -- closing -----------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close the files (a writer's lock goes with them) and a model the index loaded."""
+        self._cache = None
+        self._store.close()
+        if self._owns_model and self._model is not None:
+            self._model.close()
+            self._model = None
+
+    def __enter__(self) -> Index:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Index({str(self.path)!r}, {self.identity.describe()})"
+
+
+def _kind(modality: str) -> int:
+    if modality not in MODALITIES:
+        raise ValueError(f"modalities must name text, image, video or audio; got {modality!r}")
+    return MODALITIES.index(modality)
+
+
+def _resolve(c: sqlite3.Connection, slots: list[int]) -> dict[int, tuple[str, str | None]]:
+    found: dict[int, tuple[str, str | None]] = {}
+    for start in range(0, len(slots), 900):  # SQLite's bound on host parameters
+        part = slots[start : start + 900]
+        marks = ",".join("?" * len(part))
+        found.update((s, (p, t)) for s, p, t in c.execute(f"SELECT slot, path, text FROM items WHERE slot IN ({marks})", part))
+    return found

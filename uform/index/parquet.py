@@ -1,0 +1,147 @@
+"""The index's way out (and in): Parquet, one row an item, read by Spark, Ray, LanceDB, Qdrant,
+pgvector loaders and pandas without glue. Needs ``pyarrow`` (``pip install 'uform[index]'``).
+
+Columns (``schema(dimensions)``): ``path`` (a file's absolute path, a text's key), ``modality``
+(``text``, ``image``, ``video``, ``audio``), ``hash`` (hex BLAKE2b-128 of the file's bytes or
+the text's UTF-8), ``model`` (hex SHA-256 of the checkpoint), ``quantization`` (the weights'
+scalar: ``bf16``, ``e4m3``, ``f32``), ``embedding`` (``fixed_size_list<float>[dimensions]``, the
+stored row widened to float32; a B1 index: ``fixed_size_list<uint8>`` of packed sign bits),
+``text`` (a text item's text, else null). ``uform.ray.index_rows`` writes the same columns.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..core.types import Scalar
+from .store import FORMAT, MODALITIES
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from .index import Index
+
+BATCH = 1 << 15
+
+
+def _pa() -> Any:
+    try:
+        import pyarrow
+        import pyarrow.parquet  # noqa: F401
+    except ImportError:
+        raise ImportError("Parquet needs pyarrow: pip install 'uform[index]' (or pyarrow)") from None
+    return pyarrow
+
+
+def schema(dimensions: int, scalar: Scalar | str = Scalar.F32) -> pa.Schema:
+    """The columns of an exported index (a B1 index's ``embedding`` holds packed bits)."""
+    pa = _pa()
+    bits = Scalar(scalar) is Scalar.B1
+    embedding = pa.list_(pa.uint8(), (dimensions + 7) // 8) if bits else pa.list_(pa.float32(), dimensions)
+    return pa.schema([
+        ("path", pa.string()), ("modality", pa.string()), ("hash", pa.string()), ("model", pa.string()),
+        ("quantization", pa.string()), ("embedding", embedding), ("text", pa.string()),
+    ], metadata={"uform.format": FORMAT, "uform.dimensions": str(dimensions), "uform.scalar": Scalar(scalar).value})  # fmt: skip
+
+
+def table(paths: list[str], modalities: list[str], hashes: list[str], model: str, quantization: str,
+          embeddings: np.ndarray, texts: list[str | None], scalar: Scalar | str = Scalar.F32) -> pa.Table:  # fmt: skip
+    """Rows of the schema; ``embeddings`` float32 ``[n, dimensions]`` (B1: packed uint8 ``[n, bytes]``)."""
+    pa = _pa()
+    bits = Scalar(scalar) is Scalar.B1
+    dimensions = embeddings.shape[1] * (8 if bits else 1) if embeddings.ndim == 2 else 0
+    s = schema(dimensions, scalar)
+    flat = np.ascontiguousarray(embeddings, np.uint8 if bits else np.float32).reshape(-1)
+    column = pa.FixedSizeListArray.from_arrays(pa.array(flat), embeddings.shape[1])
+    n = len(paths)
+    return pa.Table.from_arrays([pa.array(paths, pa.string()), pa.array(modalities, pa.string()), pa.array(hashes, pa.string()),
+                                 pa.array([model] * n, pa.string()), pa.array([quantization] * n, pa.string()), column,
+                                 pa.array(texts, pa.string())], schema=s)  # fmt: skip
+
+
+def widen(rows: np.ndarray, scalar: Scalar) -> np.ndarray:
+    """Stored rows as the ``embedding`` column holds them: float32 (I8: ``q * s``), B1 as its bits."""
+    if scalar is Scalar.B1:
+        return np.asarray(rows, np.uint8)
+    if scalar is Scalar.I8:
+        return np.asarray(rows["q"].astype(np.float32) * rows["s"][:, None], np.float32)
+    return np.asarray(rows, np.float32)
+
+
+def write_index(index: Index, path: str | os.PathLike[str]) -> int:
+    """Write every item of ``index`` (one snapshot) to the Parquet file ``path``; answer the rows."""
+    pa = _pa()
+    scalar = Scalar(index.identity.scalar)
+    identity = index.identity
+    s = schema(identity.dimensions, scalar)
+    s = s.with_metadata({**s.metadata, b"uform.checkpoint": identity.checkpoint.encode()})
+    rows = 0
+    with pa.parquet.ParquetWriter(os.fspath(path), s) as writer:
+        batch: list[Any] = []
+        for entry in index.entries():
+            batch.append(entry)
+            if len(batch) == BATCH:
+                rows += _write(writer, batch, index, s)
+                batch = []
+        if batch or not rows:
+            rows += _write(writer, batch, index, s)
+    return rows
+
+
+def _write(writer: Any, entries: list[Any], index: Index, s: pa.Schema) -> int:
+    scalar = Scalar(index.identity.scalar)
+    width = (index.identity.dimensions + 7) // 8 if scalar is Scalar.B1 else index.identity.dimensions
+    if scalar is Scalar.I8:
+        vectors = np.array([e.embedding.astype(np.float32) * e.embedding_scale for e in entries], np.float32).reshape(-1, width)
+    else:
+        vectors = np.array([e.embedding for e in entries]).reshape(-1, width)
+        vectors = vectors if scalar is Scalar.B1 else vectors.astype(np.float32)
+    t = table([e.path for e in entries], [e.modality for e in entries], [e.hash for e in entries], index.identity.checkpoint_sha256,
+              index.identity.quantization, vectors, [e.text for e in entries], scalar)  # fmt: skip
+    writer.write_table(t.cast(s))
+    return len(entries)
+
+
+def read_batches(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
+    """The rows of a Parquet file or folder of them (as ``write_index`` or ``uform.ray.index_rows``
+    wrote), a batch at a time: lists of the columns, ``embedding`` as a 2-D array."""
+    _pa()
+    import pyarrow.dataset as ds
+
+    for batch in ds.dataset(os.fspath(path), format="parquet").to_batches(batch_size=BATCH):
+        column = batch.column("embedding")
+        width = column.type.list_size
+        values = column.flatten().to_numpy(zero_copy_only=False)
+        out = {name: batch.column(name).to_pylist() for name in ("path", "modality", "hash", "model", "quantization", "text")}
+        out["embedding"] = values.reshape(-1, width) if width else values.reshape(len(batch), -1)
+        yield out
+
+
+def ray_batch(batch: dict[str, np.ndarray], *, path_column: str, column: str, modality: str, model: str, quantization: str,
+              output_column: str, error_column: str) -> pa.Table:  # fmt: skip
+    """An encoded Ray batch (``uform.ray.Encoder``'s output, F32) as rows of the schema; rows
+    carrying an error are left out. A file is hashed from its path, or from the bytes given."""
+    from .update import digest
+
+    keep = [i for i, e in enumerate(batch[error_column]) if not e]
+    paths, hashes, texts = [], [], []
+    for i in keep:
+        value = batch[column][i]
+        value = value.item() if isinstance(value, np.generic) else value
+        if modality == "text":
+            data = value.encode("utf-8") if isinstance(value, str) else bytes(value)
+            texts.append(data.decode("utf-8", "replace"))
+        else:
+            data = bytes(value) if isinstance(value, (bytes, bytearray, memoryview)) else open(value, "rb").read()
+            texts.append(None)
+        hashes.append(digest(data).hex())
+        path = batch[path_column][i]
+        paths.append(str(path.item() if isinstance(path, np.generic) else path))
+    embeddings = np.asarray(batch[output_column], np.float32)[keep].reshape(len(keep), -1)
+    if modality not in MODALITIES:
+        raise ValueError(f"an index holds text, image, video or audio items; got {modality!r}")
+    return table(paths, [modality] * len(keep), hashes, model, quantization, embeddings, texts)

@@ -1,0 +1,294 @@
+"""The index's files: an SQLite database (WAL) of what was embedded, and the vectors beside it.
+
+``INDEX/`` holds ``index.sqlite`` (tables ``meta``, ``items``, ``failed``, ``texts``),
+``vectors-G.bin`` (one fixed-size row per slot, in the index's scalar) and ``kinds-G.bin``
+(a modality byte per slot), ``G`` the generation that compaction advances, and ``lock``.
+
+Crash safety rests on one rule: the bytes of a slot below ``meta.slots`` never change within a
+generation. A writer appends rows past the committed slots, ``fdatasync``s them, then commits
+the rows that point at them together with the new ``slots`` in one SQLite transaction; a
+writer killed before the commit leaves bytes past ``slots`` that the next writer cuts off. A
+reader takes an SQLite read transaction (a snapshot), reads ``slots`` and the generation, and
+maps that many rows: whatever a writer does meanwhile, it sees one committed state. One writer
+at a time holds ``lock`` (``flock``, released by the kernel when a writer dies).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+from ..core.errors import UformError
+from ..core.types import Scalar
+
+FORMAT = "uform-index/1"
+DATABASE = "index.sqlite"
+MODALITIES = ("text", "image", "video", "audio")  # a slot's kind byte is the position here
+SCALARS = (Scalar.F32, Scalar.F16, Scalar.BF16, Scalar.I8, Scalar.B1)
+
+SCHEMA = """
+CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
+CREATE TABLE items(slot INTEGER PRIMARY KEY, path TEXT NOT NULL, size INTEGER, mtime INTEGER, hash BLOB NOT NULL, text TEXT);
+CREATE TABLE failed(path TEXT PRIMARY KEY, size INTEGER, mtime INTEGER, reason TEXT NOT NULL) WITHOUT ROWID;
+CREATE TABLE texts(path TEXT PRIMARY KEY, size INTEGER NOT NULL, mtime INTEGER NOT NULL) WITHOUT ROWID;
+"""
+
+
+class IndexFormatError(UformError, ValueError):
+    """Not a uform index, an index of another format version, or a damaged one."""
+
+
+class IndexModelError(UformError, ValueError):
+    """The index was made by another model (checkpoint, quantization or scalar) than the one given."""
+
+
+class IndexBusyError(UformError):
+    """Another writer is updating the index."""
+
+
+@dataclass(frozen=True)
+class Identity:
+    """What made an index's vectors: rows of two identities are never compared."""
+
+    checkpoint_sha256: str
+    checkpoint: str  # the checkpoint's file name, for messages
+    quantization: str
+    dimensions: int
+    scalar: str
+
+    def describe(self) -> str:
+        return f"{self.checkpoint} (sha256 {self.checkpoint_sha256[:12]}…, {self.quantization} weights, {self.dimensions} dimensions, {self.scalar} vectors)"
+
+
+def row_dtype(scalar: Scalar, dimensions: int) -> np.dtype[Any]:
+    """One stored row: the vector in ``scalar`` (I8 with its float32 scale after it; B1 packed bits)."""
+    if scalar is Scalar.F32:
+        return np.dtype((np.float32, (dimensions,)))
+    if scalar is Scalar.F16:
+        return np.dtype((np.float16, (dimensions,)))
+    if scalar is Scalar.BF16:
+        return np.dtype((ml_dtypes.bfloat16, (dimensions,)))
+    if scalar is Scalar.I8:
+        return np.dtype([("q", np.int8, (dimensions,)), ("s", "<f4")])
+    if scalar is Scalar.B1:
+        return np.dtype((np.uint8, ((dimensions + 7) // 8,)))
+    raise ValueError(f"an index stores F32, F16, BF16, I8 or B1 vectors; got {scalar.name}")
+
+
+class Store:
+    """The open files of one index; ``write=True`` takes the writer's lock."""
+
+    def __init__(self, folder: str | os.PathLike[str], *, write: bool, identity: Identity | None = None) -> None:
+        self.folder = Path(folder)
+        self.write = write
+        self._lock_fd = -1
+        self._files: dict[str, Any] = {}
+        db = self.folder / DATABASE
+        if write:
+            fresh = not db.exists()
+            if fresh and identity is None:
+                raise FileNotFoundError(f"{self.folder}: no such index")
+            self.folder.mkdir(parents=True, exist_ok=True)
+            self._take_lock()
+            self.conn = self._connect(db, write=True)
+            if fresh or not self._has_meta():
+                assert identity is not None
+                self._create(identity)
+        else:
+            if not db.is_file():
+                what = "is not a uform index (no index.sqlite in it)" if self.folder.is_dir() else "no such index"
+                raise FileNotFoundError(f"{self.folder}: {what}")
+            self.conn = self._connect(db, write=False)
+        self.meta = self._read_meta()
+        self.identity = Identity(self.meta["checkpoint_sha256"], self.meta["checkpoint"], self.meta["quantization"],
+                                 int(self.meta["dimensions"]), self.meta["scalar"])  # fmt: skip
+        self.scalar = Scalar(self.identity.scalar)
+        self.dtype = row_dtype(self.scalar, self.identity.dimensions)
+        if write:
+            self._recover()
+
+    # -- opening ---------------------------------------------------------------------------
+
+    def _take_lock(self) -> None:
+        fd = os.open(self.folder / "lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise IndexBusyError(f"{self.folder}: another writer (a `uform index` run or an Index) is updating this index; "
+                                 "wait for it to finish and run again") from None  # fmt: skip
+        self._lock_fd = fd
+
+    def _connect(self, db: Path, *, write: bool) -> sqlite3.Connection:
+        try:
+            if write:
+                conn = sqlite3.connect(db, timeout=30, isolation_level=None, check_same_thread=False)
+                conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute("PRAGMA synchronous=NORMAL")
+            else:
+                conn = self._reader(db)
+            conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+            return conn
+        except sqlite3.DatabaseError as exc:
+            raise self._damaged(f"the database cannot be read ({exc})") from None
+
+    @staticmethod
+    def _reader(db: Path) -> sqlite3.Connection:
+        """A read-only connection; in a folder it may not write (WAL needs its -shm file), the
+        database as it is on disk (``immutable``)."""
+        uri = f"file:{db}?mode=ro"
+        if not os.access(db.parent, os.W_OK) and not (db.parent / (db.name + "-shm")).exists():
+            uri += "&immutable=1"
+        return sqlite3.connect(uri, uri=True, timeout=30, isolation_level=None, check_same_thread=False)
+
+    def _has_meta(self) -> bool:
+        return self.conn.execute("SELECT count(*) FROM sqlite_master WHERE name='meta'").fetchone()[0] == 1
+
+    def _create(self, identity: Identity) -> None:
+        from .. import __version__
+
+        row_dtype(Scalar(identity.scalar), identity.dimensions)  # refuses a scalar the index does not store
+        meta = {"format": FORMAT, "uform": __version__, "generation": "0", "slots": "0", **{k: str(v) for k, v in vars(identity).items()}}
+        with self.transaction() as c:
+            for statement in SCHEMA.strip().split(";"):
+                if statement.strip():
+                    c.execute(statement)
+            c.executemany("INSERT INTO meta VALUES (?, ?)", meta.items())
+        for name in ("vectors", "kinds"):
+            open(self._path(name, 0), "ab").close()
+
+    def _damaged(self, why: str) -> IndexFormatError:
+        return IndexFormatError(f"{self.folder}: the index is damaged: {why}; move it away and run `uform index ... --into {self.folder}` "
+                                "to build it again")  # fmt: skip
+
+    def _read_meta(self) -> dict[str, str]:
+        try:
+            meta = dict(self.conn.execute("SELECT key, value FROM meta").fetchall())
+        except sqlite3.DatabaseError as exc:
+            raise self._damaged(f"its tables cannot be read ({exc})") from None
+        if meta.get("format") != FORMAT:
+            raise IndexFormatError(f"{self.folder}: an index of format {meta.get('format')!r}, which this uform does not read "
+                                   f"(it reads {FORMAT!r}); build it again with `uform index ... --into NEW`")  # fmt: skip
+        missing = {"checkpoint_sha256", "checkpoint", "quantization", "dimensions", "scalar", "generation", "slots"} - set(meta)
+        if missing:
+            raise self._damaged(f"its meta table lacks {', '.join(sorted(missing))}")
+        return meta
+
+    def _path(self, name: str, generation: int) -> Path:
+        return self.folder / f"{name}-{generation}.bin"
+
+    def _recover(self) -> None:
+        """A writer's start: cut what a killed writer appended past the committed slots, and drop
+        the files of older generations a compaction left."""
+        generation, slots = self.state()
+        for name, width in (("vectors", self.dtype.itemsize), ("kinds", 1)):
+            path = self._path(name, generation)
+            f = open(path, "r+b") if path.exists() else open(path, "w+b")
+            size = os.fstat(f.fileno()).st_size
+            if size < slots * width:
+                f.close()
+                raise self._damaged(f"{path.name} holds {size // width} rows, the database says {slots}")
+            f.truncate(slots * width)
+            self._files[name] = f
+        for p in self.folder.glob("*-*.bin"):
+            if p.name not in (self._path("vectors", generation).name, self._path("kinds", generation).name):
+                p.unlink(missing_ok=True)
+
+    # -- state ------------------------------------------------------------------------------
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """A write transaction (``BEGIN IMMEDIATE``), committed at the end, rolled back on error."""
+        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield self.conn
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
+        self.conn.execute("COMMIT")
+
+    @contextmanager
+    def snapshot(self) -> Iterator[sqlite3.Connection]:
+        """A read transaction: every query inside sees one committed state."""
+        own = not self.conn.in_transaction
+        if own:
+            self.conn.execute("BEGIN")
+        try:
+            yield self.conn
+        finally:
+            if own:
+                self.conn.execute("COMMIT")
+
+    def state(self) -> tuple[int, int]:
+        """(generation, committed slots), as the current transaction sees them."""
+        rows = dict(self.conn.execute("SELECT key, value FROM meta WHERE key IN ('generation', 'slots')").fetchall())
+        return int(rows["generation"]), int(rows["slots"])
+
+    def vectors(self, generation: int, slots: int) -> tuple[np.ndarray, np.ndarray]:
+        """The first ``slots`` rows and kind bytes of ``generation``, mapped read-only (never
+        copied); what a snapshot that read (generation, slots) may use."""
+        if slots == 0:
+            return np.zeros(0, self.dtype), np.zeros(0, np.uint8)
+        try:
+            rows = np.memmap(self._path("vectors", generation), self.dtype, "r", shape=(slots,))
+            kinds = np.memmap(self._path("kinds", generation), np.uint8, "r", shape=(slots,))
+        except FileNotFoundError:
+            raise  # a compaction replaced the generation: the caller takes a new snapshot
+        except ValueError as exc:  # the file is shorter than the committed slots
+            raise self._damaged(f"the vectors are shorter than the {slots} rows the database says ({exc})") from None
+        return rows, kinds
+
+    # -- writing (the writer only) --------------------------------------------------------------
+
+    def append(self, rows: np.ndarray, kinds: np.ndarray, at: int) -> None:
+        """Write rows (of ``self.dtype``) and their kind bytes at slot ``at`` (past the committed
+        slots), and make them durable; the caller then commits the items that point at them."""
+        for name, data, width in (("vectors", rows, self.dtype.itemsize), ("kinds", kinds.astype(np.uint8), 1)):
+            f = self._files[name]
+            f.seek(at * width)
+            f.write(np.ascontiguousarray(data).tobytes())
+            f.flush()
+            os.fdatasync(f.fileno())
+
+    def compact(self) -> int:
+        """Rewrite the vectors without dead slots into the next generation; answer the slots dropped.
+        Readers holding the old generation keep reading it; new snapshots see the new one."""
+        generation, slots = self.state()
+        live = np.array([s for (s,) in self.conn.execute("SELECT slot FROM items ORDER BY slot")], np.int64)
+        if len(live) == slots:
+            return 0
+        rows, kinds = self.vectors(generation, slots)
+        new = generation + 1
+        files = {}
+        for name, data in (("vectors", rows[live]), ("kinds", kinds[live])):
+            f = open(self._path(name, new), "w+b")
+            f.write(np.ascontiguousarray(data).tobytes())
+            f.flush()
+            os.fsync(f.fileno())
+            files[name] = f
+        with self.transaction() as c:
+            c.executemany("UPDATE items SET slot = ? WHERE slot = ?", ((i, int(s)) for i, s in enumerate(live) if i != s))
+            c.executemany("UPDATE meta SET value = ? WHERE key = ?", ((str(new), "generation"), (str(len(live)), "slots")))
+        for name, f in files.items():
+            self._files[name].close()
+            self._files[name] = f
+            self._path(name, generation).unlink(missing_ok=True)
+        return slots - len(live)
+
+    def close(self) -> None:
+        for f in self._files.values():
+            f.close()
+        self._files.clear()
+        self.conn.close()
+        if self._lock_fd >= 0:
+            os.close(self._lock_fd)
+            self._lock_fd = -1

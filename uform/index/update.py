@@ -1,0 +1,349 @@
+"""One update of an index: walk what was given, embed only what is new or changed.
+
+A file whose size and modification time (nanoseconds) match its row is not opened. Any
+other is read once, through one descriptor: its bytes are hashed (BLAKE2b-128) and those same
+bytes are what the model encodes, so a row's hash and vector always describe the same content,
+and the size and time recorded are those the descriptor saw before the read (a file that
+changed while it was read is recorded with time -1, so the next run reads it again). Content
+whose hash a row already holds is not encoded: a moved file keeps its slot, a copy copies
+the row. Items are committed a chunk at a time (``inputs.CHUNK``), so a killed run loses at most
+the chunk in flight; rows of files no longer found under the paths given leave the index at
+the end. Walking, batching and failure reasons are ``uform encode``'s (``uform.cli.inputs``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import stat
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, NamedTuple
+
+import numpy as np
+
+from ..cli.inputs import CHUNK, Failure, Item, encode, gather
+from ..core.errors import CancelledError
+from ..core.scalars import store as cast
+from ..core.types import Scalar
+from .store import MODALITIES, Store
+
+if TYPE_CHECKING:
+    from ..cli.common import Bar
+    from ..model import Model
+
+TEXT_FILES = (".txt", ".jsonl")
+
+
+class Text(NamedTuple):
+    """A text to index under a key of the caller's (``Index.update([Text("id-1", "a red circle")])``)."""
+
+    key: str
+    text: str
+
+
+@dataclass
+class UpdateReport:
+    """What one update did, in items."""
+
+    added: int = 0  # embedded: new paths, or new content at a known path
+    unchanged: int = 0  # size and time as recorded: not read
+    touched: int = 0  # read again, same content: not embedded
+    moved: int = 0  # a new path holding content of a path gone: the row moved, not embedded
+    copied: int = 0  # a new path holding content another row holds: its vector copied
+    removed: int = 0  # rows of files no longer found
+    failed: list[Failure] = field(default_factory=list)  # failed in this run
+    still_failed: list[Failure] = field(default_factory=list)  # failed before, unchanged since: not retried
+    skipped: list[tuple[str, str]] = field(default_factory=list)  # folder entries passed over, as encode's
+
+    @property
+    def embedded(self) -> int:
+        return self.added
+
+
+class Stored(NamedTuple):
+    slot: int
+    size: int | None
+    mtime: int | None
+    hash: bytes
+
+
+@dataclass
+class _Pending:
+    """A chunk on its way in: rows to append, items to insert, rows to move or restamp."""
+
+    inserts: list[tuple[str, int | None, int | None, bytes, str | None, int]] = field(default_factory=list)  # path, size, mtime, hash, text, kind
+    payloads: list[str | bytes] = field(default_factory=list)  # to encode, one per insert flagged with -1 source
+    sources: list[int] = field(default_factory=list)  # per insert: the slot to copy, or -1 to encode
+    moves: list[tuple[str, int | None, int | None, int]] = field(default_factory=list)  # path, size, mtime, slot
+    failures: list[tuple[str, int, int, str]] = field(default_factory=list)
+
+
+def read(path: str) -> tuple[bytes, int, int] | str:
+    """The file's bytes with the size and time seen before reading (time -1 when they changed
+    while it was read), or the reason it cannot be read, in ``encode``'s words."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return "no such file"
+    except OSError as exc:
+        return f"cannot read the file ({exc.strerror})"
+    try:
+        before = os.fstat(fd)
+        if stat.S_ISDIR(before.st_mode):
+            return "is a directory, not a file"
+        if not stat.S_ISREG(before.st_mode):
+            return "is not a regular file"
+        if before.st_size == 0:
+            return "the file is empty"
+        with os.fdopen(os.dup(fd), "rb") as f:
+            data = f.read()
+        after = os.fstat(fd)
+    except OSError as exc:
+        return f"cannot read the file ({exc.strerror})"
+    finally:
+        os.close(fd)
+    if not data:
+        return "the file is empty"
+    same = (after.st_size, after.st_mtime_ns) == (before.st_size, before.st_mtime_ns) == (len(data), before.st_mtime_ns)
+    return data, len(data), before.st_mtime_ns if same else -1
+
+
+def digest(data: bytes) -> bytes:
+    return hashlib.blake2b(data, digest_size=16).digest()
+
+
+def text_lines(path: str) -> tuple[list[tuple[str, str]], list[Failure]]:
+    """``(key, text)`` of a text file, a line an item (``FILE:LINE``): a ``.txt`` line as it is, a
+    ``.jsonl`` line a JSON string or an object's ``"text"`` (or ``"caption"``); blank lines skipped."""
+    out, bad = [], []
+    with open(path, encoding="utf-8", errors="strict") as f:
+        for number, line in enumerate(f, 1):
+            line = line.rstrip("\r\n")
+            if not line.strip():
+                continue
+            key = f"{path}:{number}"
+            if path.lower().endswith(".jsonl"):
+                try:
+                    value = json.loads(line)
+                except ValueError as exc:
+                    bad.append(Failure("text", key, f"not a JSON line ({exc})"))
+                    continue
+                text = value if isinstance(value, str) else value.get("text", value.get("caption")) if isinstance(value, dict) else None
+                if not isinstance(text, str):
+                    bad.append(Failure("text", key, 'expected a JSON string, or an object with a "text" (or "caption") string'))
+                    continue
+                line = text
+            out.append((key, line))
+    return out, bad
+
+
+def in_scope(path: str, roots: list[str]) -> bool:
+    return any(path == r or path.startswith(r + os.sep) or path.startswith(r + ":") for r in roots)
+
+
+class Updater:
+    """Runs one update against a writer's :class:`Store`; ``model()`` loads the model when needed."""
+
+    def __init__(self, store: Store, model: Callable[[], Model], progress: Callable[[int, int], object] | None,
+                 report: Callable[[Failure], None] | None, bar: Bar) -> None:  # fmt: skip
+        self.store, self._model, self._progress, self._report, self._bar = store, model, progress, report, bar
+        self.result = UpdateReport()
+        with store.snapshot() as c:
+            self.rows = {p: Stored(s, z, m, h) for s, p, z, m, h in c.execute("SELECT slot, path, size, mtime, hash FROM items")}
+            self.failed_before = {p: (z, m, r) for p, z, m, r in c.execute("SELECT path, size, mtime, reason FROM failed")}
+            self.text_files = {p: (z, m) for p, z, m in c.execute("SELECT path, size, mtime FROM texts")}
+            _, self.slots = store.state()
+        self.by_hash = {r.hash: r.slot for r in self.rows.values()}
+        self.seen: set[str] = set()
+        self.done = self.total = 0
+
+    def fail(self, f: Failure, *, record: tuple[str, int, int] | None = None, pending: _Pending | None = None) -> None:
+        self.result.failed.append(f)
+        if record is not None and pending is not None:
+            pending.failures.append((*record, f.reason))
+        if self._report is not None:
+            self._report(f)
+
+    def run(self, sources: Iterable[str | os.PathLike[str] | Text]) -> UpdateReport:
+        files, texts, roots = [], [], []
+        for s in sources:
+            if isinstance(s, Text):
+                texts.append((s.key, s.text))
+                continue
+            path = os.path.abspath(os.fspath(s))
+            roots.append(path)
+            if path.lower().endswith(TEXT_FILES) and os.path.isfile(path):
+                texts += self._text_file(path)
+            else:
+                files.append(path)
+        found = gather(files, texts=False, report=lambda f: self.fail(f))
+        self.result.skipped = found.skipped
+        todo: list[Item] = []
+        for item in found.items:
+            self.seen.add(item.value)
+            if not self._unchanged(item.value):
+                todo.append(item)
+        self.total = len(todo) + len(texts)
+        gone = [p for p in self.rows if p not in self.seen and in_scope(p, roots)]
+        self.missing = {self.rows[p].hash: p for p in gone}
+        for start in range(0, len(todo), CHUNK):
+            self._chunk_files(todo[start : start + CHUNK])
+        for start in range(0, len(texts), CHUNK):
+            self._chunk_texts(texts[start : start + CHUNK])
+        self._prune(roots)
+        return self.result
+
+    def _unchanged(self, path: str) -> bool:
+        try:
+            st = os.stat(path)
+        except OSError:
+            return False  # read() says why
+        row = self.rows.get(path)
+        if row is not None and (row.size, row.mtime) == (st.st_size, st.st_mtime_ns):
+            self.result.unchanged += 1
+            return True
+        before = self.failed_before.get(path)
+        if before is not None and before[:2] == (st.st_size, st.st_mtime_ns):
+            self.result.still_failed.append(Failure("file", path, before[2]))
+            return True
+        return False
+
+    def _text_file(self, path: str) -> list[tuple[str, str]]:
+        st = os.stat(path)
+        stamp = (st.st_size, st.st_mtime_ns)
+        if self.text_files.get(path) == stamp:
+            self.seen.update(p for p in self.rows if p.startswith(path + ":"))
+            self.result.unchanged += sum(1 for p in self.rows if p.startswith(path + ":"))
+            return []
+        try:
+            lines, bad = text_lines(path)
+        except (OSError, UnicodeDecodeError) as exc:
+            self.fail(Failure("file", path, f"cannot read the text file ({getattr(exc, 'strerror', None) or exc})"))
+            return []
+        for f in bad:
+            self.fail(f)
+        self.text_stamps = getattr(self, "text_stamps", []) + [(path, *stamp)]
+        return lines
+
+    def _place(self, pending: _Pending, path: str, size: int | None, mtime: int | None, h: bytes, text: str | None,
+               kind: int, payload: str | bytes) -> None:  # fmt: skip
+        """Route one read item: the same content as its row, a move, a copy, or new content to encode."""
+        self.seen.add(path)
+        row = self.rows.get(path)
+        if row is not None and row.hash == h:
+            pending.moves.append((path, size, mtime, row.slot))
+            self.result.touched += 1
+        elif h in self.missing:
+            old = self.missing.pop(h)
+            slot = self.rows.pop(old).slot
+            self.rows[path] = Stored(slot, size, mtime, h)
+            pending.moves.append((path, size, mtime, slot))
+            self.result.moved += 1
+        elif h in self.by_hash:
+            pending.inserts.append((path, size, mtime, h, text, kind))
+            pending.sources.append(self.by_hash[h])
+            self.result.copied += 1
+        else:
+            pending.inserts.append((path, size, mtime, h, text, kind))
+            pending.sources.append(-1)
+            pending.payloads.append(payload)
+
+    def _chunk_files(self, items: list[Item]) -> None:
+        pending = _Pending()
+        for item in items:
+            got = read(item.value)
+            if isinstance(got, str):
+                try:
+                    st = os.stat(item.value)
+                    record = (item.value, st.st_size, st.st_mtime_ns)
+                except OSError:
+                    record = None
+                self.fail(Failure("file", item.value, got), record=record, pending=pending)
+                continue
+            data, size, mtime = got
+            self._place(pending, item.value, size, mtime, digest(data), None, MODALITIES.index(item.modality), data)
+        self._commit(pending, len(items))
+
+    def _chunk_texts(self, texts: list[tuple[str, str]]) -> None:
+        pending = _Pending()
+        for key, text in texts:
+            self._place(pending, key, None, None, digest(text.encode("utf-8", "surrogatepass")), text, 0, text)
+        self._commit(pending, len(texts))
+
+    def _commit(self, pending: _Pending, count: int) -> None:
+        """Encode what is new, append the rows, and commit the chunk in one transaction."""
+        store = self.store
+        to_encode = [(i, ins) for i, ins in enumerate(pending.inserts) if pending.sources[i] < 0]
+        vectors = np.zeros(len(pending.inserts), store.dtype)
+        if to_encode:
+            items = [Item(MODALITIES[ins[5]], ins[0]) for _, ins in to_encode]  # type: ignore[arg-type]
+            refused: dict[str, str] = {}
+            encoded = encode(self._model(), items, scalar=Scalar.F32, dimensions=None, bar=self._bar,
+                             report=lambda f: refused.__setitem__(f.value, f.reason), payloads=pending.payloads)  # fmt: skip
+            rows = dict(zip((i.value for i in encoded.items), _store_rows(encoded.embeddings, store), strict=True))
+            for i, ins in to_encode:
+                if ins[0] in rows:
+                    vectors[i] = rows[ins[0]]
+                else:
+                    pending.sources[i] = -2
+                    kind = "text" if ins[4] is not None else "file"
+                    self.fail(Failure(kind, ins[0], refused.get(ins[0], "not encoded")),
+                              record=None if ins[1] is None else (ins[0], ins[1], ins[2] or 0), pending=pending)  # fmt: skip
+        if any(s >= 0 for s in pending.sources):
+            generation, slots = store.state()
+            old, _ = store.vectors(generation, slots)
+            for i, s in enumerate(pending.sources):
+                if s >= 0:
+                    vectors[i] = old[s]
+        keep = [i for i, s in enumerate(pending.sources) if s != -2]
+        at = self.slots
+        new_slots = list(range(at, at + len(keep)))
+        if keep:
+            store.append(vectors[keep], np.array([pending.inserts[i][5] for i in keep], np.uint8), at)
+        with store.transaction() as c:
+            for slot, i in zip(new_slots, keep, strict=True):
+                path, size, mtime, h, text, _ = pending.inserts[i]
+                c.execute("DELETE FROM items WHERE path = ?", (path,))
+                c.execute("INSERT INTO items VALUES (?, ?, ?, ?, ?, ?)", (slot, path, size, mtime, h, text))
+                self.rows[path] = Stored(slot, size, mtime, h)
+                self.by_hash.setdefault(h, slot)
+            for path, size, mtime, slot in pending.moves:  # a path whose content moved in drops its old row
+                c.execute("DELETE FROM items WHERE path = ? AND slot <> ?", (path, slot))
+                c.execute("UPDATE items SET path = ?, size = ?, mtime = ? WHERE slot = ?", (path, size, mtime, slot))
+            done = [(p,) for p, *_ in pending.inserts] + [(p,) for p, *_ in pending.moves]
+            c.executemany("DELETE FROM failed WHERE path = ?", done)
+            c.executemany("INSERT OR REPLACE INTO failed VALUES (?, ?, ?, ?)", pending.failures)
+            if keep:
+                c.execute("UPDATE meta SET value = ? WHERE key = 'slots'", (str(at + len(keep)),))
+        self.slots = at + len(keep)
+        self.result.added += sum(1 for s in pending.sources if s == -1)
+        self.done += count
+        if self._progress is not None and self._progress(self.done, self.total) is False:
+            raise CancelledError("the update was cancelled by its progress handler; what was committed stays")
+
+    def _prune(self, roots: list[str]) -> None:
+        """Rows (and failures) of paths under the roots that were not found leave the index."""
+        gone = [p for p in self.rows if p not in self.seen and in_scope(p, roots)]
+        failed = [p for p in self.failed_before if p not in self.seen and in_scope(p, roots)]
+        with self.store.transaction() as c:
+            c.executemany("DELETE FROM items WHERE path = ?", ((p,) for p in gone))
+            c.executemany("DELETE FROM failed WHERE path = ?", ((p,) for p in failed))
+            c.executemany("INSERT OR REPLACE INTO texts VALUES (?, ?, ?)", getattr(self, "text_stamps", []))
+        self.result.removed = len(gone)
+
+
+def _store_rows(embeddings: np.ndarray, store: Store) -> np.ndarray:
+    """float32 unit rows as the index's stored rows."""
+    out = np.zeros(len(embeddings), store.dtype)
+    if store.scalar is Scalar.I8:
+        q = np.empty(embeddings.shape, np.int8)
+        s = np.empty(len(embeddings), np.float32)
+        cast(embeddings, Scalar.I8, q, s)
+        out["q"], out["s"] = q, s
+    else:
+        target = np.empty((len(embeddings), *store.dtype.shape), store.dtype.base)
+        cast(embeddings, store.scalar, target, None)
+        out[...] = target
+    return out
