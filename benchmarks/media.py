@@ -104,6 +104,7 @@ def main() -> None:
     from uform.core.executor import available_cores
     from uform.core.host import get_host
     from uform.exporters.reference import ReferenceModel
+    from uform.model import runtime_of
     from uform.plugins import clips as sampling
     from uform.plugins import frames, sources, video
 
@@ -131,7 +132,7 @@ def main() -> None:
             arena, stats = uform.Arena(), uform.ImageEncodeStats()
             end_to_end = rate(lambda: model.image_encode(files, arena, stats=stats), n, args.seconds, runs=1)
             pixels = np.stack([frames.fit(frames.from_array(np.asarray(_open_rgb(f))), s) for f in files])
-            runner = model._runtime.placement.runners["image"]
+            runner = runtime_of(model).placement.runners["image"]
             batches = [pixels[i : i + 32] for i in range(0, n, 32)]
             tower = rate(lambda: [runner.run(["embeddings"], {"pixels": b}) for b in batches], n, args.seconds, runs=1)
             tower_ref = reference.towers["image"]

@@ -12,6 +12,7 @@ from PIL import Image
 
 import uform
 from ckpt import make_checkpoint
+from uform.model import runtime_of
 from uform.plugins import frames, image, pictures, sources
 
 S = 32  # tiny preset
@@ -277,7 +278,7 @@ def test_decoding_overlaps_the_tower(model: uform.Model, monkeypatch: pytest.Mon
     import time
 
     events: list[tuple[str, float, float, str]] = []
-    real_decode, runners = image.decode, model._runtime.placement.runners
+    real_decode, runners = image.decode, runtime_of(model).placement.runners
     real_runner = runners["image"]
 
     def slow_decode(source: sources.Source, size: int) -> tuple[np.ndarray, int, int, bool]:
