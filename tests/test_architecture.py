@@ -1,0 +1,271 @@
+"""The rule of the house, held true: which part of uform may import which.
+
+Every import of every module under ``uform/`` and ``fastermodels/`` is read with ``ast``: at
+module level, inside functions and under ``if TYPE_CHECKING:`` alike, relative ones resolved,
+and a lazy import by name (a string constant naming a uform module file, or the constant given
+to ``importlib.import_module``) counts too. Each module belongs to one layer (``LAYERS``) and
+may import its own layer and those ``ALLOWED`` names; docs/architecture.md states the same
+table ("Layers"), and a test checks that it does, so neither can change alone. A self-check
+shows that a fabricated wrong arrow is caught.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).parents[1]
+DOC = ROOT / "docs" / "architecture.md"
+PACKAGES = ("uform", "fastermodels")
+
+# module (or package prefix) -> layer; the longest match wins
+LAYERS: dict[str, str] = {
+    "uform.core": "core",
+    "uform.plugins": "plugins",
+    "uform.exporters": "exporters",
+    "uform": "model",  # uform/__init__.py: the public names
+    "uform.model": "model",
+    "uform.served": "model",
+    "uform.lifecycle": "model",
+    "uform.calibrate": "calibrate",
+    "uform.demo": "demo",
+    "uform.ray": "ray",
+    "uform.serve": "serve",
+    "uform.index": "index",
+    "uform.cli": "cli",
+    "uform.training": "training",
+    "fastermodels": "fastermodels",
+}
+
+# layer -> the other layers its modules may import
+ALLOWED: dict[str, set[str]] = {
+    "core": set(),
+    "plugins": {"core"},
+    "exporters": {"core"},
+    "model": {"core", "plugins"},
+    "calibrate": {"model", "core"},
+    "demo": {"model", "calibrate", "plugins"},
+    "ray": {"model", "core"},
+    "serve": {"model"},
+    "index": {"model", "core", "cli"},
+    "cli": {"model", "core", "calibrate", "demo", "exporters", "serve", "index"},
+    "training": {"model", "core", "plugins", "exporters", "calibrate", "demo"},
+    "fastermodels": {"exporters"},
+}
+
+RUN_TIME = {"core", "model", "plugins", "exporters", "calibrate", "demo", "ray", "serve", "index", "cli"}
+
+# third-party module -> the layers that may import it (docs/architecture.md, "Layers")
+THIRD_PARTY: dict[str, set[str]] = {
+    "torch": {"training", "exporters", "fastermodels"},
+    "onnxruntime": {"plugins", "exporters"},
+    "av": {"plugins", "demo"},
+    "pluggy": {"core"},
+    "ray": {"ray"},
+    "uvicorn": {"serve", "cli"},
+    "starlette": {"serve", "cli"},
+    "httptools": {"serve"},
+    "uvloop": {"serve"},
+    "prometheus_client": {"serve"},
+}
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def layer_of(module: str) -> str | None:
+    parts = module.split(".")
+    for n in range(len(parts), 0, -1):
+        if n == 1 and parts[0] == "uform" and len(parts) > 1:
+            break  # "uform" is the package's __init__ alone, not every module under it
+        layer = LAYERS.get(".".join(parts[:n]))
+        if layer is not None:
+            return layer
+    return None
+
+
+def is_module_file(module: str) -> bool:
+    base = ROOT.joinpath(*module.split("."))
+    return base.with_suffix(".py").is_file() or (base / "__init__.py").is_file()
+
+
+def imports(source: str, module: str, is_package: bool) -> Iterator[tuple[str, int]]:
+    """Every module ``source`` imports (``(name, line)``), resolved to absolute names: for
+    ``from X import y``, ``X.y`` where that is a module, else ``X``."""
+    package = module if is_package else module.rpartition(".")[0]
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield alias.name, node.lineno
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                parts = package.split(".")
+                base = ".".join(parts[: len(parts) - node.level + 1] + ([node.module] if node.module else []))
+            else:
+                base = node.module or ""
+            for alias in node.names:
+                yield (f"{base}.{alias.name}" if is_module_file(f"{base}.{alias.name}") else base), node.lineno
+        elif isinstance(node, ast.Call) and isinstance(node.func, (ast.Attribute, ast.Name)):
+            name = node.func.attr if isinstance(node.func, ast.Attribute) else node.func.id
+            if name in ("import_module", "__import__") and node.args and isinstance(node.args[0], ast.Constant):
+                if isinstance(node.args[0].value, str):
+                    yield node.args[0].value, node.lineno
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            # a lazy import by name: "uform.plugins.image", "uform.exporters.reference.text:TextTower"
+            named = node.value.partition(":")[0]
+            if re.fullmatch(r"(uform|fastermodels)(\.\w+)+", named) and ROOT.joinpath(*named.split(".")).with_suffix(".py").is_file():
+                yield named, node.lineno
+
+
+def offences(path: Path, source: str) -> list[str]:
+    """Each import in ``source`` (the text of the module at ``path``) that breaks the layers."""
+    module = module_name(path)
+    layer = layer_of(module)
+    if layer is None:
+        return [f"{path.relative_to(ROOT)} belongs to no layer: add it to LAYERS and to docs/architecture.md's table"]
+    found = []
+    for name, line in sorted(set(imports(source, module, path.name == "__init__.py")), key=lambda i: i[1]):
+        top = name.split(".")[0]
+        if top in PACKAGES:
+            target = layer_of(name)
+            if target != layer and target not in ALLOWED[layer]:
+                found.append(f"{path.relative_to(ROOT)}:{line}: {layer} imports {name} ({target})")
+        elif top in THIRD_PARTY and layer not in THIRD_PARTY[top]:
+            found.append(f"{path.relative_to(ROOT)}:{line}: {layer} imports {name}, which only {sorted(THIRD_PARTY[top])} may")
+    return found
+
+
+def sources() -> list[Path]:
+    return sorted(p for package in PACKAGES for p in (ROOT / package).rglob("*.py"))
+
+
+def closure(layer: str) -> set[str]:
+    """Every layer ``layer`` reaches, through any chain of allowed imports."""
+    seen, todo = {layer}, [layer]
+    while todo:
+        for other in ALLOWED[todo.pop()] - seen:
+            seen.add(other)
+            todo.append(other)
+    return seen
+
+
+def test_every_import_follows_the_layers() -> None:
+    assert len(sources()) > 50
+    found = [o for path in sources() for o in offences(path, path.read_text())]
+    assert found == [], "\n".join(found)
+
+
+def test_the_layers_keep_the_rules_of_the_house() -> None:
+    assert closure("core") == {"core"}  # core imports no plugin, nothing above it
+    assert closure("plugins") == {"plugins", "core"}  # never serve, cli, index, training or demo
+    assert closure("exporters") == {"exporters", "core"}
+    assert closure("serve") <= {"serve", "model", "core", "plugins"}  # the model's public face, and what it stands on
+    for layer in RUN_TIME:
+        assert "training" not in closure(layer), f"{layer} reaches training"
+    assert closure("fastermodels") == {"fastermodels", "exporters", "core"}
+    assert set(ALLOWED) == set(LAYERS.values()) and RUN_TIME == set(ALLOWED) - {"training", "fastermodels"}
+    assert not THIRD_PARTY["torch"] & (RUN_TIME - {"exporters"})  # no torch at run time (exporters: an extra)
+
+
+def doc_table() -> tuple[dict[str, str], dict[str, set[str]], dict[str, set[str]]]:
+    """docs/architecture.md's "Layers": its layer table (modules, may import) and its
+    third-party table (module, imported by)."""
+    text = DOC.read_text()
+    section = text.split("\n## Layers\n", 1)[1].split("\n## ", 1)[0]
+    layers: dict[str, str] = {}
+    allowed: dict[str, set[str]] = {}
+    third: dict[str, set[str]] = {}
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")] if line.startswith("|") else []
+        if len(cells) != 3 or not cells[0].startswith("`"):
+            continue
+        names = [re.findall(r"`([^`]+)`", c) for c in cells]
+        if names[1] and names[1][0].startswith(("uform", "fastermodels")):  # | `layer` | `paths` | `may import` |
+            layer = names[0][0]
+            for p in names[1]:
+                layers[p.removesuffix("/").removesuffix(".py").removesuffix("/__init__").replace("/", ".")] = layer
+            allowed[layer] = set(names[2])
+        else:  # | `third-party module`, ... | `layers` | why |
+            third |= {name: set(names[1]) for name in names[0]}
+    return layers, allowed, third
+
+
+def test_docs_architecture_states_these_layers() -> None:
+    layers, allowed, third = doc_table()
+    assert layers == LAYERS
+    assert allowed == ALLOWED
+    assert third == THIRD_PARTY
+
+
+def model_private_names() -> set[str]:
+    """The private attributes and methods ``Model`` defines (``_runtime``, ``_life``, ...)."""
+    tree = ast.parse((ROOT / "uform" / "model.py").read_text())
+    model = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Model")
+    private = {n.name for n in model.body if isinstance(n, ast.FunctionDef)}
+    private |= {n.attr for n in ast.walk(model) if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "self"}
+    return {name for name in private if name.startswith("_") and not name.startswith("__")}
+
+
+def private_reads(source: str, names: set[str]) -> list[int]:
+    """Lines of ``source`` that read one of ``names`` on anything but ``self``/``cls``, or name it as a string."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Attribute) and node.attr in names:
+            if not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")):
+                found.append(node.lineno)
+        elif isinstance(node, ast.Constant) and node.value in names:
+            found.append(node.lineno)
+    return found
+
+
+def test_nothing_outside_core_and_model_reads_models_privates() -> None:
+    """What a load serves is ``Model.served``; tests and benchmarks that look beneath the API
+    take ``uform.model.runtime_of(model)``; nobody else reads ``model._runtime`` and the like."""
+    names = model_private_names()
+    assert {"_runtime", "_life", "_executor"} <= names
+    found = []
+    for path in sorted([*ROOT.glob("uform/**/*.py"), *ROOT.glob("tests/*.py"), *ROOT.glob("benchmarks/*.py")]):
+        rel = path.relative_to(ROOT).as_posix()
+        if rel.startswith("uform/core/") or rel in ("uform/model.py", "tests/test_architecture.py"):
+            continue
+        found += [f"{rel}:{line}" for line in private_reads(path.read_text(), names)]
+    assert found == []
+    assert private_reads("n = model._runtime.towers\nm = getattr(model, '_life')\nself._runtime = 1\n", names) == [1, 2]
+
+
+# -- the check can fail ------------------------------------------------------------------
+
+WRONG = {
+    "uform/core/fabricated.py": "from ..plugins import text\n",  # core imports a plugin
+    "uform/plugins/fabricated.py": (
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    from uform.serve.app import create_app\n"  # under TYPE_CHECKING
+        "def f():\n    from ..training import recipe\n"  # inside a function, relative
+        "    import uform.cli\n"
+        "    return importlib.import_module('uform.demo.generate')\n"  # by name
+    ),
+    "uform/serve/fabricated.py": "from ..training import anything\nLAZY = {'x': 'uform.core.host:get_host'}\n",
+    "uform/model_extra.py": "import os\n",  # a module in no layer
+    "uform/ray.py": "import torch\n",  # torch at run time
+    "fastermodels/fabricated.py": "from uform.core import config\n",
+}
+
+
+@pytest.mark.parametrize("path", list(WRONG))
+def test_a_fabricated_wrong_arrow_is_caught(path: str) -> None:
+    found = offences(ROOT / path, WRONG[path])
+    expected = {"uform/plugins/fabricated.py": 4, "uform/serve/fabricated.py": 2}.get(path, 1)
+    assert len(found) == expected, found
+
+
+def test_a_fabricated_good_module_passes_and_the_doc_check_bites() -> None:
+    assert offences(ROOT / "uform/plugins/fabricated.py", "from ..core.graph import GraphBuilder\nfrom . import text\nimport numpy\n") == []
+    layers, allowed, third = doc_table()
+    allowed["plugins"].add("serve")
+    assert allowed != ALLOWED
