@@ -1,7 +1,8 @@
 """The ``uform`` command: encode and search media, evaluate, describe and make checkpoints.
 
 One module per group of commands: ``encode`` (and the output it writes), ``search``,
-``demo`` (``demo-media``, ``evaluate``), ``checkpoints`` (``new``, ``describe``,
+``index`` (``uform index``, and
+``search --index``), ``demo`` (``demo-media``, ``evaluate``), ``checkpoints`` (``new``, ``describe``,
 ``similarity``, ``export``, ``calibrate``, ``plugins``), ``serve`` (the HTTP server,
 whose code is the ``uform.serve`` package); ``inputs`` gathers and encodes
 what ``encode`` and ``search`` read; ``common`` holds progress bars and model loading.
@@ -14,7 +15,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from . import checkpoints, demo, encode, search, serve
+from . import checkpoints, demo, encode, index, search, serve
 
 
 def parser() -> argparse.ArgumentParser:
@@ -26,6 +27,7 @@ def parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     encode.add_parser(sub)
     search.add_parser(sub)
+    index.add_parser(sub)
     demo.add_parsers(sub)
     checkpoints.add_parsers(sub)
     serve.add_parser(sub)

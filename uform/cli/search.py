@@ -21,8 +21,10 @@ def add_parser(sub: Any) -> None:
         "media rows are ranked without encoding them again. Unreadable files are reported on stderr and left out; "
         "the exit status is 1 when any failed.",
     )  # fmt: skip
-    p.add_argument("query", help="the text to search for")
-    p.add_argument("paths", nargs="+", metavar="PATH")
+    p.add_argument("query", nargs="?", help="the text to search for")
+    p.add_argument("paths", nargs="*", metavar="PATH")
+    p.add_argument("--index", metavar="INDEX", help="answer from an index `uform index` keeps, without encoding media (docs/index.md)")
+    p.add_argument("--like", metavar="FILE", help="with --index: rank by a media file's embedding instead of a QUERY (near-duplicates)")
     p.add_argument("-k", "--top", type=int, default=10, metavar="K", help="how many results to print (default 10; 0 for all)")
     p.add_argument("--json", action="store_true", help="print a JSON list of {path, score, modality}, best first")
     p.add_argument("--modalities", default="image,video,audio", metavar="LIST",
@@ -36,6 +38,12 @@ def run(args: argparse.Namespace) -> int:
 
     if args.top < 0:
         raise ValueError(f"--top must be 0 (all) or more; got {args.top}")
+    if args.index is not None:
+        from .index import search as search_index
+
+        return search_index(args)
+    if args.query is None or not args.paths or args.like is not None:
+        raise ValueError("give a QUERY and PATHs to search (--like FILE needs --index INDEX)")
     wanted = {m.strip() for m in args.modalities.split(",") if m.strip()}
     if not wanted or not wanted <= {"image", "video", "audio"}:
         raise ValueError(f"--modalities must name image, video or audio, comma-separated; got {args.modalities!r}")

@@ -159,8 +159,10 @@ class Index:
         store = self._writer()
         roots = [os.path.abspath(os.fspath(p)) for p in paths]
         with store.transaction() as c:
-            slots = [(s,) for s, p in c.execute("SELECT slot, path FROM items").fetchall() if in_scope(p, roots)]
+            rows = c.execute("SELECT slot, path, text IS NOT NULL FROM items").fetchall()
+            slots = [(s,) for s, p, t in rows if in_scope(p, roots) or in_scope(p, roots, text=bool(t))]
             c.executemany("DELETE FROM items WHERE slot = ?", slots)
+            c.executemany("DELETE FROM texts WHERE path = ?", ((p,) for (p,) in c.execute("SELECT path FROM texts").fetchall() if in_scope(p, roots)))
             c.executemany("DELETE FROM failed WHERE path = ?", ((p,) for (p,) in c.execute("SELECT path FROM failed").fetchall() if in_scope(p, roots)))
         return len(slots)
 
@@ -185,6 +187,14 @@ class Index:
     def __len__(self) -> int:
         with self._store.snapshot() as c:
             return int(c.execute("SELECT count(*) FROM items").fetchone()[0])
+
+    def counts(self) -> dict[str, int]:
+        """Items per modality (``text``, ``image``, ``video``, ``audio``), from one snapshot."""
+        with self._store.snapshot() as c:
+            _, _, _, kinds = self._rows()
+            live = np.array([s for (s,) in c.execute("SELECT slot FROM items")], np.int64)
+        found = np.bincount(kinds[live], minlength=len(MODALITIES)) if len(live) else np.zeros(len(MODALITIES), np.int64)
+        return {m: int(found[i]) for i, m in enumerate(MODALITIES)}
 
     def _rows(self) -> tuple[int, int, np.ndarray, np.ndarray]:
         generation, slots = self._store.state()

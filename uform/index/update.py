@@ -67,6 +67,7 @@ class Stored(NamedTuple):
     size: int | None
     mtime: int | None
     hash: bytes
+    text: bool = False  # a text item (its path is a key, FILE:LINE for a line of a text file)
 
 
 @dataclass
@@ -139,8 +140,12 @@ def text_lines(path: str) -> tuple[list[tuple[str, str]], list[Failure]]:
     return out, bad
 
 
-def in_scope(path: str, roots: list[str]) -> bool:
-    return any(path == r or path.startswith(r + os.sep) or path.startswith(r + ":") for r in roots)
+def in_scope(path: str, roots: list[str], *, text: bool = False) -> bool:
+    """Whether an item is under one of the paths given: a file at or under it; a line of a text
+    file (``FILE:LINE``) only when that text file itself was given."""
+    if text:
+        return any(path.startswith(r + ":") for r in roots)
+    return any(path == r or path.startswith(r + os.sep) for r in roots)
 
 
 class Updater:
@@ -151,7 +156,7 @@ class Updater:
         self.store, self._model, self._progress, self._report, self._bar = store, model, progress, report, bar
         self.result = UpdateReport()
         with store.snapshot() as c:
-            self.rows = {p: Stored(s, z, m, h) for s, p, z, m, h in c.execute("SELECT slot, path, size, mtime, hash FROM items")}
+            self.rows = {p: Stored(s, z, m, h, t) for s, p, z, m, h, t in c.execute("SELECT slot, path, size, mtime, hash, text IS NOT NULL FROM items")}
             self.failed_before = {p: (z, m, r) for p, z, m, r in c.execute("SELECT path, size, mtime, reason FROM failed")}
             self.text_files = {p: (z, m) for p, z, m in c.execute("SELECT path, size, mtime FROM texts")}
             _, self.slots = store.state()
@@ -186,7 +191,7 @@ class Updater:
             if not self._unchanged(item.value):
                 todo.append(item)
         self.total = len(todo) + len(texts)
-        gone = [p for p in self.rows if p not in self.seen and in_scope(p, roots)]
+        gone = [p for p, r in self.rows.items() if p not in self.seen and in_scope(p, roots, text=r.text)]
         self.missing = {self.rows[p].hash: p for p in gone}
         for start in range(0, len(todo), CHUNK):
             self._chunk_files(todo[start : start + CHUNK])
@@ -238,7 +243,7 @@ class Updater:
         elif h in self.missing:
             old = self.missing.pop(h)
             slot = self.rows.pop(old).slot
-            self.rows[path] = Stored(slot, size, mtime, h)
+            self.rows[path] = Stored(slot, size, mtime, h, text is not None)
             pending.moves.append((path, size, mtime, slot))
             self.result.moved += 1
         elif h in self.by_hash:
@@ -307,7 +312,7 @@ class Updater:
                 path, size, mtime, h, text, _ = pending.inserts[i]
                 c.execute("DELETE FROM items WHERE path = ?", (path,))
                 c.execute("INSERT INTO items VALUES (?, ?, ?, ?, ?, ?)", (slot, path, size, mtime, h, text))
-                self.rows[path] = Stored(slot, size, mtime, h)
+                self.rows[path] = Stored(slot, size, mtime, h, text is not None)
                 self.by_hash.setdefault(h, slot)
             for path, size, mtime, slot in pending.moves:  # a path whose content moved in drops its old row
                 c.execute("DELETE FROM items WHERE path = ? AND slot <> ?", (path, slot))
@@ -325,11 +330,13 @@ class Updater:
 
     def _prune(self, roots: list[str]) -> None:
         """Rows (and failures) of paths under the roots that were not found leave the index."""
-        gone = [p for p in self.rows if p not in self.seen and in_scope(p, roots)]
+        gone = [p for p, r in self.rows.items() if p not in self.seen and in_scope(p, roots, text=r.text)]
         failed = [p for p in self.failed_before if p not in self.seen and in_scope(p, roots)]
         with self.store.transaction() as c:
             c.executemany("DELETE FROM items WHERE path = ?", ((p,) for p in gone))
             c.executemany("DELETE FROM failed WHERE path = ?", ((p,) for p in failed))
+            stale = {p.rsplit(":", 1)[0] for p in gone if self.rows[p].text}  # a text file whose lines left is read in full next time
+            c.executemany("DELETE FROM texts WHERE path = ?", ((p,) for p in stale))
             c.executemany("INSERT OR REPLACE INTO texts VALUES (?, ?, ?)", getattr(self, "text_stamps", []))
         self.result.removed = len(gone)
 

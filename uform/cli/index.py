@@ -1,0 +1,119 @@
+"""``uform index PATH... --into INDEX``: keep an index current; and ``uform search ... --index
+INDEX``, answered from it. The index itself is ``uform.index`` (docs/index.md)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from typing import Any
+
+from .common import QUANTIZATIONS, Bar, say
+from .inputs import Failure, counted
+
+SCALARS = ("f32", "f16", "bf16", "i8", "b1")
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "index", help="keep an index of files, folders and texts current: embed only what is new or changed",
+        description="Walk files and folders as `uform encode` does (a .txt or .jsonl file named here: a text a line) and "
+        "bring the index INDEX up to date: new or changed content is embedded, unchanged files are not read, moved files "
+        "are matched by their hash, deleted ones leave. Failed items are reported and recorded; the exit status is 1 "
+        "when any item failed. docs/index.md.",
+    )  # fmt: skip
+    p.add_argument("paths", nargs="*", metavar="PATH", help="a media file, a folder, or a .txt/.jsonl file of texts")
+    p.add_argument("--into", required=True, metavar="INDEX", help="the index folder (made when missing)")
+    p.add_argument("--outputs-scalar", choices=SCALARS, default=None, help="how a new index stores vectors (default f32)")
+    p.add_argument("--remove", action="append", default=[], metavar="PATH", help="remove the items of PATH (a folder: all under it); repeatable")
+    p.add_argument("--export-parquet", metavar="FILE", help="write every item to a Parquet file after the update (needs pyarrow)")
+    p.add_argument("--import-parquet", metavar="PATH", help="add the rows of a Parquet file or folder (an export, or uform.ray.index_rows)")
+    add_model_options(p)
+    p.set_defaults(run=run)
+
+
+def add_model_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-m", "--model", default=None, metavar="PATH", help="checkpoint (default: the model shipped with uform)")
+    p.add_argument("--quantization", choices=QUANTIZATIONS, default=None, help="the weights' scalar (default: the index's, else bf16)")
+    p.add_argument("-q", "--quiet", action="store_true", help="draw no progress bars")
+
+
+def open_index(args: argparse.Namespace, path: str, *, read_only: bool, scalar: str | None = None) -> Any:
+    from uform.index import Index
+
+    return Index(path, checkpoint=args.model, quantization=_quantization(args, path), outputs_scalar=scalar, read_only=read_only)
+
+
+def _quantization(args: argparse.Namespace, path: str) -> str | None:
+    """``--quantization``; without it, the index's own (so a search needs no option the index knows)."""
+    if args.quantization is not None:
+        return str(args.quantization)
+    from uform.index.store import Store
+
+    if not os.path.exists(os.path.join(path, "index.sqlite")):
+        return None
+    store = Store(path, write=False)
+    try:
+        return store.identity.quantization
+    finally:
+        store.close()
+
+
+def run(args: argparse.Namespace) -> int:
+    if not (args.paths or args.remove or args.export_parquet or args.import_parquet):
+        raise ValueError("nothing to do: give PATHs to index (or --remove, --import-parquet, --export-parquet)")
+    failures: list[Failure] = []
+
+    def report(f: Failure) -> None:
+        failures.append(f)
+        say(f.line())
+
+    with open_index(args, args.into, read_only=False, scalar=args.outputs_scalar) as index:
+        if args.import_parquet:
+            print(f"imported {args.import_parquet}: {index.import_parquet(args.import_parquet)} rows")
+        removed = index.remove(args.remove) if args.remove else 0
+        result = None
+        if args.paths:
+            with Bar("indexing", quiet=args.quiet) as bar:
+                result = index.update(args.paths, progress=bar.handler(), report=report)
+            for f in result.still_failed:
+                say(f"{f.line()} (unchanged since it failed; not tried again)")
+        counts = index.counts()
+        what = ", ".join(counted(n, m) for m, n in counts.items() if n) or "no items"  # type: ignore[arg-type]
+        print(f"index {args.into}: {sum(counts.values())} items ({what}) of {index.identity.describe()}")
+        if result is not None:
+            print(f"this run: {result.added} embedded, {result.unchanged} unchanged, {result.touched} read again unchanged, "
+                  f"{result.moved} moved, {result.copied} copied, {result.removed + removed} removed, "
+                  f"{len(result.failed)} failed, {len(result.still_failed)} failed before")  # fmt: skip
+        elif removed:
+            print(f"this run: {removed} removed")
+        if args.export_parquet:
+            print(f"wrote {args.export_parquet}: {index.export_parquet(args.export_parquet)} rows")
+        if result is not None and (result.failed or result.still_failed):
+            return 1
+    return 0
+
+
+def search(args: argparse.Namespace) -> int:
+    """``uform search QUERY --index INDEX`` (or ``--like FILE``): ranked from the stored vectors."""
+    if args.paths:
+        raise ValueError("--index searches the index alone: give no PATHs with it (index them first with `uform index PATH --into INDEX`)")
+    if (args.query is None) == (args.like is None):
+        raise ValueError("give a QUERY or --like FILE (one of them)")
+    wanted = [m.strip() for m in args.modalities.split(",") if m.strip()]
+    if not wanted or not set(wanted) <= {"text", "image", "video", "audio"}:
+        raise ValueError(f"--modalities must name text, image, video or audio, comma-separated; got {args.modalities!r}")
+    with open_index(args, args.index, read_only=True) as index:
+        if args.like is not None:
+            hits = index.search_file(args.like, args.top, modalities=wanted)
+        else:
+            hits = index.search(args.query, args.top, modalities=wanted)
+    cwd = os.getcwd() + os.sep
+    ranked = [{"path": h.path[len(cwd):] if h.path.startswith(cwd) else h.path, "score": round(h.score, 6), "modality": h.modality,
+               **({"text": h.text} if h.text is not None else {})} for h in hits]  # fmt: skip
+    if args.json:
+        print(json.dumps(ranked, indent=2))
+    else:
+        for rank, r in enumerate(ranked, 1):
+            print(f"{rank:>3}  {r['score']:6.3f}  {r['path']}" + (f"  {r['text']}" if "text" in r else ""))
+    return 0
