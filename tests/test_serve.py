@@ -212,27 +212,10 @@ def test_models_health_metrics_and_timing_headers(server: Proc) -> None:
     assert any('"POST /v1/embeddings" 200 ' in line for line in server.lines)
 
 
-def test_one_write_declines_a_request_cycle_it_does_not_know() -> None:
-    """wire.write_whole changes nothing and answers False (the response goes out through
-    uvicorn's own send) for a cycle of uvicorn's type that lacks what it reads, as another
-    uvicorn version's might, and for a send that is not a cycle's at all."""
-    import types
-
-    from uform.serve import wire
-
-    if wire._Cycle is None:
-        pytest.skip("uvicorn's httptools protocol does not import here")
-    cycle = object.__new__(wire._Cycle)  # uvicorn's class, none of its attributes
-    send = types.MethodType(lambda self, message: None, cycle)
-    assert wire.write_whole(send, 200, b"\r\n", b"{}") is False
-    assert vars(cycle) == {}
-    assert wire.write_whole(lambda message: None, 200, b"\r\n", b"{}") is False
-
-
-def test_one_write_response_on_the_wire(server: Proc, model: uform.Model) -> None:
-    """A 200 from /v1/embeddings leaves in one write of its own (wire.write_whole): the head
-    uvicorn would write (date and server first, then content-type, length and the timing
-    headers), the body byte for byte what orjson writes for it, and the connection kept alive."""
+def test_embeddings_response_on_the_wire(server: Proc, model: uform.Model) -> None:
+    """A 200 from /v1/embeddings on the wire: uvicorn's head (date and server first, then
+    content-type, length and the timing headers), the body byte for byte what orjson writes
+    for it, and the connection kept alive."""
     import orjson
 
     from uform.serve.respond import embeddings_body
@@ -315,7 +298,7 @@ def test_load_32_clients_coalesced_bad_items_isolated(server: Proc, model: uform
 
 def test_pipelined_requests_on_one_connection_and_a_lone_surrogate(server: Proc, model: uform.Model) -> None:
     """Three requests written at once on one keep-alive connection are answered in order, each
-    whole (a response's head and body leave together); a lone surrogate escape, which orjson
+    whole; a lone surrogate escape, which orjson
     refuses, is still read and named as its item."""
     host, port = host_port(server.url)
     texts = ["first text", "second text", "third text"]

@@ -123,10 +123,10 @@ def test_a_client_that_goes_away_has_its_queued_items_dropped(model: uform.Model
         assert computed == 768  # the dropped items were never computed
 
 
-def test_without_uvicorn_a_task_awaiting_the_disconnect_drops_queued_jobs(model: uform.Model) -> None:
-    """The path for ASGI servers that keep no record of the disconnect: ``gather`` given a future."""
+def test_a_future_resolved_by_the_disconnect_drops_queued_jobs(model: uform.Model) -> None:
+    """``gather`` given a future that resolves when the client leaves (the server's task
+    awaiting ``http.disconnect``) drops the request's queued jobs."""
     import asyncio
-    import concurrent.futures as cf
 
     from uform.serve.batcher import Batcher
     from uform.serve.metrics import Metrics
@@ -135,24 +135,23 @@ def test_without_uvicorn_a_task_awaiting_the_disconnect_drops_queued_jobs(model:
 
     async def scenario() -> tuple[float | None, int]:
         loop = asyncio.get_running_loop()
-        with cf.ThreadPoolExecutor(2) as pool:
-            metrics = Metrics(lambda: 0.0)
-            batcher = Batcher(model, ServeConfig(model_id="default"), pool, metrics)
-            lane = batcher.lanes["text"]
-            first = batcher.submit(["text"] * len(long), long, [len(t) for t in long])
-            while not lane.running:
-                await asyncio.sleep(0.001)
-            queued = batcher.submit(["text"] * 3, [b"one", b"two", b"three"], [3, 3, 5])
-            disconnected: asyncio.Future[None] = loop.create_future()
-            loop.call_later(0.01, disconnected.set_result, None)
-            with pytest.raises(ConnectionError):
-                await batcher.gather(queued, disconnected)
-            left = lane.queued_items
-            assert lane.running, "the long call ended before the disconnect; lengthen it"
-            rows = await batcher.gather(first, None)
-            assert len(rows[0]) == len(long)
-            await batcher.close()
-            return metrics.registry.get_sample_value("uform_dropped_items_total", {"verb": "text_encode"}), left
+        metrics = Metrics(lambda: 0.0)
+        batcher = Batcher(model, ServeConfig(model_id="default"), metrics)
+        lane = batcher.lanes["text"]
+        first = batcher.submit(["text"] * len(long), long, [len(t) for t in long])
+        while not lane.running:
+            await asyncio.sleep(0.001)
+        queued = batcher.submit(["text"] * 3, [b"one", b"two", b"three"], [3, 3, 5])
+        disconnected: asyncio.Future[None] = loop.create_future()
+        loop.call_later(0.01, disconnected.set_result, None)
+        with pytest.raises(ConnectionError):
+            await batcher.gather(queued, disconnected)
+        left = lane.queued_items
+        assert lane.running, "the long call ended before the disconnect; lengthen it"
+        rows = await batcher.gather(first, None)
+        assert len(rows[0]) == len(long)
+        await batcher.close()
+        return metrics.registry.get_sample_value("uform_dropped_items_total", {"verb": "text_encode"}), left
 
     dropped, left = asyncio.run(scenario())
     assert dropped == 3 and left == 0

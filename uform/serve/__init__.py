@@ -1,6 +1,6 @@
 """``uform serve``: an OpenAI-compatible HTTP server for every modality a checkpoint holds.
 
-Installed with the ``uform[serve]`` extra (uvicorn, Starlette, prometheus_client); nothing
+Installed with the ``uform[serve]`` extra (uvicorn, prometheus_client, orjson); nothing
 here is imported by ``import uform``. One module per job:
 
 - ``config``: :class:`ServeConfig`, every limit and budget the server enforces
@@ -12,9 +12,9 @@ here is imported by ``import uform``. One module per job:
 - ``batcher``: the lanes together, admission (bounded queue) and draining
 - ``respond``: rows to OpenAI's response (float or base64, ``dimensions``)
 - ``metrics``: the Prometheus metrics
-- ``http``: body limits, auth, timing headers: the ASGI layer around the routes
-- ``app``: the Starlette application and its routes
-- ``run``: loading the model and running uvicorn with SIGTERM drain
+- ``http``: the ASGI application: lifespan, routing, API key, body limits, request metrics
+- ``app``: the routes' handlers and what they share
+- ``run``: loading the model and running it on uvicorn with SIGTERM drain
 
 docs/serve.md documents every route, field, limit, status and header.
 """

@@ -2,16 +2,15 @@
 
 ``submit`` splits a request's items by kind into one job per lane and answers them; a full
 queue is a 429 with ``Retry-After``, a draining server a 503. ``gather`` awaits a request's
-jobs; a job whose client went away is dropped from the queue, when the next batch forms
-(``gone``, read from the server's record of the connection) or at once (``disconnected``, a
-future resolved by a task awaiting ``http.disconnect``).
+jobs; when the future it is given resolves first (the client went away), the jobs still
+queued are dropped and the request fails with ``ConnectionError``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures as cf
-from collections.abc import Callable, Sequence
+import functools
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -45,6 +44,7 @@ def _chooser(model: Model) -> Any:
     return call
 
 
+UNBATCHED_CALLS = 16  # verb calls each lane runs at once with batching off (one a request)
 _IDENTITY = np.arange(4096)
 _IDENTITY.flags.writeable = False
 
@@ -55,13 +55,13 @@ def _identity(n: int) -> np.ndarray:
 
 
 class Batcher:
-    def __init__(self, model: Model, config: ServeConfig, pool: cf.Executor, metrics: Metrics) -> None:
+    def __init__(self, model: Model, config: ServeConfig, metrics: Metrics) -> None:
         self.config = config
         self.draining = False
         self.lanes: dict[str, Lane] = {}
         self.depth = Depth()  # items queued in every lane
         served = verbs(model)
-        workers = config.batches_at_once if config.batching else max(1, getattr(pool, "_max_workers", 4))
+        workers = config.batches_at_once if config.batching else UNBATCHED_CALLS
         window = config.batch_window_ms / 1000
         for kind, verb in [*ITEM_VERBS.items(), ("choose", CHOOSE_VERB)]:
             if verb not in served:
@@ -78,9 +78,8 @@ class Batcher:
     def queued_items(self) -> int:
         return self.depth.items
 
-    def submit(self, kinds: Sequence[str], payloads: Sequence[Any], costs: Sequence[int], gone: Callable[[], bool] | None = None) -> list[tuple[Lane, Job]]:
-        """Queue a request's items (``kinds[i]`` is item ``i``'s lane), one job per lane;
-        ``gone`` tells whether the client has left (its jobs are then dropped from the queue)."""
+    def submit(self, kinds: Sequence[str], payloads: Sequence[Any], costs: Sequence[int]) -> list[tuple[Lane, Job]]:
+        """Queue a request's items (``kinds[i]`` is item ``i``'s lane), one job per lane."""
         if self.draining:
             raise ApiError(503, "the server is shutting down and takes no new requests", code="draining")
         if self.depth.items + len(payloads) > self.config.max_queue_items:
@@ -91,7 +90,7 @@ class Batcher:
             lane = self.lanes.get(kinds[0])
             if lane is None:
                 raise self._unsupported(kinds[0])
-            job = Job(list(payloads), _identity(len(payloads)), costs[0] if len(costs) == 1 else sum(costs), loop.create_future(), gone)
+            job = Job(list(payloads), _identity(len(payloads)), costs[0] if len(costs) == 1 else sum(costs), loop.create_future())
             lane.put(job)
             return [(lane, job)]
         distinct = list(dict.fromkeys(kinds))
@@ -104,7 +103,7 @@ class Batcher:
         for kind in distinct:
             positions = np.flatnonzero(kind_array == kind)
             items = [payloads[i] for i in positions.tolist()]
-            jobs.append((self.lanes[kind], Job(items, positions, int(cost_array[positions].sum()), loop.create_future(), gone=gone)))
+            jobs.append((self.lanes[kind], Job(items, positions, int(cost_array[positions].sum()), loop.create_future())))
         for lane, job in jobs:
             lane.put(job)
         return jobs
@@ -115,19 +114,11 @@ class Batcher:
     async def gather(self, jobs: list[tuple[Lane, Job]], disconnected: asyncio.Future[Any] | None) -> list[Any]:
         """Each job's result, in order; a bad item's ``ApiError`` is raised once every job ended.
         When ``disconnected`` resolves first, queued jobs are dropped and ``ConnectionError`` raised."""
-        futures = [job.future for _, job in jobs]
-        waiting: asyncio.Future[Any] = futures[0] if len(futures) == 1 else asyncio.gather(*futures, return_exceptions=True)
         if disconnected is not None:
-            done, _ = await asyncio.wait({waiting, disconnected}, return_when=asyncio.FIRST_COMPLETED)
-            if waiting not in done:
-                for lane, job in jobs:
-                    lane.discard(job)
-                    job.future.cancel()
-                waiting.cancel()
-                raise ConnectionError("the client went away")
-        if len(futures) == 1:
-            return [await waiting]  # raises the job's error
-        outcomes = await waiting
+            disconnected.add_done_callback(functools.partial(_drop, jobs))
+        if len(jobs) == 1:
+            return [await jobs[0][1].future]  # raises the job's error
+        outcomes = await asyncio.gather(*[job.future for _, job in jobs], return_exceptions=True)
         for outcome in outcomes:
             if isinstance(outcome, BaseException):
                 raise outcome
@@ -136,3 +127,14 @@ class Batcher:
     async def close(self) -> None:
         self.draining = True
         await asyncio.gather(*(lane.close() for lane in self.lanes.values()))
+
+
+def _drop(jobs: list[tuple[Lane, Job]], disconnected: asyncio.Future[Any]) -> None:
+    """The client went away: its jobs still queued leave the queue, and every job not yet
+    answered fails with ``ConnectionError`` (one in a verb call is computed and discarded)."""
+    if disconnected.cancelled():
+        return
+    for lane, job in jobs:
+        if not job.future.done():
+            lane.discard(job)
+            job.future.set_exception(ConnectionError("the client went away"))

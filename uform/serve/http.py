@@ -1,29 +1,37 @@
-"""The ASGI layer around the routes: API-key checks, the request-size limit, and per-route
-request metrics; plus reading a body within its limit and noticing a client that left.
+"""The ASGI layer: one small application of this package's own on the ASGI interface alone
+(any ASGI server runs it; ``uform serve`` runs uvicorn). :class:`App` answers the lifespan and
+each HTTP request: refused without the API key (401) or over the size limit (413, on its
+``Content-Length``, before any of the body is read), else routed to its handler, answered in
+two ASGI messages, counted by route and status, and logged.
 
-``POST /v1/embeddings`` is answered by a raw ASGI handler (:class:`Guard`'s ``fast`` routes):
-no framework routing, middleware or request object on the path every embedding takes; every
-other route goes through Starlette."""
+A handler is ``async (scope, receive) -> Answer``; it raises :class:`ApiError` for an answer
+in OpenAI's error shape and ``ConnectionError`` when the client went away (nothing is sent:
+counted as 499)."""
 
 from __future__ import annotations
 
 import asyncio
 import hmac
+import logging
 import sys
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TextIO
 
-from starlette.requests import Request
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
-
 from .errors import ApiError
 from .metrics import FOLD, Metrics
 
+Scope = dict[str, Any]
+Message = dict[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+JSON = b"application/json"
+# status, body, headers beyond content-type and content-length, content type
+Answer = tuple[int, bytes, list[tuple[bytes, bytes]], bytes]
+Handler = Callable[[Scope, Receive], Awaitable[Answer]]
 OPEN_PATHS = {"/health"}  # served without the API key
-# a raw ASGI handler answering one route: the status it sent (499: the client went away)
-Handler = Callable[[Scope, Receive, Send], Awaitable[int]]
-ROUTES = {"/v1/embeddings", "/v1/choose", "/v1/models", "/health", "/metrics"}
+MODELS = "/v1/models"  # also answers /v1/models/{id}
+_log = logging.getLogger("uform.serve")
 
 
 class AccessLog:
@@ -48,56 +56,70 @@ class AccessLog:
             self.stream.flush()
 
 
-class Guard:
-    """Refuses a request without the API key (401) or whose ``Content-Length`` is over the
-    limit (413, before any of the body is read), counts every answer by route and status, and
-    logs a line for it. ``fast`` maps a path to the raw handler answering POSTs to it."""
+class App:
+    """The ASGI application: ``routes`` maps a path to its handler by method (``/v1/models/{id}``
+    goes to ``/v1/models``'s); ``startup`` and ``shutdown`` run at the lifespan's start and end."""
 
-    def __init__(self, app: ASGIApp, *, api_key: str | None, max_request_bytes: int, metrics: Metrics, log: AccessLog | None,
-                 fast: dict[str, Handler] | None = None) -> None:  # fmt: skip
-        self.app = app
-        self.fast = fast or {}
+    def __init__(self, routes: dict[str, dict[str, Handler]], *, api_key: str | None, max_request_bytes: int, metrics: Metrics,
+                 log: AccessLog | None, startup: Callable[[], Awaitable[None]], shutdown: Callable[[], Awaitable[None]]) -> None:  # fmt: skip
+        self.routes = routes
         self.expected = f"Bearer {api_key}".encode() if api_key else None
         self.limit = max_request_bytes
         self.metrics = metrics
         self.log = log
+        self.startup, self.shutdown = startup, shutdown
         self._counted = metrics.requests.counts  # (route, status) -> requests
-        self._timed = {route: metrics.request_seconds.values(route) for route in (*ROUTES, "other")}
+        self._timed = {route: metrics.request_seconds.values(route) for route in (*routes, "other")}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+        kind = scope["type"]
+        if kind == "http":
+            await self.http(scope, receive, send)
+        elif kind == "lifespan":
+            await self.lifespan(receive, send)
+        elif kind == "websocket":  # not served
+            await send({"type": "websocket.close", "code": 1000})
+
+    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
         began = time.perf_counter()
         path: str = scope["path"]
-        handler = self.fast.get(path) if scope["method"] == "POST" else None
-        if handler is not None:
-            status = 500
-            try:
-                refusal = self._refusal(scope, path)
-                status = await (_answer(refusal, send) if refusal is not None else handler(scope, receive, send))
-            finally:
-                self._record(scope, path, path, status, began)
-            return
-        route = path if path in ROUTES else ("/v1/models" if path.startswith("/v1/models/") else "other")
+        method: str = scope["method"]
+        route = path if path in self.routes else (MODELS if path.startswith(MODELS + "/") else "other")
         status = 500
-
-        async def counted(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-            await send(message)
-
         try:
-            refusal = self._refusal(scope, path)
-            if refusal is not None:
-                await _answer(refusal, counted)
-            else:
-                await self.app(scope, receive, counted)
+            try:
+                self.check(scope, path)
+                handlers = self.routes.get(route)
+                if handlers is None:
+                    raise ApiError(404, f"{method} {path}: Not Found", code="not_found")
+                handler = handlers.get(method) or (handlers.get("GET") if method == "HEAD" else None)
+                if handler is None:
+                    raise ApiError(405, f"{method} {path}: Method Not Allowed", headers={"Allow": ", ".join(handlers)})
+                status, body, headers, content_type = await handler(scope, receive)
+                await respond(send, status, body, headers, content_type)
+            except Exception as exc:  # noqa: BLE001 - every failure is an answer
+                status = await answer(send, exc)
         finally:
-            self._record(scope, path, route, status, began)
+            self.record(scope, path, route, status, began)
 
-    def _record(self, scope: Scope, path: str, route: str, status: int, began: float) -> None:
+    def check(self, scope: Scope, path: str) -> None:
+        """Raise the refusal of a request without the API key or over the size limit."""
+        headers = dict(scope["headers"])
+        if self.expected is not None and path not in OPEN_PATHS:
+            given = headers.get(b"authorization", b"")
+            if not hmac.compare_digest(given, self.expected):
+                raise ApiError(401, "a valid API key is required: send 'Authorization: Bearer <key>'", code="invalid_api_key",
+                               headers={"WWW-Authenticate": "Bearer"})  # fmt: skip
+        length = headers.get(b"content-length")
+        if length is not None:
+            try:
+                size = int(length)
+            except ValueError:
+                raise ApiError(400, "Content-Length is not a number", code="bad_content_length") from None
+            if size > self.limit:
+                raise too_large(self.limit)
+
+    def record(self, scope: Scope, path: str, route: str, status: int, began: float) -> None:
         took = time.perf_counter() - began
         key = (route, status)
         counted = self._counted
@@ -109,22 +131,20 @@ class Guard:
         if self.log is not None:
             self.log.add(scope.get("client"), scope["method"], path, status, took)
 
-    def _refusal(self, scope: Scope, path: str) -> ApiError | None:
-        headers = dict(scope["headers"])
-        if self.expected is not None and path not in OPEN_PATHS:
-            given = headers.get(b"authorization", b"")
-            if not hmac.compare_digest(given, self.expected):
-                return ApiError(401, "a valid API key is required: send 'Authorization: Bearer <key>'", code="invalid_api_key",
-                                headers={"WWW-Authenticate": "Bearer"})  # fmt: skip
-        length = headers.get(b"content-length")
-        if length is not None:
-            try:
-                size = int(length)
-            except ValueError:
-                return ApiError(400, "Content-Length is not a number", code="bad_content_length")
-            if size > self.limit:
-                return too_large(self.limit)
-        return None
+    async def lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                try:
+                    await self.startup()
+                except Exception as exc:  # noqa: BLE001 - the server reports it and exits
+                    await send({"type": "lifespan.startup.failed", "message": f"{type(exc).__name__}: {exc}"})
+                    return
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await self.shutdown()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
 
 
 def too_large(limit: int) -> ApiError:
@@ -132,57 +152,37 @@ def too_large(limit: int) -> ApiError:
                     headers={"Connection": "close"})  # fmt: skip
 
 
-async def _answer(error: ApiError, send: Send) -> int:
-    """Send ``error`` as the response; answers its status."""
-    await respond(send, error.status, error.encoded(), [(k.lower().encode(), v.encode()) for k, v in error.headers.items()])
-    return error.status
-
-
-async def respond(send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]] | None = None) -> None:
-    """A whole JSON response in two ASGI messages."""
-    head = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body)), *(headers or ())]
+async def respond(send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]], content_type: bytes = JSON) -> None:
+    """A whole response in two ASGI messages."""
+    head = [(b"content-type", content_type), (b"content-length", b"%d" % len(body)), *headers]
     await send({"type": "http.response.start", "status": status, "headers": head})
     await send({"type": "http.response.body", "body": body})
 
 
 async def answer(send: Send, exc: Exception) -> int:
-    """Answer a raw handler's failure: an ``ApiError`` as itself, a client gone away (nothing
+    """Answer a handler's failure: an ``ApiError`` as itself, a client gone away (nothing
     sent: 499), anything else a 500 in OpenAI's shape; answers the status."""
     if isinstance(exc, ConnectionError):
         return 499
     if not isinstance(exc, ApiError):
+        _log.error("a request failed", exc_info=exc)
         exc = ApiError(500, f"the server failed: {type(exc).__name__}: {exc}", code="internal_error")
-    return await _answer(exc, send)
+    await respond(send, exc.status, exc.encoded(), [(k.lower().encode(), v.encode()) for k, v in exc.headers.items()])
+    return exc.status
 
 
-async def read_body(request: Request, limit: int) -> bytes:
-    """The body; one without a ``Content-Length`` (chunked) is refused with 413 as soon as more
-    than ``limit`` bytes arrived (a declared length was checked by :class:`Guard`)."""
-    if "content-length" in request.headers:
-        return await request.body()
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise too_large(limit)
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
-async def read_raw(receive: Receive, limit: int, message: Message | None = None) -> bytes:
-    """The body from ASGI messages (``message``: the first, already received); refused with 413
-    once more than ``limit`` bytes arrived (a chunked body: a declared length was checked by
-    :class:`Guard`), ``ConnectionError`` when the client left first."""
-    if message is None:
-        message = await receive()
+async def read_body(receive: Receive, limit: int) -> bytes:
+    """The body from ASGI messages; refused with 413 once more than ``limit`` bytes arrived
+    (a chunked body: a declared length was checked by :class:`App`), ``ConnectionError``
+    when the client left first."""
+    message = await receive()
     if message["type"] == "http.disconnect":
         raise ConnectionError("the client went away")
     body: bytes = message.get("body", b"")
     if len(body) > limit:
         raise too_large(limit)
     if not message.get("more_body", False):
-        return body
+        return body  # a body that arrived whole: this one message
     chunks, size = [body], len(body)
     while True:
         message = await receive()
@@ -197,17 +197,9 @@ async def read_raw(receive: Receive, limit: int, message: Message | None = None)
             return b"".join(chunks)
 
 
-def disconnect_probe(receive: Receive) -> Callable[[], bool] | None:
-    """A cheap test of whether the client left: uvicorn's request cycle (whose method
-    ``receive`` is) records it as ``disconnected``; None on servers that keep no such record."""
-    cycle = getattr(receive, "__self__", None)
-    if cycle is None or not isinstance(getattr(cycle, "disconnected", None), bool):
-        return None
-    return lambda: bool(cycle.disconnected)
-
-
-async def gone(receive: Receive) -> Any:
-    """Resolves when the client disconnects (the body having been read already)."""
+async def gone(receive: Receive) -> Message:
+    """Resolves when the client disconnects (the body having been read already): the ASGI
+    server answers ``receive`` with ``http.disconnect`` then."""
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":

@@ -31,14 +31,12 @@ Verb = Callable[[list[Any], Arena], Any]
 
 
 class Job:
-    """One request's items for one verb; ``positions`` are their indices in the request;
-    ``gone`` tells whether its client has disconnected (None: not known here)."""
+    """One request's items for one verb; ``positions`` are their indices in the request."""
 
-    __slots__ = ("payloads", "positions", "cost", "future", "gone", "enqueued", "started", "finished", "batch_items")
+    __slots__ = ("payloads", "positions", "cost", "future", "enqueued", "started", "finished", "batch_items")
 
-    def __init__(self, payloads: list[Any], positions: np.ndarray, cost: int, future: asyncio.Future[Any],
-                 gone: Callable[[], bool] | None = None) -> None:  # fmt: skip
-        self.payloads, self.positions, self.cost, self.future, self.gone = payloads, positions, cost, future, gone
+    def __init__(self, payloads: list[Any], positions: np.ndarray, cost: int, future: asyncio.Future[Any]) -> None:
+        self.payloads, self.positions, self.cost, self.future = payloads, positions, cost, future
         self.enqueued = time.perf_counter()
         self.started = self.finished = 0.0
         self.batch_items = 0
@@ -129,18 +127,12 @@ class Lane:
         self.queued_items -= n
         self.depth.items -= n
 
-    def _take(self, jobs: list[Job], gone: list[Job], items: int, cost: int) -> tuple[int, int]:
-        """Move queued jobs into ``jobs`` within the budgets, and those whose client went away
-        into ``gone`` (with the lock held)."""
+    def _take(self, jobs: list[Job], items: int, cost: int) -> tuple[int, int]:
+        """Move queued jobs into ``jobs`` within the budgets (with the lock held)."""
         queue = self._queue
         while queue:
             job = queue[0]
             n = len(job.payloads)
-            if job.gone is not None and job.gone():
-                queue.popleft()
-                self._count_out(n)
-                gone.append(job)
-                continue
             if jobs and (items + n > self._budget.items or cost + job.cost > self._budget.cost):
                 break
             queue.popleft()
@@ -158,7 +150,6 @@ class Lane:
         try:
             while True:
                 jobs: list[Job] = []
-                gone: list[Job] = []
                 with self._lock:
                     while not self._queue:
                         if self._closing:
@@ -166,18 +157,12 @@ class Lane:
                         self._idle += 1
                         self._wake.wait()
                         self._idle -= 1
-                    items, cost = self._take(jobs, gone, 0, 0)
-                    if jobs:
-                        self.running += 1
-                if jobs and window > 0 and items < self._budget.items:
+                    items, cost = self._take(jobs, 0, 0)  # the first job at least
+                    self.running += 1
+                if window > 0 and items < self._budget.items:
                     time.sleep(window)
                     with self._lock:
-                        items, cost = self._take(jobs, gone, items, cost)
-                if gone:
-                    self._metrics.dropped.labels(self.verb).inc(sum(len(job.payloads) for job in gone))
-                    self._post(self._drop, gone)
-                if not jobs:
-                    continue
+                        items, cost = self._take(jobs, items, cost)
                 started = time.perf_counter()
                 try:
                     outcomes = self._outcomes(jobs, arena)
@@ -204,12 +189,6 @@ class Lane:
     def _end(self) -> None:
         if self._ended is not None and not self._ended.done():
             self._ended.set_result(None)
-
-    @staticmethod
-    def _drop(jobs: list[Job]) -> None:
-        for job in jobs:
-            if not job.future.done():
-                job.future.set_exception(ConnectionError("the client went away"))
 
     def _answer(self, jobs: list[Job], outcomes: list[Any], started: float, finished: float, items: int) -> None:
         """Each job's outcome into its future (on the loop), and the batch's figures."""

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import sys
 from collections.abc import Sequence
 from types import FrameType
@@ -68,7 +69,6 @@ def serve(model: Model, config: ServeConfig, *, host: str, port: int, access_log
 
     from .app import create_app
     from .catalog import served
-
     from .http import AccessLog
     from .lane import lower_priority
 
@@ -76,10 +76,14 @@ def serve(model: Model, config: ServeConfig, *, host: str, port: int, access_log
     # the threads made so far are ONNX Runtime's (and uvloop's); the lanes' lower their own as they start
     loop_thread = threading.get_native_id()
     lower_priority([t for t in _threads() if t != loop_thread], config.model_nice)
-    app, state = create_app(model, config, AccessLog() if access_log else None)
+    sock = _listen(host, port)  # bound here, so that the line below names the port 0 picked
+    bound = sock.getsockname()
+    where = f"http://{'[' + bound[0] + ']' if ':' in bound[0] else bound[0]}:{bound[1]}"
+    line = f"uform serve: listening on {where} (model {config.model_id!r}: {', '.join(served(model))})"
+    app, state = create_app(model, config, AccessLog() if access_log else None, lambda: print(line, file=announce or sys.stderr, flush=True))
     uv = uvicorn.Config(
-        app, host=host, port=port, lifespan="on", access_log=False, log_level="info",
-        timeout_graceful_shutdown=max(1, int(config.drain_seconds)), http=_http(), loop=_loop(),
+        app, lifespan="on", access_log=False, log_level="info", timeout_graceful_shutdown=max(1, int(config.drain_seconds)),
+        http=_http(), loop=_loop(), ws="none",
         proxy_headers=False,  # the access log names the connection's peer; X-Forwarded-For is not read
     )  # fmt: skip
 
@@ -88,12 +92,6 @@ def serve(model: Model, config: ServeConfig, *, host: str, port: int, access_log
             state.draining = True
             super().handle_exit(sig, frame)
 
-        def _log_started_message(self, listeners: Sequence[Any]) -> None:
-            bound = listeners[0].getsockname()
-            where = f"http://{'[' + bound[0] + ']' if ':' in bound[0] else bound[0]}:{bound[1]}"
-            kinds = ", ".join(served(model))
-            print(f"uform serve: listening on {where} (model {config.model_id!r}: {kinds})", file=announce or sys.stderr, flush=True)
-
     # uvicorn raises the signal it caught again once it has stopped; a handler of our own
     # makes that a no-op, so that a drained server exits 0 instead of dying of SIGTERM
     previous = signal.signal(signal.SIGTERM, _ignore)
@@ -101,7 +99,7 @@ def serve(model: Model, config: ServeConfig, *, host: str, port: int, access_log
     if config.batching:
         sys.setswitchinterval(SWITCH_INTERVAL)
     try:
-        Draining(uv).run()
+        Draining(uv).run(sockets=[sock])
     finally:
         sys.setswitchinterval(interval)
         signal.signal(signal.SIGTERM, previous)
@@ -129,15 +127,27 @@ def _ignore(sig: int, frame: FrameType | None) -> None:
     return None
 
 
-def _http() -> Any:
-    """httptools with a response's writes coalesced into one (``wire``), else h11."""
-    from .wire import protocol
+def _listen(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on ``host`` and ``port`` (0: a free one), as uvicorn binds its own."""
+    family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(address)
+        sock.listen(2048)
+    except OSError as exc:
+        sock.close()
+        raise OSError(exc.errno, f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    return sock
 
+
+def _http() -> str:
+    """uvicorn's httptools protocol (its native HTTP parser) where installed, else h11."""
     try:
         import httptools  # noqa: F401
     except ImportError:
         return "h11"
-    return protocol() or "httptools"
+    return "httptools"
 
 
 def _loop() -> str:
