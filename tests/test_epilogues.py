@@ -19,7 +19,7 @@ from uform.core.graph import RESIDUAL_SITES
 from uform.plugins import e4m3
 from uform.plugins.dequantize import quantize_e4m3
 from uform.plugins.epilogues import fuse_epilogues
-from uform.plugins.oplib import VARIANTS, OpLibrary
+from uform.plugins.oplib import BF16_PRODUCTS, VARIANTS, OpLibrary
 
 from oplibrary import LIBRARY, WHY_NOT, runnable
 
@@ -70,7 +70,7 @@ def test_products_add_the_residual_after_the_activation(variant: str, m: int) ->
     residual = rng.standard_normal((m, n)).astype(np.float32)
     codes, scale = quantize_e4m3(w)
     decoded = codes.view(ml_dtypes.float8_e4m3fn).astype(np.float64)
-    xs = x.astype(ml_dtypes.bfloat16).astype(np.float64) if variant == "avx512-bf16" else x.astype(np.float64)
+    xs = x.astype(ml_dtypes.bfloat16).astype(np.float64) if variant in BF16_PRODUCTS else x.astype(np.float64)
     for quantized, want_w, want_scale in ((False, w.astype(np.float64), 1.0), (True, decoded, scale.astype(np.float64))):
         packed, got_scale = lib.pack(variant, w, quantized, threads=2)
         for gelu in (False, True):

@@ -5,8 +5,9 @@
 
 namespace uform {
 
-constexpr int kAbi = 6;  // bump when an exported signature or an op's contract changes
-const Kernel* const kernels[kVariants] = {&kernel_avx2, &kernel_avx512, &kernel_avx512bf16, &kernel_avx2_split};
+constexpr int kAbi = 7;  // bump when an exported signature or an op's contract changes
+const Kernel* const kernels[kVariants] = {&kernel_avx2,       &kernel_avx512, &kernel_avx512bf16,
+                                          &kernel_avx2_split, &kernel_amx,    &kernel_amx_model};
 
 namespace {
 std::atomic<uint64_t> serials{1};
@@ -31,6 +32,10 @@ bool runnable(int variant) {
              __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("fma");
     case kAVX512BF16:
       return runnable(kAVX512) && __builtin_cpu_supports("avx512bf16");
+    case kAMX:  // asks Linux for the tile state the first time
+      return runnable(kAVX512BF16) && amx_refusal() == nullptr;
+    case kAMXModel:  // the model's own code is plain C++; packing (pack.cpp) takes AVX2
+      return runnable(kAVX2);
     default:
       return false;
   }
@@ -53,6 +58,20 @@ UFORM_EXPORT unsigned uform_ops_runnable() {
     if (runnable(v)) mask |= 1u << v;
   return mask;
 }
+
+// Why this process cannot run the amx kernels, or null when it can.
+UFORM_EXPORT const char* uform_ops_amx_refusal() { return amx_refusal(); }
+
+// The CPU's vendor: 1 Intel, 2 AMD, 0 another (each class's variant is chosen by measurement
+// on its vendor's cores: uform/plugins/e4m3.py).
+UFORM_EXPORT int uform_ops_cpu_vendor() {
+  __builtin_cpu_init();
+  return __builtin_cpu_is("intel") ? 1 : __builtin_cpu_is("amd") ? 2 : 0;
+}
+
+// The calling thread's modelled tile configuration (the amx-model variant), 64 bytes: copied
+// to `out`, then set from `in`, each where not null (tests).
+UFORM_EXPORT void uform_amx_model_config(uint8_t* out, const uint8_t* in) { amx_model_config(out, in); }
 
 // 1 when this CPU runs 256-bit AVX operations as two 128-bit halves (the avx2-split
 // variant's machines), else 0.
@@ -95,11 +114,11 @@ UFORM_EXPORT int uform_gemm(int variant, const float* x, int64_t m, int64_t k, c
   if (activation < 0 || activation >= kActivations) return 2;
   if (m == 0 || n == 0) return 0;
   const Kernel& kern = *kernels[variant];
-  Gemm g{x, w, scale, bias, y, nullptr, m, n, k, (k + 1) / 2 * 2, wtype, next_serial(), threads, residual, activation};
+  Gemm g{x, w, scale, bias, y, nullptr, m, n, k, k_padded(k, kern), wtype, next_serial(), threads, residual, activation};
   if (kern.bf16_x) {
     uint16_t* xb = nullptr;
     try {
-      xb = rounded_x(size_t(m) * size_t(g.kpad));
+      xb = rounded_x(size_t(m + kXRowsPad) * size_t(g.kpad));
     } catch (const std::bad_alloc&) {
       return 3;
     }
@@ -112,16 +131,17 @@ UFORM_EXPORT int uform_gemm(int variant, const float* x, int64_t m, int64_t k, c
   return 0;
 }
 
-// The FMA peak of `variant` on `threads` threads at once, in FLOP/s (for benchmarks: the
-// share of it a product reaches); answers -1 for a variant that has no probe or that this
-// CPU cannot run.
+// The peak of `variant` on `threads` threads at once, in FLOP/s (for benchmarks: the share of
+// it a product reaches): AVX2's FMA chains, AMX's TDPBF16PS chains; answers -1 for a variant
+// that has no probe or that this CPU cannot run.
 UFORM_EXPORT double uform_fma_peak(int variant, int threads) {
-  if ((variant != kAVX2 && variant != kAVX2Split) || !runnable(variant) || threads < 1) return -1;
-  constexpr int64_t iterations = 1 << 24;  // ~0.1 s a thread
+  if ((variant != kAVX2 && variant != kAVX2Split && variant != kAMX) || !runnable(variant) || threads < 1) return -1;
+  const bool tiles = variant == kAMX;
+  const int64_t iterations = tiles ? int64_t(1) << 20 : int64_t(1) << 24;  // ~0.1 s a thread
   double best = 0;
   for (int run = 0; run < 3; ++run) {
     std::vector<double> rates(size_t(threads), 0.0);
-    spread(threads, threads, [&](int64_t t) { rates[size_t(t)] = fma_peak_avx2(iterations); });
+    spread(threads, threads, [&](int64_t t) { rates[size_t(t)] = tiles ? tile_peak_amx(iterations) : fma_peak_avx2(iterations); });
     double total = 0;
     for (double r : rates) total += r;
     best = std::max(best, total);
@@ -129,13 +149,13 @@ UFORM_EXPORT double uform_fma_peak(int variant, int threads) {
   return best;
 }
 
-// Attention outside ONNX Runtime (for parity tests) through `variant`'s kernel (avx512-bf16: AVX-512's,
-// avx2-split: AVX2's):
+// Attention outside ONNX Runtime (for parity tests) through `variant`'s kernel (avx512-bf16 and
+// amx: AVX-512's; avx2-split and amx-model: AVX2's):
 // answers 0, 1 for a variant this CPU cannot run, 2 for bad arguments.
 UFORM_EXPORT int uform_attention(int variant, const float* qkv, const float* mask, int mask_per_query, float* out,
                                  int64_t items, int64_t tokens, int64_t heads, int64_t head_dim, int threads) {
   if (variant < 0 || variant >= kVariants) return 1;
-  const bool wide = variant == kAVX512 || variant == kAVX512BF16;  // avx512-bf16 runs AVX-512's attention, avx2-split AVX2's
+  const bool wide = wide_attention(variant);
   if (!runnable(wide ? kAVX512 : kAVX2)) return 1;
   if (items < 0 || tokens < 0 || heads < 1 || head_dim < 16 || head_dim % 16) return 2;
   const Attention a{qkv, mask, mask_per_query != 0, out, items, tokens, heads, head_dim, 0};

@@ -6,8 +6,9 @@
 // a block's fc1 and GELU, or a projection and the residual add after it, in one pass over y.
 // x is float32 [m, k] (row stride k); w holds the checkpoint's [n, k] matrix as raw bits,
 // BF16 (uint16) or FLOAT8 E4M3FN (uint8), packed at load for the variant (pack.cpp): panels
-// of `nr` output columns, each [k / pair][nr][pair] with pair = 2 for avx512-bf16, avx2 and avx2-split
-// and 1 for avx512, zero-padded past n and k. scale (E4M3's per-output-channel scale) and
+// of `nr` output columns, each [k / pair][nr][pair] with pair = 2 for avx512-bf16, amx, avx2 and
+// avx2-split and 1 for avx512, zero-padded past n and k (k to a multiple of the kernel's kblock:
+// its pair, or a tile's 32 values for amx). scale (E4M3's per-output-channel scale) and
 // bias may be null. Work is cut into tasks (panels of output columns times a block of rows, or
 // spans of panels handed out as they are run: PanelSpans) that any thread may run in any
 // order: each panel writes its own part of y only, its bits whichever thread runs it.
@@ -22,7 +23,9 @@ namespace uform {
 
 enum WeightType : int { kBF16 = 0, kE4M3 = 1 };
 enum Activation : int { kIdentity = 0, kGelu = 1, kActivations = 2 };
-enum Variant : int { kAVX2 = 0, kAVX512 = 1, kAVX512BF16 = 2, kAVX2Split = 3, kVariants = 4 };
+// kAMXModel: the amx kernels over a scalar model of the tile instructions, built for every
+// machine (tests and the tiling's edges; no load takes it).
+enum Variant : int { kAVX2 = 0, kAVX512 = 1, kAVX512BF16 = 2, kAVX2Split = 3, kAMX = 4, kAMXModel = 5, kVariants = 6 };
 
 struct Gemm {
   const float* x;         // [m, k]
@@ -30,8 +33,8 @@ struct Gemm {
   const float* scale;     // [n] or null
   const float* bias;      // [n] or null
   float* y;               // [m, n]
-  const uint16_t* xb;     // x rounded to BF16, [m, kpad] (kAVX512BF16 only; others null)
-  int64_t m, n, k, kpad;  // kpad: k rounded up to even
+  const uint16_t* xb;     // x rounded to BF16, [m, kpad] and kXRowsPad rows more (bf16_x variants; others null)
+  int64_t m, n, k, kpad;  // kpad: k_padded(k, kernel)
   int wtype;
   uint64_t serial;        // unique per product: a thread's decoded panel is reused within one only
   int64_t threads = 0;    // threads that will run the tasks (0: not known): variants that cut by shape size tasks to it
@@ -59,12 +62,27 @@ struct Kernel {
   void (*task)(const Gemm&, int64_t);
   void (*round_rows)(const float* x, int64_t k, uint16_t* xb, int64_t kpad, int64_t row_begin, int64_t row_end);
   int64_t (*count)(const Gemm&) = nullptr;  // tasks of a product, when the variant cuts by shape (else panels x mc rows)
+  int64_t kblock = 0;  // k of a panel and of Gemm::xb's rows padded to a multiple of it (0: pair)
 };
+
+constexpr int64_t kXRowsPad = 16;  // rows of Gemm::xb past m that may be read (a tile's 16 rows; never used)
 
 extern const Kernel kernel_avx2;
 extern const Kernel kernel_avx512;
 extern const Kernel kernel_avx512bf16;
 extern const Kernel kernel_avx2_split;  // AVX2's, panels staged as float32 (kernels_avx2.cpp)
+extern const Kernel kernel_amx;         // AMX tiles (kernels_amx.cpp)
+extern const Kernel kernel_amx_model;   // the same over a scalar model of the tiles (kernels_amx_model.cpp)
+
+// Why this process cannot run tile instructions (no AMX-BF16, no tile state in XCR0, the
+// kernel refused ARCH_REQ_XCOMP_PERM), or null when it can; asks for the permission once.
+const char* amx_refusal();
+
+// The AVX-512 BF16 pieces the amx kernels share with avx512-bf16 (kernels_avx512bf16.cpp):
+// `count` E4M3 codes (a multiple of 32) to BF16 bits, and rows of x rounded to BF16 (zeros from
+// k to kpad).
+void decode_e4m3_bf16_avx512(const uint8_t* src, uint16_t* dst, int64_t count);
+void round_rows_avx512bf16(const float* x, int64_t k, uint16_t* xb, int64_t kpad, int64_t begin, int64_t end);
 
 // Whether this CPU runs 256-bit AVX operations as two 128-bit halves (kernels_avx2.cpp).
 bool splits_256();
@@ -73,8 +91,15 @@ bool splits_256();
 extern const float e4m3_to_f32[256];
 extern const uint16_t e4m3_to_bf16[256];
 
+// k padded as a panel holds it, and as Gemm::kpad (at least even) and x's BF16 rows.
+inline int64_t panel_depth(int64_t k, const Kernel& kern) {
+  const int64_t block = kern.kblock ? kern.kblock : kern.pair;
+  return (k + block - 1) / block * block;
+}
+inline int64_t k_padded(int64_t k, const Kernel& kern) { return (panel_depth(k, kern) + 1) / 2 * 2; }
+
 // Elements of one packed panel, and of the whole packed matrix.
-inline int64_t panel_elements(int64_t k, const Kernel& kern) { return (k + kern.pair - 1) / kern.pair * kern.pair * kern.nr; }
+inline int64_t panel_elements(int64_t k, const Kernel& kern) { return panel_depth(k, kern) * kern.nr; }
 inline int64_t packed_elements(int64_t n, int64_t k, const Kernel& kern) {
   return (n + kern.nr - 1) / kern.nr * panel_elements(k, kern);
 }
@@ -87,6 +112,9 @@ uint8_t encode_e4m3(float v);
 
 // FLOP/s of `iterations` x 12 register-only 256-bit FMAs on the calling thread (AVX2's peak, measured).
 double fma_peak_avx2(int64_t iterations);
+// FLOP/s of `iterations` x 4 register-only TDPBF16PS on the calling thread (AMX's peak; only
+// where amx_refusal() is null).
+double tile_peak_amx(int64_t iterations);
 
 inline int64_t panels(const Gemm& g, const Kernel& kern) { return (g.n + kern.nr - 1) / kern.nr; }
 inline int64_t row_blocks(const Gemm& g, const Kernel& kern) { return (g.m + kern.mc - 1) / kern.mc; }

@@ -28,27 +28,13 @@ static const Panel* in_place(const Gemm& g, int64_t j) {
   return g.wtype == kBF16 ? static_cast<const Panel*>(g.w) + j * (g.kpad / 2) * NR : nullptr;
 }
 
-// E4M3 codes (packed like BF16 pairs, a byte each) to BF16, 32 at a time: a normal code's
-// exponent and mantissa move into BF16's fields and rebias by 120; the 8 subnormal
-// magnitudes (m * 2^-9) come from a table.
+// E4M3 codes (packed like BF16 pairs, a byte each) to BF16: see decode_e4m3_bf16_avx512.
 static void decode(const Gemm& g, int64_t j, Panel* out) {
   const int64_t count = g.kpad * NR;  // bytes of one panel
-  const uint8_t* src = static_cast<const uint8_t*>(g.w) + j * count;
-  alignas(64) uint16_t small[32] = {};
-  for (int m = 0; m < 8; ++m) small[m] = e4m3_to_bf16[m];
-  const __m512i table = _mm512_load_si512(small);
-  const __m512i low7 = _mm512_set1_epi16(0x7F), bias = _mm512_set1_epi16(0x3C00), signbit = _mm512_set1_epi16(0x80);
-  uint16_t* dst = reinterpret_cast<uint16_t*>(out);
-  for (int64_t i = 0; i < count; i += 32) {
-    const __m512i v = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i)));
-    const __m512i magnitude = _mm512_and_si512(v, low7);
-    const __m512i normal = _mm512_add_epi16(_mm512_slli_epi16(magnitude, 4), bias);
-    const __mmask32 subnormal = _mm512_cmplt_epu16_mask(magnitude, _mm512_set1_epi16(8));
-    const __m512i value = _mm512_mask_blend_epi16(subnormal, normal, _mm512_permutexvar_epi16(magnitude, table));
-    const __m512i sign = _mm512_slli_epi16(_mm512_and_si512(v, signbit), 8);
-    _mm512_store_si512(dst + i, _mm512_or_si512(value, sign));
-  }
+  decode_e4m3_bf16_avx512(static_cast<const uint8_t*>(g.w) + j * count, reinterpret_cast<uint16_t*>(out), count);
 }
+
+struct Scope {};  // nothing to set up around a task (tiling.inc)
 
 static inline int64_t depth(const Gemm& g) { return g.kpad / 2; }
 
@@ -77,7 +63,29 @@ static inline void micro(const Gemm& g, int64_t row, int64_t n0, const Panel* pa
 
 #include "tiling.inc"
 
-static void round_rows(const float* x, int64_t k, uint16_t* xb, int64_t kpad, int64_t begin, int64_t end) {
+}  // namespace avx512bf16
+
+// E4M3 codes to BF16, 32 at a time: a normal code's exponent and mantissa move into BF16's
+// fields and rebias by 120; the 8 subnormal magnitudes (m * 2^-9) come from a table.
+void decode_e4m3_bf16_avx512(const uint8_t* src, uint16_t* dst, int64_t count) {
+  alignas(64) uint16_t small[32] = {};
+  for (int m = 0; m < 8; ++m) small[m] = e4m3_to_bf16[m];
+  const __m512i table = _mm512_load_si512(small);
+  const __m512i low7 = _mm512_set1_epi16(0x7F), bias = _mm512_set1_epi16(0x3C00), signbit = _mm512_set1_epi16(0x80);
+  for (int64_t i = 0; i < count; i += 32) {
+    const __m512i v = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i)));
+    const __m512i magnitude = _mm512_and_si512(v, low7);
+    const __m512i normal = _mm512_add_epi16(_mm512_slli_epi16(magnitude, 4), bias);
+    const __mmask32 subnormal = _mm512_cmplt_epu16_mask(magnitude, _mm512_set1_epi16(8));
+    const __m512i value = _mm512_mask_blend_epi16(subnormal, normal, _mm512_permutexvar_epi16(magnitude, table));
+    const __m512i sign = _mm512_slli_epi16(_mm512_and_si512(v, signbit), 8);
+    _mm512_storeu_si512(dst + i, _mm512_or_si512(value, sign));
+  }
+}
+
+// Rows [begin, end) of x rounded to BF16 (to nearest even), zeros from k to kpad.
+void round_rows_avx512bf16(const float* x, int64_t k, uint16_t* xb, int64_t kpad, int64_t begin, int64_t end) {
+  using avx512bf16::lanes;
   for (int64_t r = begin; r < end; ++r) {
     const float* src = x + r * k;
     uint16_t* dst = xb + r * kpad;
@@ -91,13 +99,11 @@ static void round_rows(const float* x, int64_t k, uint16_t* xb, int64_t kpad, in
       const __m256bh v = _mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, src + i));
       _mm256_mask_storeu_epi16(dst + i, m, (__m256i)v);
     }
-    if (kpad > k) dst[k] = 0;
+    std::memset(dst + k, 0, size_t(kpad - k) * sizeof(uint16_t));
   }
 }
 
-}  // namespace avx512bf16
-
 const Kernel kernel_avx512bf16 = {"avx512-bf16", avx512bf16::NR, avx512bf16::PAIR, avx512bf16::MC, true, avx512bf16::task,
-                                  avx512bf16::round_rows};
+                                  round_rows_avx512bf16};
 
 }  // namespace uform

@@ -19,6 +19,13 @@ extern const Kernel* const kernels[kVariants];
 // Whether this CPU has the instructions of `variant` (checked before any of its code runs).
 bool runnable(int variant);
 
+// Whether `variant`'s loads run AVX-512's attention kernel (else AVX2's).
+inline bool wide_attention(int variant) { return variant == kAVX512 || variant == kAVX512BF16 || variant == kAMX; }
+
+// The calling thread's modelled tile configuration (kernels_amx_model.cpp): copied to `out`,
+// then set from `in`, each where not null.
+void amx_model_config(uint8_t* out, const uint8_t* in);
+
 // A number no other product had: a thread's decoded panel is reused within one product only.
 uint64_t next_serial();
 

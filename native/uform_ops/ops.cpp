@@ -7,13 +7,13 @@
 //   MatMulE4M3(X: float[..., k], W: uint8 E4M3FN codes, scale: float[n], bias?: float[n], residual?: float[..., n])
 // each computing y = act(scale * (x @ W^T) + bias) + residual for the checkpoint's [n, k]
 // matrix W, held packed for the kernels (uform_pack), with the attributes `variant` (0 avx2,
-// 1 avx512, 2 avx512-bf16, 3 avx2-split) naming the kernels, `n` the output width and,
+// 1 avx512, 2 avx512-bf16, 3 avx2-split, 4 amx, 5 amx-model) naming the kernels, `n` the output width and,
 // optionally, `threads` the session's intra-op threads (variants that cut a product by its
 // shape size tasks to it) and `activation` (0 or absent: none; 1: GELU, exact); and
 //   Attention(qkv: float[B * T, 3 * W], shape: int64[2] = (B, T), mask?: float) -> float[B * T, W]
 // multi-head attention of `heads` heads over a fused qkv projection, the additive mask
 // [B, 1, 1, T] (padding) or [T, T] (causal), float32 throughout, with the optional attribute
-// `variant` (0 and 3: AVX2 with FMA; 1 and 2: AVX-512 F; absent: AVX-512 where the CPU has it). A kernel whose
+// `variant` (0, 3 and 5: AVX2 with FMA; 1, 2 and 4: AVX-512 F; absent: AVX-512 where the CPU has it). A kernel whose
 // instructions this CPU lacks is refused when the session is created, with a message;
 // nothing runs an illegal instruction.
 // Work runs on ONNX Runtime's intra-op thread pool (KernelContext_ParallelFor).
@@ -131,13 +131,13 @@ OrtStatus* compute(OpKernel* op, OrtKernelContext* ctx) {
   g.activation = op->activation;
   ORT_TRY(api->GetTensorMutableData(y, &data));
   g.y = static_cast<float*>(data);
-  g.m = m, g.n = n, g.k = k, g.kpad = (k + 1) / 2 * 2, g.wtype = op->wtype;
+  const Kernel* kern = op->kern;
+  g.m = m, g.n = n, g.k = k, g.kpad = k_padded(k, *kern), g.wtype = op->wtype;
   g.serial = next_serial();
   g.threads = op->threads;
-  const Kernel* kern = op->kern;
   Parallel par{&g, kern, nullptr, 64};
   if (kern->bf16_x) {
-    par.xb = rounded_x(size_t(m) * size_t(g.kpad));  // the calling thread's: concurrent runs each have their own
+    par.xb = rounded_x(size_t(m + kXRowsPad) * size_t(g.kpad));  // the calling thread's: concurrent runs each have their own
     g.xb = par.xb;
     const int64_t pieces = (m + par.rows_per_piece - 1) / par.rows_per_piece;
     ORT_TRY(api->KernelContext_ParallelFor(
@@ -315,8 +315,8 @@ struct AttentionOp : OrtCustomOp {
       if (heads < 1) return fail(api, "ai.uform.Attention: heads must be positive");
       int64_t variant = runnable(kAVX512) ? kAVX512 : kAVX2;  // optional: the kernels' variant (avx512-bf16 runs AVX-512's)
       if (OrtStatus* status = api->KernelInfoGetAttribute_int64(info, "variant", &variant)) api->ReleaseStatus(status);
-      if (variant < 0 || variant >= kVariants) return fail(api, "ai.uform.Attention: variant must be 0, 1, 2 or 3");
-      const bool wide = variant == kAVX512 || variant == kAVX512BF16;
+      if (variant < 0 || variant >= kVariants) return fail(api, "ai.uform.Attention: variant must be 0 to 5");
+      const bool wide = wide_attention(int(variant));
       if (!runnable(wide ? kAVX512 : kAVX2))
         return api->CreateStatus(ORT_NOT_IMPLEMENTED, wide ? "ai.uform.Attention: this CPU lacks AVX-512" : "ai.uform.Attention: this CPU lacks AVX2 and FMA");
       auto* kernel = new (std::nothrow) AttentionKernel{api, heads, wide ? attention_task : attention_task_avx2, "ai.uform.Attention"};

@@ -25,8 +25,14 @@ from typing import Any
 
 import numpy as np
 
-ABI = 6  # uform_ops_abi() of the library this module speaks to
-VARIANTS = ("avx2", "avx512", "avx512-bf16", "avx2-split")  # kernel variants, by the index the ops take
+ABI = 7  # uform_ops_abi() of the library this module speaks to
+# Kernel variants, by the index the ops take. ``amx-model`` runs the amx kernels over a scalar
+# model of the tile instructions on any AVX2 machine: for tests; no load takes it.
+VARIANTS = ("avx2", "avx512", "avx512-bf16", "avx2-split", "amx", "amx-model")
+VENDORS = {1: "intel", 2: "amd"}  # uform_ops_cpu_vendor()
+# Variants whose products take BF16 pairs (VDPBF16PS, TDPBF16PS): x is rounded to BF16 once per
+# product, and BF16 subnormals (weights or activations) count as zeros.
+BF16_PRODUCTS = frozenset({"avx512-bf16", "amx", "amx-model"})
 BF16, E4M3 = 0, 1  # weight types, as the library numbers them
 ENVIRONMENT = "UFORM_OPS_LIBRARY"
 _P, _I64 = ctypes.c_void_p, ctypes.c_int64
@@ -42,14 +48,18 @@ def _pointer(array: np.ndarray | None) -> Any:
 
 @dataclass(frozen=True)
 class OpLibrary:
-    """A loaded op library: its path, the kernel variants this CPU runs, and whether this
-    CPU runs 256-bit AVX operations as two 128-bit halves (``splits_256``: AMD Zen 1 and
-    Zen+, whose AVX2 loads take the ``avx2-split`` kernels)."""
+    """A loaded op library: its path, the kernel variants this CPU runs, whether this CPU
+    runs 256-bit AVX operations as two 128-bit halves (``splits_256``: AMD Zen 1 and Zen+,
+    whose AVX2 loads take the ``avx2-split`` kernels), the CPU's vendor (``intel``, ``amd`` or
+    ``other``) and, where the amx kernels cannot run, why not (``amx_refusal``: no AMX, no
+    tile state from the operating system, or Linux refused the permission)."""
 
     path: Path
     handle: ctypes.CDLL
     runnable: frozenset[str]
     splits_256: bool = False
+    vendor: str = "other"
+    amx_refusal: str | None = None
 
     def packed_elements(self, variant: str, n: int, k: int) -> int:
         """Elements of an [n, k] matrix packed for ``variant`` (panels padded with zeros)."""
@@ -151,11 +161,21 @@ class OpLibrary:
         return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
 
     def fma_peak(self, variant: str, threads: int = 1) -> float | None:
-        """FLOP/s of ``variant``'s FMAs on ``threads`` threads at once with nothing but
+        """FLOP/s of ``variant``'s products on ``threads`` threads at once with nothing but
         registers (the best of 3 runs of about 0.1 s): the class's peak as measured here, for
-        benchmarks' share of peak. None where the variant has no probe (only AVX2's have one)."""
+        benchmarks' share of peak: FMA chains for AVX2's variants, TDPBF16PS chains for
+        ``amx``. None where the variant has no probe or this CPU cannot run it."""
         rate = float(self.handle.uform_fma_peak(VARIANTS.index(variant), max(1, threads)))
         return rate if rate > 0 else None
+
+    def model_tile_config(self, config: bytes | None = None) -> bytes:
+        """The calling thread's tile configuration as the ``amx-model`` variant models it (64
+        bytes; all zeros where none is loaded), then set to ``config`` where given: tests see
+        that a product leaves it as it found it."""
+        out = ctypes.create_string_buffer(64)
+        given = None if config is None else ctypes.create_string_buffer(bytes(config), 64)
+        self.handle.uform_amx_model_config(out, given)
+        return out.raw
 
     def attention(
         self,
@@ -258,6 +278,10 @@ def library() -> OpLibrary:
     handle.uform_fma_peak.restype = ctypes.c_double
     handle.uform_ops_runnable.restype = ctypes.c_uint
     handle.uform_ops_splits_256.restype = ctypes.c_int
-    mask = int(handle.uform_ops_runnable())
+    handle.uform_ops_amx_refusal.restype = ctypes.c_char_p
+    handle.uform_ops_cpu_vendor.restype = ctypes.c_int
+    mask = int(handle.uform_ops_runnable())  # asks Linux for the tile state where the CPU has AMX
     runnable = frozenset(v for i, v in enumerate(VARIANTS) if mask >> i & 1)
-    return OpLibrary(path, handle, runnable, bool(handle.uform_ops_splits_256()))
+    refusal = handle.uform_ops_amx_refusal()
+    vendor = VENDORS.get(int(handle.uform_ops_cpu_vendor()), "other")
+    return OpLibrary(path, handle, runnable, bool(handle.uform_ops_splits_256()), vendor, refusal.decode() if refusal else None)

@@ -1,0 +1,137 @@
+// AMX (x86-64-amx: Intel Xeon 4th generation and later): BF16 tile products (TDPBF16PS, 16 x 16
+// x 32 a product) with float32 sums, over tiles.inc's micro-kernel. Activations are rounded to
+// BF16 once per product and weights decode to BF16 exactly, as for avx512-bf16, whose AVX-512
+// pieces (rounding, E4M3 decoding) these kernels share. E4M3 panels are decoded into the
+// thread's BF16 panel once and reused for all the rows of its tasks (tiling.inc).
+//
+// Products of fewer than UFORM_AMX_MIN_ROWS rows (default 5) run the avx512-bf16 kernels over
+// the same packed panels instead: at a few rows a tile's 16 are mostly empty and the product
+// streams its weights once (oneDNN runs one row on AVX-512 BF16; SGLang takes tiles above 4 rows).
+//
+// Before the first tile instruction, Linux must grant the process the tile data state
+// (arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA), kernel 5.16 and later): amx_refusal()
+// asks once and says why not; nothing here runs a tile instruction unless it answered null.
+#include <cpuid.h>
+#include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+
+#include "gemm.h"
+
+namespace uform {
+
+namespace {
+constexpr int kTileData = 18;  // XFEATURE_XTILEDATA; its configuration (17) comes with it
+constexpr int kGetPermission = 0x1022, kRequestPermission = 0x1023;  // ARCH_GET_XCOMP_PERM, ARCH_REQ_XCOMP_PERM
+
+const char* ask_for_tiles() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(d >> 22 & 1) || !(d >> 24 & 1))
+    return "this CPU has no AMX-BF16 tiles";
+  unsigned a1 = 0, b1 = 0, c1 = 0, d1 = 0;
+  if (!__get_cpuid_count(7, 1, &a1, &b1, &c1, &d1) || !(a1 >> 5 & 1) || !(b >> 16 & 1) || !(b >> 30 & 1))
+    return "this CPU has AMX but not the AVX-512 BF16 instructions the amx kernels also run";
+  if (!__get_cpuid(1, &a, &b, &c, &d) || !(c >> 27 & 1)) return "the operating system does not enable XSAVE";
+  unsigned low = 0, high = 0;
+  __asm__ volatile("xgetbv" : "=a"(low), "=d"(high) : "c"(0));
+  if ((low >> 17 & 3) != 3)
+    return "the operating system (or the hypervisor) does not enable the tile state (XCR0 lacks TILECFG and TILEDATA)";
+#if defined(__linux__) && defined(SYS_arch_prctl)
+  if (syscall(SYS_arch_prctl, kRequestPermission, kTileData) != 0)
+    return errno == EINVAL ? "Linux refused the tile state (ARCH_REQ_XCOMP_PERM: a kernel older than 5.16?)"
+                           : "Linux refused the tile state (ARCH_REQ_XCOMP_PERM; a signal stack too small for it?)";
+  unsigned long granted = 0;
+  if (syscall(SYS_arch_prctl, kGetPermission, &granted) != 0 || !(granted >> kTileData & 1))
+    return "Linux did not grant the tile state (ARCH_GET_XCOMP_PERM)";
+  return nullptr;
+#else
+  return "uform asks for the tile state on Linux only";
+#endif
+}
+
+int64_t min_rows() {
+  static const int64_t rows = [] {
+    const char* given = std::getenv("UFORM_AMX_MIN_ROWS");
+    const long value = given && *given ? std::strtol(given, nullptr, 10) : 5;
+    return std::clamp<int64_t>(value, 0, 64);  // at most 64: both variants' tasks are then one block of rows
+  }();
+  return rows;
+}
+}  // namespace
+
+const char* amx_refusal() {
+  static const char* const why = ask_for_tiles();
+  return why;
+}
+
+}  // namespace uform
+
+// Only after every include: a template or inline function from a header compiled under this
+// target would be a weak symbol that the linker may keep for every file (kernels_avx512bf16.cpp).
+#pragma GCC target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,fma")
+
+namespace uform {
+namespace amx {
+
+#define TILE_LOAD(T, p, stride) _tile_loadd(T, p, stride)
+#define TILE_ZERO(T) _tile_zero(T)
+#define TILE_DP(C, A, B) _tile_dpbf16ps(C, A, B)
+#define TILE_STORE(T, p, stride) _tile_stored(T, p, stride)
+static inline void store_config(void* c) { _tile_storeconfig(c); }
+static inline void load_config(const void* c) { _tile_loadconfig(c); }
+static inline void release_tiles() { _tile_release(); }
+
+#define UFORM_VFMA(a, b, c) _mm512_fmadd_ps(a, b, c)
+
+static void decode(const Gemm& g, int64_t j, uint32_t* out) {
+  const int64_t count = g.kpad * 64;  // bytes of one panel (NR columns)
+  decode_e4m3_bf16_avx512(static_cast<const uint8_t*>(g.w) + j * count, reinterpret_cast<uint16_t*>(out), count);
+}
+
+#include "tiles.inc"
+#undef UFORM_VFMA
+
+static void run(const Gemm& g, int64_t t) {
+  if (g.m < min_rows()) {
+    kernel_avx512bf16.task(g, t);  // the same panels; one block of rows in both (min_rows <= 64 <= either MC)
+  } else {
+    task(g, t);
+  }
+}
+
+}  // namespace amx
+
+double tile_peak_amx(int64_t iterations) {
+  using namespace amx;
+  const Scope scope;
+  alignas(64) static const uint16_t zeros[16 * 32] = {};  // zero products: no subnormal or overflow slows a chain
+  _tile_loadd(4, zeros, 64);
+  _tile_loadd(6, zeros, 64);
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  const auto start = std::chrono::steady_clock::now();
+  for (int64_t i = 0; i < iterations; ++i) {
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 6);
+    _tile_dpbf16ps(2, 4, 6);
+    _tile_dpbf16ps(3, 4, 6);
+  }
+  alignas(64) float sink[256];
+  _tile_stored(0, sink, 64);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  volatile float used = sink[0];
+  (void)used;
+  return double(iterations) * 4 * (16.0 * 16 * 32 * 2) / seconds;
+}
+
+const Kernel kernel_amx = {"amx", amx::NR, amx::PAIR, amx::MC, true, amx::run, round_rows_avx512bf16, nullptr, amx::KBLOCK};
+
+}  // namespace uform
