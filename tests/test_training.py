@@ -101,7 +101,8 @@ def test_the_steps_skip_filling_fresh_memory_and_write_what_filled_memory_writes
     import torch
 
     from uform.training import Settings
-    from uform.training.recipe import deterministic, train_towers
+    from uform.training.steps import deterministic
+    from uform.training.towers import train_towers
 
     before, algorithms = torch.utils.deterministic.fill_uninitialized_memory, torch.are_deterministic_algorithms_enabled()
     with deterministic():
@@ -136,7 +137,8 @@ def test_the_contrastive_loss_ranks_every_meaning_and_the_inputs_are_labelled_by
     import torch
 
     from uform.demo import variety
-    from uform.training.recipe import Inputs, contrastive, prototypes
+    from uform.training.inputs import Inputs
+    from uform.training.losses import contrastive, prototypes
 
     texts = torch.nn.functional.normalize(torch.randn(10, 8, generator=torch.Generator().manual_seed(0)), dim=1)
     labels = torch.tensor([3, 3, 7, 1])  # meanings absent from the batch still compete as classes
@@ -160,7 +162,7 @@ def test_the_contrastive_loss_ranks_every_meaning_and_the_inputs_are_labelled_by
 def test_each_part_of_the_inputs_draws_from_its_own_stream() -> None:
     """Another picture pool and batch leave every other part's draws as they were (a larger
     picture batch once redrew every clip, sound, caption and question after it)."""
-    from uform.training.recipe import Inputs
+    from uform.training.inputs import Inputs
 
     small = Inputs(tiny_config(), 0, 4, lambda line: None, audio_pool=4, image_pool=2, canonical=0.5)
     large = Inputs(tiny_config(), 0, 4, lambda line: None, audio_pool=4, image_pool=6, canonical=0.5)
@@ -178,7 +180,8 @@ def test_each_part_of_the_inputs_draws_from_its_own_stream() -> None:
 
 def test_a_flipped_transposed_or_reversed_clip_changes_its_direction_with_it() -> None:
     from uform.demo import variety
-    from uform.training.recipe import Inputs, motion
+    from uform.training.inputs import Inputs
+    from uform.training.losses import motion
 
     inputs = Inputs(tiny_config(), 0, 8, lambda line: None, image_pool=2)
     meanings = variety.meanings("video")
@@ -273,8 +276,8 @@ def test_the_reading_stage_lists_lettered_options_in_a_random_order() -> None:
     list of the six colours comes in the canonical order about once in 720 (the decoder
     phase's, half of them shuffled, far more often)."""
     from uform.demo import variety as v
+    from uform.training.questions import decoder_questions
     from uform.training.reading import reading_questions
-    from uform.training.recipe import decoder_questions
 
     def canonical_share(questions: list[g.Question]) -> tuple[float, int]:
         full = [q.text for q in questions if q.group == g.LETTERS and all(c in q.text for c in g.COLOURS)]
@@ -309,7 +312,7 @@ def test_packed_questions_give_the_padded_losses() -> None:
     import torch
 
     from uform.exporters.reference import ReferenceModel
-    from uform.training.recipe import decoder_loss, decoder_questions, packed_decoder_loss, packed_decoder_step
+    from uform.training.questions import decoder_loss, decoder_questions, packed_decoder_loss, packed_decoder_step
 
     torch.manual_seed(0)
     tower = ReferenceModel(tiny_config()).towers["decoder"]
@@ -330,7 +333,7 @@ def test_captions_encoded_in_groups_of_like_length_give_the_same_embeddings() ->
 
     from uform.demo import variety
     from uform.exporters.reference import ReferenceModel
-    from uform.training.recipe import text_embeddings
+    from uform.training.losses import text_embeddings
 
     torch.manual_seed(0)
     tower = ReferenceModel(tiny_config()).towers["text"]
@@ -349,7 +352,7 @@ def test_towers_run_for_their_class_token_alone_give_the_same_embeddings_and_gra
     import torch
 
     from uform.exporters.reference import ReferenceModel
-    from uform.training.recipe import class_tokens_only, initialise
+    from uform.training.steps import class_tokens_only, initialise
 
     config = tiny_config()
     config.towers["text"]["token_width"] = 8
@@ -678,7 +681,7 @@ def test_bf16_autocast_runs_the_towers_in_bf16_and_leaves_the_decoder_as_it_was(
     import torch
 
     from uform.training import Settings, train
-    from uform.training.recipe import towers_in_bf16
+    from uform.training.steps import towers_in_bf16
 
     layer = torch.nn.Linear(4, 3)
     with towers_in_bf16(True):

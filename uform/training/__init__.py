@@ -8,6 +8,7 @@ checkpoint; docs/training.md describes the data, the recipe and the figures it r
 
 from __future__ import annotations
 
-from .recipe import Result, Settings, default_config, train
+from .recipe import train
+from .settings import Result, Settings, default_config
 
 __all__ = ["Result", "Settings", "default_config", "train"]

@@ -8,14 +8,15 @@ import sys
 from collections.abc import Sequence
 from dataclasses import asdict
 
-from .recipe import ALONE, FRONT, PHASES, Settings, train
+import torch
+
+from .recipe import train
+from .settings import ALONE, FRONT, PHASES, Settings
 
 
 def bf16_products_native() -> bool:
     """Whether PyTorch runs BF16 products through oneDNN here (``--bf16-autocast`` is only a
     gain where it does; it honours ``ONEDNN_MAX_CPU_ISA``)."""
-    import torch
-
     return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
 
 
@@ -110,8 +111,6 @@ def main(argv: Sequence[str] | None = None) -> int:
                      "AVX-512 or BF16 instructions); emulated, a 256 x 1024 Linear ran 5.7x slower than in float32: leave "
                      "the option out (the towers then train in float32, and the checkpoint is not the shipped one byte for byte)")
     if args.threads:
-        import torch
-
         torch.set_num_threads(args.threads)
     settings = Settings(out=args.out, seed=args.seed, steps=args.steps, minutes=args.minutes, batch=args.batch,
                         image_factor=args.image_factor, text_groups=args.text_groups, decoder_row=args.decoder_row, image_pool=args.image_pool, video_pool=args.video_pool, audio_pool=args.audio_pool,

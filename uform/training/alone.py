@@ -1,7 +1,7 @@
 """One tower of the first phase alone (``--phase clips``, ``--phase pictures``, ``--phase sounds``,
 ``--phase questions``): what a tower's recipe gives from seed to seed.
 
-The media towers learn against fixed prototypes (:func:`~uform.training.recipe.prototypes`,
+The media towers learn against fixed prototypes (:func:`~uform.training.losses.prototypes`,
 drawn from the seed) and their gradients are clipped tower by tower, so the first phase's clip
 tower or picture tower can be trained on its own: the same steps, schedule, curriculum, batch,
 data and losses, without the other towers' work. A ``variant`` seeds the tower's
@@ -33,10 +33,11 @@ from uform.exporters.reference import ReferenceModel
 from uform.exporters.reference.decoder import DecoderTower
 from uform.exporters.reference.video import VideoTower
 
-from .recipe import (
-    ALONE, FRONT, Inputs, Result, Settings, class_tokens_only, clip_losses, contrastive, cosine, decoder_draw, decoder_loss, default_config,
-    initialise, neutral, optimise, packed_decoder_step, prototypes, save,
-)  # fmt: skip
+from .inputs import Inputs
+from .losses import clip_losses, contrastive, prototypes
+from .questions import decoder_loss, packed_decoder_step
+from .settings import ALONE, FRONT, Result, Settings, decoder_draw, default_config
+from .steps import class_tokens_only, cosine, initialise, neutral, optimise, save
 
 
 def pictures_into_clips(model: ReferenceModel, tower: nn.Module) -> list[str]:
@@ -71,7 +72,7 @@ def with_audio_front(config: ModelConfig, front: dict[str, int]) -> ModelConfig:
 
 
 def train_alone(settings: Settings, log: Callable[[str], None], started: float) -> Result:
-    """``settings.steps`` steps of the tower of ``settings.phase`` (:data:`~uform.training.recipe.ALONE`) alone, from
+    """``settings.steps`` steps of the tower of ``settings.phase`` (:data:`~uform.training.settings.ALONE`) alone, from
     a fresh initialisation (stream ``settings.variant``, else the seed), written with the rest
     of ``settings.start`` to ``settings.out``. Clips learn with the first phase's auxiliary
     losses; pictures come ``settings.image_factor × settings.batch`` a step, as there;

@@ -1,7 +1,7 @@
 """One media tower of a checkpoint written into another (``python -m uform.training.graft``).
 
 Every tower of the recipe learns against the seed's fixed prototypes
-(:func:`~uform.training.recipe.prototypes`) and a media tower plays no part in ``text_choose``,
+(:func:`~uform.training.losses.prototypes`) and a media tower plays no part in ``text_choose``,
 so a picture, clip or sound tower of one run means the same in any checkpoint of the same seed:
 the tower that read best on the held-out split (:mod:`uform.training.heldout`) can be taken from
 the run that made it, as ``--phase pictures`` (:mod:`uform.training.alone`) writes a tower

@@ -18,16 +18,13 @@ import argparse
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
+from uform import Arena, Model
 from uform.demo import variety as v
 from uform.demo.evaluate import HELDOUT_STREAM, clip_direction
 from uform.demo.media import audio_bytes, image_bytes, video_bytes
-
-if TYPE_CHECKING:
-    from uform.model import Model
 
 SIZES = {"image": 300, "video": 240, "audio": 240}
 VERBS = {"image": "image_encode", "video": "video_encode", "audio": "audio_encode"}
@@ -79,8 +76,6 @@ def draw(seed: int = 0, sizes: dict[str, int] | None = None, partials: int = v.P
 
 def read(model: Model, split: Split) -> dict[str, Reading]:
     """Every modality of ``split`` that has items, read by ``model``."""
-    from uform import Arena
-
     out: dict[str, Reading] = {}
     for modality, files in split.files.items():
         if not files:
@@ -100,8 +95,6 @@ def read(model: Model, split: Split) -> dict[str, Reading]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    import uform
-
     parser = argparse.ArgumentParser(prog="python -m uform.training.heldout", description=__doc__.split("\n\n")[0])
     parser.add_argument("checkpoints", nargs="+", type=Path)
     parser.add_argument("--seed", type=int, default=0)
@@ -117,7 +110,7 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"--voice-partials is a count of partials, 1 or more, got {args.voice_partials}")
     split = draw(args.seed, None if args.count is None else dict.fromkeys(SIZES, args.count), args.voice_partials)
     for path in args.checkpoints:
-        with uform.Model.load_ram(path, quantization=args.quantization) as model:
+        with Model.load_ram(path, quantization=args.quantization) as model:
             readings = read(model, split)
         if args.json:
             print(json.dumps({"checkpoint": str(path), **{m: asdict(r) for m, r in readings.items()}}))

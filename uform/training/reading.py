@@ -22,7 +22,8 @@ from uform.demo import generate as g
 from uform.demo import variety as v
 from uform.demo.evaluate import READING_STREAM
 
-from .recipe import Result, Settings, decoder_stage
+from .decoder import decoder_stage
+from .settings import Result, Settings
 
 WARMUP = 50  # steps of warm-up of the stage's fresh optimiser
 
@@ -62,7 +63,7 @@ def reading_questions(rng: np.random.Generator, n: int, context: int, letters: f
 def train_reading(source: Path, target: Path, settings: Settings, log: Callable[[str], None], result: Result | None = None) -> None:
     """``settings.reading_steps`` steps of the decoder of checkpoint ``source`` on
     :func:`reading_questions` (stream ``[READING_STREAM, seed]``, ``decoder_phase_batch`` a
-    step), as the decoder phase trains (:func:`~uform.training.recipe.decoder_stage`: a fresh
+    step), as the decoder phase trains (:func:`~uform.training.decoder.decoder_stage`: a fresh
     AdamW at ``decoder_lr``, here after :data:`WARMUP` steps of warm-up); writes ``target`` as
     the decoder phase does and records the stage in ``result``. Deterministic for a checkpoint,
     seed and thread count."""
