@@ -25,6 +25,7 @@ JPEG_DRAFT_MARGIN = 2  # decode JPEGs at 1/s (s = 8, 4, 2: the largest with shor
 FORMATS = ("JPEG", "PNG", "WEBP")
 _ORIENTATION = 0x0112
 
+
 def sniff(head: bytes) -> str | None:
     """The format of an image by its first bytes, or None."""
     if head.startswith(b"\xff\xd8\xff"):
