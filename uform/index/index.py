@@ -14,7 +14,7 @@ import numpy as np
 
 from ..core.scalars import coerce
 from ..core.types import Scalar
-from . import scoring
+from . import ivf, scoring
 from .store import MODALITIES, Identity, IndexModelError, Store
 from .update import Text, UpdateReport, Updater
 
@@ -109,6 +109,7 @@ class Index:
             )  # fmt: skip
         self.identity = mine
         self._cache: tuple[int, int, np.ndarray, np.ndarray] | None = None
+        self._ivf: tuple[str, ivf.Lists] | None = None
 
     # -- the model ---------------------------------------------------------------------------
 
@@ -148,6 +149,7 @@ class Index:
                 result = Updater(store, self._load, progress, report, bar).run(sources)
             if compact:
                 self.compact(only_if_worth=True)
+            self.build_ivf()
             return result
         except sqlite3.OperationalError as exc:
             raise OSError(f"{self.path}: cannot write the index ({exc}); what was committed before stays") from None
@@ -202,56 +204,107 @@ class Index:
             self._cache = (generation, slots, *self._store.vectors(generation, slots))
         return self._cache
 
-    def search(self, query: str, k: int = 10, *, modalities: Sequence[str] | None = None) -> list[Hit]:
+    def search(self, query: str, k: int = 10, *, modalities: Sequence[str] | None = None, exact: bool = False) -> list[Hit]:
         """The ``k`` items nearest to the text ``query`` (0: all), best first."""
         from ..core.arena import Arena
 
         embedding = np.array(self._load().text_encode([query], Arena()).embeddings[0])
-        return self.search_embedding(embedding, k, modalities=modalities)
+        return self.search_embedding(embedding, k, modalities=modalities, exact=exact)
 
-    def search_file(self, path: _PathLike, k: int = 10, *, modalities: Sequence[str] | None = None) -> list[Hit]:
+    def search_file(self, path: _PathLike, k: int = 10, *, modalities: Sequence[str] | None = None, exact: bool = False) -> list[Hit]:
         """The ``k`` items nearest to a media file (near-duplicates, "more like this"), itself included when indexed."""
-        from ..cli.inputs import modality_of
+        from ..cli.inputs import VERBS, modality_of
         from ..core.arena import Arena
 
         p = os.fspath(path)
         modality = modality_of(p)
         if modality is None:
             raise ValueError(f"{p}: not a file of a known media type (image, video or audio by its extension)")
-        verb = getattr(self._load(), {"image": "image_encode", "video": "video_encode", "audio": "audio_encode"}[modality])
-        return self.search_embedding(np.array(verb([p], Arena()).embeddings[0]), k, modalities=modalities)
+        embedding = np.array(getattr(self._load(), VERBS[modality])([p], Arena()).embeddings[0])
+        return self.search_embedding(embedding, k, modalities=modalities, exact=exact)
 
-    def search_embedding(self, embedding: np.ndarray, k: int = 10, *, modalities: Sequence[str] | None = None) -> list[Hit]:
-        """The ``k`` items nearest to a float32 embedding of the model (0: all), best first; exact."""
+    def search_embedding(self, embedding: np.ndarray, k: int = 10, *, modalities: Sequence[str] | None = None,
+                         exact: bool = False, nprobe: int | None = None) -> list[Hit]:  # fmt: skip
+        """The ``k`` items nearest to a float32 embedding of the model (0: all), best first. Exact
+        below ``ivf.MIN_ROWS`` rows or with ``exact``; else the ``nprobe`` nearest lists of the
+        index's IVF (default ``ivf.default_nprobe``) and every row added since it was built."""
         if k < 0:
             raise ValueError(f"k must be 0 (all) or more; got {k}")
         wanted = None if modalities is None else [_kind(m) for m in modalities]
-        q = scoring.prepare(embedding, Scalar(self.identity.scalar), self.identity.dimensions)
+        scalar = Scalar(self.identity.scalar)
+        q = scoring.prepare(embedding, scalar, self.identity.dimensions)
+        unit = scoring.prepare(embedding, Scalar.F32, self.identity.dimensions)
         for _ in range(3):  # a compaction between the snapshot and the mapping: take a new snapshot
             try:
                 with self._store.snapshot() as c:
-                    return self._search(c, q, k, wanted)
+                    lists = None if exact or k == 0 else self._lists(c)
+                    candidates = None
+                    if lists is not None:
+                        _, slots = self._store.state()
+                        probed = lists.probe(unit, nprobe or ivf.default_nprobe(len(lists.centroids)))
+                        candidates = np.concatenate([probed.astype(np.int64), np.arange(lists.covered, slots)])
+                    return self._search(c, q, k, wanted, candidates)
             except FileNotFoundError:
-                self._cache = None
+                self._cache, self._ivf = None, None
         raise RuntimeError(f"{self.path}: the index kept changing generation under the search")
 
-    def _search(self, c: sqlite3.Connection, q: np.ndarray, k: int, wanted: list[int] | None) -> list[Hit]:
+    def _lists(self, c: sqlite3.Connection) -> ivf.Lists | None:
+        row = c.execute("SELECT value FROM meta WHERE key = 'ivf'").fetchone()
+        if row is None or not row[0]:
+            return None
+        if self._ivf is None or self._ivf[0] != row[0]:
+            self._ivf = (row[0], ivf.load(self.path / row[0]))
+        return self._ivf[1]
+
+    def _search(self, c: sqlite3.Connection, q: np.ndarray, k: int, wanted: list[int] | None, candidates: np.ndarray | None) -> list[Hit]:
         _, slots, rows, kinds = self._rows()
-        values = scoring.scores(rows, Scalar(self.identity.scalar), q, self.identity.dimensions)
-        mask = scoring.kind_mask(kinds, wanted)
+        scalar = Scalar(self.identity.scalar)
+        if candidates is None:
+            values = scoring.scores(rows, scalar, q, self.identity.dimensions)
+            where, kinds_of = None, kinds
+        else:
+            values = scoring.scores(rows[candidates], scalar, q, self.identity.dimensions)
+            where, kinds_of = candidates, kinds[candidates]
+        mask = scoring.kind_mask(kinds_of, wanted)
         if mask is not None:
             values = np.where(mask, values, -np.inf)
-        live = slots if mask is None else int(mask.sum())
+        live = len(values) if mask is None else int(mask.sum())
         want = live if k == 0 else min(k, live)
         count = min(live, want + 16)
         while True:  # rows of removed items are skipped: widen until k live ones are found
             order = scoring.top(values, count)
             order = order[np.isfinite(values[order])]
-            found = _resolve(c, [int(s) for s in order])
-            hits = [Hit(found[s][0], MODALITIES[kinds[s]], float(values[s]), found[s][1]) for s in map(int, order) if s in found]
+            at = order if where is None else where[order]
+            found = _resolve(c, [int(s) for s in at])
+            hits = [Hit(found[s][0], MODALITIES[kinds[s]], float(v), found[s][1]) for s, v in zip(map(int, at), values[order], strict=True) if s in found]
             if len(hits) >= want or count >= live:
                 return hits[:want] if k else hits
             count = min(live, count * 4)
+
+    def build_ivf(self, *, force: bool = False) -> bool:
+        """Build or extend the IVF lists of a large index (from ``ivf.MIN_ROWS`` rows; an update does
+        it itself); answer whether lists were written. ``force``: build them whatever the size."""
+        store = self._writer()
+        scalar = Scalar(self.identity.scalar)
+        with store.snapshot() as c:
+            generation, slots = store.state()
+            current = self._lists(c)
+            name = c.execute("SELECT value FROM meta WHERE key = 'ivf'").fetchone()
+        old = name[0] if name and name[0] else None
+        if scalar is Scalar.B1 or slots == 0 or (slots < ivf.MIN_ROWS and not force):
+            return False
+        if current is not None and old is not None and old.startswith(f"ivf-{generation}-") and current.covered == slots:
+            return False
+        rows, _ = store.vectors(generation, slots)
+        fresh = current is None or old is None or not old.startswith(f"ivf-{generation}-") or current.covered * 2 < slots
+        lists = ivf.build(rows, scalar) if fresh else ivf.extend(current, rows, scalar)  # type: ignore[arg-type]
+        new = f"ivf-{generation}-{slots}.npz"
+        ivf.save(lists, self.path / new)
+        with store.transaction() as c:
+            c.execute("INSERT OR REPLACE INTO meta VALUES ('ivf', ?)", (new,))
+        if old and old != new:
+            (self.path / old).unlink(missing_ok=True)
+        return True
 
     def entries(self) -> Iterator[Entry]:
         """Every item, in slot order, from one snapshot."""
@@ -309,6 +362,7 @@ class Index:
                     known[batch["path"][i]] = bytes.fromhex(batch["hash"][i])
                 c.execute("UPDATE meta SET value = ? WHERE key = 'slots'", (str(at + len(keep)),))
             added += len(keep)
+        self.build_ivf()
         return added
 
     # -- closing -----------------------------------------------------------------------------

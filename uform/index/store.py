@@ -199,8 +199,11 @@ class Store:
                 raise self._damaged(f"{path.name} holds {size // width} rows, the database says {slots}")
             f.truncate(slots * width)
             self._files[name] = f
-        for p in self.folder.glob("*-*.bin"):
-            if p.name not in (self._path("vectors", generation).name, self._path("kinds", generation).name):
+        keep = {self._path("vectors", generation).name, self._path("kinds", generation).name, self.meta.get("ivf", "")}
+        current = self.conn.execute("SELECT value FROM meta WHERE key = 'ivf'").fetchone()
+        keep.add(current[0] if current else "")
+        for p in [*self.folder.glob("*-*.bin"), *self.folder.glob("ivf-*")]:
+            if p.name not in keep:
                 p.unlink(missing_ok=True)
 
     # -- state ------------------------------------------------------------------------------
@@ -278,10 +281,13 @@ class Store:
         with self.transaction() as c:
             c.executemany("UPDATE items SET slot = ? WHERE slot = ?", ((i, int(s)) for i, s in enumerate(live) if i != s))
             c.executemany("UPDATE meta SET value = ? WHERE key = ?", ((str(new), "generation"), (str(len(live)), "slots")))
+            c.execute("DELETE FROM meta WHERE key = 'ivf'")  # its lists name the old slots
         for name, f in files.items():
             self._files[name].close()
             self._files[name] = f
             self._path(name, generation).unlink(missing_ok=True)
+        for p in self.folder.glob(f"ivf-{generation}-*"):
+            p.unlink(missing_ok=True)
         return slots - len(live)
 
     def close(self) -> None:

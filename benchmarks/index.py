@@ -1,0 +1,205 @@
+"""``uform index`` and ``uform search --index``: the goals of docs/index.md, measured.
+
+    python benchmarks/index.py [--files 10000] [--sizes 10000,100000,1000000] [--queries 50] [--workdir DIR]
+
+1. A folder of ``--files`` JPEGs (generated, 160 x 120, quality 90) indexed by the command with
+   the default model, as subprocesses: the first indexing, a re-run with nothing changed, a
+   re-run after 1 % of the files were rewritten with other pictures; beside them ``uform
+   describe`` (the command's start-up with the model loaded), which the goals subtract. And,
+   in this process, how many files the unchanged re-run opened (``uform.index.update.read``).
+2. Search at each of ``--sizes`` stored 256-d F32 embeddings, synthetic: a mixture of
+   ``sqrt(n)`` clusters of Zipf-distributed sizes (each row a centre plus Gaussian noise, cosine
+   to its centre about 0.7), made unit; queries are fresh draws of the mixture. The query model
+   is a random 256-d ``small`` checkpoint (``uform new``), so ``search(text)`` includes a real
+   text encode. p50 of ``Index.search`` (text) exact and, from ``ivf.MIN_ROWS`` rows (and at
+   100k forced, for comparison), with the IVF at several ``nprobe``, its recall@10 against exact;
+   the store's bytes per item beyond the embeddings' own; and the command's wall time.
+Writes benchmarks/results/index.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from common import save, table
+from PIL import Image
+
+
+def picture(rng: np.random.Generator, width: int = 160, height: int = 120) -> Image.Image:
+    y, x = np.mgrid[0:height, 0:width]
+    a, b, c = rng.uniform(0.5, 4.0, 3)
+    base = np.stack([128 + 100 * np.sin(a * x / width * 6 + c), 128 + 100 * np.cos(b * y / height * 6), rng.uniform(0, 255) + 0 * x], -1)
+    cx, cy, r = rng.uniform(0, width), rng.uniform(0, height), rng.uniform(8, 40)
+    base[(x - cx) ** 2 + (y - cy) ** 2 < r * r] = rng.uniform(0, 255, 3)
+    return Image.fromarray(np.clip(base, 0, 255).astype(np.uint8))
+
+
+def timed(argv: list[str]) -> float:
+    t = time.perf_counter()
+    done = subprocess.run(argv, capture_output=True, text=True)
+    took = time.perf_counter() - t
+    if done.returncode not in (0, 1):
+        raise RuntimeError(f"{' '.join(argv)}: {done.stderr[-2000:]}")
+    return took
+
+
+def folder(work: Path, files: int) -> dict[str, Any]:
+    photos, index = work / "photos", work / "photos.index"
+    rng = np.random.default_rng(0)
+    for i in range(files):
+        sub = photos / f"{i // 500:03d}"
+        sub.mkdir(parents=True, exist_ok=True)
+        picture(rng).save(sub / f"IMG_{i:05d}.jpg", quality=90)
+    uform = [sys.executable, "-m", "uform.cli"]
+    describe = float(np.median([timed([*uform, "describe"]) for _ in range(3)]))
+    first = timed([*uform, "index", str(photos), "--into", str(index), "-q"])
+    unchanged = float(np.median([timed([*uform, "index", str(photos), "--into", str(index), "-q"]) for _ in range(3)]))
+    changed = sorted(photos.rglob("*.jpg"))[:: 100]
+    for p in changed:
+        picture(rng).save(p, quality=90)
+    one_percent = timed([*uform, "index", str(photos), "--into", str(index), "-q"])
+
+    import uform.index.update as update
+    from uform.index import Index
+
+    opened = 0
+    real = update.read
+
+    def counting(path: str) -> Any:
+        nonlocal opened
+        opened += 1
+        return real(path)
+
+    update.read = counting
+    try:
+        with Index(index) as ix:
+            t = time.perf_counter()
+            report = ix.update([photos])
+            in_process = time.perf_counter() - t
+    finally:
+        update.read = real
+    return {
+        "files": files, "changed_files": len(changed), "describe_s": describe, "first_s": first, "unchanged_s": unchanged,
+        "changed_1pct_s": one_percent, "unchanged_beyond_startup_fraction": max(0.0, unchanged - describe) / first,
+        "changed_1pct_beyond_startup_fraction": max(0.0, one_percent - describe) / first,
+        "unchanged_in_process_s": in_process, "unchanged_files_opened": opened, "unchanged_reported": report.unchanged,
+    }  # fmt: skip
+
+
+def synthetic(path: Path, checkpoint: Path, n: int, d: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """An index of ``n`` clustered unit rows; answers (centres, cluster weights) to draw queries from."""
+    from uform.index.index import checkpoint_digest
+    from uform.index.store import Identity, Store
+
+    rng = np.random.default_rng(seed)
+    clusters = max(16, int(np.sqrt(n)))
+    centres = rng.standard_normal((clusters, d)).astype(np.float32)
+    centres /= np.linalg.norm(centres, axis=1, keepdims=True)
+    weights = 1.0 / np.arange(1, clusters + 1) ** 0.8
+    weights /= weights.sum()
+    store = Store(path, write=True, identity=Identity(checkpoint_digest(checkpoint), checkpoint.name, "bf16", d, "f32"))
+    block = 100_000
+    for start in range(0, n, block):
+        m = min(block, n - start)
+        rows = draw(rng, centres, weights, m)
+        store.append(rows, np.ones(m, np.uint8), start)
+        with store.transaction() as c:
+            c.executemany("INSERT INTO items VALUES (?, ?, ?, ?, ?, NULL)",
+                          ((start + i, f"/home/someone/photos/2024/album-{(start + i) // 1000:04d}/IMG_{start + i:07d}.jpg",
+                            2_000_000 + i, 1_700_000_000_000_000_000 + i, rng.bytes(16)) for i in range(m)))  # fmt: skip
+            c.execute("UPDATE meta SET value = ? WHERE key = 'slots'", (str(start + m),))
+    store.close()
+    return centres, weights
+
+
+def draw(rng: np.random.Generator, centres: np.ndarray, weights: np.ndarray, m: int) -> np.ndarray:
+    d = centres.shape[1]
+    rows = centres[rng.choice(len(centres), m, p=weights)] + rng.standard_normal((m, d)).astype(np.float32) * np.float32(1.0 / np.sqrt(d))
+    return (rows / np.linalg.norm(rows, axis=1, keepdims=True)).astype(np.float32)
+
+
+def p50(fn: Any, runs: int) -> float:
+    fn()
+    times = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return float(np.median(times)) * 1e3
+
+
+def search(work: Path, sizes: list[int], queries: int) -> list[dict[str, Any]]:
+    from uform.index import Index, ivf
+
+    checkpoint = work / "small.safetensors"
+    subprocess.run([sys.executable, "-m", "uform.cli", "new", str(checkpoint), "--preset", "small", "--modalities", "text", "-q"], check=True, capture_output=True)
+    out = []
+    for n in sizes:
+        path = work / f"synthetic-{n}"
+        t = time.perf_counter()
+        centres, weights = synthetic(path, checkpoint, n, 256)
+        built = time.perf_counter() - t
+        embeddings = n * 256 * 4
+        row: dict[str, Any] = {"items": n, "build_s": round(built, 1), "bytes_per_item_beyond_embeddings": round((_size(path) - embeddings) / n, 1)}
+        rng = np.random.default_rng(1)
+        qs = draw(rng, centres, weights, queries)
+        with Index(path, checkpoint=checkpoint) as ix:
+            ix.search("warm up", 10)
+            row["exact_text_p50_ms"] = round(p50(lambda: ix.search("a red circle on a white background", 10, exact=True), 9), 2)
+            exact = [[h.path for h in ix.search_embedding(q, 10, exact=True)] for q in qs]
+            if n >= min(100_000, ivf.MIN_ROWS):
+                t = time.perf_counter()
+                ix.build_ivf(force=True)
+                row["ivf_build_s"] = round(time.perf_counter() - t, 1)
+                row["ivf_lists"] = int(np.sqrt(n))
+                row["bytes_per_item_with_ivf"] = round((_size(path) - embeddings) / n, 1)
+                for nprobe in sorted({8, 16, 32, ivf.default_nprobe(max(16, int(np.sqrt(n))))}):
+                    got = [[h.path for h in ix.search_embedding(q, 10, nprobe=nprobe)] for q in qs]
+                    recall = float(np.mean([len(set(a) & set(b)) / 10 for a, b in zip(got, exact)]))
+                    row[f"ivf_nprobe{nprobe}_recall10"] = round(recall, 4)
+                    row[f"ivf_nprobe{nprobe}_emb_p50_ms"] = round(p50(lambda q=qs[0], n_=nprobe: ix.search_embedding(q, 10, nprobe=n_), 9), 2)
+                row["default_text_p50_ms"] = round(p50(lambda: ix.search("a red circle on a white background", 10), 9), 2)
+        row["command_wall_s"] = round(timed([sys.executable, "-m", "uform.cli", "search", "a red circle", "--index", str(path), "-m", str(checkpoint)]), 2)
+        out.append(row)
+        print(row, flush=True)
+        shutil.rmtree(path)
+    return out
+
+
+def _size(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.iterdir() if p.is_file())
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--files", type=int, default=10_000)
+    ap.add_argument("--sizes", default="10000,100000,1000000")
+    ap.add_argument("--queries", type=int, default=50)
+    ap.add_argument("--workdir", default=None)
+    args = ap.parse_args()
+    work = Path(args.workdir or tempfile.mkdtemp(prefix="uform-index-bench-"))
+    work.mkdir(parents=True, exist_ok=True)
+    result: dict[str, Any] = {"cores": len(os.sched_getaffinity(0))}
+    try:
+        if args.files:
+            result["folder"] = folder(work, args.files)
+            print(table([result["folder"]], list(result["folder"])), flush=True)
+        sizes = [int(s) for s in args.sizes.split(",") if s]
+        result["search"] = search(work, sizes, args.queries)
+    finally:
+        if args.workdir is None:
+            shutil.rmtree(work, ignore_errors=True)
+    print("wrote", save("index", result))
+
+
+if __name__ == "__main__":
+    main()
