@@ -37,6 +37,7 @@ SITE = Path(__file__).parent / "cpu_view_site"
 GLIBC_HIDDEN = {  # glibc.cpu.hwcaps names a view hides from glibc's own choice of string functions
     "x86-64-v3": ["AVX512F", "AVX512CD", "AVX512BW", "AVX512DQ", "AVX512VL", "AVX512ER", "AVX512PF"],
     "x86-64-v4": [],
+    "x86-64-v4+vnni+bf16": [],  # AMX hidden: an AMX CPU runs what it would without tiles
 }
 
 

@@ -44,14 +44,17 @@ PROBE = """
 import json, numpy, os
 from uform.plugins.cpu import machine_classes
 from uform.plugins.oplib import OpLibraryError, library
+from uform.plugins.e4m3 import variant_of
 import common
 features = numpy._core._multiarray_umath.__cpu_features__
+classes = machine_classes()
 try:
-    runnable = sorted(library().runnable)
+    runnable, refusal, variant = sorted(library().runnable), library().amx_refusal, variant_of(classes[-1])
 except OpLibraryError:  # the op library not built here: nothing of it to ask
-    runnable = None
+    runnable = refusal = variant = None
 print(json.dumps({"numpy": {k: features.get(k) for k in ("AVX2", "FMA3", "AVX512F", "AVX512_SKX")},
-                  "classes": [c.value for c in machine_classes()], "runnable": runnable, "view": common.cpu_view()}))
+                  "classes": [c.value for c in classes], "runnable": runnable, "amx_refusal": refusal, "variant": variant,
+                  "view": common.cpu_view()}))
 """
 
 
@@ -72,10 +75,10 @@ def test_the_environment_a_view_starts_processes_with() -> None:
 
 def test_a_view_it_does_not_know_is_refused() -> None:
     done = subprocess.run([sys.executable, str(BENCHMARKS / "cpu_view.py"), "x86-64-v2", "-c", "pass"], capture_output=True, text=True, timeout=60)
-    assert done.returncode == 1 and "usage: python benchmarks/cpu_view.py {x86-64-v3,x86-64-v4} SCRIPT" in done.stderr
+    assert done.returncode == 1 and "usage: python benchmarks/cpu_view.py {x86-64-v3,x86-64-v4,x86-64-v4+vnni+bf16} SCRIPT" in done.stderr
     env = {**os.environ, "PYTHONPATH": str(cpu_view.SITE), "UFORM_CPUID_VIEW": "x86-64-v9"}
     done = subprocess.run([sys.executable, "-c", "print('ran')"], env=env, capture_output=True, text=True, timeout=60)
-    assert done.returncode == 1 and "cpu_view: UFORM_CPUID_VIEW='x86-64-v9' names no view: one of x86-64-v3, x86-64-v4" in done.stderr
+    assert done.returncode == 1 and "cpu_view: UFORM_CPUID_VIEW='x86-64-v9' names no view: one of x86-64-v3, x86-64-v4, x86-64-v4+vnni+bf16" in done.stderr
     assert "ran" not in done.stdout
 
 
@@ -86,7 +89,7 @@ def test_every_library_of_the_process_sees_x86_64_v3() -> None:
     seen = json.loads(done.stdout.splitlines()[-1])
     assert seen["numpy"]["AVX2"] and seen["numpy"]["FMA3"] and not seen["numpy"]["AVX512F"] and not seen["numpy"]["AVX512_SKX"]
     assert seen["classes"] == ["x86-64-v2", "x86-64-v3"]  # /proc/cpuinfo capped by UFORM_CPU_CLASS
-    assert seen["runnable"] == (None if LIBRARY is None else ["avx2", "avx2-split"])  # the op library asked the CPU itself
+    assert seen["runnable"] == (None if LIBRARY is None else ["amx-model", "avx2", "avx2-split"])  # the op library asked the CPU itself
     assert seen["view"]["class"] == "x86-64-v3" and seen["view"]["cpuid_answered"] > 0
 
 
@@ -98,7 +101,22 @@ def test_the_v4_view_keeps_avx512_and_hides_what_came_after_it() -> None:
     assert done.returncode == 0, done.stderr[-3000:]
     seen = json.loads(done.stdout.splitlines()[-1])
     assert seen["numpy"]["AVX512F"] and seen["numpy"]["AVX512_SKX"]
-    assert seen["classes"][-1] == "x86-64-v4" and seen["runnable"] == (None if LIBRARY is None else ["avx2", "avx2-split", "avx512"])
+    assert seen["classes"][-1] == "x86-64-v4" and seen["runnable"] == (None if LIBRARY is None else ["amx-model", "avx2", "avx2-split", "avx512"])
+
+
+@needs_faulting
+def test_a_view_that_hides_amx_shows_the_fallback() -> None:
+    """On an AMX CPU, the x86-64-v4+vnni+bf16 view runs what a machine without tiles would:
+    the op library finds no AMX and the class's variant is the vendor's (avx512 on Intel)."""
+    if "avx512_bf16" not in flags():
+        pytest.skip("this CPU has no AVX-512 BF16: the x86-64-v4+vnni+bf16 view is above it")
+    done = in_view("x86-64-v4+vnni+bf16", PROBE)
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(done.stdout.splitlines()[-1])
+    assert seen["classes"][-1] == "x86-64-v4+vnni+bf16"
+    if LIBRARY is not None:
+        assert "amx" not in seen["runnable"] and seen["amx_refusal"] == "this CPU has no AMX-BF16 tiles"
+        assert seen["variant"] == ("avx512" if LIBRARY.vendor == "intel" else "avx512-bf16")
 
 
 @needs_faulting

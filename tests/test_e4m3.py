@@ -218,7 +218,7 @@ def test_every_panel_is_run_once_whoever_takes_it(variant: str, m: int) -> None:
 @pytest.mark.parametrize("splits", [False, True])
 def test_x86_64_v3_takes_the_split_kernels_where_256_bit_operations_are_halved(monkeypatch: pytest.MonkeyPatch, splits: bool) -> None:
     assert LIBRARY is not None
-    monkeypatch.setattr(e4m3, "library", lambda: dataclasses.replace(LIBRARY, splits_256=splits))
+    monkeypatch.setattr(e4m3, "library", lambda: dataclasses.replace(LIBRARY, splits_256=splits, vendor="amd"))
     assert e4m3.variant_of(CPUClass.X86_64_V3) == ("avx2-split" if splits else "avx2")
     assert e4m3.variant_of(CPUClass.X86_64_V4) == "avx512"  # the other classes keep theirs
     assert e4m3.variant_of(CPUClass.X86_64_V4_VNNI_BF16) == "avx512-bf16"
@@ -381,7 +381,7 @@ def test_uform_plugins_names_the_kernels_this_machine_runs(capsys: pytest.Captur
     main(["plugins"])
     line = next(line for line in capsys.readouterr().out.splitlines() if line.strip().startswith("e4m3 (ram)"))
     variant = e4m3.variant_of(best)
-    expected = f"{e4m3.COMPUTE[variant]} for {best}" if variant else f"no kernels for {best}"
+    expected = f"{e4m3.compute_of(best, variant)} for {best}" if variant else f"no kernels for {best}"
     assert line.strip().startswith(f"e4m3 (ram): available ({expected}") and str(LIBRARY.path) in line  # type: ignore[union-attr]
 
 
@@ -396,7 +396,7 @@ def test_every_class_the_machine_runs_picks_its_kernels(tiny_text: Path) -> None
         if variant is None:  # no kernels for the class: the cpu backend serves, in float32
             assert (model.backend, model.describe().quantization) == ("cpu", Scalar.F32)
         else:
-            assert (model.backend, model.compute) == ("e4m3", e4m3.COMPUTE[variant])
+            assert (model.backend, model.compute) == ("e4m3", e4m3.compute_of(cls, variant))
 
 
 @needs_library

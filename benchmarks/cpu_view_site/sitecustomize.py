@@ -14,7 +14,7 @@ from pathlib import Path
 
 VIEW = "UFORM_CPUID_VIEW"  # the class the processes see, set by benchmarks/cpu_view.py
 LIBRARY = "UFORM_CPUID_VIEW_LIBRARY"  # set here: the library that answers, for the benchmarks' reports
-LEVELS = {"x86-64-v3": 3, "x86-64-v4": 4}
+LEVELS = {"x86-64-v3": 3, "x86-64-v4": 4, "x86-64-v4+vnni+bf16": 5}  # 5: AMX hidden, nothing else
 
 
 def library() -> Path:

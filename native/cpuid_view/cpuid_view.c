@@ -38,6 +38,8 @@ static const struct hidden ABOVE_V4 = {
     BIT(4) | BIT(5) | BIT(23),                                         /* AVX_VNNI, AVX512_BF16, AVX_IFMA */
     BIT(4) | BIT(5) | BIT(10) | BIT(19),                               /* AVX_VNNI_INT8, AVX_NE_CONVERT, AVX_VNNI_INT16, AVX10 */
 };
+/* x86-64-v4+vnni+bf16 hides only AMX: an AMX CPU seen as the class below it. */
+static const struct hidden AMX = {0, 0, BIT(22) | BIT(24) | BIT(25), 0, 0}; /* AMX_BF16, AMX_TILE, AMX_INT8 */
 /* x86-64-v3 hides AVX-512 as a whole besides: F, DQ, PF, ER, CD, BW, VL (leaf 7, ebx). */
 static const unsigned AVX512_EBX7 = BIT(16) | BIT(17) | BIT(26) | BIT(27) | BIT(28) | BIT(30) | BIT(31);
 
@@ -74,11 +76,12 @@ static void on_fault(int sig, siginfo_t *info, void *raw) {
   (void)sig;
 }
 
-/* Turns the view of x86-64-v`level` (3 or 4) on for this process: 0, or an errno (EINVAL for
-   another level; ENODEV where the CPU or kernel has no CPUID faulting). */
+/* Turns the view of x86-64-v`level` (3 or 4; 5: x86-64-v4+vnni+bf16, AMX hidden) on for this
+   process: 0, or an errno (EINVAL for another level; ENODEV where the CPU or kernel has no
+   CPUID faulting). */
 int uform_cpuid_view(int level) {
-  if (level != 3 && level != 4) return EINVAL;
-  hide = ABOVE_V4;
+  if (level != 3 && level != 4 && level != 5) return EINVAL;
+  hide = level == 5 ? AMX : ABOVE_V4;
   if (level == 3) hide.ebx7 |= AVX512_EBX7;
   struct sigaction action;
   memset(&action, 0, sizeof action);

@@ -13,12 +13,16 @@ session has its own copy, packed on the domain's CPUs. Each attention also runs 
 ``Attention`` op (:mod:`uform.plugins.attention`), and each block's GELU and residual adds
 run inside the products that feed them (:mod:`uform.plugins.epilogues`).
 
-Kernels come in a variant per CPU class — AVX2 FMA (x86-64-v3), AVX-512 FMA (x86-64-v4),
-AVX-512 BF16 dot products (x86-64-v4+vnni+bf16 and AMX machines) — chosen by the detected or
-pinned ``cpu_class``; on x86-64-v3, the ``avx2-split`` kernels where the CPU runs 256-bit
-operations as two halves (AMD Zen 1 and Zen+), the ``avx2`` kernels elsewhere, or whichever
-``UFORM_AVX2_KERNELS`` names — and run on ONNX Runtime's intra-op thread pool. A class without
-kernels (x86-64-v2, Arm) is left to the cpu backend, as is ``quantization=Scalar.F32``.
+Kernels come in variants — AVX2 FMA, AVX-512 FMA, AVX-512 BF16 dot products, AMX tiles —
+and each CPU class runs the one measured fastest on its cores (docs/backends.md, "Kernels and
+CPU classes"): x86-64-v3 ``avx2``, or ``avx2-split`` where the CPU runs 256-bit operations as
+two halves (AMD Zen 1 and Zen+); x86-64-v4 ``avx512``; x86-64-v4+vnni+bf16 ``avx512-bf16`` on
+AMD's cores and ``avx512`` on Intel's (whose VDPBF16PS gives no more products a cycle than
+float32 FMA); x86-64-amx ``amx``, or where the tiles are refused (an old kernel, a VM without
+tile state) the class below's choice, said in ``uform plugins`` and the load's ``compute``.
+``UFORM_AVX2_KERNELS`` and ``UFORM_AVX512_KERNELS`` name another of the class's variants. They
+run on ONNX Runtime's intra-op thread pool. A class without kernels (x86-64-v2, Arm) is left
+to the cpu backend, as is ``quantization=Scalar.F32``.
 Exported towers never use these ops (see ``uform.exporters``).
 """
 
@@ -45,21 +49,24 @@ from uform.plugins.sessions import Fed, Replicas, on_cpus, ort_values, session_o
 
 DOMAIN = "ai.uform"
 MIN_ONNXRUNTIME = (1, 21)  # the C API version the library is built against
-VARIANT_OF = {  # x86-64-v3's: see variant_of
-    CPUClass.X86_64_V3: "avx2",
-    CPUClass.X86_64_V4: "avx512",
-    CPUClass.X86_64_V4_VNNI_BF16: "avx512-bf16",
-    CPUClass.X86_64_AMX: "avx512-bf16",
+CHOICES = {  # the variants each class may run, its default first (see variant_of)
+    CPUClass.X86_64_V3: ("avx2", "avx2-split"),
+    CPUClass.X86_64_V4: ("avx512",),
+    CPUClass.X86_64_V4_VNNI_BF16: ("avx512-bf16", "avx512"),
+    CPUClass.X86_64_AMX: ("amx", "avx512-bf16", "avx512"),
 }
 AVX2_KERNELS = "UFORM_AVX2_KERNELS"  # the environment's choice of x86-64-v3's kernels: see variant_of
-AVX2_VARIANTS = ("avx2", "avx2-split")
-FUSED_ATTENTION = frozenset({"avx2", "avx512", "avx512-bf16", "avx2-split"})  # variants whose loads run attention as one op (benchmarks/attention.py)
+AVX512_KERNELS = "UFORM_AVX512_KERNELS"  # the same for x86-64-v4+vnni+bf16 and x86-64-amx
+AVX2_VARIANTS = CHOICES[CPUClass.X86_64_V3]
+FUSED_ATTENTION = frozenset(VARIANTS)  # variants whose loads run attention as one op (benchmarks/attention.py)
 FUSE_EPILOGUES = True  # GELU and residual adds inside the products (benchmarks/lowp.py --parts epilogues loads without too)
 COMPUTE = {
     "avx2": "float32 products of weights widened in cache (avx2 kernels)",
     "avx2-split": "float32 products of weights widened in cache (avx2-split kernels: panels staged as float32)",
     "avx512": "float32 products of weights widened in cache (avx512 kernels)",
     "avx512-bf16": "bf16 products, float32 sums (avx512-bf16 kernels)",
+    "amx": "bf16 tile products, float32 sums (amx kernels)",
+    "amx-model": "bf16 tile products in a scalar model of the tiles, float32 sums (amx-model kernels)",
 }
 
 
@@ -91,18 +98,45 @@ def accepts(request: LoadRequest) -> str | None:
 
 
 def variant_of(cpu_class: CPUClass) -> str | None:
-    """The kernel variant a load for ``cpu_class`` runs on this machine (None: no kernels).
+    """The kernel variant a load for ``cpu_class`` runs on this machine (None: no kernels),
+    each class's choice measured on its cores (docs/backends.md, "Kernels and CPU classes"):
     x86-64-v3 takes ``avx2-split`` where this CPU runs 256-bit operations as two 128-bit
-    halves: there the ``avx2`` kernels' widening in registers takes the FMA pipes' slots
-    (docs/backends.md, "Kernels and CPU classes"); ``UFORM_AVX2_KERNELS`` names either one
-    instead. UnsupportedError where it names neither."""
-    variant = VARIANT_OF.get(cpu_class)
-    if variant != "avx2":
-        return variant
-    chosen = os.environ.get(AVX2_KERNELS, "").strip()
-    if chosen and chosen not in AVX2_VARIANTS:
-        raise UnsupportedError(f"{AVX2_KERNELS}={chosen!r} names no AVX2 kernels: set it to {' or '.join(AVX2_VARIANTS)}, or unset it")
-    return chosen or ("avx2-split" if library().splits_256 else "avx2")
+    halves (there the ``avx2`` kernels' widening takes the FMA pipes' slots), else ``avx2``;
+    x86-64-v4+vnni+bf16 takes ``avx512`` on Intel's cores (VDPBF16PS there gives no more
+    products a cycle than float32 FMA: 1.5x in the kernels alone) and ``avx512-bf16`` on
+    others; x86-64-amx takes ``amx`` where Linux grants the tile state, else what
+    x86-64-v4+vnni+bf16 takes. ``UFORM_AVX2_KERNELS`` (x86-64-v3) and ``UFORM_AVX512_KERNELS``
+    (the two classes above x86-64-v4) name another of the class's variants; UnsupportedError
+    where they name none of them, or ``amx`` where the tiles are refused."""
+    choices = CHOICES.get(cpu_class)
+    if choices is None:
+        return None
+    if len(choices) == 1:
+        return choices[0]
+    lib = library()
+    name = AVX2_KERNELS if cpu_class is CPUClass.X86_64_V3 else AVX512_KERNELS
+    chosen = os.environ.get(name, "").strip()
+    if chosen:
+        if chosen not in choices:
+            what = "AVX2 kernels" if cpu_class is CPUClass.X86_64_V3 else f"kernels of {cpu_class}"
+            raise UnsupportedError(f"{name}={chosen!r} names no {what}: set it to {' or '.join(choices)}, or unset it")
+        if chosen == "amx" and chosen not in lib.runnable:
+            raise UnsupportedError(f"{name}=amx, but this process cannot run the amx kernels: {lib.amx_refusal}; unset it")
+        return chosen
+    if cpu_class is CPUClass.X86_64_V3:
+        return "avx2-split" if lib.splits_256 else "avx2"
+    if cpu_class is CPUClass.X86_64_AMX and "amx" in lib.runnable:
+        return "amx"
+    return "avx512" if lib.vendor == "intel" else "avx512-bf16"
+
+
+def compute_of(cpu_class: CPUClass, variant: str) -> str:
+    """What a load for ``cpu_class`` on ``variant``'s kernels computes with, in words; on an AMX
+    class run without tiles, why."""
+    refusal = library().amx_refusal
+    if cpu_class is CPUClass.X86_64_AMX and variant != "amx" and refusal and not os.environ.get(AVX512_KERNELS, "").strip():
+        return f"{COMPUTE[variant]}: amx refused ({refusal})"
+    return COMPUTE[variant]
 
 
 def describe_here() -> str:
@@ -113,7 +147,7 @@ def describe_here() -> str:
         variant = variant_of(best)
     except UnsupportedError as exc:  # the environment names no variant: what a load would say
         return f"loads for {best_note} fail: {exc}; library {library().path}"
-    what = f"{COMPUTE[variant]} for {best_note}" if variant else f"no kernels for {best_note}: the cpu backend serves"
+    what = f"{compute_of(best, variant)} for {best_note}" if variant else f"no kernels for {best_note}: the cpu backend serves"
     return f"{what}; library {library().path}"
 
 
@@ -204,7 +238,7 @@ def open_ram(request: LoadRequest) -> Placement:
         runners[name] = sessions[0] if pinned == [None] else Replicas(sessions, pinned)
         held += sum(s.nbytes for s in sessions)
     return Placement(
-        runners, held, request.quantization, cpu_class=cpu_class, batch_scale=len(plan), compute=COMPUTE[variant]
+        runners, held, request.quantization, cpu_class=cpu_class, batch_scale=len(plan), compute=compute_of(cpu_class, variant)
     )  # fmt: skip
 
 

@@ -1,0 +1,166 @@
+"""The amx kernels beside the rest: which variant each class takes (by vendor, by the tiles
+being granted, by the environment), the thread's tile configuration left as it was found,
+ONNX Runtime's own int8 products right before and after uform's tile products in one process,
+and the tile peak probe. The kernels' arithmetic is tested with every variant's in
+tests/test_e4m3.py and tests/test_epilogues.py: ``amx`` on AMX CPUs, ``amx-model`` (the same
+kernels over a scalar model of the tile instructions) everywhere."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import ml_dtypes
+import numpy as np
+import pytest
+from oplibrary import LIBRARY, needs_library, runnable
+
+from uform import CPUClass
+from uform.core.errors import UnsupportedError
+from uform.plugins import e4m3
+
+AMX, BF16 = CPUClass.X86_64_AMX, CPUClass.X86_64_V4_VNNI_BF16
+REFUSED = "Linux refused the tile state (ARCH_REQ_XCOMP_PERM: a kernel older than 5.16?)"
+
+
+def as_if(monkeypatch: pytest.MonkeyPatch, vendor: str, tiles: bool) -> None:
+    """The library as on a CPU of ``vendor`` whose tiles are granted or refused."""
+    assert LIBRARY is not None
+    base = LIBRARY.runnable - {"amx"}
+    lib = dataclasses.replace(LIBRARY, vendor=vendor, runnable=base | {"amx"} if tiles else base, amx_refusal=None if tiles else REFUSED)
+    monkeypatch.setattr(e4m3, "library", lambda: lib)
+
+
+@needs_library
+@pytest.mark.parametrize("vendor", ["intel", "amd", "other"])
+def test_each_class_takes_the_variant_measured_on_its_vendors_cores(monkeypatch: pytest.MonkeyPatch, vendor: str) -> None:
+    monkeypatch.delenv("UFORM_AVX512_KERNELS", raising=False)
+    without_tiles = "avx512" if vendor == "intel" else "avx512-bf16"  # Intel's VDPBF16PS: no faster than FMA
+    as_if(monkeypatch, vendor, tiles=True)
+    assert e4m3.variant_of(AMX) == "amx" and e4m3.variant_of(BF16) == without_tiles
+    assert e4m3.compute_of(AMX, "amx") == "bf16 tile products, float32 sums (amx kernels)"
+    as_if(monkeypatch, vendor, tiles=False)
+    assert e4m3.variant_of(AMX) == without_tiles == e4m3.variant_of(BF16)
+    assert e4m3.compute_of(AMX, without_tiles) == f"{e4m3.COMPUTE[without_tiles]}: amx refused ({REFUSED})"
+    assert e4m3.compute_of(BF16, without_tiles) == e4m3.COMPUTE[without_tiles]  # a class without tiles: nothing refused
+    assert e4m3.variant_of(CPUClass.X86_64_V4) == "avx512"
+
+
+@needs_library
+def test_uform_plugins_says_the_tiles_were_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("UFORM_AVX512_KERNELS", raising=False)
+    as_if(monkeypatch, "intel", tiles=False)
+    monkeypatch.setattr(e4m3, "machine_classes", lambda: [CPUClass.X86_64_V3, CPUClass.X86_64_V4, BF16, AMX])
+    assert e4m3.describe_here().startswith(
+        f"float32 products of weights widened in cache (avx512 kernels): amx refused ({REFUSED}) for x86-64-amx; library "
+    )
+
+
+@needs_library
+def test_the_environment_picks_any_of_the_classs_variants(monkeypatch: pytest.MonkeyPatch) -> None:
+    as_if(monkeypatch, "intel", tiles=True)
+    for chosen in ("avx512-bf16", "avx512", "amx"):
+        monkeypatch.setenv("UFORM_AVX512_KERNELS", f" {chosen} ")
+        assert e4m3.variant_of(AMX) == chosen
+        assert e4m3.compute_of(AMX, chosen) == e4m3.COMPUTE[chosen]  # chosen, not refused
+    monkeypatch.setenv("UFORM_AVX512_KERNELS", "avx512-bf16")
+    assert e4m3.variant_of(BF16) == "avx512-bf16" and e4m3.variant_of(CPUClass.X86_64_V4) == "avx512"  # v4 has one choice
+    monkeypatch.setenv("UFORM_AVX512_KERNELS", "amx")
+    with pytest.raises(UnsupportedError, match=r"^UFORM_AVX512_KERNELS='amx' names no kernels of x86-64-v4\+vnni\+bf16: set it to avx512-bf16 or avx512, or unset it$"):
+        e4m3.variant_of(BF16)
+    monkeypatch.setenv("UFORM_AVX512_KERNELS", "avx2")
+    with pytest.raises(UnsupportedError, match=r"^UFORM_AVX512_KERNELS='avx2' names no kernels of x86-64-amx: set it to amx or avx512-bf16 or avx512"):
+        e4m3.variant_of(AMX)
+    as_if(monkeypatch, "intel", tiles=False)
+    monkeypatch.setenv("UFORM_AVX512_KERNELS", "amx")
+    with pytest.raises(UnsupportedError, match=r"^UFORM_AVX512_KERNELS=amx, but this process cannot run the amx kernels: Linux refused"):
+        e4m3.variant_of(AMX)
+
+
+MLAS_CONFIG = bytes([1, 0] + [0] * 14 + [64, 0] * 8 + [0] * 16 + [16] * 8 + [0] * 8)  # palette 1, 8 tiles of 16 x 64 B
+OTHER_CONFIG = bytes([1, 0] + [0] * 14 + [32, 0] * 4 + [0] * 24 + [8] * 4 + [0] * 12)  # 4 tiles of 8 x 32 B
+
+
+@needs_library
+@pytest.mark.parametrize("found", [bytes(64), MLAS_CONFIG, OTHER_CONFIG], ids=["none", "mlas", "other"])
+def test_a_product_leaves_the_threads_tile_configuration_as_it_found_it(found: bytes) -> None:
+    """On the thread that runs them (the caller, with one thread), the tile kernels load their
+    configuration where the thread had another, and put back what they found after: none
+    (released), MLAS's own (untouched: it is the same), or any other."""
+    lib = runnable("amx-model")
+    rng = np.random.default_rng(0)
+    n, k = 70, 100
+    w = (rng.standard_normal((n, k)) * 0.1).astype(ml_dtypes.bfloat16)
+    x = rng.standard_normal((40, k)).astype(np.float32)
+    want = x.astype(ml_dtypes.bfloat16).astype(np.float64) @ w.astype(np.float64).T
+    for quantized in (False, True):
+        packed, scale = lib.pack("amx-model", w, quantized)
+        lib.model_tile_config(found)
+        y = lib.gemm("amx-model", x, packed, n, scale, threads=1)
+        assert lib.model_tile_config() == found
+        if not quantized:
+            np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+        session = lib.product_session("amx-model", quantized, n, k, packed.size, threads=1)  # no pool: the caller runs it
+        feeds = {"x": x, "w": packed, **({"scale": scale} if quantized else {})}
+        lib.model_tile_config(found)
+        (z,) = session.run(None, feeds)
+        assert lib.model_tile_config() == found and np.array_equal(z, y)
+
+
+@needs_library
+def test_onnx_runtimes_int8_products_stay_right_beside_the_tile_kernels() -> None:
+    """MLAS's int8 products (MatMulInteger; AMX tiles of its own configuration on AMX CPUs) in
+    the same session and process as uform's tile products, before and after them, on the same
+    threads: each answers exactly what numpy does, every time."""
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    from uform.plugins.sessions import session_options
+
+    assert LIBRARY is not None
+    variant = "amx" if "amx" in LIBRARY.runnable else "amx-model"
+    runnable(variant)
+    rng = np.random.default_rng(1)
+    m, k, n = 64, 256, 96
+    a = rng.integers(0, 256, (m, k), dtype=np.uint8)
+    b = rng.integers(-128, 128, (k, n), dtype=np.int8)
+    want_q = a.astype(np.int32) @ b.astype(np.int32)
+    w = (rng.standard_normal((n, k)) * 0.1).astype(ml_dtypes.bfloat16)
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    packed, _ = LIBRARY.pack(variant, w, False)
+    want_y = x.astype(ml_dtypes.bfloat16).astype(np.float64) @ w.astype(np.float64).T
+
+    def session(with_tiles: bool, threads: int) -> ort.InferenceSession:
+        nodes = [helper.make_node("MatMulInteger", ["a", "b"], ["q"])]
+        inputs = [helper.make_tensor_value_info("a", TensorProto.UINT8, [m, k])]
+        outputs = [helper.make_tensor_value_info("q", TensorProto.INT32, [m, n])]
+        if with_tiles:
+            nodes.append(helper.make_node("MatMulBF16", ["x", "w"], ["y"], domain="ai.uform", variant=e4m3.VARIANTS.index(variant), n=n))
+            inputs += [helper.make_tensor_value_info("x", TensorProto.FLOAT, [m, k]), helper.make_tensor_value_info("w", TensorProto.UINT16, [packed.size])]
+            outputs.append(helper.make_tensor_value_info("y", TensorProto.FLOAT, [m, n]))
+        graph = helper.make_graph(nodes, "int8", inputs, outputs, [numpy_helper.from_array(b, "b")])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("ai.uform", 1)])
+        options = session_options(threads)
+        options.register_custom_ops_library(str(LIBRARY.path))
+        return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+
+    for threads in (1, 2):
+        alone, both = session(False, threads), session(True, threads)
+        for _ in range(3):
+            (q,) = alone.run(None, {"a": a})
+            assert np.array_equal(q, want_q)
+            q, y = both.run(None, {"a": a, "x": x, "w": packed})
+            assert np.array_equal(q, want_q)
+            np.testing.assert_allclose(y, want_y, rtol=1e-5, atol=1e-5 * np.abs(want_y).max())
+        (q,) = alone.run(None, {"a": a})
+        assert np.array_equal(q, want_q)
+
+
+@needs_library
+def test_the_tile_peak_probe_answers_where_the_tiles_run() -> None:
+    assert LIBRARY is not None
+    peak = LIBRARY.fma_peak("amx")
+    if "amx" in LIBRARY.runnable:
+        assert peak is not None and peak > 1e11  # 1,024 FLOP a cycle a core at any clock of these CPUs
+    else:
+        assert peak is None and LIBRARY.amx_refusal
+    assert LIBRARY.fma_peak("amx-model") is None  # a model has no peak
