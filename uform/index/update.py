@@ -191,6 +191,7 @@ class Updater:
             if not self._unchanged(item.value):
                 todo.append(item)
         self.total = len(todo) + len(texts)
+        self.seen.update(key for key, _ in texts)  # a text's key is never both gone and given: its old row is replaced, not moved
         gone = [p for p, r in self.rows.items() if p not in self.seen and in_scope(p, roots, text=r.text)]
         self.missing = {self.rows[p].hash: p for p in gone}
         for start in range(0, len(todo), CHUNK):

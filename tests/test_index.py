@@ -1,0 +1,301 @@
+"""uform.index: the incremental index (docs/index.md). A tiny checkpoint and pictures made on the
+spot; nothing is downloaded. Each behaviour is checked against the model's own verbs."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from PIL import Image
+
+import uform
+import uform.index.update as update
+from ckpt import make_checkpoint
+from uform.index import Index, IndexBusyError, IndexFormatError, IndexModelError, Text
+
+
+@pytest.fixture(scope="module")
+def ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_checkpoint(tmp_path_factory.mktemp("ckpt") / "tiny.safetensors", "tiny", 0, ["text", "image"])
+
+
+@pytest.fixture(scope="module")
+def other_ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_checkpoint(tmp_path_factory.mktemp("ckpt") / "other.safetensors", "tiny", 1, ["text", "image"])
+
+
+@pytest.fixture(scope="module")
+def model(ckpt: Path) -> Iterator[uform.Model]:
+    with uform.Model.load_ram(ckpt) as m:
+        yield m
+
+
+def picture(seed: int, size: int = 24) -> Image.Image:
+    rng = np.random.default_rng(seed)
+    return Image.fromarray(rng.integers(0, 255, (size, size, 3), dtype=np.uint8))
+
+
+def photos(root: Path, count: int = 6, start: int = 0) -> Path:
+    (root / "sub").mkdir(parents=True, exist_ok=True)
+    for i in range(start, start + count):
+        picture(i).save(root / ("sub" if i % 2 else "") / f"p{i}.png")
+    return root
+
+
+def embedding(model: uform.Model, path: Path) -> np.ndarray:
+    return np.array(model.image_encode([str(path)], uform.Arena()).embeddings[0])
+
+
+def stored(index: Index) -> dict[str, np.ndarray]:
+    return {e.path: e.embedding for e in index.entries()}
+
+
+class Reads:
+    """Counts the files an update opens (``uform.index.update.read``), optionally acting first."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, before: Any = None) -> None:
+        self.paths: list[str] = []
+        real = update.read
+
+        def read(path: str) -> Any:
+            self.paths.append(path)
+            if before is not None:
+                before(path)
+            return real(path)
+
+        monkeypatch.setattr(update, "read", read)
+
+
+def test_update_embeds_once_then_reads_nothing(tmp_path: Path, ckpt: Path, model: uform.Model, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = photos(tmp_path / "photos")
+    with Index(tmp_path / "idx", checkpoint=ckpt) as ix:
+        first = ix.update([root])
+        assert (first.added, len(ix)) == (6, 6)
+        rows = stored(ix)
+        for p in root.rglob("*.png"):
+            np.testing.assert_allclose(rows[str(p)], embedding(model, p), atol=1e-6)
+        reads = Reads(monkeypatch)
+        again = ix.update([root])
+    assert (again.added, again.unchanged, reads.paths) == (0, 6, [])
+
+
+def test_rename_is_matched_by_hash_and_deletion_leaves(tmp_path: Path, ckpt: Path, model: uform.Model) -> None:
+    root = photos(tmp_path / "photos")
+    with Index(tmp_path / "idx", checkpoint=ckpt) as ix:
+        ix.update([root])
+        before = stored(ix)
+        os.rename(root / "p0.png", root / "sub" / "renamed.png")
+        (root / "p2.png").unlink()
+        shutil.copy(root / "p4.png", root / "copy.png")
+        result = ix.update([root])
+        assert (result.moved, result.removed, result.copied, result.added) == (1, 1, 1, 0)
+        after = stored(ix)
+        assert str(root / "p0.png") not in after and str(root / "p2.png") not in after
+        np.testing.assert_array_equal(after[str(root / "sub" / "renamed.png")], before[str(root / "p0.png")])
+        np.testing.assert_array_equal(after[str(root / "copy.png")], before[str(root / "p4.png")])
+        hits = ix.search_embedding(embedding(model, root / "sub" / "renamed.png"), 1)
+        assert hits[0].path == str(root / "sub" / "renamed.png") and hits[0].score == pytest.approx(1.0, abs=1e-5)
+
+
+def test_changed_content_is_embedded_again(tmp_path: Path, ckpt: Path, model: uform.Model) -> None:
+    root = photos(tmp_path / "photos")
+    with Index(tmp_path / "idx", checkpoint=ckpt) as ix:
+        ix.update([root])
+        picture(99).save(root / "p0.png")
+        assert ix.update([root]).added == 1
+        np.testing.assert_allclose(stored(ix)[str(root / "p0.png")], embedding(model, root / "p0.png"), atol=1e-6)
+
+
+def test_file_changed_between_stat_and_read(tmp_path: Path, ckpt: Path, model: uform.Model, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The walk stats a file, then it changes before it is read: the row holds what was read
+    (hash and vector of the same bytes) and the stamp of those bytes, so the next run reads nothing."""
+    root = photos(tmp_path / "photos", 2)
+    target = root / "p0.png"
+
+    def rewrite(path: str) -> None:
+        if path == str(target):
+            picture(77, 30).save(target)
+
+    with Index(tmp_path / "idx", checkpoint=ckpt) as ix:
+        Reads(monkeypatch, rewrite)
+        ix.update([root])
+        entry = next(e for e in ix.entries() if e.path == str(target))
+        assert entry.hash == update.digest(target.read_bytes()).hex()
+        assert entry.size == target.stat().st_size and entry.mtime_ns == target.stat().st_mtime_ns
+        np.testing.assert_allclose(entry.embedding, embedding(model, target), atol=1e-6)
+        monkeypatch.undo()
+        reads = Reads(monkeypatch)
+        assert ix.update([root]).unchanged == 2 and reads.paths == []
+
+
+def test_file_changed_while_read_is_read_again(tmp_path: Path, ckpt: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = photos(tmp_path / "photos", 2)
+    real = update.read
+    monkeypatch.setattr(update, "read", lambda p: (lambda r: (r[0], r[1], -1) if isinstance(r, tuple) else r)(real(p)))
+    with Index(tmp_path / "idx", checkpoint=ckpt) as ix:
+        ix.update([root])
+        monkeypatch.undo()
+        reads = Reads(monkeypatch)
+        result = ix.update([root])
+        assert (len(reads.paths), result.touched, result.added) == (2, 2, 0)  # read again, same hash: not embedded
+        monkeypatch.undo()
+        assert ix.update([root]).unchanged == 2
+
+
+def test_failed_item_is_recorded_not_retried_and_not_lost(tmp_path: Path, ckpt: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = photos(tmp_path / "photos", 2)
+    (root / "broken.jpg").write_bytes(b"not a picture at all")
+    (root / "empty.png").write_bytes(b"")
+    seen: list[str] = []
+    with Index(tmp_path / "idx", checkpoint=ckpt) as ix:
+        first = ix.update([root], report=lambda f: seen.append(f.line()))
+        reasons = {Path(f.value).name: f.reason for f in first.failed}
+        assert reasons["empty.png"] == "the file is empty" and reasons["broken.jpg"].startswith("not a JPEG, PNG or WebP image")
+        assert len(seen) == 2 and len(ix) == 2 and {Path(p).name for p, _ in ix.failures()} == {"broken.jpg", "empty.png"}
+        reads = Reads(monkeypatch)
+        again = ix.update([root])
+        assert reads.paths == [] and {Path(f.value).name for f in again.still_failed} == {"broken.jpg", "empty.png"}
+        picture(5).save(root / "broken.jpg", format="JPEG")
+        third = ix.update([root])
+        assert third.added == 1 and [Path(p).name for p, _ in ix.failures()] == ["empty.png"]
+
+
+def test_texts_index_the_same_way(tmp_path: Path, ckpt: Path, model: uform.Model) -> None:
+    notes = tmp_path / "notes.txt"
+    notes.write_text("a red circle\n\nthree blue squares\n")
+    lines = tmp_path / "captions.jsonl"
+    lines.write_text('{"text": "a green triangle"}\n"a bare string"\n{"caption": "from a caption"}\n{"nothing": 1}\n')
+    with Index(tmp_path / "idx", checkpoint=ckpt) as ix:
+        first = ix.update([notes, lines, Text("mine-1", "a text of my own")])
+        assert first.added == 6 and [f.value for f in first.failed] == [f"{lines}:4"]
+        query = np.array(model.text_encode(["three blue squares"], uform.Arena()).embeddings[0])
+        top = ix.search_embedding(query, 1)[0]
+        assert (top.path, top.modality, top.text) == (f"{notes}:3", "text", "three blue squares")
+        notes.write_text("a new first line\na red circle\n\nthree blue squares\n")
+        second = ix.update([notes])
+        # the lines moved down, matched by hash: line 1's row is replaced (its text copied to line 2), line 3's moved to 4
+        assert (second.added, second.copied, second.moved, second.touched) == (1, 1, 1, 0)
+        assert ix.counts()["text"] == 7
+
+
+def test_two_writers_the_second_is_refused(tmp_path: Path, ckpt: Path) -> None:
+    root = photos(tmp_path / "photos", 2)
+    with Index(tmp_path / "idx", checkpoint=ckpt) as first:
+        first.update([root])
+        with pytest.raises(IndexBusyError, match="another writer"):
+            Index(tmp_path / "idx", checkpoint=ckpt)
+        with Index(tmp_path / "idx", checkpoint=ckpt, read_only=True) as reader:  # readers are never refused
+            assert len(reader) == 2
+    with Index(tmp_path / "idx", checkpoint=ckpt) as again:  # the lock went with the first writer
+        assert len(again) == 2
+
+
+def test_a_reader_sees_each_committed_chunk_whole(tmp_path: Path, ckpt: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = photos(tmp_path / "photos", 7)
+    monkeypatch.setattr(update, "CHUNK", 2)
+    seen: list[tuple[int, int]] = []
+    with Index(tmp_path / "idx", checkpoint=ckpt) as ix:
+
+        def progress(done: int, total: int) -> None:
+            with Index(tmp_path / "idx", checkpoint=ckpt, read_only=True) as reader:
+                seen.append((done, len(reader)))
+                assert len(reader.search_embedding(np.ones(32, np.float32), 0)) == len(reader)
+
+        ix.update([root], progress=progress)
+    assert seen == [(2, 2), (4, 4), (6, 6), (7, 7)]
+
+
+def test_another_model_is_refused(tmp_path: Path, ckpt: Path, other_ckpt: Path) -> None:
+    root = photos(tmp_path / "photos", 2)
+    with Index(tmp_path / "idx", checkpoint=ckpt) as ix:
+        ix.update([root])
+    with pytest.raises(IndexModelError, match=r"was made by tiny\.safetensors .*this is other\.safetensors.*--model"):
+        Index(tmp_path / "idx", checkpoint=other_ckpt)
+    with pytest.raises(IndexModelError, match="bf16 weights.*e4m3 weights"):
+        Index(tmp_path / "idx", checkpoint=ckpt, quantization="e4m3")
+    with pytest.raises(IndexModelError, match="f32 vectors.*i8 vectors"):
+        Index(tmp_path / "idx", checkpoint=ckpt, outputs_scalar="i8")
+    with Index(tmp_path / "idx", checkpoint=ckpt, read_only=True) as ix:  # untouched by the refusals
+        assert len(ix) == 2
+
+
+def test_damaged_or_foreign_indexes_are_refused(tmp_path: Path, ckpt: Path) -> None:
+    root = photos(tmp_path / "photos", 3)
+    for name in ("garbage", "short", "version"):
+        with Index(tmp_path / name, checkpoint=ckpt) as ix:
+            ix.update([root])
+    (tmp_path / "garbage" / "index.sqlite").write_bytes(b"this is no database" * 100)
+    with pytest.raises(IndexFormatError, match="damaged.*move it away"):
+        Index(tmp_path / "garbage", checkpoint=ckpt)
+    with open(tmp_path / "short" / "vectors-0.bin", "r+b") as f:
+        f.truncate(10)
+    with pytest.raises(IndexFormatError, match="damaged: vectors-0.bin holds 0 rows, the database says 3"):
+        Index(tmp_path / "short", checkpoint=ckpt)
+    with sqlite3.connect(tmp_path / "version" / "index.sqlite") as c:
+        c.execute("UPDATE meta SET value = 'uform-index/9' WHERE key = 'format'")
+    with pytest.raises(IndexFormatError, match="format 'uform-index/9'"):
+        Index(tmp_path / "version", checkpoint=ckpt, read_only=True)
+    with pytest.raises(FileNotFoundError, match="no such index"):
+        Index(tmp_path / "nowhere", checkpoint=ckpt, read_only=True)
+
+
+def test_remove_and_compact(tmp_path: Path, ckpt: Path, model: uform.Model) -> None:
+    root = photos(tmp_path / "photos", 6)
+    with Index(tmp_path / "idx", checkpoint=ckpt) as ix:
+        ix.update([root], compact=False)
+        assert ix.remove([root / "sub"]) == 3 and len(ix) == 3
+        kept = stored(ix)
+        assert ix.compact() == 3 and stored(ix).keys() == kept.keys()
+        assert sorted(p.name for p in (tmp_path / "idx").glob("*.bin")) == ["kinds-1.bin", "vectors-1.bin"]
+        for path, row in stored(ix).items():
+            np.testing.assert_array_equal(row, kept[path])
+        hits = ix.search_embedding(embedding(model, root / "p0.png"), 1)
+        assert hits[0].path == str(root / "p0.png")
+
+
+@pytest.mark.parametrize("scalar", ["f16", "bf16", "i8", "b1"])
+def test_every_scalar_searches(tmp_path: Path, ckpt: Path, model: uform.Model, scalar: str) -> None:
+    root = photos(tmp_path / "photos", 4)
+    with Index(tmp_path / "idx", checkpoint=ckpt, outputs_scalar=scalar) as ix:
+        ix.update([root])
+        assert ix.search_embedding(embedding(model, root / "p2.png"), 1)[0].path == str(root / "p2.png")
+
+
+def test_ivf_agrees_with_exact_and_finds_rows_added_after_it(tmp_path: Path, ckpt: Path, model: uform.Model) -> None:
+    root = photos(tmp_path / "photos", 40)
+    with Index(tmp_path / "idx", checkpoint=ckpt) as ix:
+        ix.update([root])
+        assert ix.build_ivf(force=True)
+        query = embedding(model, root / "p4.png")
+        assert ix.search_embedding(query, 5, nprobe=16) == ix.search_embedding(query, 5, exact=True)
+        picture(500).save(root / "late.png")
+        ix.update([root])  # below MIN_ROWS the lists are not extended: the new row is past them, searched exactly
+        late = ix.search_embedding(embedding(model, root / "late.png"), 1, nprobe=1)
+        assert late[0].path == str(root / "late.png")
+
+
+def test_parquet_export_and_import(tmp_path: Path, ckpt: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pq = pytest.importorskip("pyarrow.parquet")
+    root = photos(tmp_path / "photos", 3)
+    with Index(tmp_path / "idx", checkpoint=ckpt) as ix:
+        ix.update([root, Text("t1", "a red circle")])
+        assert ix.export_parquet(tmp_path / "out.parquet") == 4
+        rows = stored(ix)
+    table = pq.read_table(tmp_path / "out.parquet")
+    assert table.column_names == ["path", "modality", "hash", "model", "quantization", "embedding", "text"]
+    assert str(table.schema.field("embedding").type) == "fixed_size_list<element: float>[32]"
+    first = table.slice(0, 1).to_pylist()[0]
+    assert first["model"] == ix.identity.checkpoint_sha256 and len(first["hash"]) == 32
+    with Index(tmp_path / "copy", checkpoint=ckpt) as copy:
+        assert copy.import_parquet(tmp_path / "out.parquet") == 4
+        for path, row in stored(copy).items():
+            np.testing.assert_array_equal(row, rows[path])
+        reads = Reads(monkeypatch)
+        result = copy.update([root])  # imported rows carry no stamp: read and hashed once, not embedded
+        assert (result.touched, result.added, len(reads.paths)) == (3, 0, 3)
