@@ -15,7 +15,11 @@ tower's size) so that padding plays no part:
   e4m3 plugin blocked: what serves where the library is missing);
 - ``ort int8 nbits``: ONNX Runtime's ``MatMulNBits`` with 8-bit blocks of 32 (a backend plugin
   this script registers, exactly as a third party would);
-- ``torch fp32`` and ``torch bf16 autocast``: the PyTorch reference, eager.
+- ``torch fp32`` and ``torch bf16 autocast``: the PyTorch reference, eager;
+- ``openvino bf16`` and ``openvino f32``: OpenVINO running the tower as ``uform export`` writes
+  it (float32 ONNX), with its inference precision hint at bf16 (what it picks by itself on CPUs
+  with AVX-512 BF16 or AMX) or f32, in a process and an environment of its own
+  (``openvino_peer.py``: ``benchmarks/.openvino-venv``, made the first time from PyPI).
 
 - ``torch fp32 [avx2]``: the same, with PyTorch's AVX-512 paths switched off in its process
   (``ATEN_CPU_CAPABILITY=avx2``, ``ONEDNN_MAX_CPU_ISA=AVX2``, ``MKL_ENABLE_INSTRUCTIONS=AVX2``;
@@ -39,14 +43,17 @@ of 8 of them in one call, and of a 52-byte text — the texts a search sends —
 turns (ratios that see the same machine, where runs minutes apart drift). Then the kernels
 alone, each as the towers run it (one of the library's ops in an ONNX Runtime session): the
 four products of a base block (qkv, out, fc1, fc2; k = 768, 3072) at m = 16, 87 and 5,568 rows (a short query, one 86-byte text, 64 of them), BF16 and E4M3 weights, for
-every variant this CPU runs: GFLOP/s and the share of the class's FMA peak as measured here
-(``OpLibrary.fma_peak``: 12 register-only FMA chains a thread, in the same run). And
+every variant this CPU runs (``amx-model``, the scalar model of the tiles, excepted): GFLOP/s
+and the share of the variant's peak as measured here (``OpLibrary.fma_peak``: 12
+register-only FMA chains a thread for AVX2's variants, 4 TDPBF16PS chains for ``amx``, in the
+same run). And
 ``--full-load``: the full base checkpoint (every tower, 823 MiB), load over read. Named
 only: ``huge-pages`` (each e4m3-backend run loaded twice in one process, its packed weights in
 4 KiB pages and in huge pages) and ``epilogues`` (loaded twice, GELU and residual adds as ONNX
 Runtime's nodes and inside the products), each pair called in turns on the short queries, one
 86-byte text (and, for ``epilogues``, 64 of them): the median ratio of each turn's times. Last,
-the AVX2 goals, each read from the rows that measure it fairly (``lowp_goals.py``), met or not.
+the AVX2 goals and, where OpenVINO ran, the AMX goals (OpenVINO, PyTorch and the float32 path
+as peers), each read from the rows that measure it fairly (``lowp_goals.py``), met or not.
 
 Each runs in a process of its own: resident memory after load (growth over the process
 before it), and load time (the median of 3 loads) over the time to read the file (warm in
@@ -75,9 +82,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
 from common import cpu_view, describe_view, rate, save, table  # noqa: E402
-from lowp_goals import goals  # noqa: E402
+from lowp_goals import amx_goals, goals  # noqa: E402
 
-RUNS = ["uform f32", "uform bf16", "uform e4m3", "uform e4m3 dql", "ort int8 nbits", "torch fp32", "torch bf16 autocast"]
+RUNS = ["uform f32", "uform bf16", "uform e4m3", "uform e4m3 dql", "ort int8 nbits", "torch fp32", "torch bf16 autocast", "openvino bf16", "openvino f32"]
+OPENVINO = "openvino bf16"  # the peer of the AMX goals
 PINNED = ["uform bf16 [x86-64-v3]", "uform e4m3 [x86-64-v3]"]  # added where the machine's best class is above v3
 AVX2_PEER = "torch fp32 [avx2]"  # likewise: PyTorch with its AVX-512 paths off, the pinned kernels' fair peer
 AVX2_ONLY = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"}
@@ -304,7 +312,7 @@ def kernels(seconds: float) -> list[dict[str, Any]]:
     weights = {name: (rng.standard_normal(shape) * 0.05).astype(ml_dtypes.bfloat16) for name, shape in BLOCK.items()}
 
     rows = []
-    for variant in sorted(lib.runnable):
+    for variant in sorted(lib.runnable - {"amx-model"}):  # the model of the tiles is for tests: minutes a product here
         peak = lib.fma_peak(variant, threads)
         for e4m3 in (False, True):
             runs = []
@@ -322,7 +330,7 @@ def kernels(seconds: float) -> list[dict[str, Any]]:
                 gflops = flops / spent / 1e9
                 rows.append({
                     "variant": variant, "weights": "e4m3" if e4m3 else "bf16", "m": m, "GFLOP/s": f"{gflops:.1f}",
-                    "of FMA peak": f"{100 * gflops * 1e9 / peak:.0f} %" if peak else "no probe",
+                    "of peak": f"{100 * gflops * 1e9 / peak:.0f} %" if peak else "no probe",
                     "peak GFLOP/s": f"{peak / 1e9:.0f}" if peak else "",
                 })  # fmt: skip
     return rows
@@ -353,6 +361,10 @@ def read_time(path: Path) -> float:
 def measure(run: str, path: Path, tower: str, seconds: float) -> dict[str, Any] | None:
     """One run in a process of its own (with its environment: the fallback's blocked plugin,
     PyTorch's AVX-512 paths off); None, and its stderr printed, when it failed."""
+    if run.startswith("openvino"):
+        from openvino_peer import measure as openvino
+
+        return openvino(run, path, tower, seconds)
     env = dict(os.environ)
     if run == "uform e4m3 dql":
         env["UFORM_BLOCK_PLUGINS"] = ",".join(filter(None, [env.get("UFORM_BLOCK_PLUGINS"), "e4m3"]))
@@ -424,7 +436,7 @@ def main() -> None:
                 continue
             file_read = read_time(path)
             measured = {run: m for run in runs if (m := measure(run, path, tower, args.seconds)) is not None}
-            peer, f32, avx2 = (measured.get(r, {}) for r in ("torch bf16 autocast", "uform f32", AVX2_PEER))
+            peer, f32, avx2, ov = (measured.get(r, {}) for r in ("torch bf16 autocast", "uform f32", AVX2_PEER, OPENVINO))
             for run, m in measured.items():
                 row = {
                     "tower": spec, "run": run, "RSS MiB": f"{m['rss_mib']:.0f}",
@@ -437,6 +449,7 @@ def main() -> None:
                     row[f"vs torch bf16 @{batch}"] = ratio(m[key], peer.get(key))
                     row[f"vs f32 @{batch}"] = ratio(m[key], f32.get(key))
                     row[f"vs torch avx2 @{batch}"] = ratio(m[key], avx2.get(key))
+                    row[f"vs openvino bf16 @{batch}"] = ratio(m[key], ov.get(key))
                 rows.append(row)
                 results["runs"].append(row | {"held": m["held"], "file_bytes": path.stat().st_size, "read_s": file_read, **m})
                 if tower == "text":
@@ -446,10 +459,12 @@ def main() -> None:
                         query[key] = f"{m[key]:.1f}"
                         query[f"{name} vs f32"] = ratio(f32.get(key), m[key])  # speed: the f32 path's time over this run's
                         query[f"{name} vs torch avx2"] = ratio(avx2.get(key), m[key])
+                        query[f"{name} vs openvino bf16"] = ratio(ov.get(key), m[key])
                     queries.append(query)
         if rows:
             columns = ["tower", "run", "items/s @1", "vs f32 @1", "vs torch bf16 @1", "items/s @64", "vs f32 @64", "vs torch bf16 @64"]
             columns += ["vs torch avx2 @1", "vs torch avx2 @64"] if above_v3 else []
+            columns += ["vs openvino bf16 @1", "vs openvino bf16 @64"] if OPENVINO in runs else []
             print(table(rows, columns + ["RSS MiB", "RSS/file", "load/read"]))
             for r in results["runs"]:
                 print(f"  {r['tower']} {r['run']}: {r['held']}")
@@ -498,6 +513,10 @@ def main() -> None:
     where = "the AVX2 kernels pinned, against a float32 path that uses AVX-512" if pinned else f"the {classes[-1].value} runs"
     print(f"\nthe AVX2 goals, read from this run ({where}; they are set for AVX2-only machines):")
     print(table(results["goals"], ["goal", "measured", "met"]))
+    if OPENVINO in runs:
+        results["amx_goals"] = amx_goals(results)
+        print(f"\nthe AMX goals, read from this run ({classes[-1].value}, {variant}; they are set for x86-64-amx):")
+        print(table(results["amx_goals"], ["goal", "measured", "met"]))
     print(f"wrote {save('lowp', results)}")
 
 

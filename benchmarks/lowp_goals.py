@@ -1,9 +1,10 @@
-"""The AVX2 goals (BF16 and E4M3 weights against the float32 path they replaced), read from
-one ``lowp.py`` run's results: each goal, the figures it is judged by, and whether they meet it.
+"""The AVX2 goals (BF16 and E4M3 weights against the float32 path they replaced) and the AMX
+goals (against OpenVINO, PyTorch and the float32 path), read from one ``lowp.py`` run's results:
+each goal, the figures it is judged by, and whether they meet it.
 
 Each goal reads the rows that measure it fairly: batch 1 from the runs called in turns in one
 process (runs in processes of their own, minutes apart, drift), the short query likewise, batch
-64 from the runs in processes of their own, the kernels' share of the FMA peak measured in the
+64 from the runs in processes of their own, the kernels' share of the peak measured in the
 same run, and the full load over the read in the load's own process. On a machine above
 x86-64-v3 the AVX2 kernels run pinned (``[x86-64-v3]``) against a float32 path that still uses
 AVX-512: the goals are set for AVX2-only machines, where the float32 path is AVX2 too.
@@ -44,7 +45,7 @@ def goals(results: dict[str, Any], pinned: bool, variant: str | None) -> list[di
 
     def kernel(weights: str) -> dict[str, float | None]:
         rows = results.get("kernels", [])
-        return {"": number(r["of FMA peak"]) for r in rows if r["variant"] == variant and r["weights"] == weights and r["m"] == 5568}
+        return {"": number(r["of peak"]) for r in rows if r["variant"] == variant and r["weights"] == weights and r["m"] == 5568}
 
     def full(run: str) -> dict[str, float | None]:
         rows = [r for r in results.get("full_load", []) if r["run"] == run]
@@ -61,6 +62,14 @@ def goals(results: dict[str, Any], pinned: bool, variant: str | None) -> list[di
         (f"kernel ({variant}) at 5,568 rows: E4M3 >= 85 %", kernel("e4m3"), 85.0, " %", 1),
         ("BF16 load of the full base checkpoint <= 2.0x the read", full(bf16), 2.0, "x", -1),
     ]
+    return verdicts(checks)
+
+
+Check = tuple[str, dict[str, float | None], float, str, int]  # goal, measured (by tower), bound, unit, sense
+
+
+def verdicts(checks: list[Check]) -> list[dict[str, str]]:
+    """Each check as a row: its goal, what was measured, met or not (``not run`` where nothing was)."""
     rows = []
     for goal, measured, bound, unit, sense in checks:  # sense: 1 at least the bound, -1 at most
         values = {k: v for k, v in measured.items() if v is not None}
@@ -68,3 +77,45 @@ def goals(results: dict[str, Any], pinned: bool, variant: str | None) -> list[di
         met = "not run" if not values else "yes" if all(sense * (v - bound) >= 0 for v in values.values()) else "no"
         rows.append({"goal": goal, "measured": shown or "-", "met": met})
     return rows
+
+
+AMX_TOWERS = ("text:base", "image:base")  # the towers of the AMX goals (images at batch 64 here; media.py: 16)
+OPENVINO = "openvino bf16"
+
+
+def amx_goals(results: dict[str, Any]) -> list[dict[str, str]]:
+    """The AMX goals (issue 48), read from a run with OpenVINO's rows: BF16 against OpenVINO bf16
+    (in processes of their own: OpenVINO cannot share a process with the turns), PyTorch BF16
+    autocast and the float32 path (in turns at batch 1), E4M3 against BF16, the short queries
+    against OpenVINO, and the amx kernels' share of the tile peak at 5,568 rows."""
+    runs = results.get("runs", [])
+
+    def items(run: str, batch: int, towers: Any) -> dict[str, float | None]:
+        return {r["tower"]: number(r.get(f"items/s @{batch}", "")) for r in runs if r.get("run") == run and r.get("tower") in towers}
+
+    def over(a: dict[str, float | None], b: dict[str, float | None]) -> dict[str, float | None]:
+        return {t: (a[t] / b[t] if a.get(t) and b.get(t) else None) for t in a}  # type: ignore[operator]
+
+    bf16_64, e4m3_64, ov_64, torch_64 = (items(run, 64, AMX_TOWERS) for run in ("uform bf16", "uform e4m3", OPENVINO, "torch bf16 autocast"))
+    turns = {r["tower"]: number(r.get("vs f32 @1", "")) for r in results.get("turns", []) if r.get("run") == "uform bf16" and r.get("tower") in AMX_TOWERS}
+    queries = [r for r in results.get("queries", []) if r.get("tower") == "text:base"]
+
+    def query(run: str) -> dict[str, float | None]:
+        return {name: number(r.get(f"{name} vs openvino bf16", "")) for r in queries if r["run"] == run for name in ("12 B", "8 x 12 B", "52 B")}
+
+    def kernel(weights: str) -> dict[str, float | None]:
+        rows = results.get("kernels", [])
+        return {"": number(r["of peak"]) for r in rows if r["variant"] == "amx" and r["weights"] == weights and r["m"] == 5568}
+
+    checks: list[Check] = [
+        ("BF16 >= 1.0x OpenVINO bf16 at batch 64", over(bf16_64, ov_64), 1.0, "x", 1),
+        ("BF16 >= 1.5x PyTorch BF16 autocast at batch 64", over(bf16_64, torch_64), 1.5, "x", 1),
+        ("E4M3 >= 0.95x BF16 at batch 64", over(e4m3_64, bf16_64), 0.95, "x", 1),
+        ("BF16 >= 1.0x OpenVINO bf16 at batch 1", over(items("uform bf16", 1, AMX_TOWERS), items(OPENVINO, 1, AMX_TOWERS)), 1.0, "x", 1),
+        ("BF16 >= 2.0x the float32 path at batch 1 (in turns)", turns, 2.0, "x", 1),
+        ("short queries (text:base): BF16 >= 1.0x OpenVINO bf16", query("uform bf16"), 1.0, "x", 1),
+        ("short queries (text:base): E4M3 >= 1.2x OpenVINO bf16", query("uform e4m3"), 1.2, "x", 1),
+        ("kernel (amx) at 5,568 rows: BF16 >= 50 % of the tile peak", kernel("bf16"), 50.0, " %", 1),
+        ("kernel (amx) at 5,568 rows: E4M3 >= 45 % of the tile peak", kernel("e4m3"), 45.0, " %", 1),
+    ]
+    return verdicts(checks)

@@ -1,6 +1,6 @@
 """Image and video throughput, in one run.
 
-    python benchmarks/media.py [--preset small] [--seconds 1] [--images 96] [--clips 3] [--cpu-class x86-64-v3]
+    python benchmarks/media.py [--preset small] [--seconds 1] [--images 96] [--clips 3] [--cpu-class x86-64-v3] [--openvino]
 
 ``--cpu-class`` pins uform's load to that class's kernels; on a machine above x86-64-v3, run
 the script with ``ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2``
@@ -14,7 +14,12 @@ Images/s from JPEG files end to end (decode in threads, overlapped with the towe
 image tower alone (preprocessed pixels fed straight to the ONNX Runtime session), of the
 PyTorch reference fed by a plain PIL pipeline (open, RGB, resize, crop, batch: no overlap),
 and of a Hugging Face transformers ViT of the same geometry (random init from a ViTConfig,
-nothing downloaded) with its ViTImageProcessor. Then clips/s for sampling the video tower's
+nothing downloaded) with its ViTImageProcessor. With ``--openvino``, OpenVINO too (bf16 and f32
+inference precision, ``openvino_peer.py``: the tower as ``uform export`` writes it, in a process
+and an environment of its own) on batches of 32 preprocessed pictures, against uform's tower on
+the same batches; and fed by uform's decoding, composed from the two measured rates as if the
+decoding were hidden behind OpenVINO's compute as uform hides it (the smaller of the two rates)
+and as if not (one after the other). Then clips/s for sampling the video tower's
 frames (8 on ``small``) from 10 s 640x480 H.264 clips: the seek plan of uform.plugins.clips
 against reading the clip through, at 1 keyframe a second and at 1 keyframe per 250 frames,
 and video_encode end to end. Every image rate is the best of timed calls after a warm-up call
@@ -37,6 +42,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parent.parent / "tests"))
 from common import cpu_view, describe_view, rate, save, table  # noqa: E402
+from openvino_peer import measure as openvino  # noqa: E402
 
 
 def photos(directory: Path, count: int, size: tuple[int, int]) -> list[Path]:
@@ -95,6 +101,7 @@ def main() -> None:
     parser.add_argument("--images", type=int, default=96)
     parser.add_argument("--clips", type=int, default=3)
     parser.add_argument("--cpu-class", default=None, help="pin uform's load to this class's kernels")
+    parser.add_argument("--openvino", action="store_true", help="OpenVINO's bf16 and f32 runs of the image tower as peers (openvino_peer.py)")
     args = parser.parse_args()
 
     import torch
@@ -146,11 +153,30 @@ def main() -> None:
             hf_rate = _hf_vit(icfg, files, args.seconds)
             calls = max(1, stats.items // n)
             hidden = 1 - stats.seconds_preprocess / max(stats.seconds_decode, 1e-9)
+            peers: list[dict[str, str]] = []
+            if args.openvino:
+                decoding = stats.items / max(stats.seconds_decode, 1e-9)  # uform's decoding alone, images/s (its threads)
+                for precision in ("bf16", "f32"):
+                    peer = openvino(f"openvino {precision}", ckpt, "image", args.seconds, (32,))
+                    if peer is None:
+                        continue
+                    ov = peer["items/s @32"]
+                    peers += [
+                        {"what": f"OpenVINO {precision} image tower only (batch 32), {label}; uform's tower / it: {tower / ov:.2f}x", "rate": f"{ov:.2f} images/s"},
+                        {"what": f"OpenVINO {precision} fed by uform's decoding, {label}: hidden / serial; uform's end to end / them: "
+                                 f"{end_to_end / min(ov, decoding):.2f}x / {end_to_end * (1 / ov + 1 / decoding):.2f}x",
+                         "rate": f"{min(ov, decoding):.2f} / {1 / (1 / ov + 1 / decoding):.2f} images/s"},
+                    ]  # fmt: skip
+                    results.setdefault(f"images_{label}_openvino", {})[precision] = {
+                        "tower_only": ov, "held": peer["held"], "decoding": decoding,
+                        "fed_hidden": min(ov, decoding), "fed_serial": 1 / (1 / ov + 1 / decoding),
+                    }  # fmt: skip
             rows += [
                 {"what": f"uform image_encode, JPEG {label}", "rate": f"{end_to_end:.2f} images/s"},
                 {"what": f"uform image tower only (ONNX Runtime, batch 32), same {label} set", "rate": f"{tower:.2f} images/s"},
                 {"what": f"PyTorch reference + PIL pipeline, JPEG {label}", "rate": f"{ref_rate:.2f} images/s"},
                 {"what": f"transformers ViT + ViTImageProcessor, JPEG {label}", "rate": f"{hf_rate:.2f} images/s"},
+                *peers,
             ]
             results[f"images_{label}"] = {
                 "end_to_end": end_to_end, "tower_only": tower, "reference_pil": ref_rate, "transformers_vit": hf_rate,

@@ -59,9 +59,9 @@ def test_the_avx2_goals_are_read_from_the_fair_rows_and_judged(monkeypatch: pyte
         "query_tower": "text:base",
         "queries_interleaved": [{"run": "uform e4m3" + pinned, "12 B vs f32": "1.40x"}],
         "kernels": [
-            {"variant": "avx2", "weights": "bf16", "m": 5568, "of FMA peak": "87 %"},
-            {"variant": "avx2-split", "weights": "bf16", "m": 5568, "of FMA peak": "93 %"},
-            {"variant": "avx2", "weights": "e4m3", "m": 87, "of FMA peak": "99 %"},
+            {"variant": "avx2", "weights": "bf16", "m": 5568, "of peak": "87 %"},
+            {"variant": "avx2-split", "weights": "bf16", "m": 5568, "of peak": "93 %"},
+            {"variant": "avx2", "weights": "e4m3", "m": 87, "of peak": "99 %"},
         ],
         "full_load": [{"run": "uform bf16" + pinned, "load/read": "1.90", "load/read in turns": "2.10"}],
     }
@@ -80,3 +80,35 @@ def test_the_avx2_goals_are_read_from_the_fair_rows_and_judged(monkeypatch: pyte
     assert kernel_e4m3["met"] == "not run"  # only m = 87 was measured
     load = rows["BF16 load of the full base checkpoint <= 2.0x the read"]
     assert load["measured"] == "load/read 1.90x, load/read in turns 2.10x" and load["met"] == "no"
+
+
+def test_the_amx_goals_are_read_against_openvino_pytorch_and_the_float32_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """lowp.py's AMX goal table: batch 64 against OpenVINO bf16 and PyTorch BF16 autocast,
+    E4M3 against BF16, batch 1 against OpenVINO and (in turns) the float32 path, the short
+    queries' ratios to OpenVINO, the amx kernels' share of the tile peak; missing rows are "not run"."""
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    from lowp_goals import amx_goals
+
+    def run(tower: str, name: str, at1: float, at64: float) -> dict[str, str]:
+        return {"tower": tower, "run": name, "items/s @1": f"{at1:.2f}", "items/s @64": f"{at64:.2f}"}
+
+    results = {
+        "runs": [
+            run("text:base", "uform bf16", 60, 100), run("text:base", "openvino bf16", 50, 80), run("text:base", "torch bf16 autocast", 30, 60),
+            run("text:base", "uform e4m3", 58, 96), run("image:base", "uform bf16", 30, 40), run("image:base", "openvino bf16", 32, 40),
+            run("text:small", "uform bf16", 1, 1),  # not a goal's tower
+        ],
+        "turns": [{"tower": "text:base", "run": "uform bf16", "vs f32 @1": "2.10x"}, {"tower": "image:base", "run": "uform bf16", "vs f32 @1": "1.90x"}],
+        "queries": [{"tower": "text:base", "run": "uform bf16", "12 B vs openvino bf16": "1.20x", "8 x 12 B vs openvino bf16": "0.90x", "52 B vs openvino bf16": "1.00x"}],
+        "kernels": [{"variant": "amx", "weights": "bf16", "m": 5568, "of peak": "55 %"}, {"variant": "avx512", "weights": "e4m3", "m": 5568, "of peak": "90 %"}],
+    }
+    rows = {r["goal"]: r for r in amx_goals(results)}
+    assert rows["BF16 >= 1.0x OpenVINO bf16 at batch 64"] == {"goal": "BF16 >= 1.0x OpenVINO bf16 at batch 64", "measured": "text:base 1.25x, image:base 1.00x", "met": "yes"}
+    assert rows["BF16 >= 1.5x PyTorch BF16 autocast at batch 64"]["measured"] == "text:base 1.67x"  # image has no PyTorch row
+    assert rows["E4M3 >= 0.95x BF16 at batch 64"]["measured"] == "text:base 0.96x" and rows["E4M3 >= 0.95x BF16 at batch 64"]["met"] == "yes"
+    assert rows["BF16 >= 1.0x OpenVINO bf16 at batch 1"]["met"] == "no"  # image 30 against 32
+    assert rows["BF16 >= 2.0x the float32 path at batch 1 (in turns)"]["met"] == "no"
+    assert rows["short queries (text:base): BF16 >= 1.0x OpenVINO bf16"]["measured"] == "12 B 1.20x, 8 x 12 B 0.90x, 52 B 1.00x"
+    assert rows["short queries (text:base): E4M3 >= 1.2x OpenVINO bf16"]["met"] == "not run"
+    assert rows["kernel (amx) at 5,568 rows: BF16 >= 50 % of the tile peak"]["met"] == "yes"
+    assert rows["kernel (amx) at 5,568 rows: E4M3 >= 45 % of the tile peak"]["met"] == "not run"  # avx512's row is not amx's
