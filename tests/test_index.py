@@ -299,3 +299,35 @@ def test_parquet_export_and_import(tmp_path: Path, ckpt: Path, monkeypatch: pyte
         reads = Reads(monkeypatch)
         result = copy.update([root])  # imported rows carry no stamp: read and hashed once, not embedded
         assert (result.touched, result.added, len(reads.paths)) == (3, 0, 3)
+
+
+def test_an_index_built_by_ray_opens_here(tmp_path: Path, ckpt: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``uform.ray``'s rows (its Encoder's output through the batch ``index_rows`` maps) are the
+    export's schema: imported, they are the rows this machine's update would have made."""
+    pytest.importorskip("ray.data")
+    pq = pytest.importorskip("pyarrow.parquet")
+    from uform.index.parquet import ray_batch
+    from uform.ray import Encoder
+
+    root = photos(tmp_path / "photos", 3)
+    paths = np.array([str(p) for p in sorted(root.rglob("*.png"))] + [str(root / "missing.png")], dtype=object)
+    encoder = Encoder(str(ckpt), "image", "path", threads=1)
+    try:
+        out = encoder({"path": paths})
+    finally:
+        encoder.close()
+    with Index(tmp_path / "mine", checkpoint=ckpt) as mine:
+        mine.update([root])
+        sha = mine.identity.checkpoint_sha256
+        rows = stored(mine)
+    table = ray_batch(out, path_column="path", column="path", modality="image", model=sha, quantization="bf16",
+                      output_column="embedding", error_column="error")  # fmt: skip
+    assert table.num_rows == 3  # the missing file's row carries an error: left out
+    pq.write_table(table, tmp_path / "ray.parquet")
+    with Index(tmp_path / "theirs", checkpoint=ckpt) as theirs:
+        assert theirs.import_parquet(tmp_path / "ray.parquet") == 3
+        for path, row in stored(theirs).items():
+            np.testing.assert_allclose(row, rows[path], atol=1e-6)
+        assert theirs.update([root]).added == 0
+    with Index(tmp_path / "other", checkpoint=ckpt, quantization="e4m3") as other, pytest.raises(IndexModelError, match="bf16 weights"):
+        other.import_parquet(tmp_path / "ray.parquet")

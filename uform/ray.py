@@ -1,19 +1,11 @@
 """Batch encoding on Ray Data: one :class:`~uform.Model` per actor, loaded once.
 
 ``pip install 'uform[ray]'``. This is the only module of uform that imports ``ray``; ``import
-uform`` never does. The guide and the reference are in docs/scale.md::
-
-    import ray
-    from uform.ray import encode_dataset, count_errors
-
-    ds = ray.data.read_parquet("captions/")                    # columns: id, caption
-    out = encode_dataset(ds, "caption", "text", "model.safetensors").materialize()
-    print(count_errors(out))                                   # RowCounts(rows=..., failed=..., ...)
-
-Every row keeps the columns it came with (an id column is what ties a result to its input;
-``preserve_order=True`` keeps the order too) and gains an embedding, or — for an item the
-model refuses, a corrupt file among millions — an error ``"Type: message"`` and no
-embedding: one bad row never fails the batch, nor the job.
+uform`` never does. Guide and reference: docs/scale.md. Every row keeps the columns it came
+with (an id column ties a result to its input; ``preserve_order=True`` keeps the order too)
+and gains an embedding, or — for an item the model refuses, a corrupt file among millions —
+an error ``"Type: message"`` and no embedding: one bad row never fails the batch, nor the job.
+:func:`index_rows` turns the result into rows of an index's Parquet schema (docs/index.md).
 """
 
 from __future__ import annotations
@@ -34,15 +26,15 @@ from .core.errors import InputError
 from .core.executor import Executor, available_cores
 from .core.scalars import coerce, layout, store
 from .core.types import Outputs, Scalar
+from .index.parquet import index_rows  # encode_dataset's output as rows of an index's Parquet schema
 from .model import Model
 
 if TYPE_CHECKING:
     from ray.data import Dataset
 
-__all__ = ["MODALITIES", "Encoder", "Plan", "RowCounts", "count_errors", "encode_dataset", "plan"]
+__all__ = ["MODALITIES", "Encoder", "Plan", "RowCounts", "count_errors", "encode_dataset", "index_rows", "plan"]
 
-# modality name -> the Model verb serving it
-MODALITIES: dict[str, str] = {
+MODALITIES: dict[str, str] = {  # modality name -> the Model verb serving it
     "text": "text_encode",            # str or bytes
     "image": "image_encode",          # file paths or encoded bytes (JPEG, PNG, WebP)
     "image_pixels": "image_encode_pixels",  # [height, width, 3] uint8 arrays

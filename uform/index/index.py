@@ -147,9 +147,8 @@ class Index:
         try:
             with Bar("", quiet=True) as bar:
                 result = Updater(store, self._load, progress, report, bar).run(sources)
-            if compact:
+            if compact and not self.build_ivf():
                 self.compact(only_if_worth=True)
-            self.build_ivf()
             return result
         except sqlite3.OperationalError as exc:
             raise OSError(f"{self.path}: cannot write the index ({exc}); what was committed before stays") from None
@@ -238,12 +237,11 @@ class Index:
             try:
                 with self._store.snapshot() as c:
                     lists = None if exact or k == 0 else self._lists(c)
-                    candidates = None
+                    blocks = None
                     if lists is not None:
                         _, slots = self._store.state()
-                        probed = lists.probe(unit, nprobe or ivf.default_nprobe(len(lists.centroids)))
-                        candidates = np.concatenate([probed.astype(np.int64), np.arange(lists.covered, slots)])
-                    return self._search(c, q, k, wanted, candidates)
+                        blocks = [*lists.probe(unit, nprobe or ivf.default_nprobe(len(lists.centroids))), (lists.covered, slots)]
+                    return self._search(c, q, k, wanted, blocks)
             except FileNotFoundError:
                 self._cache, self._ivf = None, None
         raise RuntimeError(f"{self.path}: the index kept changing generation under the search")
@@ -256,15 +254,17 @@ class Index:
             self._ivf = (row[0], ivf.load(self.path / row[0]))
         return self._ivf[1]
 
-    def _search(self, c: sqlite3.Connection, q: np.ndarray, k: int, wanted: list[int] | None, candidates: np.ndarray | None) -> list[Hit]:
+    def _search(self, c: sqlite3.Connection, q: np.ndarray, k: int, wanted: list[int] | None, blocks: list[tuple[int, int]] | None) -> list[Hit]:
         _, slots, rows, kinds = self._rows()
         scalar = Scalar(self.identity.scalar)
-        if candidates is None:
+        if blocks is None:
             values = scoring.scores(rows, scalar, q, self.identity.dimensions)
             where, kinds_of = None, kinds
-        else:
-            values = scoring.scores(rows[candidates], scalar, q, self.identity.dimensions)
-            where, kinds_of = candidates, kinds[candidates]
+        else:  # the probed lists and the rows added since the clustering, each a sequential block
+            blocks = [(a, b) for a, b in blocks if b > a]
+            values = np.concatenate([scoring.scores(rows[a:b], scalar, q, self.identity.dimensions) for a, b in blocks] or [np.zeros(0, np.float32)])
+            where = np.concatenate([np.arange(a, b) for a, b in blocks] or [np.zeros(0, np.int64)])
+            kinds_of = kinds[where]
         mask = scoring.kind_mask(kinds_of, wanted)
         if mask is not None:
             values = np.where(mask, values, -np.inf)
@@ -282,28 +282,23 @@ class Index:
             count = min(live, count * 4)
 
     def build_ivf(self, *, force: bool = False) -> bool:
-        """Build or extend the IVF lists of a large index (from ``ivf.MIN_ROWS`` rows; an update does
-        it itself); answer whether lists were written. ``force``: build them whatever the size."""
+        """Cluster a large index (from ``ivf.MIN_ROWS`` live rows; ``force``: whatever its size) for
+        approximate search: k-means, then the vectors rewritten grouped by list (docs/index.md).
+        Done by :meth:`update` itself when the rows added since the last clustering pass
+        ``ivf.REBUILD`` of it; answers whether it clustered."""
         store = self._writer()
-        scalar = Scalar(self.identity.scalar)
         with store.snapshot() as c:
             generation, slots = store.state()
             current = self._lists(c)
-            name = c.execute("SELECT value FROM meta WHERE key = 'ivf'").fetchone()
-        old = name[0] if name and name[0] else None
-        if scalar is Scalar.B1 or slots == 0 or (slots < ivf.MIN_ROWS and not force):
+            live = np.array([s for (s,) in c.execute("SELECT slot FROM items ORDER BY slot")], np.int64)
+        if Scalar(self.identity.scalar) is Scalar.B1 or not len(live) or (len(live) < ivf.MIN_ROWS and not force):
             return False
-        if current is not None and old is not None and old.startswith(f"ivf-{generation}-") and current.covered == slots:
+        if current is not None and not force and (slots - current.covered) <= ivf.REBUILD * current.covered and (slots - len(live)) * 4 <= slots:
             return False
         rows, _ = store.vectors(generation, slots)
-        fresh = current is None or old is None or not old.startswith(f"ivf-{generation}-") or current.covered * 2 < slots
-        lists = ivf.build(rows, scalar) if fresh else ivf.extend(current, rows, scalar)  # type: ignore[arg-type]
-        new = f"ivf-{generation}-{slots}.npz"
-        ivf.save(lists, self.path / new)
-        with store.transaction() as c:
-            c.execute("INSERT OR REPLACE INTO meta VALUES ('ivf', ?)", (new,))
-        if old and old != new:
-            (self.path / old).unlink(missing_ok=True)
+        order, lists = ivf.layout(*ivf.cluster(rows, live, Scalar(self.identity.scalar)), live)
+        store.compact(order, lists)
+        self._cache = self._ivf = None
         return True
 
     def entries(self) -> Iterator[Entry]:
@@ -362,7 +357,8 @@ class Index:
                     known[batch["path"][i]] = bytes.fromhex(batch["hash"][i])
                 c.execute("UPDATE meta SET value = ? WHERE key = 'slots'", (str(at + len(keep)),))
             added += len(keep)
-        self.build_ivf()
+        if not self.build_ivf():
+            self.compact(only_if_worth=True)
         return added
 
     # -- closing -----------------------------------------------------------------------------

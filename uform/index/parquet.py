@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -22,6 +23,7 @@ from .store import FORMAT, MODALITIES
 
 if TYPE_CHECKING:
     import pyarrow as pa
+    from ray.data import Dataset
 
     from .index import Index
 
@@ -145,3 +147,17 @@ def ray_batch(batch: dict[str, np.ndarray], *, path_column: str, column: str, mo
     if modality not in MODALITIES:
         raise ValueError(f"an index holds text, image, video or audio items; got {modality!r}")
     return table(paths, [modality] * len(keep), hashes, model, quantization, embeddings, texts)
+
+
+def index_rows(ds: Dataset, column: str, modality: str, checkpoint: str | os.PathLike[str], *, path_column: str | None = None,
+               quantization: Scalar | str = Scalar.BF16, output_column: str = "embedding", error_column: str = "error") -> Dataset:  # fmt: skip
+    """``uform.ray.index_rows``: :func:`uform.ray.encode_dataset`'s output (F32 embeddings) as rows of
+    this schema (``path`` from ``path_column``, default ``column``; failed rows left out), lazily:
+    ``.write_parquet(dir)``, then ``Index.import_parquet(dir)`` or ``uform index --import-parquet
+    dir`` on any machine."""
+    from ..core.scalars import coerce
+    from .index import checkpoint_digest
+
+    kwargs = dict(path_column=path_column or column, column=column, modality=modality, model=checkpoint_digest(Path(checkpoint)),
+                  quantization=coerce(quantization, "quantization").value, output_column=output_column, error_column=error_column)  # fmt: skip
+    return ds.map_batches(ray_batch, fn_kwargs=kwargs, batch_format="numpy")

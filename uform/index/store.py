@@ -29,15 +29,17 @@ import numpy as np
 
 from ..core.errors import UformError
 from ..core.types import Scalar
+from . import ivf
 
 FORMAT = "uform-index/1"
 DATABASE = "index.sqlite"
 MODALITIES = ("text", "image", "video", "audio")  # a slot's kind byte is the position here
 SCALARS = (Scalar.F32, Scalar.F16, Scalar.BF16, Scalar.I8, Scalar.B1)
 
-SCHEMA = """
+ITEMS = "(slot INTEGER PRIMARY KEY, path TEXT NOT NULL, size INTEGER, mtime INTEGER, hash BLOB NOT NULL, text TEXT)"
+SCHEMA = f"""
 CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
-CREATE TABLE items(slot INTEGER PRIMARY KEY, path TEXT NOT NULL, size INTEGER, mtime INTEGER, hash BLOB NOT NULL, text TEXT);
+CREATE TABLE items{ITEMS};
 CREATE TABLE failed(path TEXT PRIMARY KEY, size INTEGER, mtime INTEGER, reason TEXT NOT NULL) WITHOUT ROWID;
 CREATE TABLE texts(path TEXT PRIMARY KEY, size INTEGER NOT NULL, mtime INTEGER NOT NULL) WITHOUT ROWID;
 """
@@ -262,32 +264,45 @@ class Store:
             f.flush()
             os.fdatasync(f.fileno())
 
-    def compact(self) -> int:
-        """Rewrite the vectors without dead slots into the next generation; answer the slots dropped.
-        Readers holding the old generation keep reading it; new snapshots see the new one."""
+    def compact(self, order: np.ndarray | None = None, lists: ivf.Lists | None = None) -> int:
+        """Rewrite the live rows into the next generation, in slot order or in ``order`` (a
+        permutation of the live slots; ``lists`` then names its IVF lists, saved and committed
+        with it); answer the rows of removed items dropped. Readers holding the old generation
+        keep reading it; new snapshots see the new one, whole."""
         generation, slots = self.state()
         live = np.array([s for (s,) in self.conn.execute("SELECT slot FROM items ORDER BY slot")], np.int64)
-        if len(live) == slots:
+        if order is None and len(live) == slots:
             return 0
+        order = live if order is None else order
         rows, kinds = self.vectors(generation, slots)
         new = generation + 1
         files = {}
-        for name, data in (("vectors", rows[live]), ("kinds", kinds[live])):
+        for name, data in (("vectors", rows), ("kinds", kinds)):
             f = open(self._path(name, new), "w+b")
-            f.write(np.ascontiguousarray(data).tobytes())
+            for start in range(0, len(order), 1 << 16):
+                f.write(np.ascontiguousarray(data[order[start : start + (1 << 16)]]).tobytes())
             f.flush()
             os.fsync(f.fileno())
             files[name] = f
+        if lists is not None:
+            ivf.save(lists, self.folder / f"ivf-{new}.npz")
         with self.transaction() as c:
-            c.executemany("UPDATE items SET slot = ? WHERE slot = ?", ((i, int(s)) for i, s in enumerate(live) if i != s))
+            c.execute("CREATE TEMP TABLE IF NOT EXISTS remap(old INTEGER PRIMARY KEY, new INTEGER NOT NULL)")
+            c.execute("DELETE FROM remap")
+            c.executemany("INSERT INTO remap VALUES (?, ?)", ((int(s), i) for i, s in enumerate(order)))
+            c.execute(f"CREATE TABLE items_new{ITEMS}")
+            c.execute("INSERT INTO items_new SELECT remap.new, path, size, mtime, hash, text FROM items JOIN remap ON items.slot = remap.old")
+            c.execute("DROP TABLE items")
+            c.execute("ALTER TABLE items_new RENAME TO items")
             c.executemany("UPDATE meta SET value = ? WHERE key = ?", ((str(new), "generation"), (str(len(live)), "slots")))
-            c.execute("DELETE FROM meta WHERE key = 'ivf'")  # its lists name the old slots
+            c.execute("DELETE FROM meta WHERE key = 'ivf'")  # lists name one generation's order
+            if lists is not None:
+                c.execute("INSERT INTO meta VALUES ('ivf', ?)", (f"ivf-{new}.npz",))
         for name, f in files.items():
             self._files[name].close()
             self._files[name] = f
             self._path(name, generation).unlink(missing_ok=True)
-        for p in self.folder.glob(f"ivf-{generation}-*"):
-            p.unlink(missing_ok=True)
+        (self.folder / f"ivf-{generation}.npz").unlink(missing_ok=True)
         return slots - len(live)
 
     def close(self) -> None:
