@@ -21,5 +21,6 @@ def runnable(variant: str) -> OpLibrary:
     if LIBRARY is None:
         pytest.skip(f"the op library is not usable here: {WHY_NOT}")
     if variant not in LIBRARY.runnable:
-        pytest.skip(f"this CPU cannot run the {variant} kernels (it runs {sorted(LIBRARY.runnable)})")
+        why = f": {LIBRARY.amx_refusal}" if variant == "amx" and LIBRARY.amx_refusal else ""
+        pytest.skip(f"this CPU cannot run the {variant} kernels{why} (it runs {sorted(LIBRARY.runnable)})")
     return LIBRARY

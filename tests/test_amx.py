@@ -76,6 +76,28 @@ def test_the_environment_picks_any_of_the_classs_variants(monkeypatch: pytest.Mo
         e4m3.variant_of(AMX)
 
 
+@pytest.mark.parametrize("variant", ["amx", "amx-model"])
+def test_the_tile_kernels_write_each_rows_bits_whatever_rows_and_threads_run_with_it(variant: str) -> None:
+    """A C tile's row depends on its A row alone, and every row sums its k in the same order
+    whichever tile (of 16 or 32 rows), task or thread runs it: a product's rows are the bits of
+    the same rows run in other groupings (of 5 rows at least: fewer take the avx512-bf16
+    kernels on a real AMX CPU) and on 1-3 threads. Many panels (n = 629), odd k."""
+    lib = runnable(variant)
+    rng = np.random.default_rng(7)
+    m, n, k = 300, 629, 771
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    w = (rng.standard_normal((n, k)) * 0.3).astype(ml_dtypes.bfloat16)
+    bias = rng.standard_normal(n).astype(np.float32)
+    for quantized in (False, True):
+        packed, scale = lib.pack(variant, w, quantized, threads=2)
+        whole = lib.gemm(variant, x, packed, n, scale, bias, threads=1)
+        for threads in (2, 3):
+            assert np.array_equal(lib.gemm(variant, x, packed, n, scale, bias, threads=threads), whole)
+        for size in (5, 17, 33, 257):
+            parts = np.concatenate([lib.gemm(variant, x[r : r + size], packed, n, scale, bias, threads=2) for r in range(0, m - size + 1, size)])
+            assert np.array_equal(parts, whole[: len(parts)]), f"{'e4m3' if quantized else 'bf16'}, groups of {size}"
+
+
 MLAS_CONFIG = bytes([1, 0] + [0] * 14 + [64, 0] * 8 + [0] * 16 + [16] * 8 + [0] * 8)  # palette 1, 8 tiles of 16 x 64 B
 OTHER_CONFIG = bytes([1, 0] + [0] * 14 + [32, 0] * 4 + [0] * 24 + [8] * 4 + [0] * 12)  # 4 tiles of 8 x 32 B
 
