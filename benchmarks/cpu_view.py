@@ -8,8 +8,8 @@ MLAS, PyTorch (ATen, oneDNN, MKL), numpy, glibc's string functions and uform its
 chooses the kernels it would choose on an AVX2-only machine (``x86-64-v3``), or on one without
 AVX-512's later extensions (``x86-64-v4``: no VNNI, no BF16), while the cores, caches and clock
 stay this machine's. So the float32 path that the pinned AVX2 kernels are judged against is
-MLAS at AVX2, the peer an AVX2-only machine has (docs/benchmarks.md, "Measuring as an AVX2-only
-machine"). How:
+MLAS at AVX2, the peer an AVX2-only machine has (docs/benchmarks.md, "AVX2"; how it was checked:
+docs/notes/benchmarks-history.md, "Measuring as an AVX2-only machine: a CPUID view"). How:
 
 - Linux's CPUID faulting: each process turns it on at startup (``cpu_view_site/sitecustomize.py``,
   first on ``PYTHONPATH``) and the handler of uform's ``_cpuid_view`` library

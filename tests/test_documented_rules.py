@@ -106,7 +106,7 @@ def test_video_colour_matrix_and_range_follow_the_frame_tags() -> None:
             frame.colorspace = colorspace
         if color_range is not None:
             frame.color_range = color_range
-        return [int(v) for v in frame.to_ndarray(format="rgb24")[0, 0]]  # what video.py calls
+        return [int(v) for v in frame.to_ndarray(format="rgb24")[0, 0]]  # what clips.py calls
 
     untagged = rgb(None, None)
     assert untagged == [36, 118, 141]  # the example docs/checkpoint.md gives (exact BT.601 limited: 37.2, 120.1, 142.2)

@@ -733,8 +733,9 @@ def test_the_decoders_draw_is_its_own_and_one_command_makes_the_four_commands_ch
     """``--decoder-seed D``: the byte decoder's initialisation and every question it trains on
     come from draw D, the towers, held-out questions and calibration from ``--seed``. The towers
     are those of the run without it, byte for byte, and the whole checkpoint is what the four
-    commands of the shipped model make (docs/training.md): the run, ``--phase questions --seed
-    D``, ``--phase decoder --seed D``, and a recalibration on ``--seed``."""
+    commands that first made the shipped model make (docs/notes/training-history.md, "How the
+    shipped checkpoint came to be"): the run, ``--phase questions --seed D``, ``--phase decoder
+    --seed D``, and a recalibration on ``--seed``."""
     from uform.core.checkpoint import CheckpointFile
     from uform.core.config import ModelConfig
     from uform.training import Settings, train

@@ -565,7 +565,7 @@ def vocabulary(extra: Sequence[str] = ()) -> set[str]:
 
 # -- the byte decoder's own phase: more phrasings, synonyms of the asked values, near misses --
 #
-# The recipe's second phase (``uform.training.recipe.train_decoder``) trains the byte decoder
+# The recipe's second phase (``uform.training.decoder.train_decoder``) trains the byte decoder
 # alone on these, mixed with ``question`` and ``generate.question``. None of them is a
 # calibration phrasing (``CALIBRATION_ASK`` / ``_WHICH`` / ``_HOW_MANY``, tested), nor uses
 # the calibration's distinctive words ("look", "number", "shown", "sound like", "pick"), so

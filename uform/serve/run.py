@@ -7,19 +7,20 @@ On CPUs the model is loaded with the library's own threading by default (``threa
 every core's ONNX Runtime thread in each call), and each lane runs one batch at a time
 (``ServeConfig.batches_at_once`` 1): under load a lane's one call takes everything queued and
 runs it on every core, which answered more texts a second at 32 clients than one call a core
-side by side (whose batches clumped on one call while the other core idled; docs/benchmarks.md).
+side by side (whose batches clumped on one call while the other core idled;
+docs/notes/serving-history.md).
 
 While batching, the interpreter's switch interval is ``SWITCH_INTERVAL`` (0.2 ms, Python's
 default is 5 ms): a lane's thread that needs the interpreter lock between its ONNX Runtime
 runs waits at most that long for the event loop to hand it over, so the model waits less on
 the loop; with batching off (16 calls' threads) the default interval is kept, which answered
-more there (docs/benchmarks.md).
+more there (docs/notes/serving-history.md).
 
 The threads that run the model (ONNX Runtime's, the lanes', and what they start) run at a
 nice value ``MODEL_NICE`` (10) above the event loop's: where the loop and a verb call want the
 same core, the loop runs first (answering, parsing, queueing the next batch) and the call
 takes the time it leaves: at 32 clients on 2 cores 1.06x the requests a second at 0.91x the
-CPU a request (interleaved rounds, every one ahead; docs/benchmarks.md). It is set with
+CPU a request (interleaved rounds, every one ahead; docs/notes/serving-history.md). It is set with
 batching on and off alike. On a machine shared with other work the model's threads give way
 to that work too.
 """

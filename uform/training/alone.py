@@ -15,7 +15,7 @@ The byte decoder (``--phase questions``) shares nothing with the towers either: 
 steps alone (every ``decoder_every``-th step of the schedule, the questions' own stream) give the
 decoder the whole first phase gives, bit for bit, in a tenth of the time; its checkpoint is
 written with the temperatures reset, and :func:`~uform.training.recipe.train` then fits them.
-docs/training.md has what its draws read.
+docs/notes/training-history.md has what its draws read.
 """
 
 from __future__ import annotations

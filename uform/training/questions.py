@@ -126,7 +126,7 @@ def heldout_questions(seed: int, n: int = 400) -> dict[str, list[g.Question]]:
     reading a decoder before either suite: canonical, as the first phase phrases them, as the
     decoder phase does, in the calibration's phrasings (never trained), and lettered options
     in the first phase's phrasings listed in a random order (``options in any order``: the
-    seventh run's decoder read 0.455 of them, docs/training.md), and of those the lists of all
+    seventh run's decoder read 0.455 of them, docs/notes/training-history.md), and of those the lists of all
     six colours (``six options in any order``: where decoders that find three options read
     0.34-0.57 and the shipped one 0.90). Each kind is drawn after the ones before it, so a
     kind added last leaves the others' questions as they were."""

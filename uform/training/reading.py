@@ -8,7 +8,8 @@ training mostly showed them, and little else: the foreign suite lists colours in
 find it. This stage goes on from the decoder phase's checkpoint with every lettered list in a
 random order (some of them only a few of the options) and a larger share of lettered questions
 (``reading_letters``), with a fresh optimiser, warm-up and cosine decay; every other tensor is
-kept byte for byte. docs/training.md has what it changed.
+kept byte for byte. docs/training.md has what it changed; docs/notes/training-history.md,
+"Reading stage", the run that added it.
 """
 
 from __future__ import annotations

@@ -54,7 +54,7 @@ class Settings:
     steps: int = 4400
     minutes: float | None = None  # stop early after this long (the schedule still assumes ``steps``)
     batch: int = 64  # pictures and clips a step (recordings on the steps that have them)
-    image_factor: int = 2  # pictures a step: this many times ``batch`` (the seventh run's 2; 1 the fourth run's, docs/training.md)
+    image_factor: int = 2  # pictures a step: this many times ``batch`` (the seventh run's 2; 1 the fourth run's, docs/notes/training-history.md)
     decoder_batch: int = 48  # questions a decoder step
     text_groups: int = 4  # a text step encodes its captions in this many groups of like length (the same embeddings as 1, less padding)
     decoder_row: int = 128  # > 0: the decoder's questions packed into rows of this many bytes in both phases (the same losses, less
