@@ -30,7 +30,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--modalities", default="image,video,audio", metavar="LIST",
                    help="which media to rank, comma-separated (default image,video,audio)")  # fmt: skip
     add_model(p)
-    p.set_defaults(run=run)
+    p.set_defaults(run=run, quantization=None)  # None: bf16, or with --index the index's own
 
 
 def run(args: argparse.Namespace) -> int:
@@ -44,6 +44,7 @@ def run(args: argparse.Namespace) -> int:
         return search_index(args)
     if args.query is None or not args.paths or args.like is not None:
         raise ValueError("give a QUERY and PATHs to search (--like FILE needs --index INDEX)")
+    args.quantization = args.quantization or "bf16"
     wanted = {m.strip() for m in args.modalities.split(",") if m.strip()}
     if not wanted or not wanted <= {"image", "video", "audio"}:
         raise ValueError(f"--modalities must name image, video or audio, comma-separated; got {args.modalities!r}")

@@ -97,15 +97,15 @@ class Index:
         identity = None
         if not exists and not read_only:
             dims = self._load().describe().dimensions
-            identity = Identity(sha, self.checkpoint.name, asked_q, dims, asked_s or Scalar.F32.value)
+            identity = Identity(sha, os.path.abspath(self.checkpoint), asked_q, dims, asked_s or Scalar.F32.value)
         self._store = Store(self.path, write=not read_only, identity=identity)
         mine = self._store.identity
-        theirs = Identity(sha, self.checkpoint.name, asked_q, mine.dimensions, asked_s or mine.scalar)
+        theirs = Identity(sha, os.path.abspath(self.checkpoint), asked_q, 0, asked_s or mine.scalar)
         if (mine.checkpoint_sha256, mine.quantization, mine.scalar) != (theirs.checkpoint_sha256, theirs.quantization, theirs.scalar):
             self._store.close()
             raise IndexModelError(
                 f"{self.path} was made by {mine.describe()}; this is {theirs.describe()}: its vectors cannot be mixed or compared. "
-                f"Pass that model (uform: --model PATH --quantization {mine.quantization}), or index into another folder"
+                f"pass that model (on the command line: --model {mine.checkpoint} --quantization {mine.quantization}), or index into another folder"
             )  # fmt: skip
         self.identity = mine
         self._cache: tuple[int, int, np.ndarray, np.ndarray] | None = None

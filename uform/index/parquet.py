@@ -80,7 +80,7 @@ def write_index(index: Index, path: str | os.PathLike[str]) -> int:
     scalar = Scalar(index.identity.scalar)
     identity = index.identity
     s = schema(identity.dimensions, scalar)
-    s = s.with_metadata({**s.metadata, b"uform.checkpoint": identity.checkpoint.encode()})
+    s = s.with_metadata({**s.metadata, b"uform.checkpoint": os.path.basename(identity.checkpoint).encode()})
     rows = 0
     with pa.parquet.ParquetWriter(os.fspath(path), s) as writer:
         batch: list[Any] = []

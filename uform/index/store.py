@@ -62,13 +62,14 @@ class Identity:
     """What made an index's vectors: rows of two identities are never compared."""
 
     checkpoint_sha256: str
-    checkpoint: str  # the checkpoint's file name, for messages
+    checkpoint: str  # the checkpoint's path when the index was made, for messages
     quantization: str
     dimensions: int
     scalar: str
 
     def describe(self) -> str:
-        return f"{self.checkpoint} (sha256 {self.checkpoint_sha256[:12]}…, {self.quantization} weights, {self.dimensions} dimensions, {self.scalar} vectors)"
+        dimensions = f"{self.dimensions} dimensions, " if self.dimensions else ""
+        return f"{self.checkpoint} (sha256 {self.checkpoint_sha256[:12]}…, {self.quantization} weights, {dimensions}{self.scalar} vectors)"
 
 
 def row_dtype(scalar: Scalar, dimensions: int) -> np.dtype[Any]:
@@ -121,7 +122,10 @@ class Store:
     # -- opening ---------------------------------------------------------------------------
 
     def _take_lock(self) -> None:
-        fd = os.open(self.folder / "lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fd = os.open(self.folder / "lock", os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise OSError(exc.errno, f"{self.folder}: cannot write the index ({exc.strerror}); it is left as it was") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -140,6 +144,8 @@ class Store:
                 conn = self._reader(db)
             conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
             return conn
+        except sqlite3.OperationalError as exc:  # a file it may not open or write, a disk that is full
+            raise OSError(f"{self.folder}: cannot open the index{' for writing' if write else ''} ({exc}); it is left as it was") from None
         except sqlite3.DatabaseError as exc:
             raise self._damaged(f"the database cannot be read ({exc})") from None
 
@@ -160,6 +166,7 @@ class Store:
 
         row_dtype(Scalar(identity.scalar), identity.dimensions)  # refuses a scalar the index does not store
         meta = {"format": FORMAT, "uform": __version__, "generation": "0", "slots": "0", **{k: str(v) for k, v in vars(identity).items()}}
+        self.conn.execute("PRAGMA auto_vacuum = INCREMENTAL")  # pages a compaction frees go back to the disk
         with self.transaction() as c:
             for statement in SCHEMA.strip().split(";"):
                 if statement.strip():
@@ -303,6 +310,8 @@ class Store:
             self._files[name] = f
             self._path(name, generation).unlink(missing_ok=True)
         (self.folder / f"ivf-{generation}.npz").unlink(missing_ok=True)
+        self.conn.execute("PRAGMA incremental_vacuum")
+        self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # a compaction's transaction is as large as the table
         return slots - len(live)
 
     def close(self) -> None:

@@ -1,0 +1,130 @@
+"""``uform index`` and ``uform search --index`` (docs/cli.md), in-process through ``uform.cli.main``;
+a read-only folder and a full disk stop a run with the index intact."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from ckpt import make_checkpoint
+from uform.cli import main
+from uform.index import Index
+from uform.index.store import Store
+
+
+@pytest.fixture(scope="module")
+def ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_checkpoint(tmp_path_factory.mktemp("ckpt") / "tiny.safetensors", "tiny", 0, ["text", "image"])
+
+
+def photos(root: Path, count: int = 4) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    for i in range(count):
+        Image.fromarray(np.random.default_rng(i).integers(0, 255, (20, 20, 3), dtype=np.uint8)).save(root / f"p{i}.png")
+    return root
+
+
+def test_index_then_search(tmp_path: Path, ckpt: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    photos(tmp_path / "photos")
+    (tmp_path / "notes.txt").write_text("a red circle\nblue squares\n")
+    index = ["--into", "idx", "-m", str(ckpt)]
+    assert main(["index", "photos", "notes.txt", *index]) == 0
+    out = capsys.readouterr().out
+    assert "index idx: 6 items (2 texts, 4 images)" in out and "this run: 6 embedded, 0 unchanged" in out
+    assert main(["index", "photos", "notes.txt", *index]) == 0
+    assert "this run: 0 embedded, 6 unchanged" in capsys.readouterr().out
+    assert main(["search", "blue squares", "--index", "idx", "-m", str(ckpt), "--modalities", "text", "--json", "-k", "1"]) == 0
+    top = json.loads(capsys.readouterr().out)[0]
+    assert (top["path"], top["text"], top["modality"]) == ("notes.txt:2", "blue squares", "text") and top["score"] == pytest.approx(1, abs=1e-5)
+    assert main(["search", "--like", "photos/p2.png", "--index", "idx", "-m", str(ckpt), "-k", "2"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 2 and lines[0].split() == ["1", "1.000", "photos/p2.png"]
+    assert main(["index", "--into", "idx", "--export-parquet", "out.parquet", "-m", str(ckpt)]) == 0
+    assert "wrote out.parquet: 6 rows" in capsys.readouterr().out
+
+
+def test_failures_and_errors(tmp_path: Path, ckpt: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    photos(tmp_path / "photos", 2)
+    (tmp_path / "photos" / "bad.jpg").write_bytes(b"junk")
+    assert main(["index", "photos", "--into", "idx", "-m", str(ckpt)]) == 1
+    captured = capsys.readouterr()
+    assert f"uform: failed: file {tmp_path}/photos/bad.jpg: not a JPEG, PNG or WebP image" in captured.err
+    assert "1 failed, 0 failed before" in captured.out
+    assert main(["index", "photos", "--into", "idx", "-m", str(ckpt)]) == 1  # recorded: reported again, not retried
+    assert "(unchanged since it failed; not tried again)" in capsys.readouterr().err
+    other = make_checkpoint(tmp_path / "other.safetensors", "tiny", 1, ["text", "image"])
+    assert main(["index", "photos", "--into", "idx", "-m", str(other)]) == 2
+    assert "was made by" in capsys.readouterr().err
+    assert main(["search", "--index", "idx", "-m", str(ckpt)]) == 2
+    assert "give a QUERY or --like FILE" in capsys.readouterr().err
+    assert main(["search", "x", "--index", "nowhere", "-m", str(ckpt)]) == 2
+    assert "no such index" in capsys.readouterr().err
+    assert main(["index", "--into", "idx"]) == 2
+
+
+def test_a_full_disk_stops_the_run_with_the_index_intact(tmp_path: Path, ckpt: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import uform.index.update as update
+
+    root = photos(tmp_path / "photos", 7)
+    monkeypatch.setattr(update, "CHUNK", 3)
+    appended = Store.append
+    calls = []
+
+    def append(self: Store, *args: object) -> None:
+        calls.append(1)
+        if len(calls) == 2:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        appended(self, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Store, "append", append)
+    with Index(tmp_path / "idx", checkpoint=ckpt) as ix, pytest.raises(OSError, match="No space left"):
+        ix.update([root])
+    monkeypatch.undo()
+    with Index(tmp_path / "idx", checkpoint=ckpt) as ix:
+        assert len(ix) == 3  # the first chunk, committed before the disk filled
+        assert ix.update([root]).added == 4 and len(ix) == 7
+
+
+def test_a_read_only_folder_stops_the_run_with_the_index_intact(tmp_path: Path, ckpt: Path) -> None:
+    """The index folder and its files lose their write bits; root runs the command without the
+    capability that overrides them (``setpriv``), so the refusal is the one a user gets."""
+    drop = ["setpriv", "--bounding-set=-dac_override,-dac_read_search", "--inh-caps=-dac_override,-dac_read_search"]
+    if os.geteuid() == 0 and shutil.which("setpriv") is None:
+        pytest.skip("running as root without setpriv: permission bits cannot be made to bind")
+    root = photos(tmp_path / "photos", 3)
+    with Index(tmp_path / "idx", checkpoint=ckpt) as ix:
+        ix.update([root])
+    photos(tmp_path / "photos", 5)  # two more for the refused run
+    before = {p.name: p.read_bytes() for p in (tmp_path / "idx").iterdir()}
+    for p in (tmp_path / "idx").iterdir():
+        p.chmod(0o444)
+    (tmp_path / "idx").chmod(0o555)
+    try:
+        prefix = drop if os.geteuid() == 0 else []
+
+        def command(*args: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run([*prefix, sys.executable, "-m", "uform.cli", *args], capture_output=True, text=True, cwd=tmp_path)
+
+        refused = command("index", "photos", "--into", "idx", "-m", str(ckpt))
+        assert refused.returncode == 2 and "cannot write the index" in refused.stderr and "left as it was" in refused.stderr, refused.stderr
+        found = command("search", "x", "--index", "idx", "-m", str(ckpt), "--modalities", "image", "--json")
+        assert found.returncode == 0, found.stderr  # a reader needs no write permission
+        assert len(json.loads(found.stdout)) == 3
+    finally:
+        (tmp_path / "idx").chmod(0o755)
+        for p in (tmp_path / "idx").iterdir():
+            p.chmod(0o644)
+    assert {p.name: p.read_bytes() for p in (tmp_path / "idx").iterdir()} == before
+    with Index(tmp_path / "idx", checkpoint=ckpt) as ix:
+        assert len(ix) == 3 and ix.update([root]).added == 2
