@@ -43,9 +43,16 @@ const char* ask_for_tiles() {
   if ((low >> 17 & 3) != 3)
     return "the operating system (or the hypervisor) does not enable the tile state (XCR0 lacks TILECFG and TILEDATA)";
 #if defined(__linux__) && defined(SYS_arch_prctl)
-  if (syscall(SYS_arch_prctl, kRequestPermission, kTileData) != 0)
-    return errno == EINVAL ? "Linux refused the tile state (ARCH_REQ_XCOMP_PERM: a kernel older than 5.16?)"
-                           : "Linux refused the tile state (ARCH_REQ_XCOMP_PERM; a signal stack too small for it?)";
+  if (syscall(SYS_arch_prctl, kRequestPermission, kTileData) != 0) {
+    switch (errno) {
+      case EINVAL:
+        return "Linux refused the tile state (ARCH_REQ_XCOMP_PERM: a kernel older than 5.16?)";
+      case ENOSPC:  // the kernel checks every thread's sigaltstack against the larger signal frame
+        return "Linux refused the tile state: a thread's alternate signal stack (sigaltstack) is too small for it";
+      default:
+        return "Linux refused the tile state (ARCH_REQ_XCOMP_PERM failed)";
+    }
+  }
   unsigned long granted = 0;
   if (syscall(SYS_arch_prctl, kGetPermission, &granted) != 0 || !(granted >> kTileData & 1))
     return "Linux did not grant the tile state (ARCH_GET_XCOMP_PERM)";
