@@ -49,7 +49,7 @@ ALLOWED: dict[str, set[str]] = {
     "model": {"core", "plugins"},
     "calibrate": {"model", "core"},
     "demo": {"model", "calibrate", "plugins"},
-    "ray": {"model", "core"},
+    "ray": {"model", "core", "index"},
     "serve": {"model"},
     "index": {"model", "core", "cli"},
     "cli": {"model", "core", "calibrate", "demo", "exporters", "serve", "index"},
@@ -95,11 +95,25 @@ def is_module_file(module: str) -> bool:
     return base.with_suffix(".py").is_file() or (base / "__init__.py").is_file()
 
 
-def imports(source: str, module: str, is_package: bool) -> Iterator[tuple[str, int]]:
+def typing_only(tree: ast.AST) -> set[int]:
+    """The ids of the import statements under ``if TYPE_CHECKING:``."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING"):
+            found |= {id(n) for stmt in node.body for n in ast.walk(stmt) if isinstance(n, (ast.Import, ast.ImportFrom))}
+    return found
+
+
+def imports(source: str, module: str, is_package: bool, *, typing: bool = True) -> Iterator[tuple[str, int]]:
     """Every module ``source`` imports (``(name, line)``), resolved to absolute names: for
-    ``from X import y``, ``X.y`` where that is a module, else ``X``."""
+    ``from X import y``, ``X.y`` where that is a module, else ``X``. ``typing=False`` leaves
+    out the imports under ``if TYPE_CHECKING:``, which load nothing."""
     package = module if is_package else module.rpartition(".")[0]
-    for node in ast.walk(ast.parse(source)):
+    tree = ast.parse(source)
+    skip = set() if typing else typing_only(tree)
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
         if isinstance(node, ast.Import):
             for alias in node.names:
                 yield alias.name, node.lineno
@@ -130,13 +144,14 @@ def offences(path: Path, source: str) -> list[str]:
     if layer is None:
         return [f"{path.relative_to(ROOT)} belongs to no layer: add it to LAYERS and to docs/architecture.md's table"]
     found = []
-    for name, line in sorted(set(imports(source, module, path.name == "__init__.py")), key=lambda i: i[1]):
+    is_package = path.name == "__init__.py"
+    for name, line in sorted(set(imports(source, module, is_package)), key=lambda i: i[1]):
+        target = layer_of(name) if name.split(".")[0] in PACKAGES else layer
+        if target != layer and target not in ALLOWED[layer]:
+            found.append(f"{path.relative_to(ROOT)}:{line}: {layer} imports {name} ({target})")
+    for name, line in sorted(set(imports(source, module, is_package, typing=False)), key=lambda i: i[1]):
         top = name.split(".")[0]
-        if top in PACKAGES:
-            target = layer_of(name)
-            if target != layer and target not in ALLOWED[layer]:
-                found.append(f"{path.relative_to(ROOT)}:{line}: {layer} imports {name} ({target})")
-        elif top in THIRD_PARTY and layer not in THIRD_PARTY[top]:
+        if top in THIRD_PARTY and layer not in THIRD_PARTY[top]:
             found.append(f"{path.relative_to(ROOT)}:{line}: {layer} imports {name}, which only {sorted(THIRD_PARTY[top])} may")
     return found
 
@@ -252,7 +267,7 @@ WRONG = {
     ),
     "uform/serve/fabricated.py": "from ..training import anything\nLAZY = {'x': 'uform.core.host:get_host'}\n",
     "uform/model_extra.py": "import os\n",  # a module in no layer
-    "uform/ray.py": "import torch\n",  # torch at run time
+    "uform/ray.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import torch\ndef f():\n    import torch\n",  # torch at run time
     "fastermodels/fabricated.py": "from uform.core import config\n",
 }
 
