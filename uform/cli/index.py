@@ -79,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
             for f in result.still_failed:
                 say(f"{f.line()} (unchanged since it failed; not tried again)")
         counts = index.counts()
-        what = ", ".join(counted(n, m) for m, n in counts.items() if n) or "no items"  # type: ignore[arg-type]
+        what = ", ".join(counted(n, m) for m, n in counts.items() if n) or "no items"
         print(f"index {args.into}: {sum(counts.values())} items ({what}) of {index.identity.describe()}")
         if result is not None:
             print(f"this run: {result.added} embedded, {result.unchanged} unchanged, {result.touched} read again unchanged, "

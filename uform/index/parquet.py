@@ -130,7 +130,9 @@ def ray_batch(batch: dict[str, np.ndarray], *, path_column: str, column: str, mo
     from .update import digest
 
     keep = [i for i, e in enumerate(batch[error_column]) if not e]
-    paths, hashes, texts = [], [], []
+    paths: list[str] = []
+    hashes: list[str] = []
+    texts: list[str | None] = []
     for i in keep:
         value = batch[column][i]
         value = value.item() if isinstance(value, np.generic) else value
@@ -160,4 +162,4 @@ def index_rows(ds: Dataset, column: str, modality: str, checkpoint: str | os.Pat
 
     kwargs = dict(path_column=path_column or column, column=column, modality=modality, model=checkpoint_digest(Path(checkpoint)),
                   quantization=coerce(quantization, "quantization").value, output_column=output_column, error_column=error_column)  # fmt: skip
-    return ds.map_batches(ray_batch, fn_kwargs=kwargs, batch_format="numpy")
+    return ds.map_batches(ray_batch, fn_kwargs=kwargs, batch_format="numpy")  # type: ignore[arg-type]

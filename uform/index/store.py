@@ -159,7 +159,7 @@ class Store:
         return sqlite3.connect(uri, uri=True, timeout=30, isolation_level=None, check_same_thread=False)
 
     def _has_meta(self) -> bool:
-        return self.conn.execute("SELECT count(*) FROM sqlite_master WHERE name='meta'").fetchone()[0] == 1
+        return bool(self.conn.execute("SELECT count(*) FROM sqlite_master WHERE name='meta'").fetchone()[0] == 1)
 
     def _create(self, identity: Identity) -> None:
         from .. import __version__

@@ -19,7 +19,7 @@ import os
 import stat
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Literal, NamedTuple
 
 import numpy as np
 
@@ -294,7 +294,7 @@ class Updater:
                     vectors[i] = rows[ins[0]]
                 else:
                     pending.sources[i] = -2
-                    kind = "text" if ins[4] is not None else "file"
+                    kind: Literal["text", "file"] = "text" if ins[4] is not None else "file"
                     self.fail(Failure(kind, ins[0], refused.get(ins[0], "not encoded")),
                               record=None if ins[1] is None else (ins[0], ins[1], ins[2] or 0), pending=pending)  # fmt: skip
         if any(s >= 0 for s in pending.sources):
