@@ -11,7 +11,7 @@ import functools
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -28,8 +28,8 @@ from .metrics import CONTENT_TYPE, Metrics
 if TYPE_CHECKING:
     from uform import Model
 
-T = TypeVar("T")
 Jobs = list[tuple[Lane, Job]]
+WATCH_AFTER = 0.01  # seconds a request waits before a task awaits its client's disconnect
 
 
 class Server:
@@ -46,16 +46,14 @@ class Server:
         self.pool = cf.ThreadPoolExecutor(4, thread_name_prefix="uform-serve")  # parsing and writing large bodies
         self.metrics = Metrics(lambda: float(self.batcher.queued_items()) if self.batcher else 0.0)
 
-    async def off_loop(self, fn: Callable[[], T], inline: bool) -> T:
-        return fn() if inline else await asyncio.get_running_loop().run_in_executor(self.pool, fn)
-
     def check_model(self, name: str | None) -> None:
         if name is not None and name != self.config.model_id:
             raise ApiError(404, f"the model {name!r} does not exist here; this server serves {self.config.model_id!r}", param="model", code="model_not_found")
 
     async def run_jobs(self, receive: Receive, kinds: list[str], payloads: list[Any], costs: list[int]) -> tuple[Jobs, list[Any]]:
-        """Queue a request's items and await their results; while they wait, a task awaits
-        the client's disconnect, which drops the request's queued items."""
+        """Queue a request's items and await their results. A request still waiting after
+        ``WATCH_AFTER`` gets a task awaiting its client's disconnect, which drops its queued
+        items (most are answered sooner, and a timer costs less than a task)."""
         assert self.batcher is not None
         jobs = self.batcher.submit(kinds, payloads, costs)
         if len(jobs) == 1:
@@ -63,11 +61,13 @@ class Server:
         else:
             for kind, count in Counter(kinds).items():
                 self.metrics.item_count(kind, count)
-        watcher = asyncio.ensure_future(gone(receive))
+        watch = _Watch(self.batcher, jobs, receive)
+        timer = asyncio.get_running_loop().call_later(WATCH_AFTER, watch.start)
         try:
-            return jobs, await self.batcher.gather(jobs, watcher)
+            return jobs, await self.batcher.gather(jobs, None)
         finally:
-            watcher.cancel()
+            timer.cancel()
+            watch.stop()
 
     @staticmethod
     def timing(jobs: Jobs, began: float) -> list[tuple[bytes, bytes]]:
@@ -88,30 +88,30 @@ class Server:
         began = time.perf_counter()
         c = self.config
         body = await read_body(receive, c.max_request_bytes)
-        parse = functools.partial(requests.embeddings, body, max_items=c.max_items_per_request, media_root=c.media_root, limit=c.max_request_bytes)
-        req = await self.off_loop(parse, len(body) <= c.inline_json_bytes and b"file:" not in body)
+        if len(body) <= c.inline_json_bytes and b"file:" not in body:
+            req = requests.embeddings(body, max_items=c.max_items_per_request, media_root=c.media_root, limit=c.max_request_bytes)
+        else:  # large, or naming files: parsed (base64 decoded, files read) on a thread
+            parse = functools.partial(requests.embeddings, body, max_items=c.max_items_per_request, media_root=c.media_root, limit=c.max_request_bytes)
+            req = await asyncio.get_running_loop().run_in_executor(self.pool, parse)
         self.check_model(req.model)
-        dims, context = self.description.dimensions, self.description.context
+        dims = self.description.dimensions
         respond_.check_dimensions(req.dimensions, dims)
         items = req.items
         kinds = [item.kind for item in items]
         payloads: list[Any] = [item.payload for item in items]
         jobs, results = await self.run_jobs(receive, kinds, payloads, [item.cost for item in items])
+        context = self.description.context
         tokens = sum([min(len(p), context) for k, p in zip(kinds, payloads) if k == "text"])
-
-        def write() -> bytes:
-            rows = respond_.assemble([(job.positions, r) for (_, job), r in zip(jobs, results)], len(items), dims)
-            rows = respond_.prefix(rows, req.dimensions, dims)
-            return respond_.embeddings_body(rows, req.encoding_format, c.model_id, tokens)
-
-        out = await self.off_loop(write, len(items) * dims <= c.inline_response_values)
+        write = functools.partial(_embeddings_body, req, jobs, results, dims, c.model_id, tokens)
+        out = write() if len(items) * dims <= c.inline_response_values else await asyncio.get_running_loop().run_in_executor(self.pool, write)
         return 200, out, self.timing(jobs, began), JSON
 
     async def choose(self, scope: Scope, receive: Receive) -> Answer:
         began = time.perf_counter()
         c = self.config
         body = await read_body(receive, c.max_request_bytes)
-        req = await self.off_loop(functools.partial(requests.choose, body, max_items=c.max_items_per_request), len(body) <= c.inline_json_bytes)
+        parse = functools.partial(requests.choose, body, max_items=c.max_items_per_request)
+        req = parse() if len(body) <= c.inline_json_bytes else await asyncio.get_running_loop().run_in_executor(self.pool, parse)
         self.check_model(req.model)
         payloads: list[Any] = list(zip(req.texts, req.choices, req.groups))
         jobs, results = await self.run_jobs(receive, ["choose"] * len(payloads), payloads, [len(t) for t in req.texts])
@@ -154,6 +154,31 @@ class Server:
         except TimeoutError:
             pass
         self.pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _embeddings_body(req: requests.EmbeddingsRequest, jobs: Jobs, results: list[Any], dims: int, model_id: str, tokens: int) -> bytes:
+    """The response to ``req``: its jobs' rows in the order of its items, cut to its ``dimensions``."""
+    rows = respond_.assemble([(job.positions, r) for (_, job), r in zip(jobs, results)], len(req.items), dims)
+    return respond_.embeddings_body(respond_.prefix(rows, req.dimensions, dims), req.encoding_format, model_id, tokens)
+
+
+class _Watch:
+    """A task awaiting the client's disconnect (``http.disconnect``), started by a timer; when
+    it comes, the request's queued jobs are dropped and its wait fails with ``ConnectionError``."""
+
+    __slots__ = ("batcher", "jobs", "receive", "task")
+
+    def __init__(self, batcher: Batcher, jobs: Jobs, receive: Receive) -> None:
+        self.batcher, self.jobs, self.receive = batcher, jobs, receive
+        self.task: asyncio.Future[Any] | None = None
+
+    def start(self) -> None:
+        self.task = asyncio.ensure_future(gone(self.receive))
+        self.batcher.drop_when(self.jobs, self.task)
+
+    def stop(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
 
 
 def create_app(model: Model, config: ServeConfig, log: AccessLog | None = None,

@@ -115,7 +115,7 @@ class Batcher:
         """Each job's result, in order; a bad item's ``ApiError`` is raised once every job ended.
         When ``disconnected`` resolves first, queued jobs are dropped and ``ConnectionError`` raised."""
         if disconnected is not None:
-            disconnected.add_done_callback(functools.partial(_drop, jobs))
+            self.drop_when(jobs, disconnected)
         if len(jobs) == 1:
             return [await jobs[0][1].future]  # raises the job's error
         outcomes = await asyncio.gather(*[job.future for _, job in jobs], return_exceptions=True)
@@ -123,6 +123,12 @@ class Batcher:
             if isinstance(outcome, BaseException):
                 raise outcome
         return list(outcomes)
+
+    @staticmethod
+    def drop_when(jobs: list[tuple[Lane, Job]], disconnected: asyncio.Future[Any]) -> None:
+        """Once ``disconnected`` resolves (not cancelled), drop ``jobs`` still queued and fail
+        every one not yet answered with ``ConnectionError``."""
+        disconnected.add_done_callback(functools.partial(_drop, jobs))
 
     async def close(self) -> None:
         self.draining = True
