@@ -16,8 +16,9 @@ server, the generator and everything else running on the machine; the server's r
 requests of distinct texts (after the text points, before the images). Then the same server (``--server-args`` too) with batching off (one verb call per request),
 alone and then in turns with the batching one (``--paired-rounds`` rounds at 32 clients, the in-process 64 texts between
 the two servers' points of a round: the machine's speed drifts from minute to minute, and a ratio of two points measured
-minutes apart carries that drift; each round's ratios, throughput and CPU, are of figures taken within seconds), and, for the choice of framework, a bare JSON echo route on uvicorn with Starlette and with
-FastAPI. Writes benchmarks/results/serve.json.
+minutes apart carries that drift; each round's ratios, throughput and CPU, are of figures taken within seconds), and, for the choice of framework and server, a bare JSON echo route: a plain ASGI callable (what
+``uform serve`` runs: an application of its own, no framework), Starlette and FastAPI on uvicorn,
+and the plain callable on granian where installed. Writes benchmarks/results/serve.json.
 """
 
 from __future__ import annotations
@@ -25,12 +26,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import importlib.util
 import io
 import json
 import os
 import resource
 import shlex
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -137,9 +140,23 @@ def side_by_side(seconds: float, batch: list[str]) -> dict[str, Any]:
 
 
 class Served:
-    """A ``uform serve`` (or bare framework app) subprocess on a free port."""
+    """A ``uform serve`` (or bare app) subprocess on a free port: ``args`` after the Python
+    executable, told ``--port 0``, which prints ``listening on URL`` on stderr; or, with
+    ``port``, any command listening on that port (granian), ready once it accepts."""
 
-    def __init__(self, args: list[str]) -> None:
+    def __init__(self, args: list[str], port: int | None = None) -> None:
+        if port is not None:
+            self.proc = subprocess.Popen([sys.executable, *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            self.url = f"http://127.0.0.1:{port}"
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                    return
+                except OSError:
+                    if self.proc.poll() is not None or time.monotonic() > deadline:
+                        raise RuntimeError(f"{args[:3]} did not listen on port {port}") from None
+                    time.sleep(0.05)
         self.proc = subprocess.Popen([sys.executable, *args, "--port", "0"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         assert self.proc.stderr is not None
         for line in self.proc.stderr:
@@ -150,8 +167,23 @@ class Served:
             raise RuntimeError(f"the server exited with {self.proc.wait()} before listening")
 
     def cpu(self) -> float:
-        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / TICK  # utime + stime, every thread
+        """CPU seconds of the server process, every thread, and of the processes it started (granian's workers)."""
+        total, parents = 0, {self.proc.pid}
+        stats = {}
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                try:
+                    stats[int(entry.name)] = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+                except OSError:
+                    continue
+        while parents:
+            pid = parents.pop()
+            fields = stats.get(pid)
+            if fields is None:
+                continue
+            total += int(fields[11]) + int(fields[12])  # utime + stime, every thread
+            parents |= {child for child, f in stats.items() if int(f[1]) == pid}
+        return total / TICK
 
     def loop_cpu(self) -> float:
         """CPU seconds of the main thread alone (the event loop: HTTP, JSON, batching)."""
@@ -322,8 +354,22 @@ def paired(on: Served, off: Served, kind: str, body: bytes, clients: int, second
     return out
 
 
+async def asgi_echo(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    """The JSON echo route as a plain ASGI callable, no framework (as ``uform serve``'s own
+    application is): what the server alone costs a request."""
+    if scope["type"] != "http":
+        return
+    message = await receive()
+    doc = json.loads(message.get("body", b""))
+    body = json.dumps({"object": "list", "data": [{"index": 0, "embedding": [0.5] * 64}], "n": len(doc)}).encode()
+    await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]})
+    await send({"type": "http.response.body", "body": body})
+
+
 def bare_app(framework: str) -> Any:
     """A JSON echo route: what the framework costs a request before any model work."""
+    if framework == "asgi":
+        return asgi_echo
     if framework == "fastapi":
         import fastapi
         from fastapi.responses import Response as FastAPIResponse
@@ -350,15 +396,36 @@ def bare_app(framework: str) -> Any:
 
 
 def run_bare(framework: str, port: int) -> None:
+    """The echo route on uvicorn (its native parser and loop), on a socket bound here so that
+    the line naming the port comes before any request."""
     import uvicorn
 
-    config = uvicorn.Config(bare_app(framework), host="127.0.0.1", port=port, access_log=True, log_level="info", http="httptools", loop="uvloop")
+    sock = socket.create_server(("127.0.0.1", port))
+    print(f"listening on http://127.0.0.1:{sock.getsockname()[1]}", file=sys.stderr, flush=True)
+    config = uvicorn.Config(bare_app(framework), access_log=True, log_level="info", http="httptools", loop="uvloop")
+    uvicorn.Server(config).run(sockets=[sock])
 
-    class Announcing(uvicorn.Server):
-        def _log_started_message(self, listeners: Any) -> None:
-            print(f"listening on http://127.0.0.1:{listeners[0].getsockname()[1]}", file=sys.stderr, flush=True)
 
-    Announcing(config).run()
+def free_port() -> int:
+    with socket.create_server(("127.0.0.1", 0)) as sock:
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def bare_servers() -> list[tuple[str, str, list[str], int | None]]:
+    """``(framework, server, Served args, port)`` of each bare echo installed here: the plain
+    ASGI callable, Starlette and FastAPI on uvicorn, and the plain callable on granian (one
+    worker, one runtime thread), the other ASGI server weighed for ``uform serve``."""
+    out: list[tuple[str, str, list[str], int | None]] = []
+    for framework in ("asgi", "starlette", "fastapi"):
+        if framework == "asgi" or importlib.util.find_spec(framework) is not None:
+            out.append((framework, "uvicorn", [__file__, "--bare", framework], None))
+    if importlib.util.find_spec("granian") is not None:
+        port = free_port()
+        args = ["-m", "granian", "--interface", "asgi", "--workers", "1", "--runtime-threads", "1", "--no-ws", "--log-level", "warning",
+                "--port", str(port), "--working-dir", str(Path(__file__).parent), "serve:asgi_echo"]  # fmt: skip
+        out.append(("asgi", "granian", args, port))
+    return out
 
 
 def main() -> None:
@@ -372,7 +439,7 @@ def main() -> None:
     p.add_argument("--texts-only", action="store_true", help="in-process figures and the text points alone (no images, memory, baselines)")
     p.add_argument("--drive", help=argparse.SUPPRESS)
     p.add_argument("--body", help=argparse.SUPPRESS)
-    p.add_argument("--bare", choices=["starlette", "fastapi"], help=argparse.SUPPRESS)
+    p.add_argument("--bare", choices=["asgi", "starlette", "fastapi"], help=argparse.SUPPRESS)
     p.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.drive:  # the asyncio load generator, in a process of its own
@@ -424,17 +491,14 @@ def main() -> None:
     finally:
         server.close()
     result["frameworks"] = []
-    for framework in ("starlette", "fastapi"):
-        try:
-            __import__(framework)
-        except ImportError:
-            continue
-        bare = Served([__file__, "--bare", framework])
+    for framework, server_name, args, port in bare_servers():
+        bare = Served(args, port)
         try:
             measured(bare, a.client, text_body, 8, min(a.seconds, 1))
-            result["frameworks"].append({"framework": framework, **measured(bare, a.client, text_body, 32, a.seconds)})
+            result["frameworks"].append({"framework": framework, "server": server_name, **measured(bare, a.client, text_body, 32, a.seconds)})
         finally:
             bare.close()
+    print(table(result["frameworks"], ["framework", "server", "rps", "server_cpu_ms_per_request"]))
     result["goals"] = goals(result)
     print(json.dumps(result["goals"], indent=1))
     print(f"wrote {save('serve', result)}")
