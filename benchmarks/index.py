@@ -2,7 +2,7 @@
 
     python benchmarks/index.py [--files 10000] [--sizes 10000,100000,1000000] [--queries 50] [--workdir DIR]
 
-1. A folder of ``--files`` JPEGs (generated, 160 x 120, quality 90) indexed by the command with
+1. A folder of ``--files`` JPEGs (generated, 640 x 480, quality 90) indexed by the command with
    the default model, as subprocesses: the first indexing, a re-run with nothing changed, a
    re-run after 1 % of the files were rewritten with other pictures; beside them ``uform
    describe`` (the command's start-up with the model loaded), which the goals subtract. And,
@@ -13,8 +13,9 @@
    is a random 256-d ``small`` checkpoint (``uform new``), so ``search(text)`` includes a real
    text encode. p50 of ``Index.search`` (text) exact and, from ``ivf.MIN_ROWS`` rows (and at
    100k forced, for comparison), with the IVF at several ``nprobe``, its recall@10 against exact;
-   the store's bytes per item beyond the embeddings' own; and the command's wall time.
-Writes benchmarks/results/index.json.
+   the store's bytes per item beyond the embeddings' own; and the command's wall time. With
+   ``--peers usearch,lancedb``, the same rows in those stores (how the store was chosen).
+Writes benchmarks/results/index.json (``--out NAME``: NAME.json).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from common import save, table
 from PIL import Image
 
 
-def picture(rng: np.random.Generator, width: int = 160, height: int = 120) -> Image.Image:
+def picture(rng: np.random.Generator, width: int = 640, height: int = 480) -> Image.Image:
     y, x = np.mgrid[0:height, 0:width]
     a, b, c = rng.uniform(0.5, 4.0, 3)
     base = np.stack([128 + 100 * np.sin(a * x / width * 6 + c), 128 + 100 * np.cos(b * y / height * 6), rng.uniform(0, 255) + 0 * x], -1)
@@ -137,7 +138,7 @@ def p50(fn: Any, runs: int) -> float:
     return float(np.median(times)) * 1e3
 
 
-def search(work: Path, sizes: list[int], queries: int) -> list[dict[str, Any]]:
+def search(work: Path, sizes: list[int], queries: int, peer_names: list[str] = [], peer_rows: list[dict[str, Any]] = []) -> list[dict[str, Any]]:  # noqa: B006
     from uform.index import Index, ivf
 
     checkpoint = work / "small.safetensors"
@@ -152,6 +153,10 @@ def search(work: Path, sizes: list[int], queries: int) -> list[dict[str, Any]]:
         row: dict[str, Any] = {"items": n, "build_s": round(built, 1), "bytes_per_item_beyond_embeddings": round((_size(path) - embeddings) / n, 1)}
         rng = np.random.default_rng(1)
         qs = draw(rng, centres, weights, queries)
+        if peer_names:
+            for r in peers(path, peer_names, qs):
+                print(r, flush=True)
+                peer_rows.append(r)
         with Index(path, checkpoint=checkpoint) as ix:
             ix.search("warm up", 10)
             row["exact_text_p50_ms"] = round(p50(lambda: ix.search("a red circle on a white background", 10, exact=True), 9), 2)
@@ -162,7 +167,7 @@ def search(work: Path, sizes: list[int], queries: int) -> list[dict[str, Any]]:
                 row["ivf_build_s"] = round(time.perf_counter() - t, 1)
                 row["ivf_lists"] = int(np.sqrt(n))
                 row["bytes_per_item_with_ivf"] = round((_size(path) - embeddings) / n, 1)
-                for nprobe in sorted({8, 16, 32, ivf.default_nprobe(max(16, int(np.sqrt(n))))}):
+                for nprobe in sorted({8, 16, 32, 64, 128, ivf.default_nprobe(max(16, int(np.sqrt(n))))}):
                     got = [[h.path for h in ix.search_embedding(q, 10, nprobe=nprobe)] for q in qs]
                     recall = float(np.mean([len(set(a) & set(b)) / 10 for a, b in zip(got, exact)]))
                     row[f"ivf_nprobe{nprobe}_recall10"] = round(recall, 4)
@@ -172,6 +177,65 @@ def search(work: Path, sizes: list[int], queries: int) -> list[dict[str, Any]]:
         out.append(row)
         print(row, flush=True)
         shutil.rmtree(path)
+    return out
+
+
+def peers(path: Path, names: list[str], queries: np.ndarray, runs: int = 20) -> list[dict[str, Any]]:
+    """The same rows in USearch (HNSW) and LanceDB (its brute-force scan, and its IVF-PQ index):
+    build time, search p50 of one query, recall@10 against exact, bytes per item beyond the embeddings."""
+    from uform.index import scoring
+    from uform.index.store import Store
+
+    store = Store(path, write=False)
+    rows, _ = store.vectors(*store.state())
+    rows = np.asarray(rows)
+    n, d = rows.shape
+    exact = [set(scoring.top(rows @ q, 10).tolist()) for q in queries]
+    out: list[dict[str, Any]] = []
+
+    def recall(found: list[list[int]]) -> float:
+        return round(float(np.mean([len(set(f) & e) / 10 for f, e in zip(found, exact)])), 4)
+
+    if "usearch" in names:
+        from usearch.index import Index as HNSW
+
+        for dtype in ("f32", "f16"):
+            t = time.perf_counter()
+            hnsw = HNSW(ndim=d, metric="ip", dtype=dtype, connectivity=16)
+            hnsw.add(np.arange(n), rows, threads=len(os.sched_getaffinity(0)))
+            built = time.perf_counter() - t
+            file = path.parent / f"usearch-{dtype}.bin"
+            hnsw.save(str(file))
+            found = [list(hnsw.search(q, 10).keys) for q in queries]
+            out.append({"store": f"usearch hnsw {dtype} (M=16)", "items": n, "build_s": round(built, 1), "recall10": recall(found),
+                        "p50_ms": round(p50(lambda: hnsw.search(queries[0], 10), runs), 3),
+                        "bytes_per_item_beyond_embeddings": round((file.stat().st_size + _size(path) - n * d * 4) / n, 1),
+                        "note": "its own copy of the vectors beside uform's store"})  # fmt: skip
+            file.unlink()
+    if "lancedb" in names:
+        import lancedb
+        import pyarrow as pa
+
+        folder = path.parent / "lance"
+        t = time.perf_counter()
+        db = lancedb.connect(str(folder))
+        table = db.create_table("items", pa.table({"id": np.arange(n), "vector": pa.FixedSizeListArray.from_arrays(pa.array(rows.reshape(-1)), d)}))
+        built = time.perf_counter() - t
+        found = [list(table.search(q).metric("dot").limit(10).to_arrow()["id"].to_numpy()) for q in queries]
+        size = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+        out.append({"store": "lancedb flat scan", "items": n, "build_s": round(built, 1), "recall10": recall(found),
+                    "p50_ms": round(p50(lambda: table.search(queries[0]).metric("dot").limit(10).to_arrow(), 5), 2),
+                    "bytes_per_item_beyond_embeddings": round((size - n * d * 4) / n, 1)})  # fmt: skip
+        t = time.perf_counter()
+        table.create_index(metric="dot", num_partitions=int(np.sqrt(n)), num_sub_vectors=d // 8)
+        built = time.perf_counter() - t
+        found = [list(table.search(q).metric("dot").nprobes(max(8, int(np.sqrt(n)) // 10)).limit(10).to_arrow()["id"].to_numpy()) for q in queries]
+        size = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+        out.append({"store": "lancedb ivf-pq", "items": n, "build_s": round(built, 1), "recall10": recall(found),
+                    "p50_ms": round(p50(lambda: table.search(queries[0]).metric("dot").nprobes(max(8, int(np.sqrt(n)) // 10)).limit(10).to_arrow(), 9), 2),
+                    "bytes_per_item_beyond_embeddings": round((size - n * d * 4) / n, 1)})  # fmt: skip
+        shutil.rmtree(folder, ignore_errors=True)
+    store.close()
     return out
 
 
@@ -185,6 +249,8 @@ def main() -> None:
     ap.add_argument("--sizes", default="10000,100000,1000000")
     ap.add_argument("--queries", type=int, default=50)
     ap.add_argument("--workdir", default=None)
+    ap.add_argument("--peers", default="", help="also measure these stores on the same rows: usearch,lancedb")
+    ap.add_argument("--out", default="index", help="the result file's name (benchmarks/results/NAME.json)")
     args = ap.parse_args()
     work = Path(args.workdir or tempfile.mkdtemp(prefix="uform-index-bench-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -194,11 +260,12 @@ def main() -> None:
             result["folder"] = folder(work, args.files)
             print(table([result["folder"]], list(result["folder"])), flush=True)
         sizes = [int(s) for s in args.sizes.split(",") if s]
-        result["search"] = search(work, sizes, args.queries)
+        result["peers"] = []
+        result["search"] = search(work, sizes, args.queries, [p for p in args.peers.split(",") if p], result["peers"])
     finally:
         if args.workdir is None:
             shutil.rmtree(work, ignore_errors=True)
-    print("wrote", save("index", result))
+    print("wrote", save(args.out, result))
 
 
 if __name__ == "__main__":
