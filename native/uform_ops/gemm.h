@@ -116,6 +116,8 @@ double fma_peak_avx2(int64_t iterations);
 // where amx_refusal() is null).
 double tile_peak_amx(int64_t iterations);
 
+inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
 inline int64_t panels(const Gemm& g, const Kernel& kern) { return (g.n + kern.nr - 1) / kern.nr; }
 inline int64_t row_blocks(const Gemm& g, const Kernel& kern) { return (g.m + kern.mc - 1) / kern.mc; }
 inline int64_t tasks(const Gemm& g, const Kernel& kern) {

@@ -63,39 +63,7 @@ constexpr int64_t WIDE_BF16_FROM = 25;  // avx2-split: rows from which BF16 pane
 constexpr int64_t WIDE_E4M3_FROM = 7;   // avx2-split: rows from which E4M3 panels are staged as float32
 constexpr int64_t STAGE_FROM = 4;    // rows from which E4M3 panels are staged (staged at 1-3 rows: 0.48-0.56x BF16, in registers 0.89-1.02x)
 constexpr int64_t MC = 96;           // rows per task at most
-constexpr int64_t PANELS = 4;        // panels per task at most
 constexpr int64_t REACH = 2048;      // bytes ahead that weights widened in registers are fetched from DRAM (4 and 8 KiB: the same)
-constexpr int64_t TASKS_PER_THREAD = 3;  // narrower tasks until a product has this many a thread (none idles long)
-constexpr int64_t UNKNOWN_THREADS = 8;   // what to cut for when the caller did not say
-
-struct Cut {
-  int64_t mc;      // rows per task
-  int64_t panels;  // panels per task
-};
-
-static inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-// Products of one block of rows are cut into spans of panels handed out as they are run
-// (PanelSpans, `span_task`), a span a thread; larger ones into tasks of a block of rows times
-// some panels, narrower until each thread has a few.
-static bool spanned(const Gemm& g) { return g.m <= MC; }
-
-static int64_t threads_of(const Gemm& g) { return g.threads > 0 ? g.threads : UNKNOWN_THREADS; }
-
-static int64_t spans(const Gemm& g) { return std::min({threads_of(g), ceil_div(g.n, NR), kMaxClaims}); }
-
-static Cut cut(const Gemm& g) {
-  Cut c{std::max<int64_t>(1, ceil_div(g.m, ceil_div(g.m, MC))), PANELS};  // blocks of rows as even as can be
-  const int64_t rows = ceil_div(g.m, c.mc), panels = ceil_div(g.n, NR);
-  while (c.panels > 1 && rows * ceil_div(panels, c.panels) < TASKS_PER_THREAD * threads_of(g)) c.panels /= 2;
-  return c;
-}
-
-static int64_t count(const Gemm& g) {
-  if (spanned(g)) return spans(g);
-  const Cut c = cut(g);
-  return ceil_div(g.m, c.mc) * ceil_div(ceil_div(g.n, NR), c.panels);
-}
 
 static inline __m256i lanes(int64_t count) {
   const __m256i index = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
@@ -480,42 +448,15 @@ static void run_panel(const Gemm& g, const Reading<SPLIT>& how, int64_t j, int64
   }
 }
 
-// Task t of a spanned product (`spanned`): the panels it takes in turn (PanelWalk), each taken
-// one ahead, so that the panel after is known while this one is read.
-template <bool SPLIT>
-static void span_task(const Gemm& g, int64_t t) {
-  const PanelSpans shared{g.claims, spans(g), ceil_div(g.n, NR)};
-  PanelWalk walk{shared, t};
-  int64_t j = walk.next();
-  if (j < 0) return;
-  const Reading<SPLIT> how(g, g.m);
-  void* const room = how.room(g);
-  if (how.f16) stage(g, j, static_cast<uint16_t*>(room));
-  for (int64_t turn = 0; j >= 0; ++turn) {
-    const int64_t next = walk.next();
-    run_panel<SPLIT>(g, how, j, 0, g.m, next, -1, room, turn);
-    j = next;
-  }
-}
+// A thread's first panel staged alone (spans.inc).
+static void stage_first(const Gemm& g, int64_t j, void* room) { stage(g, j, static_cast<uint16_t*>(room)); }
+
+#include "spans.inc"
 
 // SPLIT: the avx2-split variant's task (panels staged as float32, see the top of the file).
 template <bool SPLIT>
 static void task(const Gemm& g, int64_t t) {
-  if (spanned(g)) return span_task<SPLIT>(g, t);
-  const Cut c = cut(g);
-  const int64_t panels = ceil_div(g.n, NR);
-  // tasks in the order of their rows: a thread's next task keeps the block of x in L2 and
-  // takes the next panels (from L3), so that x moves from DRAM once at large m
-  const int64_t sweeps = ceil_div(panels, c.panels);
-  const int64_t j0 = t % sweeps * c.panels, j1 = std::min(panels, j0 + c.panels);
-  const int64_t r0 = t / sweeps * c.mc, r1 = std::min(g.m, r0 + c.mc);
-  const Reading<SPLIT> how(g, r1 - r0);
-  void* const room = how.room(g);
-  if (how.f16) stage(g, j0, static_cast<uint16_t*>(room));
-  for (int64_t j = j0; j < j1; ++j) {
-    const int64_t mine = j + 1 < j1 ? j + 1 : -1;
-    run_panel<SPLIT>(g, how, j, r0, r1, mine, mine < 0 && j + 1 < panels ? j + 1 : -1, room, j - j0);
-  }
+  run_task<Reading<SPLIT>>(g, t);
 }
 
 }  // namespace avx2

@@ -39,41 +39,9 @@ constexpr int STAGING = 3;              // STAGED, the group also staging the ta
 constexpr int WIDE = 4;                 // E4M3 panels staged as float32
 constexpr int64_t WIDE_FROM = 24;       // rows a task from which E4M3 panels are staged as float32
 constexpr int64_t STAGE_FROM = 4;       // rows from which E4M3 panels are staged
-constexpr int64_t PANELS = 4;           // panels per task at most
 constexpr int64_t REACH = 2048;         // bytes ahead that weights read from DRAM are fetched
-constexpr int64_t TASKS_PER_THREAD = 3; // narrower tasks until a product has this many a thread
-constexpr int64_t UNKNOWN_THREADS = 8;  // what to cut for when the caller did not say
 
 #include "sums512.inc"
-
-struct Cut {
-  int64_t mc;      // rows per task
-  int64_t panels;  // panels per task
-};
-
-static inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-// Products of one block of rows are cut into spans of panels handed out as they are run
-// (PanelSpans, `span_task`), a span a thread; larger ones into tasks of a block of rows times
-// some panels, narrower until each thread has a few.
-static bool spanned(const Gemm& g) { return g.m <= MC; }
-
-static int64_t threads_of(const Gemm& g) { return g.threads > 0 ? g.threads : UNKNOWN_THREADS; }
-
-static int64_t spans(const Gemm& g) { return std::min({threads_of(g), ceil_div(g.n, NR), kMaxClaims}); }
-
-static Cut cut(const Gemm& g) {
-  Cut c{std::max<int64_t>(1, ceil_div(g.m, ceil_div(g.m, MC))), PANELS};  // blocks of rows as even as can be
-  const int64_t rows = ceil_div(g.m, c.mc), panels = ceil_div(g.n, NR);
-  while (c.panels > 1 && rows * ceil_div(panels, c.panels) < TASKS_PER_THREAD * threads_of(g)) c.panels /= 2;
-  return c;
-}
-
-static int64_t count(const Gemm& g) {
-  if (spanned(g)) return spans(g);
-  const Cut c = cut(g);
-  return ceil_div(g.m, c.mc) * ceil_div(ceil_div(g.n, NR), c.panels);
-}
 
 // Pair p of a panel as float32, even and odd k, columns 0-15 and 16-31.
 static inline void bf16(const void* w, int64_t p, __m512& e0, __m512& e1, __m512& o0, __m512& o1) {
@@ -377,40 +345,15 @@ static void run_panel(const Gemm& g, const Reading& how, int64_t j, int64_t r0, 
   }
 }
 
-// Task t of a spanned product (`spanned`): the panels it takes in turn (PanelWalk), each taken
-// one ahead, so that the panel after is known while this one is read.
-static void span_task(const Gemm& g, int64_t t) {
-  const PanelSpans shared{g.claims, spans(g), ceil_div(g.n, NR)};
-  PanelWalk walk{shared, t};
-  int64_t j = walk.next();
-  if (j < 0) return;
-  const Reading how(g, g.m);
-  void* const room = how.room(g);
+// A thread's first panel staged alone as F16 bits (spans.inc).
+static void stage_first(const Gemm& g, int64_t j, void* room) {
   const int64_t pairs = (g.k + 1) / 2;
-  if (how.f16) stage_pairs(static_cast<const char*>(g.w) + j * pairs * NR * 2, 0, pairs, static_cast<uint16_t*>(room));
-  for (int64_t turn = 0; j >= 0; ++turn) {
-    const int64_t next = walk.next();
-    run_panel(g, how, j, 0, g.m, next, -1, room, turn);
-    j = next;
-  }
+  stage_pairs(static_cast<const char*>(g.w) + j * pairs * NR * 2, 0, pairs, static_cast<uint16_t*>(room));
 }
 
-static void task(const Gemm& g, int64_t t) {
-  if (spanned(g)) return span_task(g, t);
-  const Cut c = cut(g);
-  const int64_t panels = ceil_div(g.n, NR), pairs = (g.k + 1) / 2;
-  // tasks in the order of their rows: a thread's next task keeps its block of x in L2
-  const int64_t sweeps = ceil_div(panels, c.panels);
-  const int64_t j0 = t % sweeps * c.panels, j1 = std::min(panels, j0 + c.panels);
-  const int64_t r0 = t / sweeps * c.mc, r1 = std::min(g.m, r0 + c.mc);
-  const Reading how(g, r1 - r0);
-  void* const room = how.room(g);
-  if (how.f16) stage_pairs(static_cast<const char*>(g.w) + j0 * pairs * NR * 2, 0, pairs, static_cast<uint16_t*>(room));
-  for (int64_t j = j0; j < j1; ++j) {
-    const int64_t mine = j + 1 < j1 ? j + 1 : -1;
-    run_panel(g, how, j, r0, r1, mine, mine < 0 && j + 1 < panels ? j + 1 : -1, room, j - j0);
-  }
-}
+#include "spans.inc"
+
+static void task(const Gemm& g, int64_t t) { run_task<Reading>(g, t); }
 
 }  // namespace avx512
 
