@@ -215,7 +215,7 @@ def test_another_model_is_refused(tmp_path: Path, ckpt: Path, other_ckpt: Path) 
     root = photos(tmp_path / "photos", 2)
     with Index(tmp_path / "idx", checkpoint=ckpt) as ix:
         ix.update([root])
-    with pytest.raises(IndexModelError, match=r"was made by tiny\.safetensors .*this is other\.safetensors.*--model"):
+    with pytest.raises(IndexModelError, match=r"was made by .*tiny\.safetensors \(sha256 .*this is .*other\.safetensors.*--model .*tiny\.safetensors"):
         Index(tmp_path / "idx", checkpoint=other_ckpt)
     with pytest.raises(IndexModelError, match="bf16 weights.*e4m3 weights"):
         Index(tmp_path / "idx", checkpoint=ckpt, quantization="e4m3")
@@ -331,3 +331,12 @@ def test_an_index_built_by_ray_opens_here(tmp_path: Path, ckpt: Path, monkeypatc
         assert theirs.update([root]).added == 0
     with Index(tmp_path / "other", checkpoint=ckpt, quantization="e4m3") as other, pytest.raises(IndexModelError, match="bf16 weights"):
         other.import_parquet(tmp_path / "ray.parquet")
+
+
+def test_an_index_opened_without_a_quantization_uses_its_own(tmp_path: Path, ckpt: Path) -> None:
+    root = photos(tmp_path / "photos", 2)
+    with Index(tmp_path / "idx", checkpoint=ckpt, quantization="e4m3") as ix:
+        ix.update([root])
+    with Index(tmp_path / "idx", checkpoint=ckpt) as ix:
+        assert ix.quantization == "e4m3" and ix.model.describe().quantization is uform.Scalar.E4M3
+        assert ix.search_file(root / "p0.png", 1)[0].path == str(root / "p0.png")

@@ -39,24 +39,10 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
 
 
 def open_index(args: argparse.Namespace, path: str, *, read_only: bool, scalar: str | None = None) -> Any:
+    """The index at ``path`` with ``--model`` at ``--quantization`` (None: the index's own)."""
     from uform.index import Index
 
-    return Index(path, checkpoint=args.model, quantization=_quantization(args, path), outputs_scalar=scalar, read_only=read_only)
-
-
-def _quantization(args: argparse.Namespace, path: str) -> str | None:
-    """``--quantization``; without it, the index's own (so a search needs no option the index knows)."""
-    if args.quantization is not None:
-        return str(args.quantization)
-    from uform.index.store import Store
-
-    if not os.path.exists(os.path.join(path, "index.sqlite")):
-        return None
-    store = Store(path, write=False)
-    try:
-        return store.identity.quantization
-    finally:
-        store.close()
+    return Index(path, checkpoint=args.model, quantization=args.quantization, outputs_scalar=scalar, read_only=read_only)
 
 
 def run(args: argparse.Namespace) -> int:

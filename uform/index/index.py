@@ -87,9 +87,8 @@ class Index:
         self.path = Path(path)
         self.checkpoint = Path(checkpoint) if checkpoint is not None else default_checkpoint()
         self._model, self._owns_model, self._executor = model, False, executor
-        asked_q = coerce(quantization, "quantization").value if quantization is not None else None
-        if asked_q is None:
-            asked_q = model.describe().quantization.value if model is not None else Scalar.BF16.value
+        given_q = coerce(quantization, "quantization").value if quantization is not None else None
+        asked_q = given_q or (model.describe().quantization.value if model is not None else Scalar.BF16.value)
         asked_s = coerce(outputs_scalar).value if outputs_scalar is not None else None
         self.quantization = asked_q
         sha = checkpoint_digest(self.checkpoint)
@@ -100,6 +99,8 @@ class Index:
             identity = Identity(sha, os.path.abspath(self.checkpoint), asked_q, dims, asked_s or Scalar.F32.value)
         self._store = Store(self.path, write=not read_only, identity=identity)
         mine = self._store.identity
+        if given_q is None and model is None:  # no quantization asked: the index's own
+            asked_q = self.quantization = mine.quantization
         theirs = Identity(sha, os.path.abspath(self.checkpoint), asked_q, 0, asked_s or mine.scalar)
         if (mine.checkpoint_sha256, mine.quantization, mine.scalar) != (theirs.checkpoint_sha256, theirs.quantization, theirs.scalar):
             self._store.close()

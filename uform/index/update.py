@@ -162,6 +162,7 @@ class Updater:
             _, self.slots = store.state()
         self.by_hash = {r.hash: r.slot for r in self.rows.values()}
         self.seen: set[str] = set()
+        self.text_stamps: list[tuple[str, int, int]] = []  # text files read in full: recorded at the end
         self.done = self.total = 0
 
     def fail(self, f: Failure, *, record: tuple[str, int, int] | None = None, pending: _Pending | None = None) -> None:
@@ -230,7 +231,7 @@ class Updater:
             return []
         for f in bad:
             self.fail(f)
-        self.text_stamps = getattr(self, "text_stamps", []) + [(path, *stamp)]
+        self.text_stamps.append((path, *stamp))
         return lines
 
     def _place(self, pending: _Pending, path: str, size: int | None, mtime: int | None, h: bytes, text: str | None,
@@ -338,7 +339,7 @@ class Updater:
             c.executemany("DELETE FROM failed WHERE path = ?", ((p,) for p in failed))
             stale = {p.rsplit(":", 1)[0] for p in gone if self.rows[p].text}  # a text file whose lines left is read in full next time
             c.executemany("DELETE FROM texts WHERE path = ?", ((p,) for p in stale))
-            c.executemany("INSERT OR REPLACE INTO texts VALUES (?, ?, ?)", getattr(self, "text_stamps", []))
+            c.executemany("INSERT OR REPLACE INTO texts VALUES (?, ?, ?)", self.text_stamps)
         self.result.removed = len(gone)
 
 
