@@ -138,6 +138,7 @@ class Store:
         try:
             if write:
                 conn = sqlite3.connect(db, timeout=30, isolation_level=None, check_same_thread=False)
+                conn.execute("PRAGMA auto_vacuum = INCREMENTAL")  # takes effect on a new database only: pages a compaction frees go back
                 conn.execute("PRAGMA journal_mode=WAL")
                 conn.execute("PRAGMA synchronous=NORMAL")
             else:
@@ -166,7 +167,6 @@ class Store:
 
         row_dtype(Scalar(identity.scalar), identity.dimensions)  # refuses a scalar the index does not store
         meta = {"format": FORMAT, "uform": __version__, "generation": "0", "slots": "0", **{k: str(v) for k, v in vars(identity).items()}}
-        self.conn.execute("PRAGMA auto_vacuum = INCREMENTAL")  # pages a compaction frees go back to the disk
         with self.transaction() as c:
             for statement in SCHEMA.strip().split(";"):
                 if statement.strip():
@@ -310,8 +310,8 @@ class Store:
             self._files[name] = f
             self._path(name, generation).unlink(missing_ok=True)
         (self.folder / f"ivf-{generation}.npz").unlink(missing_ok=True)
-        self.conn.execute("PRAGMA incremental_vacuum")
-        self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # a compaction's transaction is as large as the table
+        self.conn.executescript("PRAGMA incremental_vacuum;")  # stepped to its end (execute() gives back one page)
+        self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()  # a compaction's transaction is as large as the table
         return slots - len(live)
 
     def close(self) -> None:
