@@ -340,7 +340,7 @@ def touch_fresh(nbytes: int) -> float:
     """Seconds to write ``nbytes`` of memory this process never had (then freed): how fresh
     memory comes here, printed beside the loads. A VM may back its guest's memory only as it
     is first touched and take freed memory back: on the Zen 1 VM, 823 MiB of never-used memory took
-    1.3-1.4 s and of memory just freed 0.12-0.14 s (docs/benchmarks.md), and a load writes that much."""
+    1.3-1.4 s and of memory just freed 0.12-0.14 s (docs/notes/benchmarks-history.md), and a load writes that much."""
     t = time.perf_counter()
     block = np.ones(nbytes, np.uint8)
     took = time.perf_counter() - t

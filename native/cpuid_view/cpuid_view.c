@@ -1,7 +1,7 @@
 /* A CPUID view: this process, and every process it forks, sees a CPU of a lower x86-64 class.
 
    Benchmarks run under it to measure as on a machine without AVX-512 (benchmarks/cpu_view.py,
-   docs/benchmarks.md "Measuring as an AVX2-only machine"). Linux's CPUID faulting
+   docs/notes/benchmarks-history.md "Measuring as an AVX2-only machine"). Linux's CPUID faulting
    (arch_prctl ARCH_SET_CPUID, the `cpuid_fault` flag of /proc/cpuinfo) makes every `cpuid`
    instruction of the process trap; the handler below runs the real one and clears the feature
    bits the class lacks, so ONNX Runtime's MLAS, PyTorch, oneDNN, MKL, numpy and uform's op

@@ -27,7 +27,7 @@ namespace uform {
 namespace {
 
 constexpr int64_t ROWS = 4, LANES = 16, BLOCK = 64;  // BLOCK: keys a block of scores (four vectors)
-constexpr bool GATHER = false;  // values read in place (gathered: 0.83-1.03x, benchmarks.md)
+constexpr bool GATHER = false;  // values read in place (gathered: 0.83-1.03x, docs/notes/benchmarks-history.md)
 
 // e^x for x in [-87, 88] (clamped outside): x = n ln 2 + r, |r| <= ln 2 / 2, e^r by its
 // degree-6 Taylor polynomial (relative error below 2e-7), times 2^n (scalef).
