@@ -56,7 +56,9 @@ def timed(argv: list[str]) -> float:
 def folder(work: Path, files: int) -> dict[str, Any]:
     photos, index = work / "photos", work / "photos.index"
     rng = np.random.default_rng(0)
-    for i in range(files):
+    shutil.rmtree(index, ignore_errors=True)
+    have = len(list(photos.rglob("*.jpg"))) if photos.is_dir() else 0
+    for i in range(files if have != files else 0):  # a --workdir already holding the pictures keeps them
         sub = photos / f"{i // 500:03d}"
         sub.mkdir(parents=True, exist_ok=True)
         picture(rng).save(sub / f"IMG_{i:05d}.jpg", quality=90)
@@ -138,7 +140,8 @@ def p50(fn: Any, runs: int) -> float:
     return float(np.median(times)) * 1e3
 
 
-def search(work: Path, sizes: list[int], queries: int, peer_names: list[str] = [], peer_rows: list[dict[str, Any]] = []) -> list[dict[str, Any]]:  # noqa: B006
+def search(work: Path, sizes: list[int], queries: int, peer_names: list[str] = [], peer_rows: list[dict[str, Any]] = [],  # noqa: B006
+           peer_sizes: tuple[int, ...] = ()) -> list[dict[str, Any]]:
     from uform.index import Index, ivf
 
     checkpoint = work / "small.safetensors"
@@ -153,7 +156,7 @@ def search(work: Path, sizes: list[int], queries: int, peer_names: list[str] = [
         row: dict[str, Any] = {"items": n, "build_s": round(built, 1), "bytes_per_item_beyond_embeddings": round((_size(path) - embeddings) / n, 1)}
         rng = np.random.default_rng(1)
         qs = draw(rng, centres, weights, queries)
-        if peer_names:
+        if peer_names and n in peer_sizes:
             for r in peers(path, peer_names, qs):
                 print(r, flush=True)
                 peer_rows.append(r)
@@ -250,6 +253,7 @@ def main() -> None:
     ap.add_argument("--queries", type=int, default=50)
     ap.add_argument("--workdir", default=None)
     ap.add_argument("--peers", default="", help="also measure these stores on the same rows: usearch,lancedb")
+    ap.add_argument("--peer-sizes", default="100000", help="the sizes --peers are measured at")
     ap.add_argument("--out", default="index", help="the result file's name (benchmarks/results/NAME.json)")
     args = ap.parse_args()
     work = Path(args.workdir or tempfile.mkdtemp(prefix="uform-index-bench-"))
@@ -261,7 +265,8 @@ def main() -> None:
             print(table([result["folder"]], list(result["folder"])), flush=True)
         sizes = [int(s) for s in args.sizes.split(",") if s]
         result["peers"] = []
-        result["search"] = search(work, sizes, args.queries, [p for p in args.peers.split(",") if p], result["peers"])
+        result["search"] = search(work, sizes, args.queries, [p for p in args.peers.split(",") if p], result["peers"],
+                                  tuple(int(s) for s in args.peer_sizes.split(",") if s))  # fmt: skip
     finally:
         if args.workdir is None:
             shutil.rmtree(work, ignore_errors=True)
