@@ -7,7 +7,8 @@ fixed-size rows beside it the vectors; ``pyarrow`` (an optional extra) only for 
 
 from __future__ import annotations
 
-from .index import Entry, Hit, Index
+from .index import Entry, Index
+from .scoring import Hit
 from .store import FORMAT, Identity, IndexBusyError, IndexFormatError, IndexModelError
 from .update import Text, UpdateReport
 

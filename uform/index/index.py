@@ -8,13 +8,14 @@ import sqlite3
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..core.scalars import coerce
 from ..core.types import Scalar
 from . import ivf, scoring
+from .scoring import Hit
 from .store import MODALITIES, Identity, IndexModelError, Store
 from .update import Text, UpdateReport, Updater
 
@@ -24,16 +25,6 @@ if TYPE_CHECKING:
     from ..model import Model
 
 _PathLike = str | os.PathLike[str]
-
-
-class Hit(NamedTuple):
-    """One search result: the item's path (a text's key), its modality, its score (cosine,
-    -1 … 1), and the text for a text item (else None)."""
-
-    path: str
-    modality: str
-    score: float
-    text: str | None
 
 
 @dataclass(frozen=True)
@@ -256,31 +247,8 @@ class Index:
         return self._ivf[1]
 
     def _search(self, c: sqlite3.Connection, q: np.ndarray, k: int, wanted: list[int] | None, blocks: list[tuple[int, int]] | None) -> list[Hit]:
-        _, slots, rows, kinds = self._rows()
-        scalar = Scalar(self.identity.scalar)
-        if blocks is None:
-            values = scoring.scores(rows, scalar, q, self.identity.dimensions)
-            where, kinds_of = None, kinds
-        else:  # the probed lists and the rows added since the clustering, each a sequential block
-            blocks = [(a, b) for a, b in blocks if b > a]
-            values = np.concatenate([scoring.scores(rows[a:b], scalar, q, self.identity.dimensions) for a, b in blocks] or [np.zeros(0, np.float32)])
-            where = np.concatenate([np.arange(a, b) for a, b in blocks] or [np.zeros(0, np.int64)])
-            kinds_of = kinds[where]
-        mask = scoring.kind_mask(kinds_of, wanted)
-        if mask is not None:
-            values = np.where(mask, values, -np.inf)
-        live = len(values) if mask is None else int(mask.sum())
-        want = live if k == 0 else min(k, live)
-        count = min(live, want + 16)
-        while True:  # rows of removed items are skipped: widen until k live ones are found
-            order = scoring.top(values, count)
-            order = order[np.isfinite(values[order])]
-            at = order if where is None else where[order]
-            found = _resolve(c, [int(s) for s in at])
-            hits = [Hit(found[s][0], MODALITIES[kinds[s]], float(v), found[s][1]) for s, v in zip(map(int, at), values[order], strict=True) if s in found]
-            if len(hits) >= want or count >= live:
-                return hits[:want] if k else hits
-            count = min(live, count * 4)
+        _, _, rows, kinds = self._rows()
+        return scoring.search(c, rows, kinds, Scalar(self.identity.scalar), self.identity.dimensions, q, k, wanted, blocks)
 
     def build_ivf(self, *, force: bool = False) -> bool:
         """Cluster a large index (from ``ivf.MIN_ROWS`` live rows; ``force``: whatever its size) for
@@ -331,33 +299,9 @@ class Index:
         A path already holding the same hash is left as it is. Imported files carry no size and
         time: the next :meth:`update` over them reads and hashes each once, and embeds none
         whose hash matches."""
-        from .parquet import read_batches
-        from .update import _store_rows
+        from .parquet import import_rows
 
-        store = self._writer()
-        mine = (self.identity.checkpoint_sha256, self.identity.quantization)
-        bits = Scalar(self.identity.scalar) is Scalar.B1
-        with store.snapshot() as c:
-            known = dict(c.execute("SELECT path, hash FROM items"))
-        added = 0
-        for batch in read_batches(path):
-            for model in set(zip(batch["model"], batch["quantization"], strict=True)) - {mine}:
-                raise IndexModelError(f"{path} holds embeddings of the checkpoint with SHA-256 {model[0]} ({model[1]} weights); "
-                                      f"{self.path} is of {self.identity.describe()}")  # fmt: skip
-            keep = [i for i, (p, h) in enumerate(zip(batch["path"], batch["hash"], strict=True)) if known.get(p) != bytes.fromhex(h)]
-            if not keep:
-                continue
-            vectors = batch["embedding"][keep]
-            rows = vectors.astype(np.uint8).view(store.dtype).reshape(-1) if bits else _store_rows(vectors.astype(np.float32), store)
-            _, at = store.state()
-            store.append(rows, np.array([_kind(batch["modality"][i]) for i in keep], np.uint8), at)
-            with store.transaction() as c:
-                for slot, i in enumerate(keep, at):
-                    c.execute("DELETE FROM items WHERE path = ?", (batch["path"][i],))
-                    c.execute("INSERT INTO items VALUES (?, ?, NULL, NULL, ?, ?)", (slot, batch["path"][i], bytes.fromhex(batch["hash"][i]), batch["text"][i]))
-                    known[batch["path"][i]] = bytes.fromhex(batch["hash"][i])
-                c.execute("UPDATE meta SET value = ? WHERE key = 'slots'", (str(at + len(keep)),))
-            added += len(keep)
+        added = import_rows(self, self._writer(), path)
         if not self.build_ivf():
             self.compact(only_if_worth=True)
         return added
@@ -387,11 +331,3 @@ def _kind(modality: str) -> int:
         raise ValueError(f"modalities must name text, image, video or audio; got {modality!r}")
     return MODALITIES.index(modality)
 
-
-def _resolve(c: sqlite3.Connection, slots: list[int]) -> dict[int, tuple[str, str | None]]:
-    found: dict[int, tuple[str, str | None]] = {}
-    for start in range(0, len(slots), 900):  # SQLite's bound on host parameters
-        part = slots[start : start + 900]
-        marks = ",".join("?" * len(part))
-        found.update((s, (p, t)) for s, p, t in c.execute(f"SELECT slot, path, text FROM items WHERE slot IN ({marks})", part))
-    return found

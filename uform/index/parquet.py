@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from ray.data import Dataset
 
     from .index import Index
+    from .store import Store
 
 BATCH = 1 << 15
 
@@ -121,6 +122,39 @@ def read_batches(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
         out = {name: batch.column(name).to_pylist() for name in ("path", "modality", "hash", "model", "quantization", "text")}
         out["embedding"] = values.reshape(-1, width) if width else values.reshape(len(batch), -1)
         yield out
+
+
+def import_rows(index: Index, store: Store, path: str | os.PathLike[str]) -> int:
+    """``Index.import_parquet``: append the rows of ``path`` made by the index's model (refusing
+    any other's), a batch a transaction; a path already holding the same hash is kept."""
+    from .index import _kind
+    from .store import IndexModelError
+    from .update import _store_rows
+
+    mine = (index.identity.checkpoint_sha256, index.identity.quantization)
+    bits = Scalar(index.identity.scalar) is Scalar.B1
+    with store.snapshot() as c:
+        known = dict(c.execute("SELECT path, hash FROM items"))
+    added = 0
+    for batch in read_batches(path):
+        for model in set(zip(batch["model"], batch["quantization"], strict=True)) - {mine}:
+            raise IndexModelError(f"{path} holds embeddings of the checkpoint with SHA-256 {model[0]} ({model[1]} weights); "
+                                  f"{index.path} is of {index.identity.describe()}")  # fmt: skip
+        keep = [i for i, (p, h) in enumerate(zip(batch["path"], batch["hash"], strict=True)) if known.get(p) != bytes.fromhex(h)]
+        if not keep:
+            continue
+        vectors = batch["embedding"][keep]
+        rows = vectors.astype(np.uint8).view(store.dtype).reshape(-1) if bits else _store_rows(vectors.astype(np.float32), store)
+        _, at = store.state()
+        store.append(rows, np.array([_kind(batch["modality"][i]) for i in keep], np.uint8), at)
+        with store.transaction() as c:
+            for slot, i in enumerate(keep, at):
+                c.execute("DELETE FROM items WHERE path = ?", (batch["path"][i],))
+                c.execute("INSERT INTO items VALUES (?, ?, NULL, NULL, ?, ?)", (slot, batch["path"][i], bytes.fromhex(batch["hash"][i]), batch["text"][i]))
+                known[batch["path"][i]] = bytes.fromhex(batch["hash"][i])
+            c.execute("UPDATE meta SET value = ? WHERE key = 'slots'", (str(at + len(keep)),))
+        added += len(keep)
+    return added
 
 
 def ray_batch(batch: dict[str, np.ndarray], *, path_column: str, column: str, modality: str, model: str, quantization: str,

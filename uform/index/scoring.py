@@ -8,13 +8,26 @@ memory. Exact search reads every row: its cost is the rows' bytes (docs/index.md
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import numpy as np
 
 from ..core.types import Scalar
+from .store import MODALITIES
 
 BLOCK = 1 << 16  # rows scored at once: converted rows of one block stay in cache-sized memory
+
+
+class Hit(NamedTuple):
+    """One search result: the item's path (a text's key), its modality, its score (cosine,
+    -1 … 1), and the text for a text item (else None)."""
+
+    path: str
+    modality: str
+    score: float
+    text: str | None
 
 
 def prepare(query: np.ndarray, scalar: Scalar, dimensions: int) -> np.ndarray:
@@ -65,3 +78,41 @@ def kind_mask(kinds: np.ndarray, wanted: Sequence[int] | None) -> np.ndarray | N
     lookup[list(wanted)] = True
     mask: np.ndarray = lookup[kinds]
     return mask
+
+
+def search(c: sqlite3.Connection, rows: np.ndarray, kinds: np.ndarray, scalar: Scalar, dimensions: int, q: np.ndarray, k: int,
+           wanted: Sequence[int] | None, blocks: list[tuple[int, int]] | None) -> list[Hit]:  # fmt: skip
+    """The ``k`` best of the rows (``blocks``: only those slot ranges), resolved to items through
+    ``c`` (a read transaction): slots of removed items are skipped, widening until ``k`` are found."""
+    if blocks is None:
+        values = scores(rows, scalar, q, dimensions)
+        where, kinds_of = None, kinds
+    else:  # the probed lists and the rows added since the clustering, each a sequential block
+        blocks = [(a, b) for a, b in blocks if b > a]
+        values = np.concatenate([scores(rows[a:b], scalar, q, dimensions) for a, b in blocks] or [np.zeros(0, np.float32)])
+        where = np.concatenate([np.arange(a, b) for a, b in blocks] or [np.zeros(0, np.int64)])
+        kinds_of = kinds[where]
+    mask = kind_mask(kinds_of, wanted)
+    if mask is not None:
+        values = np.where(mask, values, -np.inf)
+    live = len(values) if mask is None else int(mask.sum())
+    want = live if k == 0 else min(k, live)
+    count = min(live, want + 16)
+    while True:
+        order = top(values, count)
+        order = order[np.isfinite(values[order])]
+        at = order if where is None else where[order]
+        found = _resolve(c, [int(s) for s in at])
+        hits = [Hit(found[s][0], MODALITIES[kinds[s]], float(v), found[s][1]) for s, v in zip(map(int, at), values[order], strict=True) if s in found]
+        if len(hits) >= want or count >= live:
+            return hits[:want] if k else hits
+        count = min(live, count * 4)
+
+
+def _resolve(c: sqlite3.Connection, slots: list[int]) -> dict[int, tuple[str, str | None]]:
+    found: dict[int, tuple[str, str | None]] = {}
+    for start in range(0, len(slots), 900):  # SQLite's bound on host parameters
+        part = slots[start : start + 900]
+        marks = ",".join("?" * len(part))
+        found.update((s, (p, t)) for s, p, t in c.execute(f"SELECT slot, path, text FROM items WHERE slot IN ({marks})", part))
+    return found
