@@ -159,6 +159,7 @@ def search(work: Path, sizes: list[int], queries: int, peer_names: list[str] = [
         t = time.perf_counter()
         centres, weights = synthetic(path, checkpoint, n, 256)
         built = time.perf_counter() - t
+        os.sync()
         embeddings = n * 256 * 4
         row: dict[str, Any] = {"items": n, "build_s": round(built, 1), "bytes_per_item_beyond_embeddings": round((_size(path) - embeddings) / n, 1)}
         rng = np.random.default_rng(1)
@@ -177,6 +178,7 @@ def search(work: Path, sizes: list[int], queries: int, peer_names: list[str] = [
                 t = time.perf_counter()
                 ix.build_ivf(force=True)
                 row["ivf_build_s"] = round(time.perf_counter() - t, 1)
+                os.sync()  # the rewritten vectors reach the disk before the timings, not during them
                 row["ivf_lists"] = int(np.sqrt(n))
                 row["bytes_per_item_with_ivf"] = round((_size(path) - embeddings) / n, 1)
                 for nprobe in sorted({8, 16, 32, 64, 128, ivf.default_nprobe(max(16, int(np.sqrt(n))))}):
