@@ -62,7 +62,7 @@ class Server:
             for kind, count in Counter(kinds).items():
                 self.metrics.item_count(kind, count)
         watch = _Watch(self.batcher, jobs, receive)
-        timer = asyncio.get_running_loop().call_later(WATCH_AFTER, watch.start)
+        timer = self.batcher.loop.call_later(WATCH_AFTER, watch.start)
         try:
             return jobs, await self.batcher.gather(jobs, None)
         finally:

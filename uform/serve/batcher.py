@@ -57,6 +57,7 @@ def _identity(n: int) -> np.ndarray:
 class Batcher:
     def __init__(self, model: Model, config: ServeConfig, metrics: Metrics) -> None:
         self.config = config
+        self.loop = asyncio.get_running_loop()  # made on the event loop it serves
         self.draining = False
         self.lanes: dict[str, Lane] = {}
         self.depth = Depth()  # items queued in every lane
@@ -85,7 +86,7 @@ class Batcher:
         if self.depth.items + len(payloads) > self.config.max_queue_items:
             raise ApiError(429, f"the queue is full ({self.config.max_queue_items} items); retry shortly", code="queue_full",
                            headers={"Retry-After": str(self.config.retry_after_seconds)})  # fmt: skip
-        loop = asyncio.get_running_loop()
+        loop = self.loop
         if len(payloads) == 1 or kinds.count(kinds[0]) == len(kinds):  # one lane: no splitting
             lane = self.lanes.get(kinds[0])
             if lane is None:
