@@ -70,32 +70,7 @@ def measure(run: str, checkpoint: Path, tower: str, seconds: float, batches: tup
     return result
 
 
-# -- the worker, in OpenVINO's environment (numpy and openvino only) -----------------------------
-
-
-def rate(fn: Any, items: int, seconds: float) -> float:
-    """Items/s: the best of calls filling ``seconds`` after a warm-up call (common.rate's rule)."""
-    fn()
-    best, spent, done = float("inf"), 0.0, 0
-    while spent < seconds or done < 1:
-        t = time.perf_counter()
-        fn()
-        took = time.perf_counter() - t
-        best, spent, done = min(best, took), spent + took, done + 1
-    return items / best
-
-
-def latency(fn: Any, seconds: float) -> float:
-    """Median seconds of ``fn`` over calls filling ``seconds`` (at least 5, after a warm-up)."""
-    import numpy as np
-
-    fn()
-    times: list[float] = []
-    while sum(times) < seconds or len(times) < 5:
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return float(np.median(times))
+# -- the worker, in OpenVINO's environment (numpy and openvino; common.py and lowp.py import no more) --
 
 
 def rss_anon() -> int:
@@ -114,6 +89,10 @@ def texts(count: int, length: int) -> dict[str, Any]:
 def worker(onnx_path: Path, tower: str, precision: str, threads: int, seconds: float, batches: list[int]) -> dict[str, Any]:
     import numpy as np
     import openvino as ov
+
+    sys.path.insert(0, str(HERE))
+    from common import rate  # numpy and the standard library only, as lowp's latency
+    from lowp import latency
 
     spec = json.loads(onnx_path.with_suffix(".json").read_text())
     before = rss_anon()
@@ -135,7 +114,7 @@ def worker(onnx_path: Path, tower: str, precision: str, threads: int, seconds: f
     for batch in batches:
         items = max(batch, 8 if tower == "text" else 4)
         given = feeds(batch)
-        result[f"items/s @{batch}"] = rate(lambda given=given, calls=items // batch: [request.infer(given) for _ in range(calls)], items, seconds)
+        result[f"items/s @{batch}"] = rate(lambda given=given, calls=items // batch: [request.infer(given) for _ in range(calls)], items, seconds, runs=1)
     if tower == "text":
         for name, lengths in QUERIES.items():
             given = feeds(len(lengths), lengths[0])
