@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from uform import Model
 
 Jobs = list[tuple[Lane, Job]]
-WATCH_AFTER = 0.01  # seconds a request waits before a task awaits its client's disconnect
+WATCH_AFTER = 0.01  # seconds a request waits before a task awaits its client's disconnect (Watcher)
 
 
 class Server:
@@ -41,6 +41,7 @@ class Server:
         self.description = model.describe()
         self.modalities = served(model)
         self.batcher: Batcher | None = None
+        self.watcher: Watcher | None = None
         self.draining = False
         self.announce = announce
         self.pool = cf.ThreadPoolExecutor(4, thread_name_prefix="uform-serve")  # parsing and writing large bodies
@@ -51,9 +52,8 @@ class Server:
             raise ApiError(404, f"the model {name!r} does not exist here; this server serves {self.config.model_id!r}", param="model", code="model_not_found")
 
     async def run_jobs(self, receive: Receive, kinds: list[str], payloads: list[Any], costs: list[int]) -> tuple[Jobs, list[Any]]:
-        """Queue a request's items and await their results. A request still waiting after
-        ``WATCH_AFTER`` gets a task awaiting its client's disconnect, which drops its queued
-        items (most are answered sooner, and a timer costs less than a task)."""
+        """Queue a request's items and await their results; one still waiting after
+        ``WATCH_AFTER`` has its queued items dropped if its client leaves (:class:`Watcher`)."""
         assert self.batcher is not None
         jobs = self.batcher.submit(kinds, payloads, costs)
         if len(jobs) == 1:
@@ -61,13 +61,13 @@ class Server:
         else:
             for kind, count in Counter(kinds).items():
                 self.metrics.item_count(kind, count)
-        watch = _Watch(self.batcher, jobs, receive)
-        timer = self.batcher.loop.call_later(WATCH_AFTER, watch.start)
+        watcher = self.watcher
+        assert watcher is not None
+        key = watcher.add(jobs, receive)
         try:
             return jobs, await self.batcher.gather(jobs, None)
         finally:
-            timer.cancel()
-            watch.stop()
+            watcher.remove(key)
 
     @staticmethod
     def timing(jobs: Jobs, began: float) -> list[tuple[bytes, bytes]]:
@@ -144,6 +144,7 @@ class Server:
 
     async def startup(self) -> None:
         self.batcher = Batcher(self.model, self.config, self.metrics)
+        self.watcher = Watcher(self.batcher)
         if self.announce is not None:
             self.announce()
 
@@ -162,23 +163,42 @@ def _embeddings_body(req: requests.EmbeddingsRequest, jobs: Jobs, results: list[
     return respond_.embeddings_body(respond_.prefix(rows, req.dimensions, dims), req.encoding_format, model_id, tokens)
 
 
-class _Watch:
-    """A task awaiting the client's disconnect (``http.disconnect``), started by a timer; when
-    it comes, the request's queued jobs are dropped and its wait fails with ``ConnectionError``."""
+class Watcher:
+    """Requests waiting for their verbs. One timer, running while any waits unwatched, gives each
+    request still waiting ``WATCH_AFTER`` after it was queued a task awaiting its client's
+    disconnect (``http.disconnect``); when that comes, the request's queued jobs are dropped and
+    its wait fails with ``ConnectionError``. Most requests are answered sooner and cost a dict
+    entry, not a task or a timer of their own."""
 
-    __slots__ = ("batcher", "jobs", "receive", "task")
+    def __init__(self, batcher: Batcher) -> None:
+        self.batcher = batcher
+        self.waiting: dict[int, tuple[Jobs, Receive]] = {}  # unwatched, in the order queued
+        self.watched: dict[int, asyncio.Future[Any]] = {}
+        self.timer: asyncio.TimerHandle | None = None
 
-    def __init__(self, batcher: Batcher, jobs: Jobs, receive: Receive) -> None:
-        self.batcher, self.jobs, self.receive = batcher, jobs, receive
-        self.task: asyncio.Future[Any] | None = None
+    def add(self, jobs: Jobs, receive: Receive) -> int:
+        key = id(jobs)
+        self.waiting[key] = (jobs, receive)
+        if self.timer is None:
+            self.timer = self.batcher.loop.call_later(WATCH_AFTER, self.sweep)
+        return key
 
-    def start(self) -> None:
-        self.task = asyncio.ensure_future(gone(self.receive))
-        self.batcher.drop_when(self.jobs, self.task)
+    def remove(self, key: int) -> None:
+        if self.waiting.pop(key, None) is None:
+            self.watched.pop(key).cancel()
 
-    def stop(self) -> None:
-        if self.task is not None:
-            self.task.cancel()
+    def sweep(self) -> None:
+        due = time.perf_counter() - WATCH_AFTER
+        keys = []
+        for key, (jobs, _) in self.waiting.items():
+            if jobs[0][1].enqueued > due:
+                break
+            keys.append(key)
+        for key in keys:
+            jobs, receive = self.waiting.pop(key)
+            task = self.watched[key] = asyncio.ensure_future(gone(receive))
+            self.batcher.drop_when(jobs, task)
+        self.timer = self.batcher.loop.call_later(WATCH_AFTER, self.sweep) if self.waiting else None
 
 
 def create_app(model: Model, config: ServeConfig, log: AccessLog | None = None,
