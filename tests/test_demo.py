@@ -225,7 +225,7 @@ def test_varied_voices_have_the_partials_asked_for_within_the_band_the_tower_hea
         t = np.arange(rate) / rate  # one second: harmonic k sits in FFT bin 150 k
         tops = []
         for _ in range(draws):
-            x = variety._voice(rng, root * t, root, rate, partials)
+            x = variety.varied_voice(rng, root * t, root, rate, partials)
             magnitude = np.abs(np.fft.rfft(x)) / len(x)
             present = [k for k in range(1, int(rate / 2 // root)) if magnitude[int(k * root)] > 1e-4]
             if present != [1]:  # a sine has the fundamental alone

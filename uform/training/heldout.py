@@ -50,7 +50,7 @@ class Reading:
 
 def draw(seed: int = 0, sizes: dict[str, int] | None = None, partials: int = v.PARTIALS) -> Split:
     """The split of ``seed``: ``sizes`` items a modality (:data:`SIZES` unless given), the
-    recordings' voices with at most ``partials`` partials (``variety._voice``; 12, the recipe's
+    recordings' voices with at most ``partials`` partials (``variety.varied_voice``; 12, the recipe's
     recordings before 2026-12-04, unless given)."""
     sizes = SIZES if sizes is None else sizes
     index = {m: {x.caption: i for i, x in enumerate(v.meanings(m))} for m in SIZES}

@@ -64,7 +64,7 @@ class Settings:
     image_pool: int = 24000  # pictures decoded once through the runtime (canonical and varied), drawn from every step
     video_pool: int = 12000  # clips decoded once through the runtime, drawn from every step
     audio_pool: int = 5000  # varied recordings made once (through the runtime's resampler), drawn from every step
-    voice_partials: int = v.PARTIALS  # the most partials a varied recording's voice has (variety._voice: 12 as before; more
+    voice_partials: int = v.PARTIALS  # the most partials a varied recording's voice has (variety.varied_voice: 12 as before; more
     # draws each voice's count, bright and dull alike)
     canonical: float = 0.3  # share of recordings from the canonical renderer (the own suite's), the rest varied
     canonical_vision: float = 0.2  # share of pictures and clips from the canonical renderers after the curriculum (the fourth run's 0.4)

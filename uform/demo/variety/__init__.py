@@ -33,7 +33,7 @@ from .decoder import (ATTRIBUTE_WORDS, DECODER_AFTER, DECODER_ASK, DECODER_HOW_M
 from .pictures import picture
 from .questions import (CALIBRATION_ASK, CALIBRATION_HOW_MANY, CALIBRATION_WHICH, EXTRA, TRAIN_ASK, TRAIN_HOW_MANY, TRAIN_JOINS,
                         TRAIN_LEADS, TRAIN_WHICH, all_paraphrases, question, vocabulary)
-from .recordings import CHORDS, PARTIALS, RATES, _voice, sound  # _voice: tests and docs/training.md name it variety._voice
+from .recordings import CHORDS, PARTIALS, RATES, varied_voice, sound  # varied_voice: tests and docs/training.md name it variety.varied_voice
 
 __all__ = [
     # captions

@@ -21,7 +21,7 @@ SOUND_WORDS = {"tone": ("tone", "note"), "chord": ("chord",), "noise": ("noise",
 SWEEP_WORDS = {"rising": ("rising", "going up"), "falling": ("falling", "going down")}
 
 
-def _plural(word: str) -> str:
+def plural_of(word: str) -> str:
     return word + ("es" if word.endswith("x") else "s")
 
 
@@ -34,7 +34,7 @@ def image_paraphrases(colour: str, shape: str, count: int) -> list[str]:
     out = [g.image_caption(colour, shape, count)]
     for n in COUNT_WORDS[count]:
         for s in SHAPE_WORDS[shape]:
-            noun = s if count == 1 else _plural(s)
+            noun = s if count == 1 else plural_of(s)
             lead = _article(f"{colour} {noun}").split()[0] if n == "a" else n  # "an orange circle"
             own = _article(noun).split()[0] if n == "a" else n  # "a circle in orange"
             out += [f"{lead} {colour} {noun}", f"{own} {noun} in {colour}", f"{own} {noun} coloured {colour}",
@@ -106,7 +106,7 @@ def _parts(m: Meaning) -> list[list[str]]:
     """The meaning's parts, each a list of the ways to say it (a jumble orders the parts)."""
     if m.modality == "image":
         colour, shape, count = m.attributes[0], m.attributes[1], int(m.attributes[2])
-        nouns = [s if count == 1 else _plural(s) for s in SHAPE_WORDS[shape]]
+        nouns = [s if count == 1 else plural_of(s) for s in SHAPE_WORDS[shape]]
         numbers = {1: ["one", "a single"], 2: ["two", "2"], 3: ["three", "3"]}[count]
         return [numbers, [colour, f"in {colour}"], nouns]
     if m.modality == "video":

@@ -10,7 +10,7 @@ import numpy as np
 
 from .. import generate as g
 from .captions import Meaning
-from .pictures import _ground, _outline_of, _shade, _shape
+from .pictures import ground_pixels, outline_of, shade_of, draw_shape
 
 CLIP_SIZES = ((32, 32), (48, 48), (64, 64), (64, 48), (48, 64), (80, 64), (96, 96), (40, 32))
 
@@ -60,11 +60,11 @@ def clip(rng: np.random.Generator) -> VariedClip:
     a, b, kind, p = _position(rng, length, r)
     across = float(rng.uniform(r + 1, width - r - 1))
     drift = float(rng.uniform(-0.12, 0.12)) * width if rng.random() < 0.25 else 0.0
-    ground = _ground(rng, w, h)
-    fill = _shade(rng, colour)
+    ground = ground_pixels(rng, w, h)
+    fill = shade_of(rng, colour)
     style = int(rng.choice([0, 1, 2], p=[0.7, 0.2, 0.1]))
     line = max(1, int(round(r * float(rng.uniform(0.1, 0.2) if style == 1 else rng.uniform(0.3, 0.45)))))
-    edge = fill if style == 2 else _outline_of(fill, rng)
+    edge = fill if style == 2 else outline_of(fill, rng)
     angle = float(rng.uniform(-35, 35))
     noise = float(rng.uniform(0, 6)) if rng.random() < 0.3 else 0.0
     frames = np.empty((frames_n, h, w, 3), np.uint8)
@@ -76,7 +76,7 @@ def clip(rng: np.random.Generator) -> VariedClip:
         x, y = (pos, side) if dx else (side, pos)
         image = Image.fromarray(ground, "RGB")
         draw = ImageDraw.Draw(image)
-        _shape(draw, shape, x, y, r, None if style == 2 else fill, edge if style else None, line, angle)
+        draw_shape(draw, shape, x, y, r, None if style == 2 else fill, edge if style else None, line, angle)
         f = np.asarray(image, np.uint8)
         if noise:
             f = np.clip(f + rng.normal(0, noise, f.shape), 0, 255).astype(np.uint8)

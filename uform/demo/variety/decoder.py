@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 
 from .. import generate as g
-from .captions import DIRECTION_WORDS, PITCH_WORDS, SHAPE_WORDS, SOUND_WORDS, Meaning, _plural, meanings, phrase
-from .questions import _asks
+from .captions import DIRECTION_WORDS, PITCH_WORDS, SHAPE_WORDS, SOUND_WORDS, Meaning, plural_of, meanings, phrase
+from .questions import asks_of
 
 # The recipe's second phase (``uform.training.decoder.train_decoder``) trains the byte decoder
 # alone on these, mixed with ``question`` and ``generate.question``. None of them is a
@@ -80,10 +80,10 @@ def _noun(m: Meaning, caption: str) -> str:
         return next((w for w in words if w in caption), words[0])
     plural = m.modality == "image" and m.attributes[2] != "1"
     for w in sorted(SHAPE_WORDS[m.attributes[1]], key=len, reverse=True):
-        said = _plural(w) if plural else w
+        said = plural_of(w) if plural else w
         if said in caption:
             return said
-    return _plural(m.attributes[1]) if plural else m.attributes[1]
+    return plural_of(m.attributes[1]) if plural else m.attributes[1]
 
 
 def _capital(s: str) -> str:
@@ -111,13 +111,13 @@ def decoder_question(rng: np.random.Generator, jumbled: float = 0.35, shuffled: 
     if rng.random() < 0.3:
         caption = _capital(caption)
     lead, join = str(rng.choice(DECODER_LEADS)), str(rng.choice(DECODER_JOINS))
-    asks = _asks(m)
+    asks = asks_of(m)
     attribute, options, value = asks[int(rng.integers(0, len(asks)))]
     words = VALUE_WORDS[attribute]
     name = str(rng.choice(ATTRIBUTE_WORDS[attribute]))
     form = int(rng.integers(0, 3))
     if attribute == "count" and form == 2:
-        asked = str(rng.choice(DECODER_HOW_MANY)).format(n=noun if m.attributes[2] != "1" else _plural(noun))
+        asked = str(rng.choice(DECODER_HOW_MANY)).format(n=noun if m.attributes[2] != "1" else plural_of(noun))
         text, choices, answer, group = f"{asked} Answer 1, 2 or 3: ", "123", int(value) - 1, g.DIGITS
     elif form == 1:
         shown = list(options)
@@ -143,7 +143,7 @@ def decoder_question(rng: np.random.Generator, jumbled: float = 0.35, shuffled: 
         if template.startswith("{v}"):
             v = _capital(v)
         if attribute == "count" and "{n}" in template:
-            template = template.replace("{n}", _plural(noun) if m.attributes[2] == "1" else noun)
+            template = template.replace("{n}", plural_of(noun) if m.attributes[2] == "1" else noun)
         if m.modality == "image" and m.attributes[2] != "1":  # "are the boxes …", not "is the boxes …"
             template = template.replace("Is the {n}", "Are the {n}")
         text = template.format(v=v, n=noun).replace(" a a", " an a").replace(" a o", " an o")

@@ -13,7 +13,7 @@ from .. import generate as g
 from .captions import Meaning
 
 
-def _shade(rng: np.random.Generator, colour: str) -> tuple[int, int, int]:
+def shade_of(rng: np.random.Generator, colour: str) -> tuple[int, int, int]:
     """The named colour moved in hue (±10°), saturation and value."""
     r, gr, b = (c / 255 for c in g.COLOURS[colour])
     h, s, v = colorsys.rgb_to_hsv(r, gr, b)
@@ -24,7 +24,7 @@ def _shade(rng: np.random.Generator, colour: str) -> tuple[int, int, int]:
     return (int(out[0] * 255), int(out[1] * 255), int(out[2] * 255))
 
 
-def _ground(rng: np.random.Generator, w: int, h: int) -> np.ndarray:
+def ground_pixels(rng: np.random.Generator, w: int, h: int) -> np.ndarray:
     """uint8 [h, w, 3]: light grey at any level, a pale tint, a pale two-tone gradient, mild
     noise, or (one time in eight) dark grey. Never a saturated colour: the caption names the
     shape's colour, and a strongly coloured ground would make it ambiguous."""
@@ -46,13 +46,13 @@ def _ground(rng: np.random.Generator, w: int, h: int) -> np.ndarray:
     return np.clip(img, 0, 255).astype(np.uint8)
 
 
-def _outline_of(fill: tuple[int, int, int], rng: np.random.Generator) -> tuple[int, int, int]:
+def outline_of(fill: tuple[int, int, int], rng: np.random.Generator) -> tuple[int, int, int]:
     k = float(rng.uniform(0.4, 0.8)) if rng.random() < 0.7 else float(rng.uniform(1.1, 1.4))
     r, gr, b = (int(min(255, c * k)) for c in fill)
     return (r, gr, b)
 
 
-def _shape(draw: object, shape: str, cx: float, cy: float, r: float, fill: tuple[int, int, int] | None,
+def draw_shape(draw: object, shape: str, cx: float, cy: float, r: float, fill: tuple[int, int, int] | None,
            outline: tuple[int, int, int] | None, width: int, angle: float) -> None:  # fmt: skip
     from PIL import ImageDraw
 
@@ -88,15 +88,15 @@ def picture(rng: np.random.Generator, size: int) -> tuple[np.ndarray, Meaning]:
                     centres.append((x, y))
                     radii.append(r)
                     break
-    image = Image.fromarray(_ground(rng, w * scale, h * scale), "RGB")
+    image = Image.fromarray(ground_pixels(rng, w * scale, h * scale), "RGB")
     draw = ImageDraw.Draw(image)
-    fill = _shade(rng, colour)
+    fill = shade_of(rng, colour)
     style = int(rng.choice([0, 1, 2], p=[0.7, 0.2, 0.1]))  # filled, filled with an outline, a thick outline alone
     width = max(1, int(round(min(radii) * scale * float(rng.uniform(0.25, 0.4) if style == 2 else rng.uniform(0.05, 0.15)))))
-    edge = fill if style == 2 else _outline_of(fill, rng)
+    edge = fill if style == 2 else outline_of(fill, rng)
     angle = float(rng.uniform(-35, 35))
     for (x, y), r in zip(centres, radii):
-        _shape(draw, shape, x * scale, y * scale, r * scale, None if style == 2 else fill, edge if style else None, width, angle)
+        draw_shape(draw, shape, x * scale, y * scale, r * scale, None if style == 2 else fill, edge if style else None, width, angle)
     if scale > 1:
         image = image.resize((w, h), Image.Resampling.BILINEAR, reducing_gap=None)
     pixels = np.asarray(image, np.uint8).copy()

@@ -50,7 +50,7 @@ EXTRA = {  # words a description may add about how a medium was made, which the 
 }  # fmt: skip
 
 
-def _asks(m: Meaning) -> list[tuple[str, list[str], str]]:
+def asks_of(m: Meaning) -> list[tuple[str, list[str], str]]:
     if m.modality == "image":
         c, s, n = m.attributes
         return [("colour", list(g.COLOURS), c), ("shape", list(g.SHAPES), s), ("count", ["1", "2", "3"], n)]
@@ -91,7 +91,7 @@ def _ask(rng: np.random.Generator, m: Meaning, ask: Mapping[str, Sequence[str]],
          shuffle: float) -> g.Question:  # fmt: skip
     """The question part (after the description) about one attribute of ``m``, and its answer;
     lettered options in a random order with probability ``shuffle``, else in the canonical one."""
-    asks = _asks(m)
+    asks = asks_of(m)
     attribute, options, value = asks[int(rng.integers(0, len(asks)))]
     form = int(rng.integers(0, 3))
     if attribute == "count" and form == 2:

@@ -18,7 +18,7 @@ CHORDS = ((1.0, 1.26, 1.498), (1.0, 1.189, 1.498), (1.0, 1.335, 1.498), (1.0, 1.
 PARTIALS = 12  # the most partials a harmonic voice has, as the recipe made its recordings until 2026-12-04
 
 
-def _voice(rng: np.random.Generator, cycles: np.ndarray, top: float, rate: int, partials: int = PARTIALS) -> np.ndarray:
+def varied_voice(rng: np.random.Generator, cycles: np.ndarray, top: float, rate: int, partials: int = PARTIALS) -> np.ndarray:
     """A periodic voice of ``cycles`` (phase in cycles): sine, or harmonics below Nyquist.
 
     A harmonic voice has at most ``partials`` partials. At :data:`PARTIALS` (12) every such voice
@@ -84,7 +84,7 @@ def _pulses(rng: np.random.Generator, t: np.ndarray, rhythm: str) -> np.ndarray:
 def sound(rng: np.random.Generator, window: int = g.SAMPLE_RATE, partials: int = PARTIALS) -> tuple[np.ndarray, Meaning]:
     """A varied recording as the tower's window (float32, ``window`` samples at the tower's rate),
     brought there by the runtime's resampler, and its meaning; its voices have at most
-    ``partials`` partials (:func:`_voice`)."""
+    ``partials`` partials (:func:`varied_voice`)."""
     from uform.plugins import recordings
 
     caption = str(rng.choice(g.audio_captions()))
@@ -98,7 +98,7 @@ def sound(rng: np.random.Generator, window: int = g.SAMPLE_RATE, partials: int =
         lo, hi = g.PITCHES[pitch]
         root = float(np.exp(rng.uniform(np.log(lo), np.log(hi))))
         ratios = (1.0,) if kind == "tone" else CHORDS[int(rng.integers(0, len(CHORDS)))]
-        x = sum(_voice(rng, root * q * t + float(rng.uniform(0, 1)), root * q, rate, partials) for q in ratios) / len(ratios)
+        x = sum(varied_voice(rng, root * q * t + float(rng.uniform(0, 1)), root * q, rate, partials) for q in ratios) / len(ratios)
         x = x * _pulses(rng, t, rhythm)
     elif kind == "noise":
         x = _coloured_noise(rng, n) * _pulses(rng, t, rhythm)
@@ -107,7 +107,7 @@ def sound(rng: np.random.Generator, window: int = g.SAMPLE_RATE, partials: int =
         if pitch == "falling":
             f0, f1 = f1, f0
         freq = f0 + (f1 - f0) * t / body if rng.random() < 0.5 else f0 * (f1 / f0) ** (t / body)
-        x = _voice(rng, np.cumsum(freq) / rate, max(f0, f1), rate, partials)
+        x = varied_voice(rng, np.cumsum(freq) / rate, max(f0, f1), rate, partials)
     fade = max(1, min(n // 5, int(rate * float(rng.uniform(0.003, 0.03)))))
     x[:fade] *= np.linspace(0, 1, fade)
     x[-fade:] *= np.linspace(1, 0, fade)
