@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 from PIL import Image
 
 import uform
@@ -30,8 +31,10 @@ from uform.index import Index
 KILLS = 20
 CHILD = """
 import sys
+import uform.index.ivf as ivf
 import uform.index.update as update
 update.CHUNK = 3
+ivf.MIN_ROWS = 8  # clustered from 8 rows on: kills land in clusterings (a rewrite of every row) too
 commit = update.Updater._commit
 
 def committed(self, pending, count):  # says, once its transaction is committed, each path it put in and its hash
@@ -94,6 +97,8 @@ def test_random_kills_leave_a_valid_index_and_lose_nothing_committed(tmp_path: P
             with Index(index, checkpoint=ckpt, read_only=True) as ix:  # opens: never damaged
                 entries = list(ix.entries())
                 held = {e.path: e.hash for e in entries}
+                for e in entries[:3]:  # and it answers searches, clustered or not: an item finds itself
+                    assert ix.search_embedding(e.embedding.astype(np.float32), 1, nprobe=16)[0].score == pytest.approx(1, abs=1e-5)
                 assert committed.items() <= held.items(), sorted(committed.items() - held.items())  # nothing committed lost
                 for e in entries:  # nothing half-written: each row is its hash's embedding
                     np.testing.assert_allclose(e.embedding, reference[e.hash], atol=1e-6, err_msg=e.path)
@@ -104,6 +109,7 @@ def test_random_kills_leave_a_valid_index_and_lose_nothing_committed(tmp_path: P
                 with Index(index, checkpoint=ckpt, read_only=True) as ix:
                     held = {e.path: e.hash for e in ix.entries()}
                 assert held == {str(p): update.digest(p.read_bytes()).hex() for p in folder.iterdir()}
+                assert len(list(index.glob("ivf-*.npz"))) == 1  # the completed run clustered it
         assert completions == KILLS // 5
 
 
