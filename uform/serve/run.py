@@ -3,6 +3,12 @@
 On SIGTERM (or Ctrl-C) the server stops accepting connections, answers ``/health`` with 503,
 answers every request in flight within ``--drain-seconds`` and exits 0.
 
+uvicorn is driven through its public interface alone: ``uvicorn.Config`` (httptools where
+installed, uvloop, no websockets), the listening socket bound here and handed to
+``uvicorn.Server.run(sockets=...)`` (so that the line saying where it listens names the port
+``--port 0`` picked, printed once the application has started), and ``handle_exit``
+overridden to mark the server draining before uvicorn's own shutdown.
+
 On CPUs the model is loaded with the library's own threading by default (``threads`` None:
 every core's ONNX Runtime thread in each call), and each lane runs one batch at a time
 (``ServeConfig.batches_at_once`` 1): under load a lane's one call takes everything queued and
