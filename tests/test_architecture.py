@@ -67,7 +67,6 @@ THIRD_PARTY: dict[str, set[str]] = {
     "pluggy": {"core"},
     "ray": {"ray"},
     "uvicorn": {"serve", "cli"},
-    "starlette": {"serve", "cli"},
     "httptools": {"serve"},
     "uvloop": {"serve"},
     "prometheus_client": {"serve"},

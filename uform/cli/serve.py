@@ -45,7 +45,6 @@ def _serve(args: argparse.Namespace) -> int:
         raise ValueError(f"uform serve needs the serve extra: pip install 'uform[serve]' ({exc})") from None
     try:
         import orjson  # noqa: F401
-        import starlette  # noqa: F401
         import uvicorn  # noqa: F401
     except ImportError as exc:
         raise ValueError(f"uform serve needs the serve extra: pip install 'uform[serve]' ({exc})") from None
