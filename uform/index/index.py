@@ -88,7 +88,11 @@ class Index:
         if not exists and not read_only:
             dims = self._load().describe().dimensions
             identity = Identity(sha, os.path.abspath(self.checkpoint), asked_q, dims, asked_s or Scalar.F32.value)
-        self._store = Store(self.path, write=not read_only, identity=identity)
+        try:
+            self._store = Store(self.path, write=not read_only, identity=identity)
+        except BaseException:
+            self._release_model()  # a model loaded to learn the dimensions of an index not made
+            raise
         mine = self._store.identity
         if given_q is None and model is None:  # no quantization asked: the index's own
             asked_q = self.quantization = mine.quantization
@@ -112,6 +116,11 @@ class Index:
             self._model = Model.load_ram(self.checkpoint, quantization=Scalar(self.quantization), executor=self._executor)
             self._owns_model = True
         return self._model
+
+    def _release_model(self) -> None:
+        if self._owns_model and self._model is not None:
+            self._model.close()
+            self._model = None
 
     @property
     def model(self) -> Model:
@@ -146,7 +155,7 @@ class Index:
             raise OSError(f"{self.path}: cannot write the index ({exc}); what was committed before stays") from None
 
     def remove(self, paths: Iterable[_PathLike]) -> int:
-        """Remove the items of ``paths`` (a folder: every item under it); answer how many left."""
+        """Remove the items of ``paths`` (a folder: every item under it; a text file: its lines); answer how many."""
         from .update import in_scope
 
         store = self._writer()
@@ -312,9 +321,7 @@ class Index:
         """Close the files (a writer's lock goes with them) and a model the index loaded."""
         self._cache = None
         self._store.close()
-        if self._owns_model and self._model is not None:
-            self._model.close()
-            self._model = None
+        self._release_model()
 
     def __enter__(self) -> Index:
         return self
