@@ -164,6 +164,9 @@ def test_failed_item_is_recorded_not_retried_and_not_lost(tmp_path: Path, ckpt: 
         picture(5).save(root / "broken.jpg", format="JPEG")
         third = ix.update([root])
         assert third.added == 1 and [Path(p).name for p, _ in ix.failures()] == ["empty.png"]
+        (root / "p0.png").write_bytes(b"now broken")  # an indexed file that no longer decodes leaves the index
+        assert [Path(f.value).name for f in ix.update([root]).failed] == ["p0.png"]
+        assert str(root / "p0.png") not in stored(ix) and len(ix) == 2
 
 
 def test_texts_index_the_same_way(tmp_path: Path, ckpt: Path, model: uform.Model) -> None:

@@ -322,6 +322,9 @@ class Updater:
             done = [(p,) for p, *_ in pending.inserts] + [(p,) for p, *_ in pending.moves]
             c.executemany("DELETE FROM failed WHERE path = ?", done)
             c.executemany("INSERT OR REPLACE INTO failed VALUES (?, ?, ?, ?)", pending.failures)
+            c.executemany("DELETE FROM items WHERE path = ?", ((f[0],) for f in pending.failures))  # its old content is not its content now
+            for f in pending.failures:
+                self.rows.pop(f[0], None)
             if keep:
                 c.execute("UPDATE meta SET value = ? WHERE key = 'slots'", (str(at + len(keep)),))
         self.slots = at + len(keep)
