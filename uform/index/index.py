@@ -230,7 +230,7 @@ class Index:
         index's IVF (default ``ivf.default_nprobe``) and every row added since it was built."""
         if k < 0:
             raise ValueError(f"k must be 0 (all) or more; got {k}")
-        wanted = None if modalities is None else [_kind(m) for m in modalities]
+        wanted = None if modalities is None else [kind_of(m) for m in modalities]
         scalar = Scalar(self.identity.scalar)
         q = scoring.prepare(embedding, scalar, self.identity.dimensions)
         unit = scoring.prepare(embedding, Scalar.F32, self.identity.dimensions)
@@ -333,7 +333,8 @@ class Index:
         return f"Index({str(self.path)!r}, {self.identity.describe()})"
 
 
-def _kind(modality: str) -> int:
+def kind_of(modality: str) -> int:
+    """A modality's kind byte (its position in ``store.MODALITIES``); ``ValueError`` for another name."""
     if modality not in MODALITIES:
         raise ValueError(f"modalities must name text, image, video or audio; got {modality!r}")
     return MODALITIES.index(modality)

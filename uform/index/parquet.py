@@ -127,9 +127,9 @@ def read_batches(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
 def import_rows(index: Index, store: Store, path: str | os.PathLike[str]) -> int:
     """``Index.import_parquet``: append the rows of ``path`` made by the index's model (refusing
     any other's), a batch a transaction; a path already holding the same hash is kept."""
-    from .index import _kind
+    from .index import kind_of
     from .store import IndexModelError
-    from .update import _store_rows
+    from .update import store_rows
 
     mine = (index.identity.checkpoint_sha256, index.identity.quantization)
     bits = Scalar(index.identity.scalar) is Scalar.B1
@@ -144,9 +144,9 @@ def import_rows(index: Index, store: Store, path: str | os.PathLike[str]) -> int
         if not keep:
             continue
         vectors = batch["embedding"][keep]
-        rows = vectors.astype(np.uint8).view(store.dtype).reshape(-1) if bits else _store_rows(vectors.astype(np.float32), store)
+        rows = vectors.astype(np.uint8).view(store.dtype).reshape(-1) if bits else store_rows(vectors.astype(np.float32), store)
         _, at = store.state()
-        store.append(rows, np.array([_kind(batch["modality"][i]) for i in keep], np.uint8), at)
+        store.append(rows, np.array([kind_of(batch["modality"][i]) for i in keep], np.uint8), at)
         with store.transaction() as c:
             for slot, i in enumerate(keep, at):
                 c.execute("DELETE FROM items WHERE path = ?", (batch["path"][i],))

@@ -289,7 +289,7 @@ class Updater:
             refused: dict[str, str] = {}
             encoded = encode(self._model(), items, scalar=Scalar.F32, dimensions=None, bar=self._bar,
                              report=lambda f: refused.__setitem__(f.value, f.reason), payloads=pending.payloads)  # fmt: skip
-            rows = dict(zip((i.value for i in encoded.items), _store_rows(encoded.embeddings, store), strict=True))
+            rows = dict(zip((i.value for i in encoded.items), store_rows(encoded.embeddings, store), strict=True))
             for i, ins in to_encode:
                 if ins[0] in rows:
                     vectors[i] = rows[ins[0]]
@@ -346,7 +346,7 @@ class Updater:
         self.result.removed = len(gone)
 
 
-def _store_rows(embeddings: np.ndarray, store: Store) -> np.ndarray:
+def store_rows(embeddings: np.ndarray, store: Store) -> np.ndarray:
     """float32 unit rows as the index's stored rows."""
     out = np.zeros(len(embeddings), store.dtype)
     if store.scalar is Scalar.I8:
