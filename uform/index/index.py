@@ -43,11 +43,8 @@ class Entry:
 
 def checkpoint_digest(path: Path) -> str:
     """SHA-256 of a checkpoint file (the model's identity in an index)."""
-    digest = hashlib.sha256()
     with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 class Index:
