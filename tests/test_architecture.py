@@ -36,6 +36,7 @@ LAYERS: dict[str, str] = {
     "uform.ray": "ray",
     "uform.serve": "serve",
     "uform.index": "index",
+    "uform.inputs": "inputs",
     "uform.cli": "cli",
     "uform.training": "training",
     "fastermodels": "fastermodels",
@@ -51,13 +52,14 @@ ALLOWED: dict[str, set[str]] = {
     "demo": {"model", "calibrate", "plugins"},
     "ray": {"model", "core", "index"},
     "serve": {"model"},
-    "index": {"model", "core", "cli"},
-    "cli": {"model", "core", "calibrate", "demo", "exporters", "serve", "index"},
+    "inputs": {"model", "core"},
+    "index": {"model", "core", "inputs"},
+    "cli": {"model", "core", "calibrate", "demo", "exporters", "serve", "index", "inputs"},
     "training": {"model", "core", "plugins", "exporters", "calibrate", "demo"},
     "fastermodels": {"exporters"},
 }
 
-RUN_TIME = {"core", "model", "plugins", "exporters", "calibrate", "demo", "ray", "serve", "index", "cli"}
+RUN_TIME = {"core", "model", "plugins", "exporters", "calibrate", "demo", "ray", "serve", "inputs", "index", "cli"}
 
 # third-party module -> the layers that may import it (docs/architecture.md, "Layers")
 THIRD_PARTY: dict[str, set[str]] = {

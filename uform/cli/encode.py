@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from .common import Bar, add_model, load, model_path, say
-from .inputs import PLURAL, Failure, Item, counted, encode, gather
+from uform.inputs import PLURAL, Failure, Item, counted, encode, gather
 
 FORMAT = "uform-embeddings/1"
 SCALARS = ("f32", "f16", "bf16", "e4m3", "e5m2", "i8", "b1")

@@ -9,7 +9,7 @@ import os
 from typing import Any
 
 from .common import QUANTIZATIONS, Bar, say
-from .inputs import Failure, counted
+from uform.inputs import Failure, counted
 
 SCALARS = ("f32", "f16", "bf16", "i8", "b1")
 

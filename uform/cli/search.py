@@ -10,7 +10,7 @@ import numpy as np
 
 from .common import Bar, add_model, load, model_path, say
 from .encode import read_saved, saved_prefix, sha256
-from .inputs import PLURAL, Failure, Gathered, encode, gather
+from uform.inputs import PLURAL, Failure, Gathered, encode, gather
 
 
 def add_parser(sub: Any) -> None:

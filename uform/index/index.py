@@ -20,7 +20,7 @@ from .store import MODALITIES, Identity, IndexModelError, Store
 from .update import Text, UpdateReport, Updater
 
 if TYPE_CHECKING:
-    from ..cli.inputs import Failure
+    from ..inputs import Failure
     from ..core.executor import Executor
     from ..model import Model
 
@@ -139,12 +139,11 @@ class Index:
         or changed content is encoded; rows of files gone from under the paths given leave.
         ``progress(done, total)`` after each committed chunk (``False`` cancels: committed
         chunks stay); ``report(failure)`` as each item fails."""
-        from ..cli.common import Bar
+        from ..inputs import Silent
 
         store = self._writer()
         try:
-            with Bar("", quiet=True) as bar:
-                result = Updater(store, self._load, progress, report, bar).run(sources)
+            result = Updater(store, self._load, progress, report, Silent()).run(sources)
             if compact and not self.build_ivf():
                 self.compact(only_if_worth=True)
             return result
@@ -210,7 +209,7 @@ class Index:
 
     def search_file(self, path: _PathLike, k: int = 10, *, modalities: Sequence[str] | None = None, exact: bool = False) -> list[Hit]:
         """The ``k`` items nearest to a media file (near-duplicates, "more like this"), itself included when indexed."""
-        from ..cli.inputs import VERBS, modality_of
+        from ..inputs import VERBS, modality_of
         from ..core.arena import Arena
 
         p = os.fspath(path)

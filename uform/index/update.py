@@ -8,7 +8,7 @@ changed while it was read is recorded with time -1, so the next run reads it aga
 whose hash a row already holds is not encoded: a moved file keeps its slot, a copy copies
 the row. Items are committed a chunk at a time (``inputs.CHUNK``), so a killed run loses at most
 the chunk in flight; rows of files no longer found under the paths given leave the index at
-the end. Walking, batching and failure reasons are ``uform encode``'s (``uform.cli.inputs``).
+the end. Walking, batching and failure reasons are ``uform encode``'s (``uform.inputs``).
 """
 
 from __future__ import annotations
@@ -23,14 +23,14 @@ from typing import TYPE_CHECKING, Literal, NamedTuple
 
 import numpy as np
 
-from ..cli.inputs import CHUNK, Failure, Item, encode, gather
+from ..inputs import CHUNK, Failure, Item, encode, gather
 from ..core.errors import CancelledError
 from ..core.scalars import store as cast
 from ..core.types import Scalar
 from .store import MODALITIES, Store
 
 if TYPE_CHECKING:
-    from ..cli.common import Bar
+    from ..inputs import Bar
     from ..model import Model
 
 TEXT_FILES = (".txt", ".jsonl")

@@ -1,4 +1,4 @@
-"""What ``encode`` and ``search`` read: texts, media files by extension, folders walked
+"""What ``uform encode``, ``uform search`` and ``uform.index`` read: texts, media files by extension, folders walked
 recursively; and how they go through the Model's verbs, a batch call per modality, with
 a bad item reported and left out instead of ending the run."""
 
@@ -7,14 +7,36 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, Protocol
 
 import numpy as np
 
-from .common import Bar
 
 if TYPE_CHECKING:
     from uform import Model, Scalar
+
+
+class Bar(Protocol):
+    """What the walks report progress to (the command's tqdm bar, uform.cli.common.Bar)."""
+
+    def describe(self, what: str) -> None: ...
+
+    def to(self, done: int) -> None: ...
+
+    def handler(self, offset: int = 0) -> Callable[[int, int], bool | None]: ...
+
+
+class Silent:
+    """A Bar that shows nothing (the Python API's walks: uform.index)."""
+
+    def describe(self, what: str) -> None:
+        pass
+
+    def to(self, done: int) -> None:
+        pass
+
+    def handler(self, offset: int = 0) -> Callable[[int, int], bool | None]:
+        return lambda done, total: None
 
 Modality = Literal["text", "image", "video", "audio"]
 
