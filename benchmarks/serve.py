@@ -1,6 +1,6 @@
 """``uform serve`` under load, judged by its own CPU cost and by ratios (the clients share its cores).
 
-    /tmp/coord/timed serve python benchmarks/serve.py [--seconds 4] [--clients 1,8,32,128] [--client wrk|asyncio]
+    python benchmarks/serve.py [--seconds 4] [--clients 1,8,32,128] [--client wrk|asyncio]
         [--server-args '--batches-at-once 2 --threads 1'] [--texts-only]
 
 In-process first (the default model): ``text_encode`` of one short text (p50 latency of a
