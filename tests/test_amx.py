@@ -8,6 +8,7 @@ kernels over a scalar model of the tile instructions) everywhere."""
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import ml_dtypes
 import numpy as np
@@ -96,6 +97,20 @@ def test_the_tile_kernels_write_each_rows_bits_whatever_rows_and_threads_run_wit
         for size in (5, 17, 33, 257):
             parts = np.concatenate([lib.gemm(variant, x[r : r + size], packed, n, scale, bias, threads=2) for r in range(0, m - size + 1, size)])
             assert np.array_equal(parts, whole[: len(parts)]), f"{'e4m3' if quantized else 'bf16'}, groups of {size}"
+
+
+@needs_library
+@pytest.mark.parametrize("value", ["abc", "-1", "65", "4.5"])
+def test_a_bad_row_count_for_the_tiles_fails_the_load_by_name(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+    monkeypatch.delenv("UFORM_AVX512_KERNELS", raising=False)
+    as_if(monkeypatch, "intel", tiles=True)
+    monkeypatch.setenv("UFORM_AMX_MIN_ROWS", value)
+    with pytest.raises(UnsupportedError, match=rf"^UFORM_AMX_MIN_ROWS='{re.escape(value)}' is not a row count: set it to an integer from 0 to 64, or unset it$"):
+        e4m3.variant_of(AMX)
+    assert e4m3.variant_of(BF16) == "avx512"  # only a load that takes the tiles reads it
+    for good in ("0", " 16 ", "64", ""):
+        monkeypatch.setenv("UFORM_AMX_MIN_ROWS", good)
+        assert e4m3.variant_of(AMX) == "amx"
 
 
 MLAS_CONFIG = bytes([1, 0] + [0] * 14 + [64, 0] * 8 + [0] * 16 + [16] * 8 + [0] * 8)  # palette 1, 8 tiles of 16 x 64 B
