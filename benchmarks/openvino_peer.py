@@ -32,6 +32,7 @@ VENV = HERE / ".openvino-venv"
 PYTHON = "UFORM_OPENVINO_PYTHON"
 QUERIES = {"12 B": [12], "8 x 12 B": [12] * 8, "52 B": [52]}  # as lowp.py's
 TEXT_BYTES = 86
+EXPORTED: dict[Path, tuple[tempfile.TemporaryDirectory[str], dict[str, Path]]] = {}  # checkpoint -> its towers as `uform export` writes them
 WORDS = b"a red circle moves left while two blue squares rest under the bright yellow star "
 
 
@@ -58,11 +59,12 @@ def measure(run: str, checkpoint: Path, tower: str, seconds: float, batches: tup
     from uform.exporters.towers import export_towers
 
     precision = run.rpartition(" ")[2]
-    with tempfile.TemporaryDirectory() as out:
-        written = export_towers(checkpoint, Path(out), "f32")
-        command = [python(), __file__, "--worker", str(written[tower]), tower, "--precision", precision, "--seconds", str(seconds),
-                   "--threads", str(available_cores()), "--batches", ",".join(map(str, batches))]  # fmt: skip
-        done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if checkpoint not in EXPORTED:  # once a checkpoint a process: both precisions and every call read it
+        out = tempfile.TemporaryDirectory()
+        EXPORTED[checkpoint] = (out, export_towers(checkpoint, Path(out.name), "f32"))
+    command = [python(), __file__, "--worker", str(EXPORTED[checkpoint][1][tower]), tower, "--precision", precision, "--seconds", str(seconds),
+               "--threads", str(available_cores()), "--batches", ",".join(map(str, batches))]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         print(f"{tower} {run}: failed\n{done.stderr[-2000:]}", file=sys.stderr)
         return None
