@@ -240,15 +240,16 @@ def private_reads(source: str, names: set[str]) -> list[int]:
     return found
 
 
-def test_nothing_outside_core_and_model_reads_models_privates() -> None:
+def test_nothing_outside_model_reads_models_privates() -> None:
     """What a load serves is ``Model.served``; tests and benchmarks that look beneath the API
-    take ``uform.model.runtime_of(model)``; nobody else reads ``model._runtime`` and the like."""
+    take ``uform.model.runtime_of(model)``; nobody else reads ``model._runtime`` and the like,
+    uform/core/ included (its receivers are handed the verb lookup, never told its name)."""
     names = model_private_names()
     assert {"_runtime", "_life", "_executor"} <= names
     found = []
     for path in sorted([*ROOT.glob("uform/**/*.py"), *ROOT.glob("tests/*.py"), *ROOT.glob("benchmarks/*.py")]):
         rel = path.relative_to(ROOT).as_posix()
-        if rel.startswith("uform/core/") or rel in ("uform/model.py", "tests/test_architecture.py"):
+        if rel in ("uform/model.py", "tests/test_architecture.py"):
             continue
         found += [f"{rel}:{line}" for line in private_reads(path.read_text(), names)]
     assert found == []

@@ -161,6 +161,25 @@ def test_a_conflict_is_recorded_and_only_loads_needing_the_name_fail(
     assert next(x for x in out.splitlines() if x.startswith("rival")).split()[4] == "conflict"
 
 
+def test_a_contested_verb_the_checkpoint_lacks_is_a_conflict_not_a_missing_plugin(site: Path, tmp_path: Path) -> None:
+    """An image-only checkpoint loads beside a contested text plugin; its text_encode names the
+    conflict (docs/architecture.md, "Plugins"), directly and through a receiver alike."""
+    host = get_host()
+    config, tensors = checkpoint.new(host, "tiny", 0, ["image"])
+    checkpoint.save(tmp_path / "image.safetensors", config, tensors)
+    model = uform.Model.load_ram(tmp_path / "image.safetensors")
+    with pytest.raises(uform.UnsupportedError, match=r"^text_encode needs the 'text' tower, which this checkpoint does not have \(it has: image\)$"):
+        model.text_encode(["a"], uform.Arena())
+    install(site, "uform-rival", "rival = uform_rival", {"uform_rival/__init__.py": RIVAL_TEXT})
+    reset_host()
+    model = uform.Model.load_ram(tmp_path / "image.safetensors")
+    pattern = r"^verb 'text_encode': .*both claim the modality 'text', the tower 'text' and the verb 'text_encode'; neither claim is used"
+    with pytest.raises(uform.PluginConflictError, match=pattern):
+        model.text_encode(["a"], uform.Arena())
+    with uform.Executor(1) as executor, pytest.raises(uform.PluginConflictError, match=pattern):
+        model.on(executor).text_encode(["a"], uform.Arena())
+
+
 def test_a_contested_backend_fails_only_loads_of_its_placement(site: Path, tiny_text: Path) -> None:
     rival = "import uform\nfrom uform.plugins import cpu\n@uform.hookimpl\ndef uform_backends():\n    yield from cpu.uform_backends()\n"
     install(site, "uform-rival", "rival = uform_rival", {"uform_rival/__init__.py": rival})

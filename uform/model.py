@@ -146,16 +146,17 @@ class Model:
 
     def on(self, executor: Executor, /) -> On[Model]:
         """A receiver whose verbs run with ``executor`` and block until done."""
-        return On(Model(self._runtime, _check_executor(executor), _life=self._life), executor)
+        return On(Model(self._runtime, _check_executor(executor), _life=self._life)._verb_named)
 
     def deferred(self, executor: Executor, /) -> DeferredOn[Model]:
         """A receiver whose verbs are submitted to ``executor`` and answer a :class:`Deferred`."""
-        return DeferredOn(Model(self._runtime, _check_executor(executor), _life=self._life), executor)
+        return DeferredOn(Model(self._runtime, _check_executor(executor), _life=self._life)._verb_named, executor)
 
-    def _bound_verb(self, name: str, executor: Executor) -> Callable[..., Any]:
+    def _verb_named(self, name: str) -> Callable[..., Any]:
+        """This model's verb ``name`` (what the receivers of ``on`` and ``deferred`` call)."""
         if name.startswith("_") or name in _NOT_VERBS:
             raise AttributeError(f"{name!r} is not a Model verb")
-        return getattr(Model(self._runtime, executor, _life=self._life), name)  # type: ignore[no-any-return]
+        return getattr(self, name)  # type: ignore[no-any-return]
 
     def __getattr__(self, name: str) -> Callable[..., Any]:
         """Verbs of third-party modalities: ``model.smell_encode(...)`` when a plugin serves it."""

@@ -154,26 +154,29 @@ class Deferred(Generic[R]):
 
 
 class On(Generic[T]):
-    """A receiver whose verbs run with ``executor`` and block until done (``model.on(ex)``)."""
+    """A receiver whose verbs run with an executor and block until done (``model.on(ex)``).
 
-    def __init__(self, target: T, executor: Executor) -> None:
-        self._target = target
-        self._executor = executor
+    ``verb`` answers the receiver's verb of a name, already bound to the executor, and raises
+    ``AttributeError`` for a name that is no verb; ``T`` is what it answers for (``Model``).
+    """
+
+    def __init__(self, verb: Callable[[str], Callable[..., Any]]) -> None:
+        self._verb = verb
 
     def __getattr__(self, name: str) -> Callable[..., Any]:
-        verb = getattr(self._target, "_bound_verb")(name, self._executor)
-        return verb  # type: ignore[no-any-return]
+        return self._verb(name)
 
 
 class DeferredOn(Generic[T]):
-    """A receiver whose verbs are submitted to ``executor`` and answer a :class:`Deferred`."""
+    """A receiver whose verbs are submitted to ``executor`` and answer a :class:`Deferred`
+    (``verb`` as for :class:`On`)."""
 
-    def __init__(self, target: T, executor: Executor) -> None:
-        self._target = target
+    def __init__(self, verb: Callable[[str], Callable[..., Any]], executor: Executor) -> None:
+        self._verb = verb
         self._executor = executor
 
     def __getattr__(self, name: str) -> Callable[..., Deferred[Any]]:
-        verb = getattr(self._target, "_bound_verb")(name, self._executor)
+        verb = self._verb(name)
 
         def submit(*args: Any, **kwargs: Any) -> Deferred[Any]:
             return self._executor.submit(verb, *args, **kwargs)

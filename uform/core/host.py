@@ -299,9 +299,11 @@ class Host:
         return next((m for m in self.modalities.values() if m.tower.name == tower), None)
 
     def verb(self, name: str) -> Modality:
+        """The modality providing verb ``name``; PluginConflictError when plugins contest it,
+        UnsupportedError when no installed plugin provides it."""
         conflict = self._withheld.get(("verb", name))
         if conflict is not None:
-            raise PluginConflictError(conflict.message())
+            raise PluginConflictError(f"verb {name!r}: {conflict.message()}")
         for m in self.modalities.values():
             if name in m.verbs:
                 return m

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import onnx
@@ -22,6 +22,7 @@ from .types import CPUClass, GPUClass, ModelDescription, Scalar
 from .weights import Source, Stored, stored_bytes
 
 STORED_DTYPE = "BF16"
+V2_DTYPES = ("BF16", "F16", "F32")  # what a version-2 file may store
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,8 @@ class Call:
     executor: Executor
     output_names: tuple[str, ...]
     batch_scale: int = 1
+    # the runners of the load's other towers, by tower name (a tower made of another runs on it)
+    peers: Mapping[str, Runner] = field(default_factory=dict)
 
     def rows(self, cpu_rows: int) -> int:
         """A batch bound sized for the CPU (rows, or a token budget), scaled for the placement."""
@@ -71,8 +74,9 @@ def plan_towers(container: Source, config: ModelConfig, host: Host) -> dict[str,
             entry = container.entries.get(tensor)
             if entry is None:
                 raise CheckpointError(f"tensor {tensor!r} is missing (tower {name!r} expects shape {list(spec.shape)})")
-            if entry.dtype != STORED_DTYPE:
-                raise CheckpointError(f"tensor {tensor!r}: dtype {entry.dtype}, the format stores {STORED_DTYPE}")
+            if entry.dtype != STORED_DTYPE and (config.version < 2 or entry.dtype not in V2_DTYPES):
+                stores = STORED_DTYPE if config.version < 2 else ", ".join(V2_DTYPES)
+                raise CheckpointError(f"tensor {tensor!r}: dtype {entry.dtype}, the format (version {config.version}) stores {stores}")
             if entry.shape != spec.shape:
                 raise CheckpointError(
                     f"tensor {tensor!r}: shape {list(entry.shape)}, but the config of tower {name!r} gives {list(spec.shape)}"
@@ -133,7 +137,7 @@ class Runtime:
         for name, (modality, parsed, specs) in planned.items():
             graph = build_graph(name, modality, parsed, config, specs)
             towers[name] = LoadedTower(modality, parsed, graph)
-            plans[name] = TowerPlan(graph, Stored(container, specs))
+            plans[name] = TowerPlan(graph, Stored(container, specs, as_bf16=quantization != Scalar.F32))
         total = sum(stored_bytes(p.weights) for p in plans.values())
         tracker = Progress(progress, progress_steps, total)
         request = LoadRequest(
@@ -157,11 +161,10 @@ class Runtime:
             fn = tower.modality.verbs.get(verb)
             if fn is not None:
                 runner, scale = self.placement.runners[name], self.placement.batch_scale
-                call = Call(name, tower.parsed, self.config, runner, executor or self.executor, self._outputs[name], scale)
+                peers = {other: r for other, r in self.placement.runners.items() if other != name}
+                call = Call(name, tower.parsed, self.config, runner, executor or self.executor, self._outputs[name], scale, peers)
                 return fn(call, *args, **kwargs)
-        owner = next((m for m in get_host().modalities.values() if verb in m.verbs), None)
-        if owner is None:
-            raise UnsupportedError(f"no installed plugin provides {verb}; `uform plugins` lists what is installed")
+        owner = get_host().verb(verb)  # PluginConflictError when contested; UnsupportedError when no plugin has it
         raise UnsupportedError(
             f"{verb} needs the {owner.tower.name!r} tower, which this checkpoint does not have "
             f"(it has: {', '.join(self.config.towers)})"
