@@ -29,6 +29,10 @@ ERROR_SUFFIX = ".build-error.txt"
 
 
 class BuildOps(build_ext):
+    """Builds each library, or records why not and goes on; an editable install (``pip install
+    -e .``, which builds in a temporary folder and copies into the source tree) copies what was
+    built and, for what was not, the reason, removing a library left there by an earlier build."""
+
     def build_extension(self, ext: Extension) -> None:
         target = Path(self.get_ext_fullpath(ext.name))
         failure = target.parent / (ext.name.rpartition(".")[2] + ERROR_SUFFIX)
@@ -43,6 +47,22 @@ class BuildOps(build_ext):
             return
         failure.unlink(missing_ok=True)
 
+    def copy_extensions_to_source(self) -> None:
+        # an optional extension's missing library is not copied (setuptools), so the rest installs
+        super().copy_extensions_to_source()
+        build_py = self.get_finalized_command("build_py")
+        for ext in self.extensions:
+            package, _, name = self.get_ext_fullname(ext.name).rpartition(".")
+            source = Path(build_py.get_package_dir(package))
+            built = Path(self.build_lib) / self.get_ext_filename(self.get_ext_fullname(ext.name))
+            reason = built.parent / (name + ERROR_SUFFIX)
+            if built.is_file():
+                (source / (name + ERROR_SUFFIX)).unlink(missing_ok=True)
+                continue
+            (source / Path(built).name).unlink(missing_ok=True)  # an earlier build's library: not this install's
+            if reason.is_file():
+                (source / reason.name).write_text(reason.read_text())
+
 
 ops = Extension(
     "uform._ops",
@@ -51,6 +71,7 @@ ops = Extension(
     include_dirs=[str(NATIVE.relative_to(ROOT))],
     extra_compile_args=["-O3", "-std=c++17", "-fvisibility=hidden", "-fno-math-errno", "-Wno-psabi"],  # psabi: the amx model passes 64-byte vectors on a baseline build
     language="c++",
+    optional=True,  # BuildOps records why it was not built; the package installs without it
 )
 
 cpuid_view = Extension(
@@ -58,6 +79,7 @@ cpuid_view = Extension(
     sources=["native/cpuid_view/cpuid_view.c"],
     extra_compile_args=["-O2", "-fvisibility=default"],
     language="c",
+    optional=True,
 )
 CONSEQUENCE = {ops.name: "loads will use the cpu backend", cpuid_view.name: "benchmarks/cpu_view.py will not run"}
 linux_x86 = sys.platform == "linux" and platform.machine() in ("x86_64", "AMD64")

@@ -1,0 +1,58 @@
+"""The README's first command without a compiler: ``pip install -e .`` installs, and ``uform
+plugins`` names the float32 fallback with the reason the op library was not built.
+
+A copy of the package's tracked sources goes into a virtual environment that sees this one's
+packages (``--system-site-packages``, ``--no-build-isolation --no-deps``: no network), built
+with ``CC=CXX=/bin/false``, the compiler that always fails. About ten seconds.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def tracked(*paths: str) -> list[str]:
+    out = subprocess.run(["git", "ls-files", "-z", *paths], cwd=ROOT, capture_output=True, check=True).stdout
+    return [p for p in out.decode().split("\0") if p]
+
+
+@pytest.mark.skipif(not (ROOT / ".git").exists() or shutil.which("git") is None, reason="needs the git checkout's sources")
+@pytest.mark.skipif(sys.platform != "linux", reason="the failing compiler is /bin/false")
+def test_editable_install_without_a_compiler_falls_back(tmp_path: Path) -> None:
+    source = tmp_path / "src"
+    for name in tracked("setup.py", "pyproject.toml", "MANIFEST.in", "README.md", "native", "uform"):
+        (source / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / name, source / name)
+    # a library an earlier build left in the tree is not this install's: it must go
+    stale = source / "uform" / ("_ops" + str(sysconfig.get_config_var("EXT_SUFFIX")))
+    stale.write_bytes(b"not a library")
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "UFORM_OPS_LIBRARY")} | {"CC": "/bin/false", "CXX": "/bin/false"}
+    install = subprocess.run(
+        [str(python), "-m", "pip", "install", "-e", ".", "--no-build-isolation", "--no-deps", "--no-index", "-q"],
+        cwd=source, env=env, capture_output=True, text=True,
+    )  # fmt: skip
+    assert install.returncode == 0, install.stdout + install.stderr
+    assert not stale.exists()
+    reason = (source / "uform" / "_ops.build-error.txt").read_text()
+    assert "/bin/false" in reason
+    where = subprocess.run([str(python), "-c", "import uform; print(uform.__file__)"], cwd=tmp_path, env=env,
+                           capture_output=True, text=True, check=True)  # fmt: skip
+    assert Path(where.stdout.strip()) == source / "uform" / "__init__.py"
+    plugins = subprocess.run([str(venv / "bin" / "uform"), "plugins"], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert plugins.returncode == 0, plugins.stderr
+    lines = {line.strip().partition(":")[0]: line for line in plugins.stdout.splitlines() if line.startswith("  ")}
+    assert "unavailable: the op library was not built with this install of uform" in lines["e4m3 (ram)"]
+    assert "/bin/false" in lines["e4m3 (ram)"]
+    assert lines["cpu (ram)"].strip() == "cpu (ram): available"
