@@ -9,15 +9,26 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import CheckpointError
 
 FORMAT = "uform"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # the newest version this uform reads
+WRITTEN_VERSION = 1  # what make_config writes unless told: a file using no version-2 field stays version 1
 METADATA_KEY = "uform"
 LAYER_NORM_EPS = 1e-5
+ACTIVATIONS = ("gelu", "gelu_tanh", "quick_gelu")
+POOLINGS = ("class", "last_token", "final_position", "attention")
+PROJECTIONS = ("linear", "linear_bias", "none")
+# Fields a version-1 file may not carry: each has a default meaning what version 1 means.
+V2_FIELDS = frozenset({"source", "labels"})
+V2_TOWER_FIELDS = frozenset({
+    "activation", "layer_norm_eps", "class_token", "ln_pre", "pooling", "projection",
+    "tokenizer", "vocab_size", "context", "mask", "pad_to_context", "pad_id",
+    "resize", "interpolation", "resize_rounding", "from",
+})  # fmt: skip
 
 # Bounds that keep a hostile config from asking for absurd allocations.
 MAX_WIDTH = 16384
@@ -65,14 +76,37 @@ def numbers(cfg: Mapping[str, Any], key: str, where: str, count: int, lo: float,
     return tuple(float(v) for v in value)
 
 
+def choice(cfg: Mapping[str, Any], key: str, where: str, options: Sequence[str], default: str) -> str:
+    """The string field ``key``, one of ``options``; ``default`` when absent."""
+    value = cfg.get(key, default)
+    if value not in options or not isinstance(value, str):
+        raise CheckpointError(f"config field {_path(where, key)}: expected one of {', '.join(map(repr, options))}, got {value!r}")
+    return value
+
+
+def flag(cfg: Mapping[str, Any], key: str, where: str, default: bool) -> bool:
+    """The boolean field ``key``; ``default`` when absent."""
+    value = cfg.get(key, default)
+    if not isinstance(value, bool):
+        raise CheckpointError(f"config field {_path(where, key)}: expected true or false, got {value!r}")
+    return value
+
+
+def optional_integer(cfg: Mapping[str, Any], key: str, where: str, lo: int, hi: int, default: int) -> int:
+    return integer(cfg, key, where, lo, hi) if key in cfg else default
+
+
 @dataclass(frozen=True)
 class Geometry:
-    """A transformer stack: residual width, blocks, attention heads, MLP hidden width."""
+    """A transformer stack: residual width, blocks, attention heads, MLP hidden width, the MLP's
+    activation and the layer norms' epsilon (version 2; the defaults are version 1's)."""
 
     width: int
     depth: int
     heads: int
     mlp_width: int
+    activation: str = "gelu"
+    layer_norm_eps: float = LAYER_NORM_EPS
 
     @property
     def head_dim(self) -> int:
@@ -86,6 +120,8 @@ class Geometry:
             depth=integer(cfg, "depth", where, 1, MAX_DEPTH),
             heads=integer(cfg, "heads", where, 1, MAX_HEADS),
             mlp_width=integer(cfg, "mlp_width", where, 1, 8 * MAX_WIDTH),
+            activation=choice(cfg, "activation", where, ACTIVATIONS, "gelu"),
+            layer_norm_eps=number(cfg, "layer_norm_eps", where, 1e-12, 1e-2) if "layer_norm_eps" in cfg else LAYER_NORM_EPS,
         )
         if width % geometry.heads:
             raise CheckpointError(f"config field {where}.heads: {geometry.heads} does not divide width {width}")
@@ -93,6 +129,38 @@ class Geometry:
 
     def as_dict(self) -> dict[str, int]:
         return {"width": self.width, "depth": self.depth, "heads": self.heads, "mlp_width": self.mlp_width}
+
+
+@dataclass(frozen=True)
+class Head:
+    """How a tower's stack starts and ends (version 2; the defaults are version 1's): a class
+    token first or not, a LayerNorm (``ln_pre``) before the first block or not, how the
+    stack's output is pooled into one row, and how that row is projected to ``dimensions``."""
+
+    class_token: bool = True
+    ln_pre: bool = False
+    pooling: str = "class"
+    projection: str = "linear"
+
+    @classmethod
+    def read(cls, cfg: Mapping[str, Any], where: str, poolings: Sequence[str], width: int, dimensions: int) -> Head:
+        """The head of the tower config ``cfg``; ``poolings`` are those this tower can run."""
+        head = cls(
+            class_token=flag(cfg, "class_token", where, True),
+            ln_pre=flag(cfg, "ln_pre", where, False),
+            pooling=choice(cfg, "pooling", where, poolings, "class"),
+            projection=choice(cfg, "projection", where, PROJECTIONS, "linear"),
+        )
+        if head.pooling == "class" and not head.class_token:
+            raise CheckpointError(f"config field {where}.pooling: 'class' needs a class token, but class_token is false")
+        if head.projection == "none" and width != dimensions:
+            raise CheckpointError(f"config field {where}.projection: 'none' needs width {width} to equal dimensions {dimensions}")
+        return head
+
+    @property
+    def first(self) -> int:
+        """Positions before the tower's own tokens: 1 with a class token, else 0."""
+        return int(self.class_token)
 
 
 @dataclass(frozen=True)
@@ -104,6 +172,15 @@ class ModelConfig:
     towers: Mapping[str, Mapping[str, Any]]
     choice_temperatures: tuple[float, ...]
     raw: Mapping[str, Any]
+    version: int = 1
+    # the checkpoint's other ``__metadata__`` entries (e.g. a tokenizer a tower reads), by key
+    extras: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def source(self) -> Mapping[str, Any] | None:
+        """Where a converted model came from (version 2's ``source``), or None."""
+        value = self.raw.get("source")
+        return value if isinstance(value, dict) else None
 
     @classmethod
     def from_metadata(cls, metadata: Mapping[str, str]) -> ModelConfig:
@@ -118,10 +195,10 @@ class ModelConfig:
             raise CheckpointError(f'config in __metadata__["{METADATA_KEY}"] is nested too deeply') from None
         if not isinstance(raw, dict):
             raise CheckpointError("config is not a JSON object")
-        return cls.from_dict(raw)
+        return cls.from_dict(raw, {k: v for k, v in metadata.items() if k != METADATA_KEY})
 
     @classmethod
-    def from_dict(cls, raw: Mapping[str, Any]) -> ModelConfig:
+    def from_dict(cls, raw: Mapping[str, Any], extras: Mapping[str, str] | None = None) -> ModelConfig:
         if raw.get("format") != FORMAT:
             raise CheckpointError(f"config field format: expected {FORMAT!r}, got {raw.get('format')!r}")
         version = integer(raw, "format_version", "", 1, 1 << 30)
@@ -133,6 +210,14 @@ class ModelConfig:
         towers = raw.get("towers")
         if not isinstance(towers, dict) or not towers or not all(isinstance(t, dict) for t in towers.values()):
             raise CheckpointError("config field towers: expected an object of tower configs, one at least")
+        if version < 2:
+            for key in sorted(V2_FIELDS & set(raw)):
+                raise CheckpointError(f"config field {key}: needs format_version 2 (the file says {version})")
+            for name, tower in towers.items():
+                for key in sorted(V2_TOWER_FIELDS & set(tower)):
+                    raise CheckpointError(f"config field towers.{name}.{key}: needs format_version 2 (the file says {version})")
+        _check_source(raw.get("source"))
+        _check_labels(raw.get("labels"))
         temps = raw.get("choice_temperatures", [1.0])
         if not isinstance(temps, list) or not temps:
             raise CheckpointError(f"config field choice_temperatures: expected a non-empty list, got {temps!r}")
@@ -144,10 +229,35 @@ class ModelConfig:
             if "choice_temperatures" in raw
             else (1.0,),
             raw=raw,
+            version=version,
+            extras=dict(extras or {}),
         )
 
     def to_metadata(self) -> dict[str, str]:
-        return {METADATA_KEY: json.dumps(self.raw, sort_keys=True, separators=(",", ":"))}
+        return {**self.extras, METADATA_KEY: json.dumps(self.raw, sort_keys=True, separators=(",", ":"))}
+
+
+SOURCE_KEYS = ("family", "name", "architecture", "converter")
+
+
+def _check_source(source: Any) -> None:
+    """``source``: absent, or an object of strings (family, name, architecture, converter)."""
+    if source is None:
+        return
+    if not isinstance(source, dict) or not all(isinstance(source.get(k, ""), str) for k in SOURCE_KEYS):
+        raise CheckpointError(f"config field source: expected an object of strings ({', '.join(SOURCE_KEYS)}), got {source!r}")
+
+
+def _check_labels(labels: Any) -> None:
+    """``labels``: absent, or ``{"kind": "softmax" | "sigmoid", "scale": number, "bias": number}``."""
+    if labels is None:
+        return
+    if not isinstance(labels, dict):
+        raise CheckpointError(f"config field labels: expected an object, got {labels!r}")
+    choice(labels, "kind", "labels", ("softmax", "sigmoid"), "")
+    number(labels, "scale", "labels", 0.0, 1e6)
+    if "bias" in labels:
+        number(labels, "bias", "labels", -1e6, 1e6)
 
 
 def make_config(
@@ -155,14 +265,20 @@ def make_config(
     context: int,
     towers: Mapping[str, Mapping[str, Any]],
     choice_temperatures: Sequence[float] = (1.0,),
+    format_version: int = WRITTEN_VERSION,
+    extra: Mapping[str, Any] | None = None,
+    extras: Mapping[str, str] | None = None,
 ) -> ModelConfig:
-    """Build and check a config the way a checkpoint would carry it."""
+    """Build and check a config the way a checkpoint would carry it: ``extra`` adds top-level
+    fields (version 2's ``source``, ``labels``), ``extras`` other ``__metadata__`` entries
+    (version 2's ``tokenizer``)."""
     raw = {
         "format": FORMAT,
-        "format_version": FORMAT_VERSION,
+        "format_version": format_version,
         "dimensions": dimensions,
         "context": context,
         "towers": {name: dict(cfg) for name, cfg in towers.items()},
         "choice_temperatures": [float(t) for t in choice_temperatures],
+        **(extra or {}),
     }
-    return ModelConfig.from_dict(raw)
+    return ModelConfig.from_dict(raw, extras)

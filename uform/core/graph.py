@@ -17,10 +17,11 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from .config import LAYER_NORM_EPS, Geometry
+from .config import LAYER_NORM_EPS, Geometry, Head
 
 OPSET = 21
 NEG_INF = -1e9
+QUICK_GELU = 1.702  # quick GELU: x * sigmoid(1.702 x)
 # metadata key: a JSON list of the graph's attentions, each the names of its fused qkv
 # projection, the [batch, tokens] shape, the additive mask ("" for none) and the context
 # ([batch * tokens, width]) with the head count and width. The graph itself stays standard ONNX; a
@@ -103,13 +104,29 @@ class GraphBuilder:
         self.residual_sites.append(out)
         return out
 
-    def layer_norm(self, x: str, prefix: str) -> str:
+    def layer_norm(self, x: str, prefix: str, eps: float = LAYER_NORM_EPS) -> str:
         w, b = self.weight(f"{prefix}.weight"), self.weight(f"{prefix}.bias")
-        return self.op("LayerNormalization", x, w, b, axis=-1, epsilon=LAYER_NORM_EPS)  # type: ignore[no-any-return]
+        return self.op("LayerNormalization", x, w, b, axis=-1, epsilon=eps)  # type: ignore[no-any-return]
 
     def gelu(self, x: str) -> str:
         """Exact GELU, ``0.5 x (1 + erf(x / sqrt 2))``: the standard ``Gelu`` op (opset 20)."""
         return self.op("Gelu", x, approximate="none")  # type: ignore[no-any-return]
+
+    def activate(self, x: str, activation: str) -> str:
+        """The MLP's activation, in the exact patterns a backend's epilogue fusion looks for:
+        ``gelu`` ``Gelu(approximate="none")``, ``gelu_tanh`` ``Gelu(approximate="tanh")``,
+        ``quick_gelu`` ``Mul(x, Sigmoid(Mul(x, 1.702)))`` (a float32 scalar constant)."""
+        if activation == "gelu":
+            return self.gelu(x)
+        if activation == "gelu_tanh":
+            return self.op("Gelu", x, approximate="tanh")  # type: ignore[no-any-return]
+        if activation == "quick_gelu":
+            return self.op("Mul", x, self.op("Sigmoid", self.op("Mul", x, self.scalar(QUICK_GELU))))  # type: ignore[no-any-return]
+        raise ValueError(f"unknown activation {activation!r}")
+
+    def mlp(self, x: str, prefix: str, g: Geometry) -> str:
+        """``fc2(act(fc1(x)))``."""
+        return self.linear(self.activate(self.linear(x, f"{prefix}.fc1"), g.activation), f"{prefix}.fc2")
 
     def l2_normalize(self, x: str) -> str:
         """Rows divided by their L2 norm (floored at 1e-12)."""
@@ -150,9 +167,9 @@ class GraphBuilder:
 
     def block(self, x: str, prefix: str, g: Geometry, bt: str, mask: str | None) -> str:
         """Pre-norm block: ``x + attn(ln1(x))`` then ``x + fc2(gelu(fc1(ln2(x))))``."""
-        x = self.residual(x, self.attention(self.layer_norm(x, f"{prefix}.ln1"), f"{prefix}.attn", g, bt, mask))
-        hidden = self.gelu(self.linear(self.layer_norm(x, f"{prefix}.ln2"), f"{prefix}.mlp.fc1"))
-        return self.residual(x, self.linear(hidden, f"{prefix}.mlp.fc2"))
+        eps = g.layer_norm_eps
+        x = self.residual(x, self.attention(self.layer_norm(x, f"{prefix}.ln1", eps), f"{prefix}.attn", g, bt, mask))
+        return self.residual(x, self.mlp(self.layer_norm(x, f"{prefix}.ln2", eps), f"{prefix}.mlp", g))
 
     def transformer(self, x: str, prefix: str, g: Geometry, mask: str | None = None, pick: Callable[[str], str] | None = None) -> str:
         """Run ``prefix.blocks.*`` then ``prefix.ln_final`` over ``x`` [B, T, W]; answer [B, T, W].
@@ -165,8 +182,8 @@ class GraphBuilder:
         for i in range(g.depth - (pick is not None)):
             h = self.block(h, f"{prefix}.blocks.{i}", g, bt, mask)
         if pick is not None:
-            return self.layer_norm(self.picked_block(h, f"{prefix}.blocks.{g.depth - 1}", g, shape, pick, mask), f"{prefix}.ln_final")
-        h = self.layer_norm(h, f"{prefix}.ln_final")
+            return self.layer_norm(self.picked_block(h, f"{prefix}.blocks.{g.depth - 1}", g, shape, pick, mask), f"{prefix}.ln_final", g.layer_norm_eps)
+        h = self.layer_norm(h, f"{prefix}.ln_final", g.layer_norm_eps)
         return self.op("Reshape", h, shape)  # type: ignore[no-any-return]
 
     def picked_block(self, h: str, prefix: str, g: Geometry, shape: str, pick: Callable[[str], str], mask: str | None) -> str:
@@ -178,11 +195,11 @@ class GraphBuilder:
         for the picked token alone: ``block``'s math for one token of T, without three
         quarters of a block's products."""
         bt = self.op("Slice", shape, self.ints([0]), self.ints([2]))
-        context = self.attention_context(self.layer_norm(h, f"{prefix}.ln1"), f"{prefix}.attn", g, bt, mask)
+        eps = g.layer_norm_eps
+        context = self.attention_context(self.layer_norm(h, f"{prefix}.ln1", eps), f"{prefix}.attn", g, bt, mask)
         mine = pick(self.op("Reshape", h, shape))
         mine = self.residual(mine, self.linear(pick(self.op("Reshape", context, shape)), f"{prefix}.attn.out"))
-        hidden = self.gelu(self.linear(self.layer_norm(mine, f"{prefix}.ln2"), f"{prefix}.mlp.fc1"))
-        return self.residual(mine, self.linear(hidden, f"{prefix}.mlp.fc2"))
+        return self.residual(mine, self.mlp(self.layer_norm(mine, f"{prefix}.ln2", eps), f"{prefix}.mlp", g))
 
     def class_token(self, x: str) -> str:
         """The first (class) token of each row of ``x`` [B, T, C]: [B, C] (a ``pick``)."""
@@ -192,9 +209,48 @@ class GraphBuilder:
         """The first (class) token of ``hidden`` [B, T, W], projected and L2-normalised: [B, D]."""
         return self.projected_embedding(self.class_token(hidden), prefix)
 
-    def projected_embedding(self, pooled: str, prefix: str) -> str:
-        """``pooled`` [B, W] (e.g. ``transformer(..., pick=class_token)``) projected and L2-normalised: [B, D]."""
-        return self.l2_normalize(self.linear(pooled, f"{prefix}.projection", bias=False))
+    def token_at(self, indices: str) -> Callable[[str], str]:
+        """A ``pick`` taking token ``indices[b]`` (int64 [B]) of each row ``b``."""
+        at = self.op("Unsqueeze", indices, self.ints([1]))
+        return lambda x: self.op("GatherND", x, at, batch_dims=1)  # type: ignore[no-any-return]
+
+    def last_position(self, x: str) -> str:
+        """The last token of each row of ``x`` [B, T, C]: [B, C] (a ``pick``)."""
+        return self.op("Gather", x, self.const(np.int64(-1)), axis=1)  # type: ignore[no-any-return]
+
+    def projected_embedding(self, pooled: str, prefix: str, projection: str = "linear") -> str:
+        """``pooled`` [B, W] (e.g. ``transformer(..., pick=class_token)``) projected (``linear``: no
+        bias; ``linear_bias``; ``none``: as it is) and L2-normalised: [B, D]."""
+        if projection != "none":
+            pooled = self.linear(pooled, f"{prefix}.projection", bias=projection == "linear_bias")
+        return self.l2_normalize(pooled)
+
+    def stack_input(self, x: str, prefix: str, g: Geometry, head: Head) -> str:
+        """``x`` [B, T, W] as the first block reads it: through ``prefix.ln_pre`` when the head has one."""
+        return self.layer_norm(x, f"{prefix}.ln_pre", g.layer_norm_eps) if head.ln_pre else x
+
+    def attention_pool(self, hidden: str, prefix: str, g: Geometry) -> str:
+        """SigLIP's attention pooling head over ``hidden`` [B, T, W] (the stack's output): [B, W].
+
+        ``o = MHA(query = prefix.pool.probe, keys = values = hidden)`` with the heads of the
+        stack, its q, k, v the rows of ``prefix.pool.attn.qkv`` and its output projection
+        ``prefix.pool.attn.out``; then ``o + MLP(LayerNorm(o))`` (``prefix.pool.ln``, ``prefix.pool.mlp``)."""
+        p, w, hd = f"{prefix}.pool", g.width, g.head_dim
+        weight, bias = self.weight(f"{p}.attn.qkv.weight"), self.weight(f"{p}.attn.qkv.bias")
+        q_w, kv_w = (self.op("Slice", weight, self.ints([a]), self.ints([b])) for a, b in ((0, w), (w, 3 * w)))
+        q_b, kv_b = (self.op("Slice", bias, self.ints([a]), self.ints([b])) for a, b in ((0, w), (w, 3 * w)))
+        probe = self.op("Reshape", self.weight(f"{p}.probe"), self.ints([1, w]))
+        q = self.op("Mul", self.op("Gemm", probe, q_w, q_b, transB=1), self.scalar(1 / np.sqrt(hd)))
+        q = self.op("Transpose", self.op("Reshape", q, self.ints([1, 1, g.heads, hd])), perm=[0, 2, 1, 3])  # [1, H, 1, hd]
+        shape = self.op("Shape", hidden)
+        bt = self.op("Slice", shape, self.ints([0]), self.ints([2]))
+        kv = self.op("Gemm", self.op("Reshape", hidden, self.ints([-1, w])), kv_w, kv_b, transB=1)  # [B*T, 2W]
+        kv = self.op("Transpose", self.op("Reshape", kv, self.op("Concat", bt, self.ints([2, g.heads, hd]), axis=0)), perm=[2, 0, 3, 1, 4])
+        k, v = (self.op("Squeeze", part, self.ints([0])) for part in self.op("Split", kv, axis=0, outputs=2))
+        scores = self.op("MatMul", q, self.op("Transpose", k, perm=[0, 1, 3, 2]))  # [B, H, 1, T]
+        context = self.op("MatMul", self.op("Softmax", scores, axis=-1), v)  # [B, H, 1, hd]
+        o = self.linear(self.op("Reshape", context, self.ints([-1, w])), f"{p}.attn.out")
+        return self.residual(o, self.mlp(self.layer_norm(o, f"{p}.ln", g.layer_norm_eps), f"{p}.mlp", g))
 
     def prepend_class_token(self, x: str, prefix: str) -> str:
         """``[cls + pos[0], x...]`` along tokens, for ``x`` [B, T, W] already holding pos[1:]."""

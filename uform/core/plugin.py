@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 import numpy as np
 import onnx
 
-from .config import Geometry, ModelConfig
+from .config import Geometry, Head, ModelConfig
 from .graph import GraphBuilder
 from .types import CPUClass, GPUClass, Scalar
 
@@ -32,9 +32,11 @@ class TensorSpec:
     std: float = 0.02
 
 
-def stack_tensors(prefix: str, g: Geometry, dimensions: int | None = None) -> dict[str, TensorSpec]:
+def stack_tensors(prefix: str, g: Geometry, dimensions: int | None = None, head: Head | None = None) -> dict[str, TensorSpec]:
     """The tensors of ``prefix.blocks.*`` and ``prefix.ln_final`` (see docs/checkpoint.md),
-    plus ``prefix.projection.weight`` [dimensions, width] when ``dimensions`` is given."""
+    plus ``prefix.projection.weight`` [dimensions, width] when ``dimensions`` is given, and
+    what ``head`` adds or drops (version 2: ``ln_pre``, the projection's bias or none, the
+    attention pooling head; not the class token, which the tower declares)."""
     w, m = g.width, g.mlp_width
     ones, zeros = TensorSpec((w,), mean=1.0), TensorSpec((w,))
     out: dict[str, TensorSpec] = {}
@@ -49,8 +51,23 @@ def stack_tensors(prefix: str, g: Geometry, dimensions: int | None = None) -> di
             f"{p}.mlp.fc2.weight": TensorSpec((w, m)), f"{p}.mlp.fc2.bias": zeros,
         })  # fmt: skip
     out[f"{prefix}.ln_final.weight"], out[f"{prefix}.ln_final.bias"] = ones, zeros
-    if dimensions is not None:
+    head = head or Head()
+    if head.ln_pre:
+        out[f"{prefix}.ln_pre.weight"], out[f"{prefix}.ln_pre.bias"] = ones, zeros
+    if head.pooling == "attention":
+        p = f"{prefix}.pool"
+        out.update({
+            f"{p}.probe": TensorSpec((w,)),
+            f"{p}.attn.qkv.weight": TensorSpec((3 * w, w)), f"{p}.attn.qkv.bias": TensorSpec((3 * w,)),
+            f"{p}.attn.out.weight": TensorSpec((w, w)), f"{p}.attn.out.bias": zeros,
+            f"{p}.ln.weight": ones, f"{p}.ln.bias": zeros,
+            f"{p}.mlp.fc1.weight": TensorSpec((m, w)), f"{p}.mlp.fc1.bias": TensorSpec((m,)),
+            f"{p}.mlp.fc2.weight": TensorSpec((w, m)), f"{p}.mlp.fc2.bias": zeros,
+        })  # fmt: skip
+    if dimensions is not None and head.projection != "none":
         out[f"{prefix}.projection.weight"] = TensorSpec((dimensions, w))
+        if head.projection == "linear_bias":
+            out[f"{prefix}.projection.bias"] = TensorSpec((dimensions,))
     return out
 
 

@@ -41,17 +41,28 @@ class Stored(Mapping[str, np.ndarray]):
     load never holds the file's bytes beside the packed ones.
     """
 
-    def __init__(self, source: Source, names: Iterable[str]) -> None:
+    def __init__(self, source: Source, names: Iterable[str], as_bf16: bool = False) -> None:
         self._source, self._names = source, list(names)
         self._names_set = frozenset(self._names)
         self._read: dict[str, np.ndarray] = {}
+        # version 2: F16 and F32 tensors are rounded to BF16 as they are read (a BF16 or E4M3 load)
+        self._as_bf16 = as_bf16
+
+    def _widened(self, name: str) -> bool:
+        """Whether weight ``name`` is stored in another type than it is handed over in."""
+        return self._as_bf16 and self._source.entries[name].dtype != "BF16"
 
     def __getitem__(self, name: str) -> np.ndarray:
         array = self._read.get(name)
         if array is None:
             if name not in self._names_set:
                 raise KeyError(name)
-            array = self._read[name] = self._source.array(name)
+            array = self._source.array(name)
+            if self._widened(name):
+                import ml_dtypes
+
+                array = array.astype(ml_dtypes.bfloat16)
+            self._read[name] = array
         return array
 
     def __contains__(self, name: object) -> bool:  # Mapping's own would read the weight
@@ -86,6 +97,10 @@ class Stored(Mapping[str, np.ndarray]):
         caller checks its bits itself)."""
         if name in self._read or not self._source.streams:
             return self[name]
+        if self._widened(name):  # rounded into an array of its own (the scratch is sized for BF16)
+            import ml_dtypes
+
+            return self._source.array(name).astype(ml_dtypes.bfloat16)
         return self._source.read_into(name, scratch, skip_bf16_check)
 
 

@@ -2,21 +2,24 @@
 
 Tensors and math are in docs/checkpoint.md ("text tower"). Texts are truncated at the
 model's ``context`` bytes, sorted by length and cut into buckets of neighbours in length
-where a cut saves more padding than running one more batch costs (:func:`plan`).
+where a cut saves more padding than running one more batch costs (:func:`plan`). A version-2
+tower may hold a tokenizer of its own instead (:mod:`uform.plugins.tokens`): texts are then
+token ids, truncated at the tower's ``context`` tokens.
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from onnx import TensorProto
 
 from uform.core.arena import Arena, Encoded
-from uform.core.config import Geometry, ModelConfig, integer
+from uform.core.config import MAX_CONTEXT, Geometry, Head, ModelConfig, choice, flag, integer, optional_integer
+from uform.core.errors import CheckpointError
 from uform.core.errors import InputError
 from uform.core.graph import GraphBuilder
 from uform.core.hookspecs import hookimpl
@@ -24,6 +27,8 @@ from uform.core.pipeline import Batch, EncodeOptions, check_stats, encode
 from uform.core.plugin import Modality, TensorSpec, Tower, stack_tensors
 from uform.core.runtime import Call
 from uform.core.stats import EncodeStats
+
+from . import tokens
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -49,40 +54,84 @@ class TextEncodeStats(EncodeStats):
 class TextTower:
     geometry: Geometry
     token_width: int
+    head: Head = Head()
+    context: int = 0  # tokens a text spans (version 2's towers.text.context; else the model's)
+    vocab_size: int = BYTES
+    mask: str = "padding"  # "padding", "causal" or "none"
+    pad_to_context: bool = False
+    pad_id: int = 0
+    tokenizer: tokens.HeldTokenizer | None = field(default=None, compare=False)
 
 
 def read(cfg: Mapping[str, Any], model: ModelConfig) -> TextTower:
-    return TextTower(Geometry.read(cfg, "towers.text"), integer(cfg, "token_width", "towers.text", 0, 16384))
+    where = "towers.text"
+    g = Geometry.read(cfg, where)
+    token_width = integer(cfg, "token_width", where, 0, 16384) if "token_width" in cfg or model.version < 2 else 0
+    head = Head.read(cfg, where, ("class", "last_token", "final_position"), g.width, model.dimensions)
+    kind = choice(cfg, "tokenizer", where, ("bytes", "tokenizer.json"), "bytes")
+    vocab = optional_integer(cfg, "vocab_size", where, 1, 1 << 24, BYTES)
+    context = optional_integer(cfg, "context", where, 1, MAX_CONTEXT, model.context)
+    if kind == "bytes" and vocab != BYTES:
+        raise CheckpointError(f"config field {where}.vocab_size: {vocab}, but a byte-level tower has {BYTES} tokens")
+    if kind == "bytes" and context != model.context:
+        raise CheckpointError(f"config field {where}.context: {context}, but a byte-level tower spans the model's context ({model.context})")
+    t = TextTower(
+        g, token_width, head, context, vocab,
+        mask=choice(cfg, "mask", where, ("padding", "causal", "none"), "padding"),
+        pad_to_context=flag(cfg, "pad_to_context", where, False),
+        pad_id=optional_integer(cfg, "pad_id", where, 0, vocab - 1, 0),
+        tokenizer=tokens.read(model.extras, context, vocab, where) if kind == "tokenizer.json" else None,
+    )  # fmt: skip
+    if head.pooling == "final_position" and not t.pad_to_context:
+        raise CheckpointError(f"config field {where}.pooling: 'final_position' needs pad_to_context true")
+    return t
 
 
 def tensors(t: TextTower, model: ModelConfig) -> dict[str, TensorSpec]:
     w = t.geometry.width
-    out = {
-        "text.embed.weight": TensorSpec((BYTES, w)),
-        "text.cls": TensorSpec((w,)),
-        "text.pos.weight": TensorSpec((model.context + 1, w)),
-    }
-    out.update(stack_tensors("text", t.geometry, model.dimensions))
+    out = {"text.embed.weight": TensorSpec((t.vocab_size, w))}
+    if t.head.class_token:
+        out["text.cls"] = TensorSpec((w,))
+    out["text.pos.weight"] = TensorSpec((t.context + t.head.first, w))
+    out.update(stack_tensors("text", t.geometry, model.dimensions, t.head))
     if t.token_width:
         out["text.token_head.weight"] = TensorSpec((t.token_width, w))
     return out
 
 
 def graph(t: TextTower, model: ModelConfig, b: GraphBuilder) -> None:
-    ids = b.input("bytes", TensorProto.INT64, ["batch", "length"])
+    ids = b.input("bytes", TensorProto.INT64, ["batch", "length"])  # token ids: bytes in version 1
     lengths = b.input("lengths", TensorProto.INT64, ["batch"])
     length = b.op("Slice", b.op("Shape", ids), b.ints([1]), b.ints([2]))
-    positions = b.op("Slice", b.weight("text.pos.weight"), b.ints([1]), b.op("Add", length, b.ints([1])))
-    x = b.op("Add", b.op("Gather", b.weight("text.embed.weight"), ids), positions)
-    x = b.prepend_class_token(x, "text")
-    mask = b.padding_mask(b.op("Add", lengths, b.const(np.int64(1))), b.op("Add", length, b.ints([1])))
-    if not t.token_width:  # only the class token is read: the last block runs for it alone
-        pooled = b.transformer(x, "text", t.geometry, mask, pick=b.class_token)
-        b.output(b.projected_embedding(pooled, "text"), "embeddings", None, ["batch", model.dimensions])
+    if t.head.class_token:  # version 1's graph, node for node
+        positions = b.op("Slice", b.weight("text.pos.weight"), b.ints([1]), b.op("Add", length, b.ints([1])))
+        x = b.op("Add", b.op("Gather", b.weight("text.embed.weight"), ids), positions)
+        x = b.prepend_class_token(x, "text")
+    else:
+        positions = b.op("Slice", b.weight("text.pos.weight"), b.ints([0]), length)
+        x = b.op("Add", b.op("Gather", b.weight("text.embed.weight"), ids), positions)
+    x = b.stack_input(x, "text", t.geometry, t.head)
+    first = t.head.first
+    if t.mask == "padding":
+        mask: str | None = b.padding_mask(b.op("Add", lengths, b.const(np.int64(first))), b.op("Add", length, b.ints([first])))
+    elif t.mask == "causal":  # padding follows the real tokens: causality alone hides it from them
+        mask = b.causal_mask(b.op("Add", length, b.ints([first])))
+    else:
+        mask = None
+    if t.head.pooling == "last_token":
+        pick = b.token_at(b.op("Max", b.op("Add", lengths, b.const(np.int64(first - 1))), b.const(np.int64(0))))
+    elif t.head.pooling == "final_position":
+        pick = b.last_position
+    else:
+        pick = b.class_token
+    if not t.token_width:  # only the pooled token is read: the last block runs for it alone
+        pooled = b.transformer(x, "text", t.geometry, mask, pick=pick)
+        b.output(b.projected_embedding(pooled, "text", t.head.projection), "embeddings", None, ["batch", model.dimensions])
     else:
         hidden = b.transformer(x, "text", t.geometry, mask)
-        b.output(b.pooled_embedding(hidden, "text"), "embeddings", None, ["batch", model.dimensions])
-        rows = b.op("Reshape", b.op("Slice", hidden, b.ints([1]), b.ints([1 << 62]), b.ints([1])), b.ints([-1, t.geometry.width]))
+        b.output(b.projected_embedding(pick(hidden), "text", t.head.projection), "embeddings", None, ["batch", model.dimensions])
+        rows = b.op("Slice", hidden, b.ints([first]), b.ints([1 << 62]), b.ints([1]))
+        rows = b.op("Reshape", rows, b.ints([-1, t.geometry.width]))
         vectors = b.l2_normalize(b.linear(rows, "text.token_head", bias=False))
         shape = b.op("Concat", b.op("Shape", ids), b.ints([t.token_width]), axis=0)
         b.output(b.op("Reshape", vectors, shape, allowzero=1), "tokens", None, ["batch", "length", t.token_width])
@@ -171,6 +220,9 @@ def text_encode(
     **options: Unpack[EncodeOptions],
 ) -> Encoded:
     check_stats(stats, TextEncodeStats)
+    tower: TextTower = call.parsed
+    if tower.tokenizer is not None:
+        return _encode_tokens(call, tower, tower.tokenizer, texts, arena, stats, options)
     encoded = as_bytes(texts)
     context = call.config.context
     full = np.fromiter((len(t) for t in encoded), np.int64, len(encoded))
@@ -179,6 +231,35 @@ def text_encode(
     batches = plan(lengths, call.rows(MAX_ROWS), call.rows(TOKEN_BUDGET), call.rows(RUN_TOKENS))
     result = encode(call, len(chunks), [functools.partial(feeds, chunks, lengths, idx) for idx in batches], arena, stats=stats, **options)
     count_bytes(stats, full, lengths, batches)
+    return result
+
+
+def token_feeds(ids: Sequence[np.ndarray], lengths: np.ndarray, width: int | None, pad_id: int, indices: np.ndarray) -> Batch:
+    """The ``bytes`` (token ids) [rows, longest or ``width``] and ``lengths`` [rows] feeds of one
+    batch, padded with ``pad_id``."""
+    rows = lengths[indices]
+    out = np.full((len(indices), int(rows.max(initial=0)) if width is None else width), pad_id, np.int64)
+    for row, i in enumerate(indices):
+        out[row, : len(ids[i])] = ids[i]
+    return Batch(indices, {"bytes": out, "lengths": rows.astype(np.int64)}, token_counts=rows)
+
+
+def _encode_tokens(
+    call: Call, tower: TextTower, tokenizer: tokens.HeldTokenizer, texts: Iterable[str | bytes], arena: Arena, stats: TextEncodeStats | None, options: EncodeOptions
+) -> Encoded:
+    """``text_encode`` through the checkpoint's own tokenizer (version 2)."""
+    encoded = tokenizer.encode(tokens.as_texts(texts))
+    kept = encoded.kept
+    width = tower.context if tower.pad_to_context else None
+    planned = np.full_like(kept, tower.context) if width is not None else kept - (1 - tower.head.first)  # plan() counts a class token
+    batches = plan(planned, call.rows(MAX_ROWS), call.rows(TOKEN_BUDGET), call.rows(RUN_TOKENS))
+    thunks = [functools.partial(token_feeds, encoded.ids, kept, width, tower.pad_id, idx) for idx in batches]
+    result = encode(call, len(kept), thunks, arena, stats=stats, **options)
+    if stats is not None:
+        stats.tokens += int(kept.sum())
+        stats.truncated_items += int((encoded.full > kept).sum())
+        stats.truncated_tokens += int((encoded.full - kept).sum())
+        stats.padding_tokens += sum(len(i) * (width if width is not None else int(kept[i].max())) - int(kept[i].sum()) for i in batches)
     return result
 
 

@@ -1,0 +1,97 @@
+"""A text tower's tokenizer held in the checkpoint (version 2's ``tokenizer: "tokenizer.json"``).
+
+The checkpoint's ``__metadata__["tokenizer"]`` holds a Hugging Face ``tokenizer.json`` as its
+JSON text; the ``tokenizers`` library (Rust) runs it, imported only when such a file loads.
+Any truncation or padding settings inside the file are ignored: texts are encoded with their
+special tokens, truncated to the tower's ``context`` tokens by the library (specials kept, as
+``truncation=True, max_length=context`` does in transformers), and padded by the text plugin.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from uform.core.errors import CheckpointError, InputError, UnsupportedError
+
+METADATA_KEY = "tokenizer"
+EXTRA = "models"  # the extra that installs the tokenizers library
+
+
+@dataclass(frozen=True)
+class Tokens:
+    """Texts as token ids: each row truncated to ``context``, and every row's length before."""
+
+    ids: list[np.ndarray]
+    kept: np.ndarray
+    full: np.ndarray
+
+
+class HeldTokenizer:
+    """The tokenizer of a checkpoint: one instance truncating at ``context``, one not (to count
+    what truncation cut, in the model's tokens)."""
+
+    def __init__(self, text: str, context: int, vocab_size: int, where: str) -> None:
+        try:
+            from tokenizers import Tokenizer
+        except ImportError:
+            raise UnsupportedError(
+                f"config field {where}: a checkpoint with its own tokenizer needs the tokenizers library: pip install 'uform[{EXTRA}]'"
+            ) from None
+        try:
+            self._cut, self._whole = Tokenizer.from_str(text), Tokenizer.from_str(text)
+        except Exception as exc:  # noqa: BLE001 - whatever the library says, the file is at fault
+            raise CheckpointError(f'__metadata__["{METADATA_KEY}"] is not a tokenizer.json the tokenizers library reads ({exc})') from None
+        size = self._cut.get_vocab_size(with_added_tokens=True)
+        if size > vocab_size:
+            raise CheckpointError(f"config field {where}.vocab_size: {vocab_size}, but the tokenizer has {size} tokens")
+        for tok in (self._cut, self._whole):
+            tok.no_padding()
+            tok.no_truncation()
+        self._cut.enable_truncation(max_length=context)
+        self.context = context
+
+    def encode(self, texts: Sequence[str]) -> Tokens:
+        """Every text's ids (int64, specials included, at most ``context``) and full lengths."""
+        cut = self._cut.encode_batch(list(texts))
+        ids = [np.asarray(e.ids, np.int64) for e in cut]
+        kept = np.fromiter((len(i) for i in ids), np.int64, len(ids))
+        full = kept.copy()
+        truncated = [i for i, e in enumerate(cut) if e.overflowing]
+        if truncated:
+            whole = self._whole.encode_batch([texts[i] for i in truncated])
+            full[truncated] = [len(e.ids) for e in whole]
+        return Tokens(ids, kept, full)
+
+
+def read(metadata: Mapping[str, str], context: int, vocab_size: int, where: str) -> HeldTokenizer:
+    """The checkpoint's tokenizer; CheckpointError when it is missing or does not parse."""
+    text = metadata.get(METADATA_KEY)
+    if text is None:
+        raise CheckpointError(f'config field {where}.tokenizer: "tokenizer.json", but __metadata__["{METADATA_KEY}"] is missing')
+    return HeldTokenizer(text, context, vocab_size, where)
+
+
+def as_texts(texts: Any) -> list[str]:
+    """Each text as ``str`` (bytes decoded as UTF-8); InputError names the first bad item."""
+    if isinstance(texts, (str, bytes, bytearray, memoryview)):
+        raise TypeError(f"texts must be a sequence of str or bytes, got a single {type(texts).__name__}; wrap it in a list")
+    out = []
+    for i, text in enumerate(texts):
+        if isinstance(text, str):
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                raise InputError(i, f"text is not encodable as UTF-8 ({exc.reason} at {exc.start})") from None
+            out.append(text)
+        elif isinstance(text, (bytes, bytearray, memoryview)):
+            try:
+                out.append(bytes(text).decode("utf-8"))
+            except UnicodeDecodeError as exc:
+                raise InputError(i, f"bytes are not UTF-8 ({exc.reason} at byte {exc.start}); this model's tokenizer reads text") from None
+        else:
+            raise InputError(i, f"expected str or bytes, got {type(text).__name__}")
+    return out
