@@ -54,6 +54,9 @@ def run(args: argparse.Namespace) -> int:
         failures.append(f)
         say(f.line())
 
+    from uform.index.update import refuse_inside
+
+    refuse_inside(args.into, args.paths)  # before an index is made in a folder it would then walk
     with open_index(args, args.into, read_only=False, scalar=args.outputs_scalar) as index:
         if args.import_parquet:
             print(f"imported {args.import_parquet}: {index.import_parquet(args.import_parquet)} rows")

@@ -16,8 +16,8 @@ from ..core.scalars import coerce
 from ..core.types import Scalar
 from . import ivf, scoring
 from .scoring import Hit
-from .store import MODALITIES, Identity, IndexModelError, Store
-from .update import Text, UpdateReport, Updater
+from .store import MODALITIES, Identity, IndexModelError, Store, refuse_foreign
+from .update import Text, UpdateReport, Updater, refuse_inside
 
 if TYPE_CHECKING:
     from ..inputs import Failure
@@ -83,6 +83,7 @@ class Index:
         exists = (self.path / "index.sqlite").exists()
         identity = None
         if not exists and not read_only:
+            refuse_foreign(self.path)  # before a model is loaded for it
             dims = self._load().describe().dimensions
             identity = Identity(sha, os.path.abspath(self.checkpoint), asked_q, dims, asked_s or Scalar.F32.value)
         try:
@@ -142,6 +143,8 @@ class Index:
         from ..inputs import Silent
 
         store = self._writer()
+        sources = list(sources)
+        refuse_inside(self.path, sources)
         try:
             result = Updater(store, self._load, progress, report, Silent()).run(sources)
             if compact and not self.build_ivf():
@@ -209,14 +212,15 @@ class Index:
 
     def search_file(self, path: _PathLike, k: int = 10, *, modalities: Sequence[str] | None = None, exact: bool = False) -> list[Hit]:
         """The ``k`` items nearest to a media file (near-duplicates, "more like this"), itself included when indexed."""
-        from ..inputs import VERBS, modality_of
+        from ..inputs import modality_of
+        from ..served import ITEM_VERBS
         from ..core.arena import Arena
 
         p = os.fspath(path)
         modality = modality_of(p)
         if modality is None:
             raise ValueError(f"{p}: not a file of a known media type (image, video or audio by its extension)")
-        embedding = np.array(getattr(self._load(), VERBS[modality])([p], Arena()).embeddings[0])
+        embedding = np.array(getattr(self._load(), ITEM_VERBS[modality])([p], Arena()).embeddings[0])
         return self.search_embedding(embedding, k, modalities=modalities, exact=exact)
 
     def search_embedding(self, embedding: np.ndarray, k: int = 10, *, modalities: Sequence[str] | None = None,

@@ -45,6 +45,29 @@ CREATE TABLE texts(path TEXT PRIMARY KEY, size INTEGER NOT NULL, mtime INTEGER N
 """
 
 
+NEW_DATABASE = DATABASE + ".new"  # a database being created, renamed to DATABASE once whole
+CREATION = ("lock", NEW_DATABASE, *(NEW_DATABASE + s for s in ("-journal", "-wal", "-shm")))  # a creation's files
+
+
+def generation_files(generation: int) -> tuple[str, ...]:
+    """The files of one generation: its rows, its kind bytes, its IVF lists (and their temporary)."""
+    return (f"vectors-{generation}.bin", f"kinds-{generation}.bin", f"ivf-{generation}.npz", f"ivf-{generation}.tmp")
+
+
+def refuse_foreign(folder: Path) -> None:
+    """An index is made in a new or empty folder: refuse one that holds anything but a creation's own files."""
+    try:
+        found = sorted(p.name for p in folder.iterdir() if p.name not in CREATION)
+    except FileNotFoundError:
+        return
+    except NotADirectoryError:
+        raise IndexFormatError(f"{folder}: is a file, not an index folder; give a new or empty folder to --into") from None
+    if found:
+        shown = ", ".join(repr(n) for n in found[:3]) + (f" and {len(found) - 3} more" if len(found) > 3 else "")
+        raise IndexFormatError(f"{folder}: not a uform index, and not empty (it holds {shown}): an index is made in a new or "
+                               "empty folder, which it owns; give another folder to --into")  # fmt: skip
+
+
 class IndexFormatError(UformError, ValueError):
     """Not a uform index, an index of another format version, or a damaged one."""
 
@@ -100,16 +123,24 @@ class Store:
             fresh = not db.exists()
             if fresh and identity is None:
                 raise FileNotFoundError(f"{self.folder}: no such index")
+            if fresh:
+                refuse_foreign(self.folder)
+            else:
+                self._refuse_empty(db)
             self.folder.mkdir(parents=True, exist_ok=True)
             self._take_lock()
-            self.conn = self._connect(db, write=True)
-            if fresh or not self._has_meta():
+            if fresh:
                 assert identity is not None
-                self._create(identity)
+                self._create(db, identity)
+            self.conn = self._connect(db, write=True)
+            if not self._has_meta():
+                self.close()
+                raise self._damaged(f"{DATABASE} holds no meta table")
         else:
             if not db.is_file():
                 what = "is not a uform index (no index.sqlite in it)" if self.folder.is_dir() else "no such index"
                 raise FileNotFoundError(f"{self.folder}: {what}")
+            self._refuse_empty(db)
             self.conn = self._connect(db, write=False)
         self.meta = self._read_meta()
         self.identity = Identity(self.meta["checkpoint_sha256"], self.meta["checkpoint"], self.meta["quantization"],
@@ -120,6 +151,11 @@ class Store:
             self._recover()
 
     # -- opening ---------------------------------------------------------------------------
+
+    def _refuse_empty(self, db: Path) -> None:
+        """An emptied database is damage (SQLite would take it for a new one, and write it)."""
+        if db.is_file() and db.stat().st_size == 0:
+            raise self._damaged(f"{DATABASE} is empty")
 
     def _take_lock(self) -> None:
         try:
@@ -148,7 +184,7 @@ class Store:
         except sqlite3.OperationalError as exc:  # a file it may not open or write, a disk that is full
             raise OSError(f"{self.folder}: cannot open the index{' for writing' if write else ''} ({exc}); it is left as it was") from None
         except sqlite3.DatabaseError as exc:
-            raise self._damaged(f"the database cannot be read ({exc})") from None
+            raise self._damaged(f"{DATABASE} cannot be read ({exc})") from None
 
     @staticmethod
     def _reader(db: Path) -> sqlite3.Connection:
@@ -162,18 +198,32 @@ class Store:
     def _has_meta(self) -> bool:
         return bool(self.conn.execute("SELECT count(*) FROM sqlite_master WHERE name='meta'").fetchone()[0] == 1)
 
-    def _create(self, identity: Identity) -> None:
+    def _create(self, db: Path, identity: Identity) -> None:
+        """Make the database under a name of its own (``index.sqlite.new``), whole, then rename it:
+        an ``index.sqlite`` without its tables is always damage, never a creation cut short."""
         from .. import __version__
 
         row_dtype(Scalar(identity.scalar), identity.dimensions)  # refuses a scalar the index does not store
         meta = {"format": FORMAT, "uform": __version__, "generation": "0", "slots": "0", **{k: str(v) for k, v in vars(identity).items()}}
-        with self.transaction() as c:
+        new = db.with_name(NEW_DATABASE)
+        for name in CREATION[1:]:  # a creation killed before its rename (refuse_foreign let no other file be here)
+            (self.folder / name).unlink(missing_ok=True)
+        conn = self._connect(new, write=True)
+        try:
+            conn.execute("BEGIN IMMEDIATE")
             for statement in SCHEMA.strip().split(";"):
                 if statement.strip():
-                    c.execute(statement)
-            c.executemany("INSERT INTO meta VALUES (?, ?)", meta.items())
-        for name in ("vectors", "kinds"):
-            open(self._path(name, 0), "ab").close()
+                    conn.execute(statement)
+            conn.executemany("INSERT INTO meta VALUES (?, ?)", meta.items())
+            conn.execute("COMMIT")
+        finally:
+            conn.close()  # checkpoints the WAL into the file and removes it
+        os.replace(new, db)
+        fd = os.open(self.folder, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
     def _damaged(self, why: str) -> IndexFormatError:
         return IndexFormatError(f"{self.folder}: the index is damaged: {why}; move it away and run `uform index ... --into {self.folder}` "
@@ -183,37 +233,52 @@ class Store:
         try:
             meta = dict(self.conn.execute("SELECT key, value FROM meta").fetchall())
         except sqlite3.DatabaseError as exc:
-            raise self._damaged(f"its tables cannot be read ({exc})") from None
+            raise self._damaged(f"{DATABASE}'s tables cannot be read ({exc})") from None
         if meta.get("format") != FORMAT:
             raise IndexFormatError(f"{self.folder}: an index of format {meta.get('format')!r}, which this uform does not read "
                                    f"(it reads {FORMAT!r}); build it again with `uform index ... --into NEW`")  # fmt: skip
         missing = {"checkpoint_sha256", "checkpoint", "quantization", "dimensions", "scalar", "generation", "slots"} - set(meta)
         if missing:
-            raise self._damaged(f"its meta table lacks {', '.join(sorted(missing))}")
+            raise self._damaged(f"{DATABASE}'s meta table lacks {', '.join(sorted(missing))}")
         return meta
 
     def _path(self, name: str, generation: int) -> Path:
         return self.folder / f"{name}-{generation}.bin"
 
     def _recover(self) -> None:
-        """A writer's start: cut what a killed writer appended past the committed slots, and drop
-        the files of older generations a compaction left."""
+        """A writer's start: refuse damage; cut what a killed writer appended past the committed
+        slots; and delete the files of the generation a compaction recorded in ``meta.next``
+        before writing them (a compaction killed before its commit), or of the one before it (one
+        killed after). No other file in the folder is ever deleted."""
         generation, slots = self.state()
+        files = {}
         for name, width in (("vectors", self.dtype.itemsize), ("kinds", 1)):
             path = self._path(name, generation)
-            f = open(path, "r+b") if path.exists() else open(path, "w+b")
-            size = os.fstat(f.fileno()).st_size
+            if not path.exists():
+                if slots:
+                    raise self._damaged(f"{path.name} is missing; the database says it holds {slots} rows")
+                files[name] = open(path, "w+b")  # an index with no rows yet: nothing lost
+                continue
+            size = path.stat().st_size
             if size < slots * width:
-                f.close()
                 raise self._damaged(f"{path.name} holds {size // width} rows, the database says {slots}")
+            files[name] = path
+        for name, width in (("vectors", self.dtype.itemsize), ("kinds", 1)):
+            f = files[name] if not isinstance(files[name], Path) else open(files[name], "r+b")
             f.truncate(slots * width)
             self._files[name] = f
-        keep = {self._path("vectors", generation).name, self._path("kinds", generation).name, self.meta.get("ivf", "")}
-        current = self.conn.execute("SELECT value FROM meta WHERE key = 'ivf'").fetchone()
-        keep.add(current[0] if current else "")
-        for p in [*self.folder.glob("*-*.bin"), *self.folder.glob("ivf-*")]:
-            if p.name not in keep:
-                p.unlink(missing_ok=True)
+        recorded = self.meta.get("next")
+        if recorded is not None and recorded.isdigit():
+            other = int(recorded) - 1 if int(recorded) == generation else int(recorded)
+            if other != generation:
+                for name in generation_files(other):
+                    (self.folder / name).unlink(missing_ok=True)
+
+    def check_slots(self, slots: int) -> None:
+        """Refuse a database whose items point past the committed slots (``meta.slots`` lowered)."""
+        top = self.conn.execute("SELECT max(slot), min(slot) FROM items").fetchone()
+        if top[0] is not None and (top[0] >= slots or top[1] < 0):
+            raise self._damaged(f"{DATABASE}'s items use slot {top[0] if top[0] >= slots else top[1]}, outside the {slots} rows meta.slots says")
 
     # -- state ------------------------------------------------------------------------------
 
@@ -243,21 +308,52 @@ class Store:
     def state(self) -> tuple[int, int]:
         """(generation, committed slots), as the current transaction sees them."""
         rows = dict(self.conn.execute("SELECT key, value FROM meta WHERE key IN ('generation', 'slots')").fetchall())
-        return int(rows["generation"]), int(rows["slots"])
+        try:
+            generation, slots = int(rows["generation"]), int(rows["slots"])
+        except (KeyError, ValueError, TypeError):
+            raise self._damaged(f"{DATABASE}'s meta.generation and meta.slots are not counts ({rows})") from None
+        if generation < 0 or slots < 0:
+            raise self._damaged(f"{DATABASE}'s meta.generation and meta.slots are not counts ({rows})")
+        self.check_slots(slots)
+        return generation, slots
 
     def vectors(self, generation: int, slots: int) -> tuple[np.ndarray, np.ndarray]:
         """The first ``slots`` rows and kind bytes of ``generation``, mapped read-only (never
-        copied); what a snapshot that read (generation, slots) may use."""
+        copied); what a snapshot that read (generation, slots) may use. ``FileNotFoundError``
+        when a compaction replaced the generation meanwhile (take a new snapshot);
+        :class:`IndexFormatError` for a file missing, short, or holding a kind byte that is none."""
         if slots == 0:
             return np.zeros(0, self.dtype), np.zeros(0, np.uint8)
-        try:
-            rows = np.memmap(self._path("vectors", generation), self.dtype, "r", shape=(slots,))
-            kinds = np.memmap(self._path("kinds", generation), np.uint8, "r", shape=(slots,))
-        except FileNotFoundError:
-            raise  # a compaction replaced the generation: the caller takes a new snapshot
-        except ValueError as exc:  # the file is shorter than the committed slots
-            raise self._damaged(f"the vectors are shorter than the {slots} rows the database says ({exc})") from None
+        mapped = []
+        for name, dtype, width in (("vectors", self.dtype, self.dtype.itemsize), ("kinds", np.dtype(np.uint8), 1)):
+            path = self._path(name, generation)
+            try:
+                size = path.stat().st_size
+                if size < slots * width:
+                    raise self._damaged(f"{path.name} holds {size // width} rows, the database says {slots}")
+                mapped.append(np.memmap(path, dtype, "r", shape=(slots,)))
+            except FileNotFoundError:
+                if self._current_generation() == generation:
+                    raise self._damaged(f"{path.name} is missing; the database says it holds {slots} rows") from None
+                raise  # a compaction replaced the generation: the caller takes a new snapshot
+        rows, kinds = mapped
+        bad = np.flatnonzero(kinds >= len(MODALITIES))
+        if len(bad):
+            raise self._damaged(f"{self._path('kinds', generation).name} holds {int(kinds[bad[0]])} at slot {int(bad[0])}, "
+                                f"which is no modality (0-{len(MODALITIES) - 1})")  # fmt: skip
         return rows, kinds
+
+    def _current_generation(self) -> int | None:
+        """The generation committed now, seen outside this connection's snapshot (None: unreadable)."""
+        try:
+            conn = self._reader(self.folder / DATABASE)
+            try:
+                row = conn.execute("SELECT value FROM meta WHERE key = 'generation'").fetchone()
+            finally:
+                conn.close()
+            return int(row[0]) if row else None
+        except (sqlite3.Error, ValueError):
+            return None
 
     # -- writing (the writer only) --------------------------------------------------------------
 
@@ -283,6 +379,8 @@ class Store:
         order = live if order is None else order
         rows, kinds = self.vectors(generation, slots)
         new = generation + 1
+        with self.transaction() as c:  # recorded before they are written: only files the index names are ever deleted
+            c.execute("INSERT OR REPLACE INTO meta VALUES ('next', ?)", (str(new),))
         files = {}
         for name, data in (("vectors", rows), ("kinds", kinds)):
             f = open(self._path(name, new), "w+b")

@@ -148,6 +148,18 @@ def in_scope(path: str, roots: list[str], *, text: bool = False) -> bool:
     return any(path == r or path.startswith(r + os.sep) for r in roots)
 
 
+def refuse_inside(index: str | os.PathLike[str], sources: Iterable[str | os.PathLike[str] | Text]) -> None:
+    """Refuse to index the index's own folder, or a path inside it: the index owns that folder."""
+    folder = os.path.realpath(index)
+    for s in sources:
+        if isinstance(s, Text):
+            continue
+        path = os.path.realpath(os.fspath(s))
+        if path == folder or path.startswith(folder + os.sep):
+            raise ValueError(f"{os.fspath(s)}: is the index {os.fspath(index)}{' itself' if path == folder else ' or inside it'}; "
+                             "an index is kept in a folder of its own, apart from what it indexes: give another --into")  # fmt: skip
+
+
 class Updater:
     """Runs one update against a writer's :class:`Store`; ``model()`` loads the model when needed."""
 

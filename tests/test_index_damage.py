@@ -1,0 +1,108 @@
+"""An index never loses a user's file and names the damage it finds (issue 57): it deletes only
+files it recorded as its own, is made only in a new or empty folder apart from what it indexes,
+and a damaged index raises ``IndexFormatError`` naming the file, without writing to it."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from ckpt import make_checkpoint
+from uform.cli import main
+from uform.index import Index, IndexFormatError
+
+
+@pytest.fixture(scope="module")
+def ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_checkpoint(tmp_path_factory.mktemp("ckpt") / "tiny.safetensors", "tiny", 0, ["text", "image"])
+
+
+def photos(root: Path, count: int = 4, start: int = 0) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    for i in range(start, start + count):
+        Image.fromarray(np.random.default_rng(i).integers(0, 255, (20, 20, 3), dtype=np.uint8)).save(root / f"p{i}.png")
+    return root
+
+
+def contents(folder: Path) -> dict[str, bytes]:
+    """The folder's files (SQLite's own -wal and -shm aside: a connection's close empties them into the database)."""
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file() and not p.name.endswith(("-wal", "-shm"))}
+
+
+def edit(index: Path, statement: str) -> None:
+    c = sqlite3.connect(index / "index.sqlite")
+    with c:
+        c.execute(statement)
+    c.close()
+
+
+def test_an_index_is_never_made_in_a_folder_of_other_files(tmp_path: Path, ckpt: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """D1: ``uform index m4 --into m4`` deleted ivf-scan.png and firmware-v2.bin."""
+    m4 = photos(tmp_path / "m4", 2)
+    (m4 / "ivf-scan.png").write_bytes((m4 / "p0.png").read_bytes())
+    (m4 / "firmware-v2.bin").write_bytes(b"x\n")
+    before = contents(m4)
+    assert main(["index", str(m4), "--into", str(m4), "-m", str(ckpt)]) == 2
+    assert "is the index" in capsys.readouterr().err
+    other = photos(tmp_path / "in", 2)
+    assert main(["index", str(other), "--into", str(m4), "-m", str(ckpt)]) == 2
+    err = capsys.readouterr().err
+    assert f"{m4}: not a uform index, and not empty (it holds 'firmware-v2.bin', 'ivf-scan.png', 'p0.png' and 1 more)" in err
+    with pytest.raises(IndexFormatError, match="not empty"):
+        Index(m4, checkpoint=ckpt)
+    assert contents(m4) == before  # not a byte written, not a file added or lost
+    with Index(tmp_path / "idx", checkpoint=ckpt) as ix, pytest.raises(ValueError, match="is the index .* or inside it"):
+        ix.update([tmp_path / "idx" / "sub"])
+
+
+def test_a_writer_deletes_only_the_files_it_recorded(tmp_path: Path, ckpt: Path) -> None:
+    root = photos(tmp_path / "photos", 4)
+    with Index(tmp_path / "idx", checkpoint=ckpt) as ix:
+        ix.update([root], compact=False)
+        ix.remove([root / "p0.png"])
+        ix.compact()  # generation 1; meta.next records it
+    mine = {"vectors-7.bin": b"mine", "ivf-scan.png": b"png", "kinds-x.bin": b"k", "ivf-0.npz-notes": b"n", "vectors-0.bin.bak": b"b"}
+    for name, data in mine.items():
+        (tmp_path / "idx" / name).write_bytes(data)
+    (tmp_path / "idx" / "vectors-0.bin").write_bytes(b"a compaction's old generation, left by a kill")
+    with Index(tmp_path / "idx", checkpoint=ckpt) as ix:
+        assert len(ix) == 3
+    left = contents(tmp_path / "idx")
+    assert "vectors-0.bin" not in left and all(left[n] == d for n, d in mine.items())
+
+
+def test_lowered_slots_are_named_not_cut(tmp_path: Path, ckpt: Path) -> None:
+    """D8: meta.slots below the slots items use: the vectors file was cut (rows lost), then IndexError."""
+    root = photos(tmp_path / "photos", 4)
+    with Index(tmp_path / "idx", checkpoint=ckpt) as ix:
+        ix.update([root])
+    edit(tmp_path / "idx", "UPDATE meta SET value = '1' WHERE key = 'slots'")
+    before = contents(tmp_path / "idx")
+    for read_only in (False, True):
+        with pytest.raises(IndexFormatError, match=r"idx: the index is damaged: index.sqlite.s items use slot 3, outside the 1 rows meta.slots says"):
+            with Index(tmp_path / "idx", checkpoint=ckpt, read_only=read_only) as ix:
+                ix.search_embedding(np.ones(32, np.float32), 1)
+    assert contents(tmp_path / "idx") == before
+
+
+def test_an_empty_or_missing_file_is_named_and_left_as_it_is(tmp_path: Path, ckpt: Path) -> None:
+    """D4: an emptied index.sqlite ended in an AssertionError and was rewritten; D5: a missing
+    vectors file was made again, empty, and a search said the index kept changing generation."""
+    root = photos(tmp_path / "photos", 3)
+    for name in ("empty", "novectors", "nokinds"):
+        with Index(tmp_path / name, checkpoint=ckpt) as ix:
+            ix.update([root])
+    (tmp_path / "empty" / "index.sqlite").write_bytes(b"")
+    (tmp_path / "novectors" / "vectors-0.bin").unlink()
+    (tmp_path / "nokinds" / "kinds-0.bin").unlink()
+    for name, why in (("empty", "index.sqlite is empty"), ("novectors", "vectors-0.bin is missing"), ("nokinds", "kinds-0.bin is missing")):
+        before = contents(tmp_path / name)
+        for read_only in (False, True):
+            with pytest.raises(IndexFormatError, match=f"{name}: the index is damaged: {why}"):
+                with Index(tmp_path / name, checkpoint=ckpt, read_only=read_only) as ix:
+                    ix.search_embedding(np.ones(32, np.float32), 1)
+        assert contents(tmp_path / name) == before
