@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Literal, Protocol
 
 import numpy as np
 
+from .served import ITEM_VERBS
 
 if TYPE_CHECKING:
     from uform import Model, Scalar
@@ -46,7 +47,6 @@ EXTENSIONS: dict[Modality, tuple[str, ...]] = {
     "audio": (".wav", ".flac", ".mp3", ".opus", ".ogg", ".oga"),
 }
 MODALITY_OF: dict[str, Modality] = {ext: m for m, exts in EXTENSIONS.items() for ext in exts}
-VERBS: dict[Modality, str] = {"text": "text_encode", "image": "image_encode", "video": "video_encode", "audio": "audio_encode"}
 PLURAL: dict[Modality, str] = {"text": "texts", "image": "images", "video": "videos", "audio": "recordings"}
 
 
@@ -216,7 +216,7 @@ def encode(
 
     values: Sequence[str | bytes] = [item.value for item in items]
     for modality, indices in by_modality.items():
-        verb = getattr(model, VERBS[modality])
+        verb = getattr(model, ITEM_VERBS[modality])
         bar.describe(PLURAL[modality])
         for start in range(0, len(indices), CHUNK):
             chunk = indices[start : start + CHUNK]

@@ -28,20 +28,14 @@ from .core.scalars import coerce, layout, store
 from .core.types import Outputs, Scalar
 from .index.parquet import index_rows  # encode_dataset's output as rows of an index's Parquet schema
 from .model import Model
+from .served import ENCODE_VERBS
 
 if TYPE_CHECKING:
     from ray.data import Dataset
 
 __all__ = ["MODALITIES", "Encoder", "Plan", "RowCounts", "count_errors", "encode_dataset", "index_rows", "plan"]
 
-MODALITIES: dict[str, str] = {  # modality name -> the Model verb serving it
-    "text": "text_encode",            # str or bytes
-    "image": "image_encode",          # file paths or encoded bytes (JPEG, PNG, WebP)
-    "image_pixels": "image_encode_pixels",  # [height, width, 3] uint8 arrays
-    "video": "video_encode",          # file paths or bytes
-    "audio": "audio_encode",          # file paths or bytes
-    "audio_samples": "audio_encode_samples",  # 1-D float32 mono arrays at `sample_rate`
-}  # fmt: skip
+MODALITIES: Mapping[str, str] = ENCODE_VERBS  # what an Encoder's `modality` names -> the Model verb serving it
 
 # scalars numpy has no dtype of its own for: handed to Ray (Arrow) as their bit patterns
 _BITS: dict[Scalar, type[np.unsignedinteger[Any]]] = {Scalar.BF16: np.uint16, Scalar.E4M3: np.uint8, Scalar.E5M2: np.uint8}

@@ -1,13 +1,34 @@
-"""``Served``: what a load serves, as :attr:`uform.Model.served` answers it."""
+"""``Served``: what a load serves, as :attr:`uform.Model.served` answers it; and the one table
+of which verb encodes each kind of item, which every caller of the verbs reads."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from .core.runtime import Runtime
+
+# Each kind of item and the Model verb that encodes a batch of them: what the CLI's walks and
+# the index (uform.inputs), the server's lanes, Ray's Encoder and the training's held-out reading
+# call. A modality's plugin provides the verbs themselves (docs/plugins.md) and ``Model.served``
+# says which of them a load serves; a kind whose verb a load does not serve is refused by it.
+ENCODE_VERBS: Mapping[str, str] = MappingProxyType({
+    "text": "text_encode",                    # texts: str, or UTF-8 bytes
+    "image": "image_encode",                  # image files: paths or encoded bytes (JPEG, PNG, WebP)
+    "image_pixels": "image_encode_pixels",    # decoded pictures: [height, width, 3] uint8 arrays
+    "video": "video_encode",                  # video files: paths or bytes
+    "audio": "audio_encode",                  # audio files: paths or bytes
+    "audio_samples": "audio_encode_samples",  # decoded sound: 1-D float32 mono arrays at a sample rate
+})  # fmt: skip
+DECODED_KINDS = frozenset({"image_pixels", "audio_samples"})
+"""The kinds whose items are decoded arrays rather than texts or media files."""
+ITEM_VERBS: Mapping[str, str] = MappingProxyType({k: v for k, v in ENCODE_VERBS.items() if k not in DECODED_KINDS})
+"""A text or a media file's modality, and its verb (``{"text": "text_encode", "image": "image_encode", ...}``)."""
+CHOOSE_VERB = "text_choose"
+"""The verb that answers questions (the ``choose`` modality's)."""
 
 
 @dataclass(frozen=True)

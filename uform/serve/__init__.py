@@ -5,7 +5,6 @@ here is imported by ``import uform``. One module per job:
 
 - ``config``: :class:`ServeConfig`, every limit and budget the server enforces
 - ``errors``: :class:`ApiError` and OpenAI's error shape
-- ``catalog``: which modalities and verbs a loaded model serves (also ``uform describe``)
 - ``media``: content parts (``image_url``, ``input_audio``, ``video_url``) to file bytes
 - ``requests``: request bodies to items, checked, each error naming its item
 - ``lane``: one verb's queue and the worker that coalesces it into one call per batch

@@ -18,7 +18,6 @@ import orjson
 from . import requests
 from . import respond as respond_
 from .batcher import Batcher
-from .catalog import served
 from .config import ServeConfig
 from .errors import ApiError
 from .http import JSON, Answer, App, AccessLog, Receive, Scope, gone, read_body
@@ -39,7 +38,7 @@ class Server:
         self.model = model
         self.config = config
         self.description = model.describe()
-        self.modalities = served(model)
+        self.modalities = model.served.modalities  # each served modality and its verbs, by name
         self.batcher: Batcher | None = None
         self.watcher: Watcher | None = None
         self.draining = False

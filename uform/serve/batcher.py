@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from uform import Arena
+from uform.served import CHOOSE_VERB, ITEM_VERBS
 
-from .catalog import CHOOSE_VERB, ITEM_VERBS, verbs
 from .config import ServeConfig
 from .errors import ApiError
 from .lane import Budget, Depth, Job, Lane
@@ -61,7 +61,7 @@ class Batcher:
         self.draining = False
         self.lanes: dict[str, Lane] = {}
         self.depth = Depth()  # items queued in every lane
-        served = verbs(model)
+        served = model.served.verbs
         workers = config.batches_at_once if config.batching else UNBATCHED_CALLS
         window = config.batch_window_ms / 1000
         for kind, verb in [*ITEM_VERBS.items(), ("choose", CHOOSE_VERB)]:

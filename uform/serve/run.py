@@ -75,7 +75,6 @@ def serve(model: Model, config: ServeConfig, *, host: str, port: int, access_log
     import uvicorn
 
     from .app import create_app
-    from .catalog import served
     from .http import AccessLog
     from .lane import lower_priority
 
@@ -86,7 +85,7 @@ def serve(model: Model, config: ServeConfig, *, host: str, port: int, access_log
     sock = _listen(host, port)  # bound here, so that the line below names the port 0 picked
     bound = sock.getsockname()
     where = f"http://{'[' + bound[0] + ']' if ':' in bound[0] else bound[0]}:{bound[1]}"
-    line = f"uform serve: listening on {where} (model {config.model_id!r}: {', '.join(served(model))})"
+    line = f"uform serve: listening on {where} (model {config.model_id!r}: {', '.join(model.served.modalities)})"
     app, state = create_app(model, config, AccessLog() if access_log else None, lambda: print(line, file=announce or sys.stderr, flush=True))
     uv = uvicorn.Config(
         app, lifespan="on", access_log=False, log_level="info", timeout_graceful_shutdown=max(1, int(config.drain_seconds)),

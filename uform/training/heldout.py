@@ -25,9 +25,9 @@ from uform import Arena, Model
 from uform.demo import variety as v
 from uform.demo.evaluate import HELDOUT_STREAM, clip_direction
 from uform.demo.media import audio_bytes, image_bytes, video_bytes
+from uform.served import ITEM_VERBS
 
 SIZES = {"image": 300, "video": 240, "audio": 240}
-VERBS = {"image": "image_encode", "video": "video_encode", "audio": "audio_encode"}
 
 
 @dataclass(frozen=True)
@@ -81,7 +81,7 @@ def read(model: Model, split: Split) -> dict[str, Reading]:
         if not files:
             continue
         meanings = v.meanings(modality)
-        media = np.array(getattr(model, VERBS[modality])(files, Arena()).embeddings)
+        media = np.array(getattr(model, ITEM_VERBS[modality])(files, Arena()).embeddings)
         texts = np.array(model.text_encode([m.caption for m in meanings], Arena()).embeddings)
         guessed = np.argmax(media @ texts.T, axis=1)
         truth = np.array(split.labels[modality])
