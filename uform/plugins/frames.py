@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from onnx import TensorProto
 
-from uform.core.config import Geometry, integer, numbers
+from uform.core.config import Geometry, choice, integer, numbers
 from uform.core.errors import CheckpointError
 from uform.core.graph import GraphBuilder
 
@@ -29,6 +29,24 @@ MAX_IMAGE_SIZE = 4096  # bound on a tower's S, so a hostile config cannot ask fo
 FULL_RESIZE_AREA = 16  # resized pictures up to this many S² are resized whole, then cropped (see fit)
 MEAN = [0.485, 0.456, 0.406]
 STD = [0.229, 0.224, 0.225]
+RESIZES = ("shorter_side_crop", "square")
+INTERPOLATIONS = ("bicubic", "bilinear")
+ROUNDINGS = ("half_up", "floor")
+
+
+class Fit(int):
+    """A tower's side ``S`` (an ``int``, as the decoders take it) that also says how a picture
+    is fitted to ``S x S`` (version 2's ``resize``, ``interpolation`` and ``resize_rounding``;
+    the defaults are version 1's): :func:`fit` reads them."""
+
+    resize: str
+    interpolation: str
+    rounding: str
+
+    def __new__(cls, size: int, resize: str = "shorter_side_crop", interpolation: str = "bicubic", rounding: str = "half_up") -> Fit:
+        out = super().__new__(cls, size)
+        out.resize, out.interpolation, out.rounding = resize, interpolation, rounding
+        return out
 
 
 @dataclass(frozen=True)
@@ -39,6 +57,14 @@ class Pixels:
     patch_size: int
     mean: tuple[float, ...]
     std: tuple[float, ...]
+    resize: str = "shorter_side_crop"
+    interpolation: str = "bicubic"
+    rounding: str = "half_up"
+
+    @property
+    def fit(self) -> Fit:
+        """``S`` with the way pictures are fitted to it, for :func:`fit` and the decoders."""
+        return Fit(self.image_size, self.resize, self.interpolation, self.rounding)
 
     @property
     def grid(self) -> int:
@@ -53,7 +79,9 @@ class Pixels:
             raise CheckpointError(f"config field {where}.patch_size: {patch} does not divide image_size {size}")
         mean = numbers(cfg, "mean", where, 3, -1000.0, 1000.0)
         std = numbers(cfg, "std", where, 3, 1e-6, 1000.0)
-        return cls(size, patch, mean, std)
+        resize = choice(cfg, "resize", where, RESIZES, RESIZES[0])
+        interpolation = choice(cfg, "interpolation", where, INTERPOLATIONS, INTERPOLATIONS[0])
+        return cls(size, patch, mean, std, resize, interpolation, choice(cfg, "resize_rounding", where, ROUNDINGS, ROUNDINGS[0]))
 
 
 def read_geometry(cfg: Mapping[str, Any], where: str) -> tuple[Geometry, Pixels]:
@@ -81,15 +109,22 @@ def pixels_input(b: GraphBuilder, name: str, dims: list[int | str]) -> str:
 # -- preprocessing ---------------------------------------------------------------------
 
 
-def resized_size(width: int, height: int, size: int) -> tuple[int, int]:
-    """The size after the resize: shorter side ``size``, longer side ``round_half_up(side * size / shorter)``."""
+def resized_size(width: int, height: int, size: int, rounding: str = "half_up") -> tuple[int, int]:
+    """The size after the resize: shorter side ``size``, longer side ``round_half_up(side * size / shorter)``
+    (``rounding="floor"``: ``int(size * side / shorter)`` in float64, as transformers and torchvision compute it)."""
+    if rounding == "floor":
+        if width <= height:
+            return size, max(1, int(size * height / width))
+        return max(1, int(size * width / height)), size
     if width <= height:
         return size, max(1, (2 * height * size + width) // (2 * width))
     return max(1, (2 * width * size + height) // (2 * height)), size
 
 
 def fit(image: Image.Image, size: int) -> np.ndarray:
-    """An RGB picture as the tower's ``uint8 [size, size, 3]``: bicubic resize, central crop.
+    """An RGB picture as the tower's ``uint8 [size, size, 3]``: bicubic resize, central crop
+    (version 2: ``size`` a :class:`Fit` may say ``square``, a resize to ``size x size``, a
+    bilinear filter, and the longer side rounded down).
 
     The work is bounded by the output: when the resized picture would exceed
     ``FULL_RESIZE_AREA × size²`` pixels (an aspect ratio over about 16:1), only the source
@@ -98,17 +133,23 @@ def fit(image: Image.Image, size: int) -> np.ndarray:
     """
     from PIL import Image
 
-    target = resized_size(image.width, image.height, size)
+    how = size if isinstance(size, Fit) else Fit(size)
+    size = int(size)
+    bilinear = how.interpolation == "bilinear"
+    resample = Image.Resampling.BILINEAR if bilinear else Image.Resampling.BICUBIC
+    if how.resize == "square":
+        return np.asarray(image if image.size == (size, size) else image.resize((size, size), resample))
+    target = resized_size(image.width, image.height, size, how.rounding)
     if target[0] * target[1] > FULL_RESIZE_AREA * size * size:
-        return fit_region(image, size, target)
+        return fit_region(image, size, target, resample)
     if target != image.size:
-        image = image.resize(target, Image.Resampling.BICUBIC)
+        image = image.resize(target, resample)
     array = np.asarray(image)
     top, left = (target[1] - size) // 2, (target[0] - size) // 2
     return np.ascontiguousarray(array[top : top + size, left : left + size])
 
 
-def fit_region(image: Image.Image, size: int, target: tuple[int, int]) -> np.ndarray:
+def fit_region(image: Image.Image, size: int, target: tuple[int, int], resample: int | None = None) -> np.ndarray:
     """The central ``size × size`` of ``image`` resized to ``target``, resampling only what it needs.
 
     Two one-axis resizes, each with a ``box`` on its own axis: the horizontal pass makes the
@@ -123,7 +164,7 @@ def fit_region(image: Image.Image, size: int, target: tuple[int, int]) -> np.nda
     from PIL import Image
 
     w, h = image.size
-    (tw, th), bicubic = target, Image.Resampling.BICUBIC
+    (tw, th), bicubic = target, Image.Resampling.BICUBIC if resample is None else resample
     left, top = (tw - size) // 2, (th - size) // 2
     sx, sy = w / tw, h / th
     x0, x1 = (0.0, float(w)) if tw == size else (left * sx, (left + size) * sx)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from uform.core.arena import Arena, Encoded
-from uform.core.config import Geometry, ModelConfig
+from uform.core.config import Geometry, Head, ModelConfig
 from uform.core.graph import GraphBuilder
 from uform.core.hookspecs import hookimpl
 from uform.core.pipeline import EncodeOptions, check_stats, encode
@@ -55,21 +55,21 @@ class ImageEncodeStats(EncodeStats):
 class ImageTower:
     geometry: Geometry
     pixels: Pixels
+    head: Head = Head()
 
 
 def read(cfg: Mapping[str, Any], model: ModelConfig) -> ImageTower:
-    return ImageTower(*frames.read_geometry(cfg, "towers.image"))
+    geometry, pixels = frames.read_geometry(cfg, "towers.image")
+    return ImageTower(geometry, pixels, Head.read(cfg, "towers.image", ("class", "attention"), geometry.width, model.dimensions))
 
 
 def tensors(t: ImageTower, model: ModelConfig) -> dict[str, TensorSpec]:
     w, p = t.geometry.width, t.pixels.patch_size
-    out = {
-        "image.patch.weight": TensorSpec((w, 3 * p * p)),
-        "image.patch.bias": TensorSpec((w,)),
-        "image.cls": TensorSpec((w,)),
-        "image.pos.weight": TensorSpec((1 + t.pixels.grid**2, w)),
-    }
-    out.update(stack_tensors("image", t.geometry, model.dimensions))
+    out = {"image.patch.weight": TensorSpec((w, 3 * p * p)), "image.patch.bias": TensorSpec((w,))}
+    if t.head.class_token:
+        out["image.cls"] = TensorSpec((w,))
+    out["image.pos.weight"] = TensorSpec((t.head.first + t.pixels.grid**2, w))
+    out.update(stack_tensors("image", t.geometry, model.dimensions, t.head))
     return out
 
 
@@ -77,10 +77,17 @@ def graph(t: ImageTower, model: ModelConfig, b: GraphBuilder) -> None:
     s = t.pixels.image_size
     pixels = frames.pixels_input(b, "pixels", ["batch", s, s, 3])
     x = frames.patch_tokens(b, pixels, "image", t.pixels, t.geometry.width)
-    positions = b.op("Slice", b.weight("image.pos.weight"), b.ints([1]), b.ints([1 + t.pixels.grid**2]))
-    x = b.prepend_class_token(b.op("Add", x, positions), "image")
-    pooled = b.transformer(x, "image", t.geometry, pick=b.class_token)
-    b.output(b.projected_embedding(pooled, "image"), "embeddings", None, ["batch", model.dimensions])
+    if t.head.class_token:
+        positions = b.op("Slice", b.weight("image.pos.weight"), b.ints([1]), b.ints([1 + t.pixels.grid**2]))
+        x = b.prepend_class_token(b.op("Add", x, positions), "image")
+    else:
+        x = b.op("Add", x, b.weight("image.pos.weight"))
+    x = b.stack_input(x, "image", t.geometry, t.head)
+    if t.head.pooling == "attention":
+        pooled = b.attention_pool(b.transformer(x, "image", t.geometry), "image", t.geometry)
+    else:
+        pooled = b.transformer(x, "image", t.geometry, pick=b.class_token)
+    b.output(b.projected_embedding(pooled, "image", t.head.projection), "embeddings", None, ["batch", model.dimensions])
 
 
 # -- verbs -----------------------------------------------------------------------------
@@ -92,7 +99,7 @@ Prepared = tuple[np.ndarray, int, int, int]  # fitted pixels, source pixels, byt
 def _run(call: Call, count: int, prepare: Callable[[int, int], Prepared], arena: Arena, stats: ImageEncodeStats | None, options: EncodeOptions) -> Encoded:
     """Encode ``count`` items, ``prepare(i, S)`` giving item ``i`` (called in the executor's threads)."""
     check_stats(stats, ImageEncodeStats)
-    size = call.parsed.pixels.image_size
+    size = call.parsed.pixels.fit  # S, and how pictures are fitted to it
     tally = ImageEncodeStats()
 
     def count_items(prepared: list[Prepared]) -> None:

@@ -7,19 +7,22 @@ one clip per thread, on the prefetch thread while ONNX Runtime computes the batc
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from onnx import TensorProto
 
 from uform.core.arena import Arena, Encoded
-from uform.core.config import Geometry, ModelConfig, integer
+from uform.core.config import Geometry, Head, ModelConfig, integer
+from uform.core.errors import CheckpointError
 from uform.core.graph import GraphBuilder
 from uform.core.hookspecs import hookimpl
 from uform.core.pipeline import EncodeOptions, check_stats, encode
 from uform.core.plugin import Modality, TensorSpec, Tower, stack_tensors
 from uform.core.prepare import ItemBatches
+from uform.core.plugin import Runner
 from uform.core.runtime import Call
 from uform.core.stats import EncodeStats
 
@@ -59,14 +62,34 @@ class VideoTower:
     geometry: Geometry
     pixels: Pixels
     frames: int
+    head: Head = Head()
+    from_image: bool = False  # version 2: the image tower over the frames, averaged (no tensors of its own)
 
 
 def read(cfg: Mapping[str, Any], model: ModelConfig) -> VideoTower:
-    geometry, pixels = frames.read_geometry(cfg, "towers.video")
-    return VideoTower(geometry, pixels, integer(cfg, "frames", "towers.video", 1, MAX_FRAMES))
+    where = "towers.video"
+    count = integer(cfg, "frames", where, 1, MAX_FRAMES)
+    if "from" in cfg:
+        if cfg["from"] != "image":
+            raise CheckpointError(f"config field {where}.from: a video tower can be made of 'image' only, got {cfg['from']!r}")
+        image = model.towers.get("image")
+        if image is None:
+            raise CheckpointError(f"config field {where}.from: 'image', but the checkpoint has no image tower")
+        unknown = sorted(set(cfg) - {"from", "frames"})
+        if unknown:
+            raise CheckpointError(f"config field {where}.{unknown[0]}: a video tower made of the image tower takes only 'from' and 'frames'")
+        geometry, pixels = frames.read_geometry(image, "towers.image")
+        return VideoTower(geometry, pixels, count, from_image=True)
+    geometry, pixels = frames.read_geometry(cfg, where)
+    head = Head.read(cfg, where, ("class",), geometry.width, model.dimensions)
+    if not head.class_token:
+        raise CheckpointError(f"config field {where}.class_token: a video tower of its own has a class token")
+    return VideoTower(geometry, pixels, count, head)
 
 
 def tensors(t: VideoTower, model: ModelConfig) -> dict[str, TensorSpec]:
+    if t.from_image:
+        return {}
     w, p = t.geometry.width, t.pixels.patch_size
     out = {
         "video.patch.weight": TensorSpec((w, 3 * p * p)),
@@ -75,11 +98,15 @@ def tensors(t: VideoTower, model: ModelConfig) -> dict[str, TensorSpec]:
         "video.pos.weight": TensorSpec((1 + t.pixels.grid**2, w)),
         "video.time.weight": TensorSpec((t.frames, w)),
     }
-    out.update(stack_tensors("video", t.geometry, model.dimensions))
+    out.update(stack_tensors("video", t.geometry, model.dimensions, t.head))
     return out
 
 
 def graph(t: VideoTower, model: ModelConfig, b: GraphBuilder) -> None:
+    if t.from_image:  # the image tower's embeddings of the F frames, averaged and renormalised
+        rows = b.input("frame_embeddings", TensorProto.FLOAT, ["batch", t.frames, model.dimensions])
+        b.output(b.l2_normalize(b.op("ReduceMean", rows, b.ints([1]), keepdims=0)), "embeddings", None, ["batch", model.dimensions])
+        return
     s, f, w, n = t.pixels.image_size, t.frames, t.geometry.width, t.pixels.grid**2
     clips = frames.pixels_input(b, "frames", ["batch", f, s, s, 3])
     x = frames.patch_tokens(b, b.op("Reshape", clips, b.ints([-1, s, s, 3])), "video", t.pixels, w)
@@ -87,8 +114,22 @@ def graph(t: VideoTower, model: ModelConfig, b: GraphBuilder) -> None:
     positions = b.op("Slice", b.weight("video.pos.weight"), b.ints([1]), b.ints([1 + n]))  # [G², W]
     times = b.op("Unsqueeze", b.weight("video.time.weight"), b.ints([1]))  # [F, 1, W]
     x = b.op("Reshape", b.op("Add", b.op("Add", x, positions), times), b.ints([0, f * n, w]))
-    pooled = b.transformer(b.prepend_class_token(x, "video"), "video", t.geometry, pick=b.class_token)
-    b.output(b.projected_embedding(pooled, "video"), "embeddings", None, ["batch", model.dimensions])
+    x = b.stack_input(b.prepend_class_token(x, "video"), "video", t.geometry, t.head)
+    pooled = b.transformer(x, "video", t.geometry, pick=b.class_token)
+    b.output(b.projected_embedding(pooled, "video", t.head.projection), "embeddings", None, ["batch", model.dimensions])
+
+
+class FramesThroughImage:
+    """A video tower made of the image tower, as a runner: the clips' frames ``[B, F, S, S, 3]``
+    through the image tower's runner, then the video tower's own (the mean and the norm)."""
+
+    def __init__(self, image: Runner, pool: Runner) -> None:
+        self.image, self.pool = image, pool
+
+    def run(self, output_names: Sequence[str] | None, input_feed: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+        clips = input_feed["frames"]
+        (rows,) = self.image.run(["embeddings"], {"pixels": clips.reshape(-1, *clips.shape[2:])})
+        return self.pool.run(output_names, {"frame_embeddings": rows.reshape(*clips.shape[:2], -1)})
 
 
 # -- verb ------------------------------------------------------------------------------
@@ -100,6 +141,8 @@ def video_encode(
     check_stats(stats, VideoEncodeStats)
     clips = sources(files, "paths, bytes or binary file objects")
     tower: VideoTower = call.parsed
+    if tower.from_image:
+        call = replace(call, runner=FramesThroughImage(call.peers["image"], call.runner))
     tally = VideoEncodeStats()
 
     def count_items(prepared: list[tuple[np.ndarray, Counters]]) -> None:
@@ -108,7 +151,7 @@ def video_encode(
         tally.seeks += sum(c.seeks for _, c in prepared)
         tally.bytes_read += sum(c.bytes_read for _, c in prepared)
 
-    count, size = tower.frames, tower.pixels.image_size
+    count, size = tower.frames, tower.pixels.fit
     items = ItemBatches(call, lambda i: sample(clips[i], count, size), lambda prepared: {"frames": np.stack([f for f, _ in prepared])}, count_items)
     result = encode(call, len(clips), items.thunks(len(clips), call.rows(MAX_ROWS)), arena, stats=stats, **options)
     if stats is not None:

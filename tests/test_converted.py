@@ -1,0 +1,221 @@
+"""Checkpoint format version 2: CLIP and SigLIP towers (transformers' classes, random weights)
+as uform files, against transformers on the same inputs, on every backend."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import uform
+from uform import Arena, Scalar
+from uform.core import safetensors
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+pytest.importorskip("tokenizers")
+
+from v2ckpt import VOCAB, clip_file, dumps, siglip_file, word_tokenizer  # noqa: E402
+
+TEXTS = ["a cat on the mat", "dog", "red blue sky !", "", "the the the the the the the the the the the the the the the the the the"]
+SMALL = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 2}
+
+
+def _clip() -> Any:
+    torch.manual_seed(0)
+    text = SMALL | {"vocab_size": len(VOCAB), "max_position_embeddings": 16, "bos_token_id": 1, "eos_token_id": 3, "pad_token_id": 0}
+    cfg = transformers.CLIPConfig(text_config=text, vision_config=SMALL | {"image_size": 32, "patch_size": 8}, projection_dim=32)
+    model = transformers.CLIPModel(cfg).eval()
+    with torch.no_grad():  # the zero-initialised norms and biases made visible
+        for name, p in model.named_parameters():
+            if "norm" in name or "bias" in name or "class_embedding" in name:
+                p.add_(torch.randn_like(p) * 0.1)
+    return model
+
+
+def _siglip() -> Any:
+    torch.manual_seed(1)
+    text = SMALL | {"vocab_size": len(VOCAB), "max_position_embeddings": 16, "projection_size": 64}
+    model = transformers.SiglipModel(transformers.SiglipConfig(text_config=text, vision_config=SMALL | {"image_size": 32, "patch_size": 8})).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name or "bias" in name:
+                p.add_(torch.randn_like(p) * 0.1)
+    return model
+
+
+@pytest.fixture(scope="module")
+def clip(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Path]:
+    model = _clip()
+    return model, clip_file(model, tmp_path_factory.mktemp("clip") / "clip.safetensors")
+
+
+@pytest.fixture(scope="module")
+def siglip(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Path]:
+    model = _siglip()
+    return model, siglip_file(model, tmp_path_factory.mktemp("siglip") / "siglip.safetensors")
+
+
+def _ids(texts: list[str], bos: bool = True, context: int = 16, pad_to: int | None = None) -> tuple[Any, Any]:
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_str(word_tokenizer(bos))
+    tok.enable_truncation(context)
+    rows = [e.ids for e in tok.encode_batch(texts)]
+    width = pad_to or max(map(len, rows))
+    ids = torch.zeros(len(rows), width, dtype=torch.long)
+    mask = torch.zeros(len(rows), width, dtype=torch.long)
+    for i, r in enumerate(rows):
+        ids[i, : len(r)], mask[i, : len(r)] = torch.tensor(r), 1
+    return ids, mask
+
+
+def _pixels(count: int, size: int = 32, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, 256, (count, size, size, 3), dtype=np.uint8)
+
+
+def _normalised(x: Any) -> np.ndarray:
+    x = np.asarray(x.detach().numpy() if hasattr(x, "detach") else x, np.float64)
+    x = getattr(x, "pooler_output", x)
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+def _features(out: Any) -> Any:
+    return out if isinstance(out, torch.Tensor) else out.pooler_output
+
+
+def _hf_image(model: Any, pixels: np.ndarray, mean: list[float], std: list[float]) -> np.ndarray:
+    x = (pixels.astype(np.float32) / 255 - np.float32(mean)) / np.float32(std)
+    with torch.no_grad():
+        return _normalised(_features(model.get_image_features(pixel_values=torch.from_numpy(x).permute(0, 3, 1, 2).contiguous())))
+
+
+def _cos(a: Any, b: np.ndarray) -> np.ndarray:
+    a = np.asarray(a, np.float64)
+    return np.sum(a * b, axis=1) / np.linalg.norm(a, axis=1)
+
+
+CLIP_MEAN, CLIP_STD = [0.48145466, 0.4578275, 0.40821073], [0.26862954, 0.26130258, 0.27577711]
+
+
+def test_clip_float32_equals_transformers(clip: tuple[Any, Path]) -> None:
+    model, path = clip
+    m = uform.Model.load_ram(path, quantization=Scalar.F32)
+    ids, mask = _ids(TEXTS)
+    with torch.no_grad():
+        want = _normalised(_features(model.get_text_features(input_ids=ids, attention_mask=mask)))
+    got = m.text_encode(TEXTS, Arena()).embeddings
+    assert _cos(got, want).min() >= 0.99999
+    pixels = _pixels(5)
+    got = m.image_encode_pixels(list(pixels), Arena()).embeddings
+    assert _cos(got, _hf_image(model, pixels, CLIP_MEAN, CLIP_STD)).min() >= 0.99999
+
+
+def test_siglip_float32_equals_transformers(siglip: tuple[Any, Path]) -> None:
+    model, path = siglip
+    m = uform.Model.load_ram(path, quantization=Scalar.F32)
+    ids, _ = _ids(TEXTS, bos=False, pad_to=16)  # padding="max_length", no attention mask: as trained
+    with torch.no_grad():
+        want = _normalised(_features(model.get_text_features(input_ids=ids)))
+    got = m.text_encode(TEXTS, Arena()).embeddings
+    assert _cos(got, want).min() >= 0.99999
+    pixels = _pixels(5, seed=1)
+    got = m.image_encode_pixels(list(pixels), Arena()).embeddings
+    assert _cos(got, _hf_image(model, pixels, [0.5] * 3, [0.5] * 3)).min() >= 0.99999
+
+
+@pytest.mark.parametrize("quantization,bound", [(Scalar.BF16, 0.999), (Scalar.E4M3, 0.99)])
+def test_low_precision_loads_within_bounds(clip: tuple[Any, Path], siglip: tuple[Any, Path], quantization: Scalar, bound: float) -> None:
+    for _, path in (clip, siglip):
+        ref = uform.Model.load_ram(path, quantization=Scalar.F32)
+        low = uform.Model.load_ram(path, quantization=quantization)
+        pixels = list(_pixels(4, seed=2))
+        for verb, items in (("text_encode", TEXTS), ("image_encode_pixels", pixels)):
+            want = np.asarray(getattr(ref, verb)(items, Arena()).embeddings, np.float64)
+            got = getattr(low, verb)(items, Arena()).embeddings
+            assert _cos(got, want).min() >= bound, (path.name, verb)
+
+
+def test_stored_f16_and_bf16_files_load(clip: tuple[Any, Path], tmp_path: Path) -> None:
+    import ml_dtypes
+
+    model, path = clip
+    want = np.asarray(uform.Model.load_ram(path, quantization=Scalar.F32).text_encode(TEXTS, Arena()).embeddings, np.float64)
+    for dtype, name in ((np.float16, "F16"), (ml_dtypes.bfloat16, "BF16")):
+        other = clip_file(model, tmp_path / f"{name}.safetensors", dtype=dtype)
+        assert {e.dtype for e in safetensors.parse(memoryview(other.read_bytes())).entries.values()} == {name}
+        got = uform.Model.load_ram(other, quantization=Scalar.F32).text_encode(TEXTS, Arena()).embeddings
+        assert _cos(got, want).min() >= (0.9999 if name == "F16" else 0.999)
+
+
+def test_token_stats_and_truncation_count_model_tokens(clip: tuple[Any, Path]) -> None:
+    _, path = clip
+    m = uform.Model.load_ram(path, quantization=Scalar.F32)
+    stats = uform.TextEncodeStats()
+    m.text_encode(["a b", "the " * 20], Arena(), stats=stats)
+    # "a b" is 4 tokens with <bos> and <eos>; 20 words are 22 tokens, cut to the context of 16
+    assert (stats.tokens, stats.truncated_items, stats.truncated_tokens) == (4 + 16, 1, 22 - 16)
+    assert stats.padding_tokens == 16 - 4
+
+
+def test_bytes_that_are_not_utf8_name_the_item(clip: tuple[Any, Path]) -> None:
+    m = uform.Model.load_ram(clip[1], quantization=Scalar.F32)
+    with pytest.raises(uform.InputError, match=r"item 1: bytes are not UTF-8 \(invalid start byte at byte 2\)"):
+        m.text_encode([b"ok", b"ab\xff"], Arena())
+    assert np.allclose(m.text_encode([b"a cat"], Arena()).embeddings, m.text_encode(["a cat"], Arena()).embeddings)
+
+
+def test_video_from_image_is_the_mean_of_its_frames(clip: tuple[Any, Path]) -> None:
+    from media import clip as make_clip
+
+    from uform.plugins.clips import sample
+    from uform.plugins.sources import sources
+
+    _, path = clip
+    m = uform.Model.load_ram(path, quantization=Scalar.F32)
+    picture = _pixels(1, 48, seed=3)[0][:, :, :]
+    data = make_clip(frames=12, size=(64, 48), picture=np.ascontiguousarray(np.broadcast_to(picture[:48, :48].mean(), (48, 64, 3)).astype(np.uint8)))
+    got = np.asarray(m.video_encode([data], Arena()).embeddings)
+    frames, _ = sample(sources([data], "bytes")[0], 2, m._runtime.towers["video"].parsed.pixels.fit)
+    rows = np.asarray(m.image_encode_pixels(list(frames), Arena()).embeddings, np.float64).mean(axis=0)
+    assert _cos(got, (rows / np.linalg.norm(rows))[None]).min() >= 0.999999
+
+
+def _rewrite(path: Path, out: Path, change: Any, metadata: dict[str, str] | None = None) -> Path:
+    c = safetensors.parse(memoryview(path.read_bytes()))
+    config = dumps(path)
+    change(config)
+    meta = dict(c.metadata) | {"uform": json.dumps(config)} | (metadata or {})
+    safetensors.write(out, {n: np.array(c.array(n)) for n in c.entries}, meta)
+    return out
+
+
+@pytest.mark.parametrize(
+    "change,metadata,message",
+    [
+        (lambda c: c.update(format_version=1), None, r"config field labels: needs format_version 2 \(the file says 1\)"),
+        (lambda c: c["towers"]["text"].update(mask="sideways"), None, r"towers.text.mask: expected one of 'padding', 'causal', 'none', got 'sideways'"),
+        (lambda c: c["towers"]["text"].update(pooling="class"), None, "towers.text.pooling: 'class' needs a class token"),
+        (lambda c: c["towers"]["text"].update(vocab_size=5), None, "towers.text.vocab_size: 5, but the tokenizer has"),
+        (lambda c: c["towers"]["video"].update({"from": "audio"}), None, "towers.video.from: a video tower can be made of 'image' only"),
+        (lambda c: None, {"tokenizer": "{not json"}, r'__metadata__\["tokenizer"\] is not a tokenizer.json'),
+    ],
+)
+def test_bad_v2_configs_are_refused_by_name(clip: tuple[Any, Path], tmp_path: Path, change: Any, metadata: Any, message: str) -> None:
+    bad = _rewrite(clip[1], tmp_path / "bad.safetensors", change, metadata)
+    with pytest.raises(uform.CheckpointError, match=message):
+        uform.Model.load_ram(bad, quantization=Scalar.F32)
+
+
+def test_v1_loads_refuse_f32_tensors(tmp_path: Path) -> None:
+    from ckpt import make_checkpoint
+
+    path = make_checkpoint(tmp_path / "v1.safetensors", modalities=["text"])
+    c = safetensors.parse(memoryview(path.read_bytes()))
+    tensors = {n: np.array(c.array(n)) for n in c.entries} | {"text.cls": np.zeros(64, np.float32)}
+    safetensors.write(tmp_path / "f32.safetensors", tensors, dict(c.metadata))
+    with pytest.raises(uform.CheckpointError, match=r"tensor 'text.cls': dtype F32, the format \(version 1\) stores BF16"):
+        uform.Model.load_ram(tmp_path / "f32.safetensors")
