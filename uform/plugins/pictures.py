@@ -4,10 +4,18 @@ and fitted to the tower's square; ``[h, w, 3]`` uint8 buffers checked.
 The rules are docs/media.md's ("Images"); the resize and crop is :func:`uform.plugins.frames.fit`.
 Files are recognised by their content, never by their name. The image plugin
 (:mod:`uform.plugins.image`) maps :func:`decode` over the executor's threads.
+
+Memory: beside the decoded picture, :func:`decode` holds no full-size copy of it. A picture
+that must be turned or converted (alpha, 16 bits, palette, grayscale, CMYK) is turned and
+converted a strip of rows at a time (``STRIP_PIXELS``), each strip going straight through
+the horizontal pass of the resize (:func:`fit_strips`), which is bit for bit the whole
+picture's: Pillow's bicubic resize is a horizontal pass, row by row, then a vertical one.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -22,6 +30,7 @@ if TYPE_CHECKING:
 
 MAX_PIXELS = 100_000_000  # width × height above which a file is refused as a decompression bomb
 JPEG_DRAFT_MARGIN = 2  # decode JPEGs at 1/s (s = 8, 4, 2: the largest with shorter ≥ margin × s × S); 0: never
+STRIP_PIXELS = 1 << 16  # pixels a strip of rows holds while it is turned, converted and resized across
 FORMATS = ("JPEG", "PNG", "WEBP")
 _ORIENTATION = 0x0112
 
@@ -90,26 +99,109 @@ def to_rgb(image: Image.Image) -> Image.Image:
         return image
     if "A" in mode or "a" in mode or "transparency" in image.info:
         rgba = np.asarray(image.convert("RGBA"))
-        alpha = rgba[..., 3:].astype(np.uint32)
-        rgb = (rgba[..., :3] * alpha + 255 * (255 - alpha) + 127) // 255
+        alpha = rgba[..., 3:].astype(np.uint16)  # c·a + 255·(255 − a) + 127 ≤ 65152: 16 bits hold it
+        rgb = rgba[..., :3].astype(np.uint16)
+        rgb *= alpha
+        rgb += 255 * (255 - alpha) + 127
+        np.floor_divide(rgb, np.uint16(255), out=rgb)
         return frames.from_array(rgb.astype(np.uint8))
     return image.convert("RGB")
 
 
-def orient(image: Image.Image) -> Image.Image:
-    """The picture turned upright as its EXIF orientation (1-8) says; an unreadable tag is ignored."""
+def orientation(image: Image.Image) -> Image.Transpose | None:
+    """The turn that makes the picture upright as its EXIF orientation (2-8) says; None for 1,
+    a missing or an unreadable tag."""
     from PIL import Image
 
     try:
-        orientation = image.getexif().get(_ORIENTATION, 1)
+        value = image.getexif().get(_ORIENTATION, 1)
     except Exception:  # noqa: BLE001 - broken EXIF: show the pixels as stored
-        return image
-    method = {
+        return None
+    return {
         2: Image.Transpose.FLIP_LEFT_RIGHT, 3: Image.Transpose.ROTATE_180, 4: Image.Transpose.FLIP_TOP_BOTTOM,
         5: Image.Transpose.TRANSPOSE, 6: Image.Transpose.ROTATE_270, 7: Image.Transpose.TRANSVERSE,
         8: Image.Transpose.ROTATE_90,
-    }.get(orientation)  # fmt: skip
+    }.get(value)  # fmt: skip
+
+
+def orient(image: Image.Image) -> Image.Image:
+    """The picture turned upright as its EXIF orientation (1-8) says; an unreadable tag is ignored."""
+    method = orientation(image)
     return image if method is None else image.transpose(method)
+
+
+def _swaps() -> tuple[Image.Transpose, ...]:
+    from PIL import Image
+
+    return (Image.Transpose.TRANSPOSE, Image.Transpose.ROTATE_90, Image.Transpose.ROTATE_270, Image.Transpose.TRANSVERSE)
+
+
+def upright_size(image: Image.Image, method: Image.Transpose | None) -> tuple[int, int]:
+    """``(width, height)`` of the picture once turned by ``method``."""
+    return image.size[::-1] if method in _swaps() else image.size
+
+
+def upright_rows(image: Image.Image, method: Image.Transpose | None, y0: int, y1: int) -> Image.Image:
+    """Rows ``y0:y1`` of the picture turned by ``method``, cut from the stored picture and turned alone.
+
+    Flips and the half turn take rows of the stored picture; the turns that swap the axes take
+    its columns (row ``y`` upright is column ``y``, or ``w − 1 − y`` where the turn mirrors it).
+    """
+    from PIL import Image
+
+    w, h = image.size
+    if method in _swaps():
+        mirrored = method in (Image.Transpose.ROTATE_90, Image.Transpose.TRANSVERSE)
+        box = (w - y1, 0, w - y0, h) if mirrored else (y0, 0, y1, h)
+    else:
+        mirrored = method in (Image.Transpose.ROTATE_180, Image.Transpose.FLIP_TOP_BOTTOM)
+        box = (0, h - y1, w, h - y0) if mirrored else (0, y0, w, y1)
+    strip = image.crop(box)
+    return strip if method is None else strip.transpose(method)
+
+
+def fit_strips(width: int, height: int, rows: Callable[[int, int], Image.Image], size: int) -> np.ndarray:
+    """:func:`uform.plugins.frames.fit` of a ``width × height`` RGB picture given as strips of rows.
+
+    ``rows(y0, y1)`` gives rows ``y0:y1`` as 8-bit RGB, a few at a time (``STRIP_PIXELS``); each
+    strip is resized across (Pillow's horizontal pass, with the whole resize's box) into a
+    picture of the output's width, which is then resized down (the vertical pass) and
+    cropped. Pillow's resize makes the horizontal pass first, row by row, then the vertical
+    one, so this is ``fit`` bit for bit, the region rule of ``frames.fit_region`` included,
+    while no full-size picture but the decoded one is ever held: the memory beside it is the
+    output's width times the rows resized down (``S × h`` pixels, or ``S ×`` the region's rows).
+    """
+    from PIL import Image
+
+    bicubic = Image.Resampling.BICUBIC
+    tw, th = frames.resized_size(width, height, size)
+    region = tw * th > frames.FULL_RESIZE_AREA * size * size
+    if region:  # frames.fit_region's geometry, to the float
+        left, top = (tw - size) // 2, (th - size) // 2
+        sx, sy = width / tw, height / th
+        x0, x1 = (0.0, float(width)) if tw == size else (left * sx, (left + size) * sx)
+        y0, y1 = (0.0, float(height)) if th == size else (top * sy, (top + size) * sy)
+        reach = 2 * max(sy, 1.0) + 1
+        r0, r1 = max(0, math.floor(y0 - reach)), min(height, math.ceil(y1 + reach))
+        across, box = size, (x0, x1)
+    else:
+        r0, r1, across, box = 0, height, tw, (0.0, float(width))
+    resized = Image.new("RGB", (across, r1 - r0))
+    step = max(1, STRIP_PIXELS // width)
+    for y in range(r0, r1, step):
+        n = min(step, r1 - y)
+        strip = rows(y, y + n)
+        if (across, box) != (width, (0.0, float(width))):
+            strip = strip.resize((across, n), bicubic, box=(box[0], 0, box[1], n))
+        resized.paste(strip, (0, y - r0))
+        del strip
+    if region:
+        return np.asarray(resized.resize((size, size), bicubic, box=(0, y0 - r0, size, y1 - r0)))
+    if th != height:
+        resized = resized.resize((tw, th), bicubic)
+    array = np.asarray(resized)
+    top, left = (th - size) // 2, (tw - size) // 2
+    return np.ascontiguousarray(array[top : top + size, left : left + size])
 
 
 def draft_scale(width: int, height: int, size: int) -> int:
@@ -171,10 +263,14 @@ def decode(source: Source, size: int) -> tuple[np.ndarray, int, int, bool]:
     """``uint8 [S, S, 3]`` of one file, with the pixels decoded, bytes read and scale-down flag."""
     image, read, reduced = open_image(source, size)
     try:
-        rgb = to_rgb(orient(image))
+        method = orientation(image)
+        if method is None and image.mode == "RGB" and "transparency" not in image.info:
+            fitted = frames.fit(image, size)  # nothing to convert: resized as decoded
+        else:  # turned and converted a strip at a time, never whole (see fit_strips)
+            fitted = fit_strips(*upright_size(image, method), lambda y0, y1: to_rgb(upright_rows(image, method, y0, y1)), size)
     except Exception as exc:  # noqa: BLE001
         raise source.fail(f"cannot convert the image to RGB: {type(exc).__name__}: {exc}") from None
-    return frames.fit(rgb, size), read, image.width * image.height, reduced
+    return fitted, read, image.width * image.height, reduced
 
 
 def as_pixels(index: int, buffer: Any) -> np.ndarray:

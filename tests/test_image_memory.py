@@ -1,0 +1,129 @@
+"""A picture's memory: beside the decoded picture, decoding holds strips, never a full-size copy,
+and the strips give the whole picture's pixels bit for bit (docs/media.md, "Memory")."""
+
+from __future__ import annotations
+
+import io
+import struct
+import subprocess
+import sys
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+from media import encode_image, pattern
+from PIL import Image
+
+from uform.plugins import frames, pictures, sources
+
+
+def png16_rgba(width: int, height: int) -> bytes:
+    """A 16-bit RGBA PNG of varied colour and alpha that compresses to almost nothing (rows repeat)."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    x = np.arange(width)
+    row = np.stack([x * 16 % 65536, x * 7 % 65536, 65535 - x * 16 % 65536, x * 131 % 65536], -1).astype(">u2").tobytes()
+    same = b"\x02" + bytes(len(row))  # filter "Up", no change: the row above again
+    packer = zlib.compressobj(1)
+    body = b"".join(packer.compress(b"\x00" + row if r % 97 == 0 else same) for r in range(height)) + packer.flush()
+    ihdr = struct.pack(">IIBBBBB", width, height, 16, 6, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", body) + chunk(b"IEND", b"")
+
+
+_MEASURE = """
+import resource, sys
+from uform.plugins import pictures, sources
+def rss(): return int(open("/proc/self/statm").read().split()[1]) * 4096
+pictures.decode(sources.Source(0, None, data=open(sys.argv[2], "rb").read()), 32)  # warm: lazy imports
+data = open(sys.argv[1], "rb").read()
+base = rss()
+fitted, _, pixels, _ = pictures.decode(sources.Source(0, None, data=data), int(sys.argv[3]))
+assert fitted.shape[:2] == (int(sys.argv[3]),) * 2, fitted.shape
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - base)
+"""
+
+
+def peak_growth(folder: Path, width: int, height: int, size: int = 224) -> int:
+    """Peak RSS growth, in bytes, of one ``decode`` of a ``width × height`` 16-bit RGBA PNG, in a fresh process."""
+    big, small = folder / f"rgba16-{width}x{height}.png", folder / "small.png"
+    big.write_bytes(png16_rgba(width, height))
+    small.write_bytes(png16_rgba(40, 30))
+    run = subprocess.run([sys.executable, "-c", _MEASURE, str(big), str(small), str(size)], capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr
+    return int(run.stdout.split()[-1])
+
+
+def test_a_large_transparent_16_bit_png_costs_little_beside_its_decoded_pixels(tmp_path: Path) -> None:
+    # Pillow holds the decoded 2400×2400 picture as 8-bit RGBA: 23 MB. Compositing the alpha over
+    # the whole picture in uint32 cost ten times that (230 MB); strips cost a few MB.
+    growth, decoded = peak_growth(tmp_path, 2400, 2400), 4 * 2400 * 2400
+    assert growth <= decoded + 12_000_000, f"peak RSS grew {growth / 1e6:.1f} MB decoding a {decoded / 1e6:.0f} MB picture"
+
+
+def _noise(h: int, w: int, seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, 256, (h, w, 4), dtype=np.uint8)
+
+
+def _files(h: int, w: int, seed: int) -> dict[str, bytes]:
+    """One picture in every mode that is converted (alpha, palette, grayscale, 16 bits, CMYK, tRNS)."""
+    nz = _noise(h, w, seed)
+    rgb = np.where(np.arange(w)[None, :, None] % 5 < 2, nz[..., :3], pattern(h, w, seed))  # smooth and busy columns
+    rgba = Image.fromarray(np.dstack([rgb, nz[..., 3]]), "RGBA")
+    wide = (nz[..., 0].astype(np.uint16) * 257 + nz[..., 1]).astype(np.uint16)
+    return {
+        "RGBA": encode_image(rgba, "PNG"),
+        "LA": encode_image(rgba.convert("LA"), "PNG"),
+        "P+tRNS": encode_image(Image.fromarray(rgb).quantize(32), "PNG", transparency=3),
+        "L": encode_image(Image.fromarray(rgb[..., 1]), "PNG"),
+        "L+tRNS": encode_image(Image.fromarray(rgb[..., 1]), "PNG", transparency=int(rgb[0, 0, 1])),
+        "RGB+tRNS": encode_image(rgb, "PNG", transparency=tuple(int(v) for v in rgb[0, 0])),
+        "I;16+tRNS": encode_image(Image.fromarray(wide), "PNG", transparency=int(wide[0, 0])),
+        "16-bit RGBA": png16_rgba(w, h),
+        "WebP RGBA": encode_image(rgba, "WEBP", lossless=True),
+        "CMYK JPEG": encode_image(Image.fromarray(rgb).convert("CMYK"), "JPEG", quality=90),
+    }
+
+
+def _whole(data: bytes, size: int) -> np.ndarray:
+    """The rule on the whole decoded picture at once: turned, converted, fitted (the code before strips)."""
+    decoded = pictures.open_image(sources.Source(0, None, data=data), size)[0]  # a JPEG at its reduced scale
+    return frames.fit(pictures.to_rgb(pictures.orient(decoded)), size)
+
+
+def _oriented(data: bytes, orientation: int) -> bytes:
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    image = Image.open(io.BytesIO(data))
+    return encode_image(image, "PNG", exif=exif)
+
+
+# (height, width, S): several strips; a tall and a wide picture past FULL_RESIZE_AREA (fit_region)
+SHAPES = [(37, 53, 16), (211, 173, 32), (60, 2100, 16), (1500, 45, 16), (96, 96, 96)]
+
+
+@pytest.mark.parametrize(("h", "w", "size"), SHAPES)
+def test_strips_give_the_whole_pictures_pixels(monkeypatch: pytest.MonkeyPatch, h: int, w: int, size: int) -> None:
+    monkeypatch.setattr(pictures, "STRIP_PIXELS", 2999)  # strips of a few rows, one row where rows are long
+    for mode, data in _files(h, w, h + w).items():
+        got = pictures.decode(sources.Source(0, None, data=data), size)[0]
+        np.testing.assert_array_equal(got, _whole(data, size), err_msg=mode)
+
+
+@pytest.mark.parametrize("orientation", range(2, 9))
+def test_turned_strips_give_the_turned_pictures_pixels(monkeypatch: pytest.MonkeyPatch, orientation: int) -> None:
+    monkeypatch.setattr(pictures, "STRIP_PIXELS", 1009)
+    stored = Image.fromarray(np.dstack([pattern(70, 43, orientation), _noise(70, 43, orientation)[..., 3]]), "RGBA")
+    for data in (_oriented(encode_image(stored, "PNG"), orientation), _oriented(encode_image(stored.convert("RGB"), "PNG"), orientation)):
+        got = pictures.decode(sources.Source(0, None, data=data), 16)[0]
+        np.testing.assert_array_equal(got, _whole(data, 16))
+
+
+if __name__ == "__main__":  # python tests/test_image_memory.py 10000 10000 [S]: the figures of docs/media.md
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        w, h, *rest = (int(a) for a in sys.argv[1:])
+        print(f"{w}x{h} 16-bit RGBA PNG at S = {rest[0] if rest else 224}: peak RSS +{peak_growth(Path(folder), w, h, *rest) / 1e6:.1f} MB")
