@@ -172,6 +172,7 @@ def test_video_from_image_is_the_mean_of_its_frames(clip: tuple[Any, Path]) -> N
     from media import clip as make_clip
 
     from uform.plugins.clips import sample
+    from uform.plugins.frames import Pixels
     from uform.plugins.sources import sources
 
     _, path = clip
@@ -179,7 +180,7 @@ def test_video_from_image_is_the_mean_of_its_frames(clip: tuple[Any, Path]) -> N
     picture = _pixels(1, 48, seed=3)[0][:, :, :]
     data = make_clip(frames=12, size=(64, 48), picture=np.ascontiguousarray(np.broadcast_to(picture[:48, :48].mean(), (48, 64, 3)).astype(np.uint8)))
     got = np.asarray(m.video_encode([data], Arena()).embeddings)
-    frames, _ = sample(sources([data], "bytes")[0], 2, m._runtime.towers["video"].parsed.pixels.fit)
+    frames, _ = sample(sources([data], "bytes")[0], 2, Pixels.read(dumps(path)["towers"]["image"], "image").fit)
     rows = np.asarray(m.image_encode_pixels(list(frames), Arena()).embeddings, np.float64).mean(axis=0)
     assert _cos(got, (rows / np.linalg.norm(rows))[None]).min() >= 0.999999
 

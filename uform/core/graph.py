@@ -212,7 +212,7 @@ class GraphBuilder:
     def token_at(self, indices: str) -> Callable[[str], str]:
         """A ``pick`` taking token ``indices[b]`` (int64 [B]) of each row ``b``."""
         at = self.op("Unsqueeze", indices, self.ints([1]))
-        return lambda x: self.op("GatherND", x, at, batch_dims=1)  # type: ignore[no-any-return]
+        return lambda x: self.op("GatherND", x, at, batch_dims=1)
 
     def last_position(self, x: str) -> str:
         """The last token of each row of ``x`` [B, T, C]: [B, C] (a ``pick``)."""
