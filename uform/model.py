@@ -171,6 +171,13 @@ class Model:
         return self._runtime.describe()
 
     @property
+    def source(self) -> dict[str, str] | None:
+        """Where a converted model came from: checkpoint format version 2's ``source``
+        (``family``, ``name``, ``architecture``, ``converter``), or None for uform's own."""
+        found = self._runtime.config.source
+        return None if found is None else {str(k): str(v) for k, v in found.items()}
+
+    @property
     def served(self) -> Served:
         """What this load serves: towers, modalities, verbs and choice temperatures."""
         return served_by(self._runtime)
