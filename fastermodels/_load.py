@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from huggingface_hub import constants, hf_hub_download, list_repo_files, try_to_load_from_cache
 
-from fastermodels._errors import ArtifactNotFoundError
+from fastermodels._errors import ArtifactNotFoundError, ArtifactReadError, UntrustedSourceError
 from fastermodels._model import FasterModel
 from uform.exporters import ARTIFACT_FILES, quiet_torch_deprecations
 
@@ -66,17 +66,38 @@ def _fetch(repo_id: str, name: str, local: bool, files: set[str], hub: dict[str,
     return Path(hf_hub_download(repo_id, name, **hub))
 
 
+def _torchscript_refused(repo: str, files: set[str]) -> UntrustedSourceError:
+    also = ", or form='onnx' for the model.onnx it also publishes" if FORMS["onnx"] in files else ""
+    return UntrustedSourceError(
+        f"{repo}: {FORMS['torchscript']} is TorchScript, which is code: torch.jit.load runs what its "
+        "modules hold (a __setstate__ included) as it loads; pass trust_remote_code=True to load() "
+        f"if you trust this artifact{also}; nothing was read")
+
+
+def _load_torchscript(path: Path, map_location: Any) -> "torch.jit.ScriptModule":
+    """``torch.jit.load``; ArtifactReadError names the file when it is not a TorchScript archive."""
+    try:
+        with quiet_torch_deprecations():
+            module = torch.jit.load(str(path), map_location=map_location)  # type: ignore[no-untyped-call]
+    except (RuntimeError, ValueError, OSError) as e:
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ArtifactReadError(f"{path}: not a readable TorchScript archive ({reason})") from None
+    return module.eval()  # type: ignore[no-any-return]
+
+
 def load(repo_id: str | os.PathLike[str], form: str = "auto",
          **kw: Any) -> "FasterModel | torch.jit.ScriptModule | Path":
     """Load the form a repo publishes: a FasterModel, a TorchScript module, or the ONNX file's path.
 
     ``form='auto'`` looks for model.safetensors, then model.torchscript.pt, then model.onnx.
+    TorchScript is code, so it is loaded only with ``trust_remote_code=True``; without it, an
+    artifact whose first form is TorchScript raises :class:`UntrustedSourceError`.
     A local directory is read as is, never through the Hub; a missing one raises
     :class:`ArtifactNotFoundError` at once, and only a ``'namespace/name'`` string is looked
     up on the Hub (:func:`_is_local`). ``kw``: ``revision``, ``token``, ``cache_dir``,
     ``force_download``, ``local_files_only`` (Hub downloads), ``map_location`` (safetensors
     and TorchScript; default ``'cpu'``) and ``trust_remote_code`` (safetensors: import a
-    ``source`` outside :data:`~fastermodels.TRUSTED_SOURCES`; default ``False``).
+    ``source`` that is not a registered zoo builder; TorchScript: load it at all; default ``False``).
     """
     if form != "auto" and form not in FORMS:
         raise ValueError(f"form must be 'auto' or one of {', '.join(map(repr, FORMS))}, got {form!r}")
@@ -100,12 +121,11 @@ def load(repo_id: str | os.PathLike[str], form: str = "auto",
             continue
         if f == "safetensors":
             return FasterModel.from_pretrained(repo, **kw)
+        if f == "torchscript" and not kw.get("trust_remote_code"):
+            raise _torchscript_refused(repo, files)
         path = _fetch(repo, FORMS[f], local, files, hub)
         if f == "torchscript":
-            with quiet_torch_deprecations():
-                module = torch.jit.load(  # type: ignore[no-untyped-call]
-                    str(path), map_location=kw.get("map_location", "cpu"))
-            return module.eval()  # type: ignore[no-any-return]
+            return _load_torchscript(path, kw.get("map_location", "cpu"))
         return path  # onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
     wanted = ", ".join(FORMS.values()) if form == "auto" else FORMS[form]
     raise ArtifactNotFoundError(f"{repo} publishes none of {wanted}"

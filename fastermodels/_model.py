@@ -6,16 +6,41 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import safetensors
 import safetensors.torch
 from huggingface_hub import PyTorchModelHubMixin, hf_hub_download
 from torch import nn
 
-from fastermodels._errors import ArtifactNotFoundError
-from fastermodels._spec import check_source, rebuild, resolve, spec_from
+from fastermodels._errors import ArtifactNotFoundError, ArtifactReadError
+from fastermodels._spec import rebuild, resolve, spec_from
 from fastermodels._strict import check_state_dict
+from fastermodels._trust import check_source
 
 WEIGHTS_FILE = "model.safetensors"
 CONFIG_FILE = "config.json"
+
+
+def read_config(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """An artifact's config.json as a dict; ArtifactReadError names the file and why it is not one."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            config = json.load(f)
+    except UnicodeDecodeError as e:
+        raise ArtifactReadError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start}), so not a config.json") from None
+    except json.JSONDecodeError as e:
+        raise ArtifactReadError(f"{path}: not JSON ({e.msg} at line {e.lineno} column {e.colno})") from None
+    if not isinstance(config, dict):
+        raise ArtifactReadError(f"{path}: holds a JSON {type(config).__name__}, not the object of "
+                                "source, source_kwargs, modules, recipe and provenance")
+    return config
+
+
+def read_weights(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The tensors of a model.safetensors; ArtifactReadError names the file and the reader's reason."""
+    try:
+        return safetensors.torch.load_file(path)
+    except (safetensors.SafetensorError, OSError) as e:
+        raise ArtifactReadError(f"{path}: not a readable safetensors file ({e})") from None
 
 
 class FasterModel(nn.Module, PyTorchModelHubMixin,
@@ -89,6 +114,20 @@ class FasterModel(nn.Module, PyTorchModelHubMixin,
         (save_directory / CONFIG_FILE).write_text(text)
 
     @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path: str | Path,
+                        **kwargs: Any) -> "FasterModel":
+        """The mixin's ``from_pretrained``, with a local config.json checked first (ArtifactReadError
+        naming it when it is not a JSON object) and a Hub one's JSON errors naming it too."""
+        model_id = os.fspath(pretrained_model_name_or_path)
+        if os.path.isdir(model_id) and os.path.isfile(os.path.join(model_id, CONFIG_FILE)):
+            read_config(os.path.join(model_id, CONFIG_FILE))
+        try:
+            return super().from_pretrained(pretrained_model_name_or_path, **kwargs)
+        except json.JSONDecodeError as e:
+            raise ArtifactReadError(f"{model_id}/{CONFIG_FILE}: not JSON ({e.msg} at line {e.lineno} "
+                                    f"column {e.colno})") from None
+
+    @classmethod
     def _from_pretrained(cls, *, model_id: str, revision: str | None,
                          cache_dir: str | Path | None, force_download: bool,
                          local_files_only: bool, token: str | bool | None,
@@ -97,15 +136,15 @@ class FasterModel(nn.Module, PyTorchModelHubMixin,
                          **model_kwargs: Any) -> "FasterModel":
         """Rebuild from config.json, load model.safetensors strictly, return in eval mode.
 
-        The ``source`` config.json names is imported only from :data:`TRUSTED_SOURCES`
-        unless ``trust_remote_code=True`` (:func:`check_source`).
+        The ``source`` config.json names is imported and called only when it is a registered zoo
+        builder with plain architecture arguments, unless ``trust_remote_code=True``
+        (:func:`check_source`); the weights are read before the factory is called.
         """
         if not strict:
             raise ValueError("FasterModel loading is always strict")
         if "source" not in model_kwargs:
             raise ArtifactNotFoundError(f"{model_id}: no {CONFIG_FILE} naming a `source` factory")
         check_source(model_kwargs["source"], model_kwargs.get("source_kwargs"), trust_remote_code, model_id)
-        model = cls(**model_kwargs)
         if os.path.isdir(model_id):
             weights = os.path.join(model_id, WEIGHTS_FILE)
             if not os.path.isfile(weights):
@@ -114,5 +153,7 @@ class FasterModel(nn.Module, PyTorchModelHubMixin,
             weights = hf_hub_download(repo_id=model_id, filename=WEIGHTS_FILE, revision=revision,
                                       cache_dir=cache_dir, force_download=force_download,
                                       token=token, local_files_only=local_files_only)
-        model.load_state_dict(safetensors.torch.load_file(weights))
+        state = read_weights(weights)
+        model = cls(**model_kwargs)
+        model.load_state_dict(state)
         return model.to(map_location).eval()

@@ -6,7 +6,7 @@ from typing import Any
 
 from torch import nn
 
-from fastermodels._errors import SpecError, UntrustedSourceError
+from fastermodels._errors import SpecError
 
 LAYER_TYPES: dict[str, type[nn.Module]] = {
     "Conv2d": nn.Conv2d,
@@ -23,35 +23,6 @@ _ARGS: dict[str, tuple[str, ...]] = {
     "BatchNorm2d": _BN_ARGS,
 }
 _EXAMPLE = "a dotted path names a module then a factory in it, e.g. 'torchvision.models.resnet18'"
-# Model zoos whose factories an artifact may name without trust_remote_code=True: the module
-# part of ``source`` is one of these or inside one.
-TRUSTED_SOURCES: tuple[str, ...] = ("torchvision.models", "timm", "transformers")
-
-
-def check_source(source: Any, source_kwargs: Any = None, trust_remote_code: bool = False,
-                 where: str = "the artifact") -> None:
-    """Refuse, before anything is imported, an artifact's ``source`` outside :data:`TRUSTED_SOURCES`.
-
-    Loading imports the module ``source`` names and calls the factory, which runs whatever
-    code that module holds: an artifact from the Hub could name any module on the path
-    (``os.system`` included). ``trust_remote_code=True`` lifts the check, as transformers'
-    argument of that name does. ``source_kwargs`` asking the factory itself to trust remote
-    code (``{"trust_remote_code": true}``) needs the same flag.
-    """
-    if trust_remote_code:
-        return
-    module = str(source).rpartition(".")[0]
-    hint = ("pass trust_remote_code=True to load() or FasterModel.from_pretrained() "
-            "if you trust this artifact and that code")
-    if not any(module == zoo or module.startswith(zoo + ".") for zoo in TRUSTED_SOURCES):
-        raise UntrustedSourceError(
-            f"{where}: config.json names the source {source!r}, outside the model zoos fastermodels "
-            f"imports by default ({', '.join(TRUSTED_SOURCES)}); loading it would import and run "
-            f"that module's code: {hint}")
-    if isinstance(source_kwargs, Mapping) and source_kwargs.get("trust_remote_code"):
-        raise UntrustedSourceError(
-            f"{where}: config.json calls {source!r} with trust_remote_code=true in its "
-            f"source_kwargs, which would run code the artifact points to: {hint}")
 
 
 def resolve(source: str) -> Callable[..., nn.Module]:

@@ -91,7 +91,7 @@ def test_each_form_matches_the_pruned_net(full: tuple[Path, ExportReport], prune
     expected = _expected(pruned, BATCH3)  # batch 3: the exports were made at batch 1
     tolerance = {"safetensors": 0.0, "torchscript": 1e-5, "onnx": 1e-4}
     for form, tol in tolerance.items():
-        model = load(directory, form=form)
+        model = load(directory, form=form, trust_remote_code=form == "torchscript")  # TorchScript is code
         if form == "onnx":
             assert isinstance(model, Path) and model == directory / "model.onnx"
             got = _run_onnx(model, BATCH3)
@@ -104,7 +104,7 @@ def test_each_form_matches_the_pruned_net(full: tuple[Path, ExportReport], prune
 
 
 def test_torchscript_is_a_traced_module(full: tuple[Path, ExportReport]) -> None:
-    module = load(full[0], form="torchscript")
+    module = load(full[0], form="torchscript", trust_remote_code=True)
     assert isinstance(module, torch.jit.ScriptModule) and not module.training
 
 
@@ -155,7 +155,7 @@ def test_pruned_mlp_exports_every_form(tmp_path: Path) -> None:
     expected = _expected(net, x)
     with torch.no_grad():
         assert np.array_equal(load(tmp_path, trust_remote_code=True)(x).numpy(), expected)  # a test-suite factory
-        assert np.abs(load(tmp_path, form="torchscript")(x).numpy() - expected).max() <= 1e-5
+        assert np.abs(load(tmp_path, form="torchscript", trust_remote_code=True)(x).numpy() - expected).max() <= 1e-5
     assert np.abs(_run_onnx(load(tmp_path, form="onnx"), x) - expected).max() <= 1e-4
 
 

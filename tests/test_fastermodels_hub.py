@@ -107,7 +107,7 @@ with torch.no_grad():
     out["auto"] = [type(model).__name__, model.training, state_hash(model), diff(model(x))]
     fm = FasterModel.from_pretrained(sys.argv[3])
     out["from_pretrained"] = [fm.training, state_hash(fm), fm.recipe]
-    ts = load(sys.argv[3], form="torchscript")
+    ts = load(sys.argv[3], form="torchscript", trust_remote_code=True)
     out["torchscript"] = [ts.training, diff(ts(x))]
 for key, repo, form in (("onnx", sys.argv[3], "onnx"), ("int8", sys.argv[4], "auto")):
     path = load(repo, form=form)

@@ -1,5 +1,6 @@
-"""fastermodels loading what it may: the source allow-list, trust_remote_code, and local folders
-that do not exist (answered at once, never looked up on the Hub)."""
+"""fastermodels loading what it may: registered zoo builders, trust_remote_code, and local folders
+that do not exist (answered at once, never looked up on the Hub). What would fetch, load or run
+code is tested in test_fastermodels_untrusted.py."""
 
 from __future__ import annotations
 
@@ -48,7 +49,7 @@ def test_a_model_zoo_artifact_of_upstream_0_1_2_loads_as_before(tmp_path: Path) 
 def test_a_source_outside_the_zoos_is_refused_naming_it(tmp_path: Path) -> None:
     marker = tmp_path / "ran"
     evil = _artifact(tmp_path / "evil", "os.system", {"command": f"touch {marker}"}, {})
-    message = r"evil: config.json names the source 'os.system', outside the model zoos .*trust_remote_code=True"
+    message = r"evil: config.json names the source 'os.system', not a model builder the zoo registers .*trust_remote_code=True"
     with pytest.raises(UntrustedSourceError, match=message) as info:
         load(evil)
     assert isinstance(info.value, ImportError)
@@ -70,15 +71,18 @@ def test_trust_remote_code_loads_a_local_factory(tmp_path: Path) -> None:
 
 
 def test_source_kwargs_asking_to_trust_remote_code_are_refused(tmp_path: Path) -> None:
-    artifact = _artifact(tmp_path / "remote", "transformers.pipeline", {"model": "x/y", "trust_remote_code": True}, {})
-    with pytest.raises(UntrustedSourceError, match="calls 'transformers.pipeline' with trust_remote_code=true"):
+    artifact = _artifact(tmp_path / "remote", RESNET_SOURCE, {"num_classes": 10, "trust_remote_code": True}, {})
+    with pytest.raises(UntrustedSourceError, match="calls 'torchvision.models.resnet18' with 'trust_remote_code' in its "
+                                                   "source_kwargs, not one of the plain architecture arguments"):
         load(artifact)
 
 
-def test_the_allow_list_is_by_module_prefix() -> None:
-    for fine in ("torchvision.models.resnet18", "timm.create_model", "timm.models.resnet.resnet50", "transformers.AutoModel"):
-        fastermodels.check_source(fine)
-    for refused in ("torchvision.io.read_file", "torchvisionx.models.f", "timmy.create_model", "builtins.exec", "resnet18"):
+def test_the_allow_list_is_by_registered_builder() -> None:
+    for fine in ("torchvision.models.resnet18", "torchvision.models.resnet.resnet18", "torchvision.models.vit_b_16"):
+        fastermodels.check_source(fine, {"num_classes": 10, "weights": None})
+    for refused in ("torchvision.io.read_file", "torchvisionx.models.f", "torchvision.models._utils.IntermediateLayerGetter",
+                    "torchvision.models.resnet.ResNet", "torchvision.models.get_weight", "timm.create_model",
+                    "transformers.AutoModel", "builtins.exec", "resnet18", None, 18):
         with pytest.raises(UntrustedSourceError):
             fastermodels.check_source(refused)
     fastermodels.check_source("builtins.exec", trust_remote_code=True)

@@ -1,0 +1,203 @@
+"""What loading an artifact never runs or fetches without trust_remote_code=True: a private zoo
+helper that torch.loads a pickle, weights to download, TorchScript; and load errors that name the
+file (a corrupt TorchScript or safetensors, a config.json that is not a JSON object)."""
+
+from __future__ import annotations
+
+import json
+import socket
+import struct
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("torchvision")
+pytest.importorskip("huggingface_hub")
+sys.path.insert(0, str(Path(__file__).parent))
+
+from safetensors.torch import save_file  # noqa: E402
+
+import fastermodels  # noqa: E402
+from fastermodels import (ArtifactReadError, FasterModel, UntrustedSourceError, check_source,  # noqa: E402
+                          export_artifact, load)
+from test_fastermodels_nets import RESNET_KWARGS, RESNET_SOURCE  # noqa: E402
+from uform.exporters import quiet_torch_deprecations  # noqa: E402
+
+
+class Payload:
+    """A harmless pickle: unpickling it writes ``marker``."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Path.write_text, (self.marker, "unpickled"))
+
+
+def _config(directory: Path, source: str, source_kwargs: Any) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    config = {"source": source, "source_kwargs": source_kwargs, "modules": {}, "recipe": None, "provenance": None}
+    (directory / "config.json").write_text(json.dumps(config, sort_keys=True, indent=2))
+    return directory
+
+
+@pytest.fixture
+def no_network(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("network access while loading a local artifact")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)
+
+
+def test_a_private_zoo_helper_that_torch_loads_a_pickle_runs_nothing(tmp_path: Path, no_network: None) -> None:
+    marker = tmp_path / "written"
+    torch.save(Payload(marker), tmp_path / "evil.pt")
+    kwargs = {"url": (tmp_path / "evil.pt").as_uri(), "model_dir": str(tmp_path / "hub")}
+    evil = _config(tmp_path / "evil", "torchvision.models._api.load_state_dict_from_url", kwargs)
+    message = r"evil: config.json names the source 'torchvision.models._api.load_state_dict_from_url', a private"
+    with pytest.raises(UntrustedSourceError, match=message):
+        FasterModel.from_pretrained(evil)  # no weights file: refused all the same
+    save_file({"x": torch.zeros(1)}, str(evil / "model.safetensors"))
+    for attempt in (lambda: load(evil), lambda: load(evil, form="safetensors"), lambda: FasterModel.from_pretrained(evil)):
+        with pytest.raises(UntrustedSourceError, match=message):
+            attempt()
+    assert not marker.exists()
+    torch.load(tmp_path / "evil.pt", weights_only=False)  # the payload is live: unpickled, it writes
+    assert marker.read_text() == "unpickled"
+
+
+@pytest.mark.parametrize(
+    ("source", "kwargs", "why"),
+    [
+        (RESNET_SOURCE, {"weights": "DEFAULT"}, "weights='DEFAULT' in its source_kwargs, which would download"),
+        (RESNET_SOURCE, {"num_classes": 10, "weights": "ResNet18_Weights.IMAGENET1K_V1"}, "would download"),
+        (RESNET_SOURCE, {"pretrained": True}, "'pretrained' in its source_kwargs, not one of the plain architecture"),
+        (RESNET_SOURCE, {"progress": False}, "'progress' in its source_kwargs"),
+        (RESNET_SOURCE, {"model_dir": "/tmp"}, "'model_dir' in its source_kwargs"),
+        (RESNET_SOURCE, {"num_classes": {"url": "http://x"}}, "not a JSON scalar or list"),
+        (RESNET_SOURCE, ["weights", "DEFAULT"], "source_kwargs of type list"),
+        ("torchvision.models.detection.fasterrcnn_resnet50_fpn", {"num_classes": 3},
+         "whose weights_backbone defaults to ResNet50_Weights.IMAGENET1K_V1: it would download"),
+        ("torchvision.models.get_model", {"name": "resnet18"}, "not a model builder the zoo registers"),
+        ("torchvision.models.resnet.ResNet", {}, "not a model builder the zoo registers"),
+        ("torchvision.models.utils.load_state_dict_from_url", {"url": "http://x"}, "not a model builder"),
+        ("torch.hub.load", {"repo_or_dir": "x/y", "model": "m"}, "not a model builder"),
+        ("timm.create_model", {"model_name": "hf-hub:x/y", "pretrained": True}, "not a model builder"),
+        ("transformers.AutoModel.from_pretrained", {"pretrained_model_name_or_path": "x/y"}, "not a model builder"),
+        ("os.system", {"command": "true"}, "not a model builder"),
+    ],
+)
+def test_what_would_fetch_or_load_is_refused_without_the_network(tmp_path: Path, no_network: None, source: str,
+                                                                 kwargs: Any, why: str) -> None:
+    artifact = _config(tmp_path / "a", source, kwargs)
+    save_file({"x": torch.zeros(1)}, str(artifact / "model.safetensors"))
+    for attempt in (lambda: load(artifact), lambda: FasterModel.from_pretrained(artifact)):
+        with pytest.raises(UntrustedSourceError, match="a: config.json .*trust_remote_code=True") as info:
+            attempt()
+        assert why in str(info.value)
+
+
+def test_registered_builders_load_by_every_public_path() -> None:
+    for fine in ("torchvision.models.resnet18", "torchvision.models.resnet.resnet18",
+                 "torchvision.models.quantization.resnet18", "torchvision.models.segmentation.fcn_resnet50",
+                 "torchvision.models.detection.fasterrcnn_resnet50_fpn"):
+        check_source(fine, {"num_classes": 3, "weights": None, "weights_backbone": None}
+                     if "detection" in fine or "segmentation" in fine else {"num_classes": 3})
+    check_source("torchvision.models._api.load_state_dict_from_url", {"url": "x"}, trust_remote_code=True)
+    assert fastermodels.TRUSTED_SOURCES == ("torchvision.models",)
+
+
+# -- TorchScript is code ---------------------------------------------------------------------
+
+
+class Talkative(torch.nn.Module):
+    """A scripted module whose ``__setstate__`` runs at torch.jit.load and prints."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.word = "hello"
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + 1
+
+    @torch.jit.export
+    def __getstate__(self) -> tuple[str, bool]:
+        return (self.word, self.training)
+
+    @torch.jit.export
+    def __setstate__(self, state: tuple[str, bool]) -> None:
+        self.word = state[0]
+        self.training = state[1]
+        print("torchscript payload ran")
+
+
+@pytest.fixture
+def talkative(tmp_path: Path) -> Path:
+    with quiet_torch_deprecations():
+        torch.jit.script(Talkative()).save(str(tmp_path / "model.torchscript.pt"))  # type: ignore[no-untyped-call]
+    return tmp_path
+
+
+def test_torchscript_loads_only_with_trust_remote_code(talkative: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    for form in ("auto", "torchscript"):
+        with pytest.raises(UntrustedSourceError, match=r"model.torchscript.pt is TorchScript, which is code: .*"
+                                                       r"pass trust_remote_code=True to load\(\)"):
+            load(talkative, form=form)
+    assert "payload ran" not in capfd.readouterr().out
+    module = load(talkative, trust_remote_code=True)
+    assert "payload ran" in capfd.readouterr().out  # the payload is live: trusted, it runs
+    assert float(module(torch.zeros(1))[0]) == 1.0 and not module.training
+
+
+def test_auto_names_the_onnx_an_untrusted_torchscript_sits_beside(tmp_path: Path) -> None:
+    net = torch.nn.Sequential(torch.nn.Linear(4, 2)).eval()
+    export_artifact(net, tmp_path, ("torchscript", "onnx"), example_input=torch.randn(1, 4))
+    with pytest.raises(UntrustedSourceError, match="or form='onnx' for the model.onnx it also publishes"):
+        load(tmp_path)
+    assert load(tmp_path, form="onnx") == tmp_path / "model.onnx"
+    assert isinstance(load(tmp_path, trust_remote_code=True), torch.jit.ScriptModule)
+
+
+# -- load errors name the file ---------------------------------------------------------------
+
+
+def test_a_corrupt_torchscript_names_the_file(tmp_path: Path) -> None:
+    (tmp_path / "model.torchscript.pt").write_bytes(b"PK\x03\x04 not really a zip")
+    with pytest.raises(ArtifactReadError, match=r"model\.torchscript\.pt: not a readable TorchScript archive "
+                                                r"\(.*failed reading zip archive"):
+        load(tmp_path, trust_remote_code=True)
+
+
+def _zoo_config(directory: Path) -> Path:
+    return _config(directory, RESNET_SOURCE, RESNET_KWARGS)
+
+
+def test_a_safetensors_header_too_large_names_the_file(tmp_path: Path) -> None:
+    artifact = _zoo_config(tmp_path / "big")
+    (artifact / "model.safetensors").write_bytes(struct.pack("<Q", 1 << 40) + b"{}")
+    for attempt in (lambda: load(artifact), lambda: FasterModel.from_pretrained(artifact)):
+        with pytest.raises(ArtifactReadError, match=r"big/model\.safetensors: not a readable safetensors file "
+                                                    r"\(.*header too large"):
+            attempt()
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        ("{not json", r"config\.json: not JSON \(Expecting property name enclosed in double quotes at line 1 column 2\)"),
+        ('["source"]', r"config\.json: holds a JSON list, not the object of source"),
+        ("\udcff", r"config\.json: not UTF-8 text"),
+    ],
+)
+def test_a_bad_config_json_names_the_file(tmp_path: Path, text: str, why: str) -> None:
+    artifact = _zoo_config(tmp_path / "cfg")
+    (artifact / "config.json").write_bytes(text.encode("utf-8", "surrogateescape"))
+    save_file({"x": torch.zeros(1)}, str(artifact / "model.safetensors"))
+    for attempt in (lambda: load(artifact), lambda: FasterModel.from_pretrained(artifact)):
+        with pytest.raises(ArtifactReadError, match=r"cfg/" + why) as info:
+            attempt()
+        assert isinstance(info.value, ValueError)
