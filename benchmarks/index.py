@@ -127,8 +127,9 @@ def folder(work: Path, files: int) -> dict[str, Any]:
 
 def synthetic(path: Path, checkpoint: Path, n: int, d: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """An index of ``n`` clustered unit rows; answers (centres, cluster weights) to draw queries from."""
-    from uform.index.index import checkpoint_digest
-    from uform.index.store import Identity, Store
+    from uform.index.identity import Identity, checkpoint_digest
+    from uform.index.records import Chunk, Insert
+    from uform.index.store import Store
 
     rng = np.random.default_rng(seed)
     clusters = max(16, int(np.sqrt(n)))
@@ -141,12 +142,8 @@ def synthetic(path: Path, checkpoint: Path, n: int, d: int, seed: int = 0) -> tu
     for start in range(0, n, block):
         m = min(block, n - start)
         rows = draw(rng, centres, weights, m)
-        store.append(rows, np.ones(m, np.uint8), start)
-        with store.transaction() as c:
-            c.executemany("INSERT INTO items VALUES (?, ?, ?, ?, ?, NULL)",
-                          ((start + i, f"/home/someone/photos/2024/album-{(start + i) // 1000:04d}/IMG_{start + i:07d}.jpg",
-                            2_000_000 + i, 1_700_000_000_000_000_000 + i, rng.bytes(16)) for i in range(m)))  # fmt: skip
-            c.execute("UPDATE meta SET value = ? WHERE key = 'slots'", (str(start + m),))
+        store.commit(Chunk(rows, [Insert(f"/home/someone/photos/2024/album-{(start + i) // 1000:04d}/IMG_{start + i:07d}.jpg",
+                                         2_000_000 + i, 1_700_000_000_000_000_000 + i, rng.bytes(16), None, 1) for i in range(m)], new_paths=True))  # fmt: skip
     store.close()
     return centres, weights
 

@@ -83,7 +83,7 @@ def test_lowered_slots_are_named_not_cut(tmp_path: Path, ckpt: Path) -> None:
     edit(tmp_path / "idx", "UPDATE meta SET value = '1' WHERE key = 'slots'")
     before = contents(tmp_path / "idx")
     for read_only in (False, True):
-        with pytest.raises(IndexFormatError, match=r"idx: the index is damaged: index.sqlite.s items use slot 3, outside the 1 rows meta.slots says"):
+        with pytest.raises(IndexFormatError, match=r"idx: the index is damaged: index.sqlite.s items use slots 0-3, outside the 1 rows meta.slots says"):
             with Index(tmp_path / "idx", checkpoint=ckpt, read_only=read_only) as ix:
                 ix.search_embedding(np.ones(32, np.float32), 1)
     assert contents(tmp_path / "idx") == before
@@ -106,3 +106,23 @@ def test_an_empty_or_missing_file_is_named_and_left_as_it_is(tmp_path: Path, ckp
                 with Index(tmp_path / name, checkpoint=ckpt, read_only=read_only) as ix:
                     ix.search_embedding(np.ones(32, np.float32), 1)
         assert contents(tmp_path / name) == before
+
+
+def test_every_sql_statement_of_the_index_is_the_stores() -> None:
+    """Issue 56: the store owns every statement and the commit rule; no other module of
+    uform/index calls execute/executemany/executescript or holds SQL text."""
+    import ast
+    import re
+
+    sql = re.compile(r"\b(SELECT\b.*\bFROM|INSERT (OR \w+ )?INTO|UPDATE \w+ SET|DELETE FROM|CREATE (TEMP )?TABLE|DROP TABLE|ALTER TABLE|PRAGMA|BEGIN|COMMIT|ROLLBACK)\b")
+    folder = Path(__file__).parents[1] / "uform" / "index"
+    offences = []
+    for path in sorted(folder.glob("*.py")):
+        if path.name == "store.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute) and node.attr in {"execute", "executemany", "executescript"}:
+                offences.append(f"{path.name}:{node.lineno}: .{node.attr}")
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str) and sql.search(node.value):
+                offences.append(f"{path.name}:{node.lineno}: {node.value[:40]!r}")
+    assert offences == []

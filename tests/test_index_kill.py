@@ -39,7 +39,7 @@ commit = update.Updater._commit
 
 def committed(self, pending, count):  # says, once its transaction is committed, each path it put in and its hash
     commit(self, pending, count)
-    paths = [i[0] for i, s in zip(pending.inserts, pending.sources) if s != -2] + [m[0] for m in pending.moves]
+    paths = [n.insert.path for n in pending.new if n.insert.path in self.rows] + [m.path for m in pending.moves]  # refused ones left
     print("committed", *(f"{p}={self.rows[p].hash.hex()}" for p in paths), flush=True)
 
 update.Updater._commit = committed

@@ -7,9 +7,9 @@ fixed-size rows beside it the vectors; ``pyarrow`` (an optional extra) only for 
 
 from __future__ import annotations
 
-from .index import Entry, Index
+from .identity import FORMAT, Entry, Identity, IndexBusyError, IndexFormatError, IndexModelError
+from .index import Index
 from .scoring import Hit
-from .store import FORMAT, Identity, IndexBusyError, IndexFormatError, IndexModelError
 from .update import Text, UpdateReport
 
 __all__ = ["FORMAT", "Entry", "Hit", "Identity", "Index", "IndexBusyError", "IndexFormatError", "IndexModelError", "Text", "UpdateReport"]

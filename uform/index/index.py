@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
-import sqlite3
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +14,8 @@ from ..core.scalars import coerce
 from ..core.types import Scalar
 from . import ivf, scoring
 from .scoring import Hit
-from .store import MODALITIES, Identity, IndexModelError, Store, refuse_foreign
+from .identity import MODALITIES, Entry, Identity, IndexModelError, checkpoint_digest, kind_of
+from .store import Store, refuse_foreign
 from .update import Text, UpdateReport, Updater, refuse_inside
 
 if TYPE_CHECKING:
@@ -25,26 +24,6 @@ if TYPE_CHECKING:
     from ..model import Model
 
 _PathLike = str | os.PathLike[str]
-
-
-@dataclass(frozen=True)
-class Entry:
-    """One indexed item as :meth:`Index.entries` yields it."""
-
-    path: str
-    modality: str
-    hash: str  # hex BLAKE2b-128 of the file's bytes (a text's UTF-8)
-    size: int | None  # None for a text
-    mtime_ns: int | None  # -1 when the file changed while it was read; None for a text
-    text: str | None
-    embedding: np.ndarray  # a row of the index's scalar (I8: the int8 values; scales via embedding_scale)
-    embedding_scale: float | None
-
-
-def checkpoint_digest(path: Path) -> str:
-    """SHA-256 of a checkpoint file (the model's identity in an index)."""
-    with open(path, "rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 class Index:
@@ -145,13 +124,10 @@ class Index:
         store = self._writer()
         sources = list(sources)
         refuse_inside(self.path, sources)
-        try:
-            result = Updater(store, self._load, progress, report, Silent()).run(sources)
-            if compact and not self.build_ivf():
-                self.compact(only_if_worth=True)
-            return result
-        except sqlite3.OperationalError as exc:
-            raise OSError(f"{self.path}: cannot write the index ({exc}); what was committed before stays") from None
+        result = Updater(store, self._load, progress, report, Silent()).run(sources)
+        if compact and not self.build_ivf():
+            self.compact(only_if_worth=True)
+        return result
 
     def remove(self, paths: Iterable[_PathLike]) -> int:
         """Remove the items of ``paths`` (a folder: every item under it; a text file: its lines); answer how many."""
@@ -159,20 +135,14 @@ class Index:
 
         store = self._writer()
         roots = [os.path.abspath(os.fspath(p)) for p in paths]
-        with store.transaction() as c:
-            rows = c.execute("SELECT slot, path, text IS NOT NULL FROM items").fetchall()
-            slots = [(s,) for s, p, t in rows if in_scope(p, roots) or in_scope(p, roots, text=bool(t))]
-            c.executemany("DELETE FROM items WHERE slot = ?", slots)
-            c.executemany("DELETE FROM texts WHERE path = ?", ((p,) for (p,) in c.execute("SELECT path FROM texts").fetchall() if in_scope(p, roots)))
-            c.executemany("DELETE FROM failed WHERE path = ?", ((p,) for (p,) in c.execute("SELECT path FROM failed").fetchall() if in_scope(p, roots)))
-        return len(slots)
+        return store.remove(lambda p, text: in_scope(p, roots) or in_scope(p, roots, text=text), lambda p: in_scope(p, roots))
 
     def compact(self, *, only_if_worth: bool = False) -> int:
         """Rewrite the vectors without the rows of removed items; answer the rows dropped.
         ``only_if_worth``: only when they are over a quarter of the rows."""
         store = self._writer()
-        with store.snapshot() as c:
-            live = c.execute("SELECT count(*) FROM items").fetchone()[0]
+        with store.snapshot():
+            live = store.count()
             _, slots = store.state()
         if only_if_worth and (slots - live) * 4 <= slots:
             return 0
@@ -186,14 +156,14 @@ class Index:
     # -- reading -----------------------------------------------------------------------------
 
     def __len__(self) -> int:
-        with self._store.snapshot() as c:
-            return int(c.execute("SELECT count(*) FROM items").fetchone()[0])
+        with self._store.snapshot():
+            return self._store.count()
 
     def counts(self) -> dict[str, int]:
         """Items per modality (``text``, ``image``, ``video``, ``audio``), from one snapshot."""
-        with self._store.snapshot() as c:
+        with self._store.snapshot():
             _, _, _, kinds = self._rows()
-            live = np.array([s for (s,) in c.execute("SELECT slot FROM items")], np.int64)
+            live = self._store.live()
         found = np.bincount(kinds[live], minlength=len(MODALITIES)) if len(live) else np.zeros(len(MODALITIES), np.int64)
         return {m: int(found[i]) for i, m in enumerate(MODALITIES)}
 
@@ -236,28 +206,31 @@ class Index:
         unit = scoring.prepare(embedding, Scalar.F32, self.identity.dimensions)
         for _ in range(3):  # a compaction between the snapshot and the mapping: take a new snapshot
             try:
-                with self._store.snapshot() as c:
-                    lists = None if exact or k == 0 else self._lists(c)
+                with self._store.snapshot():
+                    lists = None if exact or k == 0 else self._lists()
                     blocks = None
                     if lists is not None:
                         _, slots = self._store.state()
                         blocks = [*lists.probe(unit, nprobe or ivf.default_nprobe(len(lists.centroids))), (lists.covered, slots)]
-                    return self._search(c, q, k, wanted, blocks)
+                    return self._search(q, k, wanted, blocks)
             except FileNotFoundError:
                 self._cache, self._ivf = None, None
         raise RuntimeError(f"{self.path}: the index kept changing generation under the search")
 
-    def _lists(self, c: sqlite3.Connection) -> ivf.Lists | None:
-        row = c.execute("SELECT value FROM meta WHERE key = 'ivf'").fetchone()
-        if row is None or not row[0]:
+    def _lists(self) -> ivf.Lists | None:
+        name = self._store.ivf_name()
+        if name is None:
             return None
-        if self._ivf is None or self._ivf[0] != row[0]:
-            self._ivf = (row[0], ivf.load(self.path / row[0]))
+        if self._ivf is None or self._ivf[0] != name:
+            self._ivf = (name, ivf.load(self.path / name))
         return self._ivf[1]
 
-    def _search(self, c: sqlite3.Connection, q: np.ndarray, k: int, wanted: list[int] | None, blocks: list[tuple[int, int]] | None) -> list[Hit]:
-        _, _, rows, kinds = self._rows()
-        return scoring.search(c, rows, kinds, Scalar(self.identity.scalar), self.identity.dimensions, q, k, wanted, blocks)
+    def _search(self, q: np.ndarray, k: int, wanted: list[int] | None, blocks: list[tuple[int, int]] | None) -> list[Hit]:
+        generation, _, rows, kinds = self._rows()
+        try:
+            return scoring.search(self._store.resolve, rows, kinds, Scalar(self.identity.scalar), self.identity.dimensions, q, k, wanted, blocks)
+        except scoring.DamagedRow as exc:
+            raise self._store.damaged(f"vectors-{generation}.bin: {exc}") from None
 
     def build_ivf(self, *, force: bool = False) -> bool:
         """Cluster a large index (from ``ivf.MIN_ROWS`` live rows; ``force``: whatever its size) for
@@ -265,10 +238,10 @@ class Index:
         Done by :meth:`update` itself when the rows added since the last clustering pass
         ``ivf.REBUILD`` of it; answers whether it clustered."""
         store = self._writer()
-        with store.snapshot() as c:
+        with store.snapshot():
             generation, slots = store.state()
-            current = self._lists(c)
-            live = np.array([s for (s,) in c.execute("SELECT slot FROM items ORDER BY slot")], np.int64)
+            current = self._lists()
+            live = store.live()
         if Scalar(self.identity.scalar) is Scalar.B1 or not len(live) or (len(live) < ivf.MIN_ROWS and not force):
             return False
         if current is not None and not force and (slots - current.covered) <= ivf.REBUILD * current.covered and (slots - len(live)) * 4 <= slots:
@@ -281,9 +254,9 @@ class Index:
 
     def entries(self) -> Iterator[Entry]:
         """Every item, in slot order, from one snapshot."""
-        with self._store.snapshot() as c:
+        with self._store.snapshot():
             _, _, rows, kinds = self._rows()
-            for slot, path, size, mtime, h, text in c.execute("SELECT slot, path, size, mtime, hash, text FROM items ORDER BY slot"):
+            for slot, path, size, mtime, h, text in self._store.items():
                 row = rows[slot]
                 scaled = Scalar(self.identity.scalar) is Scalar.I8
                 yield Entry(path, MODALITIES[kinds[slot]], h.hex(), size, mtime, text, np.array(row["q"] if scaled else row),
@@ -293,14 +266,14 @@ class Index:
 
     def failures(self) -> list[tuple[str, str]]:
         """(path, reason) of the items that failed and have not changed since."""
-        with self._store.snapshot() as c:
-            return [(p, r) for p, r in c.execute("SELECT path, reason FROM failed ORDER BY path")]
+        with self._store.snapshot():
+            return [(f.path, f.reason) for f in self._store.failed().values()]
 
     def export_parquet(self, path: _PathLike) -> int:
         """Write every item to a Parquet file (needs pyarrow); answer the rows written. Schema: docs/index.md."""
         from .parquet import write_index
 
-        return write_index(self, path)
+        return write_index(self.entries(), self.identity, path)
 
     def import_parquet(self, path: _PathLike) -> int:
         """Add the rows of a Parquet file, or a folder of them, in the schema :meth:`export_parquet`
@@ -310,7 +283,7 @@ class Index:
         whose hash matches."""
         from .parquet import import_rows
 
-        added = import_rows(self, self._writer(), path)
+        added = import_rows(self._writer(), path)
         if not self.build_ivf():
             self.compact(only_if_worth=True)
         return added
@@ -331,11 +304,4 @@ class Index:
 
     def __repr__(self) -> str:
         return f"Index({str(self.path)!r}, {self.identity.describe()})"
-
-
-def kind_of(modality: str) -> int:
-    """A modality's kind byte (its position in ``store.MODALITIES``); ``ValueError`` for another name."""
-    if modality not in MODALITIES:
-        raise ValueError(f"modalities must name text, image, video or audio; got {modality!r}")
-    return MODALITIES.index(modality)
 

@@ -63,7 +63,7 @@ def cluster(rows: np.ndarray, live: np.ndarray, scalar: Scalar, *, seed: int = 0
     """k-means (``sqrt(n)`` lists) on a sample of the ``live`` slots; answers the centroids and
     each live slot's list."""
     n = len(live)
-    nlist = max(16, int(np.sqrt(n)))
+    nlist = min(n, max(16, int(np.sqrt(n))))  # a forced clustering of fewer rows: a list a row
     rng = np.random.default_rng(seed)
     sample = widen(rows[np.sort(rng.choice(live, min(n, SAMPLE), replace=False))], scalar)
     centroids = sample[rng.choice(len(sample), nlist, replace=False)].copy()

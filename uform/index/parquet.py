@@ -12,21 +12,20 @@ stored row widened to float32; a B1 index: ``fixed_size_list<uint8>`` of packed 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..core.types import Scalar
-from .store import FORMAT, MODALITIES
+from .identity import FORMAT, MODALITIES, Entry, Identity, IndexModelError, checkpoint_digest, kind_of
+from .records import Chunk, Insert
+from .store import Store
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from ray.data import Dataset
-
-    from .index import Index
-    from .store import Store
 
 BATCH = 1 << 15
 
@@ -75,36 +74,35 @@ def widen(rows: np.ndarray, scalar: Scalar) -> np.ndarray:
     return np.asarray(rows, np.float32)
 
 
-def write_index(index: Index, path: str | os.PathLike[str]) -> int:
-    """Write every item of ``index`` (one snapshot) to the Parquet file ``path``; answer the rows."""
+def write_index(entries: Iterable[Entry], identity: Identity, path: str | os.PathLike[str]) -> int:
+    """Write ``entries`` (an index's, of one snapshot) to the Parquet file ``path``; answer the rows."""
     pa = _pa()
-    scalar = Scalar(index.identity.scalar)
-    identity = index.identity
+    scalar = Scalar(identity.scalar)
     s = schema(identity.dimensions, scalar)
     s = s.with_metadata({**s.metadata, b"uform.checkpoint": os.path.basename(identity.checkpoint).encode()})
     rows = 0
     with pa.parquet.ParquetWriter(os.fspath(path), s) as writer:
-        batch: list[Any] = []
-        for entry in index.entries():
+        batch: list[Entry] = []
+        for entry in entries:
             batch.append(entry)
             if len(batch) == BATCH:
-                rows += _write(writer, batch, index, s)
+                rows += _write(writer, batch, identity, s)
                 batch = []
         if batch or not rows:
-            rows += _write(writer, batch, index, s)
+            rows += _write(writer, batch, identity, s)
     return rows
 
 
-def _write(writer: Any, entries: list[Any], index: Index, s: pa.Schema) -> int:
-    scalar = Scalar(index.identity.scalar)
-    width = (index.identity.dimensions + 7) // 8 if scalar is Scalar.B1 else index.identity.dimensions
+def _write(writer: Any, entries: list[Entry], identity: Identity, s: pa.Schema) -> int:
+    scalar = Scalar(identity.scalar)
+    width = (identity.dimensions + 7) // 8 if scalar is Scalar.B1 else identity.dimensions
     if scalar is Scalar.I8:
-        vectors = np.array([e.embedding.astype(np.float32) * e.embedding_scale for e in entries], np.float32).reshape(-1, width)
+        vectors = np.array([e.embedding.astype(np.float32) * (e.embedding_scale or 0.0) for e in entries], np.float32).reshape(-1, width)
     else:
         vectors = np.array([e.embedding for e in entries]).reshape(-1, width)
         vectors = vectors if scalar is Scalar.B1 else vectors.astype(np.float32)
-    t = table([e.path for e in entries], [e.modality for e in entries], [e.hash for e in entries], index.identity.checkpoint_sha256,
-              index.identity.quantization, vectors, [e.text for e in entries], scalar)  # fmt: skip
+    t = table([e.path for e in entries], [e.modality for e in entries], [e.hash for e in entries], identity.checkpoint_sha256,
+              identity.quantization, vectors, [e.text for e in entries], scalar)  # fmt: skip
     writer.write_table(t.cast(s))
     return len(entries)
 
@@ -124,35 +122,29 @@ def read_batches(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
         yield out
 
 
-def import_rows(index: Index, store: Store, path: str | os.PathLike[str]) -> int:
+def import_rows(store: Store, path: str | os.PathLike[str]) -> int:
     """``Index.import_parquet``: append the rows of ``path`` made by the index's model (refusing
-    any other's), a batch a transaction; a path already holding the same hash is kept."""
-    from .index import kind_of
-    from .store import IndexModelError
+    any other's), a batch a commit (Store.commit); a path already holding the same hash is kept."""
     from .update import store_rows
 
-    mine = (index.identity.checkpoint_sha256, index.identity.quantization)
-    bits = Scalar(index.identity.scalar) is Scalar.B1
-    with store.snapshot() as c:
-        known = dict(c.execute("SELECT path, hash FROM items"))
+    identity = store.identity
+    mine = (identity.checkpoint_sha256, identity.quantization)
+    bits = Scalar(identity.scalar) is Scalar.B1
+    with store.snapshot():
+        known = store.hashes()
     added = 0
     for batch in read_batches(path):
         for model in set(zip(batch["model"], batch["quantization"], strict=True)) - {mine}:
             raise IndexModelError(f"{path} holds embeddings of the checkpoint with SHA-256 {model[0]} ({model[1]} weights); "
-                                  f"{index.path} is of {index.identity.describe()}")  # fmt: skip
+                                  f"{store.folder} is of {identity.describe()}")  # fmt: skip
         keep = [i for i, (p, h) in enumerate(zip(batch["path"], batch["hash"], strict=True)) if known.get(p) != bytes.fromhex(h)]
         if not keep:
             continue
         vectors = batch["embedding"][keep]
         rows = vectors.astype(np.uint8).view(store.dtype).reshape(-1) if bits else store_rows(vectors.astype(np.float32), store)
-        _, at = store.state()
-        store.append(rows, np.array([kind_of(batch["modality"][i]) for i in keep], np.uint8), at)
-        with store.transaction() as c:
-            for slot, i in enumerate(keep, at):
-                c.execute("DELETE FROM items WHERE path = ?", (batch["path"][i],))
-                c.execute("INSERT INTO items VALUES (?, ?, NULL, NULL, ?, ?)", (slot, batch["path"][i], bytes.fromhex(batch["hash"][i]), batch["text"][i]))
-                known[batch["path"][i]] = bytes.fromhex(batch["hash"][i])
-            c.execute("UPDATE meta SET value = ? WHERE key = 'slots'", (str(at + len(keep)),))
+        inserts = [Insert(batch["path"][i], None, None, bytes.fromhex(batch["hash"][i]), batch["text"][i], kind_of(batch["modality"][i])) for i in keep]
+        store.commit(Chunk(rows, inserts))
+        known.update((i.path, i.hash) for i in inserts)
         added += len(keep)
     return added
 
@@ -192,7 +184,6 @@ def index_rows(ds: Dataset, column: str, modality: str, checkpoint: str | os.Pat
     ``.write_parquet(dir)``, then ``Index.import_parquet(dir)`` or ``uform index --import-parquet
     dir`` on any machine."""
     from ..core.scalars import coerce
-    from .index import checkpoint_digest
 
     kwargs = dict(path_column=path_column or column, column=column, modality=modality, model=checkpoint_digest(Path(checkpoint)),
                   quantization=coerce(quantization, "quantization").value, output_column=output_column, error_column=error_column)  # fmt: skip

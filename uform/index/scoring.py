@@ -8,14 +8,15 @@ memory. Exact search reads every row: its cost is the rows' bytes (docs/index.md
 
 from __future__ import annotations
 
-import sqlite3
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 import numpy as np
 
 from ..core.types import Scalar
-from .store import MODALITIES
+from .identity import MODALITIES
+
+Resolve = Callable[[list[int]], dict[int, tuple[str, str | None]]]  # (path, text) of live slots
 
 BLOCK = 1 << 16  # rows scored at once: converted rows of one block stay in cache-sized memory
 
@@ -61,6 +62,32 @@ def scores(rows: np.ndarray, scalar: Scalar, query: np.ndarray, dimensions: int)
     return result
 
 
+def exact(rows: np.ndarray, scalar: Scalar, query: np.ndarray, dimensions: int) -> np.ndarray:
+    """The scores a search answers: each row's on its own arithmetic (the products, then numpy's
+    pairwise sum of one row), so a pair's score depends on the row and the query alone, never on
+    the rows scored with it (a BLAS product's sums do: :func:`scores` only picks the candidates)."""
+    if scalar is Scalar.B1:
+        return scores(rows, scalar, query, dimensions)
+    out = np.empty(len(rows), np.float32)
+    for start in range(0, len(rows), BLOCK // 16):
+        block = rows[start : start + BLOCK // 16]
+        wide = block["q"].astype(np.float32) if scalar is Scalar.I8 else np.asarray(block, np.float32)
+        sums = np.add.reduce(np.ascontiguousarray(wide * query), axis=1, dtype=np.float32)
+        out[start : start + len(block)] = sums * block["s"] if scalar is Scalar.I8 else sums
+    return out
+
+
+class DamagedRow(ValueError):
+    """A stored row scored as no unit vector can (not finite, or a cosine past ``LIMIT``): the file is damaged."""
+
+    def __init__(self, slot: int, score: float) -> None:
+        super().__init__(f"the row of slot {slot} is not a unit vector (its score with a unit query is {score})")
+        self.slot = slot
+
+
+LIMIT = 1.01  # a cosine of unit rows stored in F16/BF16/I8 passes 1 by rounding only
+
+
 def top(values: np.ndarray, count: int) -> np.ndarray:
     """Positions of the ``count`` largest values, largest first (ties by position)."""
     n = len(values)
@@ -80,10 +107,10 @@ def kind_mask(kinds: np.ndarray, wanted: Sequence[int] | None) -> np.ndarray | N
     return mask
 
 
-def search(c: sqlite3.Connection, rows: np.ndarray, kinds: np.ndarray, scalar: Scalar, dimensions: int, q: np.ndarray, k: int,
+def search(resolve: Resolve, rows: np.ndarray, kinds: np.ndarray, scalar: Scalar, dimensions: int, q: np.ndarray, k: int,
            wanted: Sequence[int] | None, blocks: list[tuple[int, int]] | None) -> list[Hit]:  # fmt: skip
     """The ``k`` best of the rows (``blocks``: only those slot ranges), resolved to items through
-    ``c`` (a read transaction): slots of removed items are skipped, widening until ``k`` are found."""
+    ``resolve`` (inside a read transaction): slots of removed items are skipped, widening until ``k`` are found."""
     if blocks is None:
         values = scores(rows, scalar, q, dimensions)
         where, kinds_of = None, kinds
@@ -92,6 +119,9 @@ def search(c: sqlite3.Connection, rows: np.ndarray, kinds: np.ndarray, scalar: S
         values = np.concatenate([scores(rows[a:b], scalar, q, dimensions) for a, b in blocks] or [np.zeros(0, np.float32)])
         where = np.concatenate([np.arange(a, b) for a, b in blocks] or [np.zeros(0, np.int64)])
         kinds_of = kinds[where]
+    bad = np.flatnonzero(~(np.abs(values) <= LIMIT))
+    if len(bad):
+        raise DamagedRow(int(bad[0] if where is None else where[bad[0]]), float(values[bad[0]]))
     mask = kind_mask(kinds_of, wanted)
     if mask is not None:
         values = np.where(mask, values, -np.inf)
@@ -102,17 +132,12 @@ def search(c: sqlite3.Connection, rows: np.ndarray, kinds: np.ndarray, scalar: S
         order = top(values, count)
         order = order[np.isfinite(values[order])]
         at = order if where is None else where[order]
-        found = _resolve(c, [int(s) for s in at])
-        hits = [Hit(found[s][0], MODALITIES[kinds[s]], float(v), found[s][1]) for s, v in zip(map(int, at), values[order], strict=True) if s in found]
+        final = exact(rows[at], scalar, q, dimensions)  # the candidates' scores, whichever rows came with them
+        ranked = np.lexsort((at, -final))
+        at, final = at[ranked], final[ranked]
+        found = resolve([int(s) for s in at])
+        hits = [Hit(found[s][0], MODALITIES[kinds[s]], float(v), found[s][1]) for s, v in zip(map(int, at), final, strict=True) if s in found]
         if len(hits) >= want or count >= live:
             return hits[:want] if k else hits
         count = min(live, count * 4)
 
-
-def _resolve(c: sqlite3.Connection, slots: list[int]) -> dict[int, tuple[str, str | None]]:
-    found: dict[int, tuple[str, str | None]] = {}
-    for start in range(0, len(slots), 900):  # SQLite's bound on host parameters
-        part = slots[start : start + 900]
-        marks = ",".join("?" * len(part))
-        found.update((s, (p, t)) for s, p, t in c.execute(f"SELECT slot, path, text FROM items WHERE slot IN ({marks})", part))
-    return found

@@ -1,40 +1,41 @@
-"""The index's files: an SQLite database (WAL) of what was embedded, and the vectors beside it.
+"""The index's database, and the one rule that makes it crash-safe; every SQL statement of the index.
 
-``INDEX/`` holds ``index.sqlite`` (tables ``meta``, ``items``, ``failed``, ``texts``),
-``vectors-G.bin`` (one fixed-size row per slot, in the index's scalar) and ``kinds-G.bin``
-(a modality byte per slot), ``G`` the generation that compaction advances, and ``lock``.
+``INDEX/`` holds ``index.sqlite`` (WAL; tables ``meta``, ``items``, ``failed``, ``texts``), the
+row files of files.py (``vectors-G.bin``, ``kinds-G.bin``), ``ivf-G.npz`` for a clustered index,
+and ``lock``. ``G`` is the generation that a compaction advances.
 
-Crash safety rests on one rule: the bytes of a slot below ``meta.slots`` never change within a
-generation. A writer appends rows past the committed slots, ``fdatasync``s them, then commits
-the rows that point at them together with the new ``slots`` in one SQLite transaction; a
-writer killed before the commit leaves bytes past ``slots`` that the next writer cuts off. A
-reader takes an SQLite read transaction (a snapshot), reads ``slots`` and the generation, and
-maps that many rows: whatever a writer does meanwhile, it sees one committed state. One writer
-at a time holds ``lock`` (``flock``, released by the kernel when a writer dies).
+Crash safety rests on one rule, kept by :meth:`Store.commit` (the one way rows go in): the bytes
+of a slot below ``meta.slots`` never change within a generation. A writer appends rows past the
+committed slots, ``fdatasync``s them, then commits the items that point at them together with
+the new ``slots`` in one SQLite transaction; a writer killed before the commit leaves bytes past
+``slots`` that the next writer cuts off. A reader takes an SQLite read transaction (a snapshot),
+reads ``slots`` and the generation, and maps that many rows: whatever a writer does meanwhile,
+it sees one committed state. One writer at a time holds ``lock`` (``flock``, released by the
+kernel when a writer dies). An SQLite error that means damage becomes :class:`IndexFormatError`
+naming the file; one of the disk or the permissions an ``OSError``.
 """
 
 from __future__ import annotations
 
 import fcntl
+import functools
 import os
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import ParamSpec, TypeVar
 
-import ml_dtypes
 import numpy as np
 
-from ..core.errors import UformError
 from ..core.types import Scalar
 from . import ivf
+from .files import CREATION, DATABASE, NEW_DATABASE, Rows, refuse_foreign, sync_folder
+from .identity import FORMAT, MODALITIES, Identity, IndexBusyError, IndexFormatError, IndexModelError, row_dtype
+from .records import Chunk, Failed, Insert, Known, Move, Stored
 
-FORMAT = "uform-index/1"
-DATABASE = "index.sqlite"
-MODALITIES = ("text", "image", "video", "audio")  # a slot's kind byte is the position here
-SCALARS = (Scalar.F32, Scalar.F16, Scalar.BF16, Scalar.I8, Scalar.B1)
+__all__ = ["FORMAT", "MODALITIES", "Chunk", "Failed", "Identity", "IndexBusyError", "IndexFormatError", "IndexModelError", "Insert",
+           "Known", "Move", "Store", "refuse_foreign"]  # fmt: skip
 
 ITEMS = "(slot INTEGER PRIMARY KEY, path TEXT NOT NULL, size INTEGER, mtime INTEGER, hash BLOB NOT NULL, text TEXT)"
 SCHEMA = f"""
@@ -43,125 +44,96 @@ CREATE TABLE items{ITEMS};
 CREATE TABLE failed(path TEXT PRIMARY KEY, size INTEGER, mtime INTEGER, reason TEXT NOT NULL) WITHOUT ROWID;
 CREATE TABLE texts(path TEXT PRIMARY KEY, size INTEGER NOT NULL, mtime INTEGER NOT NULL) WITHOUT ROWID;
 """
+DAMAGE = ("no such table", "no such column", "could not decode", "malformed", "not a database")  # OperationalErrors that are damage
 
 
-NEW_DATABASE = DATABASE + ".new"  # a database being created, renamed to DATABASE once whole
-CREATION = ("lock", NEW_DATABASE, *(NEW_DATABASE + s for s in ("-journal", "-wal", "-shm")))  # a creation's files
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
-def generation_files(generation: int) -> tuple[str, ...]:
-    """The files of one generation: its rows, its kind bytes, its IVF lists (and their temporary)."""
-    return (f"vectors-{generation}.bin", f"kinds-{generation}.bin", f"ivf-{generation}.npz", f"ivf-{generation}.tmp")
+def guarded(method: Callable[P, R]) -> Callable[P, R]:
+    """SQLite's errors in the store's terms: damage as IndexFormatError, the disk's as OSError."""
 
+    @functools.wraps(method)
+    def run(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return method(*args, **kwargs)
+        except sqlite3.Error as exc:
+            store = args[0]
+            assert isinstance(store, Store)
+            raise store.translate(exc) from None
 
-def refuse_foreign(folder: Path) -> None:
-    """An index is made in a new or empty folder: refuse one that holds anything but a creation's own files."""
-    try:
-        found = sorted(p.name for p in folder.iterdir() if p.name not in CREATION)
-    except FileNotFoundError:
-        return
-    except NotADirectoryError:
-        raise IndexFormatError(f"{folder}: is a file, not an index folder; give a new or empty folder to --into") from None
-    if found:
-        shown = ", ".join(repr(n) for n in found[:3]) + (f" and {len(found) - 3} more" if len(found) > 3 else "")
-        raise IndexFormatError(f"{folder}: not a uform index, and not empty (it holds {shown}): an index is made in a new or "
-                               "empty folder, which it owns; give another folder to --into")  # fmt: skip
-
-
-class IndexFormatError(UformError, ValueError):
-    """Not a uform index, an index of another format version, or a damaged one."""
-
-
-class IndexModelError(UformError, ValueError):
-    """The index was made by another model (checkpoint, quantization or scalar) than the one given."""
-
-
-class IndexBusyError(UformError):
-    """Another writer is updating the index."""
-
-
-@dataclass(frozen=True)
-class Identity:
-    """What made an index's vectors: rows of two identities are never compared."""
-
-    checkpoint_sha256: str
-    checkpoint: str  # the checkpoint's path when the index was made, for messages
-    quantization: str
-    dimensions: int
-    scalar: str
-
-    def describe(self) -> str:
-        dimensions = f"{self.dimensions} dimensions, " if self.dimensions else ""
-        return f"{self.checkpoint} (sha256 {self.checkpoint_sha256[:12]}…, {self.quantization} weights, {dimensions}{self.scalar} vectors)"
-
-
-def row_dtype(scalar: Scalar, dimensions: int) -> np.dtype[Any]:
-    """One stored row: the vector in ``scalar`` (I8 with its float32 scale after it; B1 packed bits)."""
-    if scalar is Scalar.F32:
-        return np.dtype((np.float32, (dimensions,)))
-    if scalar is Scalar.F16:
-        return np.dtype((np.float16, (dimensions,)))
-    if scalar is Scalar.BF16:
-        return np.dtype((ml_dtypes.bfloat16, (dimensions,)))
-    if scalar is Scalar.I8:
-        return np.dtype([("q", np.int8, (dimensions,)), ("s", "<f4")])
-    if scalar is Scalar.B1:
-        return np.dtype((np.uint8, ((dimensions + 7) // 8,)))
-    raise ValueError(f"an index stores F32, F16, BF16, I8 or B1 vectors; got {scalar.name}")
+    return run
 
 
 class Store:
-    """The open files of one index; ``write=True`` takes the writer's lock."""
+    """The open database and row files of one index; ``write=True`` takes the writer's lock."""
 
     def __init__(self, folder: str | os.PathLike[str], *, write: bool, identity: Identity | None = None) -> None:
         self.folder = Path(folder)
         self.write = write
         self._lock_fd = -1
-        self._files: dict[str, Any] = {}
+        self.conn: sqlite3.Connection | None = None
         db = self.folder / DATABASE
-        if write:
-            fresh = not db.exists()
-            if fresh and identity is None:
-                raise FileNotFoundError(f"{self.folder}: no such index")
-            if fresh:
-                refuse_foreign(self.folder)
+        try:
+            if write:
+                fresh = not db.exists()
+                if fresh and identity is None:
+                    raise FileNotFoundError(f"{self.folder}: no such index")
+                if fresh:
+                    refuse_foreign(self.folder)
+                else:
+                    self._refuse_empty(db)
+                self.folder.mkdir(parents=True, exist_ok=True)
+                self._take_lock()
+                if fresh:
+                    assert identity is not None
+                    self._create(db, identity)
+                self.conn = self._connect(db, write=True)
+                if not self._has_meta():
+                    raise self.damaged(f"{DATABASE} holds no meta table")
+                self._check()
             else:
+                if not db.is_file():
+                    what = "is not a uform index (no index.sqlite in it)" if self.folder.is_dir() else "no such index"
+                    raise FileNotFoundError(f"{self.folder}: {what}")
                 self._refuse_empty(db)
-            self.folder.mkdir(parents=True, exist_ok=True)
-            self._take_lock()
-            if fresh:
-                assert identity is not None
-                self._create(db, identity)
-            self.conn = self._connect(db, write=True)
-            if not self._has_meta():
-                self.close()
-                raise self._damaged(f"{DATABASE} holds no meta table")
-        else:
-            if not db.is_file():
-                what = "is not a uform index (no index.sqlite in it)" if self.folder.is_dir() else "no such index"
-                raise FileNotFoundError(f"{self.folder}: {what}")
-            self._refuse_empty(db)
-            self.conn = self._connect(db, write=False)
-        self.meta = self._read_meta()
-        self.identity = Identity(self.meta["checkpoint_sha256"], self.meta["checkpoint"], self.meta["quantization"],
-                                 int(self.meta["dimensions"]), self.meta["scalar"])  # fmt: skip
-        self.scalar = Scalar(self.identity.scalar)
-        self.dtype = row_dtype(self.scalar, self.identity.dimensions)
-        if write:
-            self._recover()
+                self.conn = self._connect(db, write=False)
+            self.meta = self._read_meta()
+            self.identity = Identity(self.meta["checkpoint_sha256"], self.meta["checkpoint"], self.meta["quantization"],
+                                     int(self.meta["dimensions"]), self.meta["scalar"])  # fmt: skip
+            self.scalar = Scalar(self.identity.scalar)
+            self.dtype = row_dtype(self.scalar, self.identity.dimensions)
+            self.rows = Rows(self.folder, self.dtype, self.damaged)
+            if write:
+                self._recover()
+        except BaseException:
+            self.close()
+            raise
 
     # -- opening ---------------------------------------------------------------------------
+
+    def damaged(self, why: str) -> IndexFormatError:
+        return IndexFormatError(f"{self.folder}: the index is damaged: {why}; move it away and run `uform index ... --into {self.folder}` "
+                                "to build it again")  # fmt: skip
+
+    def translate(self, exc: sqlite3.Error) -> Exception:
+        if isinstance(exc, sqlite3.OperationalError) and not any(d in str(exc).lower() for d in DAMAGE):
+            return OSError(f"{self.folder}: cannot {'write' if self.write else 'read'} the index ({exc}); what was committed stays")
+        return self.damaged(f"{DATABASE} cannot be read ({exc})")
 
     def _refuse_empty(self, db: Path) -> None:
         """An emptied database is damage (SQLite would take it for a new one, and write it)."""
         if db.is_file() and db.stat().st_size == 0:
-            raise self._damaged(f"{DATABASE} is empty")
+            raise self.damaged(f"{DATABASE} is empty")
 
     def _take_lock(self) -> None:
         try:
             fd = os.open(self.folder / "lock", os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as exc:
-            raise OSError(exc.errno, f"{self.folder}: cannot write the index ({exc.strerror}); it is left as it was") from None
+            error = OSError(f"{self.folder}: cannot write the index ({exc.strerror}); it is left as it was")
+            error.errno = exc.errno
+            raise error from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -174,7 +146,8 @@ class Store:
         try:
             if write:
                 conn = sqlite3.connect(db, timeout=30, isolation_level=None, check_same_thread=False)
-                conn.execute("PRAGMA auto_vacuum = INCREMENTAL")  # takes effect on a new database only: pages a compaction frees go back
+                if db.name == NEW_DATABASE:  # a new database: pages a compaction frees go back (setting it again writes the file)
+                    conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
                 conn.execute("PRAGMA journal_mode=WAL")
                 conn.execute("PRAGMA synchronous=NORMAL")
             else:
@@ -182,9 +155,11 @@ class Store:
             conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
             return conn
         except sqlite3.OperationalError as exc:  # a file it may not open or write, a disk that is full
+            if any(d in str(exc).lower() for d in DAMAGE):
+                raise self.damaged(f"{DATABASE} cannot be read ({exc})") from None
             raise OSError(f"{self.folder}: cannot open the index{' for writing' if write else ''} ({exc}); it is left as it was") from None
         except sqlite3.DatabaseError as exc:
-            raise self._damaged(f"{DATABASE} cannot be read ({exc})") from None
+            raise self.damaged(f"{DATABASE} cannot be read ({exc})") from None
 
     @staticmethod
     def _reader(db: Path) -> sqlite3.Connection:
@@ -195,8 +170,16 @@ class Store:
             uri += "&immutable=1"
         return sqlite3.connect(uri, uri=True, timeout=30, isolation_level=None, check_same_thread=False)
 
+    @guarded
     def _has_meta(self) -> bool:
-        return bool(self.conn.execute("SELECT count(*) FROM sqlite_master WHERE name='meta'").fetchone()[0] == 1)
+        return bool(self._db.execute("SELECT count(*) FROM sqlite_master WHERE name='meta'").fetchone()[0] == 1)
+
+    @guarded
+    def _check(self) -> None:
+        """A writer's look at every page before it writes any (``PRAGMA quick_check``)."""
+        found = [r[0] for r in self._db.execute("PRAGMA quick_check(3)").fetchall()]
+        if found != ["ok"]:
+            raise self.damaged(f"{DATABASE} fails SQLite's check ({'; '.join(map(str, found))})")
 
     def _create(self, db: Path, identity: Identity) -> None:
         """Make the database under a name of its own (``index.sqlite.new``), whole, then rename it:
@@ -219,31 +202,20 @@ class Store:
         finally:
             conn.close()  # checkpoints the WAL into the file and removes it
         os.replace(new, db)
-        fd = os.open(self.folder, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        sync_folder(self.folder)
 
-    def _damaged(self, why: str) -> IndexFormatError:
-        return IndexFormatError(f"{self.folder}: the index is damaged: {why}; move it away and run `uform index ... --into {self.folder}` "
-                                "to build it again")  # fmt: skip
-
+    @guarded
     def _read_meta(self) -> dict[str, str]:
-        try:
-            meta = dict(self.conn.execute("SELECT key, value FROM meta").fetchall())
-        except sqlite3.DatabaseError as exc:
-            raise self._damaged(f"{DATABASE}'s tables cannot be read ({exc})") from None
+        meta = dict(self._db.execute("SELECT key, value FROM meta").fetchall())
         if meta.get("format") != FORMAT:
             raise IndexFormatError(f"{self.folder}: an index of format {meta.get('format')!r}, which this uform does not read "
                                    f"(it reads {FORMAT!r}); build it again with `uform index ... --into NEW`")  # fmt: skip
         missing = {"checkpoint_sha256", "checkpoint", "quantization", "dimensions", "scalar", "generation", "slots"} - set(meta)
         if missing:
-            raise self._damaged(f"{DATABASE}'s meta table lacks {', '.join(sorted(missing))}")
+            raise self.damaged(f"{DATABASE}'s meta table lacks {', '.join(sorted(missing))}")
+        if not meta["dimensions"].isdigit() or meta["scalar"] not in {s.value for s in Scalar}:
+            raise self.damaged(f"{DATABASE}'s meta table says {meta['dimensions']!r} dimensions of {meta['scalar']!r}")
         return meta
-
-    def _path(self, name: str, generation: int) -> Path:
-        return self.folder / f"{name}-{generation}.bin"
 
     def _recover(self) -> None:
         """A writer's start: refuse damage; cut what a killed writer appended past the committed
@@ -251,97 +223,64 @@ class Store:
         before writing them (a compaction killed before its commit), or of the one before it (one
         killed after). No other file in the folder is ever deleted."""
         generation, slots = self.state()
-        files = {}
-        for name, width in (("vectors", self.dtype.itemsize), ("kinds", 1)):
-            path = self._path(name, generation)
-            if not path.exists():
-                if slots:
-                    raise self._damaged(f"{path.name} is missing; the database says it holds {slots} rows")
-                files[name] = open(path, "w+b")  # an index with no rows yet: nothing lost
-                continue
-            size = path.stat().st_size
-            if size < slots * width:
-                raise self._damaged(f"{path.name} holds {size // width} rows, the database says {slots}")
-            files[name] = path
-        for name, width in (("vectors", self.dtype.itemsize), ("kinds", 1)):
-            f = files[name] if not isinstance(files[name], Path) else open(files[name], "r+b")
-            f.truncate(slots * width)
-            self._files[name] = f
+        self.rows.open_for_writing(generation, slots)
         recorded = self.meta.get("next")
         if recorded is not None and recorded.isdigit():
             other = int(recorded) - 1 if int(recorded) == generation else int(recorded)
             if other != generation:
-                for name in generation_files(other):
-                    (self.folder / name).unlink(missing_ok=True)
+                self.rows.delete_generation(other)
 
-    def check_slots(self, slots: int) -> None:
-        """Refuse a database whose items point past the committed slots (``meta.slots`` lowered)."""
-        top = self.conn.execute("SELECT max(slot), min(slot) FROM items").fetchone()
-        if top[0] is not None and (top[0] >= slots or top[1] < 0):
-            raise self._damaged(f"{DATABASE}'s items use slot {top[0] if top[0] >= slots else top[1]}, outside the {slots} rows meta.slots says")
+    @property
+    def _db(self) -> sqlite3.Connection:
+        assert self.conn is not None
+        return self.conn
 
-    # -- state ------------------------------------------------------------------------------
+    # -- reading ----------------------------------------------------------------------------
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
         """A write transaction (``BEGIN IMMEDIATE``), committed at the end, rolled back on error."""
-        self.conn.execute("BEGIN IMMEDIATE")
+        self._db.execute("BEGIN IMMEDIATE")
         try:
-            yield self.conn
+            yield self._db
         except BaseException:
-            self.conn.execute("ROLLBACK")
+            self._db.execute("ROLLBACK")
             raise
-        self.conn.execute("COMMIT")
+        self._db.execute("COMMIT")
 
     @contextmanager
-    def snapshot(self) -> Iterator[sqlite3.Connection]:
-        """A read transaction: every query inside sees one committed state."""
-        own = not self.conn.in_transaction
+    def snapshot(self) -> Iterator[None]:
+        """A read transaction: every read of the store inside sees one committed state."""
+        own = not self._db.in_transaction
         if own:
-            self.conn.execute("BEGIN")
+            try:
+                self._db.execute("BEGIN")
+            except sqlite3.Error as exc:
+                raise self.translate(exc) from None
         try:
-            yield self.conn
+            yield
         finally:
             if own:
-                self.conn.execute("COMMIT")
+                self._db.execute("COMMIT")
 
+    @guarded
     def state(self) -> tuple[int, int]:
-        """(generation, committed slots), as the current transaction sees them."""
-        rows = dict(self.conn.execute("SELECT key, value FROM meta WHERE key IN ('generation', 'slots')").fetchall())
+        """(generation, committed slots), as the current transaction sees them; refuses a
+        database whose items point outside the committed slots."""
+        rows = dict(self._db.execute("SELECT key, value FROM meta WHERE key IN ('generation', 'slots')").fetchall())
         try:
             generation, slots = int(rows["generation"]), int(rows["slots"])
         except (KeyError, ValueError, TypeError):
-            raise self._damaged(f"{DATABASE}'s meta.generation and meta.slots are not counts ({rows})") from None
-        if generation < 0 or slots < 0:
-            raise self._damaged(f"{DATABASE}'s meta.generation and meta.slots are not counts ({rows})")
-        self.check_slots(slots)
+            raise self.damaged(f"{DATABASE}'s meta.generation and meta.slots are not counts ({rows})") from None
+        top = self._db.execute("SELECT max(slot), min(slot) FROM items").fetchone()
+        if generation < 0 or slots < 0 or (top[0] is not None and (top[0] >= slots or top[1] < 0)):
+            raise self.damaged(f"{DATABASE}'s items use slots {top[1]}-{top[0]}, outside the {slots} rows meta.slots says")
         return generation, slots
 
     def vectors(self, generation: int, slots: int) -> tuple[np.ndarray, np.ndarray]:
         """The first ``slots`` rows and kind bytes of ``generation``, mapped read-only (never
-        copied); what a snapshot that read (generation, slots) may use. ``FileNotFoundError``
-        when a compaction replaced the generation meanwhile (take a new snapshot);
-        :class:`IndexFormatError` for a file missing, short, or holding a kind byte that is none."""
-        if slots == 0:
-            return np.zeros(0, self.dtype), np.zeros(0, np.uint8)
-        mapped = []
-        for name, dtype, width in (("vectors", self.dtype, self.dtype.itemsize), ("kinds", np.dtype(np.uint8), 1)):
-            path = self._path(name, generation)
-            try:
-                size = path.stat().st_size
-                if size < slots * width:
-                    raise self._damaged(f"{path.name} holds {size // width} rows, the database says {slots}")
-                mapped.append(np.memmap(path, dtype, "r", shape=(slots,)))
-            except FileNotFoundError:
-                if self._current_generation() == generation:
-                    raise self._damaged(f"{path.name} is missing; the database says it holds {slots} rows") from None
-                raise  # a compaction replaced the generation: the caller takes a new snapshot
-        rows, kinds = mapped
-        bad = np.flatnonzero(kinds >= len(MODALITIES))
-        if len(bad):
-            raise self._damaged(f"{self._path('kinds', generation).name} holds {int(kinds[bad[0]])} at slot {int(bad[0])}, "
-                                f"which is no modality (0-{len(MODALITIES) - 1})")  # fmt: skip
-        return rows, kinds
+        copied); what a snapshot that read (generation, slots) may use (files.Rows.map)."""
+        return self.rows.map(generation, slots, self._current_generation)
 
     def _current_generation(self) -> int | None:
         """The generation committed now, seen outside this connection's snapshot (None: unreadable)."""
@@ -355,25 +294,120 @@ class Store:
         except (sqlite3.Error, ValueError):
             return None
 
-    # -- writing (the writer only) --------------------------------------------------------------
+    @guarded
+    def count(self) -> int:
+        return int(self._db.execute("SELECT count(*) FROM items").fetchone()[0])
+
+    @guarded
+    def live(self) -> np.ndarray:
+        """The slots items point at, ascending."""
+        return np.array([s for (s,) in self._db.execute("SELECT slot FROM items ORDER BY slot")], np.int64)
+
+    @guarded
+    def ivf_name(self) -> str | None:
+        """The IVF lists' file of the current generation (None: not clustered)."""
+        row = self._db.execute("SELECT value FROM meta WHERE key = 'ivf'").fetchone()
+        return row[0] if row is not None and row[0] else None
+
+    @guarded
+    def resolve(self, slots: list[int]) -> dict[int, tuple[str, str | None]]:
+        """(path, text) of the items at ``slots``; slots of removed items are absent."""
+        found: dict[int, tuple[str, str | None]] = {}
+        for start in range(0, len(slots), 900):  # SQLite's bound on host parameters
+            part = slots[start : start + 900]
+            marks = ",".join("?" * len(part))
+            found.update((s, (p, t)) for s, p, t in self._db.execute(f"SELECT slot, path, text FROM items WHERE slot IN ({marks})", part))
+        return found
+
+    def items(self) -> Iterator[Stored]:
+        """Every item, in slot order (inside a snapshot: of one state)."""
+        cursor = self._guarded_call(lambda: self._db.execute("SELECT slot, path, size, mtime, hash, text FROM items ORDER BY slot"))
+        while rows := self._guarded_call(lambda: cursor.fetchmany(1024)):
+            yield from (Stored(*r) for r in rows)
+
+    def _guarded_call(self, call: Callable[[], R]) -> R:
+        try:
+            return call()
+        except sqlite3.Error as exc:
+            raise self.translate(exc) from None
+
+    @guarded
+    def known(self) -> dict[str, Known]:
+        return {p: Known(s, z, m, h, bool(t)) for s, p, z, m, h, t in self._db.execute("SELECT slot, path, size, mtime, hash, text IS NOT NULL FROM items")}
+
+    @guarded
+    def hashes(self) -> dict[str, bytes]:
+        return dict(self._db.execute("SELECT path, hash FROM items"))
+
+    @guarded
+    def failed(self) -> dict[str, Failed]:
+        """Items that failed, by path, with the stamp they failed at."""
+        return {p: Failed(p, z, m, r) for p, z, m, r in self._db.execute("SELECT path, size, mtime, reason FROM failed ORDER BY path")}
+
+    @guarded
+    def text_files(self) -> dict[str, tuple[int, int]]:
+        """Text files read in full, with the (size, mtime) they had."""
+        return {p: (z, m) for p, z, m in self._db.execute("SELECT path, size, mtime FROM texts")}
+
+    # -- writing (the writer only) ----------------------------------------------------------
 
     def append(self, rows: np.ndarray, kinds: np.ndarray, at: int) -> None:
         """Write rows (of ``self.dtype``) and their kind bytes at slot ``at`` (past the committed
-        slots), and make them durable; the caller then commits the items that point at them."""
-        for name, data, width in (("vectors", rows, self.dtype.itemsize), ("kinds", kinds.astype(np.uint8), 1)):
-            f = self._files[name]
-            f.seek(at * width)
-            f.write(np.ascontiguousarray(data).tobytes())
-            f.flush()
-            os.fdatasync(f.fileno())
+        slots), and make them durable; :meth:`commit`'s first step."""
+        self.rows.append(rows, kinds, at)
 
+    @guarded
+    def commit(self, chunk: Chunk) -> int:
+        """The crash-safety rule: append ``chunk.rows`` past the committed slots, durably, then in
+        one transaction point its inserts at them (a path's former row left), move and failures
+        recorded, and the new ``meta.slots``. Answers the first slot of the rows appended."""
+        _, at = self.state()
+        if chunk.inserts:
+            self.append(chunk.rows, np.array([i.kind for i in chunk.inserts], np.uint8), at)
+        with self.transaction() as c:
+            for slot, item in enumerate(chunk.inserts, at):
+                if not chunk.new_paths:
+                    c.execute("DELETE FROM items WHERE path = ?", (item.path,))
+                c.execute("INSERT INTO items VALUES (?, ?, ?, ?, ?, ?)", (slot, item.path, item.size, item.mtime, item.hash, item.text))
+            for move in chunk.moves:  # a path whose content moved in drops its old row
+                c.execute("DELETE FROM items WHERE path = ? AND slot <> ?", (move.path, move.slot))
+                c.execute("UPDATE items SET path = ?, size = ?, mtime = ? WHERE slot = ?", (move.path, move.size, move.mtime, move.slot))
+            c.executemany("DELETE FROM failed WHERE path = ?", [(i.path,) for i in chunk.inserts] + [(m.path,) for m in chunk.moves])
+            c.executemany("INSERT OR REPLACE INTO failed VALUES (?, ?, ?, ?)", chunk.failures)
+            c.executemany("DELETE FROM items WHERE path = ?", ((f.path,) for f in chunk.failures))  # its old content is not its content now
+            if chunk.inserts:
+                c.execute("UPDATE meta SET value = ? WHERE key = 'slots'", (str(at + len(chunk.inserts)),))
+        return at
+
+    @guarded
+    def prune(self, gone: list[str], failed: list[str], stale: set[str], stamps: list[tuple[str, int, int]]) -> None:
+        """The end of an update: items and failures of paths ``gone`` leave, text files ``stale``
+        are to be read in full next time, text files read in full are recorded with their stamps."""
+        with self.transaction() as c:
+            c.executemany("DELETE FROM items WHERE path = ?", ((p,) for p in gone))
+            c.executemany("DELETE FROM failed WHERE path = ?", ((p,) for p in failed))
+            c.executemany("DELETE FROM texts WHERE path = ?", ((p,) for p in stale))
+            c.executemany("INSERT OR REPLACE INTO texts VALUES (?, ?, ?)", stamps)
+
+    @guarded
+    def remove(self, item: Callable[[str, bool], bool], path: Callable[[str], bool]) -> int:
+        """Remove the items ``item(path, is_text)`` chooses, and the text files and failures ``path`` does; answer the items removed."""
+        with self.transaction() as c:
+            rows = c.execute("SELECT slot, path, text IS NOT NULL FROM items").fetchall()
+            slots = [(s,) for s, p, t in rows if item(p, bool(t))]
+            c.executemany("DELETE FROM items WHERE slot = ?", slots)
+            c.executemany("DELETE FROM texts WHERE path = ?", ((p,) for (p,) in c.execute("SELECT path FROM texts").fetchall() if path(p)))
+            c.executemany("DELETE FROM failed WHERE path = ?", ((p,) for (p,) in c.execute("SELECT path FROM failed").fetchall() if path(p)))
+        return len(slots)
+
+    @guarded
     def compact(self, order: np.ndarray | None = None, lists: ivf.Lists | None = None) -> int:
         """Rewrite the live rows into the next generation, in slot order or in ``order`` (a
         permutation of the live slots; ``lists`` then names its IVF lists, saved and committed
         with it); answer the rows of removed items dropped. Readers holding the old generation
         keep reading it; new snapshots see the new one, whole."""
         generation, slots = self.state()
-        live = np.array([s for (s,) in self.conn.execute("SELECT slot FROM items ORDER BY slot")], np.int64)
+        live = self.live()
         if order is None and len(live) == slots:
             return 0
         order = live if order is None else order
@@ -381,14 +415,7 @@ class Store:
         new = generation + 1
         with self.transaction() as c:  # recorded before they are written: only files the index names are ever deleted
             c.execute("INSERT OR REPLACE INTO meta VALUES ('next', ?)", (str(new),))
-        files = {}
-        for name, data in (("vectors", rows), ("kinds", kinds)):
-            f = open(self._path(name, new), "w+b")
-            for start in range(0, len(order), 1 << 16):
-                f.write(np.ascontiguousarray(data[order[start : start + (1 << 16)]]).tobytes())
-            f.flush()
-            os.fsync(f.fileno())
-            files[name] = f
+        files = self.rows.write_generation(new, rows, kinds, order)
         if lists is not None:
             ivf.save(lists, self.folder / f"ivf-{new}.npz")
         with self.transaction() as c:
@@ -403,20 +430,17 @@ class Store:
             c.execute("DELETE FROM meta WHERE key = 'ivf'")  # lists name one generation's order
             if lists is not None:
                 c.execute("INSERT INTO meta VALUES ('ivf', ?)", (f"ivf-{new}.npz",))
-        for name, f in files.items():
-            self._files[name].close()
-            self._files[name] = f
-            self._path(name, generation).unlink(missing_ok=True)
-        (self.folder / f"ivf-{generation}.npz").unlink(missing_ok=True)
-        self.conn.executescript("PRAGMA incremental_vacuum;")  # stepped to its end (execute() gives back one page)
-        self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()  # a compaction's transaction is as large as the table
+        self.rows.switch(files, generation)
+        self._db.executescript("PRAGMA incremental_vacuum;")  # stepped to its end (execute() gives back one page)
+        self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()  # a compaction's transaction is as large as the table
         return slots - len(live)
 
     def close(self) -> None:
-        for f in self._files.values():
-            f.close()
-        self._files.clear()
-        self.conn.close()
+        if hasattr(self, "rows"):
+            self.rows.close()
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
         if self._lock_fd >= 0:
             os.close(self._lock_fd)
             self._lock_fd = -1

@@ -27,7 +27,9 @@ from ..inputs import CHUNK, Failure, Item, encode, gather
 from ..core.errors import CancelledError
 from ..core.scalars import store as cast
 from ..core.types import Scalar
-from .store import MODALITIES, Store
+from .identity import MODALITIES
+from .records import Chunk, Failed, Insert, Known, Move
+from .store import Store
 
 if TYPE_CHECKING:
     from ..inputs import Bar
@@ -62,23 +64,22 @@ class UpdateReport:
         return self.added
 
 
-class Stored(NamedTuple):
-    slot: int
-    size: int | None
-    mtime: int | None
-    hash: bytes
-    text: bool = False  # a text item (its path is a key, FILE:LINE for a line of a text file)
+@dataclass
+class _New:
+    """An item on its way in: its vector encoded from ``payload``, or copied from the row ``copy_of``."""
+
+    insert: Insert
+    payload: str | bytes | None = None
+    copy_of: int | None = None
 
 
 @dataclass
 class _Pending:
-    """A chunk on its way in: rows to append, items to insert, rows to move or restamp."""
+    """A chunk on its way in: new items, paths that take a stored row, failures to record."""
 
-    inserts: list[tuple[str, int | None, int | None, bytes, str | None, int]] = field(default_factory=list)  # path, size, mtime, hash, text, kind
-    payloads: list[str | bytes] = field(default_factory=list)  # to encode, one per insert flagged with -1 source
-    sources: list[int] = field(default_factory=list)  # per insert: the slot to copy, or -1 to encode
-    moves: list[tuple[str, int | None, int | None, int]] = field(default_factory=list)  # path, size, mtime, slot
-    failures: list[tuple[str, int, int, str]] = field(default_factory=list)
+    new: list[_New] = field(default_factory=list)
+    moves: list[Move] = field(default_factory=list)
+    failures: list[Failed] = field(default_factory=list)
 
 
 def read(path: str) -> tuple[bytes, int, int] | str:
@@ -167,11 +168,10 @@ class Updater:
                  report: Callable[[Failure], None] | None, bar: Bar) -> None:  # fmt: skip
         self.store, self._model, self._progress, self._report, self._bar = store, model, progress, report, bar
         self.result = UpdateReport()
-        with store.snapshot() as c:
-            self.rows = {p: Stored(s, z, m, h, t) for s, p, z, m, h, t in c.execute("SELECT slot, path, size, mtime, hash, text IS NOT NULL FROM items")}
-            self.failed_before = {p: (z, m, r) for p, z, m, r in c.execute("SELECT path, size, mtime, reason FROM failed")}
-            self.text_files = {p: (z, m) for p, z, m in c.execute("SELECT path, size, mtime FROM texts")}
-            _, self.slots = store.state()
+        with store.snapshot():
+            self.rows = store.known()
+            self.failed_before = store.failed()
+            self.text_files = store.text_files()
         self.by_hash = {r.hash: r.slot for r in self.rows.values()}
         self.seen: set[str] = set()
         self.text_stamps: list[tuple[str, int, int]] = []  # text files read in full: recorded at the end
@@ -180,7 +180,7 @@ class Updater:
     def fail(self, f: Failure, *, record: tuple[str, int, int] | None = None, pending: _Pending | None = None) -> None:
         self.result.failed.append(f)
         if record is not None and pending is not None:
-            pending.failures.append((*record, f.reason))
+            pending.failures.append(Failed(*record, f.reason))
         if self._report is not None:
             self._report(f)
 
@@ -224,8 +224,8 @@ class Updater:
             self.result.unchanged += 1
             return True
         before = self.failed_before.get(path)
-        if before is not None and before[:2] == (st.st_size, st.st_mtime_ns):
-            self.result.still_failed.append(Failure("file", path, before[2]))
+        if before is not None and (before.size, before.mtime) == (st.st_size, st.st_mtime_ns):
+            self.result.still_failed.append(Failure("file", path, before.reason))
             return True
         return False
 
@@ -252,22 +252,19 @@ class Updater:
         self.seen.add(path)
         row = self.rows.get(path)
         if row is not None and row.hash == h:
-            pending.moves.append((path, size, mtime, row.slot))
+            pending.moves.append(Move(path, size, mtime, row.slot))
             self.result.touched += 1
         elif h in self.missing:
             old = self.missing.pop(h)
             slot = self.rows.pop(old).slot
-            self.rows[path] = Stored(slot, size, mtime, h, text is not None)
-            pending.moves.append((path, size, mtime, slot))
+            self.rows[path] = Known(slot, size, mtime, h, text is not None)
+            pending.moves.append(Move(path, size, mtime, slot))
             self.result.moved += 1
         elif h in self.by_hash:
-            pending.inserts.append((path, size, mtime, h, text, kind))
-            pending.sources.append(self.by_hash[h])
+            pending.new.append(_New(Insert(path, size, mtime, h, text, kind), copy_of=self.by_hash[h]))
             self.result.copied += 1
         else:
-            pending.inserts.append((path, size, mtime, h, text, kind))
-            pending.sources.append(-1)
-            pending.payloads.append(payload)
+            pending.new.append(_New(Insert(path, size, mtime, h, text, kind), payload=payload))
 
     def _chunk_files(self, items: list[Item]) -> None:
         pending = _Pending()
@@ -292,55 +289,37 @@ class Updater:
         self._commit(pending, len(texts))
 
     def _commit(self, pending: _Pending, count: int) -> None:
-        """Encode what is new, append the rows, and commit the chunk in one transaction."""
+        """Encode what is new (an item the model refuses becomes a failure), then commit the chunk (Store.commit)."""
         store = self.store
-        to_encode = [(i, ins) for i, ins in enumerate(pending.inserts) if pending.sources[i] < 0]
-        vectors = np.zeros(len(pending.inserts), store.dtype)
+        to_encode = [n for n in pending.new if n.payload is not None]
         if to_encode:
-            items = [Item(MODALITIES[ins[5]], ins[0]) for _, ins in to_encode]  # type: ignore[arg-type]
+            items = [Item(MODALITIES[n.insert.kind], n.insert.path) for n in to_encode]  # type: ignore[arg-type]
             refused: dict[str, str] = {}
             encoded = encode(self._model(), items, scalar=Scalar.F32, dimensions=None, bar=self._bar,
-                             report=lambda f: refused.__setitem__(f.value, f.reason), payloads=pending.payloads)  # fmt: skip
-            rows = dict(zip((i.value for i in encoded.items), store_rows(encoded.embeddings, store), strict=True))
-            for i, ins in to_encode:
-                if ins[0] in rows:
-                    vectors[i] = rows[ins[0]]
-                else:
-                    pending.sources[i] = -2
-                    kind: Literal["text", "file"] = "text" if ins[4] is not None else "file"
-                    self.fail(Failure(kind, ins[0], refused.get(ins[0], "not encoded")),
-                              record=None if ins[1] is None else (ins[0], ins[1], ins[2] or 0), pending=pending)  # fmt: skip
-        if any(s >= 0 for s in pending.sources):
-            generation, slots = store.state()
-            old, _ = store.vectors(generation, slots)
-            for i, s in enumerate(pending.sources):
-                if s >= 0:
-                    vectors[i] = old[s]
-        keep = [i for i, s in enumerate(pending.sources) if s != -2]
-        at = self.slots
-        new_slots = list(range(at, at + len(keep)))
-        if keep:
-            store.append(vectors[keep], np.array([pending.inserts[i][5] for i in keep], np.uint8), at)
-        with store.transaction() as c:
-            for slot, i in zip(new_slots, keep, strict=True):
-                path, size, mtime, h, text, _ = pending.inserts[i]
-                c.execute("DELETE FROM items WHERE path = ?", (path,))
-                c.execute("INSERT INTO items VALUES (?, ?, ?, ?, ?, ?)", (slot, path, size, mtime, h, text))
-                self.rows[path] = Stored(slot, size, mtime, h, text is not None)
-                self.by_hash.setdefault(h, slot)
-            for path, size, mtime, slot in pending.moves:  # a path whose content moved in drops its old row
-                c.execute("DELETE FROM items WHERE path = ? AND slot <> ?", (path, slot))
-                c.execute("UPDATE items SET path = ?, size = ?, mtime = ? WHERE slot = ?", (path, size, mtime, slot))
-            done = [(p,) for p, *_ in pending.inserts] + [(p,) for p, *_ in pending.moves]
-            c.executemany("DELETE FROM failed WHERE path = ?", done)
-            c.executemany("INSERT OR REPLACE INTO failed VALUES (?, ?, ?, ?)", pending.failures)
-            c.executemany("DELETE FROM items WHERE path = ?", ((f[0],) for f in pending.failures))  # its old content is not its content now
-            for f in pending.failures:
-                self.rows.pop(f[0], None)
-            if keep:
-                c.execute("UPDATE meta SET value = ? WHERE key = 'slots'", (str(at + len(keep)),))
-        self.slots = at + len(keep)
-        self.result.added += sum(1 for s in pending.sources if s == -1)
+                             report=lambda f: refused.__setitem__(f.value, f.reason), payloads=[n.payload for n in to_encode if n.payload is not None])  # fmt: skip
+            vectors = dict(zip((i.value for i in encoded.items), store_rows(encoded.embeddings, store), strict=True))
+            for n in to_encode:
+                if n.insert.path not in vectors:
+                    ins = n.insert
+                    kind: Literal["text", "file"] = "text" if ins.text is not None else "file"
+                    self.fail(Failure(kind, ins.path, refused.get(ins.path, "not encoded")),
+                              record=None if ins.size is None else (ins.path, ins.size, ins.mtime or 0), pending=pending)  # fmt: skip
+        else:
+            vectors = {}
+        keep = [n for n in pending.new if n.payload is None or n.insert.path in vectors]
+        rows = np.zeros(len(keep), store.dtype)
+        if any(n.copy_of is not None for n in keep):
+            old, _ = store.vectors(*store.state())
+        for i, n in enumerate(keep):
+            rows[i] = old[n.copy_of] if n.copy_of is not None else vectors[n.insert.path]
+        at = store.commit(Chunk(rows, [n.insert for n in keep], pending.moves, pending.failures))
+        for slot, n in enumerate(keep, at):
+            ins = n.insert
+            self.rows[ins.path] = Known(slot, ins.size, ins.mtime, ins.hash, ins.text is not None)
+            self.by_hash.setdefault(ins.hash, slot)
+        for f in pending.failures:
+            self.rows.pop(f.path, None)
+        self.result.added += sum(1 for n in keep if n.copy_of is None)
         self.done += count
         if self._progress is not None and self._progress(self.done, self.total) is False:
             raise CancelledError("the update was cancelled by its progress handler; what was committed stays")
@@ -349,12 +328,8 @@ class Updater:
         """Rows (and failures) of paths under the roots that were not found leave the index."""
         gone = [p for p, r in self.rows.items() if p not in self.seen and in_scope(p, roots, text=r.text)]
         failed = [p for p in self.failed_before if p not in self.seen and in_scope(p, roots)]
-        with self.store.transaction() as c:
-            c.executemany("DELETE FROM items WHERE path = ?", ((p,) for p in gone))
-            c.executemany("DELETE FROM failed WHERE path = ?", ((p,) for p in failed))
-            stale = {p.rsplit(":", 1)[0] for p in gone if self.rows[p].text}  # a text file whose lines left is read in full next time
-            c.executemany("DELETE FROM texts WHERE path = ?", ((p,) for p in stale))
-            c.executemany("INSERT OR REPLACE INTO texts VALUES (?, ?, ?)", self.text_stamps)
+        stale = {p.rsplit(":", 1)[0] for p in gone if self.rows[p].text}  # a text file whose lines left is read in full next time
+        self.store.prune(gone, failed, stale, self.text_stamps)
         self.result.removed = len(gone)
 
 

@@ -1,0 +1,148 @@
+"""The row files of an index: ``vectors-G.bin`` (one fixed-size row per slot, in the index's
+scalar) and ``kinds-G.bin`` (a modality byte per slot) of generation ``G``, and the folder's
+other own names. The database (store.py) says how many rows are committed; this module only
+reads, appends, cuts and rewrites the files, and names what is wrong with them.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .identity import MODALITIES, IndexFormatError
+
+DATABASE = "index.sqlite"
+NEW_DATABASE = DATABASE + ".new"  # a database being created, renamed to DATABASE once whole
+CREATION = ("lock", NEW_DATABASE, *(NEW_DATABASE + s for s in ("-journal", "-wal", "-shm")))  # a creation's files
+BLOCK = 1 << 16
+
+
+def generation_files(generation: int) -> tuple[str, ...]:
+    """The files of one generation: its rows, its kind bytes, its IVF lists (and their temporary)."""
+    return (f"vectors-{generation}.bin", f"kinds-{generation}.bin", f"ivf-{generation}.npz", f"ivf-{generation}.tmp")
+
+
+def refuse_foreign(folder: Path) -> None:
+    """An index is made in a new or empty folder: refuse one that holds anything but a creation's own files."""
+    try:
+        found = sorted(p.name for p in folder.iterdir() if p.name not in CREATION)
+    except FileNotFoundError:
+        return
+    except NotADirectoryError:
+        raise IndexFormatError(f"{folder}: is a file, not an index folder; give a new or empty folder to --into") from None
+    if found:
+        shown = ", ".join(repr(n) for n in found[:3]) + (f" and {len(found) - 3} more" if len(found) > 3 else "")
+        raise IndexFormatError(f"{folder}: not a uform index, and not empty (it holds {shown}): an index is made in a new or "
+                               "empty folder, which it owns; give another folder to --into")  # fmt: skip
+
+
+def sync_folder(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class Rows:
+    """The row files of one folder; ``damaged(why)`` makes the error a damaged index raises."""
+
+    def __init__(self, folder: Path, dtype: np.dtype[Any], damaged: Callable[[str], IndexFormatError]) -> None:
+        self.folder, self.dtype, self.damaged = folder, dtype, damaged
+        self._files: dict[str, Any] = {}  # the writer's open files of the current generation
+
+    def path(self, name: str, generation: int) -> Path:
+        return self.folder / f"{name}-{generation}.bin"
+
+    def _widths(self) -> tuple[tuple[str, np.dtype[Any]], ...]:
+        return (("vectors", self.dtype), ("kinds", np.dtype(np.uint8)))
+
+    def open_for_writing(self, generation: int, slots: int) -> None:
+        """A writer's start: refuse a file missing or short; then cut what a killed writer appended
+        past ``slots`` (never a committed row). A missing file of an index with no rows is made."""
+        found = {}
+        for name, dtype in self._widths():
+            path = self.path(name, generation)
+            if not path.exists():
+                if slots:
+                    raise self.damaged(f"{path.name} is missing; the database says it holds {slots} rows")
+                continue
+            size = path.stat().st_size
+            if size < slots * dtype.itemsize:
+                raise self.damaged(f"{path.name} holds {size // dtype.itemsize} rows, the database says {slots}")
+            found[name] = path
+        if slots:
+            self.check_kinds(np.memmap(found["kinds"], np.uint8, "r", shape=(slots,)), generation)
+        for name, dtype in self._widths():
+            f = open(found[name], "r+b") if name in found else open(self.path(name, generation), "w+b")
+            f.truncate(slots * dtype.itemsize)
+            self._files[name] = f
+
+    def check_kinds(self, kinds: np.ndarray, generation: int) -> None:
+        bad = np.flatnonzero(kinds >= len(MODALITIES))
+        if len(bad):
+            raise self.damaged(f"{self.path('kinds', generation).name} holds {int(kinds[bad[0]])} at slot {int(bad[0])}, "
+                               f"which is no modality (0-{len(MODALITIES) - 1})")  # fmt: skip
+
+    def map(self, generation: int, slots: int, current: Callable[[], int | None]) -> tuple[np.ndarray, np.ndarray]:
+        """The first ``slots`` rows and kind bytes of ``generation``, mapped read-only.
+        ``FileNotFoundError`` when ``current()`` says a compaction replaced the generation
+        meanwhile; :class:`IndexFormatError` for a file missing, short, or a kind byte that is none."""
+        if slots == 0:
+            return np.zeros(0, self.dtype), np.zeros(0, np.uint8)
+        mapped = []
+        for name, dtype in self._widths():
+            path = self.path(name, generation)
+            try:
+                size = path.stat().st_size
+                if size < slots * dtype.itemsize:
+                    raise self.damaged(f"{path.name} holds {size // dtype.itemsize} rows, the database says {slots}")
+                mapped.append(np.memmap(path, dtype, "r", shape=(slots,)))
+            except FileNotFoundError:
+                if current() == generation:
+                    raise self.damaged(f"{path.name} is missing; the database says it holds {slots} rows") from None
+                raise  # a compaction replaced the generation: the caller takes a new snapshot
+        rows, kinds = mapped
+        self.check_kinds(kinds, generation)
+        return rows, kinds
+
+    def append(self, rows: np.ndarray, kinds: np.ndarray, at: int) -> None:
+        """Write rows and their kind bytes at slot ``at`` (past the committed slots), durably."""
+        for (name, dtype), data in zip(self._widths(), (rows, kinds.astype(np.uint8)), strict=True):
+            f = self._files[name]
+            f.seek(at * dtype.itemsize)
+            f.write(np.ascontiguousarray(data).tobytes())
+            f.flush()
+            os.fdatasync(f.fileno())
+
+    def write_generation(self, generation: int, rows: np.ndarray, kinds: np.ndarray, order: np.ndarray) -> dict[str, Any]:
+        """The rows of ``order`` written, durably, as generation ``generation``; answers the open files."""
+        files = {}
+        for name, data in (("vectors", rows), ("kinds", kinds)):
+            f = open(self.path(name, generation), "w+b")
+            for start in range(0, len(order), BLOCK):
+                f.write(np.ascontiguousarray(data[order[start : start + BLOCK]]).tobytes())
+            f.flush()
+            os.fsync(f.fileno())
+            files[name] = f
+        return files
+
+    def switch(self, files: dict[str, Any], old: int) -> None:
+        """After the commit of a new generation: its files are the writer's; ``old``'s are deleted."""
+        for name, f in files.items():
+            self._files[name].close()
+            self._files[name] = f
+        self.delete_generation(old)
+
+    def delete_generation(self, generation: int) -> None:
+        for name in generation_files(generation):
+            (self.folder / name).unlink(missing_ok=True)
+
+    def close(self) -> None:
+        for f in self._files.values():
+            f.close()
+        self._files.clear()
