@@ -38,6 +38,7 @@ LAYERS: dict[str, str] = {
     "uform.index": "index",
     "uform.inputs": "inputs",
     "uform.cli": "cli",
+    "uform.convert": "convert",
     "uform.training": "training",
     "fastermodels": "fastermodels",
 }
@@ -49,21 +50,22 @@ ALLOWED: dict[str, set[str]] = {
     "exporters": {"core"},
     "model": {"core", "plugins"},
     "calibrate": {"model", "core"},
-    "demo": {"model", "calibrate", "plugins"},
+    "demo": {"model", "calibrate", "plugins", "core"},  # core: uform.core.files, how outputs are written
     "ray": {"model", "core", "index"},
     "serve": {"model"},
     "inputs": {"model", "core"},
     "index": {"model", "core", "inputs"},
-    "cli": {"model", "core", "calibrate", "demo", "exporters", "serve", "index", "inputs"},
+    "cli": {"model", "core", "calibrate", "demo", "exporters", "serve", "index", "inputs", "convert"},
+    "convert": {"core"},
     "training": {"model", "core", "plugins", "exporters", "calibrate", "demo"},
     "fastermodels": {"exporters"},
 }
 
-RUN_TIME = {"core", "model", "plugins", "exporters", "calibrate", "demo", "ray", "serve", "inputs", "index", "cli"}
+RUN_TIME = {"core", "model", "plugins", "exporters", "calibrate", "demo", "ray", "serve", "inputs", "index", "cli", "convert"}
 
 # third-party module -> the layers that may import it (docs/architecture.md, "Layers")
 THIRD_PARTY: dict[str, set[str]] = {
-    "torch": {"training", "exporters", "fastermodels"},
+    "torch": {"training", "exporters", "fastermodels", "convert"},
     "onnxruntime": {"plugins", "exporters"},
     "av": {"plugins", "demo"},
     "pluggy": {"core"},
@@ -186,7 +188,7 @@ def test_the_layers_keep_the_rules_of_the_house() -> None:
         assert "training" not in closure(layer), f"{layer} reaches training"
     assert closure("fastermodels") == {"fastermodels", "exporters", "core"}
     assert set(ALLOWED) == set(LAYERS.values()) and RUN_TIME == set(ALLOWED) - {"training", "fastermodels"}
-    assert not THIRD_PARTY["torch"] & (RUN_TIME - {"exporters"})  # no torch at run time (exporters: an extra)
+    assert not THIRD_PARTY["torch"] & (RUN_TIME - {"exporters", "convert"})  # no torch at run time (exporters: an extra; convert: a .bin source)
 
 
 def doc_table() -> tuple[dict[str, str], dict[str, set[str]], dict[str, set[str]]]:

@@ -3,10 +3,15 @@
 One module per group of commands: ``encode`` (and the output it writes), ``search``,
 ``index`` (``uform index``, and
 ``search --index``), ``demo`` (``demo-media``, ``evaluate``), ``checkpoints`` (``new``, ``describe``,
-``similarity``, ``export``, ``calibrate``, ``plugins``), ``serve`` (the HTTP server,
+``similarity``, ``export``, ``calibrate``, ``plugins``), ``convert`` (``convert``, ``labels``), ``serve`` (the HTTP server,
 whose code is the ``uform.serve`` package); ``inputs`` gathers and encodes
-what ``encode`` and ``search`` read; ``common`` holds progress bars and model loading.
-Every command's model defaults to the one shipped with uform. docs/cli.md documents each.
+what ``encode`` and ``search`` read; ``saved`` the files ``encode`` writes; ``common`` holds
+progress bars, model loading and how names are printed. Every command's model defaults to the
+one shipped with uform. docs/cli.md documents each.
+
+The command modules are imported inside :func:`main`, so that a Ctrl-C while they load is
+answered as one at any other time (the ``uform`` script's entry, the top-level module
+``uform_command``, covers the loading of ``uform`` itself the same way).
 """
 
 from __future__ import annotations
@@ -15,10 +20,9 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from . import checkpoints, demo, encode, index, search, serve
-
 
 def parser() -> argparse.ArgumentParser:
+    from . import checkpoints, convert, demo, encode, index, search, serve
     from uform import __version__
 
     p = argparse.ArgumentParser(prog="uform", description="uform: one multimodal encoder checkpoint, every modality, on ONNX Runtime. "
@@ -30,6 +34,7 @@ def parser() -> argparse.ArgumentParser:
     index.add_parser(sub)
     demo.add_parsers(sub)
     checkpoints.add_parsers(sub)
+    convert.add_parsers(sub)
     serve.add_parser(sub)
     return p
 
@@ -38,10 +43,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command; answer its exit status: 0 done, 1 done but some inputs failed (``encode``,
     ``search``), 2 an error (one line, ``uform: error: ...``, on stderr) or a usage error."""
     try:
-        args = parser().parse_args(argv)
-    except SystemExit as exc:  # --help, --version, usage errors: argparse printed what it had to
-        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
-    try:
+        try:
+            args = parser().parse_args(argv)
+        except SystemExit as exc:  # --help, --version, usage errors: argparse printed what it had to
+            return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
         return int(args.run(args))
     except KeyboardInterrupt:
         print("uform: interrupted", file=sys.stderr)
@@ -53,7 +58,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         from uform.core.errors import UformError
 
         if isinstance(exc, (UformError, OSError, ValueError, TypeError)):
-            print(f"uform: error: {exc}", file=sys.stderr)
+            from .common import printable
+
+            print(f"uform: error: {printable(str(exc))}", file=sys.stderr)
             return 2
         raise
 

@@ -1,0 +1,304 @@
+"""``uform convert`` on small CLIP and SigLIP models made here (transformers' classes, random
+weights, no download): the file it writes (config, tensor names, shapes, dtypes, the tokenizer),
+the math of that file (tests/v2_reference.py, numpy) against transformers' features, and every
+refusal writing nothing."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import struct
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+pytest.importorskip("transformers")
+pytest.importorskip("sentencepiece")
+
+import hf_models  # noqa: E402
+import v2_reference as ref  # noqa: E402
+
+from uform.cli import main  # noqa: E402
+from uform.convert import ConvertError, convert  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def clip_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return hf_models.make_clip(tmp_path_factory.mktemp("clip") / "tiny-clip")
+
+
+@pytest.fixture(scope="module")
+def siglip_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return hf_models.make_siglip(tmp_path_factory.mktemp("siglip") / "tiny-siglip")
+
+
+@pytest.fixture(scope="module")
+def clip_file(clip_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("out") / "clip.safetensors"
+    convert(clip_dir, out, dtype="f32")
+    return out
+
+
+@pytest.fixture(scope="module")
+def siglip_file(siglip_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("out") / "siglip.safetensors"
+    convert(siglip_dir, out, dtype="f32")
+    return out
+
+
+def header(path: Path) -> tuple[dict[str, Any], dict[str, Any], dict[str, str]]:
+    data = path.read_bytes()
+    (n,) = struct.unpack("<Q", data[:8])
+    h = json.loads(data[8 : 8 + n])
+    meta = h.pop("__metadata__")
+    return json.loads(meta["uform"]), h, meta
+
+
+def test_clip_file_config_and_tensors(clip_file: Path, clip_dir: Path) -> None:
+    cfg, entries, meta = header(clip_file)
+    g = hf_models.CLIP_SMALL
+    assert cfg["format_version"] == 2 and cfg["dimensions"] == g["projection_dim"] and cfg["context"] == 77
+    assert cfg["source"]["family"] == "clip" and cfg["source"]["name"] == "tiny-clip" and cfg["source"]["architecture"] == "CLIPModel"
+    assert cfg["labels"] == {"kind": "softmax", "scale": pytest.approx(np.exp(4.0)), "bias": 0.0}
+    text, image = cfg["towers"]["text"], cfg["towers"]["image"]
+    assert cfg["towers"]["video"] == {"from": "image", "frames": 8}
+    assert {k: text[k] for k in ("activation", "class_token", "pooling", "projection", "tokenizer", "vocab_size", "context", "mask", "pad_to_context", "pad_id")} == {
+        "activation": "quick_gelu", "class_token": False, "pooling": "last_token", "projection": "linear", "tokenizer": "tokenizer.json",
+        "vocab_size": 49408, "context": 77, "mask": "causal", "pad_to_context": False, "pad_id": 49407,
+    }  # fmt: skip
+    assert {k: image[k] for k in ("class_token", "ln_pre", "pooling", "projection", "image_size", "patch_size", "resize", "interpolation")} == {
+        "class_token": True, "ln_pre": True, "pooling": "class", "projection": "linear", "image_size": 32, "patch_size": 8,
+        "resize": "shorter_side_crop", "interpolation": "bicubic",
+    }  # fmt: skip
+    assert image["mean"] == pytest.approx([0.48145466, 0.4578275, 0.40821073]) and image["std"] == pytest.approx([0.26862954, 0.26130258, 0.27577711])
+    w, m, d = 64, 128, 48
+    shapes = {name: e["shape"] for name, e in entries.items()}
+    assert shapes["text.embed.weight"] == [49408, w] and shapes["text.pos.weight"] == [77, w] and "text.cls" not in shapes
+    assert shapes["image.patch.weight"] == [w, 3 * 8 * 8] and shapes["image.patch.bias"] == [w] and shapes["image.pos.weight"] == [17, w]
+    assert shapes["image.ln_pre.weight"] == [w] and shapes["image.cls"] == [w]
+    assert shapes["text.blocks.1.attn.qkv.weight"] == [3 * w, w] and shapes["image.blocks.1.mlp.fc1.weight"] == [m, w]
+    assert shapes["text.projection.weight"] == [d, w] and shapes["image.projection.weight"] == [d, w]
+    assert "text.projection.bias" not in shapes and not any(n.startswith("video.") for n in shapes)
+    assert {e["dtype"] for e in entries.values()} == {"F32"}
+    source = json.loads((clip_dir / "tokenizer.json").read_text())
+    assert json.loads(meta["tokenizer"]) == source  # the source's tokenizer.json, as it was
+
+
+def test_siglip_file_config_and_tensors(siglip_file: Path) -> None:
+    cfg, entries, meta = header(siglip_file)
+    assert cfg["source"]["family"] == "siglip" and cfg["dimensions"] == 64 and cfg["context"] == 16
+    assert cfg["labels"] == {"kind": "sigmoid", "scale": pytest.approx(np.exp(2.3)), "bias": pytest.approx(-1.5)}
+    text, image = cfg["towers"]["text"], cfg["towers"]["image"]
+    assert (text["pooling"], text["mask"], text["pad_to_context"], text["pad_id"], text["projection"], text["activation"]) == (
+        "final_position", "none", True, 1, "linear_bias", "gelu_tanh")  # fmt: skip
+    assert (image["pooling"], image["projection"], image["class_token"], image["ln_pre"], image["resize"]) == ("attention", "none", False, False, "square")
+    assert image["mean"] == [0.5] * 3 and image["layer_norm_eps"] == 1e-6
+    shapes = {name: e["shape"] for name, e in entries.items()}
+    assert shapes["image.pos.weight"] == [16, 64] and "image.cls" not in shapes and "image.projection.weight" not in shapes
+    assert shapes["image.pool.probe"] == [64] and shapes["image.pool.attn.qkv.weight"] == [192, 64] and shapes["image.pool.mlp.fc2.weight"] == [64, 128]
+    assert shapes["text.projection.bias"] == [64] and shapes["text.pos.weight"] == [16, 64]
+
+
+def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+
+
+def test_clip_file_math_equals_transformers(clip_file: Path, clip_dir: Path) -> None:
+    """The file's tensors under the format's math (numpy, float64) give CLIPModel's features."""
+    import torch
+    from transformers import AutoTokenizer, CLIPModel
+
+    model = CLIPModel.from_pretrained(clip_dir).eval()
+    tok = AutoTokenizer.from_pretrained(clip_dir)
+    texts = hf_models.CORPUS[:6] + ["a very long caption " * 30]
+    enc = tok(texts, padding=True, truncation=True, max_length=77, return_tensors="pt")
+    pixels = torch.randn(3, 3, 32, 32, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        want_text = model.get_text_features(**enc).pooler_output.numpy()
+        want_image = model.get_image_features(pixel_values=pixels).pooler_output.numpy()
+    ids = [[int(i) for i, keep in zip(row, mask) if keep] for row, mask in zip(enc["input_ids"], enc["attention_mask"])]
+    read = ref.read(clip_file)
+    assert cosines(ref.text(read, ids), want_text).min() > 0.999999
+    assert cosines(ref.image(read, pixels.numpy()), want_image).min() > 0.999999
+
+
+def test_siglip_file_math_equals_transformers(siglip_file: Path, siglip_dir: Path) -> None:
+    import torch
+    from transformers import AutoTokenizer, SiglipModel
+
+    model = SiglipModel.from_pretrained(siglip_dir).eval()
+    tok = AutoTokenizer.from_pretrained(siglip_dir)
+    texts = hf_models.CORPUS[:6] + ["a very long caption " * 30]
+    enc = tok(texts, padding="max_length", truncation=True, max_length=16, return_tensors="pt")
+    pixels = torch.randn(3, 3, 32, 32, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        want_text = model.get_text_features(input_ids=enc["input_ids"]).pooler_output.numpy()
+        want_image = model.get_image_features(pixel_values=pixels).pooler_output.numpy()
+    eos = tok.eos_token_id
+    ids = [row[: row.index(eos) + 1] for row in enc["input_ids"].tolist()]  # the file pads with its pad_id itself
+    read = ref.read(siglip_file)
+    assert cosines(ref.text(read, ids), want_text).min() > 0.999999
+    assert cosines(ref.image(read, pixels.numpy()), want_image).min() > 0.999999
+
+
+def test_siglip_tokenizer_json_gives_siglip_tokenizer_ids(siglip_file: Path, siglip_dir: Path) -> None:
+    """SigLIP ships only spiece.model: the tokenizer.json made at convert time gives
+    SiglipTokenizer's ids on a corpus it was not checked on at convert time."""
+    from tokenizers import Tokenizer
+    from transformers import AutoTokenizer
+
+    _, _, meta = header(siglip_file)
+    made = Tokenizer.from_str(meta["tokenizer"])
+    slow = AutoTokenizer.from_pretrained(siglip_dir)
+    rng = np.random.default_rng(0)
+    alphabet = list("abc XYZ.,!?;:'\"-_()[]{}\t\n éüß日本🐱😀") + ["  ", "   "]
+    texts = hf_models.CORPUS + ["".join(rng.choice(alphabet, size=int(rng.integers(0, 40)))) for _ in range(200)]
+    for text in texts:
+        assert made.encode(text).ids == slow(text)["input_ids"], text
+
+
+def test_bf16_is_the_default_and_rounds_the_source(clip_dir: Path, clip_file: Path, tmp_path: Path) -> None:
+    out = tmp_path / "bf16.safetensors"
+    done = convert(clip_dir, out)
+    assert done.dtype == "bf16" and done.family == "clip" and done.bytes == out.stat().st_size
+    _, entries, _ = header(out)
+    assert {e["dtype"] for e in entries.values()} == {"BF16"}
+    import ml_dtypes
+
+    full, half = ref.read(clip_file)[1], ref.read(out)[1]
+    name = "image.blocks.0.mlp.fc1.weight"
+    assert np.array_equal(half[name], full[name].astype(np.float32).astype(ml_dtypes.bfloat16).astype(np.float64))
+    assert list(tmp_path.iterdir()) == [out]  # no temporary left
+
+
+def test_cli_convert_writes_and_says_what(clip_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "c.safetensors"
+    assert main(["convert", str(clip_dir), str(out), "--dtype", "f16", "--name", "my/clip", "--frames", "4"]) == 0
+    said = capsys.readouterr().out
+    assert f"wrote {out}: clip (CLIPModel) from my/clip" in said and "f16" in said
+    cfg, entries, _ = header(out)
+    assert cfg["source"]["name"] == "my/clip" and cfg["towers"]["video"]["frames"] == 4
+    assert {e["dtype"] for e in entries.values()} == {"F16"}
+
+
+# -- refusals: a clear error each, nothing written ------------------------------------------
+
+
+def copy(src: Path, tmp_path: Path) -> Path:
+    dst = tmp_path / src.name
+    shutil.copytree(src, dst)
+    return dst
+
+
+def refused(source: Path | str, tmp_path: Path, match: str) -> None:
+    out = tmp_path / "out" / "x.safetensors"
+    out.parent.mkdir(exist_ok=True)
+    with pytest.raises(ConvertError, match=match):
+        convert(source, out)
+    assert list(out.parent.iterdir()) == []
+
+
+def edit_config(directory: Path, change: Any) -> None:
+    path = directory / "config.json"
+    cfg = json.loads(path.read_text())
+    change(cfg)
+    path.write_text(json.dumps(cfg))
+
+
+def test_missing_source_and_missing_files(clip_dir: Path, tmp_path: Path) -> None:
+    refused(tmp_path / "nowhere", tmp_path, "no such directory, and not a Hugging Face Hub id")
+    d = copy(clip_dir, tmp_path)
+    (d / "model.safetensors").rename(d / "elsewhere.bin")
+    refused(d, tmp_path, "no weights: expected model.safetensors")
+    (d / "elsewhere.bin").rename(d / "model.safetensors")
+    (d / "tokenizer.json").unlink()
+    refused(d, tmp_path, "no tokenizer")
+    (d / "config.json").unlink()
+    refused(d, tmp_path, "no config.json")
+
+
+def test_hub_id_offline_not_cached(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("huggingface_hub")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "home"))
+    refused("nobody-here/no-such-model", tmp_path, "not in the local Hugging Face cache, and HF_HUB_OFFLINE forbids a download")
+
+
+def test_unsupported_architectures_are_named(clip_dir: Path, tmp_path: Path) -> None:
+    d = copy(clip_dir, tmp_path)
+    edit_config(d, lambda c: c.update(model_type="blip", architectures=["BlipModel"]))
+    refused(d, tmp_path, r"architecture BlipModel \(model_type 'blip'\) is not supported; supported: CLIPModel .*SiglipModel")
+    edit_config(d, lambda c: c.update(model_type="siglip2", architectures=["Siglip2Model"]))
+    refused(d, tmp_path, r"Siglip2Model \(SigLIP 2 NaFlex, variable resolution\) is not supported")
+
+
+def test_shapes_that_disagree_with_the_config(clip_dir: Path, tmp_path: Path) -> None:
+    d = copy(clip_dir, tmp_path)
+    edit_config(d, lambda c: c["vision_config"].update(intermediate_size=96))
+    refused(d, tmp_path, r"tensor 'vision_model.encoder.layers.0.mlp.fc1.weight' has shape \[128, 64\], but the config says \[96, 64\]")
+    edit_config(d, lambda c: c["vision_config"].update(intermediate_size=128, hidden_act="relu"))
+    refused(d, tmp_path, "hidden_act 'relu' is not supported")
+
+
+def test_nan_weights_are_refused(clip_dir: Path, tmp_path: Path) -> None:
+    from uform.core import safetensors
+
+    d = copy(clip_dir, tmp_path)
+    with safetensors_file(d / "model.safetensors") as tensors:
+        tensors["vision_model.post_layernorm.bias"][3] = np.nan
+        safetensors.write(d / "model.safetensors", tensors, {"format": "pt"})
+    refused(d, tmp_path, r"vision_model.post_layernorm.bias.*NaN")
+
+
+def test_unknown_tensors_are_refused(clip_dir: Path, tmp_path: Path) -> None:
+    from uform.core import safetensors
+
+    d = copy(clip_dir, tmp_path)
+    with safetensors_file(d / "model.safetensors") as tensors:
+        tensors["vision_model.extra.layer_scale"] = np.ones(64, np.float32)
+        safetensors.write(d / "model.safetensors", tensors, {"format": "pt"})
+    refused(d, tmp_path, "tensors this conversion does not know: vision_model.extra.layer_scale")
+
+
+def test_a_tokenizer_that_does_not_parse(clip_dir: Path, tmp_path: Path) -> None:
+    d = copy(clip_dir, tmp_path)
+    (d / "tokenizer.json").write_text('{"version": "1.0", "model": {"type": "Nonsense"}}')
+    refused(d, tmp_path, "tokenizer.json: the tokenizer does not parse")
+
+
+def test_an_out_that_cannot_be_written(clip_dir: Path, tmp_path: Path) -> None:
+    with pytest.raises(OSError, match="cannot write the converted file there"):
+        convert(clip_dir, tmp_path / "no-such-dir" / "x.safetensors")
+    with pytest.raises(ConvertError, match="is a directory"):
+        convert(clip_dir, tmp_path)
+    assert main(["convert", str(clip_dir), str(tmp_path / "no-such-dir" / "x.safetensors")]) == 2
+
+
+def test_a_refused_conversion_keeps_the_old_out(clip_dir: Path, clip_file: Path, tmp_path: Path) -> None:
+    out = tmp_path / "kept.safetensors"
+    shutil.copy(clip_file, out)
+    before = out.read_bytes()
+    d = copy(clip_dir, tmp_path)
+    edit_config(d, lambda c: c["text_config"].update(hidden_size=32))
+    with pytest.raises(ConvertError):
+        convert(d, out)
+    assert out.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["kept.safetensors", d.name]
+
+
+class safetensors_file:
+    """The float32 tensors of a safetensors file, as a dict to edit (a context manager)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __enter__(self) -> dict[str, np.ndarray]:
+        from uform.core.checkpoint import CheckpointFile
+
+        with CheckpointFile(self.path) as f:
+            return {name: np.array(f.array(name)) for name in f.entries}
+
+    def __exit__(self, *exc: object) -> None:
+        pass

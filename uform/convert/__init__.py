@@ -1,0 +1,207 @@
+"""``uform.convert``: a CLIP or SigLIP checkpoint as one uform file (format version 2).
+
+:func:`convert` reads a source (a local Hugging Face model directory, or a Hub id through
+``huggingface_hub``, the local cache first), maps it with the family's module (``hf_clip``,
+``hf_siglip``, ``open_clip``), and writes the file atomically: a temporary name beside
+``out``, flushed to disk, then renamed, so ``out`` is either the whole new file or untouched.
+Anything refused writes nothing. docs/models.md describes the families and what a converted
+file holds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+from uform.core import safetensors
+
+from .common import Converted
+from .sources import ConvertError, read_json, resolve, weights
+
+__all__ = ["Conversion", "ConvertError", "convert", "SUPPORTED", "DTYPES"]
+
+SUPPORTED = (
+    "CLIPModel (config.json model_type 'clip')",
+    "SiglipModel (model_type 'siglip': SigLIP, and SigLIP 2 at a fixed resolution)",
+    "open_clip (open_clip_config.json with open_clip_model.safetensors or open_clip_pytorch_model.bin)",
+)
+DTYPES: dict[str, np.dtype[Any]] = {
+    "bf16": np.dtype(ml_dtypes.bfloat16),
+    "f16": np.dtype(np.float16),
+    "f32": np.dtype(np.float32),
+}
+
+
+@dataclass(frozen=True)
+class Conversion:
+    """What :func:`convert` wrote: the file, the source's family, name and architecture, the
+    tensors' dtype, counts, and notes (defaults the conversion took where the source said nothing)."""
+
+    out: Path
+    family: str
+    name: str
+    architecture: str
+    dtype: str
+    tensors: int
+    parameters: int
+    bytes: int
+    notes: tuple[str, ...]
+
+
+def convert(
+    source: str | os.PathLike[str],
+    out: str | os.PathLike[str],
+    *,
+    dtype: str = "bf16",
+    name: str | None = None,
+    frames: int = 8,
+) -> Conversion:
+    """Convert ``source`` into the uform file ``out``.
+
+    ``source``: a directory as ``save_pretrained`` writes it (``config.json``, the weights as
+    ``model.safetensors``, its shards, or ``pytorch_model.bin``, the tokenizer's files,
+    ``preprocessor_config.json``), an open_clip directory (``open_clip_config.json``), or a
+    Hugging Face Hub id (``openai/clip-vit-base-patch32``: the local cache first; a download
+    only where ``HF_HUB_OFFLINE`` is unset). ``dtype``: the stored weights, ``"bf16"``
+    (default, half the size), ``"f16"`` or ``"f32"`` (the float32 path's exact weights).
+    ``name``: what the file records as its source (default: the Hub id or directory name).
+    ``frames``: the frames ``video_encode`` samples and averages through the image tower.
+
+    Raises :class:`ConvertError` naming the file, tensor or field (a missing file, an unsupported
+    architecture, a tensor whose shape disagrees with the config, NaN weights, a tokenizer that
+    does not parse), ``OSError`` where ``out`` cannot be written; either way ``out`` is untouched.
+    """
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype {dtype!r} is not one of {', '.join(DTYPES)}")
+    if not isinstance(frames, int) or isinstance(frames, bool) or not 1 <= frames <= 256:
+        raise ValueError(f"frames must be an integer in [1, 256], got {frames!r}")
+    target = Path(out)
+    if target.is_dir():
+        raise ConvertError(f"{target}: is a directory; give the path of the .safetensors file to write")
+    directory, found_name = resolve(source)
+    record_name = name or found_name
+    temporary = _reserve(target)
+    try:
+        converted = _convert(directory, record_name, frames)
+        arrays = {k: _cast(k, v, DTYPES[dtype]) for k, v in converted.tensors.items()}
+        metadata = {
+            "uform": json.dumps(converted.config, sort_keys=True, separators=(",", ":")),
+            "tokenizer": converted.tokenizer,
+        }
+        with open(temporary, "wb") as f:
+            safetensors.write(f, arrays, metadata)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(temporary, target)
+        _sync_directory(target.parent)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
+    source_info = converted.config["source"]
+    return Conversion(
+        out=target,
+        family=source_info["family"],
+        name=source_info["name"],
+        architecture=source_info["architecture"],
+        dtype=dtype,
+        tensors=len(arrays),
+        parameters=sum(int(a.size) for a in arrays.values()),
+        bytes=target.stat().st_size,
+        notes=tuple(converted.notes),
+    )
+
+
+def _convert(directory: Path, name: str, frames: int) -> Converted:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        converter = f"uform {version('uform')}"
+    except PackageNotFoundError:  # a source tree run without an install
+        converter = "uform"
+    if (directory / "config.json").is_file():
+        cfg = read_json(directory / "config.json")
+        model_type = cfg.get("model_type")
+        architectures = cfg.get("architectures") or []
+        architecture = str(architectures[0]) if architectures else str(model_type)
+        if model_type == "siglip2" or "Siglip2Model" in architectures:
+            raise ConvertError(
+                f"{directory / 'config.json'}: Siglip2Model (SigLIP 2 NaFlex, variable resolution) is not supported; "
+                "convert a fixed-resolution SigLIP 2 checkpoint (model_type 'siglip', such as google/siglip2-base-patch16-224)"
+            )
+        if model_type == "clip":
+            from . import hf_clip
+
+            family, module = "clip", hf_clip.convert
+        elif model_type == "siglip":
+            from . import hf_siglip
+
+            family, module = _siglip_family(directory), hf_siglip.convert
+        else:
+            raise ConvertError(
+                f"{directory / 'config.json'}: architecture {architecture} (model_type {model_type!r}) is not supported; "
+                f"supported: {'; '.join(SUPPORTED)}"
+            )
+        prefix = ""
+    elif (directory / "open_clip_config.json").is_file():
+        from . import open_clip
+
+        cfg = read_json(directory / "open_clip_config.json")
+        family, module, prefix = "open_clip", open_clip.convert, "open_clip_"
+        architecture = open_clip.architecture(cfg)
+    else:
+        present = ", ".join(sorted(p.name for p in directory.iterdir())[:12]) or "nothing"
+        raise ConvertError(f"{directory}: no config.json (nor open_clip_config.json); it holds {present}")
+    source = {"family": family, "name": name, "architecture": architecture, "converter": converter}
+    held = weights(directory, prefix)
+    try:
+        return module(directory, cfg, held, source, frames)
+    finally:
+        held.close()
+
+
+def _siglip_family(directory: Path) -> str:
+    """``siglip2`` where the tokenizer is Gemma's (SigLIP 2's), else ``siglip``."""
+    path = directory / "tokenizer_config.json"
+    tokenizer_class = read_json(path).get("tokenizer_class") if path.is_file() else None
+    return "siglip2" if isinstance(tokenizer_class, str) and tokenizer_class.startswith("Gemma") else "siglip"
+
+
+def _cast(name: str, value: np.ndarray, dtype: np.dtype[Any]) -> np.ndarray:
+    cast = np.ascontiguousarray(value.astype(dtype, copy=False))
+    if dtype == np.float16 and not np.isfinite(cast).all():
+        raise ConvertError(f"tensor {name!r}: holds values past float16's range (65504); convert with --dtype bf16 or f32")
+    return cast
+
+
+def _reserve(target: Path) -> Path:
+    """A new temporary file beside ``target``, made now so that an unwritable place fails
+    before any work; OSError names ``target``."""
+    temporary = target.parent / f".{target.name}.{os.getpid()}.tmp"
+    try:
+        with open(temporary, "xb"):
+            pass
+    except FileExistsError:
+        temporary.unlink()
+        return _reserve(target)
+    except OSError as exc:
+        raise OSError(exc.errno, f"{target}: cannot write the converted file there ({exc.strerror})") from None
+    return temporary
+
+
+def _sync_directory(directory: Path) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:  # a platform without directory descriptors: the rename is done anyway
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

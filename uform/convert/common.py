@@ -1,0 +1,194 @@
+"""What every family's conversion shares: taking source tensors with their shapes checked,
+transformer stacks renamed to uform's blocks, the image preprocessing, the output config."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .sources import ConvertError, Weights, read_json
+
+ACTIVATIONS = {"gelu": "gelu", "quick_gelu": "quick_gelu", "gelu_pytorch_tanh": "gelu_tanh", "gelu_new": "gelu_tanh"}
+RESAMPLE = {2: "bilinear", 3: "bicubic"}  # PIL's codes, as preprocessor_config.json writes them
+CLIP_MEAN = [0.48145466, 0.4578275, 0.40821073]
+CLIP_STD = [0.26862954, 0.26130258, 0.27577711]
+
+
+@dataclass
+class Converted:
+    """A family's answer: the uform config, the tensors (in the source's precision), the
+    tokenizer's JSON text, and notes for the report (defaults taken, what was assumed)."""
+
+    config: dict[str, Any]
+    tensors: dict[str, np.ndarray]
+    tokenizer: str
+    notes: list[str] = field(default_factory=list)
+    files: list[Path] = field(default_factory=list)
+
+
+class Taker:
+    """Source tensors taken by name with their shape checked against the config's; at the end
+    :meth:`finish` refuses a source holding tensors no mapping took (a variant uform does not
+    know would otherwise be converted wrong)."""
+
+    def __init__(self, weights: Weights, ignore: Callable[[str], bool] = lambda name: False) -> None:
+        self.weights = weights
+        self.taken: set[str] = set()
+        self.ignore = ignore
+        self.out: dict[str, np.ndarray] = {}
+
+    def get(self, name: str, shape: tuple[int, ...], why: str) -> np.ndarray:
+        """Source tensor ``name`` of ``shape``; ``why`` names the config fields the shape comes from."""
+        if name not in self.weights:
+            raise ConvertError(f"{self._files()}: tensor {name!r} is missing (expected shape {list(shape)} from {why})")
+        found = self.weights.shapes[name]
+        if tuple(found) != tuple(shape):
+            raise ConvertError(
+                f"{self._files()}: tensor {name!r} has shape {list(found)}, but the config says {list(shape)} ({why})"
+            )
+        self.taken.add(name)
+        return self.weights.get(name)
+
+    def put(self, name: str, value: np.ndarray) -> None:
+        self.out[name] = value
+
+    def take(self, target: str, name: str, shape: tuple[int, ...], why: str) -> None:
+        self.put(target, self.get(name, shape, why))
+
+    def finish(self) -> dict[str, np.ndarray]:
+        left = sorted(n for n in self.weights.names() if n not in self.taken and not self.ignore(n))
+        if left:
+            shown = ", ".join(left[:5]) + (f" and {len(left) - 5} more" if len(left) > 5 else "")
+            raise ConvertError(f"{self._files()}: tensors this conversion does not know: {shown} (an unsupported variant of the architecture)")
+        return self.out
+
+    def _files(self) -> str:
+        return ", ".join(str(p) for p in self.weights.files)
+
+
+def number(cfg: Mapping[str, Any], key: str, where: str, default: Any = None) -> Any:
+    """A config value that must be there (or have a default); errors name the file's field."""
+    value = cfg.get(key, default)
+    if value is None:
+        raise ConvertError(f"{where}: field {key!r} is missing")
+    return value
+
+
+def activation(name: Any, where: str) -> str:
+    if name not in ACTIVATIONS:
+        raise ConvertError(f"{where}: hidden_act {name!r} is not supported; supported: {', '.join(sorted(ACTIVATIONS))}")
+    return ACTIVATIONS[name]
+
+
+def qkv(t: Taker, q: str, k: str, v: str, width: int, why: str) -> tuple[np.ndarray, np.ndarray]:
+    """The attention's q, k, v projections (``q``, ``k``, ``v``: name prefixes) stacked as uform's ``attn.qkv``."""
+    weights = [t.get(f"{p}.weight", (width, width), why) for p in (q, k, v)]
+    biases = [t.get(f"{p}.bias", (width,), why) for p in (q, k, v)]
+    return np.concatenate(weights, axis=0), np.concatenate(biases, axis=0)
+
+
+def hf_stack(t: Taker, source: str, target: str, width: int, depth: int, mlp: int, why: str) -> None:
+    """Transformers' encoder layers ``{source}.encoder.layers.i`` (CLIP, SigLIP) as ``{target}.blocks.i``."""
+    for i in range(depth):
+        s, d = f"{source}.encoder.layers.{i}", f"{target}.blocks.{i}"
+        weight, bias = qkv(t, f"{s}.self_attn.q_proj", f"{s}.self_attn.k_proj", f"{s}.self_attn.v_proj", width, why)
+        t.put(f"{d}.attn.qkv.weight", weight)
+        t.put(f"{d}.attn.qkv.bias", bias)
+        pairs = [("self_attn.out_proj", "attn.out", (width, width)), ("mlp.fc1", "mlp.fc1", (mlp, width)), ("mlp.fc2", "mlp.fc2", (width, mlp))]
+        for a, b, shape in pairs:
+            t.take(f"{d}.{b}.weight", f"{s}.{a}.weight", shape, why)
+            t.take(f"{d}.{b}.bias", f"{s}.{a}.bias", (shape[0],), why)
+        for a, b in (("layer_norm1", "ln1"), ("layer_norm2", "ln2")):
+            norm(t, f"{d}.{b}", f"{s}.{a}", width, why)
+
+
+def norm(t: Taker, target: str, source: str, width: int, why: str) -> None:
+    t.take(f"{target}.weight", f"{source}.weight", (width,), why)
+    t.take(f"{target}.bias", f"{source}.bias", (width,), why)
+
+
+def geometry(width: int, depth: int, heads: int, mlp: int, where: str) -> dict[str, int]:
+    if heads < 1 or width % heads:
+        raise ConvertError(f"{where}: num_attention_heads {heads} does not divide hidden_size {width}")
+    return {"width": width, "depth": depth, "heads": heads, "mlp_width": mlp}
+
+
+def preprocessing(directory: Path, family: str, image_size: int, notes: list[str]) -> dict[str, Any]:
+    """The image tower's preprocessing fields from ``preprocessor_config.json`` (CLIP: the
+    shorter side to ``size.shortest_edge`` and a central crop; SigLIP: a square resize), or
+    the family's defaults, said in ``notes``, where the file is absent."""
+    path = directory / "preprocessor_config.json"
+    square = family != "clip"
+    defaults: dict[str, Any] = {"mean": CLIP_MEAN, "std": CLIP_STD} if not square else {"mean": [0.5] * 3, "std": [0.5] * 3}
+    if not path.is_file():
+        notes.append(f"no preprocessor_config.json: the {family} defaults (size {image_size}, bicubic, mean {defaults['mean']}, std {defaults['std']})")
+        fit = {"resize": "square"} if square else {"resize": "shorter_side_crop", "resize_rounding": "floor"}
+        return fit | {"interpolation": "bicubic", **defaults}
+    cfg = read_json(path)
+    where = str(path)
+    resample = cfg.get("resample", 3)
+    if resample not in RESAMPLE:
+        raise ConvertError(f"{where}: resample {resample!r} is not supported; supported: 2 (bilinear), 3 (bicubic)")
+    if cfg.get("do_rescale", True) and abs(float(cfg.get("rescale_factor", 1 / 255)) - 1 / 255) > 1e-9:
+        raise ConvertError(f"{where}: rescale_factor {cfg.get('rescale_factor')!r} is not supported; supported: 1/255")
+    if not cfg.get("do_resize", True):
+        raise ConvertError(f"{where}: do_resize false is not supported (uform resizes every image to the tower's size)")
+    mean, std = (cfg.get("image_mean", defaults["mean"]), cfg.get("image_std", defaults["std"])) if cfg.get("do_normalize", True) else ([0.0] * 3, [1.0] * 3)
+    for key, value in (("image_mean", mean), ("image_std", std)):
+        if not (isinstance(value, list) and len(value) == 3 and all(isinstance(v, (int, float)) for v in value)):
+            raise ConvertError(f"{where}: {key} {value!r} is not a list of 3 numbers")
+    size = cfg.get("size")
+    out: dict[str, Any] = {"interpolation": RESAMPLE[resample], "mean": [float(v) for v in mean], "std": [float(v) for v in std]}
+    if square:
+        height, width = _hw(size, where, "size")
+        if (height, width) != (image_size, image_size) or cfg.get("do_center_crop"):
+            raise ConvertError(f"{where}: size {size!r} (center crop {cfg.get('do_center_crop')}) is not a square resize to the tower's image_size {image_size}")
+        return out | {"resize": "square"}
+    shortest = size.get("shortest_edge") if isinstance(size, dict) else size
+    crop = _hw(cfg.get("crop_size", image_size), where, "crop_size") if cfg.get("do_center_crop", True) else None
+    if shortest != image_size or crop != (image_size, image_size):
+        raise ConvertError(
+            f"{where}: size {size!r} and crop_size {cfg.get('crop_size')!r} are not supported: uform resizes the shorter side "
+            f"to the tower's image_size {image_size} and crops the central {image_size}x{image_size}"
+        )
+    return out | {"resize": "shorter_side_crop", "resize_rounding": "floor"}  # transformers: int(S * long / short)
+
+
+def _hw(value: Any, where: str, key: str) -> tuple[int, int]:
+    if isinstance(value, int):
+        return value, value
+    if isinstance(value, dict) and isinstance(value.get("height"), int) and isinstance(value.get("width"), int):
+        return value["height"], value["width"]
+    raise ConvertError(f"{where}: {key} {value!r} is not a size (an integer, or height and width)")
+
+
+def scalar(t: Taker, name: str, why: str) -> float:
+    """A one-value source tensor (``logit_scale``, ``logit_bias``) as a float."""
+    if name not in t.weights:
+        raise ConvertError(f"{t._files()}: tensor {name!r} is missing ({why})")
+    shape = t.weights.shapes[name]
+    if int(np.prod(shape)) != 1:
+        raise ConvertError(f"{t._files()}: tensor {name!r} has shape {list(shape)}, expected one value ({why})")
+    t.taken.add(name)
+    return float(np.asarray(t.weights.get(name), np.float32).reshape(-1)[0])
+
+
+def config(dimensions: int, context: int, towers: dict[str, Any], source: dict[str, str], labels: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "format": "uform",
+        "format_version": 2,
+        "dimensions": dimensions,
+        "context": context,
+        "towers": towers,
+        "choice_temperatures": [1.0],
+        "source": source,
+        "labels": labels,
+    }
+
+
+def names(items: Iterable[str]) -> str:
+    return ", ".join(items)

@@ -1,0 +1,106 @@
+"""Transformers' ``CLIPModel`` (OpenAI's and LAION's CLIPs as the Hub holds them) as a uform file.
+
+Text: token and position embeddings, a causal pre-norm stack, ``final_layer_norm``, the
+end-of-text token's state (each text's last real token) projected without bias. Image: the
+patch convolution (no bias: a zero ``image.patch.bias``), the class token, ``pre_layrnorm``
+(``ln_pre``), the stack, ``post_layernorm`` on the class token, projected without bias.
+Labels: softmax over ``exp(logit_scale)`` x cosine.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import math
+
+import numpy as np
+
+from .common import Converted, Taker, activation, config, geometry, hf_stack, norm, number, preprocessing, scalar
+from .sources import Weights
+from .tokenizer import tokenizer_json
+
+IGNORED = ("text_model.embeddings.position_ids", "vision_model.embeddings.position_ids")
+
+
+def convert(directory: Path, cfg: dict[str, Any], weights: Weights, source: dict[str, str], frames: int) -> Converted:
+    where = str(directory / "config.json")
+    text_cfg, vision_cfg = cfg.get("text_config") or {}, cfg.get("vision_config") or {}
+    dimensions = int(number(cfg, "projection_dim", where, 512))
+    t = Taker(weights, ignore=lambda n: n in IGNORED)
+    notes: list[str] = []
+
+    # text
+    tw = int(number(text_cfg, "hidden_size", where + " text_config", 512))
+    td = int(number(text_cfg, "num_hidden_layers", where + " text_config", 12))
+    th = int(number(text_cfg, "num_attention_heads", where + " text_config", 8))
+    tm = int(number(text_cfg, "intermediate_size", where + " text_config", 2048))
+    vocab = int(number(text_cfg, "vocab_size", where + " text_config", 49408))
+    context = int(number(text_cfg, "max_position_embeddings", where + " text_config", 77))
+    why = "config.json text_config"
+    t.take("text.embed.weight", "text_model.embeddings.token_embedding.weight", (vocab, tw), why + ".vocab_size, hidden_size")
+    t.take("text.pos.weight", "text_model.embeddings.position_embedding.weight", (context, tw), why + ".max_position_embeddings, hidden_size")
+    hf_stack(t, "text_model", "text", tw, td, tm, why)
+    norm(t, "text.ln_final", "text_model.final_layer_norm", tw, why)
+    t.take("text.projection.weight", "text_projection.weight", (dimensions, tw), "config.json projection_dim, text_config.hidden_size")
+    tokenizer, pad_id = tokenizer_json(directory, "clip", vocab, notes)
+    text = geometry(tw, td, th, tm, where + " text_config") | {
+        "token_width": 0,
+        "activation": activation(text_cfg.get("hidden_act", "quick_gelu"), where + " text_config"),
+        "layer_norm_eps": float(text_cfg.get("layer_norm_eps", 1e-5)),
+        "class_token": False,
+        "pooling": "last_token",
+        "projection": "linear",
+        "tokenizer": "tokenizer.json",
+        "vocab_size": vocab,
+        "context": context,
+        "mask": "causal",
+        "pad_to_context": False,
+        "pad_id": pad_id,
+    }
+
+    # image
+    vw = int(number(vision_cfg, "hidden_size", where + " vision_config", 768))
+    vd = int(number(vision_cfg, "num_hidden_layers", where + " vision_config", 12))
+    vh = int(number(vision_cfg, "num_attention_heads", where + " vision_config", 12))
+    vm = int(number(vision_cfg, "intermediate_size", where + " vision_config", 3072))
+    size = int(number(vision_cfg, "image_size", where + " vision_config", 224))
+    patch = int(number(vision_cfg, "patch_size", where + " vision_config", 32))
+    channels = int(vision_cfg.get("num_channels", 3))
+    if channels != 3 or size % patch:
+        raise_geometry(where, size, patch, channels)
+    grid = size // patch
+    why = "config.json vision_config"
+    conv = t.get("vision_model.embeddings.patch_embedding.weight", (vw, 3, patch, patch), why + ".hidden_size, patch_size")
+    t.put("image.patch.weight", conv.reshape(vw, 3 * patch * patch))
+    t.put("image.patch.bias", np.zeros(vw, conv.dtype))
+    t.take("image.cls", "vision_model.embeddings.class_embedding", (vw,), why + ".hidden_size")
+    t.take("image.pos.weight", "vision_model.embeddings.position_embedding.weight", (1 + grid * grid, vw), why + ".image_size, patch_size")
+    norm(t, "image.ln_pre", "vision_model.pre_layrnorm", vw, why)
+    hf_stack(t, "vision_model", "image", vw, vd, vm, why)
+    norm(t, "image.ln_final", "vision_model.post_layernorm", vw, why)
+    t.take("image.projection.weight", "visual_projection.weight", (dimensions, vw), "config.json projection_dim, vision_config.hidden_size")
+    image = geometry(vw, vd, vh, vm, where + " vision_config") | {
+        "activation": activation(vision_cfg.get("hidden_act", "quick_gelu"), where + " vision_config"),
+        "layer_norm_eps": float(vision_cfg.get("layer_norm_eps", 1e-5)),
+        "class_token": True,
+        "ln_pre": True,
+        "pooling": "class",
+        "projection": "linear",
+        "image_size": size,
+        "patch_size": patch,
+    } | preprocessing(directory, "clip", size, notes)
+
+    scale = math.exp(scalar(t, "logit_scale", "the model's logit scale"))
+    tensors = t.finish()
+    towers = {"text": text, "image": image, "video": {"from": "image", "frames": frames}}
+    out = config(dimensions, context, towers, source, {"kind": "softmax", "scale": scale, "bias": 0.0})
+    return Converted(out, tensors, tokenizer, notes, list(weights.files))
+
+
+def raise_geometry(where: str, size: int, patch: int, channels: int) -> None:
+    from .sources import ConvertError
+
+    if channels != 3:
+        raise ConvertError(f"{where}: vision_config.num_channels {channels} is not supported (uform's images are RGB)")
+    raise ConvertError(f"{where}: vision_config.image_size {size} is not a multiple of patch_size {patch}")

@@ -1,0 +1,115 @@
+"""Transformers' ``SiglipModel`` (SigLIP, and SigLIP 2 at a fixed resolution, which the Hub
+holds as ``model_type: "siglip"`` with a Gemma ``tokenizer.json``) as a uform file.
+
+Text: every text padded with the pad token to the full context (as trained), nothing masked,
+``final_layer_norm``, the context's last position, projected by ``text_model.head`` (with bias).
+Image: the patch convolution (with bias), positions without a class token, the stack,
+``post_layernorm``, then the multi-head attention pooling head; no projection (the pooled
+state is the embedding, so the text's projection width must equal the image tower's width).
+Labels: ``sigmoid(exp(logit_scale) x cosine + logit_bias)`` per label.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from .common import Converted, Taker, activation, config, geometry, hf_stack, norm, number, preprocessing, scalar
+from .sources import ConvertError, Weights
+from .tokenizer import tokenizer_json
+
+IGNORED = ("text_model.embeddings.position_ids", "vision_model.embeddings.position_ids")
+
+
+def convert(directory: Path, cfg: dict[str, Any], weights: Weights, source: dict[str, str], frames: int) -> Converted:
+    where = str(directory / "config.json")
+    text_cfg, vision_cfg = cfg.get("text_config") or {}, cfg.get("vision_config") or {}
+    t = Taker(weights, ignore=lambda n: n in IGNORED)
+    notes: list[str] = []
+
+    # text
+    tw = int(number(text_cfg, "hidden_size", where + " text_config", 768))
+    td = int(number(text_cfg, "num_hidden_layers", where + " text_config", 12))
+    th = int(number(text_cfg, "num_attention_heads", where + " text_config", 12))
+    tm = int(number(text_cfg, "intermediate_size", where + " text_config", 3072))
+    vocab = int(number(text_cfg, "vocab_size", where + " text_config", 32000))
+    context = int(number(text_cfg, "max_position_embeddings", where + " text_config", 64))
+    dimensions = int(text_cfg.get("projection_size") or tw)
+    why = "config.json text_config"
+    t.take("text.embed.weight", "text_model.embeddings.token_embedding.weight", (vocab, tw), why + ".vocab_size, hidden_size")
+    t.take("text.pos.weight", "text_model.embeddings.position_embedding.weight", (context, tw), why + ".max_position_embeddings, hidden_size")
+    hf_stack(t, "text_model", "text", tw, td, tm, why)
+    norm(t, "text.ln_final", "text_model.final_layer_norm", tw, why)
+    t.take("text.projection.weight", "text_model.head.weight", (dimensions, tw), why + ".projection_size, hidden_size")
+    t.take("text.projection.bias", "text_model.head.bias", (dimensions,), why + ".projection_size")
+    tokenizer, pad_id = tokenizer_json(directory, "siglip", vocab, notes)
+    text = geometry(tw, td, th, tm, where + " text_config") | {
+        "token_width": 0,
+        "activation": activation(text_cfg.get("hidden_act", "gelu_pytorch_tanh"), where + " text_config"),
+        "layer_norm_eps": float(text_cfg.get("layer_norm_eps", 1e-6)),
+        "class_token": False,
+        "pooling": "final_position",
+        "projection": "linear_bias",
+        "tokenizer": "tokenizer.json",
+        "vocab_size": vocab,
+        "context": context,
+        "mask": "none",
+        "pad_to_context": True,
+        "pad_id": pad_id,
+    }
+
+    # image
+    vw = int(number(vision_cfg, "hidden_size", where + " vision_config", 768))
+    vd = int(number(vision_cfg, "num_hidden_layers", where + " vision_config", 12))
+    vh = int(number(vision_cfg, "num_attention_heads", where + " vision_config", 12))
+    vm = int(number(vision_cfg, "intermediate_size", where + " vision_config", 3072))
+    size = int(number(vision_cfg, "image_size", where + " vision_config", 224))
+    patch = int(number(vision_cfg, "patch_size", where + " vision_config", 16))
+    if int(vision_cfg.get("num_channels", 3)) != 3:
+        raise ConvertError(f"{where}: vision_config.num_channels {vision_cfg.get('num_channels')} is not supported (uform's images are RGB)")
+    if size % patch:
+        raise ConvertError(f"{where}: vision_config.image_size {size} is not a multiple of patch_size {patch}")
+    if vision_cfg.get("vision_use_head", True) is False:
+        raise ConvertError(f"{where}: vision_config.vision_use_head false (no attention pooling head) is not supported")
+    if vw != dimensions:
+        raise ConvertError(
+            f"{where}: the image embedding's width (vision_config.hidden_size {vw}) differs from the text's "
+            f"(text_config.projection_size {dimensions}); SigLIP compares them directly"
+        )
+    grid = size // patch
+    why = "config.json vision_config"
+    conv = t.get("vision_model.embeddings.patch_embedding.weight", (vw, 3, patch, patch), why + ".hidden_size, patch_size")
+    t.put("image.patch.weight", conv.reshape(vw, 3 * patch * patch))
+    t.take("image.patch.bias", "vision_model.embeddings.patch_embedding.bias", (vw,), why + ".hidden_size")
+    t.take("image.pos.weight", "vision_model.embeddings.position_embedding.weight", (grid * grid, vw), why + ".image_size, patch_size")
+    hf_stack(t, "vision_model", "image", vw, vd, vm, why)
+    norm(t, "image.ln_final", "vision_model.post_layernorm", vw, why)
+    h = "vision_model.head"
+    t.put("image.pool.probe", t.get(f"{h}.probe", (1, 1, vw), why + ".hidden_size").reshape(vw))
+    t.take("image.pool.attn.qkv.weight", f"{h}.attention.in_proj_weight", (3 * vw, vw), why + ".hidden_size")
+    t.take("image.pool.attn.qkv.bias", f"{h}.attention.in_proj_bias", (3 * vw,), why + ".hidden_size")
+    t.take("image.pool.attn.out.weight", f"{h}.attention.out_proj.weight", (vw, vw), why + ".hidden_size")
+    t.take("image.pool.attn.out.bias", f"{h}.attention.out_proj.bias", (vw,), why + ".hidden_size")
+    norm(t, "image.pool.ln", f"{h}.layernorm", vw, why)
+    t.take("image.pool.mlp.fc1.weight", f"{h}.mlp.fc1.weight", (vm, vw), why + ".intermediate_size, hidden_size")
+    t.take("image.pool.mlp.fc1.bias", f"{h}.mlp.fc1.bias", (vm,), why + ".intermediate_size")
+    t.take("image.pool.mlp.fc2.weight", f"{h}.mlp.fc2.weight", (vw, vm), why + ".hidden_size, intermediate_size")
+    t.take("image.pool.mlp.fc2.bias", f"{h}.mlp.fc2.bias", (vw,), why + ".hidden_size")
+    image = geometry(vw, vd, vh, vm, where + " vision_config") | {
+        "activation": activation(vision_cfg.get("hidden_act", "gelu_pytorch_tanh"), where + " vision_config"),
+        "layer_norm_eps": float(vision_cfg.get("layer_norm_eps", 1e-6)),
+        "class_token": False,
+        "ln_pre": False,
+        "pooling": "attention",
+        "projection": "none",
+        "image_size": size,
+        "patch_size": patch,
+    } | preprocessing(directory, "siglip", size, notes)
+
+    scale = math.exp(scalar(t, "logit_scale", "the model's logit scale"))
+    bias = scalar(t, "logit_bias", "the model's logit bias")
+    tensors = t.finish()
+    towers = {"text": text, "image": image, "video": {"from": "image", "frames": frames}}
+    out = config(dimensions, context, towers, source, {"kind": "sigmoid", "scale": scale, "bias": bias})
+    return Converted(out, tensors, tokenizer, notes, list(weights.files))

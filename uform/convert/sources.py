@@ -1,0 +1,213 @@
+"""Reading a conversion's source: a local model directory or a Hugging Face Hub id.
+
+A source directory holds what ``save_pretrained`` writes (``config.json``, the weights as
+``model.safetensors`` (or shards with ``model.safetensors.index.json``) or ``pytorch_model.bin``,
+the tokenizer's files, ``preprocessor_config.json``), or open_clip's own files
+(``open_clip_config.json`` with ``open_clip_model.safetensors`` or ``open_clip_pytorch_model.bin``).
+A ``.safetensors`` source is read with numpy alone; a ``.bin`` needs torch (loaded with
+``weights_only=True``, so a pickle cannot run code).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+from uform.core.checkpoint import CheckpointFile
+from uform.core.errors import CheckpointError
+
+
+class ConvertError(CheckpointError):
+    """A source uform cannot convert: the message names the file, tensor or field and why."""
+
+
+# The files a Hub download fetches: everything a conversion reads, and no other weights.
+HUB_PATTERNS = ["*.json", "*.txt", "*.model", "model.safetensors", "model-*.safetensors", "open_clip_model.safetensors"]
+HUB_BIN_PATTERNS = ["pytorch_model.bin", "open_clip_pytorch_model.bin"]
+
+
+@dataclass
+class Weights:
+    """The source's tensors by name, read when asked for (each once); ``files`` are the paths read."""
+
+    files: list[Path]
+    _where: dict[str, tuple[Path, str]] = field(default_factory=dict)  # name -> (file, name inside it)
+    _opened: dict[Path, Any] = field(default_factory=dict)
+    shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
+
+    def names(self) -> list[str]:
+        return list(self._where)
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._where
+
+    def get(self, name: str) -> np.ndarray:
+        """Tensor ``name`` as a float array (BF16, F16 or F32, as stored); NaN refused, naming it."""
+        path, inner = self._where[name]
+        source = self._opened[path]
+        if isinstance(source, CheckpointFile):
+            try:
+                array = source.array(inner)
+            except CheckpointError as exc:
+                raise ConvertError(f"{exc}") from None
+        else:
+            array = source[inner]
+            if not np.isfinite(array.astype(np.float32) if array.dtype == ml_dtypes.bfloat16 else array).all():
+                first = np.argwhere(~np.isfinite(array.astype(np.float32)))[0].tolist()
+                raise ConvertError(f"{path}: tensor {inner!r} holds NaN or infinite values (the first at index {first})")
+        if array.dtype.kind not in "fV" and array.dtype != ml_dtypes.bfloat16:
+            raise ConvertError(f"{path}: tensor {inner!r} is {array.dtype}, not floating point")
+        return array
+
+    def close(self) -> None:
+        for source in self._opened.values():
+            if isinstance(source, CheckpointFile):
+                source.close()
+        self._opened.clear()
+
+
+def resolve(source: str | os.PathLike[str]) -> tuple[Path, str]:
+    """The local directory of ``source`` and the name the file records for it.
+
+    A path that exists is used as it is (a directory). Otherwise ``source`` must look like a
+    Hub id (``owner/name``): it is looked up in the local Hugging Face cache first, and
+    downloaded only where ``HF_HUB_OFFLINE`` is unset.
+    """
+    path = Path(source)
+    if path.exists():
+        if not path.is_dir():
+            raise ConvertError(f"{path}: not a model directory (a conversion reads a directory with config.json or open_clip_config.json)")
+        return path, path.resolve().name
+    text = str(source)
+    parts = text.split("/")
+    if len(parts) != 2 or not all(parts) or text.startswith((".", "~")):
+        raise ConvertError(f"{text}: no such directory, and not a Hugging Face Hub id of the form owner/name")
+    return _hub(text), text
+
+
+def _hub(repo: str) -> Path:
+    try:
+        from huggingface_hub import snapshot_download
+    except ImportError:
+        raise ConvertError(f"{repo}: not a local directory; reading a Hub id needs huggingface_hub (pip install huggingface_hub)") from None
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    offline = os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+    try:
+        found = Path(snapshot_download(repo, allow_patterns=HUB_PATTERNS, local_files_only=True))
+        if _has_weights(found):
+            return found
+    except LocalEntryNotFoundError:
+        pass
+    except Exception as exc:  # noqa: BLE001 - any Hub error is the user's to read
+        raise ConvertError(f"{repo}: cannot read it from the Hugging Face cache ({exc})") from None
+    if offline:
+        raise ConvertError(f"{repo}: not in the local Hugging Face cache, and HF_HUB_OFFLINE forbids a download")
+    try:
+        found = Path(snapshot_download(repo, allow_patterns=HUB_PATTERNS))
+        if not _has_weights(found):
+            found = Path(snapshot_download(repo, allow_patterns=HUB_PATTERNS + HUB_BIN_PATTERNS))
+    except Exception as exc:  # noqa: BLE001
+        raise ConvertError(f"{repo}: cannot download it from the Hugging Face Hub ({type(exc).__name__}: {exc})") from None
+    return found
+
+
+def _has_weights(directory: Path) -> bool:
+    return any((directory / n).is_file() for n in ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                                                   "open_clip_model.safetensors", "open_clip_pytorch_model.bin"))  # fmt: skip
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    """A JSON object file; errors name the file."""
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConvertError(f"{path}: missing") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ConvertError(f"{path}: cannot be read as JSON ({exc})") from None
+    if not isinstance(value, dict):
+        raise ConvertError(f"{path}: expected a JSON object")
+    return value
+
+
+def weights(directory: Path, prefix: str = "") -> Weights:
+    """The weights of ``directory`` (``prefix``: ``"open_clip_"`` for open_clip's files).
+
+    ``{prefix}model.safetensors`` (or its sharded index) is preferred to ``{prefix}pytorch_model.bin``.
+    """
+    single = directory / f"{prefix}model.safetensors"
+    index = directory / f"{prefix}model.safetensors.index.json"
+    binary = directory / f"{prefix}pytorch_model.bin"
+    if single.is_file():
+        return _safetensors({single: None})
+    if index.is_file():
+        table = read_json(index).get("weight_map")
+        if not isinstance(table, dict):
+            raise ConvertError(f"{index}: has no weight_map object")
+        shards: dict[Path, list[str]] = {}
+        for name, shard in table.items():
+            shards.setdefault(directory / str(shard), []).append(name)
+        return _safetensors({p: set(n) for p, n in shards.items()})
+    if binary.is_file():
+        return _torch_bin(binary)
+    raise ConvertError(f"{directory}: no weights: expected {single.name}, {index.name} or {binary.name}")
+
+
+def _safetensors(files: Mapping[Path, set[str] | None]) -> Weights:
+    out = Weights(list(files))
+    try:
+        for path, names in files.items():
+            try:
+                opened = CheckpointFile(path)
+            except FileNotFoundError:
+                raise ConvertError(f"{path}: missing (the weights' index names it)") from None
+            except CheckpointError as exc:
+                raise ConvertError(str(exc)) from None
+            out._opened[path] = opened
+            for name, entry in opened.entries.items():
+                if names is None or name in names:
+                    out._where[name] = (path, name)
+                    out.shapes[name] = entry.shape
+    except BaseException:
+        out.close()
+        raise
+    return out
+
+
+def _torch_bin(path: Path) -> Weights:
+    try:
+        import torch
+    except ImportError:
+        raise ConvertError(f"{path}: reading a .bin source needs torch (pip install torch), or convert it from model.safetensors") from None
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except Exception as exc:  # noqa: BLE001 - torch's errors vary; the message names the file
+        raise ConvertError(f"{path}: cannot be read as a PyTorch state dict ({type(exc).__name__}: {exc})") from None
+    if isinstance(state, dict) and "state_dict" in state and isinstance(state["state_dict"], dict):
+        state = state["state_dict"]
+    if not isinstance(state, dict):
+        raise ConvertError(f"{path}: expected a state dict (a mapping of names to tensors), got {type(state).__name__}")
+    arrays: dict[str, np.ndarray] = {}
+    for name, tensor in state.items():
+        if not isinstance(tensor, torch.Tensor):
+            continue
+        t = tensor.detach()
+        arrays[name] = t.view(torch.int16).numpy().view(ml_dtypes.bfloat16) if t.dtype == torch.bfloat16 else t.numpy()
+    out = Weights([path])
+    out._opened[path] = arrays
+    for name, array in arrays.items():
+        out._where[name] = (path, name)
+        out.shapes[name] = tuple(array.shape)
+    return out
+
+
+def iter_files(directory: Path) -> Iterator[str]:
+    """The file names in ``directory`` (for error messages)."""
+    return iter(sorted(p.name for p in directory.iterdir()))
