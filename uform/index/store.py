@@ -22,7 +22,7 @@ import functools
 import os
 import sqlite3
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import ParamSpec, TypeVar
 
@@ -244,7 +244,8 @@ class Store:
         try:
             yield self._db
         except BaseException:
-            self._db.execute("ROLLBACK")
+            with suppress(sqlite3.Error):
+                self._db.execute("ROLLBACK")
             raise
         self._db.execute("COMMIT")
 
@@ -259,9 +260,16 @@ class Store:
                 raise self.translate(exc) from None
         try:
             yield
-        finally:
-            if own:
+        except BaseException:
+            if own and self._db.in_transaction:
+                with suppress(sqlite3.Error):
+                    self._db.execute("ROLLBACK")
+            raise
+        if own:
+            try:
                 self._db.execute("COMMIT")
+            except sqlite3.Error as exc:
+                raise self.translate(exc) from None
 
     @guarded
     def state(self) -> tuple[int, int]:
