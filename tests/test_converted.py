@@ -167,6 +167,21 @@ def test_token_stats_and_truncation_count_model_tokens(clip: tuple[Any, Path]) -
     assert stats.padding_tokens == 16 - 4
 
 
+def test_token_ids_equal_transformers_truncation() -> None:
+    from transformers import PreTrainedTokenizerFast
+
+    from uform.plugins.tokens import HeldTokenizer
+
+    text = word_tokenizer()
+    ours = HeldTokenizer(text, 16, len(VOCAB), "towers.text")
+    theirs = PreTrainedTokenizerFast(tokenizer_object=__import__("tokenizers").Tokenizer.from_str(text))
+    corpus = ["", "a", "cat  \t on\n\nthe mat", "🐈 on the mat ,", "Ünïcödé dog", "the " * 14, "the " * 15, "a " * 40]
+    got = ours.encode(corpus)
+    want = theirs(corpus, truncation=True, max_length=16)["input_ids"]
+    assert [list(i) for i in got.ids] == want
+    assert list(got.full) == [len(i) for i in theirs(corpus)["input_ids"]]  # before truncation
+
+
 def test_bytes_that_are_not_utf8_name_the_item(clip: tuple[Any, Path]) -> None:
     m = uform.Model.load_ram(clip[1], quantization=Scalar.F32)
     with pytest.raises(uform.InputError, match=r"item 1: bytes are not UTF-8 \(invalid start byte at byte 2\)"):
