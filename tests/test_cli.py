@@ -245,7 +245,7 @@ def test_encode_arguments(tiny_all: Path, folder: Path, tmp_path: Path, capsys: 
     assert main(["encode", "--model", str(tiny_all), "--out", out]) == 2
     assert "uform: error: nothing to encode" in capsys.readouterr().err
     assert main(["encode", "--model", str(tiny_all), "caf\udce9", "a cat", "--out", out]) == 1  # a Latin-1 argument, as Python decodes it
-    assert "uform: failed: text 'caf\\udce9': " in capsys.readouterr().err
+    assert "uform: failed: text 'caf\\xe9': " in capsys.readouterr().err
     assert [r["text"] for r in read_saved(out).rows] == ["a cat"]
     assert main(["encode", "--model", str(tiny_all), "a", "--out", str(tmp_path / "no" / "e")]) == 2
     assert "no such folder" in capsys.readouterr().err

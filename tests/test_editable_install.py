@@ -29,7 +29,7 @@ def tracked(*paths: str) -> list[str]:
 @pytest.mark.skipif(sys.platform != "linux", reason="the failing compiler is /bin/false")
 def test_editable_install_without_a_compiler_falls_back(tmp_path: Path) -> None:
     source = tmp_path / "src"
-    for name in tracked("setup.py", "pyproject.toml", "MANIFEST.in", "README.md", "native", "uform"):
+    for name in tracked("setup.py", "pyproject.toml", "MANIFEST.in", "README.md", "uform_command.py", "native", "uform"):
         (source / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(ROOT / name, source / name)
     # a library an earlier build left in the tree is not this install's: it must go

@@ -19,12 +19,11 @@ import json
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .core import safetensors
+from .core import files, safetensors
 from .core.checkpoint import map_file
 from .core.config import ModelConfig
 from .core.progress import ProgressHandler
@@ -71,8 +70,12 @@ def read_examples(path: str | os.PathLike[str]) -> list[Example]:
     its index; ``group`` defaults to 0. Blank lines are skipped.
     """
     out = []
-    with open(path, encoding="utf-8") as f:
-        for number, line in enumerate(f, 1):
+    with open(path, "rb") as f:
+        for number, raw in enumerate(f, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise ValueError(f"{path}:{number}: not UTF-8 (byte 0x{raw[exc.start]:02x}, byte {exc.start + 1} of the line)") from None
             if line.strip():
                 out.append(_example(line, f"{path}:{number}"))
     if not out:
@@ -222,12 +225,8 @@ def write_temperatures(checkpoint: str | os.PathLike[str], temperatures: Sequenc
         raw = dict(config.raw) | {"choice_temperatures": [float(t) for t in temperatures]}
         metadata = dict(container.metadata) | ModelConfig.from_dict(raw).to_metadata()
         tensors = {name: container.array(name) for name in container.entries}
-        partial = Path(f"{os.fspath(out)}.partial")
-        try:
-            safetensors.write(partial, tensors, metadata)
-            os.replace(partial, out)  # also safe when out is the checkpoint itself
-        finally:
-            partial.unlink(missing_ok=True)
+        # whole or not at all, renamed into place: also safe when out is the checkpoint itself
+        files.write_with(out, lambda f: safetensors.write(f, tensors, metadata))
         del tensors, container
     finally:
         try:

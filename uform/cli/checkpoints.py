@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from .common import Bar, add_model, add_quiet, load, model_path
+from .common import Bar, add_force, add_model, add_quiet, load, model_path
 
 
 def add_parsers(sub: Any) -> None:
@@ -17,6 +17,7 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--preset", choices=["tiny", "small", "base"], default="tiny")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--modalities", default="all", help="comma-separated modalities, or 'all' (default)")
+    add_force(p, "a file at OUT that is not a uform checkpoint")
     add_quiet(p)
     p.set_defaults(run=_new)
 
@@ -35,6 +36,7 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("checkpoint", nargs="?", default=None, help="the checkpoint (default: the model shipped with uform)")
     p.add_argument("outdir")
     p.add_argument("--quantization", choices=["f32", "bf16"], default="f32", help="weights in the .onnx files (default f32)")
+    add_force(p, "files of the towers' names in OUTDIR that an earlier export did not write")
     add_quiet(p)
     p.set_defaults(run=_export)
 
@@ -56,6 +58,7 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--groups", type=int, default=None, help="number of groups (default: the checkpoint's count or as many as the examples name, whichever is more)")
     p.add_argument("--bins", type=int, default=15, help="confidence bins of the ECE (default 15)")
     p.add_argument("--json", action="store_true")
+    add_force(p, "a file at --out that is not a uform checkpoint")
     add_quiet(p)
     p.set_defaults(run=_calibrate)
 
@@ -63,6 +66,8 @@ def add_parsers(sub: Any) -> None:
 def _new(args: argparse.Namespace) -> int:
     from uform.core import checkpoint
     from uform.core.host import get_host
+
+    writable_checkpoint(args.out, args.force)
 
     modalities = None if args.modalities in (None, "all") else [m.strip() for m in args.modalities.split(",") if m.strip()]
     with Bar("initialising", quiet=args.quiet, unit="param") as bar:
@@ -149,6 +154,7 @@ def _calibrate(args: argparse.Namespace) -> int:
     from uform.calibrate import calibrate, summary
 
     checkpoint = model_path(argparse.Namespace(model=args.checkpoint))
+    writable_checkpoint(args.out, args.force)
     with Bar("scoring examples", quiet=args.quiet) as bar:
         report = calibrate(checkpoint, args.examples, args.out, holdout=args.holdout, seed=args.seed, groups=args.groups,
                            bins=args.bins, progress=bar.handler())  # fmt: skip
@@ -170,7 +176,17 @@ def _export(args: argparse.Namespace) -> int:
 
     checkpoint = model_path(argparse.Namespace(model=args.checkpoint))
     with Bar("exporting", quiet=args.quiet, bytes_=True) as bar:
-        written = export_towers(checkpoint, args.outdir, args.quantization, progress=bar.handler())
+        written = export_towers(checkpoint, args.outdir, args.quantization, progress=bar.handler(), force=args.force)
     for tower, path in written.items():
         print(f"{tower}: {path} (+ {path.with_suffix('.json').name})")
     return 0
+
+
+def writable_checkpoint(path: str, force: bool) -> None:
+    """Refuse, before any work, a checkpoint path that cannot be written or holds a file that is
+    not a uform checkpoint (unless ``--force``)."""
+    from uform.core.checkpoint import is_checkpoint_file
+    from uform.core.files import check_replaceable, refuse_foreign
+
+    refuse_foreign(path, is_checkpoint_file, force, "a uform checkpoint")
+    check_replaceable(path)

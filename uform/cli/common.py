@@ -1,4 +1,5 @@
-"""What the commands share: progress bars, loading the model, the options every command takes."""
+"""What the commands share: progress bars, loading the model, the options every command takes,
+and how a name (a file's path, a text) is printed: :func:`printable`."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from uform import Model
     from uform.core.progress import ProgressHandler
+    from uform.inputs import Failure
 
 QUANTIZATIONS = ("bf16", "e4m3", "f32")
 
@@ -85,6 +87,10 @@ def add_quiet(p: argparse.ArgumentParser) -> None:
     p.add_argument("-q", "--quiet", action="store_true", help="draw no progress bars (they are drawn on stderr only when it is a terminal)")
 
 
+def add_force(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument("--force", action="store_true", help=f"replace {what} (refused without it)")
+
+
 def add_model(p: argparse.ArgumentParser, *, quantization: bool = True) -> None:
     """``--model PATH`` (default: the checkpoint shipped with uform) and ``--quantization``."""
     p.add_argument("-m", "--model", default=None, metavar="PATH", help="checkpoint to load (default: the model shipped with uform, uform.default_checkpoint())")
@@ -115,3 +121,39 @@ def load(args: argparse.Namespace) -> Model:
 def say(message: str) -> None:
     """A line for the user on stderr (failed inputs, notes), apart from the results on stdout."""
     print(message, file=sys.stderr)
+
+
+_ESCAPES = {"\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def printable(name: str) -> str:
+    """``name`` (a path, a text) as one printable line, the same on stdout, stderr and in JSON:
+    a backslash doubled, a byte that was not UTF-8 (Python's surrogate escape of a file name)
+    as ``\\xNN`` (NN from 80), newline, carriage return and tab as ``\\n``, ``\\r``, ``\\t``, any
+    other character that is not printable as ``\\xNN`` (below 80), ``\\uNNNN`` or ``\\UNNNNNNNN``; every other
+    character as it is. Two different names never print the same."""
+    if name.isprintable() and "\\" not in name:
+        return name
+    out = []
+    for ch in name:
+        code = ord(ch)
+        if ch in _ESCAPES:
+            out.append(_ESCAPES[ch])
+        elif 0xDC80 <= code <= 0xDCFF:  # os.fsdecode's escape of the undecodable byte code - 0xDC00
+            out.append(f"\\x{code - 0xDC00:02x}")
+        elif ch.isprintable():
+            out.append(ch)
+        elif code < 0x80:
+            out.append(f"\\x{code:02x}")
+        elif code <= 0xFFFF:
+            out.append(f"\\u{code:04x}")
+        else:
+            out.append(f"\\U{code:08x}")
+    return "".join(out)
+
+
+def failed(f: Failure) -> str:
+    """The stderr line of a failed input: ``uform: failed: KIND NAME: REASON``, the name printable
+    (a text quoted), the reason on the same line."""
+    what = f"'{printable(f.value)}'" if f.kind == "text" else printable(f.value)
+    return f"uform: failed: {f.kind} {what}: {printable(f.reason)}"

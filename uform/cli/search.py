@@ -8,8 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from .common import Bar, add_model, load, model_path, say
-from .encode import read_saved, saved_prefix, sha256
+from .common import Bar, add_model, failed, load, model_path, printable, say
+from .saved import read_saved, row_key, saved_prefix, sha256
 from uform.inputs import PLURAL, Failure, Gathered, encode, gather
 
 
@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
 
     def report(f: Failure) -> None:
         failures.append(f)
-        say(f.line())
+        say(failed(f))
 
     media = Gathered()
     saved = []
@@ -86,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
     scores: list[np.ndarray] = []
     for s in saved:
         keep = [i for i, r in enumerate(s.rows) if r["modality"] in wanted]
-        paths += [s.rows[i]["path"] for i in keep]
+        paths += [s.rows[i][row_key(s.rows[i])] for i in keep]
         modalities += [s.rows[i]["modality"] for i in keep]
         scores.append(s.scores(query)[keep])
     if media.items:
@@ -99,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
     order = np.argsort(-values, kind="stable")
     if args.top:
         order = order[: args.top]
-    ranked = [{"path": paths[i], "score": round(float(values[i]), 6), "modality": modalities[i]} for i in order]
+    ranked = [{"path": printable(paths[i]), "score": round(float(values[i]), 6), "modality": modalities[i]} for i in order]
     return _print(ranked, args, failures)
 
 

@@ -13,8 +13,8 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from . import safetensors
-from .config import ModelConfig, make_config
+from . import files, safetensors
+from .config import METADATA_KEY, ModelConfig, make_config
 from .errors import CheckpointError, UnsupportedError
 from .host import Host
 from .progress import Progress, ProgressHandler
@@ -205,5 +205,24 @@ def new(
 
 
 def save(path: str | os.PathLike[str], config: ModelConfig, tensors: dict[str, np.ndarray]) -> None:
-    """Write a checkpoint: tensors BF16, config JSON in ``__metadata__["uform"]``."""
-    safetensors.write(path, tensors, config.to_metadata())
+    """Write a checkpoint: tensors BF16, config JSON in ``__metadata__["uform"]``; whole or not
+    at all (:mod:`uform.core.files`: an old file at ``path`` stays as it was when a write fails)."""
+    metadata = config.to_metadata()
+    files.write_with(path, lambda f: safetensors.write(f, tensors, metadata))
+
+
+def is_checkpoint_file(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` starts with a safetensors header holding uform's config (whatever its
+    tensors hold): a file a command that writes checkpoints may replace."""
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+
+            def read(begin: int, end: int) -> bytes:
+                f.seek(begin)
+                return f.read(end - begin)
+
+            metadata, _, _ = safetensors.header(size, read)
+    except (OSError, CheckpointError):
+        return False
+    return METADATA_KEY in metadata

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
+from uform.core.files import Outputs
+
 from . import generate
 from .evaluate import EVALUATION_STREAM, MEDIA_STREAM, Evaluation, evaluate, recall
 from .media import audio_bytes, image_bytes, video_bytes
@@ -52,19 +54,25 @@ def write_media(directory: str | os.PathLike[str], *, seed: int = 0, per_modalit
     64 x 64, eight frames at 8 fps, alternately MP4 (H.264) and WebM (VP8); recordings one
     second of 16-bit mono at 16 kHz, alternately WAV and FLAC. The first ``min(3,
     per_modality)`` pictures are red circles (so a search for "a red circle" has several right
-    answers). The same ``seed`` writes the same media. Raises ``ValueError`` for
-    ``per_modality < 1`` and ``OSError`` when the directory cannot be written.
+    answers). The same ``seed`` writes the same media. The files are one set, written whole or
+    not at all (:mod:`uform.core.files`), ``captions.jsonl`` put in place last. Raises
+    ``ValueError`` for ``per_modality < 1`` and ``OSError`` when the directory cannot be written.
     """
     if per_modality < 1:
         raise ValueError(f"per_modality must be at least 1, got {per_modality}")
-    out = Path(directory)
-    out.mkdir(parents=True, exist_ok=True)
+    with Outputs() as files:
+        return _write_media(files, Path(directory), seed, per_modality)
+
+
+def _write_media(files: Outputs, out: Path, seed: int, per_modality: int) -> list[DemoItem]:
+    files.folder(out)
     rng = np.random.default_rng([MEDIA_STREAM, seed])
     items: list[DemoItem] = []
 
     def put(modality: str, index: int, caption: str, ext: str, data: bytes) -> None:
         name = f"{modality}-{index:02d}-{_slug(caption)}.{ext}"
-        (out / name).write_bytes(data)
+        with files.open(out / name) as f:
+            f.write(data)
         items.append(DemoItem(str(out / name), modality, caption))
 
     for i in range(per_modality):
@@ -80,7 +88,7 @@ def write_media(directory: str | os.PathLike[str], *, seed: int = 0, per_modalit
         s = generate.sound(rng)
         fmt = "wav" if i % 2 == 0 else "flac"
         put("audio", i, s.caption, fmt, audio_bytes(s.samples, fmt))
-    with open(out / "captions.jsonl", "w", encoding="utf-8") as f:
+    with files.open(out / "captions.jsonl") as f:
         for item in items:
-            f.write(json.dumps({"path": os.path.basename(item.path), "modality": item.modality, "caption": item.caption}) + "\n")
+            f.write((json.dumps({"path": os.path.basename(item.path), "modality": item.modality, "caption": item.caption}) + "\n").encode())
     return items

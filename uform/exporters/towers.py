@@ -18,9 +18,10 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from uform.core import safetensors
+from uform.core import files, safetensors
 from uform.core.checkpoint import map_file
 from uform.core.config import ModelConfig
+from uform.core.errors import CheckpointError
 from uform.core.host import get_host
 from uform.core.progress import Progress, ProgressHandler
 from uform.core.runtime import build_graph, plan_towers
@@ -59,37 +60,62 @@ def _bf16_with_casts(model: onnx.ModelProto, weights: dict[str, np.ndarray]) -> 
 
 
 def export_towers(
-    checkpoint: str | os.PathLike[str], outdir: str | os.PathLike[str], quantization: str = "f32", progress: ProgressHandler | None = None
+    checkpoint: str | os.PathLike[str],
+    outdir: str | os.PathLike[str],
+    quantization: str = "f32",
+    progress: ProgressHandler | None = None,
+    *,
+    force: bool = False,
 ) -> dict[str, Path]:
     """Write every tower the installed plugins serve; answer tower name → ``.onnx`` path.
 
-    ``progress(done, total)`` is called as each tower is written, counting the stored bytes of
-    the towers' weights (False cancels: ``CancelledError``; towers written so far stay)."""
+    The files are one set, written whole or not at all (:mod:`uform.core.files`): a bad
+    checkpoint, a failed write or a cancel leaves ``outdir`` as it was (not made, when it was
+    missing). A file of a tower's names in ``outdir`` that an export did not write (no
+    ``{tower}.json`` of this format beside it) is not replaced unless ``force``.
+    ``progress(done, total)`` is called as each tower is made, counting the stored bytes of
+    the towers' weights (False cancels: ``CancelledError``)."""
     if quantization not in QUANTIZATIONS:
         raise ValueError(f"quantization must be one of {', '.join(QUANTIZATIONS)}; got {quantization!r}")
     out = Path(outdir)
-    out.mkdir(parents=True, exist_ok=True)
-    mapped = map_file(checkpoint)
+    if out.exists() and not out.is_dir():
+        raise files.OutputError(f"{out}: not a folder")
+    mapped = map_file(checkpoint)  # before anything is made: a missing checkpoint leaves no folder
     written: dict[str, Path] = {}
+    container = None
     try:
-        container = safetensors.parse(memoryview(mapped))
-        config = ModelConfig.from_metadata(container.metadata)
-        planned = plan_towers(container, config, get_host())
+        try:
+            container = safetensors.parse(memoryview(mapped))
+            config = ModelConfig.from_metadata(container.metadata)
+            planned = plan_towers(container, config, get_host())
+        except CheckpointError as exc:
+            raise CheckpointError(f"{checkpoint}: {exc}") from None
+        for name in planned:
+
+            def ours(_: Path, name: str = name) -> bool:
+                return _exported(out, name)
+
+            for path in (out / f"{name}.onnx", out / f"{name}.onnx.data", out / f"{name}.json"):
+                files.refuse_foreign(path, ours, force, "a file of an earlier `uform export`")
+                if out.is_dir():
+                    files.check_replaceable(path)
         sizes = {name: sum(container.entries[w].end - container.entries[w].begin for w in specs) for name, (_, _, specs) in planned.items()}
         done = Progress(progress, 0, sum(sizes.values()))
-        for name, (modality, parsed, specs) in planned.items():
-            graph = build_graph(name, modality, parsed, config, specs)
-            weights = {w: container.array(w) for w in specs}
-            if quantization == "bf16":
-                model = _bf16_with_casts(graph, weights)
-            else:
-                model = embed(graph, weights, lambda w: w.astype(np.float32))
-            written[name] = _save(model, out, name, config, quantization)
-            _describe(model, out, name, config, quantization)
-            del weights, model
-            done.advance(sizes[name])
+        with files.Outputs() as outputs:
+            outputs.folder(out)
+            for name, (modality, parsed, specs) in planned.items():
+                graph = build_graph(name, modality, parsed, config, specs)
+                weights = {w: container.array(w) for w in specs}
+                if quantization == "bf16":
+                    model = _bf16_with_casts(graph, weights)
+                else:
+                    model = embed(graph, weights, lambda w: w.astype(np.float32))
+                written[name] = _save(model, outputs, out, name)
+                _describe(model, outputs, out, name, config, quantization)
+                del weights, model
+                done.advance(sizes[name])
     finally:
-        del container
+        container = None
         try:
             mapped.close()
         except BufferError:
@@ -97,14 +123,31 @@ def export_towers(
     return written
 
 
-def _save(model: onnx.ModelProto, out: Path, name: str, config: ModelConfig, quantization: str) -> Path:
-    path = out / f"{name}.onnx"
-    big = model.ByteSize() > EXTERNAL_ABOVE
-    onnx.save(model, str(path), save_as_external_data=big, location=f"{name}.onnx.data" if big else None)
+def _exported(out: Path, name: str) -> bool:
+    """Whether ``out/{name}.json`` is the description an export writes (so the tower's files are ours)."""
+    try:
+        info = json.loads((out / f"{name}.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(info, dict) and info.get("tower") == name and str(info.get("spec", "")).startswith(DOC)
+
+
+def _save(model: onnx.ModelProto, outputs: files.Outputs, out: Path, name: str) -> Path:
+    path, data = out / f"{name}.onnx", out / f"{name}.onnx.data"
+    if model.ByteSize() > EXTERNAL_ABOVE:  # onnx writes the weights beside the model by name
+        scratch = outputs.scratch(out)
+        onnx.save(model, str(scratch / path.name), save_as_external_data=True, location=data.name)
+        outputs.adopt(scratch / data.name, data)
+        outputs.adopt(scratch / path.name, path)
+    else:
+        with outputs.open(path) as f:
+            f.write(model.SerializeToString())
+        if data.exists():  # an earlier export's external weights: this one has none
+            outputs.remove(data)
     return path
 
 
-def _describe(model: onnx.ModelProto, out: Path, name: str, config: ModelConfig, quantization: str) -> None:
+def _describe(model: onnx.ModelProto, outputs: files.Outputs, out: Path, name: str, config: ModelConfig, quantization: str) -> None:
     info = {
         "tower": name,
         "opset": model.opset_import[0].version,
@@ -117,7 +160,8 @@ def _describe(model: onnx.ModelProto, out: Path, name: str, config: ModelConfig,
         "preprocessing": PREPROCESSING.get(name, f"see {DOC}"),
         "spec": f"{DOC}, section of tower {name!r}",
     }
-    (out / f"{name}.json").write_text(json.dumps(info, indent=2) + "\n")
+    with outputs.open(out / f"{name}.json") as f:
+        f.write((json.dumps(info, indent=2) + "\n").encode())
 
 
 __all__ = ["export_towers", "QUANTIZATIONS"]

@@ -1,0 +1,141 @@
+"""Errors that name the file and line, never a traceback (issue 58): a damaged encode output, a
+calibration file with a byte that is not UTF-8, file names that are not UTF-8 or hold a newline
+(printed escaped, one line a hit, the same on stdout, stderr and in JSON), and Ctrl-C while the
+command's modules load."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from ckpt import make_checkpoint
+from uform.cli import main
+from uform.cli.common import printable
+
+ROOT = Path(__file__).resolve().parent.parent
+NOT_UTF8 = os.fsdecode(b"r\xffd.png")  # a file name that is not UTF-8, as Python names it
+
+
+def error_line(capsys: pytest.CaptureFixture[str]) -> str:
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    return err.strip()
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny checkpoint and an encode output of three texts beside it, ``out``."""
+    folder = tmp_path_factory.mktemp("saved")
+    checkpoint = make_checkpoint(folder / "tiny.safetensors", "tiny", 0, ["text", "image"])
+    assert main(["encode", "one", "two", "three", "--out", str(folder / "out"), "-m", str(checkpoint), "-q"]) == 0
+    return folder
+
+
+def damaged(saved: Path, tmp_path: Path, member: str, change: object) -> Path:
+    """A copy of the output with ``member`` (``json`` or ``jsonl``) changed, the manifest's
+    digests dropped so the reader reaches the fault itself."""
+    for suffix in ("npy", "jsonl", "json"):
+        (tmp_path / f"out.{suffix}").write_bytes((saved / f"out.{suffix}").read_bytes())
+    manifest = json.loads((tmp_path / "out.json").read_text())
+    del manifest["files"]
+    (tmp_path / "out.json").write_text(json.dumps(manifest, indent=2))
+    path = tmp_path / f"out.{member}"
+    path.write_bytes(change(path.read_bytes()))  # type: ignore[operator]
+    return tmp_path / "out"
+
+
+def drop(key: str) -> object:
+    return lambda data: json.dumps({k: v for k, v in json.loads(data).items() if k != key}).encode()
+
+
+@pytest.mark.parametrize(
+    ("member", "change", "message"),
+    [
+        ("json", drop("npy"), "{d}/out.json: the manifest's 'npy' is missing"),
+        ("json", drop("index"), "{d}/out.json: the manifest's 'index' is missing"),
+        ("json", lambda b: b.replace(b'"scalar"', b'"sc\xffalar"'), "{d}/out.json:4: not UTF-8 (byte 0xff, byte 6 of the line)"),
+        ("json", lambda b: b.replace(b'"rows": 3,', b'"rows": 3,,'), "{d}/out.json:3: not JSON (Expecting property name enclosed in double quotes at column 13)"),
+        ("jsonl", lambda b: b.replace(b'"text": "two"', b'"pth": "two"'), "{d}/out.jsonl:2: expected an object with a modality and a path (or a text)"),
+        ("jsonl", lambda b: b.replace(b"three", b"thr\xffe"), "{d}/out.jsonl:3: not UTF-8 (byte 0xff, byte 60 of the line)"),
+        ("jsonl", lambda b: b.replace(b'{"row": 1', b'{row: 1'), "{d}/out.jsonl:2: not JSON (Expecting property name enclosed in double quotes at column 2)"),
+        ("json", lambda b: b.replace(b'"out.npy"', b'"../out.npy"'), "{d}/out.json: the manifest's 'npy' must name a file beside it; got '../out.npy'"),
+    ],
+)  # fmt: skip
+def test_a_damaged_encode_output_names_the_file_and_line(
+    saved: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], member: str, change: object, message: str
+) -> None:
+    prefix = damaged(saved, tmp_path, member, change)
+    code = main(["search", "a query", str(prefix), "-m", str(saved / "tiny.safetensors"), "-q"])
+    assert (code, error_line(capsys)) == (2, "uform: error: " + message.format(d=tmp_path))
+
+
+def test_calibrate_names_the_line_of_a_byte_that_is_not_utf8(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    examples = tmp_path / "examples.jsonl"
+    line = '{"text": "q", "choices": "ab", "answer": "a"}\n'
+    examples.write_bytes((line * 2 + line.replace("q", "\udcff")).encode("utf-8", "surrogateescape"))
+    assert main(["calibrate", str(examples), "--out", str(tmp_path / "out.safetensors"), "-q"]) == 2
+    assert error_line(capsys) == f"uform: error: {examples}:3: not UTF-8 (byte 0xff, byte 11 of the line)"
+    assert not (tmp_path / "out.safetensors").exists()
+
+
+def test_printable_names() -> None:
+    assert printable("demo/a red circle.png") == "demo/a red circle.png"
+    assert printable(NOT_UTF8) == "r\\xffd.png"
+    assert printable("two\nlines\r\t.png") == "two\\nlines\\r\\t.png"
+    assert printable("back\\slash") == "back\\\\slash"
+    assert printable("\x85\x7f\u2028é") == "\\u0085\\x7f\\u2028é"  # C1 and DEL and a line separator; é is printable
+    names = ["\x85", os.fsdecode(b"\x85"), "\\x85", "\n", "\\n"]
+    assert len({printable(n) for n in names}) == len(names)
+
+
+@pytest.fixture(scope="module")
+def oddly_named(saved: Path) -> Path:
+    folder = saved / "odd"
+    folder.mkdir()
+    for name, rgb in ((NOT_UTF8, (220, 20, 20)), ("two\nlines.png", (20, 20, 220)), ("plain.png", (20, 200, 20))):
+        Image.fromarray(np.full((32, 32, 3), rgb, np.uint8)).save(folder / name, format="PNG")
+    (folder / "bad\nname.png").write_bytes(b"not a picture")
+    return folder
+
+
+def test_search_prints_odd_names_escaped_one_line_a_hit(saved: Path, oddly_named: Path) -> None:
+    """Under a strict UTF-8 stdout (PYTHONIOENCODING=utf-8), as issue 58 ran it."""
+    env = os.environ | {"PYTHONIOENCODING": "utf-8", "PYTHONPATH": str(ROOT)}
+    run = subprocess.run([sys.executable, "-m", "uform.cli", "search", "red", "odd", "-m", "tiny.safetensors", "-k", "0", "-q"],
+                         cwd=saved, env=env, capture_output=True)  # fmt: skip
+    assert run.returncode == 1, run.stderr  # the bad picture failed
+    lines = run.stdout.decode().splitlines()
+    assert len(lines) == 3
+    assert sorted(line.split("  ")[-1] for line in lines) == ["odd/plain.png", "odd/r\\xffd.png", "odd/two\\nlines.png"]
+    err = run.stderr.decode().splitlines()
+    assert err[0].startswith("uform: failed: file odd/bad\\nname.png: not a ") and err[1] == "uform: 1 failed (reported above)", err
+    as_json = subprocess.run([sys.executable, "-m", "uform.cli", "search", "red", "odd", "-m", "tiny.safetensors", "-k", "0", "-q", "--json"],
+                             cwd=saved, env=env, capture_output=True)  # fmt: skip
+    assert sorted(r["path"] for r in json.loads(as_json.stdout)) == ["odd/plain.png", "odd/r\\xffd.png", "odd/two\\nlines.png"]
+
+
+HOOK = """
+import os, runpy, signal, sys
+class Interrupt:
+    def find_spec(self, name, path=None, target=None):
+        if name == {module!r}:
+            os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C, arriving while this module loads
+        return None
+sys.meta_path.insert(0, Interrupt())
+sys.argv = ["uform", "--version"]
+runpy.run_module({entry!r}, run_name="__main__")
+"""
+
+
+@pytest.mark.parametrize(("entry", "module"), [("uform_command", "numpy"), ("uform_command", "onnx"), ("uform.cli", "uform.cli.checkpoints")])
+def test_ctrl_c_while_the_command_loads(entry: str, module: str) -> None:
+    run = subprocess.run([sys.executable, "-c", HOOK.format(module=module, entry=entry)], cwd=ROOT, capture_output=True, text=True,
+                         env=os.environ | {"PYTHONPATH": str(ROOT)})  # fmt: skip
+    assert (run.returncode, run.stderr, run.stdout) == (130, "uform: interrupted\n", "")

@@ -1,0 +1,245 @@
+"""Files the CLI writes: whole or not at all (uform.core.files), never over a file uform did not
+write unless --force, and every refusal one line naming the file with exit status 2.
+
+Each case is one of issue 58's reproductions: a file size limit (``ulimit -f``), a read-only
+member, a member that links to /dev/full, ``--out x/captions.json`` beside the user's
+``captions.jsonl``, ``uform new notes.txt``, and ``uform export`` of a bad checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ckpt import make_checkpoint
+from uform.cli import main
+from uform.cli.saved import read_saved
+from uform.core.files import OutputError, Outputs
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    """Every file under ``folder`` (hidden ones too: a temporary left behind shows) and its bytes."""
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def one_error(capsys: pytest.CaptureFixture[str]) -> str:
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("uform: error: ") and "Traceback" not in err, err
+    return err.strip()
+
+
+def limited(args: list[str], max_bytes: int, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """``uform ARGS`` under a file size limit of ``max_bytes`` (``ulimit -f``)."""
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (max_bytes, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+
+    env = os.environ | {"PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "uform.cli", *args], cwd=cwd, env=env, capture_output=True, text=True,
+                          preexec_fn=limit)  # fmt: skip
+
+
+def encode(tiny_text: Path, out: Path, *texts: str, extra: tuple[str, ...] = ()) -> int:
+    return main(["encode", *texts, "--out", str(out), "-m", str(tiny_text), "-q", *extra])
+
+
+# -- the helper -------------------------------------------------------------------------
+
+
+def test_a_set_that_fails_midway_leaves_the_old_set_and_no_temporary(tmp_path: Path) -> None:
+    (tmp_path / "a").write_bytes(b"old a")
+    (tmp_path / "b").write_bytes(b"old b")
+    before = snapshot(tmp_path)
+    with pytest.raises(RuntimeError, match="the writer failed"), Outputs() as out:
+        with out.open(tmp_path / "a") as f:
+            f.write(b"new a")
+        with out.open(tmp_path / "b") as f:
+            f.write(b"half of b")
+            raise RuntimeError("the writer failed")
+    assert snapshot(tmp_path) == before
+    with Outputs() as out:
+        for name in ("a", "b"):
+            with out.open(tmp_path / name) as f:
+                f.write(b"new " + name.encode())
+    assert snapshot(tmp_path) == {"a": b"new a", "b": b"new b"}
+
+
+def test_a_folder_the_set_made_goes_when_the_set_fails(tmp_path: Path) -> None:
+    with pytest.raises(OutputError, match="not a regular file"), Outputs() as out:
+        out.folder(tmp_path / "new" / "deeper")
+        with out.open(tmp_path / "new" / "deeper" / "x") as f:
+            f.write(b"x")
+        out.path(tmp_path)  # a folder: refused
+    assert list(tmp_path.iterdir()) == []
+
+
+# -- uform encode --out ------------------------------------------------------------------
+
+
+def test_encode_under_a_file_size_limit_keeps_the_old_set(tmp_path: Path, tiny_text: Path) -> None:
+    assert encode(tiny_text, tmp_path / "x", "a red circle") == 0
+    before = snapshot(tmp_path)
+    texts = [f"text number {i}" for i in range(40)]  # 40 rows of 32 float32: 5 KiB of .npy
+    run = limited(["encode", *texts, "--out", "x", "-m", str(tiny_text), "-q"], 1024, tmp_path)
+    assert run.returncode == 2, run.stdout + run.stderr
+    assert run.stderr.startswith("uform: error: x.npy: not written") and run.stderr.count("\n") == 1, run.stderr
+    assert "Traceback" not in run.stderr and run.stdout == ""
+    assert snapshot(tmp_path) == before
+    assert [r["text"] for r in read_saved(tmp_path / "x").rows] == ["a red circle"]
+
+
+def test_a_read_only_member_refuses_the_set_before_anything_is_written(
+    tmp_path: Path, tiny_text: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert encode(tiny_text, tmp_path / "keep", "one", "two") == 0
+    (tmp_path / "keep.jsonl").chmod(0o444)
+    capsys.readouterr()
+    before = snapshot(tmp_path)
+    assert encode(tiny_text, tmp_path / "keep", "only a text") == 2
+    assert one_error(capsys) == f"uform: error: {tmp_path}/keep.jsonl: read-only; left as it was (make it writable, or write elsewhere)"
+    assert snapshot(tmp_path) == before
+    assert len(read_saved(tmp_path / "keep").rows) == 2
+
+
+def test_a_member_linking_to_a_device_is_refused(tmp_path: Path, tiny_text: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert encode(tiny_text, tmp_path / "b", "one") == 0
+    (tmp_path / "b.jsonl").unlink()
+    (tmp_path / "b.jsonl").symlink_to("/dev/full")
+    capsys.readouterr()
+    before = snapshot(tmp_path)
+    assert encode(tiny_text, tmp_path / "b", "two") == 2
+    assert one_error(capsys) == f"uform: error: {tmp_path}/b.jsonl: not a regular file (/dev/full); not replaced"
+    assert snapshot(tmp_path) == before and (tmp_path / "b.jsonl").is_symlink()
+
+
+def test_out_never_replaces_a_file_encode_did_not_write(tmp_path: Path, tiny_text: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    captions = b'{"path": "a.png", "caption": "mine"}\n'
+    (tmp_path / "captions.jsonl").write_bytes(captions)
+    assert encode(tiny_text, tmp_path / "captions.json", "a text") == 2
+    assert one_error(capsys) == (f"uform: error: {tmp_path}/captions.jsonl: exists and is not a file of an earlier "
+                                 f"`uform encode --out {tmp_path}/captions`; not replaced (--force replaces it)")  # fmt: skip
+    assert snapshot(tmp_path) == {"captions.jsonl": captions}
+    assert encode(tiny_text, tmp_path / "captions.json", "a text", extra=("--force",)) == 0
+    assert [r["text"] for r in read_saved(tmp_path / "captions").rows] == ["a text"]
+
+
+def test_a_new_set_replaces_the_old_whole(tmp_path: Path, tiny_text: Path) -> None:
+    assert encode(tiny_text, tmp_path / "e", "one", "two", extra=("--outputs-scalar", "i8")) == 0
+    assert (tmp_path / "e.scales.npy").exists()
+    assert encode(tiny_text, tmp_path / "e", "three") == 0  # f32: the old set's scales leave with it
+    assert sorted(os.listdir(tmp_path)) == ["e.json", "e.jsonl", "e.npy"]
+    saved = read_saved(tmp_path / "e")
+    assert saved.scales is None and [r["text"] for r in saved.rows] == ["three"]
+    manifest = json.loads((tmp_path / "e.json").read_text())
+    assert manifest["files"]["e.npy"]["bytes"] == (tmp_path / "e.npy").stat().st_size
+
+
+def test_a_mixed_set_is_refused_naming_the_member(tmp_path: Path, tiny_text: Path) -> None:
+    assert encode(tiny_text, tmp_path / "a", "one") == 0
+    assert encode(tiny_text, tmp_path / "b", "two") == 0
+    os.replace(tmp_path / "b.npy", tmp_path / "a.npy")  # a set caught mid-replacement: a's manifest, b's rows
+    with pytest.raises(ValueError, match=f"^{tmp_path}/a.npy: does not match its manifest {tmp_path}/a.json"):
+        read_saved(tmp_path / "a")
+
+
+# -- uform new, calibrate --out ------------------------------------------------------------
+
+
+def test_new_refuses_a_file_that_is_not_a_checkpoint(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes\n")
+    assert main(["new", str(notes), "-q"]) == 2
+    assert one_error(capsys) == f"uform: error: {notes}: exists and is not a uform checkpoint; not replaced (--force replaces it)"
+    assert notes.read_text() == "my notes\n"
+    assert main(["new", str(notes), "-q", "--force"]) == 0
+    assert main(["new", str(notes), "-q", "--seed", "1"]) == 0  # a checkpoint now: replaced without --force
+
+
+def test_new_under_a_file_size_limit_keeps_the_old_checkpoint(tmp_path: Path) -> None:
+    assert main(["new", str(tmp_path / "partial.safetensors"), "-q"]) == 0
+    before = snapshot(tmp_path)
+    run = limited(["new", "partial.safetensors", "--seed", "1", "-q"], 100 * 1024, tmp_path)
+    assert run.returncode == 2
+    assert run.stderr == "uform: error: partial.safetensors: not written (File too large); the old file is as it was\n"
+    assert snapshot(tmp_path) == before
+
+
+def test_calibrate_out_refuses_a_file_that_is_not_a_checkpoint(tmp_path: Path, tiny_text: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    examples = tmp_path / "examples.jsonl"
+    examples.write_text('{"text": "q", "choices": "ab", "answer": "a"}\n')
+    out = tmp_path / "out.txt"
+    out.write_text("keep\n")
+    assert main(["calibrate", str(tiny_text), str(examples), "--out", str(out), "-q"]) == 2
+    assert one_error(capsys) == f"uform: error: {out}: exists and is not a uform checkpoint; not replaced (--force replaces it)"
+    assert out.read_text() == "keep\n"
+
+
+# -- uform export ----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A good tiny text checkpoint and three bad ones made from it: truncated, garbled, NaN."""
+    folder = tmp_path_factory.mktemp("export")
+    good = make_checkpoint(folder / "good.safetensors", "tiny", 0, ["text"])
+    data = good.read_bytes()
+    start = 8 + struct.unpack("<Q", data[:8])[0]
+    (folder / "truncated.safetensors").write_bytes(data[: start + (len(data) - start) // 2])
+    (folder / "garbled.safetensors").write_bytes(data[:start] + b"\xff" * 4096 + data[start + 4096 :])
+    (folder / "nan.safetensors").write_bytes(data[:start] + b"\xc0\x7f" * ((len(data) - start) // 2))
+    return {p.stem: p for p in folder.iterdir()}
+
+
+@pytest.mark.parametrize(
+    ("name", "reason"),
+    [("truncated", "not a valid safetensors checkpoint"), ("garbled", "holds NaN or infinite values"),
+     ("nan", "holds NaN or infinite values"), ("missing", "no such checkpoint file")],
+)  # fmt: skip
+def test_export_of_a_bad_checkpoint_is_one_line_and_leaves_no_folder(
+    name: str, reason: str, checkpoints: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    checkpoint = checkpoints["good"].parent / f"{name}.safetensors"
+    assert main(["export", str(checkpoint), str(tmp_path / "DIR"), "-q"]) == 2
+    err = one_error(capsys)
+    assert err.startswith(f"uform: error: {checkpoint}: ") and reason in err, err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_export_replaces_only_an_earlier_export_whole(checkpoints: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "towers"
+    assert main(["export", str(checkpoints["good"]), str(out), "-q"]) == 0
+    assert sorted(os.listdir(out)) == ["text.json", "text.onnx"]
+    before = snapshot(out)
+    run = limited(["export", str(checkpoints["good"]), "towers", "--quantization", "bf16", "-q"], 64 * 1024, tmp_path)
+    assert run.returncode == 2 and run.stderr.startswith("uform: error: towers/text.onnx: not written"), run.stderr
+    assert snapshot(out) == before
+    assert main(["export", str(checkpoints["good"]), str(out), "--quantization", "bf16", "-q"]) == 0
+    assert json.loads((out / "text.json").read_text())["weights"] == "bf16"
+    (out / "text.json").write_text("{}")  # not an export's description now: its tower's files are not ours
+    capsys.readouterr()
+    assert main(["export", str(checkpoints["good"]), str(out), "-q"]) == 2
+    assert "text.onnx: exists and is not a file of an earlier `uform export`; not replaced (--force replaces it)" in one_error(capsys)
+    assert main(["export", str(checkpoints["good"]), str(out), "-q", "--force"]) == 0
+
+
+def test_demo_media_under_a_file_size_limit_leaves_nothing(tmp_path: Path) -> None:
+    run = limited(["demo-media", "demo", "--per-modality", "1"], 8 * 1024, tmp_path)
+    assert run.returncode == 2 and run.stderr.startswith("uform: error: demo/") and "not written (File too large)" in run.stderr, run.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_nothing_of_a_set_is_left_when_numpy_fails(tmp_path: Path) -> None:
+    with pytest.raises(ValueError), Outputs() as out:
+        with out.open(tmp_path / "x.npy") as f:
+            np.save(f, np.zeros(3, object), allow_pickle=False)
+    assert list(tmp_path.iterdir()) == []
