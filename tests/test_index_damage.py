@@ -4,6 +4,7 @@ and a damaged index raises ``IndexFormatError`` naming the file, without writing
 
 from __future__ import annotations
 
+import os
 import shutil
 import sqlite3
 from pathlib import Path
@@ -14,7 +15,7 @@ from PIL import Image
 
 from ckpt import make_checkpoint
 from uform.cli import main
-from uform.index import Index, IndexFormatError
+from uform.index import Index, IndexFormatError, Text
 
 
 @pytest.fixture(scope="module")
@@ -186,3 +187,40 @@ def test_every_page_and_byte_garbled_in_turn(tmp_path: Path, ckpt: Path) -> None
     # a vector row is not read by a writer (that would cost a re-run the whole file): its search names it
     assert all(outcomes[c[:2]][-1] == "refused" for c in cases if c[0] != "vectors-0.bin"), outcomes
     assert sum(outcomes[c[:2]][0] == "refused" for c in cases if c[0] == "vectors-0.bin") > 10, outcomes
+
+
+def test_a_name_that_is_not_utf8_is_one_failed_item(tmp_path: Path, ckpt: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """D2: ``bad-\\xff\\xfe.png`` made the whole run exit 2 naming no file, its chunk rolled back, every re-run alike."""
+    root = photos(tmp_path / "in", 3)
+    bad = os.fsencode(root) + b"/bad-\xff\xfe.png"
+    with open(bad, "wb") as f:
+        f.write((root / "p0.png").read_bytes())
+    index = ["--into", str(tmp_path / "X"), "-m", str(ckpt)]
+    assert main(["index", str(root), *index]) == 1
+    out, err = capsys.readouterr()
+    assert f"uform: failed: file {root}/bad-\\xff\\xfe.png: its name is not valid UTF-8" in err and "3 embedded" in out and "1 failed" in out
+    assert main(["index", str(root), *index]) == 1
+    out, err = capsys.readouterr()
+    assert "(unchanged since it failed; not tried again)" in err and "3 unchanged" in out and "1 failed before" in out
+    with Index(tmp_path / "X", checkpoint=ckpt, read_only=True) as ix:
+        assert len(ix) == 3 and ix.failures() == [(f"{root}/bad-\\xff\\xfe.png", "its name is not valid UTF-8, and an index stores names as "
+                                                   "UTF-8: rename it to index it")]  # fmt: skip
+    with Index(tmp_path / "Y", checkpoint=ckpt) as ix:
+        result = ix.update([Text("k\udcff", "a text"), Text("fine", "a lone \ud800 surrogate"), Text("ok", "a text")])
+        assert [f.value for f in result.failed] == ["k\\xff", "fine"] and len(ix) == 1
+
+
+def test_bad_lines_of_an_unchanged_text_file_are_reported_again(tmp_path: Path, ckpt: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """D13: a bad .jsonl line was reported once; the unchanged re-run said 0 failed before and exited 0."""
+    lines = tmp_path / "c.jsonl"
+    lines.write_text('{"text": "a red circle"}\n{"nope": 1}\n"\\ud800"\n"blue"\n')
+    index = ["--into", str(tmp_path / "X"), "-m", str(ckpt)]
+    assert main(["index", str(lines), *index]) == 1
+    assert "2 embedded" in capsys.readouterr().out
+    assert main(["index", str(lines), *index]) == 1
+    out, err = capsys.readouterr()
+    assert "2 unchanged" in out and "2 failed before" in out and f"{lines}:2" in err and f"{lines}:3" in err
+    lines.write_text('{"text": "a red circle"}\n"fixed"\n')  # changed: read again; its fixed lines leave the failures
+    assert main(["index", str(lines), *index]) == 0
+    with Index(tmp_path / "X", checkpoint=ckpt, read_only=True) as ix:
+        assert ix.failures() == [] and len(ix) == 2

@@ -388,14 +388,16 @@ class Store:
         return at
 
     @guarded
-    def prune(self, gone: list[str], failed: list[str], stale: set[str], stamps: list[tuple[str, int, int]]) -> None:
-        """The end of an update: items and failures of paths ``gone`` leave, text files ``stale``
-        are to be read in full next time, text files read in full are recorded with their stamps."""
+    def prune(self, gone: list[str], failed: list[str], stale: set[str], stamps: list[tuple[str, int, int]], failures: list[Failed]) -> None:
+        """The end of an update: items of paths ``gone`` and the failures ``failed`` leave, text
+        files ``stale`` are to be read in full next time, text files read in full are recorded
+        with their stamps, and ``failures`` (a text file's lines, names not UTF-8) with theirs."""
         with self.transaction() as c:
             c.executemany("DELETE FROM items WHERE path = ?", ((p,) for p in gone))
             c.executemany("DELETE FROM failed WHERE path = ?", ((p,) for p in failed))
             c.executemany("DELETE FROM texts WHERE path = ?", ((p,) for p in stale))
             c.executemany("INSERT OR REPLACE INTO texts VALUES (?, ?, ?)", stamps)
+            c.executemany("INSERT OR REPLACE INTO failed VALUES (?, ?, ?, ?)", failures)
 
     @guarded
     def remove(self, item: Callable[[str, bool], bool], path: Callable[[str], bool]) -> int:

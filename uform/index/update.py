@@ -141,6 +141,26 @@ def text_lines(path: str) -> tuple[list[tuple[str, str]], list[Failure]]:
     return out, bad
 
 
+NOT_UTF8 = "its name is not valid UTF-8, and an index stores names as UTF-8: rename it to index it"
+
+
+def storable(text: str) -> bool:
+    """Whether a name (or a text) is valid UTF-8 (a name Python decoded with escapes is not)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def escape(name: str) -> str:
+    """A name as printable, storable text: its bytes that are not UTF-8 as ``\\xNN``."""
+    try:
+        return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:  # a lone surrogate that no file name decodes to (a caller's text)
+        return name.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def in_scope(path: str, roots: list[str], *, text: bool = False) -> bool:
     """Whether an item is under one of the paths given: a file at or under it; a line of a text
     file (``FILE:LINE``) only when that text file itself was given."""
@@ -175,6 +195,7 @@ class Updater:
         self.by_hash = {r.hash: r.slot for r in self.rows.values()}
         self.seen: set[str] = set()
         self.text_stamps: list[tuple[str, int, int]] = []  # text files read in full: recorded at the end
+        self.late: list[Failed] = []  # failures recorded at the end: lines of text files, names that are not UTF-8
         self.done = self.total = 0
 
     def fail(self, f: Failure, *, record: tuple[str, int, int] | None = None, pending: _Pending | None = None) -> None:
@@ -188,7 +209,10 @@ class Updater:
         files, texts, roots = [], [], []
         for s in sources:
             if isinstance(s, Text):
-                texts.append((s.key, s.text))
+                if storable(s.key) and storable(s.text):
+                    texts.append((s.key, s.text))
+                else:
+                    self.fail(Failure("text", escape(s.key), "not valid UTF-8 (a lone surrogate in its key or text)"))
                 continue
             path = os.path.abspath(os.fspath(s))
             roots.append(path)
@@ -200,6 +224,9 @@ class Updater:
         self.result.skipped = found.skipped
         todo: list[Item] = []
         for item in found.items:
+            if not storable(item.value):
+                self._not_utf8(item.value)
+                continue
             self.seen.add(item.value)
             if not self._unchanged(item.value):
                 todo.append(item)
@@ -229,22 +256,56 @@ class Updater:
             return True
         return False
 
+    def _not_utf8(self, path: str) -> None:
+        """A file whose name cannot be stored: recorded as failed under its escaped name; the rest goes on."""
+        key = escape(path)
+        self.seen.add(key)
+        try:
+            st = os.stat(path)
+        except OSError:
+            self.fail(Failure("file", key, NOT_UTF8))
+            return
+        before = self.failed_before.get(key)
+        if before is not None and (before.size, before.mtime) == (st.st_size, st.st_mtime_ns):
+            self.result.still_failed.append(Failure("file", key, before.reason))
+            return
+        self.fail(Failure("file", key, NOT_UTF8))
+        self.late.append(Failed(key, st.st_size, st.st_mtime_ns, NOT_UTF8))
+
     def _text_file(self, path: str) -> list[tuple[str, str]]:
+        """The lines of a text file to index: none when it is as recorded (its failed lines
+        reported again), else all of them, each bad line a failure recorded with the file's stamp."""
+        if not storable(path):
+            self._not_utf8(path)
+            return []
         st = os.stat(path)
         stamp = (st.st_size, st.st_mtime_ns)
+        prefix = path + ":"
         if self.text_files.get(path) == stamp:
-            self.seen.update(p for p in self.rows if p.startswith(path + ":"))
-            self.result.unchanged += sum(1 for p in self.rows if p.startswith(path + ":"))
+            self.seen.update(p for p in self.rows if p.startswith(prefix))
+            self.result.unchanged += sum(1 for p in self.rows if p.startswith(prefix))
+            for key, before in self.failed_before.items():
+                if key.startswith(prefix) and (before.size, before.mtime) == stamp:
+                    self.seen.add(key)
+                    self.result.still_failed.append(Failure("text", key, before.reason))
             return []
         try:
             lines, bad = text_lines(path)
         except (OSError, UnicodeDecodeError) as exc:
             self.fail(Failure("file", path, f"cannot read the text file ({getattr(exc, 'strerror', None) or exc})"))
             return []
+        good = []
+        for key, line in lines:
+            if storable(line):
+                good.append((key, line))
+            else:
+                bad.append(Failure("text", key, "not valid UTF-8 (a lone surrogate in its text)"))
         for f in bad:
             self.fail(f)
+            self.seen.add(f.value)
+            self.late.append(Failed(f.value, *stamp, f.reason))
         self.text_stamps.append((path, *stamp))
-        return lines
+        return good
 
     def _place(self, pending: _Pending, path: str, size: int | None, mtime: int | None, h: bytes, text: str | None,
                kind: int, payload: str | bytes) -> None:  # fmt: skip
@@ -327,9 +388,9 @@ class Updater:
     def _prune(self, roots: list[str]) -> None:
         """Rows (and failures) of paths under the roots that were not found leave the index."""
         gone = [p for p, r in self.rows.items() if p not in self.seen and in_scope(p, roots, text=r.text)]
-        failed = [p for p in self.failed_before if p not in self.seen and in_scope(p, roots)]
+        failed = [p for p in self.failed_before if p not in self.seen and (in_scope(p, roots) or in_scope(p, roots, text=True))]
         stale = {p.rsplit(":", 1)[0] for p in gone if self.rows[p].text}  # a text file whose lines left is read in full next time
-        self.store.prune(gone, failed, stale, self.text_stamps)
+        self.store.prune(gone, failed, stale, self.text_stamps, self.late)
         self.result.removed = len(gone)
 
 
