@@ -133,8 +133,10 @@ def test_siglip_float32_equals_transformers(siglip: tuple[Any, Path]) -> None:
     assert _cos(got, _hf_image(model, pixels, [0.5] * 3, [0.5] * 3)).min() >= 0.99999
 
 
-@pytest.mark.parametrize("quantization,bound", [(Scalar.BF16, 0.999), (Scalar.E4M3, 0.99)])
-def test_low_precision_loads_within_bounds(clip: tuple[Any, Path], siglip: tuple[Any, Path], quantization: Scalar, bound: float) -> None:
+# uform's own towers keep BF16 > 0.9999 of float32 and E4M3 a mean >= 0.995, min >= 0.98 (test_e4m3.py);
+# a converted F32 file's BF16 load rounds its weights too, and stays within the same bounds
+@pytest.mark.parametrize("quantization,bound,mean", [(Scalar.BF16, 0.9999, 0.9999), (Scalar.E4M3, 0.98, 0.995)])
+def test_low_precision_loads_within_bounds(clip: tuple[Any, Path], siglip: tuple[Any, Path], quantization: Scalar, bound: float, mean: float) -> None:
     for _, path in (clip, siglip):
         ref = uform.Model.load_ram(path, quantization=Scalar.F32)
         low = uform.Model.load_ram(path, quantization=quantization)
@@ -142,7 +144,8 @@ def test_low_precision_loads_within_bounds(clip: tuple[Any, Path], siglip: tuple
         for verb, items in (("text_encode", TEXTS), ("image_encode_pixels", pixels)):
             want = np.asarray(getattr(ref, verb)(items, Arena()).embeddings, np.float64)
             got = getattr(low, verb)(items, Arena()).embeddings
-            assert _cos(got, want).min() >= bound, (path.name, verb)
+            cos = _cos(got, want)
+            assert cos.min() >= bound and cos.mean() >= mean, (path.name, verb, cos.min(), cos.mean())
 
 
 def test_stored_f16_and_bf16_files_load(clip: tuple[Any, Path], tmp_path: Path) -> None:
