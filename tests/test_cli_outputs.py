@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import struct
 import subprocess
 import sys
@@ -38,15 +37,56 @@ def one_error(capsys: pytest.CaptureFixture[str]) -> str:
     return err.strip()
 
 
-def limited(args: list[str], max_bytes: int, cwd: Path) -> subprocess.CompletedProcess[str]:
-    """``uform ARGS`` under a file size limit of ``max_bytes`` (``ulimit -f``)."""
+RUN_LIMITED = """
+import contextlib, io, json, os, resource, sys
+from uform.cli import main
+hard = resource.getrlimit(resource.RLIMIT_FSIZE)[1]
+results = []
+for cwd, max_bytes, args in json.loads(sys.argv[1]):
+    os.chdir(cwd)
+    err = io.StringIO()
+    resource.setrlimit(resource.RLIMIT_FSIZE, (max_bytes, hard))
+    try:
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            code = main(args)
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (hard, hard))
+    results.append([code, err.getvalue()])
+print(json.dumps(results))
+"""
 
-    def limit() -> None:
-        resource.setrlimit(resource.RLIMIT_FSIZE, (max_bytes, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
 
+def limited(runs: list[tuple[Path, int, list[str]]]) -> list[tuple[int, str]]:
+    """Each ``uform ARGS`` in its folder under a file size limit of ``max_bytes`` (``ulimit -f``),
+    in one process of its own (the limit is the process's): the exit status and stderr of each."""
     env = os.environ | {"PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "uform.cli", *args], cwd=cwd, env=env, capture_output=True, text=True,
-                          preexec_fn=limit)  # fmt: skip
+    given = json.dumps([[str(cwd), n, args] for cwd, n, args in runs])
+    run = subprocess.run([sys.executable, "-c", RUN_LIMITED, given], env=env, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    return [(code, err) for code, err in json.loads(run.stdout)]
+
+
+@pytest.fixture(scope="module")
+def under_limits(tmp_path_factory: pytest.TempPathFactory, tiny_text: Path, checkpoints: dict[str, Path]) -> dict[str, tuple[int, str, Path, dict[str, bytes]]]:
+    """Issue 58's size-limit cases, run in one process: each case's exit status, stderr, folder,
+    and the folder's files before the run."""
+    root = tmp_path_factory.mktemp("limits")
+    folders = {name: root / name for name in ("encode", "new", "export", "demo")}
+    for folder in folders.values():
+        folder.mkdir()
+    assert encode(tiny_text, folders["encode"] / "x", "a red circle") == 0
+    assert main(["new", str(folders["new"] / "partial.safetensors"), "-q"]) == 0
+    assert main(["export", str(checkpoints["good"]), str(folders["export"] / "towers"), "-q"]) == 0
+    before = {name: snapshot(folder) for name, folder in folders.items()}
+    texts = [f"text number {i}" for i in range(40)]  # 40 rows of 32 float32: 5 KiB of .npy
+    runs = {
+        "encode": (1024, ["encode", *texts, "--out", "x", "-m", str(tiny_text), "-q"]),
+        "new": (100 * 1024, ["new", "partial.safetensors", "--seed", "1", "-q"]),
+        "export": (64 * 1024, ["export", str(checkpoints["good"]), "towers", "--quantization", "bf16", "-q"]),
+        "demo": (8 * 1024, ["demo-media", "demo", "--per-modality", "1"]),
+    }
+    results = limited([(folders[name], n, args) for name, (n, args) in runs.items()])
+    return {name: (code, err, folders[name], before[name]) for name, (code, err) in zip(runs, results)}
 
 
 def encode(tiny_text: Path, out: Path, *texts: str, extra: tuple[str, ...] = ()) -> int:
@@ -86,16 +126,12 @@ def test_a_folder_the_set_made_goes_when_the_set_fails(tmp_path: Path) -> None:
 # -- uform encode --out ------------------------------------------------------------------
 
 
-def test_encode_under_a_file_size_limit_keeps_the_old_set(tmp_path: Path, tiny_text: Path) -> None:
-    assert encode(tiny_text, tmp_path / "x", "a red circle") == 0
-    before = snapshot(tmp_path)
-    texts = [f"text number {i}" for i in range(40)]  # 40 rows of 32 float32: 5 KiB of .npy
-    run = limited(["encode", *texts, "--out", "x", "-m", str(tiny_text), "-q"], 1024, tmp_path)
-    assert run.returncode == 2, run.stdout + run.stderr
-    assert run.stderr.startswith("uform: error: x.npy: not written") and run.stderr.count("\n") == 1, run.stderr
-    assert "Traceback" not in run.stderr and run.stdout == ""
-    assert snapshot(tmp_path) == before
-    assert [r["text"] for r in read_saved(tmp_path / "x").rows] == ["a red circle"]
+def test_encode_under_a_file_size_limit_keeps_the_old_set(under_limits: dict[str, tuple[int, str, Path, dict[str, bytes]]]) -> None:
+    code, err, folder, before = under_limits["encode"]
+    assert code == 2 and err.startswith("uform: error: x.npy: not written") and err.count("\n") == 1, err
+    assert "Traceback" not in err
+    assert snapshot(folder) == before
+    assert [r["text"] for r in read_saved(folder / "x").rows] == ["a red circle"]
 
 
 def test_a_read_only_member_refuses_the_set_before_anything_is_written(
@@ -165,13 +201,10 @@ def test_new_refuses_a_file_that_is_not_a_checkpoint(tmp_path: Path, capsys: pyt
     assert main(["new", str(notes), "-q", "--seed", "1"]) == 0  # a checkpoint now: replaced without --force
 
 
-def test_new_under_a_file_size_limit_keeps_the_old_checkpoint(tmp_path: Path) -> None:
-    assert main(["new", str(tmp_path / "partial.safetensors"), "-q"]) == 0
-    before = snapshot(tmp_path)
-    run = limited(["new", "partial.safetensors", "--seed", "1", "-q"], 100 * 1024, tmp_path)
-    assert run.returncode == 2
-    assert run.stderr == "uform: error: partial.safetensors: not written (File too large); the old file is as it was\n"
-    assert snapshot(tmp_path) == before
+def test_new_under_a_file_size_limit_keeps_the_old_checkpoint(under_limits: dict[str, tuple[int, str, Path, dict[str, bytes]]]) -> None:
+    code, err, folder, before = under_limits["new"]
+    assert (code, err) == (2, "uform: error: partial.safetensors: not written (File too large); the old file is as it was\n")
+    assert snapshot(folder) == before
 
 
 def test_calibrate_out_refuses_a_file_that_is_not_a_checkpoint(tmp_path: Path, tiny_text: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -219,10 +252,6 @@ def test_export_replaces_only_an_earlier_export_whole(checkpoints: dict[str, Pat
     out = tmp_path / "towers"
     assert main(["export", str(checkpoints["good"]), str(out), "-q"]) == 0
     assert sorted(os.listdir(out)) == ["text.json", "text.onnx"]
-    before = snapshot(out)
-    run = limited(["export", str(checkpoints["good"]), "towers", "--quantization", "bf16", "-q"], 64 * 1024, tmp_path)
-    assert run.returncode == 2 and run.stderr.startswith("uform: error: towers/text.onnx: not written"), run.stderr
-    assert snapshot(out) == before
     assert main(["export", str(checkpoints["good"]), str(out), "--quantization", "bf16", "-q"]) == 0
     assert json.loads((out / "text.json").read_text())["weights"] == "bf16"
     (out / "text.json").write_text("{}")  # not an export's description now: its tower's files are not ours
@@ -232,10 +261,16 @@ def test_export_replaces_only_an_earlier_export_whole(checkpoints: dict[str, Pat
     assert main(["export", str(checkpoints["good"]), str(out), "-q", "--force"]) == 0
 
 
-def test_demo_media_under_a_file_size_limit_leaves_nothing(tmp_path: Path) -> None:
-    run = limited(["demo-media", "demo", "--per-modality", "1"], 8 * 1024, tmp_path)
-    assert run.returncode == 2 and run.stderr.startswith("uform: error: demo/") and "not written (File too large)" in run.stderr, run.stderr
-    assert list(tmp_path.iterdir()) == []
+def test_export_under_a_file_size_limit_keeps_the_earlier_export(under_limits: dict[str, tuple[int, str, Path, dict[str, bytes]]]) -> None:
+    code, err, folder, before = under_limits["export"]
+    assert code == 2 and err.startswith("uform: error: towers/text.onnx: not written (File too large)"), err
+    assert snapshot(folder) == before
+
+
+def test_demo_media_under_a_file_size_limit_leaves_nothing(under_limits: dict[str, tuple[int, str, Path, dict[str, bytes]]]) -> None:
+    code, err, folder, before = under_limits["demo"]
+    assert code == 2 and err.startswith("uform: error: demo/") and "not written (File too large)" in err, err
+    assert before == {} and list(folder.iterdir()) == []
 
 
 def test_nothing_of_a_set_is_left_when_numpy_fails(tmp_path: Path) -> None:
