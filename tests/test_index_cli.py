@@ -121,6 +121,8 @@ def test_a_read_only_folder_stops_the_run_with_the_index_intact(tmp_path: Path, 
         found = command("search", "x", "--index", "idx", "-m", str(ckpt), "--modalities", "image", "--json")
         assert found.returncode == 0, found.stderr  # a reader needs no write permission
         assert len(json.loads(found.stdout)) == 3
+        exported = command("index", "--into", "idx", "--export-parquet", "out.parquet", "-m", str(ckpt))  # export only reads (D14)
+        assert exported.returncode == 0 and "wrote out.parquet: 3 rows" in exported.stdout, exported.stderr
     finally:
         (tmp_path / "idx").chmod(0o755)
         for p in (tmp_path / "idx").iterdir():
@@ -128,3 +130,24 @@ def test_a_read_only_folder_stops_the_run_with_the_index_intact(tmp_path: Path, 
     assert {p.name: p.read_bytes() for p in (tmp_path / "idx").iterdir()} == before
     with Index(tmp_path / "idx", checkpoint=ckpt) as ix:
         assert len(ix) == 3 and ix.update([root]).added == 2
+
+
+def test_export_during_a_writers_run_and_search_lines(tmp_path: Path, ckpt: Path, capsys: pytest.CaptureFixture[str],
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """D14: an export was refused while another writer held the index; D15: a name with a newline
+    printed across two lines, a 2.6 MB text line whole."""
+    pytest.importorskip("pyarrow")
+    monkeypatch.chdir(tmp_path)
+    photos(tmp_path / "photos", 2)
+    Image.fromarray(np.zeros((20, 20, 3), np.uint8)).save(tmp_path / "photos" / "two\nlines.png")
+    (tmp_path / "long.txt").write_text("a red circle " * 400 + "\n")
+    assert main(["index", "photos", "long.txt", "--into", "idx", "-m", str(ckpt)]) == 0
+    capsys.readouterr()
+    with Index(tmp_path / "idx", checkpoint=ckpt):  # a writer holds the lock
+        assert main(["index", "--into", "idx", "--export-parquet", "out.parquet", "-m", str(ckpt)]) == 0
+        assert "wrote out.parquet: 4 rows" in capsys.readouterr().out
+    assert main(["search", "a red circle", "--index", "idx", "-m", str(ckpt), "-k", "4", "--modalities", "text,image"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 4 and any(line.endswith("  photos/two\\nlines.png") for line in lines), lines
+    text = next(line for line in lines if "long.txt:1" in line)
+    assert text.endswith(" circle a red… (5,200 characters)") and len(text) < 260, text

@@ -8,10 +8,11 @@ import json
 import os
 from typing import Any
 
-from .common import QUANTIZATIONS, Bar, say
+from .common import QUANTIZATIONS, Bar, failed, printable, say
 from uform.inputs import Failure, counted
 
 SCALARS = ("f32", "f16", "bf16", "i8", "b1")
+TEXT_SHOWN = 200  # characters of a text hit printed (a text line may be megabytes)
 
 
 def add_parser(sub: Any) -> None:
@@ -52,12 +53,13 @@ def run(args: argparse.Namespace) -> int:
 
     def report(f: Failure) -> None:
         failures.append(f)
-        say(f.line())
+        say(failed(f))
 
     from uform.index.update import refuse_inside
 
     refuse_inside(args.into, args.paths)  # before an index is made in a folder it would then walk
-    with open_index(args, args.into, read_only=False, scalar=args.outputs_scalar) as index:
+    only_export = not (args.paths or args.remove or args.import_parquet)  # export only reads: no writer's lock, no write permission
+    with open_index(args, args.into, read_only=only_export, scalar=args.outputs_scalar) as index:
         if args.import_parquet:
             print(f"imported {args.import_parquet}: {index.import_parquet(args.import_parquet)} rows")
         removed = index.remove(args.remove) if args.remove else 0
@@ -66,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
             with Bar("indexing", quiet=args.quiet) as bar:
                 result = index.update(args.paths, progress=bar.handler(), report=report)
             for f in result.still_failed:
-                say(f"{f.line()} (unchanged since it failed; not tried again)")
+                say(f"{failed(f)} (unchanged since it failed; not tried again)")
         counts = index.counts()
         what = ", ".join(counted(n, m) for m, n in counts.items() if n) or "no items"
         print(f"index {args.into}: {sum(counts.values())} items ({what}) of {index.identity.describe()}")
@@ -98,11 +100,13 @@ def search(args: argparse.Namespace) -> int:
         else:
             hits = index.search(args.query, args.top, modalities=wanted)
     cwd = os.getcwd() + os.sep
-    ranked = [{"path": h.path[len(cwd):] if h.path.startswith(cwd) else h.path, "score": round(h.score, 6), "modality": h.modality,
+    ranked = [{"path": printable(h.path[len(cwd):] if h.path.startswith(cwd) else h.path), "score": round(h.score, 6), "modality": h.modality,
                **({"text": h.text} if h.text is not None else {})} for h in hits]  # fmt: skip
     if args.json:
         print(json.dumps(ranked, indent=2))
-    else:
+    else:  # a line a hit: names and texts escaped (common.printable), a text clipped
         for rank, r in enumerate(ranked, 1):
-            print(f"{rank:>3}  {r['score']:6.3f}  {r['path']}" + (f"  {r['text']}" if "text" in r else ""))
+            text = r.get("text")
+            shown = "" if text is None else "  " + printable(text[:TEXT_SHOWN]) + (f"… ({len(text):,} characters)" if len(text) > TEXT_SHOWN else "")
+            print(f"{rank:>3}  {r['score']:6.3f}  {r['path']}{shown}")
     return 0

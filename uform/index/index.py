@@ -254,11 +254,17 @@ class Index:
 
     def entries(self) -> Iterator[Entry]:
         """Every item, in slot order, from one snapshot."""
+        scalar = Scalar(self.identity.scalar)
         with self._store.snapshot():
-            _, _, rows, kinds = self._rows()
+            generation, _, rows, kinds = self._rows()
             for slot, path, size, mtime, h, text in self._store.items():
                 row = rows[slot]
-                scaled = Scalar(self.identity.scalar) is Scalar.I8
+                if scalar is not Scalar.B1:
+                    wide = row["q"].astype(np.float32) * row["s"] if scalar is Scalar.I8 else np.asarray(row, np.float32)
+                    norm = float(np.sqrt(np.dot(wide, wide)))
+                    if not abs(norm - 1) <= scoring.LIMITS[scalar] - 1:
+                        raise self._store.damaged(f"vectors-{generation}.bin: the row of slot {slot} ({path}) is not a unit vector (norm {norm})")
+                scaled = scalar is Scalar.I8
                 yield Entry(path, MODALITIES[kinds[slot]], h.hex(), size, mtime, text, np.array(row["q"] if scaled else row),
                             float(row["s"]) if scaled else None)  # fmt: skip
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Iterator
+from contextlib import suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -81,15 +82,23 @@ def write_index(entries: Iterable[Entry], identity: Identity, path: str | os.Pat
     s = schema(identity.dimensions, scalar)
     s = s.with_metadata({**s.metadata, b"uform.checkpoint": os.path.basename(identity.checkpoint).encode()})
     rows = 0
-    with pa.parquet.ParquetWriter(os.fspath(path), s) as writer:
-        batch: list[Entry] = []
-        for entry in entries:
-            batch.append(entry)
-            if len(batch) == BATCH:
+    target = os.fspath(path)
+    scratch = os.path.join(os.path.dirname(target), f".{os.path.basename(target)}.{os.getpid()}.tmp")  # renamed once whole
+    try:
+        with pa.parquet.ParquetWriter(scratch, s) as writer:
+            batch: list[Entry] = []
+            for entry in entries:
+                batch.append(entry)
+                if len(batch) == BATCH:
+                    rows += _write(writer, batch, identity, s)
+                    batch = []
+            if batch or not rows:
                 rows += _write(writer, batch, identity, s)
-                batch = []
-        if batch or not rows:
-            rows += _write(writer, batch, identity, s)
+        os.replace(scratch, target)
+    except BaseException:
+        with suppress(OSError):
+            os.unlink(scratch)
+        raise
     return rows
 
 

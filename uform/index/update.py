@@ -212,7 +212,7 @@ class Updater:
                 if storable(s.key) and storable(s.text):
                     texts.append((s.key, s.text))
                 else:
-                    self.fail(Failure("text", escape(s.key), "not valid UTF-8 (a lone surrogate in its key or text)"))
+                    self.fail(Failure("text", s.key, "not valid UTF-8 (a lone surrogate in its key or text)"))
                 continue
             path = os.path.abspath(os.fspath(s))
             roots.append(path)
@@ -257,19 +257,20 @@ class Updater:
         return False
 
     def _not_utf8(self, path: str) -> None:
-        """A file whose name cannot be stored: recorded as failed under its escaped name; the rest goes on."""
+        """A file whose name cannot be stored: recorded as failed under its escaped name (reported
+        under its own, which the command prints escaped the same way); the rest goes on."""
         key = escape(path)
         self.seen.add(key)
         try:
             st = os.stat(path)
         except OSError:
-            self.fail(Failure("file", key, NOT_UTF8))
+            self.fail(Failure("file", path, NOT_UTF8))
             return
         before = self.failed_before.get(key)
         if before is not None and (before.size, before.mtime) == (st.st_size, st.st_mtime_ns):
-            self.result.still_failed.append(Failure("file", key, before.reason))
+            self.result.still_failed.append(Failure("file", path, before.reason))
             return
-        self.fail(Failure("file", key, NOT_UTF8))
+        self.fail(Failure("file", path, NOT_UTF8))
         self.late.append(Failed(key, st.st_size, st.st_mtime_ns, NOT_UTF8))
 
     def _text_file(self, path: str) -> list[tuple[str, str]]:
