@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from .common import Bar, add_force, add_model, add_quiet, load, model_path
+from .common import Bar, add_force, add_model, add_quiet, load, model_path, printable
 
 
 def add_parsers(sub: Any) -> None:
@@ -75,7 +75,7 @@ def _new(args: argparse.Namespace) -> int:
         bar.describe(f"writing {args.out}")
         checkpoint.save(args.out, config, tensors)
     params = sum(t.size for t in tensors.values())
-    print(f"wrote {args.out}: preset {args.preset}, seed {args.seed}, towers {', '.join(config.towers)}, {params:,} parameters")
+    print(f"wrote {printable(args.out)}: preset {args.preset}, seed {args.seed}, towers {', '.join(config.towers)}, {params:,} parameters")
     return 0
 
 
@@ -140,7 +140,7 @@ def _similarity(args: argparse.Namespace) -> int:
     model = load(args)
     emb = np.array(model.text_encode(args.texts, Arena()).embeddings)
     sims = emb @ emb.T
-    labels = [t if len(t) <= 24 else t[:21] + "..." for t in args.texts]
+    labels = [printable(t if len(t) <= 24 else t[:21] + "...") for t in args.texts]
     width = max(len(label) for label in labels)
     print(" " * width + "".join(f"{i:>8}" for i in range(len(labels))))
     for i, label in enumerate(labels):
@@ -162,7 +162,7 @@ def _calibrate(args: argparse.Namespace) -> int:
         print(json.dumps(summary(report), indent=2))
         return 0
     temps = ", ".join(f"{t:.4g}" for t in report.temperatures)
-    print(f"wrote {report.out}: choice_temperatures [{temps}] (was {list(report.previous)})")
+    print(f"wrote {printable(str(report.out))}: choice_temperatures [{temps}] (was {list(report.previous)})")
     print(f"fitted on {report.fit_examples} examples (per group {list(report.fit_counts)}), measured on {report.heldout_examples} held out")
     print(f"ECE ({args.bins} bins)  before {report.ece_before:.4f}  after {report.ece_after:.4f}")
     print(f"NLL            before {report.nll_before:.4f}  after {report.nll_after:.4f}   accuracy {report.accuracy:.3f}")
@@ -178,7 +178,7 @@ def _export(args: argparse.Namespace) -> int:
     with Bar("exporting", quiet=args.quiet, bytes_=True) as bar:
         written = export_towers(checkpoint, args.outdir, args.quantization, progress=bar.handler(), force=args.force)
     for tower, path in written.items():
-        print(f"{tower}: {path} (+ {path.with_suffix('.json').name})")
+        print(f"{tower}: {printable(str(path))} (+ {printable(path.with_suffix('.json').name)})")
     return 0
 
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from collections import Counter
 from typing import Any
 
-from .common import Bar, add_model, load, model_path
+from .common import Bar, add_model, load, model_path, printable
 
 
 def add_parsers(sub: Any) -> None:
@@ -41,7 +42,7 @@ def _demo_media(args: argparse.Namespace) -> int:
     items = demo.write_media(args.dir, **options)
     counts = Counter(str(item.modality) for item in items)
     what = ", ".join(f"{n} {m}" for m, n in sorted(counts.items()))
-    print(f"wrote {len(items)} files to {args.dir} ({what}) and their captions in {args.dir}/captions.jsonl")
+    print(f"wrote {len(items)} files to {printable(args.dir)} ({what}) and their captions in {printable(os.path.join(args.dir, 'captions.jsonl'))}")
     return 0
 
 
