@@ -114,10 +114,14 @@ def test_clip_float32_equals_transformers(clip: tuple[Any, Path]) -> None:
     assert _cos(got, _hf_image(model, pixels, CLIP_MEAN, CLIP_STD)).min() >= 0.99999
 
 
-def test_source_is_shown(clip: tuple[Any, Path], tiny_text: Path) -> None:
+def test_source_is_shown(clip: tuple[Any, Path], tiny_text: Path, capsys: pytest.CaptureFixture[str]) -> None:
     m = uform.Model.load_ram(clip[1], quantization=Scalar.F32)
     assert m.source == {"family": "clip", "name": "random-clip", "architecture": "CLIPModel", "converter": "tests/v2ckpt.py"}
     assert uform.Model.load_ram(tiny_text).source is None
+    from uform.cli import main
+
+    assert main(["describe", "--model", str(clip[1])]) == 0
+    assert "source                     clip random-clip (CLIPModel), converted by tests/v2ckpt.py" in capsys.readouterr().out
 
 
 def test_siglip_float32_equals_transformers(siglip: tuple[Any, Path]) -> None:

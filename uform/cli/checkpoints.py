@@ -86,7 +86,8 @@ def description(args: argparse.Namespace) -> dict[str, Any]:
         d = model.describe()
         fields = {k: (v.value if hasattr(v, "value") else v) for k, v in d._asdict().items()}
         info = {"model": str(model_path(args)), **fields, "backend": model.backend, "compute": model.compute}
-        return info | {"modalities": dict(model.served.modalities)}
+        source = {"source": model.source} if model.source is not None else {}  # a converted model's (format version 2)
+        return info | source | {"modalities": dict(model.served.modalities)}
 
 
 def _describe(args: argparse.Namespace) -> int:
@@ -98,6 +99,10 @@ def _describe(args: argparse.Namespace) -> int:
     for key, value in info.items():
         if key == "modalities":  # audio (audio_encode, audio_encode_samples), choose (text_choose), ...
             value = ", ".join(f"{name} ({', '.join(verbs)})" for name, verbs in value.items()) or "-"
+        elif key == "source":  # clip openai/clip-vit-base-patch32 (CLIPModel), converted by uform 4.0.0rc1
+            arch = f" ({value['architecture']})" if value.get("architecture") else ""
+            by = f", converted by {value['converter']}" if value.get("converter") else ""
+            value = f"{value.get('family', '')} {value.get('name', '')}{arch}{by}"
         print(f"{key.ljust(width)}  {'-' if value is None else value}")
     return 0
 
