@@ -116,16 +116,17 @@ def test_the_foreign_suite_shares_no_code_with_the_training_generator() -> None:
     tree = ast.parse(Path(foreign.__file__).read_text())
     imported = {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
     imported |= {a.name for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names}
-    assert not imported & {"generate", "media", "variety", "uform.demo.generate", "uform.demo.media", "uform.demo.variety"}, imported
+    shared = {"generate", "media", "variety", "uform.demo.generate", "uform.demo.media", "uform.demo.variety"}
+    assert not {m for m in imported if m in shared or m.startswith(("uform.demo.variety.", "variety."))}, imported
     assert foreign.FOREIGN_STREAM not in (1, 2, 3, 4)
 
 
 def test_foreign_captions_are_never_training_captions_but_use_its_words() -> None:
     from uform.demo import foreign as f
-    from uform.demo import variety
+    from uform.demo.variety import questions
 
-    trained = variety.all_paraphrases()
-    words = variety.vocabulary()
+    trained = questions.all_paraphrases()
+    words = questions.vocabulary()
     rng = np.random.default_rng(7)
     seen = set()
     for _ in range(400):
@@ -175,11 +176,11 @@ def test_encoded_clips_repeat_call_after_call() -> None:
     import av
 
     from uform.demo import foreign as f
-    from uform.demo import variety
+    from uform.demo.variety import clips
 
     rng = np.random.default_rng([1, 1])
     for _ in range(16):
-        c = variety.clip(rng)
+        c = clips.clip(rng)
         crf, gop = int(rng.integers(14, 32)), int(rng.choice([1, 3, 8, 30, 250]))
         encoded = {video_bytes(c.frames, "mp4", fps=c.fps, gop=gop, crf=crf) for _ in range(3)}
         assert len(encoded) == 1, (c.frames.shape, crf, gop)
@@ -198,26 +199,26 @@ def test_encoded_clips_repeat_call_after_call() -> None:
 
 
 def test_variety_items_carry_their_meaning_and_come_through_the_resampler() -> None:
-    from uform.demo import variety
+    from uform.demo.variety import captions, clips, pictures, questions, recordings
 
     rng = np.random.default_rng(2)
     for _ in range(20):
-        window, m = variety.sound(rng)
+        window, m = recordings.sound(rng)
         assert window.dtype == np.float32 and window.shape == (16000,) and m.caption in g.audio_captions()
-        pixels, pm = variety.picture(rng, 48)
+        pixels, pm = pictures.picture(rng, 48)
         assert min(pixels.shape[:2]) == 48 and pm.caption in g.image_captions()
-        clip = variety.clip(rng)
+        clip = clips.clip(rng)
         assert clip.frames.shape[0] >= 4 and clip.meaning.caption in g.video_captions()
     for modality in ("image", "video", "audio"):
-        for m in variety.meanings(modality):
-            said = variety.paraphrases(m)
+        for m in captions.meanings(modality):
+            said = captions.paraphrases(m)
             assert said[0] == m.caption and len(said) == len(set(said)) >= 3
-    q = variety.question(rng, calibration=True)
+    q = questions.question(rng, calibration=True)
     assert 0 <= q.answer < len(q.choices)
 
 
 def test_varied_voices_have_the_partials_asked_for_within_the_band_the_tower_hears() -> None:
-    from uform.demo import variety
+    from uform.demo.variety import recordings
 
     def highest(partials: int, rate: int, root: float = 150.0, draws: int = 60) -> tuple[int, int]:
         """The highest harmonic any harmonic voice reached, and the lowest any stopped at."""
@@ -225,7 +226,7 @@ def test_varied_voices_have_the_partials_asked_for_within_the_band_the_tower_hea
         t = np.arange(rate) / rate  # one second: harmonic k sits in FFT bin 150 k
         tops = []
         for _ in range(draws):
-            x = variety.varied_voice(rng, root * t, root, rate, partials)
+            x = recordings.varied_voice(rng, root * t, root, rate, partials)
             magnitude = np.abs(np.fft.rfft(x)) / len(x)
             present = [k for k in range(1, int(rate / 2 // root)) if magnitude[int(k * root)] > 1e-4]
             if present != [1]:  # a sine has the fundamental alone
@@ -254,40 +255,40 @@ def test_uform_evaluate_runs_both_suites(capsys: pytest.CaptureFixture[str]) -> 
 
 
 def test_jumbled_captions_keep_their_words_and_never_use_the_foreign_punctuation() -> None:
-    from uform.demo import variety
+    from uform.demo.variety import captions
 
     for modality in ("image", "video", "audio"):
-        for m in variety.meanings(modality)[::7]:
-            jumbles = variety.jumbles(m)
+        for m in captions.meanings(modality)[::7]:
+            jumbles = captions.jumbles(m)
             assert len(jumbles) == len(set(jumbles)) >= 10
             assert not any(mark in j for j in jumbles for mark in ",:()"), m
     rng = np.random.default_rng(4)
-    m = variety.meanings("video")[0]  # a red circle moving left
-    said = {variety.phrase(rng, m, canonical=0.0, jumbled=1.0) for _ in range(200)}
-    assert said <= set(variety.jumbles(m)) and len(said) > 50
+    m = captions.meanings("video")[0]  # a red circle moving left
+    said = {captions.phrase(rng, m, canonical=0.0, jumbled=1.0) for _ in range(200)}
+    assert said <= set(captions.jumbles(m)) and len(said) > 50
     assert all("red" in s and ("left" in s or "leftwards" in s) for s in said)
 
 
 def test_training_questions_never_use_the_calibration_phrasings() -> None:
-    from uform.demo import variety
+    from uform.demo.variety import questions
 
-    for attribute, phrasings in variety.CALIBRATION_ASK.items():
+    for attribute, phrasings in questions.CALIBRATION_ASK.items():
         if attribute != "sound":  # "Is this a {v}?" about a sound is one of both (kept from the first calibration set)
-            assert not set(phrasings) & set(variety.TRAIN_ASK[attribute]), attribute
-    assert not set(variety.CALIBRATION_WHICH) & set(variety.TRAIN_WHICH)
-    assert not set(variety.CALIBRATION_HOW_MANY) & set(variety.TRAIN_HOW_MANY)
+            assert not set(phrasings) & set(questions.TRAIN_ASK[attribute]), attribute
+    assert not set(questions.CALIBRATION_WHICH) & set(questions.TRAIN_WHICH)
+    assert not set(questions.CALIBRATION_HOW_MANY) & set(questions.TRAIN_HOW_MANY)
     rng = np.random.default_rng(8)
     for _ in range(300):
-        q = variety.question(rng, jumbled=0.5)
+        q = questions.question(rng, jumbled=0.5)
         assert 0 <= q.answer < len(q.choices) and q.text.endswith(("Answer y or n: ", "Answer 1, 2 or 3: ", "Answer: "))
 
 
 def test_training_questions_list_their_options_in_any_order_when_asked() -> None:
     from uform.demo import generate as g
-    from uform.demo import variety
+    from uform.demo.variety import questions
 
     def lettered(rng: np.random.Generator, shuffled: float) -> list[g.Question]:
-        return [q for q in (variety.question(rng, jumbled=0.35, shuffled=shuffled) for _ in range(300)) if q.group == g.LETTERS]
+        return [q for q in (questions.question(rng, jumbled=0.35, shuffled=shuffled) for _ in range(300)) if q.group == g.LETTERS]
 
     canonical = "a) red b) green c) blue d) yellow e) purple f) orange"
     assert all(canonical in q.text for q in lettered(np.random.default_rng(4), 0.0) if len(q.choices) == 6)
@@ -296,17 +297,17 @@ def test_training_questions_list_their_options_in_any_order_when_asked() -> None
 
 
 def test_decoder_phase_questions_vary_and_never_use_the_calibration_phrasings() -> None:
-    from uform.demo import variety
+    from uform.demo.variety import decoder, questions
 
-    calibration = [p for ps in variety.CALIBRATION_ASK.values() for p in ps] + list(variety.CALIBRATION_WHICH) + list(variety.CALIBRATION_HOW_MANY)
-    templates = [p for ps in variety.DECODER_ASK.values() for p in ps] + list(variety.DECODER_WHICH) + list(variety.DECODER_HOW_MANY)
+    calibration = [p for ps in questions.CALIBRATION_ASK.values() for p in ps] + list(questions.CALIBRATION_WHICH) + list(questions.CALIBRATION_HOW_MANY)
+    templates = [p for ps in decoder.DECODER_ASK.values() for p in ps] + list(decoder.DECODER_WHICH) + list(decoder.DECODER_HOW_MANY)
     assert not set(calibration) & set(templates)
     for word in ("look", "number", "shown", "sound like", "pick", "count them"):
         assert not any(word in t.lower() for t in templates), word
     rng = np.random.default_rng(9)
     seen = set()
     for _ in range(600):
-        q = variety.decoder_question(rng)
+        q = decoder.decoder_question(rng)
         assert 0 <= q.answer < len(q.choices) and q.text.endswith(("Answer y or n: ", "Answer 1, 2 or 3: ", "Answer: "))
         seen.add(q.text)
     assert len(seen) == 600

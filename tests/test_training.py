@@ -136,7 +136,7 @@ def test_the_sixth_runs_settings_train(tmp_path: Path) -> None:
 def test_the_contrastive_loss_ranks_every_meaning_and_the_inputs_are_labelled_by_meaning() -> None:
     import torch
 
-    from uform.demo import variety
+    from uform.demo.variety import captions
     from uform.training.inputs import Inputs
     from uform.training.losses import contrastive, prototypes
 
@@ -148,8 +148,8 @@ def test_the_contrastive_loss_ranks_every_meaning_and_the_inputs_are_labelled_by
 
     inputs = Inputs(tiny_config(), 0, 6, lambda line: None, audio_pool=6, image_pool=6, canonical=0.5)
     for modality, (data, got) in (("image", inputs.images(5)), ("video", inputs.videos(5)), ("audio", inputs.sounds(5))):
-        assert len(data) == len(got) == 5 and all(0 <= i < len(variety.meanings(modality)) for i in got)
-        assert len(inputs.captions(modality)) == len(variety.meanings(modality))
+        assert len(data) == len(got) == 5 and all(0 <= i < len(captions.meanings(modality)) for i in got)
+        assert len(inputs.captions(modality)) == len(captions.meanings(modality))
     assert inputs.clip_frames.shape[1:] == (4, 32, 32, 3) and inputs.sound_windows.shape == (6, 16000)
     assert inputs.pictures.shape == (6, 32, 32, 3)
 
@@ -179,12 +179,12 @@ def test_each_part_of_the_inputs_draws_from_its_own_stream() -> None:
 
 
 def test_a_flipped_transposed_or_reversed_clip_changes_its_direction_with_it() -> None:
-    from uform.demo import variety
+    from uform.demo.variety import captions
     from uform.training.inputs import Inputs
     from uform.training.losses import motion
 
     inputs = Inputs(tiny_config(), 0, 8, lambda line: None, image_pool=2)
-    meanings = variety.meanings("video")
+    meanings = captions.meanings("video")
     # a bright square moving right across a grey ground, sampled as 4 frames
     frames = np.full((1, 4, 32, 32, 3), 128, np.uint8)
     for t in range(4):
@@ -275,7 +275,7 @@ def test_the_reading_stage_lists_lettered_options_in_a_random_order() -> None:
     """Its questions are lettered in the share asked for and their lists are shuffled: a full
     list of the six colours comes in the canonical order about once in 720 (the decoder
     phase's, half of them shuffled, far more often)."""
-    from uform.demo import variety as v
+    from uform.demo.variety.decoder import decoder_question
     from uform.training.questions import decoder_questions
     from uform.training.reading import reading_questions
 
@@ -295,7 +295,7 @@ def test_the_reading_stage_lists_lettered_options_in_a_random_order() -> None:
     assert {q.group for q in mixed} == {g.YES_NO, g.DIGITS, g.LETTERS}
     assert sum(q.group == g.LETTERS for q in mixed) < 0.5 * len(mixed)
     rng = np.random.default_rng(5)
-    share, full = canonical_share([v.decoder_question(rng, shuffled=0.0) for _ in range(3000)])
+    share, full = canonical_share([decoder_question(rng, shuffled=0.0) for _ in range(3000)])
     assert full > 40 and share == 1.0  # never shuffled: every full list in the canonical order
 
 
@@ -331,14 +331,14 @@ def test_packed_questions_give_the_padded_losses() -> None:
 def test_captions_encoded_in_groups_of_like_length_give_the_same_embeddings() -> None:
     import torch
 
-    from uform.demo import variety
+    from uform.demo.variety.captions import meanings, phrase
     from uform.exporters.reference import ReferenceModel
     from uform.training.losses import text_embeddings
 
     torch.manual_seed(0)
     tower = ReferenceModel(tiny_config()).towers["text"]
     rng = np.random.default_rng(4)
-    captions = [variety.phrase(rng, m, canonical=0.3, jumbled=0.35) for m in variety.meanings("audio") + variety.meanings("image")]
+    captions = [phrase(rng, m, canonical=0.3, jumbled=0.35) for m in meanings("audio") + meanings("image")]
     with torch.no_grad():
         whole = text_embeddings(tower, captions)
         for groups in (2, 4):
@@ -609,7 +609,7 @@ def test_the_held_out_split_reads_the_shipped_model_through_the_runtime(capsys: 
     import json
 
     import uform
-    from uform.demo import variety
+    from uform.demo.variety import captions
     from uform.training import heldout
 
     sizes = {"image": 24, "video": 12, "audio": 12}
@@ -618,7 +618,7 @@ def test_the_held_out_split_reads_the_shipped_model_through_the_runtime(capsys: 
     bright = heldout.draw(0, sizes, partials=48)  # the recordings alone drawn otherwise
     assert {m for m in sizes if bright.files[m] != split.files[m]} == {"audio"}
     assert {m: len(f) for m, f in split.files.items()} == sizes
-    assert all(0 <= i < len(variety.meanings(m)) for m, labels in split.labels.items() for i in labels)
+    assert all(0 <= i < len(captions.meanings(m)) for m, labels in split.labels.items() for i in labels)
     with uform.Model.load_ram() as model:
         read = heldout.read(model, split)
     assert set(read) == {"image", "video", "audio"} and read["video"].direction is not None and read["image"].direction is None

@@ -14,7 +14,7 @@ from uform import Model, Scalar
 from uform.calibrate import Example
 from uform.calibrate import calibrate as fit
 from uform.demo import evaluate, foreign
-from uform.demo import variety as v
+from uform.demo.variety.questions import question as varied_question
 from uform.demo.evaluate import CALIBRATION_STREAM
 
 from .settings import Settings
@@ -23,7 +23,7 @@ from .settings import Settings
 def calibrate(raw: Path, out: Path, settings: Settings, log: Callable[[str], None]) -> tuple[float, ...]:
     """Fit the temperatures of the three question groups through the runtime on fresh questions."""
     rng = np.random.default_rng([CALIBRATION_STREAM, settings.seed])
-    asked = [v.question(rng, calibration=True) for _ in range(settings.calibration_examples)]
+    asked = [varied_question(rng, calibration=True) for _ in range(settings.calibration_examples)]
     examples = [Example(q.text, q.choices, q.answer, q.group) for q in asked]
     report = fit(raw, examples, out, holdout=0.25, seed=settings.seed, groups=3, smoothing=settings.smoothing)
     log(f"calibration: temperatures {[round(t, 4) for t in report.temperatures]}, held-out ECE "

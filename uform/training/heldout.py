@@ -22,7 +22,10 @@ from pathlib import Path
 import numpy as np
 
 from uform import Arena, Model
-from uform.demo import variety as v
+from uform.demo.variety.captions import meanings
+from uform.demo.variety.clips import clip as varied_clip
+from uform.demo.variety.pictures import picture as varied_picture
+from uform.demo.variety.recordings import PARTIALS, sound as varied_sound
 from uform.demo.evaluate import HELDOUT_STREAM, clip_direction
 from uform.demo.media import audio_bytes, image_bytes, video_bytes
 from uform.served import ITEM_VERBS
@@ -32,7 +35,7 @@ SIZES = {"image": 300, "video": 240, "audio": 240}
 
 @dataclass(frozen=True)
 class Split:
-    """One draw of the split: each modality's files and their meanings (indices into ``variety.meanings``)."""
+    """One draw of the split: each modality's files and their meanings (indices into ``variety.captions.meanings``)."""
 
     files: dict[str, list[bytes]]
     labels: dict[str, list[int]]
@@ -48,26 +51,26 @@ class Reading:
     direction: float | None = None
 
 
-def draw(seed: int = 0, sizes: dict[str, int] | None = None, partials: int = v.PARTIALS) -> Split:
+def draw(seed: int = 0, sizes: dict[str, int] | None = None, partials: int = PARTIALS) -> Split:
     """The split of ``seed``: ``sizes`` items a modality (:data:`SIZES` unless given), the
-    recordings' voices with at most ``partials`` partials (``variety.varied_voice``; 12, the recipe's
+    recordings' voices with at most ``partials`` partials (``variety.recordings.varied_voice``; 12, the recipe's
     recordings before 2026-12-04, unless given)."""
     sizes = SIZES if sizes is None else sizes
-    index = {m: {x.caption: i for i, x in enumerate(v.meanings(m))} for m in SIZES}
+    index = {m: {x.caption: i for i, x in enumerate(meanings(m))} for m in SIZES}
     rng = np.random.default_rng([HELDOUT_STREAM, seed])
     files: dict[str, list[bytes]] = {m: [] for m in SIZES}
     labels: dict[str, list[int]] = {m: [] for m in SIZES}
     for _ in range(sizes.get("image", 0)):
-        pixels, meaning = v.picture(rng, int(rng.choice([32, 40, 48, 64, 96, 128])))
+        pixels, meaning = varied_picture(rng, int(rng.choice([32, 40, 48, 64, 96, 128])))
         jpeg = rng.random() < 0.3
         files["image"].append(image_bytes(pixels, "jpeg", quality=int(rng.integers(60, 96))) if jpeg else image_bytes(pixels, "png"))
         labels["image"].append(index["image"][meaning.caption])
     for i in range(sizes.get("video", 0)):
-        clip = v.clip(rng)
+        clip = varied_clip(rng)
         files["video"].append(video_bytes(clip.frames, "mp4" if i % 2 == 0 else "webm", fps=clip.fps))
         labels["video"].append(index["video"][clip.meaning.caption])
     for i in range(sizes.get("audio", 0)):
-        window, meaning = v.sound(rng, partials=partials)
+        window, meaning = varied_sound(rng, partials=partials)
         pcm = np.clip(np.round(window * 32767.0), -32768, 32767).astype(np.int16)
         files["audio"].append(audio_bytes(pcm, "wav" if i % 2 == 0 else "flac"))
         labels["audio"].append(index["audio"][meaning.caption])
@@ -80,16 +83,16 @@ def read(model: Model, split: Split) -> dict[str, Reading]:
     for modality, files in split.files.items():
         if not files:
             continue
-        meanings = v.meanings(modality)
+        classes = meanings(modality)
         media = np.array(getattr(model, ITEM_VERBS[modality])(files, Arena()).embeddings)
-        texts = np.array(model.text_encode([m.caption for m in meanings], Arena()).embeddings)
+        texts = np.array(model.text_encode([m.caption for m in classes], Arena()).embeddings)
         guessed = np.argmax(media @ texts.T, axis=1)
         truth = np.array(split.labels[modality])
         attributes = tuple(
-            float(np.mean([meanings[a].attributes[i] == meanings[b].attributes[i] for a, b in zip(guessed, truth)]))
-            for i in range(len(meanings[0].attributes))
+            float(np.mean([classes[a].attributes[i] == classes[b].attributes[i] for a, b in zip(guessed, truth)]))
+            for i in range(len(classes[0].attributes))
         )  # fmt: skip
-        direction = clip_direction(model, media, [meanings[t].attributes for t in truth]) if modality == "video" else None
+        direction = clip_direction(model, media, [classes[t].attributes for t in truth]) if modality == "video" else None
         out[modality] = Reading(float(np.mean(guessed == truth)), attributes, direction)
     return out
 
@@ -101,7 +104,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quantization", default="bf16", choices=["bf16", "e4m3", "f32"])
     parser.add_argument("--count", type=int, help=f"items a modality (default {SIZES})")
     parser.add_argument("--json", action="store_true", help="one JSON object a checkpoint")
-    parser.add_argument("--voice-partials", type=int, default=v.PARTIALS, metavar="N",
+    parser.add_argument("--voice-partials", type=int, default=PARTIALS, metavar="N",
                         help="the recordings' voices drawn as the recipe's --voice-partials N draws them (default %(default)s)")
     args = parser.parse_args(argv)
     if args.count is not None and args.count < 1:

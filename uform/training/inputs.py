@@ -12,7 +12,11 @@ import numpy as np
 
 from uform.core.config import ModelConfig
 from uform.demo import generate as g
-from uform.demo import variety as v
+from uform.demo.variety.captions import meanings, phrase
+from uform.demo.variety.clips import clip as varied_clip
+from uform.demo.variety.pictures import picture as varied_picture
+from uform.demo.variety.questions import question as varied_question
+from uform.demo.variety.recordings import PARTIALS, sound as varied_sound
 from uform.demo.evaluate import TRAINING_STREAM
 from uform.demo.media import image_bytes, video_bytes
 from uform.plugins import video as video_plugin
@@ -47,12 +51,12 @@ class Inputs:
 
     def __init__(self, config: ModelConfig, seed: int, video_pool: int, log: Callable[[str], None], *, audio_pool: int = 0,
                  image_pool: int = 0, canonical: float = 0.3, jumbled: float = 0.35, questions_seed: int | None = None,
-                 partials: int = v.PARTIALS) -> None:  # fmt: skip
+                 partials: int = PARTIALS) -> None:  # fmt: skip
         self.image_size = int(config.towers["image"]["image_size"])
         self.window = int(config.towers["audio"]["samples"])
         self.video_tower = video_plugin.read(config.towers["video"], config)
         self.canonical, self.jumbled = canonical, jumbled
-        self.meanings = {m: v.meanings(m) for m in ("image", "video", "audio")}
+        self.meanings = {m: meanings(m) for m in ("image", "video", "audio")}
         self.index = {m: {x.caption: i for i, x in enumerate(ms)} for m, ms in self.meanings.items()}
         video = self.meanings["video"]
         where = {x.attributes: i for i, x in enumerate(video)}
@@ -72,7 +76,7 @@ class Inputs:
         self.clip_labels = np.array([c[1] for c in clips], np.int64)
         log(f"decoded {len(clips)} training clips through the video plugin in {time.perf_counter() - started:.0f} s")
         started = time.perf_counter()
-        made = [v.sound(self.rngs["audio"], self.window, partials) for _ in range(audio_pool)]
+        made = [varied_sound(self.rngs["audio"], self.window, partials) for _ in range(audio_pool)]
         self.sound_windows = np.stack([w for w, _ in made]) if made else np.zeros((0, self.window), np.float32)
         self.sound_labels = np.array([self.index["audio"][m.caption] for _, m in made], np.int64)
         log(f"made {audio_pool} varied training recordings in {time.perf_counter() - started:.0f} s")
@@ -83,7 +87,7 @@ class Inputs:
             p = g.picture(rng, int(rng.choice([32, 32, 48, 64, 128])))
             pixels, caption, quality = p.pixels, p.caption, 95
         else:
-            pixels, m = v.picture(rng, int(rng.choice([32, 40, 48, 64, 96, 128])))
+            pixels, m = varied_picture(rng, int(rng.choice([32, 40, 48, 64, 96, 128])))
             caption, quality = m.caption, int(rng.integers(60, 96))
         data = image_bytes(pixels, "jpeg", quality=quality) if rng.random() < 0.3 else image_bytes(pixels, "png")
         return decode_picture(Source(0, None, data=data), self.image_size)[0], self.index["image"][caption]
@@ -95,7 +99,7 @@ class Inputs:
             c = g.clip(rng, int(rng.choice([32, 64])))
             data, caption = video_bytes(c.frames, fmt), c.caption
         else:
-            vc = v.clip(rng)
+            vc = varied_clip(rng)
             crf = int(rng.integers(14, 32)) if fmt == "mp4" else int(rng.integers(4, 30))
             gop = int(rng.choice([1, 3, 8, 30, 250]))
             data, caption = video_bytes(vc.frames, fmt, fps=vc.fps, gop=gop, crf=crf), vc.meaning.caption
@@ -145,8 +149,8 @@ class Inputs:
 
     def captions(self, modality: str) -> list[str]:
         """One phrasing of every meaning of ``modality`` (canonical, a paraphrase or a jumble), in meaning order."""
-        return [v.phrase(self.rngs["captions"], m, canonical=0.3, jumbled=self.jumbled) for m in self.meanings[modality]]
+        return [phrase(self.rngs["captions"], m, canonical=0.3, jumbled=self.jumbled) for m in self.meanings[modality]]
 
     def questions(self, n: int) -> list[g.Question]:
         rng = self.rngs["questions"]
-        return [g.question(rng) if rng.random() < 0.2 else v.question(rng, jumbled=self.jumbled) for _ in range(n)]
+        return [g.question(rng) if rng.random() < 0.2 else varied_question(rng, jumbled=self.jumbled) for _ in range(n)]

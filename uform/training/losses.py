@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from uform.demo import variety as v
+from uform.demo.variety.captions import meanings
 from uform.exporters.reference.blocks import Block, normalize, with_class_token
 from uform.exporters.reference.image import patches
 from uform.exporters.reference.text import TextTower
@@ -38,7 +38,7 @@ def prototypes(dimensions: int, seed: int) -> dict[str, torch.Tensor]:
     kinds = {"image": ("colour", "shape", "count"), "video": ("colour", "shape", "direction"), "audio": ("sound", "pitch", "rhythm")}
     out = {}
     for modality in MODALITIES:
-        rows = [sum((vector(k, a) for k, a in zip(kinds[modality], m.attributes) if a), torch.zeros(dimensions)) for m in v.meanings(modality)]
+        rows = [sum((vector(k, a) for k, a in zip(kinds[modality], m.attributes) if a), torch.zeros(dimensions)) for m in meanings(modality)]
         out[modality] = F.normalize(torch.stack(rows), dim=1)
     return out
 

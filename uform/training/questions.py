@@ -12,7 +12,8 @@ import torch
 import torch.nn.functional as F
 
 from uform.demo import generate as g
-from uform.demo import variety as v
+from uform.demo.variety.decoder import decoder_question
+from uform.demo.variety.questions import question as varied_question
 from uform.demo.evaluate import HELDOUT_STREAM
 from uform.exporters.reference.blocks import causal_mask
 from uform.exporters.reference.decoder import BEGIN, DecoderTower
@@ -39,13 +40,13 @@ def decoder_loss(tower: DecoderTower, questions: list[g.Question]) -> tuple[torc
 
 
 def decoder_questions(rng: np.random.Generator, n: int, context: int) -> list[g.Question]:
-    """``n`` questions for the decoder phase: ``generate.question`` (0.2), ``variety.question``
-    with jumbles (0.2) and ``variety.decoder_question`` (0.6); a question whose text would not
+    """``n`` questions for the decoder phase: ``generate.question`` (0.2), ``variety.questions.question``
+    with jumbles (0.2) and ``variety.decoder.decoder_question`` (0.6); a question whose text would not
     fit the decoder's context (the runtime would cut its description off) is drawn again."""
     out: list[g.Question] = []
     while len(out) < n:
         u = rng.random()
-        q = g.question(rng) if u < 0.2 else v.question(rng, jumbled=0.35) if u < 0.4 else v.decoder_question(rng)
+        q = g.question(rng) if u < 0.2 else varied_question(rng, jumbled=0.35) if u < 0.4 else decoder_question(rng)
         if len(q.text.encode()) < context:
             out.append(q)
     return out
@@ -133,13 +134,13 @@ def heldout_questions(seed: int, n: int = 400) -> dict[str, list[g.Question]]:
     rng = np.random.default_rng([HELDOUT_STREAM, seed, 1])
 
     def lettered(options: int = 0) -> g.Question:
-        while (q := v.question(rng, jumbled=0.35, shuffled=1.0)).group != g.LETTERS or len(q.choices) < options:
+        while (q := varied_question(rng, jumbled=0.35, shuffled=1.0)).group != g.LETTERS or len(q.choices) < options:
             pass
         return q
 
     makers: dict[str, Callable[[], g.Question]] = {
-        "canonical": lambda: g.question(rng), "training": lambda: v.question(rng, jumbled=0.35),
-        "decoder phase": lambda: v.decoder_question(rng), "unseen phrasings": lambda: v.question(rng, calibration=True),
+        "canonical": lambda: g.question(rng), "training": lambda: varied_question(rng, jumbled=0.35),
+        "decoder phase": lambda: decoder_question(rng), "unseen phrasings": lambda: varied_question(rng, calibration=True),
         "options in any order": lettered, "six options in any order": lambda: lettered(6),
     }  # fmt: skip
     return {name: [make() for _ in range(n)] for name, make in makers.items()}

@@ -20,7 +20,8 @@ from pathlib import Path
 import numpy as np
 
 from uform.demo import generate as g
-from uform.demo import variety as v
+from uform.demo.variety.decoder import decoder_question
+from uform.demo.variety.questions import question as varied_question
 from uform.demo.evaluate import READING_STREAM
 
 from .decoder import decoder_stage
@@ -37,25 +38,25 @@ def _lettered(make: Callable[[], g.Question]) -> g.Question:
 
 def reading_questions(rng: np.random.Generator, n: int, context: int, letters: float) -> list[g.Question]:
     """``n`` questions for the reading stage: with probability ``letters`` a lettered one
-    (``variety.decoder_question`` 0.6, ``variety.question`` 0.4), else the decoder phase's mix
-    (``generate.question`` 0.2, ``variety.question`` 0.2, ``variety.decoder_question`` 0.6);
+    (``variety.decoder.decoder_question`` 0.6, ``variety.questions.question`` 0.4), else the decoder phase's mix
+    (``generate.question`` 0.2, ``variety.questions.question`` 0.2, ``variety.decoder.decoder_question`` 0.6);
     every lettered list of the two ``variety`` kinds in a random order. A question whose text would
     not fit the decoder's context is drawn again."""
     out: list[g.Question] = []
     while len(out) < n:
         if rng.random() < letters:
             if rng.random() < 0.6:
-                q = _lettered(lambda: v.decoder_question(rng, shuffled=1.0))
+                q = _lettered(lambda: decoder_question(rng, shuffled=1.0))
             else:
-                q = _lettered(lambda: v.question(rng, jumbled=0.35, shuffled=1.0))
+                q = _lettered(lambda: varied_question(rng, jumbled=0.35, shuffled=1.0))
         else:
             u = rng.random()
             if u < 0.2:
                 q = g.question(rng)
             elif u < 0.4:
-                q = v.question(rng, jumbled=0.35, shuffled=1.0)
+                q = varied_question(rng, jumbled=0.35, shuffled=1.0)
             else:
-                q = v.decoder_question(rng, shuffled=1.0)
+                q = decoder_question(rng, shuffled=1.0)
         if len(q.text.encode()) < context:
             out.append(q)
     return out

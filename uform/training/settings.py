@@ -11,7 +11,7 @@ from typing import Any
 
 from uform.core.config import ModelConfig, make_config
 from uform.demo import generate as g
-from uform.demo import variety as v
+from uform.demo.variety.recordings import PARTIALS
 
 MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
 STACK = {"width": 128, "depth": 3, "heads": 4, "mlp_width": 256}
@@ -64,7 +64,7 @@ class Settings:
     image_pool: int = 24000  # pictures decoded once through the runtime (canonical and varied), drawn from every step
     video_pool: int = 12000  # clips decoded once through the runtime, drawn from every step
     audio_pool: int = 5000  # varied recordings made once (through the runtime's resampler), drawn from every step
-    voice_partials: int = v.PARTIALS  # the most partials a varied recording's voice has (variety.varied_voice: 12 as before; more
+    voice_partials: int = PARTIALS  # the most partials a varied recording's voice has (variety.recordings.varied_voice: 12 as before; more
     # draws each voice's count, bright and dull alike)
     canonical: float = 0.3  # share of recordings from the canonical renderer (the own suite's), the rest varied
     canonical_vision: float = 0.2  # share of pictures and clips from the canonical renderers after the curriculum (the fourth run's 0.4)
@@ -72,7 +72,7 @@ class Settings:
     audio_every: int = 2  # the audio tower's steps: every this many
     text_every: int = 3  # the text tower's steps (every meaning in one phrasing against its prototype)
     decoder_every: int = 2  # the byte decoder's steps
-    jumbled: float = 0.35  # share of non-canonical captions that are jumbles (variety.jumbles)
+    jumbled: float = 0.35  # share of non-canonical captions that are jumbles (variety.captions.jumbles)
     motion: float = 1.0  # weight of the video tower's auxiliary losses: where the shape is in each frame, and looking at it
     calibration_examples: int = 6000  # about 220 of them how-many questions: with fewer, all answered right, that group sat at the floor
     log_every: int = 25
