@@ -18,8 +18,9 @@ from PIL import Image
 from uform.plugins import frames, pictures, sources
 
 
-def png16_rgba(width: int, height: int) -> bytes:
-    """A 16-bit RGBA PNG of varied colour and alpha that compresses to almost nothing (rows repeat)."""
+def png16_rgba(width: int, height: int, every: int = 97) -> bytes:
+    """A 16-bit RGBA PNG of varied colour and alpha that compresses to almost nothing (a row
+    repeats ``every`` rows)."""
 
     def chunk(kind: bytes, data: bytes) -> bytes:
         return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
@@ -28,7 +29,7 @@ def png16_rgba(width: int, height: int) -> bytes:
     row = np.stack([x * 16 % 65536, x * 7 % 65536, 65535 - x * 16 % 65536, x * 131 % 65536], -1).astype(">u2").tobytes()
     same = b"\x02" + bytes(len(row))  # filter "Up", no change: the row above again
     packer = zlib.compressobj(1)
-    body = b"".join(packer.compress(b"\x00" + row if r % 97 == 0 else same) for r in range(height)) + packer.flush()
+    body = b"".join(packer.compress(b"\x00" + row if r % every == 0 else same) for r in range(height)) + packer.flush()
     ihdr = struct.pack(">IIBBBBB", width, height, 16, 6, 0, 0, 0)
     return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", body) + chunk(b"IEND", b"")
 

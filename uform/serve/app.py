@@ -42,6 +42,7 @@ class Server:
         self.batcher: Batcher | None = None
         self.watcher: Watcher | None = None
         self.draining = False
+        self.drain_ends: float | None = None  # time.monotonic() when the drain's time runs out (set on SIGTERM)
         self.announce = announce
         self.pool = cf.ThreadPoolExecutor(4, thread_name_prefix="uform-serve")  # parsing and writing large bodies
         self.metrics = Metrics(lambda: float(self.batcher.queued_items()) if self.batcher else 0.0)
@@ -109,7 +110,7 @@ class Server:
         began = time.perf_counter()
         c = self.config
         body = await read_body(receive, c.max_request_bytes)
-        parse = functools.partial(requests.choose, body, max_items=c.max_items_per_request)
+        parse = functools.partial(requests.choose, body, max_items=c.max_items_per_request, groups=self.description.choice_temperature_groups)
         req = parse() if len(body) <= c.inline_json_bytes else await asyncio.get_running_loop().run_in_executor(self.pool, parse)
         self.check_model(req.model)
         payloads: list[Any] = list(zip(req.texts, req.choices, req.groups))
@@ -149,8 +150,9 @@ class Server:
 
     async def shutdown(self) -> None:
         assert self.batcher is not None
-        try:
-            await asyncio.wait_for(self.batcher.close(), timeout=max(self.config.drain_seconds, 0.1))
+        left = self.config.drain_seconds if self.drain_ends is None else self.drain_ends - time.monotonic()
+        try:  # queued jobs are answered within what is left of the drain time, the call under way too
+            await asyncio.wait_for(self.batcher.close(), timeout=max(left, 0.1))
         except TimeoutError:
             pass
         self.pool.shutdown(wait=False, cancel_futures=True)

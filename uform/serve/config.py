@@ -29,6 +29,8 @@ class ServeConfig:
     api_key: str | None = None
     media_root: Path | None = None
     max_request_bytes: int = 32 << 20
+    max_header_bytes: int = 64 << 10  # a request's line and headers together (431 beyond; serve.guard)
+    max_url_bytes: int = 8 << 10  # its URL (414 beyond)
     max_items_per_request: int = 2048
     max_queue_items: int = 8192
     max_batch_items: int = 256
@@ -51,7 +53,7 @@ class ServeConfig:
         return self.max_batch_pixels if kind == "image" else self.max_batch_bytes
 
     def __post_init__(self) -> None:
-        for name in ("max_request_bytes", "max_items_per_request", "max_queue_items", "max_batch_items", "max_batch_tokens",
+        for name in ("max_request_bytes", "max_header_bytes", "max_url_bytes", "max_items_per_request", "max_queue_items", "max_batch_items", "max_batch_tokens",
                      "max_batch_pixels", "max_batch_bytes", "batches_at_once"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")

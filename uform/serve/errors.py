@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import orjson
@@ -29,7 +30,19 @@ class ApiError(Exception):
         return {"error": {"message": self.message, "type": kind, "param": self.param, "code": self.code}}
 
     def encoded(self) -> bytes:
-        return orjson.dumps(self.body())
+        try:
+            return orjson.dumps(self.body())
+        except TypeError:  # a lone surrogate in the message: JSON's own escape for it, never a failed answer
+            return json.dumps(self.body()).encode()
+
+
+def shown(value: Any, limit: int = 80) -> str:
+    """A request's value in a message: a scalar's repr (cut at ``limit`` characters), a
+    container's type name (a list nested 100,000 deep has no repr to give)."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        text = repr(value) if not isinstance(value, int) or value.bit_length() < 256 else "a huge integer"
+        return text if len(text) <= limit else text[: limit - 3] + "..."
+    return f"a {type(value).__name__}"
 
 
 def bad_item(index: int, reason: str, *, param: str = "input", code: str = "invalid_item") -> ApiError:

@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
+from .errors import shown as shown_value
+
 # part type -> (the item's modality, the key holding its object)
 PART_TYPES = {"image_url": "image", "video_url": "video", "audio_url": "audio", "input_audio": "audio"}
 AUDIO_FORMATS = {"wav", "mp3", "flac", "opus", "ogg", "oga", "webm", "m4a"}
@@ -25,7 +27,7 @@ def part_bytes(part: dict[str, Any], media_root: Path | None, limit: int) -> tup
     """``(modality, file bytes)`` of one media content part."""
     kind = part.get("type")
     if not isinstance(kind, str) or kind not in PART_TYPES:
-        raise ValueError(f"unknown content part type {kind!r} (expected text, image_url, video_url, audio_url or input_audio)")
+        raise ValueError(f"unknown content part type {shown_value(kind)} (expected text, image_url, video_url, audio_url or input_audio)")
     modality = PART_TYPES[kind]
     body = part.get(kind)
     if kind == "input_audio":
@@ -33,7 +35,7 @@ def part_bytes(part: dict[str, Any], media_root: Path | None, limit: int) -> tup
             raise ValueError("input_audio needs an object with 'data', the recording's bytes in base64")
         fmt = body.get("format")
         if fmt is not None and (not isinstance(fmt, str) or fmt.lower() not in AUDIO_FORMATS):
-            raise ValueError(f"input_audio format {fmt!r} is not one of {', '.join(sorted(AUDIO_FORMATS))}")
+            raise ValueError(f"input_audio format {shown_value(fmt)} is not one of {', '.join(sorted(AUDIO_FORMATS))}")
         return modality, b64(body["data"])
     url = body.get("url") if isinstance(body, dict) else body
     if not isinstance(url, str):
@@ -82,8 +84,35 @@ def file_path(url: str) -> str:
     return path
 
 
+def shown(path: str) -> str:
+    """``path`` as a message can carry it: a byte that is not UTF-8 (a surrogate escape, U+DC80)
+    written as its escape, ``\\x80``; any other lone surrogate as ``\\ud800``, a control
+    character (a newline, NUL) as ``\\n``, ``\\x00``: one printable line."""
+    if path.isprintable():  # no surrogate, no control character
+        return path
+    return "".join(c if c.isprintable() else f"\\x{ord(c) - 0xDC00:02x}" if "\udc80" <= c <= "\udcff" else c.encode("unicode_escape").decode()
+                   for c in path)  # fmt: skip
+
+
 def read_under(path: str, media_root: Path, limit: int) -> bytes:
     """The bytes of ``path`` if it resolves (symbolic links followed) inside ``media_root``."""
+    if "\x00" in path:
+        raise ValueError(f"{shown(path)} is not a file name: it holds a NUL byte")
+    try:
+        os.fsencode(path)
+    except UnicodeEncodeError:
+        raise ValueError(f"{shown(path)} is not a file name: a lone surrogate stands for no byte") from None
+    try:
+        return _read_under(path, media_root, limit)
+    except ValueError as exc:
+        if path == shown(path):
+            raise
+        raise ValueError(str(exc).replace(path, shown(path))) from None
+    except OSError as exc:  # a name the file system cannot take (a NUL byte, a lone surrogate)
+        raise ValueError(f"cannot read {shown(path)} ({exc.strerror or exc})") from None
+
+
+def _read_under(path: str, media_root: Path, limit: int) -> bytes:
     root = os.path.realpath(media_root)
     real = os.path.realpath(path)
     if os.path.commonpath([root, real]) != root:

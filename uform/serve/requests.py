@@ -17,10 +17,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import ApiError, bad_item
+from .errors import ApiError, bad_item, shown
 from .media import part_bytes
 
 ENCODINGS = ("float", "base64")
+MAX_DEPTH = 1024  # orjson's limit on nested arrays and objects
 
 
 @dataclass(slots=True)
@@ -51,11 +52,15 @@ def loads(body: bytes) -> dict[str, Any]:
     UTF-16), the standard library's reading, so that such items are named as before."""
     try:
         doc = orjson.loads(body)
-    except orjson.JSONDecodeError:
+    except orjson.JSONDecodeError as first:
+        if "recursion" in str(first).lower():  # nested deeper than orjson's 1024 levels: nothing to read
+            raise ApiError(400, f"the body is not valid JSON: nested deeper than {MAX_DEPTH} levels", code="invalid_json") from None
         try:
             doc = json.loads(body)
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise ApiError(400, f"the body is not valid JSON ({exc})", code="invalid_json") from None
+        except RecursionError:
+            raise ApiError(400, "the body is not valid JSON: nested too deep to read", code="invalid_json") from None
     if not isinstance(doc, dict):
         raise ApiError(400, f"the body must be a JSON object, not {type(doc).__name__}", code="invalid_json")
     return doc
@@ -79,10 +84,10 @@ def embeddings(body: bytes, *, max_items: int, media_root: Path | None, limit: i
     if fmt is None:
         fmt = "float"
     if fmt not in ENCODINGS:
-        raise ApiError(400, f"'encoding_format' must be 'float' or 'base64', not {fmt!r}", param="encoding_format", code="invalid_value")
+        raise ApiError(400, f"'encoding_format' must be 'float' or 'base64', not {shown(fmt)}", param="encoding_format", code="invalid_value")
     dims = doc.get("dimensions")
     if dims is not None and (not isinstance(dims, int) or isinstance(dims, bool) or dims < 1):
-        raise ApiError(400, f"'dimensions' must be a positive integer, not {dims!r}", param="dimensions", code="invalid_value")
+        raise ApiError(400, f"'dimensions' must be a positive integer, not {shown(dims)}", param="dimensions", code="invalid_value")
     return EmbeddingsRequest(items, fmt, dims, _model(doc))
 
 
@@ -91,9 +96,11 @@ def _item(index: int, x: Any, media_root: Path | None, limit: int) -> Item:
         return _text(index, x)
     if isinstance(x, list):
         try:
+            if any(v is True or v is False for v in x):  # bytes() reads them as 1 and 0
+                raise TypeError
             data = bytes(x)
         except (TypeError, ValueError):
-            raise bad_item(index, "a token-id array must hold integers 0-255 (tokens are UTF-8 bytes)") from None
+            raise bad_item(index, "a token-id array must hold integers 0-255 (tokens are UTF-8 bytes), not booleans or other values") from None
         if not data:
             raise bad_item(index, "the token-id array is empty")
         return Item("text", data, len(data))
@@ -134,7 +141,8 @@ def _pixels(data: bytes) -> int:
         return len(data)
 
 
-def choose(body: bytes, *, max_items: int) -> ChooseRequest:
+def choose(body: bytes, *, max_items: int, groups: int | None = None) -> ChooseRequest:
+    """``groups``: the model's temperature groups, when known; a group outside ``0 … groups − 1`` is refused."""
     doc = loads(body)
     raw = doc.get("input")
     if isinstance(raw, str):
@@ -145,12 +153,16 @@ def choose(body: bytes, *, max_items: int) -> ChooseRequest:
         raise ApiError(400, f"'input' holds {len(raw)} texts, over the limit of {max_items} a request", param="input", code="too_many_items")
     texts = [_text(i, t).payload if t else b"" for i, t in enumerate(raw)]
     choices = _choices(doc.get("choices"), len(raw))
-    groups = doc.get("temperature_groups")
-    if groups is None:
-        groups = [0] * len(raw)
-    elif not isinstance(groups, list) or len(groups) != len(raw) or not all(isinstance(g, int) and not isinstance(g, bool) for g in groups):
+    given = doc.get("temperature_groups")
+    if given is None:
+        given = [0] * len(raw)
+    elif not isinstance(given, list) or len(given) != len(raw) or not all(isinstance(g, int) and not isinstance(g, bool) for g in given):
         raise ApiError(400, f"'temperature_groups' must be an array of {len(raw)} integers, one a text", param="temperature_groups", code="invalid_value")
-    return ChooseRequest(texts, choices, groups, _model(doc))
+    for i, g in enumerate(given):
+        if g < 0 or (groups is not None and g >= groups):
+            span = f": this model has {groups} group(s), 0 … {groups - 1}" if groups is not None else ""
+            raise bad_item(i, f"temperature group {g} is out of range{span}", param="temperature_groups", code="invalid_value")
+    return ChooseRequest(texts, choices, given, _model(doc))
 
 
 def _choices(raw: Any, count: int) -> list[bytes]:

@@ -3,11 +3,16 @@
 On SIGTERM (or Ctrl-C) the server stops accepting connections, answers ``/health`` with 503,
 answers every request in flight within ``--drain-seconds`` and exits 0.
 
-uvicorn is driven through its public interface alone: ``uvicorn.Config`` (httptools where
-installed, uvloop, no websockets), the listening socket bound here and handed to
+uvicorn is driven through its public interface alone: ``uvicorn.Config`` (uvloop, no
+websockets; as its ``http`` protocol the guard of :mod:`uform.serve.guard`, which bounds
+request heads and hands every byte to uvicorn's httptools protocol through
+``asyncio.Protocol``'s methods), the listening socket bound here and handed to
 ``uvicorn.Server.run(sockets=...)`` (so that the line saying where it listens names the port
 ``--port 0`` picked, printed once the application has started), and ``handle_exit``
-overridden to mark the server draining before uvicorn's own shutdown.
+overridden to mark the server draining before uvicorn's own shutdown and to have the guard
+close, when ``--drain-seconds`` run out, every connection still open (its request then ends
+as a client that left: no 500, no traceback; uvicorn waits a second longer before it would
+cancel anything).
 
 On CPUs the model is loaded with the library's own threading by default (``threads`` None:
 every core's ONNX Runtime thread in each call), and each lane runs one batch at a time
@@ -33,15 +38,19 @@ to that work too.
 
 from __future__ import annotations
 
+import asyncio
+import math
 import os
 import signal
 import socket
 import sys
+import time
 from collections.abc import Sequence
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from .config import ServeConfig
+from .guard import Connections, guarded
 
 if TYPE_CHECKING:
     from uform import Executor, Model
@@ -87,14 +96,22 @@ def serve(model: Model, config: ServeConfig, *, host: str, port: int, access_log
     where = f"http://{'[' + bound[0] + ']' if ':' in bound[0] else bound[0]}:{bound[1]}"
     line = f"uform serve: listening on {where} (model {config.model_id!r}: {', '.join(model.served.modalities)})"
     app, state = create_app(model, config, AccessLog() if access_log else None, lambda: print(line, file=announce or sys.stderr, flush=True))
+    connections = Connections()
+    http, h11_limit = _protocol(config, connections)
     uv = uvicorn.Config(
-        app, lifespan="on", access_log=False, log_level="info", timeout_graceful_shutdown=max(1, int(config.drain_seconds)),
-        http=_http(), loop=_loop(), ws="none",
+        app, lifespan="on", access_log=False, log_level="info",
+        # uvicorn cancels what still runs a second after the guard closed its connection (which ends it)
+        timeout_graceful_shutdown=math.ceil(config.drain_seconds) + 1,
+        http=http, h11_max_incomplete_event_size=h11_limit, loop=_loop(), ws="none",
         proxy_headers=False,  # the access log names the connection's peer; X-Forwarded-For is not read
     )  # fmt: skip
 
     class Draining(uvicorn.Server):
         def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+            if not state.draining:  # the first signal: the drain's deadline closes what is still open
+                state.drain_ends = time.monotonic() + config.drain_seconds
+                loop = asyncio.get_running_loop()
+                loop.call_soon_threadsafe(loop.call_later, config.drain_seconds, connections.close_all)
             state.draining = True
             super().handle_exit(sig, frame)
 
@@ -145,6 +162,18 @@ def _listen(host: str, port: int) -> socket.socket:
         sock.close()
         raise OSError(exc.errno, f"cannot listen on {host}:{port}: {exc.strerror}") from None
     return sock
+
+
+def _protocol(config: ServeConfig, connections: Connections) -> tuple[Any, int | None]:
+    """uvicorn's ``http`` and ``h11_max_incomplete_event_size``: the guard (serve.guard) in front
+    of uvicorn's httptools protocol; where httptools is missing, h11 with its own head limit
+    (which answers 400, and leaves the drain's deadline to uvicorn)."""
+    if _http() == "h11":
+        return "h11", config.max_header_bytes
+    from uvicorn.config import HTTP_PROTOCOLS
+    from uvicorn.importer import import_from_string
+
+    return guarded(import_from_string(HTTP_PROTOCOLS["httptools"]), config.max_url_bytes, config.max_header_bytes, connections), None
 
 
 def _http() -> str:

@@ -1,0 +1,222 @@
+"""``uform serve`` under hostile clients, over loopback: heads over their limits (431, 414)
+refused before they are read whole, the drain's deadline closing what still runs (no 500,
+no traceback), JSON nested too deep, a ``file://`` path that is not UTF-8, booleans as
+token ids, and a temperature group out of range, each a JSON 400 naming what is wrong."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import signal
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+import media as media_module
+import uform
+from serving import Proc, host_port, subprocess_server, thread_server
+from uform.serve import ServeConfig
+
+LONG = [("a long text about circles and squares " * 4)[:120] + str(i) for i in range(1024)]
+
+
+def exchange(url: str, data: bytes, chunk: int = 1 << 16) -> tuple[int, bytes]:
+    """Send ``data`` a chunk at a time until the server stops taking it; answer the bytes
+    it took (sent before the connection refused more) and what it answered."""
+    sent = 0
+    with socket.create_connection(host_port(url), timeout=10) as s:
+        try:
+            while sent < len(data):
+                s.sendall(data[sent : sent + chunk])
+                sent += chunk
+        except OSError:  # the server closed: the rest was never read
+            pass
+        got = b""
+        try:
+            while part := s.recv(65536):
+                got += part
+        except OSError:
+            pass
+        return min(sent, len(data)), got
+
+
+def answer_of(raw: bytes) -> tuple[int, dict[str, Any]]:
+    head, _, body = raw.partition(b"\r\n\r\n")
+    assert b"connection: close" in head.lower(), head
+    return int(head.split()[1]), json.loads(body)
+
+
+@pytest.fixture(scope="module")
+def limited() -> Iterator[Proc]:
+    with subprocess_server(["--max-header-bytes", "4096", "--max-url-bytes", "1024"]) as proc:
+        yield proc
+
+
+def test_a_head_over_the_limit_is_431_before_it_is_read_whole(limited: Proc) -> None:
+    huge = b"GET /health HTTP/1.1\r\nHost: x\r\nX-Padding: " + b"y" * (32 << 20) + b"\r\n\r\n"
+    taken, raw = exchange(limited.url, huge)
+    status, doc = answer_of(raw)
+    assert status == 431 and doc["error"]["code"] == "headers_too_large" and "--max-header-bytes" in doc["error"]["message"]
+    assert taken < 24 << 20, f"the server read {taken} bytes of a 32 MiB head"  # the limit, a lingering MiB, the sockets' buffers
+    many = b"GET /health HTTP/1.1\r\nHost: x\r\n" + b"".join(b"X-%d: y\r\n" % i for i in range(1000)) + b"\r\n"
+    status, doc = answer_of(exchange(limited.url, many)[1])
+    assert status == 431, doc
+    # a head within the limit, before and after the refusals, and one cut across several writes
+    assert httpx.get(limited.url + "/health", headers={"x-padding": "y" * 3000}).status_code == 200
+    split = b"GET /health HTTP/1.1\r\nHost: x\r\nX-Padding: " + b"y" * 5000 + b"\r\n\r\n"
+    status, doc = answer_of(exchange(limited.url, split, chunk=1000)[1])
+    assert status == 431, doc
+
+
+def test_a_url_over_the_limit_is_414(limited: Proc) -> None:
+    status, doc = answer_of(exchange(limited.url, b"GET /health?" + b"q" * 2000 + b" HTTP/1.1\r\nHost: x\r\n\r\n")[1])
+    assert status == 414 and doc["error"]["code"] == "url_too_long" and "--max-url-bytes" in doc["error"]["message"]
+    assert httpx.get(limited.url + "/health?" + "q" * 900).status_code == 200
+
+
+def test_the_drain_deadline_closes_what_still_runs_without_a_500_or_a_traceback() -> None:
+    args = ["--drain-seconds", "0.5", "--max-items", "16384", "--max-queue-items", "16384", "--max-batch-items", "16384", "--max-batch-tokens", "100000000"]
+    with subprocess_server(args) as server:
+        outcome: list[Any] = []
+
+        def send() -> None:
+            try:
+                outcome.append(httpx.post(server.url + "/v1/embeddings", json={"input": LONG * 16}, timeout=60))
+            except httpx.HTTPError as exc:
+                outcome.append(exc)
+
+        sender = threading.Thread(target=send)
+        sender.start()
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:  # the long request's items were received
+            if 'uform_items_total{modality="text"} 16384.0' in httpx.get(server.url + "/metrics").text:
+                break
+            time.sleep(0.01)
+        with socket.create_connection(host_port(server.url), timeout=10) as half:  # a body that never comes whole
+            half.sendall(b"POST /v1/embeddings HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"in")
+            time.sleep(0.1)
+            server.proc.send_signal(signal.SIGTERM)
+            got = b""
+            while part := half.recv(65536):
+                got += part
+        sender.join(30)
+        assert server.proc.wait(20) == 0
+        time.sleep(0.2)  # the log reader's last lines
+    assert got == b"", got  # the connection closed, no answer
+    assert len(outcome) == 1 and isinstance(outcome[0], httpx.RemoteProtocolError), outcome  # closed without an answer
+    log = "".join(server.lines)
+    assert "Traceback" not in log and "CancelledError" not in log and "Exception in ASGI" not in log, log
+    assert log.count('"POST /v1/embeddings" 499') == 2, log
+
+
+# -- bodies: one in-process server --------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def model() -> Iterator[uform.Model]:
+    with uform.Model.load_ram() as m:
+        yield m
+
+
+@pytest.fixture(scope="module")
+def served(model: uform.Model, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    root = tmp_path_factory.mktemp("media")
+    with thread_server(model, ServeConfig(model_id="default", media_root=root)) as (url, _):
+        yield url, root
+
+
+def post(url: str, body: bytes, path: str = "/v1/embeddings") -> httpx.Response:
+    return httpx.post(url + path, content=body, headers={"content-type": "application/json"}, timeout=30)
+
+
+def error_of(answer: httpx.Response) -> dict[str, Any]:
+    assert answer.headers["content-type"] == "application/json", answer.text
+    return answer.json()["error"]  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [  # orjson refuses the lone surrogate, so the standard library reads the rest, 1,024 levels deep
+        b'{"input": "\\ud800", "x": ' + b"[" * 1024 + b"]" * 1024 + b"}",
+        b'{"input": "x", "dimensions": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",  # a value nested past any repr
+        b'{"input": [{"type": ' + b"[" * 100_000 + b"]" * 100_000 + b"}]}",
+    ],
+    ids=["fallback-1024-deep", "dimensions-100000-deep", "part-type-100000-deep"],
+)
+def test_json_nested_too_deep_is_a_400_naming_the_body(served: tuple[str, Path], body: bytes) -> None:
+    answer = post(served[0], body)
+    error = error_of(answer)
+    assert answer.status_code == 400 and error["code"] in ("invalid_json", "invalid_value", "invalid_item"), error
+    assert "nested too deep" in error["message"] or "a list" in error["message"], error
+
+
+def test_a_file_path_that_is_not_utf8_is_named_escaped(served: tuple[str, Path]) -> None:
+    url, root = served
+    missing = json.dumps({"input": ["fine", {"type": "image_url", "image_url": {"url": f"file://{root}/a\udc80.png"}}]}).encode()
+    answer = post(url, missing)  # the JSON holds "\udc80": a lone surrogate escape, the byte 0x80 of a file name
+    error = error_of(answer)
+    assert answer.status_code == 400 and error["param"] == "input[1]" and f"no such file {root}/a\\x80.png" in error["message"], error
+    picture = media_module.encode_image(media_module.pattern(40, 50), "PNG")
+    name = os.fsencode(str(root)) + b"/b\x80.png"
+    with open(name, "wb") as f:
+        f.write(picture)
+    found = json.dumps({"input": [{"type": "image_url", "image_url": {"url": f"file://{root}/b\udc80.png"}}]}).encode()
+    as_data = json.dumps({"input": [{"type": "image_url", "image_url": {"url": "data:image/png;base64," + base64.b64encode(picture).decode()}}]})
+    assert post(url, found).json()["data"] == post(url, as_data.encode()).json()["data"]  # the file is served by its bytes' name
+    lone = json.dumps({"input": [{"type": "image_url", "image_url": {"url": f"file://{root}/c\ud800.png"}}]}).encode()
+    error = error_of(post(url, lone))
+    assert error["param"] == "input[0]" and "c\\ud800.png is not a file name" in error["message"], error
+
+
+@pytest.mark.parametrize("tokens", [[[True, True]], [[104, True]], [[104, 105], [False]]])
+def test_booleans_are_never_token_ids(served: tuple[str, Path], tokens: list[Any]) -> None:
+    answer = post(served[0], json.dumps({"input": tokens}).encode())
+    error = error_of(answer)
+    bad = next(i for i, t in enumerate(tokens) if any(isinstance(v, bool) for v in t))
+    assert answer.status_code == 400 and error["param"] == f"input[{bad}]" and "not booleans" in error["message"], error
+
+
+@pytest.mark.parametrize("groups", [[-1], [3], [0, 99]])
+def test_a_temperature_group_out_of_range_is_invalid_value(served: tuple[str, Path], groups: list[int]) -> None:
+    texts = ["a red circle. Is it red? Answer y or n: "] * len(groups)
+    answer = post(served[0], json.dumps({"input": texts, "choices": "yn", "temperature_groups": groups}).encode(), "/v1/choose")
+    error = error_of(answer)
+    bad = next(i for i, g in enumerate(groups) if not 0 <= g < 3)  # the default model has 3 groups
+    assert answer.status_code == 400 and error["code"] == "invalid_value" and error["param"] == f"temperature_groups[{bad}]", error
+    assert f"temperature group {groups[bad]} is out of range" in error["message"]
+
+
+def _server_memory(count: int) -> str:
+    """Resident memory of ``uform serve`` (the default model) around one request of ``count``
+    copies of the worst legal picture: a 10000×10000 16-bit RGBA PNG (100 M pixels)."""
+    from test_image_memory import png16_rgba
+
+    def status(pid: int) -> dict[str, int]:
+        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+        return {k: int(v.split()[0]) * 1024 for k, v in (line.split(":", 1) for line in lines) if k in ("VmRSS", "VmHWM")}
+
+    png = png16_rgba(10000, 10000, every=10000)  # one row, repeated: 0.8 MB of file
+    url = "data:image/png;base64," + base64.b64encode(png).decode()
+    with subprocess_server(["--max-request-bytes", str(max(32 << 20, count * 6 << 20))]) as server:
+        assert httpx.post(server.url + "/v1/embeddings", json={"input": "warm up"}).status_code == 200
+        before = status(server.proc.pid)
+        began = time.monotonic()
+        answer = httpx.post(server.url + "/v1/embeddings", json={"input": [{"type": "image_url", "image_url": {"url": url}}] * count}, timeout=600)
+        took = time.monotonic() - began
+        assert answer.status_code == 200, answer.text
+        after = status(server.proc.pid)
+    return (f"{count} x 10000x10000 16-bit RGBA PNG ({len(png) / 1e3:.0f} KB each): {took:.1f} s, RSS {before['VmRSS'] / 1e6:.0f} MB before, "
+            f"peak {after['VmHWM'] / 1e6:.0f} MB (+{(after['VmHWM'] - before['VmRSS']) / 1e6:.0f} MB), {after['VmRSS'] / 1e6:.0f} MB after")
+
+
+if __name__ == "__main__":  # python tests/test_serve_hostile.py [COUNT]: the figure of docs/serve.md ("what the server holds")
+    import sys
+
+    print(_server_memory(int(sys.argv[1]) if len(sys.argv) > 1 else 1))

@@ -1,0 +1,184 @@
+"""A guard in front of uvicorn's HTTP protocol: every request's head (its request line and
+headers) bounded in size, and the connections still open when the drain time runs out closed.
+
+uvicorn's httptools protocol reads a head of any size (a 96 MB header was read, for 11.7 s of
+the event loop, and answered 200), and its one limit on heads, ``h11_max_incomplete_event_size``,
+is the h11 protocol's and answers 400. So ``uform serve`` runs, as uvicorn's ``http``
+protocol (``uvicorn.Config(http=...)`` takes an ``asyncio.Protocol`` class), a protocol of its
+own, :class:`Guard`, that hands every byte on to the protocol uvicorn runs for
+``http="httptools"`` through ``asyncio.Protocol``'s methods alone, after reading it with an
+httptools parser of its own told only where messages begin and end and the URL's bytes (with
+no header callback, httptools keeps no header in Python: the parse is llhttp's C).
+
+A URL over ``max_url_bytes`` is answered 414, a head over ``max_header_bytes`` 431, each in
+OpenAI's error shape with ``Connection: close``, and the connection is closed (after dropping
+up to 1 MiB more for up to 2 s, so that the client reads the answer rather than a reset):
+none of that head reaches uvicorn past the read that crossed the limit, and nothing is parsed
+after it, so a refusal costs O(limit). A head
+is measured from its first byte when it starts a read (a new connection, a client that waits
+for its answer); a head that starts in the middle of a read, after a pipelined request, is
+measured from the next read, so it may run one read (at most 256 KiB) over before it is
+refused. Malformed HTTP is left to uvicorn's parser, which answers it 400.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+from .errors import ApiError
+
+END_OF_HEAD = b"\r\n\r\n"
+LINGER_BYTES = 1 << 20  # read and dropped after a refusal before the connection is closed
+LINGER_SECONDS = 2.0
+REASONS = {414: b"URI Too Long", 431: b"Request Header Fields Too Large"}
+
+
+class Refused(Exception):
+    def __init__(self, status: int, message: str, code: str) -> None:
+        super().__init__(message)
+        self.status, self.message, self.code = status, message, code
+
+
+@dataclass
+class Connections:
+    """The guarded connections open now; :meth:`close_all` ends them (the drain's deadline)."""
+
+    open: set[Guard] = field(default_factory=set)
+
+    def close_all(self) -> int:
+        """Close every connection still open (each had a request in flight: uvicorn closes idle
+        ones when it starts to drain); its client sees the connection close. Answers how many."""
+        guards = list(self.open)
+        for guard in guards:
+            if guard.transport is not None:
+                guard.transport.close()
+        return len(guards)
+
+
+def guarded(inner: type[asyncio.Protocol], max_url_bytes: int, max_header_bytes: int, connections: Connections) -> type[Guard]:
+    """The protocol class to give uvicorn: :class:`Guard` in front of ``inner`` with these limits."""
+    return type("Guard", (Guard,), {"inner_class": inner, "max_url_bytes": max_url_bytes, "max_header_bytes": max_header_bytes,
+                                    "connections": connections})  # fmt: skip
+
+
+class Guard(asyncio.Protocol):
+    """One connection: bytes checked, then handed to ``inner_class``'s protocol (made with the
+    arguments uvicorn gives this class)."""
+
+    inner_class: type[asyncio.Protocol]
+    max_url_bytes: int
+    max_header_bytes: int
+    connections: Connections
+
+    def __init__(self, **kwargs: Any) -> None:
+        import httptools
+
+        self.inner = self.inner_class(**kwargs)
+        self.parser: Any = httptools.HttpRequestParser(self)
+        self.transport: asyncio.Transport | None = None
+        self.in_message = self.in_head = False
+        self.head = self.url = 0  # bytes of the head being read, of its URL
+        self.begun = self.heads_ended = 0  # in the read being parsed
+        self.tail = b""  # the last bytes of the previous read: an end of head may straddle two
+        self.done = False  # refused, or the parser failed: the rest goes through unread (or nowhere)
+        self.refused = False
+        self.linger = 0  # bytes still to drop after a refusal
+
+    # -- httptools' callbacks --------------------------------------------------------------
+
+    def on_message_begin(self) -> None:
+        self.in_message = self.in_head = True
+        self.url = 0
+        self.begun += 1
+
+    def on_url(self, url: bytes) -> None:
+        self.url += len(url)
+        if self.url > self.max_url_bytes:
+            raise Refused(414, f"the URL is over the limit of {self.max_url_bytes} bytes (--max-url-bytes)", "url_too_long")
+
+    def on_headers_complete(self) -> None:
+        self.in_head = False
+        self.heads_ended += 1
+
+    def on_message_complete(self) -> None:
+        self.in_message = False
+
+    # -- asyncio.Protocol --------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's is one without deriving from it
+        self.connections.open.add(self)
+        self.inner.connection_made(transport)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.connections.open.discard(self)
+        self.inner.connection_lost(exc)
+
+    def eof_received(self) -> bool | None:
+        return self.inner.eof_received()
+
+    def pause_writing(self) -> None:
+        self.inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        self.inner.resume_writing()
+
+    def data_received(self, data: bytes) -> None:
+        if self.refused:
+            self.linger -= len(data)
+            if self.linger < 0 and self.transport is not None:
+                self.transport.close()
+            return
+        if not self.done:
+            try:
+                self.check(data)
+            except Refused as refusal:
+                self.refuse(refusal)
+                return
+        self.inner.data_received(data)
+
+    def check(self, data: bytes) -> None:
+        """Parse ``data``; raise :class:`Refused` for a URL or head over its limit."""
+        continuing, between = self.in_head, not self.in_message
+        self.begun = self.heads_ended = 0
+        try:
+            self.parser.feed_data(data)
+        except Refused:
+            raise
+        except Exception as exc:  # noqa: BLE001 - malformed: uvicorn's own parser answers it (400)
+            if isinstance(exc.__context__, Refused):  # where httptools wraps the callback's exception
+                raise exc.__context__ from None
+            self.done = True
+            return
+        first = None  # the size of the first head this read ends or leaves open, where it is known
+        if continuing:
+            end = (self.tail + data).find(END_OF_HEAD)
+            first = self.head + (end + len(END_OF_HEAD) - len(self.tail) if self.heads_ended and end >= 0 else len(data))
+        elif between and self.begun:  # a head that starts this read: from its first byte
+            end = data.find(END_OF_HEAD)
+            first = end + len(END_OF_HEAD) if self.heads_ended and end >= 0 else len(data)
+        if first is not None and first > self.max_header_bytes:
+            raise Refused(431, f"the request's headers are over the limit of {self.max_header_bytes} bytes (--max-header-bytes)",
+                          "headers_too_large")  # fmt: skip
+        if self.in_head:  # a head left open: what it holds so far, where known
+            opened_here = self.begun > (0 if continuing else 1) or (self.begun and not between)
+            self.head = 0 if opened_here else (first or 0)
+        self.tail = data[-(len(END_OF_HEAD) - 1) :]
+
+    def refuse(self, refusal: Refused) -> None:
+        """Answer the refusal and close, reading (and dropping) up to ``LINGER_BYTES`` more for
+        up to ``LINGER_SECONDS`` first: closing with unread bytes would reset the connection,
+        and the client could lose the answer before it read it."""
+        self.refused = True
+        transport = self.transport
+        if transport is None:
+            return
+        body = ApiError(refusal.status, refusal.message, code=refusal.code).encoded()
+        head = b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\nconnection: close\r\n\r\n"
+        transport.write(head % (refusal.status, REASONS[refusal.status], len(body)) + body)
+        if transport.can_write_eof():
+            transport.write_eof()
+        self.linger = LINGER_BYTES
+        asyncio.get_running_loop().call_later(LINGER_SECONDS, transport.close)
