@@ -114,6 +114,24 @@ def test_a_set_that_fails_midway_leaves_the_old_set_and_no_temporary(tmp_path: P
     assert snapshot(tmp_path) == {"a": b"new a", "b": b"new b"}
 
 
+def test_ctrl_c_while_a_set_is_put_in_place_leaves_no_temporary(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    replace = os.replace
+    calls = []
+
+    def interrupted(src: str, dst: str) -> None:
+        calls.append(dst)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", interrupted)
+    with pytest.raises(KeyboardInterrupt), Outputs() as out:
+        for name in ("a", "b", "manifest"):
+            with out.open(tmp_path / name) as f:
+                f.write(name.encode())
+    assert snapshot(tmp_path) == {"a": b"a"}  # the first was in place; the manifest, last, never came
+
+
 def test_a_folder_the_set_made_goes_when_the_set_fails(tmp_path: Path) -> None:
     with pytest.raises(OutputError, match="not a regular file"), Outputs() as out:
         out.folder(tmp_path / "new" / "deeper")

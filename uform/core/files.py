@@ -158,6 +158,13 @@ class Outputs:
         return OutputError(f"{shown}: not written ({_reason(exc)}); {old}")
 
     def commit(self) -> None:
+        try:
+            self._commit()
+        except BaseException:  # a Ctrl-C too: what is not in place yet goes
+            self.discard()
+            raise
+
+    def _commit(self) -> None:
         for temporary, real, shown in self._pending:
             try:
                 fd = os.open(temporary, os.O_RDONLY)
@@ -168,13 +175,13 @@ class Outputs:
                 if real.exists():  # the old file's permissions carry over
                     os.chmod(temporary, stat.S_IMODE(os.stat(real).st_mode))
             except OSError as exc:
-                self.discard()
                 raise self._failed(shown, exc) from None
         folders: set[Path] = set()
-        for temporary, real, _ in self._pending:
+        while self._pending:
+            temporary, real, _ = self._pending[0]
             os.replace(temporary, real)
             folders.add(real.parent)
-        self._pending = []
+            self._pending.pop(0)
         for old in self._remove:
             old.unlink(missing_ok=True)
         for folder in folders:
