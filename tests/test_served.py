@@ -62,3 +62,20 @@ def test_describe_prints_the_served_modalities(tiny_all: Path, capsys: pytest.Ca
     info = json.loads(capsys.readouterr().out)
     with uform.Model.load_ram(tiny_all) as model:
         assert info["modalities"] == {name: list(verbs) for name, verbs in model.served.modalities.items()}
+
+
+def test_the_one_verb_table_is_what_the_built_in_plugins_provide() -> None:
+    """``uform.served.ENCODE_VERBS`` names each kind of item's verb once for every caller (inputs,
+    index, server, Ray, the held-out reading): each verb is one its modality's plugin provides, and
+    every encoding verb of a built-in modality is in it, so a new one fails here until added."""
+    from uform.served import CHOOSE_VERB, DECODED_KINDS, ENCODE_VERBS, ITEM_VERBS
+
+    host = get_host()
+    for kind, verb in ENCODE_VERBS.items():
+        modality = kind.split("_")[0]
+        assert verb in host.modalities[modality].verbs, (kind, verb)
+    built_in = {v for m in ("text", "image", "video", "audio") for v in host.modalities[m].verbs}
+    assert built_in == set(ENCODE_VERBS.values())
+    assert CHOOSE_VERB in host.modalities["choose"].verbs
+    assert DECODED_KINDS < set(ENCODE_VERBS) and dict(ITEM_VERBS) == {k: v for k, v in ENCODE_VERBS.items() if k not in DECODED_KINDS}
+    assert list(ITEM_VERBS) == ["text", "image", "video", "audio"]
