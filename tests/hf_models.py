@@ -32,6 +32,9 @@ SIGLIP_B16: dict[str, Any] = {
     "vision": {"hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12, "intermediate_size": 3072, "image_size": 224, "patch_size": 16},
 }
 
+CLIP_MEAN = [0.48145466, 0.4578275, 0.40821073]
+CLIP_STD = [0.26862954, 0.26130258, 0.27577711]
+
 CORPUS = [
     "a photo of a cat", "A Photo Of A DOG!", "two dogs, running; on the beach...", "  leading and trailing spaces  ",
     "tabs\tand\nnewlines\r\nand    runs   of spaces", "naïve café déjà vu — crème brûlée", "Ünïcödé: ß, æ, ø, å, ñ, ç",

@@ -12,6 +12,8 @@ from pathlib import Path
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, BinaryIO
 
+import numpy as np
+
 from .core.arena import Arena, Encoded, RowsTape
 from .core.checkpoint import CheckpointFile
 from .core.executor import DeferredOn, Executor, On
@@ -176,6 +178,37 @@ class Model:
         (``family``, ``name``, ``architecture``, ``converter``), or None for uform's own."""
         found = self._runtime.config.source
         return None if found is None else {str(k): str(v) for k, v in found.items()}
+
+    @property
+    def labels(self) -> dict[str, Any] | None:
+        """How the model turns cosines into zero-shot label probabilities (format version 2's
+        ``labels``: ``kind`` ``"softmax"`` or ``"sigmoid"``, ``scale``, ``bias``), or None."""
+        found = self._runtime.config.raw.get("labels")
+        return None if found is None else {"kind": found["kind"], "scale": float(found["scale"]), "bias": float(found.get("bias", 0.0))}
+
+    def label_probabilities(self, embeddings: Any, labels: Sequence[str], /) -> np.ndarray:
+        """Zero-shot probabilities ``[N, L]`` (float32) of items against label texts, as the
+        model was trained to give them: CLIP's softmax over ``scale`` x cosine across the labels
+        (each row sums to 1), SigLIP's ``sigmoid(scale x cosine + bias)`` for each label.
+        ``embeddings``: unit rows ``[N, D]`` (or one ``[D]``) from any encode verb in F32.
+        Raises ``UnsupportedError`` for a model without ``labels`` (uform's own)."""
+        from .core import labels as zero_shot
+
+        spec = zero_shot.spec(self.labels)
+        items = zero_shot.rows(embeddings, self.describe().dimensions)
+        texts = zero_shot.label_texts(labels)
+        encoded = self.text_encode(texts, Arena()).embeddings
+        return zero_shot.probabilities(spec, items, np.array(encoded))
+
+    def image_labels(self, files: _Files, labels: Sequence[str], /) -> np.ndarray:
+        """:meth:`label_probabilities` of pictures (paths, bytes or binary file objects, as
+        :meth:`image_encode` takes them): ``[len(files), len(labels)]`` float32."""
+        from .core import labels as zero_shot
+
+        zero_shot.spec(self.labels)
+        texts = zero_shot.label_texts(labels)
+        images = np.array(self.image_encode(files, Arena()).embeddings)
+        return self.label_probabilities(images, texts)
 
     @property
     def served(self) -> Served:

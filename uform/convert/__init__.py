@@ -61,6 +61,7 @@ def convert(
     dtype: str = "bf16",
     name: str | None = None,
     frames: int = 8,
+    force: bool = False,
 ) -> Conversion:
     """Convert ``source`` into the uform file ``out``.
 
@@ -72,6 +73,7 @@ def convert(
     (default, half the size), ``"f16"`` or ``"f32"`` (the float32 path's exact weights).
     ``name``: what the file records as its source (default: the Hub id or directory name).
     ``frames``: the frames ``video_encode`` samples and averages through the image tower.
+    ``out`` may replace a uform checkpoint; any other file there is refused unless ``force``.
 
     Raises :class:`ConvertError` naming the file, tensor or field (a missing file, an unsupported
     architecture, a tensor whose shape disagrees with the config, NaN weights, a tokenizer that
@@ -84,6 +86,8 @@ def convert(
     target = Path(out)
     if target.is_dir():
         raise ConvertError(f"{target}: is a directory; give the path of the .safetensors file to write")
+    if target.exists() and not force and not _is_checkpoint(target):
+        raise ConvertError(f"{target}: exists and is not a uform checkpoint; refused (force=True, uform convert --force, replaces it)")
     directory, found_name = resolve(source)
     record_name = name or found_name
     temporary = _reserve(target)
@@ -177,6 +181,22 @@ def _cast(name: str, value: np.ndarray, dtype: np.dtype[Any]) -> np.ndarray:
     if dtype == np.float16 and not np.isfinite(cast).all():
         raise ConvertError(f"tensor {name!r}: holds values past float16's range (65504); convert with --dtype bf16 or f32")
     return cast
+
+
+def _is_checkpoint(path: Path) -> bool:
+    """Whether ``path`` is a safetensors file with a uform config (a file a conversion may replace)."""
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+
+            def read(begin: int, end: int) -> bytes:
+                f.seek(begin)
+                return f.read(end - begin)
+
+            metadata = safetensors.header(size, read)[0]
+    except (OSError, ValueError):
+        return False
+    return "uform" in metadata
 
 
 def _reserve(target: Path) -> Path:

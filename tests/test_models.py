@@ -1,0 +1,272 @@
+"""A converted CLIP and SigLIP (small geometries, random weights, the real CLIP BPE vocabulary,
+a SigLIP SentencePiece model; converted once per module) run by uform: embeddings against
+transformers' ``get_text_features`` / ``get_image_features`` through each family's own
+tokenizer, token ids, BF16 and E4M3 loads, zero-shot labels, and what uform does with any
+checkpoint (load_ram_buffer, describe, search, index, serve, Ray, export)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import uform
+from uform import Arena, Scalar
+
+pytest.importorskip("transformers")
+pytest.importorskip("sentencepiece")
+pytest.importorskip("tokenizers")
+
+import hf_models  # noqa: E402
+
+from uform.cli import main  # noqa: E402
+from uform.convert import convert  # noqa: E402
+
+# What BF16 and E4M3 loads keep on these random towers (measured least cosines, CLIP / SigLIP: BF16
+# 0.99998 / 0.99993, E4M3 0.9988 / 0.9963 over the corpus and 6 pictures; uform keeps 0.999 / 0.99 for its own).
+BOUND = {Scalar.F32: 0.99999, Scalar.BF16: 0.9995, Scalar.E4M3: 0.99}
+
+
+@pytest.fixture(scope="module")
+def clip(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    d = hf_models.make_clip(tmp_path_factory.mktemp("clip") / "tiny-clip")
+    out = d.parent / "clip.safetensors"
+    convert(d, out, dtype="f32")
+    return d, out
+
+
+@pytest.fixture(scope="module")
+def siglip(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    d = hf_models.make_siglip(tmp_path_factory.mktemp("siglip") / "tiny-siglip")
+    out = d.parent / "siglip.safetensors"
+    convert(d, out, dtype="f32")
+    return d, out
+
+
+def unit(x: Any) -> np.ndarray:
+    a = np.asarray(x, np.float64)
+    return a / np.linalg.norm(a, axis=1, keepdims=True)
+
+
+def pictures(count: int, size: int, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    base = rng.integers(0, 256, (count, 4, 4, 3)).astype(np.float32)
+    smooth = np.repeat(np.repeat(base, size // 4, axis=1), size // 4, axis=2)
+    return np.clip(smooth + rng.normal(0, 30, smooth.shape), 0, 255).astype(np.uint8)
+
+
+def reference(family: str, directory: Path, texts: list[str], pixels: np.ndarray, mean: list[float], std: list[float]) -> tuple[np.ndarray, np.ndarray, list[list[int]]]:
+    """transformers' text and image features (float32) and the family tokenizer's ids."""
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    model = AutoModel.from_pretrained(directory).eval()
+    tok = AutoTokenizer.from_pretrained(directory)
+    context = model.config.text_config.max_position_embeddings
+    padding: Any = "max_length" if family == "siglip" else True
+    enc = tok(texts, padding=padding, truncation=True, max_length=context, return_tensors="pt")
+    x = (pixels.astype(np.float32) / 255 - np.float32(mean)) / np.float32(std)
+    with torch.no_grad():
+        kwargs = {"input_ids": enc["input_ids"]} if family == "siglip" else dict(enc)
+        text = model.get_text_features(**kwargs).pooler_output.numpy()
+        image = model.get_image_features(pixel_values=torch.from_numpy(x).permute(0, 3, 1, 2).contiguous()).pooler_output.numpy()
+    ids = tok(texts, truncation=True, max_length=context)["input_ids"]
+    return text, image, ids
+
+
+@pytest.fixture(scope="module")
+def clip_reference(clip: tuple[Path, Path]) -> tuple[np.ndarray, np.ndarray, list[list[int]], np.ndarray]:
+    px = pictures(6, 32)
+    return (*reference("clip", clip[0], hf_models.CORPUS, px, hf_models.CLIP_MEAN, hf_models.CLIP_STD), px)
+
+
+@pytest.fixture(scope="module")
+def siglip_reference(siglip: tuple[Path, Path]) -> tuple[np.ndarray, np.ndarray, list[list[int]], np.ndarray]:
+    px = pictures(6, 32, seed=1)
+    return (*reference("siglip", siglip[0], hf_models.CORPUS, px, [0.5] * 3, [0.5] * 3), px)
+
+
+def cosines(got: Any, want: np.ndarray) -> np.ndarray:
+    """Each row's cosine with its reference; each row is nearest its own reference among all
+    (or one equal to it: "" and " " are the same tokens)."""
+    g, w = unit(got), unit(want)
+    nearest = np.argmax(g @ w.T, axis=1)
+    assert np.allclose(w[nearest], w, atol=1e-6)
+    return (g * w).sum(1)
+
+
+@pytest.mark.parametrize("quantization", [Scalar.F32, Scalar.BF16, Scalar.E4M3])
+def test_clip_embeddings_equal_transformers(clip: tuple[Path, Path], clip_reference: Any, quantization: Scalar) -> None:
+    text, image, _, px = clip_reference
+    with uform.Model.load_ram(clip[1], quantization=quantization) as m:
+        t = m.text_encode(hf_models.CORPUS, Arena()).embeddings
+        assert cosines(t, text).min() >= BOUND[quantization]
+        i = m.image_encode_pixels(list(px), Arena()).embeddings
+        assert cosines(i, image).min() >= BOUND[quantization]
+        if quantization == Scalar.F32:
+            assert m.backend == "cpu"
+
+
+@pytest.mark.parametrize("quantization", [Scalar.F32, Scalar.BF16, Scalar.E4M3])
+def test_siglip_embeddings_equal_transformers(siglip: tuple[Path, Path], siglip_reference: Any, quantization: Scalar) -> None:
+    text, image, _, px = siglip_reference
+    with uform.Model.load_ram(siglip[1], quantization=quantization) as m:
+        assert cosines(m.text_encode(hf_models.CORPUS, Arena()).embeddings, text).min() >= BOUND[quantization]
+        assert cosines(m.image_encode_pixels(list(px), Arena()).embeddings, image).min() >= BOUND[quantization]
+
+
+def test_bf16_stored_file_loads_within_the_bf16_bound(clip: tuple[Path, Path], clip_reference: Any, tmp_path: Path) -> None:
+    out = tmp_path / "bf16.safetensors"
+    convert(clip[0], out)  # the default: BF16 weights, half the file
+    text, image, _, px = clip_reference
+    with uform.Model.load_ram(out, quantization=Scalar.F32) as m:
+        assert cosines(m.text_encode(hf_models.CORPUS, Arena()).embeddings, text).min() >= BOUND[Scalar.BF16]
+        assert cosines(m.image_encode_pixels(list(px), Arena()).embeddings, image).min() >= BOUND[Scalar.BF16]
+
+
+@pytest.mark.parametrize("family", ["clip", "siglip"])
+def test_token_ids_equal_the_family_tokenizer(family: str, request: pytest.FixtureRequest) -> None:
+    """The held tokenizer (as text_encode runs it) gives the Hugging Face tokenizer's ids,
+    truncated at the context, over punctuation, Unicode, emoji, whitespace runs and long texts;
+    text_encode's stats count tokens and truncation in those ids."""
+    from uform.core.safetensors import parse
+    from uform.plugins.tokens import read
+
+    _, path = request.getfixturevalue(family)
+    _, _, ids, _ = request.getfixturevalue(f"{family}_reference")
+    container = parse(memoryview(path.read_bytes()))
+    cfg = json.loads(container.metadata["uform"])["towers"]["text"]
+    held = read(container.metadata, cfg["context"], cfg["vocab_size"], "towers.text").encode(hf_models.CORPUS)
+    assert [list(map(int, row)) for row in held.ids] == ids
+    stats = uform.TextEncodeStats()
+    with uform.Model.load_ram(path, quantization=Scalar.F32) as m:
+        m.text_encode(hf_models.CORPUS, Arena(), stats=stats)
+    assert stats.tokens == sum(len(r) for r in ids) and stats.truncated_items == sum(int(n > cfg["context"]) for n in held.full)
+    assert stats.truncated_items >= 1
+
+
+def test_clip_labels_are_softmax_over_scaled_cosines(clip: tuple[Path, Path], tmp_path: Path) -> None:
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    labels = ["a photo of a cat", "a photo of a dog", "a diagram"]
+    px = pictures(2, 32, seed=5)
+    with uform.Model.load_ram(clip[1], quantization=Scalar.F32) as m:
+        assert m.labels == {"kind": "softmax", "scale": pytest.approx(np.exp(4.0)), "bias": 0.0}
+        got = m.label_probabilities(m.image_encode_pixels(list(px), Arena()).embeddings, labels)
+    model = AutoModel.from_pretrained(clip[0]).eval()
+    enc = AutoTokenizer.from_pretrained(clip[0])(labels, padding=True, return_tensors="pt")
+    x = (px.astype(np.float32) / 255 - np.float32(hf_models.CLIP_MEAN)) / np.float32(hf_models.CLIP_STD)
+    with torch.no_grad():
+        out = model(**enc, pixel_values=torch.from_numpy(x).permute(0, 3, 1, 2).contiguous())
+    want = out.logits_per_image.softmax(dim=1).numpy()
+    assert got.shape == (2, 3) and np.allclose(got.sum(1), 1, atol=1e-6)
+    np.testing.assert_allclose(got, want, atol=2e-4)
+
+
+def test_siglip_labels_are_sigmoids_with_the_bias(siglip: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import torch
+    from PIL import Image
+    from transformers import AutoModel, AutoTokenizer
+
+    labels = ["a photo of a cat", "two dogs"]
+    px = pictures(1, 32, seed=6)
+    path = tmp_path / "p.png"
+    Image.fromarray(px[0]).save(path)
+    with uform.Model.load_ram(siglip[1], quantization=Scalar.F32) as m:
+        got = m.image_labels([str(path)], labels)
+    model = AutoModel.from_pretrained(siglip[0]).eval()
+    enc = AutoTokenizer.from_pretrained(siglip[0])(labels, padding="max_length", max_length=16, return_tensors="pt")
+    x = (px.astype(np.float32) / 255 - 0.5) / 0.5
+    with torch.no_grad():
+        out = model(input_ids=enc["input_ids"], pixel_values=torch.from_numpy(x).permute(0, 3, 1, 2).contiguous())
+    np.testing.assert_allclose(got, torch.sigmoid(out.logits_per_image).numpy(), atol=2e-4)
+    assert main(["labels", str(path), "--labels", ",".join(labels), "-m", str(siglip[1]), "--quantization", "f32", "--json"]) == 0
+    row = json.loads(capsys.readouterr().out)[0]
+    assert row["modality"] == "image" and row["labels"] == {t: pytest.approx(float(p), abs=1e-5) for t, p in zip(labels, got[0])}
+
+
+def test_labels_refused_without_labels(tiny_model: uform.Model, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(uform.UnsupportedError, match="this model has no labels"):
+        tiny_model.label_probabilities(np.zeros((1, tiny_model.describe().dimensions), np.float32), ["a"])
+    assert main(["labels", str(tmp_path), "--labels", "a,b"]) == 2
+    assert "has no labels" in capsys.readouterr().err
+
+
+def test_load_ram_buffer_describe_and_what_a_family_cannot_do(clip: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    data = clip[1].read_bytes()
+    with uform.Model.load_ram(clip[1]) as a, uform.Model.load_ram_buffer(data) as b:
+        texts = ["a cat", "a dog"]
+        assert np.array_equal(a.text_encode(texts, Arena()).embeddings, b.text_encode(texts, Arena()).embeddings)
+        assert b.source == {"family": "clip", "name": "tiny-clip", "architecture": "CLIPModel", "converter": a.source["converter"]}  # type: ignore[index]
+        d = a.describe()
+        assert (d.dimensions, d.context, d.token_width, d.choice_temperature_groups) == (48, 77, 0, 0)
+        with pytest.raises(uform.UnsupportedError):
+            a.text_choose(["is it? "], "yn", Arena())
+        with pytest.raises((uform.UnsupportedError, ValueError)):
+            a.text_encode(texts, Arena(), outputs=uform.Outputs.TOKENS)
+    assert main(["describe", "-m", str(clip[1]), "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["dimensions"] == 48 and "image" in info["modalities"] and "video" in info["modalities"]
+
+
+def test_search_index_and_search_index_on_a_folder(clip: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    from PIL import Image
+
+    monkeypatch.chdir(tmp_path)
+    folder = tmp_path / "photos"
+    folder.mkdir()
+    for i, p in enumerate(pictures(4, 64, seed=9)):
+        Image.fromarray(p).save(folder / f"p{i}.{'png' if i % 2 else 'jpg'}")
+    model = ["-m", str(clip[1]), "--quantization", "f32"]
+    assert main(["search", "a photo of a cat", str(folder), "--json", *model]) == 0
+    ranked = json.loads(capsys.readouterr().out)
+    with uform.Model.load_ram(clip[1], quantization=Scalar.F32) as m:
+        q = np.array(m.text_encode(["a photo of a cat"], Arena()).embeddings[0])
+        e = np.array(m.image_encode([str(folder / r["path"].rsplit("/", 1)[1]) for r in ranked], Arena()).embeddings)
+    assert [r["score"] for r in ranked] == pytest.approx(list(e @ q), abs=1e-5) and len(ranked) == 4
+    assert main(["index", "photos", "--into", "idx", *model]) == 0
+    capsys.readouterr()
+    assert main(["search", "a photo of a cat", "--index", "idx", "--json", *model]) == 0
+    indexed = json.loads(capsys.readouterr().out)
+    assert [r["path"].rsplit("/", 1)[1] for r in indexed] == [r["path"].rsplit("/", 1)[1] for r in ranked]
+
+
+def test_serve_names_the_model_and_ray_encodes_it(clip: tuple[Path, Path]) -> None:
+    pytest.importorskip("uvicorn")
+    import httpx
+    from serving import thread_server
+
+    from uform.ray import Encoder
+    from uform.serve.config import ServeConfig
+
+    with uform.Model.load_ram(clip[1]) as m:
+        with thread_server(m, ServeConfig(model_id="tiny-clip")) as (url, _):
+            card = httpx.get(url + "/v1/models").json()["data"][0]
+            assert card["id"] == "tiny-clip" and card["dimensions"] == 48 and "image" in card["modalities"]
+            got = httpx.post(url + "/v1/embeddings", json={"input": ["a cat", "naïve café 🐱"], "model": "tiny-clip"}).json()
+        want = np.array(m.text_encode(["a cat", "naïve café 🐱"], Arena()).embeddings)
+        assert np.allclose([row["embedding"] for row in got["data"]], want, atol=1e-6)
+        enc = Encoder(str(clip[1]), "text", "caption", threads=1)
+        try:
+            out = enc({"caption": np.array(["a cat", "naïve café 🐱"], dtype=object)})
+            assert np.array_equal(out["embedding"], want)
+        finally:
+            enc.close()
+
+
+def test_exported_towers_run_in_onnx_runtime(clip: tuple[Path, Path], siglip: tuple[Path, Path], tmp_path: Path) -> None:
+    import onnxruntime as ort
+
+    from uform.exporters.towers import export_towers
+
+    for path, family in ((clip[1], "clip"), (siglip[1], "siglip")):
+        written = export_towers(path, tmp_path / family, "f32")
+        with uform.Model.load_ram(path, quantization=Scalar.F32) as m:
+            px = pictures(2, 32, seed=7)
+            session = ort.InferenceSession(str(written["image"]), providers=["CPUExecutionProvider"])
+            (got,) = session.run(["embeddings"], {"pixels": px})
+            assert (unit(got) * unit(m.image_encode_pixels(list(px), Arena()).embeddings)).sum(1).min() >= 0.99999

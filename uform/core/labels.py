@@ -1,0 +1,63 @@
+"""Zero-shot label probabilities: an item's embedding against label texts, as the model was
+trained to compare them (checkpoint format version 2's ``labels``; docs/models.md).
+
+CLIP: ``softmax_j(scale · cos_j)`` over the labels of each item (they sum to 1); SigLIP:
+``sigmoid(scale · cos_j + bias)`` for each label on its own (each in 0…1, no sum). ``cos_j``
+is the dot product of the item's unit embedding with label ``j``'s text embedding.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from .errors import UnsupportedError
+
+
+def label_texts(labels: Any) -> list[str]:
+    """``labels`` checked: a non-empty sequence of strings (a bare string is refused, not split)."""
+    if isinstance(labels, (str, bytes)):
+        raise TypeError(f"labels must be a sequence of label texts, got a single {type(labels).__name__}; wrap it in a list")
+    out = list(labels)
+    if not out:
+        raise ValueError("labels: give one label text at least")
+    for i, label in enumerate(out):
+        if not isinstance(label, str):
+            raise TypeError(f"labels[{i}]: expected str, got {type(label).__name__}")
+    return out
+
+
+def rows(embeddings: Any, dimensions: int) -> np.ndarray:
+    """``embeddings`` as float64 ``[N, dimensions]`` (one row: ``[dimensions]`` is taken as ``[1, dimensions]``)."""
+    array = np.asarray(embeddings)
+    if array.dtype.kind != "f":
+        raise TypeError(f"embeddings must be floating-point rows (outputs_scalar=Scalar.F32), got {array.dtype}")
+    if array.ndim == 1:
+        array = array[None]
+    if array.ndim != 2 or array.shape[1] != dimensions:
+        raise ValueError(f"embeddings must have shape [N, {dimensions}] (this model's dimensions), got {list(array.shape)}")
+    if not np.isfinite(array).all():
+        raise ValueError(f"embeddings: row {int(np.flatnonzero(~np.isfinite(array).all(1))[0])} holds NaN or infinite values")
+    return array.astype(np.float64)
+
+
+def spec(labels: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    if labels is None:
+        raise UnsupportedError(
+            "this model has no labels (format version 2's `labels`): zero-shot label probabilities need a converted "
+            "CLIP or SigLIP (uform convert, docs/models.md); compare embeddings by cosine instead"
+        )
+    return labels
+
+
+def probabilities(labels: Mapping[str, Any], items: np.ndarray, texts: np.ndarray) -> np.ndarray:
+    """``[N, L]`` float32 probabilities of ``items`` (``[N, D]``) against label embeddings ``texts`` (``[L, D]``)."""
+    logits: np.ndarray = float(labels["scale"]) * (items @ np.asarray(texts, np.float64).T)
+    if labels["kind"] == "softmax":
+        logits -= logits.max(axis=1, keepdims=True)
+        e = np.exp(logits)
+        return np.asarray(e / e.sum(axis=1, keepdims=True), np.float32)
+    out = 1.0 / (1.0 + np.exp(-(logits + float(labels.get("bias", 0.0)))))
+    return np.asarray(out, np.float32)
