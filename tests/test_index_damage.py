@@ -8,6 +8,7 @@ import os
 import shutil
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -247,3 +248,64 @@ def test_a_garbled_kind_byte_or_nan_row_is_named_by_search_and_export(tmp_path: 
             with pytest.raises(IndexFormatError, match=f"{name}: the index is damaged: {why}"):
                 ix.export_parquet(tmp_path / f"{name}.parquet")
         assert sorted(p.name for p in tmp_path.iterdir() if "parquet" in p.name) == []  # no file left, whole or partial
+
+
+def test_hostile_or_ordinary_parquet(tmp_path: Path, ckpt: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """D9-D12: what pandas and Spark write (list<float>) imports; a missing column, a null, a
+    wrong width, NaN / inf / zero / 1e30 rows, bad hashes, an int path column, a path twice, a
+    missing file: each refused naming file, row and column, before anything is added."""
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    root = photos(tmp_path / "photos", 3)
+    with Index(tmp_path / "idx", checkpoint=ckpt) as ix:
+        ix.update([root])
+        ix.export_parquet(tmp_path / "good.parquet")
+    good = pq.read_table(tmp_path / "good.parquet")
+    plain = good.set_column(5, "embedding", pa.array(good.column("embedding").to_pylist(), pa.list_(pa.float32())))
+    pq.write_table(plain, tmp_path / "plain.parquet")  # list<float>, as pandas writes it
+
+    def bad(name: str, table: Any) -> Path:
+        pq.write_table(table, tmp_path / f"{name}.parquet")
+        return tmp_path / f"{name}.parquet"
+
+    rows = good.column("embedding").to_pylist()
+
+    def with_row(value: Any, at: int = 1) -> Any:
+        changed = [*rows[:at], value, *rows[at + 1 :]]
+        return good.set_column(5, "embedding", pa.array(changed, pa.list_(pa.float32())))
+
+    hashes = good.column("hash").to_pylist()
+    cases = {
+        "missing": (good.drop_columns(["hash"]), "no column 'hash'"),
+        "nullpath": (good.set_column(0, "path", pa.array([None, *good.column("path").to_pylist()[1:]], pa.string())), "row 0: path is null"),
+        "nullemb": (with_row(None), "row 1: embedding is null"),
+        "narrow": (with_row([0.25] * 16), "row 1: embedding has 16 values; the index's rows have 32"),
+        "nan": (with_row([float("nan")] * 32), "row 1: embedding is not finite"),
+        "inf": (with_row([float("inf")] + [0.0] * 31), "row 1: embedding is not finite"),
+        "zero": (with_row([0.0] * 32), r"row 1: embedding is not a unit vector \(norm 0\)"),
+        "huge": (with_row([x * 1e30 for x in rows[1]]), r"row 1: embedding is not a unit vector \(norm 1e\+30\)"),
+        "hash1": (good.set_column(2, "hash", pa.array(["ab", *hashes[1:]])), "row 0: hash 'ab' is not 32 hexadecimal digits"),
+        "hashx": (good.set_column(2, "hash", pa.array([hashes[0], "zz" * 16, hashes[2]])), "row 1: hash 'zz"),
+        "intpath": (good.set_column(0, "path", pa.array([1, 2, 3], pa.int64())), "column 'path' holds int64, not strings"),
+        "twice": (pa.concat_tables([good, good.slice(1, 1)]), "row 3: path '.*p1.png' again \\(first at .*twice.parquet row 1\\)"),
+        "modality": (good.set_column(1, "modality", pa.array(["image", "picture", "image"])), "row 1: modality 'picture' is none of"),
+    }
+    for name, (table, why) in cases.items():
+        path = bad(name, table)
+        with Index(tmp_path / f"into-{name}", checkpoint=ckpt) as ix:
+            with pytest.raises(ValueError, match=f"{path}: {why}"):
+                ix.import_parquet(path)
+            assert len(ix) == 0, name
+    folder = tmp_path / "mixed"
+    folder.mkdir()
+    pq.write_table(good, folder / "a.parquet")
+    pq.write_table(cases["nan"][0], folder / "b.parquet")
+    assert main(["index", "--into", str(tmp_path / "m"), "--import-parquet", str(folder), "-m", str(ckpt)]) == 2
+    assert f"uform: error: {folder}/b.parquet: row 1: embedding is not finite" in capsys.readouterr().err
+    with Index(tmp_path / "m", checkpoint=ckpt, read_only=True) as ix:
+        assert len(ix) == 0  # the good file's rows were not added either
+    assert main(["index", "--into", str(tmp_path / "m"), "--import-parquet", str(tmp_path / "nowhere.parquet"), "-m", str(ckpt)]) == 2
+    assert f"{tmp_path}/nowhere.parquet: no such file or folder" in capsys.readouterr().err
+    with Index(tmp_path / "plain-into", checkpoint=ckpt) as ix:
+        assert ix.import_parquet(tmp_path / "plain.parquet") == 3
+        assert {e.path for e in ix.entries()} == set(good.column("path").to_pylist())

@@ -287,7 +287,7 @@ class Index:
         A path already holding the same hash is left as it is. Imported files carry no size and
         time: the next :meth:`update` over them reads and hashes each once, and embeds none
         whose hash matches."""
-        from .parquet import import_rows
+        from .importing import import_rows
 
         added = import_rows(self._writer(), path)
         if not self.build_ivf():

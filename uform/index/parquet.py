@@ -20,9 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..core.types import Scalar
-from .identity import FORMAT, MODALITIES, Entry, Identity, IndexModelError, checkpoint_digest, kind_of
-from .records import Chunk, Insert
-from .store import Store
+from .identity import FORMAT, MODALITIES, Entry, Identity, checkpoint_digest
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -31,7 +29,7 @@ if TYPE_CHECKING:
 BATCH = 1 << 15
 
 
-def _pa() -> Any:
+def arrow() -> Any:
     try:
         import pyarrow
         import pyarrow.parquet  # noqa: F401
@@ -42,7 +40,7 @@ def _pa() -> Any:
 
 def schema(dimensions: int, scalar: Scalar | str = Scalar.F32) -> pa.Schema:
     """The columns of an exported index (a B1 index's ``embedding`` holds packed bits)."""
-    pa = _pa()
+    pa = arrow()
     bits = Scalar(scalar) is Scalar.B1
     embedding = pa.list_(pa.uint8(), (dimensions + 7) // 8) if bits else pa.list_(pa.float32(), dimensions)
     return pa.schema([
@@ -54,7 +52,7 @@ def schema(dimensions: int, scalar: Scalar | str = Scalar.F32) -> pa.Schema:
 def table(paths: list[str], modalities: list[str], hashes: list[str], model: str, quantization: str,
           embeddings: np.ndarray, texts: list[str | None], scalar: Scalar | str = Scalar.F32) -> pa.Table:  # fmt: skip
     """Rows of the schema; ``embeddings`` float32 ``[n, dimensions]`` (B1: packed uint8 ``[n, bytes]``)."""
-    pa = _pa()
+    pa = arrow()
     bits = Scalar(scalar) is Scalar.B1
     dimensions = embeddings.shape[1] * (8 if bits else 1) if embeddings.ndim == 2 else 0
     s = schema(dimensions, scalar)
@@ -77,7 +75,7 @@ def widen(rows: np.ndarray, scalar: Scalar) -> np.ndarray:
 
 def write_index(entries: Iterable[Entry], identity: Identity, path: str | os.PathLike[str]) -> int:
     """Write ``entries`` (an index's, of one snapshot) to the Parquet file ``path``; answer the rows."""
-    pa = _pa()
+    pa = arrow()
     scalar = Scalar(identity.scalar)
     s = schema(identity.dimensions, scalar)
     s = s.with_metadata({**s.metadata, b"uform.checkpoint": os.path.basename(identity.checkpoint).encode()})
@@ -114,48 +112,6 @@ def _write(writer: Any, entries: list[Entry], identity: Identity, s: pa.Schema) 
               identity.quantization, vectors, [e.text for e in entries], scalar)  # fmt: skip
     writer.write_table(t.cast(s))
     return len(entries)
-
-
-def read_batches(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
-    """The rows of a Parquet file or folder of them (as ``write_index`` or ``uform.ray.index_rows``
-    wrote), a batch at a time: lists of the columns, ``embedding`` as a 2-D array."""
-    _pa()
-    import pyarrow.dataset as ds
-
-    for batch in ds.dataset(os.fspath(path), format="parquet").to_batches(batch_size=BATCH):
-        column = batch.column("embedding")
-        width = column.type.list_size
-        values = column.flatten().to_numpy(zero_copy_only=False)
-        out = {name: batch.column(name).to_pylist() for name in ("path", "modality", "hash", "model", "quantization", "text")}
-        out["embedding"] = values.reshape(-1, width) if width else values.reshape(len(batch), -1)
-        yield out
-
-
-def import_rows(store: Store, path: str | os.PathLike[str]) -> int:
-    """``Index.import_parquet``: append the rows of ``path`` made by the index's model (refusing
-    any other's), a batch a commit (Store.commit); a path already holding the same hash is kept."""
-    from .update import store_rows
-
-    identity = store.identity
-    mine = (identity.checkpoint_sha256, identity.quantization)
-    bits = Scalar(identity.scalar) is Scalar.B1
-    with store.snapshot():
-        known = store.hashes()
-    added = 0
-    for batch in read_batches(path):
-        for model in set(zip(batch["model"], batch["quantization"], strict=True)) - {mine}:
-            raise IndexModelError(f"{path} holds embeddings of the checkpoint with SHA-256 {model[0]} ({model[1]} weights); "
-                                  f"{store.folder} is of {identity.describe()}")  # fmt: skip
-        keep = [i for i, (p, h) in enumerate(zip(batch["path"], batch["hash"], strict=True)) if known.get(p) != bytes.fromhex(h)]
-        if not keep:
-            continue
-        vectors = batch["embedding"][keep]
-        rows = vectors.astype(np.uint8).view(store.dtype).reshape(-1) if bits else store_rows(vectors.astype(np.float32), store)
-        inserts = [Insert(batch["path"][i], None, None, bytes.fromhex(batch["hash"][i]), batch["text"][i], kind_of(batch["modality"][i])) for i in keep]
-        store.commit(Chunk(rows, inserts))
-        known.update((i.path, i.hash) for i in inserts)
-        added += len(keep)
-    return added
 
 
 def ray_batch(batch: dict[str, np.ndarray], *, path_column: str, column: str, modality: str, model: str, quantization: str,
