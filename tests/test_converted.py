@@ -152,6 +152,23 @@ def test_low_precision_loads_within_bounds(clip: tuple[Any, Path], siglip: tuple
             assert cos.min() >= bound and cos.mean() >= mean, (path.name, verb, cos.min(), cos.mean())
 
 
+def test_every_cpu_class_runs_a_converted_file(clip: tuple[Any, Path], siglip: tuple[Any, Path]) -> None:
+    """Each class this machine runs (its kernels: the cpu backend's graphs below x86-64-v3, then
+    the op library's avx2, avx512, amx variants, with the fused attention and epilogues)."""
+    from uform.plugins.cpu import machine_classes
+
+    pixels = list(_pixels(3, seed=4))
+    for _, path in (clip, siglip):
+        ref = uform.Model.load_ram(path, quantization=Scalar.F32)
+        want = {verb: np.asarray(getattr(ref, verb)(items, Arena()).embeddings, np.float64) for verb, items in (("text_encode", TEXTS), ("image_encode_pixels", pixels))}
+        for cls in machine_classes():
+            for quantization, bound in ((Scalar.BF16, 0.9999), (Scalar.E4M3, 0.98)):
+                m = uform.Model.load_ram(path, quantization=quantization, cpu_class=cls)
+                for verb, items in (("text_encode", TEXTS), ("image_encode_pixels", pixels)):
+                    cos = _cos(getattr(m, verb)(items, Arena()).embeddings, want[verb])
+                    assert cos.min() >= bound, (path.name, cls, quantization, m.backend, m.compute, verb, cos.min())
+
+
 def test_stored_f16_and_bf16_files_load(clip: tuple[Any, Path], tmp_path: Path) -> None:
     import ml_dtypes
 
