@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..served import ITEM_VERBS
 from . import generate as g
 from .media import audio_bytes, image_bytes, video_bytes
 
@@ -142,16 +143,16 @@ def evaluate(
             progress(done, total)
 
     pictures = [g.picture(rng, int(rng.choice([32, 64, 128]))) for _ in range(count)]
-    image = _retrieval(model, "image_encode", [image_bytes(p.pixels, g_fmt(i, "png", "jpeg")) for i, p in enumerate(pictures)],
+    image = _retrieval(model, ITEM_VERBS["image"], [image_bytes(p.pixels, g_fmt(i, "png", "jpeg")) for i, p in enumerate(pictures)],
                        [p.caption for p in pictures])  # fmt: skip
     report(1)
     clips = [g.clip(rng, int(rng.choice([32, 64]))) for _ in range(count)]
-    video = _retrieval(model, "video_encode", [video_bytes(c.frames, g_fmt(i, "mp4", "webm")) for i, c in enumerate(clips)],
+    video = _retrieval(model, ITEM_VERBS["video"], [video_bytes(c.frames, g_fmt(i, "mp4", "webm")) for i, c in enumerate(clips)],
                        [c.caption for c in clips])  # fmt: skip
     direction = clip_direction(model, video[3], [(c.colour, c.shape, c.direction) for c in clips])
     report(2)
     sounds = [g.sound(rng) for _ in range(count)]
-    audio = _retrieval(model, "audio_encode", [audio_bytes(s.samples, g_fmt(i, "wav", "flac")) for i, s in enumerate(sounds)],
+    audio = _retrieval(model, ITEM_VERBS["audio"], [audio_bytes(s.samples, g_fmt(i, "wav", "flac")) for i, s in enumerate(sounds)],
                        [s.caption for s in sounds])  # fmt: skip
     report(3)
     asked = [g.question(rng) for _ in range(questions)]

@@ -30,6 +30,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..served import ITEM_VERBS
+
 if TYPE_CHECKING:
     from uform.model import Model
 
@@ -564,18 +566,18 @@ def evaluate(
             progress(done, 4)
 
     pictures = [picture(rng) for _ in range(count)]
-    image = _retrieve(model, "image_encode", pictures, rng, lambda m: picture_caption(rng, m[0], m[1], int(m[2])))
+    image = _retrieve(model, ITEM_VERBS["image"], pictures, rng, lambda m: picture_caption(rng, m[0], m[1], int(m[2])))
     report(1)
     made = [clip(rng) for _ in range(count)]
     clips = [c for c, _ in made]
-    video = _retrieve(model, "video_encode", clips, rng, lambda m: clip_caption(rng, m[0], m[1], m[2]))
+    video = _retrieve(model, ITEM_VERBS["video"], clips, rng, lambda m: clip_caption(rng, m[0], m[1], m[2]))
     four = [[d[w] for w in WAYS] for _, d in made]
     texts = np.array(model.text_encode([t for row in four for t in row], Arena()).embeddings).reshape(count, 4, -1)
     guessed = np.argmax(np.einsum("cd,cwd->cw", video[3], texts), axis=1)
     direction = float(np.mean([WAYS[int(i)] == c.meaning[2] for i, c in zip(guessed, clips)]))
     report(2)
     sounds = [sound(rng) for _ in range(count)]
-    audio = _retrieve(model, "audio_encode", sounds, rng, lambda m: sound_caption(rng, m[0], m[1], m[2]))
+    audio = _retrieve(model, ITEM_VERBS["audio"], sounds, rng, lambda m: sound_caption(rng, m[0], m[1], m[2]))
     report(3)
     asked = [question(rng) for _ in range(questions)]
     tape = model.text_choose([q.text for q in asked], [q.choices for q in asked], Arena(), temperature_groups=[group(model, q.group) for q in asked])
