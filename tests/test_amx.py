@@ -8,7 +8,6 @@ kernels over a scalar model of the tile instructions) everywhere."""
 from __future__ import annotations
 
 import dataclasses
-import re
 
 import ml_dtypes
 import numpy as np
@@ -80,9 +79,9 @@ def test_the_environment_picks_any_of_the_classs_variants(monkeypatch: pytest.Mo
 @pytest.mark.parametrize("variant", ["amx", "amx-model"])
 def test_the_tile_kernels_write_each_rows_bits_whatever_rows_and_threads_run_with_it(variant: str) -> None:
     """A C tile's row depends on its A row alone, and every row sums its k in the same order
-    whichever tile (of 16 or 32 rows), task or thread runs it: a product's rows are the bits of
-    the same rows run in other groupings (of 5 rows at least: fewer take the avx512-bf16
-    kernels on a real AMX CPU) and on 1-3 threads. Many panels (n = 629), odd k."""
+    whichever tile (of 16 or 32 rows), task or thread runs it, and products of any rows run on
+    the tiles: a product's rows are the bits of the same rows run in other groupings (1 row
+    to 257) and on 1-3 threads. Many panels (n = 629), odd k."""
     lib = runnable(variant)
     rng = np.random.default_rng(7)
     m, n, k = 300, 629, 771
@@ -94,23 +93,10 @@ def test_the_tile_kernels_write_each_rows_bits_whatever_rows_and_threads_run_wit
         whole = lib.gemm(variant, x, packed, n, scale, bias, threads=1)
         for threads in (2, 3):
             assert np.array_equal(lib.gemm(variant, x, packed, n, scale, bias, threads=threads), whole)
-        for size in (5, 17, 33, 257):
-            parts = np.concatenate([lib.gemm(variant, x[r : r + size], packed, n, scale, bias, threads=2) for r in range(0, m - size + 1, size)])
+        for size in (1, 2, 3, 4, 5, 17, 33, 257):
+            rows = 40 if size < 16 and variant == "amx-model" else m  # the model runs 16 rows for each: the first rows only
+            parts = np.concatenate([lib.gemm(variant, x[r : r + size], packed, n, scale, bias, threads=2) for r in range(0, rows - size + 1, size)])
             assert np.array_equal(parts, whole[: len(parts)]), f"{'e4m3' if quantized else 'bf16'}, groups of {size}"
-
-
-@needs_library
-@pytest.mark.parametrize("value", ["abc", "-1", "65", "4.5"])
-def test_a_bad_row_count_for_the_tiles_fails_the_load_by_name(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
-    monkeypatch.delenv("UFORM_AVX512_KERNELS", raising=False)
-    as_if(monkeypatch, "intel", tiles=True)
-    monkeypatch.setenv("UFORM_AMX_MIN_ROWS", value)
-    with pytest.raises(UnsupportedError, match=rf"^UFORM_AMX_MIN_ROWS='{re.escape(value)}' is not a row count: set it to an integer from 0 to 64, or unset it$"):
-        e4m3.variant_of(AMX)
-    assert e4m3.variant_of(BF16) == "avx512"  # only a load that takes the tiles reads it
-    for good in ("0", " 16 ", "64", ""):
-        monkeypatch.setenv("UFORM_AMX_MIN_ROWS", good)
-        assert e4m3.variant_of(AMX) == "amx"
 
 
 MLAS_CONFIG = bytes([1, 0] + [0] * 14 + [64, 0] * 8 + [0] * 16 + [16] * 8 + [0] * 8)  # palette 1, 8 tiles of 16 x 64 B
@@ -201,3 +187,37 @@ def test_the_tile_peak_probe_answers_where_the_tiles_run() -> None:
     else:
         assert peak is None and LIBRARY.amx_refusal
     assert LIBRARY.fma_peak("amx-model") is None  # a model has no peak
+
+
+def edge_rows(rng: np.random.Generator, m: int, k: int) -> np.ndarray:
+    """Rows whose sums the tiles' order and rounding decide: long cancelling runs, products
+    that underflow (flushed), subnormal inputs (taken as zero), magnitudes from 2^-120 to 2^60."""
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    x[0] = np.float32(1e-39)  # subnormal: rounds to a subnormal BF16, which the tiles read as zero
+    x[1] = rng.choice([1.0, -1.0], k).astype(np.float32) * np.float32(2.0**-120)  # products below float32's normals
+    x[2, ::2], x[2, 1::2] = 3.0e4, -3.0e4  # even and odd sums that cancel
+    x[3] = np.ldexp(1.0, rng.integers(-40, 60, k)).astype(np.float32) * rng.choice([1.0, -1.0], k)
+    return x
+
+
+@needs_library
+def test_the_tile_model_gives_the_real_tiles_bits() -> None:
+    """``amx-model`` (what every machine tests the amx kernels' arithmetic with) answers the bits
+    the real tiles do, for every row count, k (one tile's depth, several, a padded one), BF16
+    and E4M3 weights, bias, scale, GELU and residual, on 1 and 2 threads."""
+    lib = runnable("amx")
+    rng = np.random.default_rng(11)
+    for m, n, k in [(1, 64, 32), (4, 100, 64), (17, 129, 771), (40, 64, 3072)]:
+        x = edge_rows(rng, max(m, 4), k)[:m] if m >= 4 else rng.standard_normal((m, k)).astype(np.float32)
+        w = (rng.standard_normal((n, k)) * np.ldexp(1.0, rng.integers(-30, 3, (n, 1)))).astype(ml_dtypes.bfloat16)
+        bias = rng.standard_normal(n).astype(np.float32)
+        residual = rng.standard_normal((m, n)).astype(np.float32)
+        for quantized in (False, True):
+            real, real_scale = lib.pack("amx", w, quantized)
+            model, model_scale = lib.pack("amx-model", w, quantized)
+            assert np.array_equal(real, model) and (real_scale is None or np.array_equal(real_scale, model_scale))
+            for gelu, add in ((False, None), (True, None), (False, residual)):
+                want = lib.gemm("amx-model", x, model, n, model_scale, bias, threads=1, residual=add, gelu=gelu)
+                for threads in (1, 2):
+                    got = lib.gemm("amx", x, real, n, real_scale, bias, threads=threads, residual=add, gelu=gelu)
+                    assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), f"m={m} n={n} k={k} e4m3={quantized} gelu={gelu}"

@@ -100,7 +100,7 @@ void scores(const Attention& a, const float* __restrict rows, int64_t h, int64_t
 
 // out[i + r] = (sum_j p[r][j] v_j) * inverse[r], 64 columns at a time.
 template <int R>
-void values(const Attention& a, const float* __restrict rows, int64_t h, int64_t i, int64_t tp, const float* __restrict scored,
+void values(const Attention& a, const float* __restrict rows, const float*, int64_t h, int64_t i, int64_t tp, const float* __restrict scored,
             const float* inverse) {
   const int64_t t = a.tokens, d = a.head_dim, width = a.heads * d, stride = 3 * width;
   for (int64_t c0 = 0; c0 < d; c0 += BLOCK) {
@@ -122,13 +122,6 @@ void values(const Attention& a, const float* __restrict rows, int64_t h, int64_t
       for (int u = 0; u < vectors; ++u) _mm512_storeu_ps(out + 16 * u, _mm512_mul_ps(acc[r][u], _mm512_set1_ps(inverse[r])));
     }
   }
-}
-
-template <int R>
-void block(const Attention& a, const float* rows, int64_t h, int64_t i, int64_t tp, const float* kt, const float*, float* scored) {
-  float inverse[ROWS];
-  scores<R>(a, rows, h, i, tp, kt, scored, inverse);
-  values<R>(a, rows, h, i, tp, scored, inverse);
 }
 
 #include "attention.inc"

@@ -10,9 +10,7 @@
 
 #include "attention.h"
 
-// Only after every include: a template or inline function from a header compiled under this
-// target would be a weak symbol that the linker may keep for every file, and a machine
-// without these instructions would run it (std::vector<float>::assign did: SIGILL on AVX2).
+// Only after every include (attention.cpp says why).
 #pragma GCC target("avx2,fma")
 
 namespace uform {
@@ -110,7 +108,7 @@ void scores(const Attention& a, const float* __restrict rows, int64_t h, int64_t
 
 // out[i + r] = (sum_j p[r][j] v_j) * inverse[r], 32 columns at a time.
 template <int R>
-void values(const Attention& a, const float* __restrict vs, int64_t h, int64_t i, int64_t tp, const float* __restrict scored,
+void values(const Attention& a, const float*, const float* __restrict vs, int64_t h, int64_t i, int64_t tp, const float* __restrict scored,
             const float* inverse) {
   const int64_t t = a.tokens, d = a.head_dim, width = a.heads * d;
   for (int64_t c0 = 0; c0 < d; c0 += BLOCK) {
@@ -139,13 +137,6 @@ void values(const Attention& a, const float* __restrict vs, int64_t h, int64_t i
         if (u < vectors) _mm256_storeu_ps(out + LANES * u, _mm256_mul_ps(acc[r][u], _mm256_set1_ps(inverse[r])));
     }
   }
-}
-
-template <int R>
-void block(const Attention& a, const float* rows, int64_t h, int64_t i, int64_t tp, const float* kt, const float* vs, float* scored) {
-  float inverse[ROWS];
-  scores<R>(a, rows, h, i, tp, kt, scored, inverse);
-  values<R>(a, vs, h, i, tp, scored, inverse);
 }
 
 #include "attention.inc"

@@ -4,9 +4,10 @@
 // pieces (rounding, E4M3 decoding) these kernels share. E4M3 panels are decoded into the
 // thread's BF16 panel once and reused for all the rows of its tasks (tiling.inc).
 //
-// Products of fewer than UFORM_AMX_MIN_ROWS rows (default 5) run the avx512-bf16 kernels over
-// the same packed panels instead: at a few rows a tile's 16 are mostly empty and the product
-// streams its weights once (oneDNN runs one row on AVX-512 BF16; SGLang takes tiles above 4 rows).
+// Every product runs on the tiles, whatever its rows, so that a row's bits are the same in any
+// batch: VDPBF16PS sums a column's products in one chain, a tile in two (even and odd k) over
+// each 32 of k (kernels_amx_model.cpp), so no other kernel gives the tiles' bits. At 1-4 rows
+// a product streams its weights once either way (docs/backends.md, "AMX").
 //
 // Before the first tile instruction, Linux must grant the process the tile data state
 // (arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA), kernel 5.16 and later): amx_refusal()
@@ -62,14 +63,6 @@ const char* ask_for_tiles() {
 #endif
 }
 
-int64_t min_rows() {
-  static const int64_t rows = [] {
-    const char* given = std::getenv("UFORM_AMX_MIN_ROWS");
-    const long value = given && *given ? std::strtol(given, nullptr, 10) : 5;
-    return std::clamp<int64_t>(value, 0, 64);  // at most 64: both variants' tasks are then one block of rows
-  }();
-  return rows;
-}
 }  // namespace
 
 const char* amx_refusal() {
@@ -104,14 +97,6 @@ static void decode(const Gemm& g, int64_t j, uint32_t* out) {
 #include "tiles.inc"
 #undef UFORM_VFMA
 
-static void run(const Gemm& g, int64_t t) {
-  if (g.m < min_rows()) {
-    kernel_avx512bf16.task(g, t);  // the same panels; one block of rows in both (min_rows <= 64 <= either MC)
-  } else {
-    task(g, t);
-  }
-}
-
 }  // namespace amx
 
 double tile_peak_amx(int64_t iterations) {
@@ -139,6 +124,6 @@ double tile_peak_amx(int64_t iterations) {
   return double(iterations) * 4 * (16.0 * 16 * 32 * 2) / seconds;
 }
 
-const Kernel kernel_amx = {"amx", amx::NR, amx::PAIR, amx::MC, true, amx::run, round_rows_avx512bf16, nullptr, amx::KBLOCK};
+const Kernel kernel_amx = {"amx", amx::NR, amx::PAIR, amx::MC, true, amx::task, round_rows_avx512bf16, nullptr, amx::KBLOCK};
 
 }  // namespace uform

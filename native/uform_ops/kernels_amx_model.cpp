@@ -6,11 +6,14 @@
 //     tile. STTILECFG writes it back, 64 zero bytes when none is loaded. TILERELEASE returns to
 //     that init state. A tile instruction with none loaded aborts (the CPU would fault).
 //   - TILELOADD / TILESTORED: a tile's rows, `stride` bytes apart; a load zeroes the rest.
-//   - TDPBF16PS: for each row m, pair k and column n, c += a[2k] b[2k] then c += a[2k+1] b[2k+1],
-//     in float32, rounding to nearest even; BF16 inputs that are subnormal count as zeros and
-//     subnormal float32 results are flushed to zero.
-// The sums' order within a pair is the manual's; the hardware may round a pair once, so the
-// real kernels are compared with the float64 reference within BF16's tolerance, like this one.
+//   - TDPBF16PS, as the manual's pseudocode and the real tiles (bit for bit, tests/test_amx.py)
+//     do it: for each row m and column n, two float32 sums start at zero, one of the even
+//     products a[2k] b[2k] and one of the odd a[2k+1] b[2k+1], each a chain of FMAs over the
+//     instruction's pairs k in order (the product exact, one rounding to nearest even a step);
+//     then c += (even + odd), rounded once for the inner sum and once for c. BF16 inputs that
+//     are subnormal count as zeros; every subnormal float32 result is flushed to zero.
+// (VDPBF16PS instead chains a column's odd and even products into one sum: the tiles' bits
+// are not avx512-bf16's.)
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -75,23 +78,38 @@ static inline float bf16(const uint8_t* p) {  // a BF16 value, a subnormal taken
   return f;
 }
 
-static inline float flush(float v) { return std::fpclassify(v) == FP_SUBNORMAL ? std::copysign(0.0f, v) : v; }
+static inline float flush(float v) { return std::fabs(v) < 1.17549435e-38f ? std::copysign(0.0f, v) : v; }  // FLT_MIN
+
+// e + a * b as an FMA rounds it: the product of two BF16 values is exact in float64 and so is
+// the sum wherever its bits fit in 53; where they do not, b's product lies far below e's last
+// bit and float64's rounding cannot make a tie that float32's would not.
+static inline float fma_bf16(float e, float a, float b) { return flush(float(double(e) + double(a) * double(b))); }
 
 template <int C, int A, int B>
 static inline void tile_dp() {
   state.check(C), state.check(A), state.check(B);
   const int m_rows = state.rows(C), n_cols = state.colsb(C) / 4, pairs = state.colsb(A) / 4;
   if (state.rows(A) != m_rows || state.rows(B) != pairs || state.colsb(B) != state.colsb(C)) std::abort();  // #UD
-  Tile &c = state.tile[C], &a = state.tile[A], &b = state.tile[B];
-  for (int m = 0; m < m_rows; ++m)
+  Tile& c = state.tile[C];
+  float a[16][32] = {}, b[16][32] = {};  // the BF16 values of A's rows and B's rows of pairs, read once
+  for (int r = 0; r < m_rows; ++r)
+    for (int i = 0; i < 2 * pairs; ++i) a[r][i] = bf16(state.tile[A].bytes[r] + 2 * i);
+  for (int k = 0; k < pairs; ++k)
+    for (int i = 0; i < 2 * n_cols; ++i) b[k][i] = bf16(state.tile[B].bytes[k] + 2 * i);
+  for (int m = 0; m < m_rows; ++m) {
+    float even[16] = {}, odd[16] = {};  // each column's two chains, stepped together (the model's speed)
     for (int k = 0; k < pairs; ++k)
-      for (int n = 0; n < n_cols; ++n) {
-        float sum;
-        std::memcpy(&sum, c.bytes[m] + 4 * n, 4);
-        sum = flush(sum + flush(bf16(a.bytes[m] + 4 * k) * bf16(b.bytes[k] + 4 * n)));
-        sum = flush(sum + flush(bf16(a.bytes[m] + 4 * k + 2) * bf16(b.bytes[k] + 4 * n + 2)));
-        std::memcpy(c.bytes[m] + 4 * n, &sum, 4);
+      for (int n = 0; n < 16; ++n) {
+        even[n] = fma_bf16(even[n], a[m][2 * k], b[k][2 * n]);
+        odd[n] = fma_bf16(odd[n], a[m][2 * k + 1], b[k][2 * n + 1]);
       }
+    for (int n = 0; n < n_cols; ++n) {
+      float sum;
+      std::memcpy(&sum, c.bytes[m] + 4 * n, 4);
+      sum = flush(sum + flush(even[n] + odd[n]));
+      std::memcpy(c.bytes[m] + 4 * n, &sum, 4);
+    }
+  }
 }
 
 #define TILE_LOAD(T, p, stride) tile_load<T>(p, stride)

@@ -57,7 +57,6 @@ CHOICES = {  # the variants each class may run, its default first (see variant_o
 }
 AVX2_KERNELS = "UFORM_AVX2_KERNELS"  # the environment's choice of x86-64-v3's kernels: see variant_of
 AVX512_KERNELS = "UFORM_AVX512_KERNELS"  # the same for x86-64-v4+vnni+bf16 and x86-64-amx
-AMX_MIN_ROWS = "UFORM_AMX_MIN_ROWS"  # products of fewer rows run avx512-bf16 (the library reads it; checked here)
 AVX2_VARIANTS = CHOICES[CPUClass.X86_64_V3]
 FUSED_ATTENTION = frozenset(VARIANTS)  # variants whose loads run attention as one op (benchmarks/attention.py)
 FUSE_EPILOGUES = True  # GELU and residual adds inside the products (benchmarks/lowp.py --parts epilogues loads without too)
@@ -123,23 +122,12 @@ def variant_of(cpu_class: CPUClass) -> str | None:
             raise UnsupportedError(f"{name}={chosen!r} names no {what}: set it to {' or '.join(choices)}, or unset it")
         if chosen == "amx" and chosen not in lib.runnable:
             raise UnsupportedError(f"{name}=amx, but this process cannot run the amx kernels: {lib.amx_refusal}; unset it")
-        if chosen == "amx":
-            check_amx_rows()
         return chosen
     if cpu_class is CPUClass.X86_64_V3:
         return "avx2-split" if lib.splits_256 else "avx2"
     if cpu_class is CPUClass.X86_64_AMX and "amx" in lib.runnable:
-        check_amx_rows()
         return "amx"
     return "avx512" if lib.vendor == "intel" else "avx512-bf16"
-
-
-def check_amx_rows() -> None:
-    """UnsupportedError where ``UFORM_AMX_MIN_ROWS`` is set to anything but a row count 0-64
-    (the library would read a bad value as 0: tiles at every row count)."""
-    given = os.environ.get(AMX_MIN_ROWS, "").strip()
-    if given and not (given.isdigit() and int(given) <= 64):
-        raise UnsupportedError(f"{AMX_MIN_ROWS}={given!r} is not a row count: set it to an integer from 0 to 64, or unset it")
 
 
 def compute_of(cpu_class: CPUClass, variant: str) -> str:
