@@ -205,7 +205,8 @@ def _server_memory(count: int) -> str:
     png = png16_rgba(10000, 10000, every=10000)  # one row, repeated: 0.8 MB of file
     url = "data:image/png;base64," + base64.b64encode(png).decode()
     with subprocess_server(["--max-request-bytes", str(max(32 << 20, count * 6 << 20))]) as server:
-        assert httpx.post(server.url + "/v1/embeddings", json={"input": "warm up"}).status_code == 200
+        small = "data:image/png;base64," + base64.b64encode(png16_rgba(64, 48)).decode()  # the image tower's first run, the threads
+        assert httpx.post(server.url + "/v1/embeddings", json={"input": [{"type": "image_url", "image_url": {"url": small}}] * 4}).status_code == 200
         before = status(server.proc.pid)
         began = time.monotonic()
         answer = httpx.post(server.url + "/v1/embeddings", json={"input": [{"type": "image_url", "image_url": {"url": url}}] * count}, timeout=600)
