@@ -146,3 +146,31 @@ def make_siglip(directory: Path, geometry: dict[str, Any] = SIGLIP_SMALL, seed: 
     size = geometry["vision"]["image_size"]
     SiglipImageProcessor(size={"height": size, "width": size}).save_pretrained(directory)
     return directory
+
+
+OPEN_CLIP_SMALL: dict[str, Any] = {
+    "embed_dim": 48,
+    "vision_cfg": {"layers": 2, "width": 64, "patch_size": 8, "image_size": 32, "head_width": 16},
+    "text_cfg": {"context_length": 77, "vocab_size": 49408, "width": 64, "heads": 4, "layers": 2},
+}
+
+
+def make_open_clip(directory: Path, geometry: dict[str, Any] = OPEN_CLIP_SMALL, seed: int = 0, quick_gelu: bool = False) -> tuple[Path, Any]:
+    """A random open_clip ``CLIP`` saved as open_clip publishes one (``open_clip_config.json`` and
+    ``open_clip_pytorch_model.bin``, no tokenizer.json); answers the directory and the model."""
+    import torch
+    from open_clip import CLIP
+    from open_clip.model import CLIPTextCfg, CLIPVisionCfg
+
+    torch.manual_seed(seed)
+    model = CLIP(embed_dim=geometry["embed_dim"], vision_cfg=CLIPVisionCfg(**geometry["vision_cfg"]),
+                 text_cfg=CLIPTextCfg(**geometry["text_cfg"]), quick_gelu=quick_gelu).eval()  # fmt: skip
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "ln" in name or "bias" in name or "class_embedding" in name:
+                p.add_(torch.randn_like(p) * 0.1)
+    directory.mkdir(parents=True, exist_ok=True)
+    torch.save(model.state_dict(), directory / "open_clip_pytorch_model.bin")
+    cfg = {"model_cfg": {**geometry, "quick_gelu": quick_gelu}, "preprocess_cfg": {"mean": CLIP_MEAN, "std": CLIP_STD}}
+    (directory / "open_clip_config.json").write_text(json.dumps(cfg))
+    return directory, model

@@ -302,3 +302,31 @@ class safetensors_file:
 
     def __exit__(self, *exc: object) -> None:
         pass
+
+
+def test_a_pytorch_bin_source_converts_to_the_same_file(clip_dir: Path, clip_file: Path, tmp_path: Path) -> None:
+    """``pytorch_model.bin`` (read by torch with weights_only=True) gives the same tensors as
+    model.safetensors."""
+    import torch
+
+    d = copy(clip_dir, tmp_path)
+    with safetensors_file(d / "model.safetensors") as tensors:
+        torch.save({k: torch.from_numpy(v) for k, v in tensors.items()}, d / "pytorch_model.bin")
+    (d / "model.safetensors").unlink()
+    out = tmp_path / "bin.safetensors"
+    convert(d, out, dtype="f32", name="tiny-clip")
+    assert out.read_bytes() == clip_file.read_bytes()
+
+
+def test_open_clip_variants_are_refused_by_field(tmp_path: Path) -> None:
+    pytest.importorskip("open_clip")
+    d, _ = hf_models.make_open_clip(tmp_path / "oc")
+    path = d / "open_clip_config.json"
+    cfg = json.loads(path.read_text())
+    cfg["model_cfg"]["text_cfg"]["no_causal_mask"] = True
+    path.write_text(json.dumps(cfg))
+    refused(d, tmp_path, r"model_cfg.text_cfg.no_causal_mask = True is not supported")
+    cfg["model_cfg"]["text_cfg"].pop("no_causal_mask")
+    cfg["model_cfg"]["vision_cfg"]["layers"] = [3, 4, 6, 3]
+    path.write_text(json.dumps(cfg))
+    refused(d, tmp_path, r"a ResNet tower is not supported")

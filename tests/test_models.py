@@ -270,3 +270,29 @@ def test_exported_towers_run_in_onnx_runtime(clip: tuple[Path, Path], siglip: tu
             session = ort.InferenceSession(str(written["image"]), providers=["CPUExecutionProvider"])
             (got,) = session.run(["embeddings"], {"pixels": px})
             assert (unit(got) * unit(m.image_encode_pixels(list(px), Arena()).embeddings)).sum(1).min() >= 0.99999
+
+
+def test_open_clip_checkpoint_equals_open_clip(tmp_path: Path) -> None:
+    """open_clip's own files (open_clip_config.json + open_clip_pytorch_model.bin, no
+    tokenizer.json): the converted file gives open_clip's encode_text / encode_image. The
+    tokenizer is OpenAI's CLIP BPE as transformers runs it, which equals open_clip's on the
+    corpus but for text ftfy rewrites (fullwidth punctuation: open_clip's tokenizer runs ftfy)."""
+    pytest.importorskip("open_clip")
+    import open_clip
+    import torch
+
+    directory, model = hf_models.make_open_clip(tmp_path / "oc")
+    out = tmp_path / "oc.safetensors"
+    done = convert(directory, out, dtype="f32")
+    assert (done.family, done.architecture) == ("open_clip", "open_clip ViT (width 64, patch 8, 2 layers)")
+    ids = open_clip.get_tokenizer("ViT-B-32")(hf_models.CORPUS)
+    px = pictures(4, 32, seed=8)
+    x = (px.astype(np.float32) / 255 - np.float32(hf_models.CLIP_MEAN)) / np.float32(hf_models.CLIP_STD)
+    with torch.no_grad():
+        text = model.encode_text(ids).numpy()
+        image = model.encode_image(torch.from_numpy(x).permute(0, 3, 1, 2).contiguous()).numpy()
+    with uform.Model.load_ram(out, quantization=Scalar.F32) as m:
+        got = np.asarray(m.text_encode(hf_models.CORPUS, Arena()).embeddings)
+        assert cosines(m.image_encode_pixels(list(px), Arena()).embeddings, image).min() >= 0.99999
+    agree = (unit(got) * unit(text)).sum(1) >= 0.99999
+    assert [t for t, ok in zip(hf_models.CORPUS, agree) if not ok] == ["中文：一只猫坐在垫子上。"]

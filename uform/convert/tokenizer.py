@@ -44,8 +44,10 @@ def tokenizer_json(directory: Path, family: str, vocab: int, notes: list[str]) -
 
 def parse(text: str, where: str) -> Any:
     """A ``tokenizers.Tokenizer`` of ``text``; a file that does not parse is refused naming it."""
-    from tokenizers import Tokenizer
-
+    try:
+        from tokenizers import Tokenizer
+    except ImportError:
+        raise ConvertError(f"{where}: checking the tokenizer needs the tokenizers library: pip install 'uform[convert]'") from None
     try:
         return Tokenizer.from_str(text)
     except Exception as exc:  # noqa: BLE001 - the Rust library's errors are plain exceptions
