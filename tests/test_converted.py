@@ -256,6 +256,13 @@ def test_bad_v2_configs_are_refused_by_name(clip: tuple[Any, Path], tmp_path: Pa
         uform.Model.load_ram(bad, quantization=Scalar.F32)
 
 
+def test_the_pytorch_reference_refuses_version_2_options(clip: tuple[Any, Path]) -> None:
+    from uform.exporters.reference import ReferenceModel
+
+    with pytest.raises(uform.UnsupportedError, match="the PyTorch reference implements checkpoint format version 1; tower 'image' uses version 2's activation, layer_norm_eps, ln_pre"):
+        ReferenceModel.from_checkpoint(clip[1])
+
+
 def test_v1_loads_refuse_f32_tensors(tmp_path: Path) -> None:
     from ckpt import make_checkpoint
 

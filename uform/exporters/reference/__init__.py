@@ -14,7 +14,8 @@ import torch
 from safetensors import safe_open
 from torch import nn
 
-from uform.core.config import ModelConfig
+from uform.core.config import V2_TOWER_FIELDS, ModelConfig
+from uform.core.errors import UnsupportedError
 
 # tower name → "module:Class" of its reference; a new tower adds one line.
 TOWERS: dict[str, str] = {
@@ -36,6 +37,13 @@ class ReferenceModel(nn.Module):
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
+        for name, cfg in config.towers.items():  # the reference is version 1's math: a converted model's options it does not have
+            used = sorted(V2_TOWER_FIELDS & set(cfg))
+            if used:
+                raise UnsupportedError(
+                    f"the PyTorch reference implements checkpoint format version 1; tower {name!r} uses version 2's {', '.join(used)} "
+                    "(the runtime and `uform export` serve such a file)"
+                )
         self.config = config
         self.towers = nn.ModuleDict({name: tower_class(name)(cfg, config) for name, cfg in config.towers.items() if name in TOWERS})
 
