@@ -12,8 +12,8 @@ if TYPE_CHECKING:
     from .core.runtime import Runtime
 
 # Each kind of item and the Model verb that encodes a batch of them: what the CLI's walks and
-# the index (uform.inputs), the server's lanes, Ray's Encoder and the training's held-out reading
-# call. A modality's plugin provides the verbs themselves (docs/plugins.md) and ``Model.served``
+# the index (uform.inputs), the server's lanes, Ray's Encoder, the demo's suites and the training's
+# held-out reading call. A modality's plugin provides the verbs themselves (docs/plugins.md) and ``Model.served``
 # says which of them a load serves; a kind whose verb a load does not serve is refused by it.
 ENCODE_VERBS: Mapping[str, str] = MappingProxyType({
     "text": "text_encode",                    # texts: str, or UTF-8 bytes
