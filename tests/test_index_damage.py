@@ -96,13 +96,16 @@ def test_an_empty_or_missing_file_is_named_and_left_as_it_is(tmp_path: Path, ckp
     """D4: an emptied index.sqlite ended in an AssertionError and was rewritten; D5: a missing
     vectors file was made again, empty, and a search said the index kept changing generation."""
     root = photos(tmp_path / "photos", 3)
-    for name in ("empty", "novectors", "nokinds"):
+    for name in ("empty", "novectors", "nokinds", "shortkinds"):
         with Index(tmp_path / name, checkpoint=ckpt) as ix:
             ix.update([root])
     (tmp_path / "empty" / "index.sqlite").write_bytes(b"")
     (tmp_path / "novectors" / "vectors-0.bin").unlink()
     (tmp_path / "nokinds" / "kinds-0.bin").unlink()
-    for name, why in (("empty", "index.sqlite is empty"), ("novectors", "vectors-0.bin is missing"), ("nokinds", "kinds-0.bin is missing")):
+    with open(tmp_path / "shortkinds" / "kinds-0.bin", "r+b") as f:  # D6: was reported as "the vectors are shorter"
+        f.truncate(2)
+    for name, why in (("empty", "index.sqlite is empty"), ("novectors", "vectors-0.bin is missing"), ("nokinds", "kinds-0.bin is missing"),
+                      ("shortkinds", "kinds-0.bin holds 2 rows, the database says 3")):  # fmt: skip
         before = contents(tmp_path / name)
         for read_only in (False, True):
             with pytest.raises(IndexFormatError, match=f"{name}: the index is damaged: {why}"):

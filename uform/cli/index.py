@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
         failures.append(f)
         say(failed(f))
 
-    from uform.index.update import refuse_inside
+    from uform.index.sources import refuse_inside
 
     refuse_inside(args.into, args.paths)  # before an index is made in a folder it would then walk
     only_export = not (args.paths or args.remove or args.import_parquet)  # export only reads: no writer's lock, no write permission

@@ -10,6 +10,7 @@ from __future__ import annotations
 from .identity import FORMAT, Entry, Identity, IndexBusyError, IndexFormatError, IndexModelError
 from .index import Index
 from .scoring import Hit
-from .update import Text, UpdateReport
+from .sources import Text
+from .update import UpdateReport
 
 __all__ = ["FORMAT", "Entry", "Hit", "Identity", "Index", "IndexBusyError", "IndexFormatError", "IndexModelError", "Text", "UpdateReport"]

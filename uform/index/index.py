@@ -16,7 +16,8 @@ from . import ivf, scoring
 from .scoring import Hit
 from .identity import MODALITIES, Entry, Identity, IndexModelError, checkpoint_digest, kind_of
 from .store import Store, refuse_foreign
-from .update import Text, UpdateReport, Updater, refuse_inside
+from .sources import Text, refuse_inside
+from .update import UpdateReport, Updater
 
 if TYPE_CHECKING:
     from ..inputs import Failure
@@ -131,7 +132,7 @@ class Index:
 
     def remove(self, paths: Iterable[_PathLike]) -> int:
         """Remove the items of ``paths`` (a folder: every item under it; a text file: its lines); answer how many."""
-        from .update import in_scope
+        from .sources import in_scope
 
         store = self._writer()
         roots = [os.path.abspath(os.fspath(p)) for p in paths]

@@ -118,7 +118,7 @@ def ray_batch(batch: dict[str, np.ndarray], *, path_column: str, column: str, mo
               output_column: str, error_column: str) -> pa.Table:  # fmt: skip
     """An encoded Ray batch (``uform.ray.Encoder``'s output, F32) as rows of the schema; rows
     carrying an error are left out. A file is hashed from its path, or from the bytes given."""
-    from .update import digest
+    from .sources import digest
 
     keep = [i for i, e in enumerate(batch[error_column]) if not e]
     paths: list[str] = []
