@@ -77,6 +77,7 @@ class Guard(asyncio.Protocol):
 
         self.inner = self.inner_class(**kwargs)
         self.parser: Any = httptools.HttpRequestParser(self)
+        self.upgrade: type[Exception] = httptools.HttpParserUpgrade
         self.transport: asyncio.Transport | None = None
         self.in_message = self.in_head = False
         self.head = self.url = 0  # bytes of the head being read, of its URL
@@ -147,6 +148,8 @@ class Guard(asyncio.Protocol):
             self.parser.feed_data(data)
         except Refused:
             raise
+        except self.upgrade:  # an Upgrade header (no websockets here): uvicorn answers the request and reads on, so do we
+            pass
         except Exception as exc:  # noqa: BLE001 - malformed: uvicorn's own parser answers it (400)
             if isinstance(exc.__context__, Refused):  # where httptools wraps the callback's exception
                 raise exc.__context__ from None
