@@ -43,6 +43,17 @@ class InputError(UformError, ValueError):
         super().__init__(f"{where}: {reason}")
 
 
+def check_not_released(index: int, item: object) -> None:
+    """InputError naming item ``index`` when it is a released ``memoryview`` (any read of it
+    raises a bare ValueError, and numpy reads it as an empty object array)."""
+    if isinstance(item, memoryview):
+        try:
+            item.nbytes
+        except ValueError:
+            raise InputError(index, "the memoryview was released (memoryview.release() or the end of its "
+                                    "with block): nothing can be read from it") from None
+
+
 class ArenaError(UformError):
     """Misuse of an :class:`~uform.Arena`."""
 

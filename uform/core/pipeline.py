@@ -18,7 +18,7 @@ import numpy as np
 
 from . import scalars
 from .arena import Arena, Encoded, RowsTape, carve, lease
-from .errors import UnsupportedError
+from .errors import InputError, UnsupportedError
 from .progress import Progress, ProgressHandler
 from .stats import EncodeStats
 from .types import Outputs, Scalar
@@ -77,6 +77,22 @@ def run_batches(
     return waited, computed
 
 
+def check_finite(batch: Batch, result: list[np.ndarray]) -> None:
+    """InputError naming the first item whose embedding or tokens hold NaN or an infinity.
+
+    A checkpoint's weights are checked finite at load, so such an output comes from an input
+    that overflows the tower's float32 arithmetic; it is refused before the arena is written.
+    """
+    bad = ~np.isfinite(result[0]).reshape(len(batch.indices), -1).all(axis=1)
+    if len(result) > 1 and batch.token_counts is not None:  # the real tokens of each row, not its padding
+        real = np.arange(result[1].shape[1])[None, :] < batch.token_counts[:, None]
+        bad |= (~np.isfinite(result[1]).all(axis=2) & real).any(axis=1)
+    if bad.any():
+        index = int(np.min(batch.indices[bad]))
+        raise InputError(index, "the encoder's output for it is not finite (NaN or infinity): its values overflow "
+                                "float32 arithmetic; nothing was written")
+
+
 def count_call(stats: EncodeStats | None, items: int, batches: int, waited: float, computed: float, started: float) -> None:
     """Add one call's counts to ``stats`` (when given)."""
     if stats is not None:
@@ -128,6 +144,7 @@ def encode(
         token_parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
 
         def consume(batch: Batch, result: list[np.ndarray]) -> None:
+            check_finite(batch, result)
             embeddings[batch.indices] = result[0]
             if len(result) > 1:
                 assert batch.token_counts is not None

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from uform.core.errors import InputError
+from uform.core.errors import InputError, check_not_released
 
 from . import frames
 from .sources import Source
@@ -275,6 +275,7 @@ def decode(source: Source, size: int) -> tuple[np.ndarray, int, int, bool]:
 
 def as_pixels(index: int, buffer: Any) -> np.ndarray:
     """One ``[h, w, 3]`` uint8 buffer as an array; InputError says what is wrong with it."""
+    check_not_released(index, buffer)
     try:
         array = np.asarray(buffer)
     except Exception as exc:  # noqa: BLE001

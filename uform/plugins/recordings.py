@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from uform.core.arena import RowsTape
-from uform.core.errors import InputError
+from uform.core.errors import InputError, check_not_released
 
 from .sources import Source, falls_short
 
@@ -278,6 +278,7 @@ def buffers(samples: Any) -> list[np.ndarray]:
             raise TypeError("samples must be a sequence of 1-D float32 buffers or a RowsTape; wrap one buffer in a list")
         rows = []
         for i, item in enumerate(samples):
+            check_not_released(i, item)
             try:
                 a = np.asarray(memoryview(item))
             except TypeError:

@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
-from uform.core.errors import InputError
+from uform.core.errors import InputError, check_not_released
 
 # a recording or clip that ends more than this short of what its container declares is truncated
 TRUNCATION_SLACK_SECONDS, TRUNCATION_SLACK_SHARE = 0.25, 0.05
@@ -128,6 +128,7 @@ def _source(i: int, item: Any) -> Source:
             raise InputError(i, "the file is empty", path)
         return Source(i, path)
     if isinstance(item, (bytes, bytearray, memoryview)):
+        check_not_released(i, item)
         data = bytes(item)
         if not data:
             raise InputError(i, "the bytes are empty")

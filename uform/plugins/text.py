@@ -20,7 +20,7 @@ from onnx import TensorProto
 from uform.core.arena import Arena, Encoded
 from uform.core.config import MAX_CONTEXT, Geometry, Head, ModelConfig, choice, flag, integer, optional_integer
 from uform.core.errors import CheckpointError
-from uform.core.errors import InputError
+from uform.core.errors import InputError, check_not_released
 from uform.core.graph import GraphBuilder
 from uform.core.hookspecs import hookimpl
 from uform.core.pipeline import Batch, EncodeOptions, check_stats, encode
@@ -153,6 +153,7 @@ def as_bytes(texts: Any) -> list[bytes]:
             except UnicodeEncodeError as exc:
                 raise InputError(i, f"text is not encodable as UTF-8 ({exc.reason} at {exc.start})") from None
         elif isinstance(text, (bytes, bytearray, memoryview)):
+            check_not_released(i, text)
             out.append(bytes(text))
         else:
             raise InputError(i, f"expected str or bytes, got {type(text).__name__}")

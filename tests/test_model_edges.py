@@ -1,0 +1,112 @@
+"""The Model API's last sharp edges: close() from inside a call's progress handler (an error, never
+a hang), inputs whose encoding overflows to NaN (refused naming the item, nothing written), and
+released memoryviews as items (an error naming the item)."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import media_audio as media
+import numpy as np
+import pytest
+
+import uform
+from ckpt import make_checkpoint
+
+GUARD = 60.0  # seconds a call may take before the test calls it hung; never reached when it passes
+R = 16000  # the tiny preset's audio rate
+
+
+@pytest.fixture(scope="module")
+def ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_checkpoint(tmp_path_factory.mktemp("edges") / "tiny.safetensors", "tiny", 5, ["text", "image", "audio"])
+
+
+@pytest.fixture(scope="module")
+def model(ckpt: Path) -> uform.Model:
+    return uform.Model.load_ram(ckpt, quantization=uform.Scalar.F32)
+
+
+def test_close_inside_a_progress_handler_raises_instead_of_hanging(ckpt: Path) -> None:
+    m = uform.Model.load_ram(ckpt)
+    answer: dict[str, Any] = {}
+
+    def call() -> None:
+        try:
+            answer["encoded"] = m.text_encode(["a", "bc"], uform.Arena(), progress=lambda done, total: m.close())
+        except BaseException as exc:  # noqa: BLE001 - handed to the test thread
+            answer["error"] = exc
+
+    worker = threading.Thread(target=call, daemon=True)
+    worker.start()
+    worker.join(GUARD)
+    assert not worker.is_alive(), "text_encode hung: close() waited for the call it ran inside"
+    error = answer.get("error")
+    assert isinstance(error, RuntimeError) and "Model.close() was called inside a call of this Model" in str(error)
+    assert "return False from the handler to cancel" in str(error)
+    assert len(m.text_encode(["still open"], uform.Arena()).embeddings) == 1  # the model stayed open
+    m.close()
+    with pytest.raises(ValueError, match="this Model was closed"):
+        m.text_encode(["x"], uform.Arena())
+
+
+def _sine(amplitude: float) -> np.ndarray:
+    return (amplitude * np.sin(np.arange(R, dtype=np.float64) / 7)).astype(np.float32)
+
+
+@pytest.mark.parametrize("amplitude", [1e18, 1e30])
+def test_samples_that_overflow_are_refused_naming_the_item(model: uform.Model, amplitude: float) -> None:
+    arena = uform.Arena()
+    before = model.audio_encode_samples([_sine(0.5)], R, arena)
+    kept = np.array(before.embeddings)
+    with pytest.raises(uform.InputError, match=r"item 1: the encoder's output for it is not finite \(NaN or infinity\)") as info:
+        model.audio_encode_samples([_sine(0.5), _sine(amplitude), _sine(0.25)], R, arena)
+    assert info.value.index == 1
+    assert np.array_equal(np.array(before.embeddings), kept)  # nothing was written: the last output still reads
+    assert np.isfinite(np.array(model.audio_encode_samples([_sine(1e17)], R, arena).embeddings)).all()
+
+
+def test_a_float_wav_holding_1e30_is_refused_naming_the_file(model: uform.Model, tmp_path: Path) -> None:
+    loud = media.write(tmp_path / "loud.wav", _sine(1e30)[None, :], R, "pcm_f32le", "wav")
+    quiet = media.write(tmp_path / "quiet.wav", _sine(0.5)[None, :], R, "pcm_f32le", "wav")
+    with pytest.raises(uform.InputError, match=r"item 1: the encoder's output for it is not finite") as info:
+        model.audio_encode([quiet, loud], uform.Arena())
+    assert info.value.index == 1
+    assert np.isfinite(np.array(model.audio_encode([quiet], uform.Arena()).embeddings)).all()
+
+
+def _released(buffer: Any) -> memoryview:
+    view = memoryview(buffer)
+    view.release()
+    return view
+
+
+RELEASED = r"item 1: the memoryview was released \(memoryview.release\(\) or the end of its with block\)"
+
+
+def test_a_released_memoryview_is_an_error_naming_the_item(model: uform.Model, tmp_path: Path) -> None:
+    with pytest.raises(uform.InputError, match=RELEASED):
+        model.text_encode([b"fine", _released(b"gone")], uform.Arena())
+    png = media_png()
+    with pytest.raises(uform.InputError, match=RELEASED):
+        model.image_encode([png, _released(png)], uform.Arena())
+    pixels = np.zeros((8, 8, 3), np.uint8)
+    with pytest.raises(uform.InputError, match=RELEASED):
+        model.image_encode_pixels([pixels, _released(pixels.tobytes())], uform.Arena())
+    with pytest.raises(uform.InputError, match=RELEASED):
+        model.audio_encode_samples([_sine(0.5), _released(_sine(0.5))], R, uform.Arena())
+    wav = media.write(tmp_path / "quiet.wav", _sine(0.5)[None, :], R, "pcm_s16le", "wav").read_bytes()
+    with pytest.raises(uform.InputError, match=RELEASED):
+        model.audio_encode([wav, _released(wav)], uform.Arena())
+
+
+def media_png() -> bytes:
+    import io
+
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.new("RGB", (8, 8), (200, 10, 10)).save(out, format="PNG")
+    return out.getvalue()
