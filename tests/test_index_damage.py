@@ -312,3 +312,13 @@ def test_hostile_or_ordinary_parquet(tmp_path: Path, ckpt: Path, capsys: pytest.
     with Index(tmp_path / "plain-into", checkpoint=ckpt) as ix:
         assert ix.import_parquet(tmp_path / "plain.parquet") == 3
         assert {e.path for e in ix.entries()} == set(good.column("path").to_pylist())
+
+
+def test_an_index_folder_of_any_name_reads(tmp_path: Path, ckpt: Path) -> None:
+    """A reader opens the database by URI: a folder named with ?, #, % or a byte that is not UTF-8 is itself."""
+    root = photos(tmp_path / "photos", 2)
+    folder = os.fsdecode(os.fsencode(tmp_path) + b"/odd?#%20\xff")
+    with Index(folder, checkpoint=ckpt) as ix:
+        ix.update([root])
+    with Index(folder, checkpoint=ckpt, read_only=True) as ix:
+        assert len(ix) == 2

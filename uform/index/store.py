@@ -24,6 +24,7 @@ import sqlite3
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
+from urllib.parse import quote
 from typing import ParamSpec, TypeVar
 
 import numpy as np
@@ -165,7 +166,7 @@ class Store:
     def _reader(db: Path) -> sqlite3.Connection:
         """A read-only connection; in a folder it may not write (WAL needs its -shm file), the
         database as it is on disk (``immutable``)."""
-        uri = f"file:{db}?mode=ro"
+        uri = f"file:{quote(os.fsencode(db))}?mode=ro"  # a name with ?, #, % or bytes that are not UTF-8 read as itself
         if not os.access(db.parent, os.W_OK) and not (db.parent / (db.name + "-shm")).exists():
             uri += "&immutable=1"
         return sqlite3.connect(uri, uri=True, timeout=30, isolation_level=None, check_same_thread=False)
