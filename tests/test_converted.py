@@ -169,6 +169,13 @@ def test_every_cpu_class_runs_a_converted_file(clip: tuple[Any, Path], siglip: t
                     assert cos.min() >= bound, (path.name, cls, quantization, m.backend, m.compute, verb, cos.min())
 
 
+def test_a_buffer_load_equals_a_file_load(clip: tuple[Any, Path]) -> None:
+    for quantization in (Scalar.F32, Scalar.BF16):
+        a = uform.Model.load_ram(clip[1], quantization=quantization).text_encode(TEXTS, Arena()).embeddings
+        b = uform.Model.load_ram_buffer(clip[1].read_bytes(), quantization=quantization).text_encode(TEXTS, Arena()).embeddings
+        assert np.array_equal(np.asarray(a), np.asarray(b)), quantization
+
+
 def test_stored_f16_and_bf16_files_load(clip: tuple[Any, Path], tmp_path: Path) -> None:
     import ml_dtypes
 
