@@ -322,3 +322,20 @@ def test_an_index_folder_of_any_name_reads(tmp_path: Path, ckpt: Path) -> None:
         ix.update([root])
     with Index(folder, checkpoint=ckpt, read_only=True) as ix:
         assert len(ix) == 2
+
+
+def test_the_commands_on_a_garbled_page_say_one_line(tmp_path: Path, ckpt: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """D3: ``dd ... seek=3 count=1`` into index.sqlite: ``sqlite3.DatabaseError`` tracebacks, exit 1, for search and index."""
+    root = photos(tmp_path / "photos", 3)
+    index = ["--into", str(tmp_path / "I"), "-m", str(ckpt)]
+    assert main(["index", str(root), *index]) == 0
+    with open(tmp_path / "I" / "index.sqlite", "r+b") as f:
+        f.seek(4096 * 3)
+        f.write(np.random.default_rng(3).integers(0, 256, 4096, dtype=np.uint8).tobytes())
+    before = contents(tmp_path / "I")
+    capsys.readouterr()
+    assert main(["index", str(root), *index]) == 2
+    assert main(["search", "x", "--index", str(tmp_path / "I"), "-m", str(ckpt)]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 2 and all(line.startswith(f"uform: error: {tmp_path}/I: the index is damaged: index.sqlite ") for line in err), err
+    assert contents(tmp_path / "I") == before
