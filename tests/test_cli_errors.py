@@ -85,6 +85,13 @@ def test_calibrate_names_the_line_of_a_byte_that_is_not_utf8(tmp_path: Path, cap
     assert not (tmp_path / "out.safetensors").exists()
 
 
+def test_calibrate_names_the_line_of_json_nested_too_deeply(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    examples = tmp_path / "examples.jsonl"
+    examples.write_text('{"text": "q", "choices": "ab", "answer": "a"}\n' + "[" * 100_000 + "\n")
+    assert main(["calibrate", str(examples), "--out", str(tmp_path / "out.safetensors"), "-q"]) == 2
+    assert error_line(capsys) == f"uform: error: {examples}:2: JSON nested too deeply"
+
+
 def test_printable_names() -> None:
     assert printable("demo/a red circle.png") == "demo/a red circle.png"
     assert printable(NOT_UTF8) == "r\\xffd.png"

@@ -88,6 +88,8 @@ def _example(line: str, where: str) -> Example:
         raw = json.loads(line)
     except json.JSONDecodeError as exc:
         raise ValueError(f"{where}: not JSON ({exc})") from None
+    except RecursionError:
+        raise ValueError(f"{where}: JSON nested too deeply") from None
     if not isinstance(raw, dict):
         raise ValueError(f"{where}: expected an object with text, choices and answer")
     text, choices, answer, group = raw.get("text"), raw.get("choices"), raw.get("answer"), raw.get("group", 0)
