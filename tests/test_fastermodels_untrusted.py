@@ -111,6 +111,20 @@ def test_registered_builders_load_by_every_public_path() -> None:
     assert fastermodels.TRUSTED_SOURCES == ("torchvision.models",)
 
 
+def test_a_weights_backbone_that_downloads_by_default_must_be_null(tmp_path: Path, no_network: None) -> None:
+    source = "torchvision.models.segmentation.lraspp_mobilenet_v3_large"
+    kwargs = {"num_classes": 3, "weights": None, "weights_backbone": None}
+    fm = FasterModel.wrap(fastermodels.resolve(source)(**kwargs), source, kwargs)
+    fm.save_pretrained(tmp_path / "seg")
+    back = load(tmp_path / "seg")  # null spelled out: built and loaded offline
+    assert isinstance(back, FasterModel) and fastermodels.state_hash(back) == fastermodels.state_hash(fm)
+    config = json.loads((tmp_path / "seg" / "config.json").read_text())
+    del config["source_kwargs"]["weights_backbone"]  # left to its default, it would download
+    (tmp_path / "seg" / "config.json").write_text(json.dumps(config))
+    with pytest.raises(UntrustedSourceError, match="whose weights_backbone defaults to MobileNet_V3_Large_Weights"):
+        load(tmp_path / "seg")
+
+
 # -- TorchScript is code ---------------------------------------------------------------------
 
 
