@@ -60,6 +60,15 @@ def test_an_index_is_never_made_in_a_folder_of_other_files(tmp_path: Path, ckpt:
     assert contents(m4) == before  # not a byte written, not a file added or lost
     with Index(tmp_path / "idx", checkpoint=ckpt) as ix, pytest.raises(ValueError, match="is the index .* or inside it"):
         ix.update([tmp_path / "idx" / "sub"])
+    (tmp_path / "theirs").mkdir()
+    (tmp_path / "theirs" / "index.sqlite.new").write_bytes(b"a file of the user's, by chance of that name")
+    with pytest.raises(IndexFormatError, match=r"not empty \(it holds 'index.sqlite.new'\)"):
+        Index(tmp_path / "theirs", checkpoint=ckpt)
+    (tmp_path / "cut").mkdir()  # what a creation killed before its rename leaves: taken over
+    (tmp_path / "cut" / "index.sqlite.new").write_bytes(b"")
+    (tmp_path / "cut" / "lock").write_bytes(b"")
+    with Index(tmp_path / "cut", checkpoint=ckpt) as ix:
+        assert len(ix) == 0 and "index.sqlite.new" not in {p.name for p in (tmp_path / "cut").iterdir()}
 
 
 def test_a_writer_deletes_only_the_files_it_recorded(tmp_path: Path, ckpt: Path) -> None:

@@ -26,10 +26,12 @@ def generation_files(generation: int) -> tuple[str, ...]:
     return (f"vectors-{generation}.bin", f"kinds-{generation}.bin", f"ivf-{generation}.npz", f"ivf-{generation}.tmp")
 
 
-def refuse_foreign(folder: Path) -> None:
-    """An index is made in a new or empty folder: refuse one that holds anything but a creation's own files."""
+def refuse_foreign(folder: Path, leftover: Callable[[Path], bool]) -> None:
+    """An index is made in a new or empty folder: refuse one that holds anything but ``lock`` and
+    what a creation cut short left (``leftover(index.sqlite.new)`` proves the database its own)."""
     try:
-        found = sorted(p.name for p in folder.iterdir() if p.name not in CREATION)
+        own = CREATION if leftover(folder / NEW_DATABASE) else CREATION[:1]
+        found = sorted(p.name for p in folder.iterdir() if p.name not in own)
     except FileNotFoundError:
         return
     except NotADirectoryError:

@@ -31,7 +31,8 @@ import numpy as np
 
 from ..core.types import Scalar
 from . import ivf
-from .files import CREATION, DATABASE, NEW_DATABASE, Rows, refuse_foreign, sync_folder
+from . import files
+from .files import CREATION, DATABASE, NEW_DATABASE, Rows, sync_folder
 from .identity import FORMAT, MODALITIES, Identity, IndexBusyError, IndexFormatError, IndexModelError, row_dtype
 from .records import Chunk, Failed, Insert, Known, Move, Stored
 
@@ -46,6 +47,27 @@ CREATE TABLE failed(path TEXT PRIMARY KEY, size INTEGER, mtime INTEGER, reason T
 CREATE TABLE texts(path TEXT PRIMARY KEY, size INTEGER NOT NULL, mtime INTEGER NOT NULL) WITHOUT ROWID;
 """
 DAMAGE = ("no such table", "no such column", "could not decode", "malformed", "not a database")  # OperationalErrors that are damage
+
+
+def refuse_foreign(folder: Path) -> None:
+    """Refuse to make an index in a folder that holds other files (files.refuse_foreign)."""
+    files.refuse_foreign(folder, creation_leftover)
+
+
+def creation_leftover(new: Path) -> bool:
+    """Whether ``index.sqlite.new`` is what a creation killed before its rename left: empty, or a
+    database of no table but the index's own (read as it is on disk, written to by nothing)."""
+    try:
+        if new.is_file() and new.stat().st_size == 0:
+            return True
+        conn = sqlite3.connect(f"file:{quote(os.fsencode(new))}?mode=ro&immutable=1", uri=True)
+        try:
+            names = {n for (n,) in conn.execute("SELECT name FROM sqlite_master")}
+        finally:
+            conn.close()
+    except (OSError, sqlite3.Error):
+        return False
+    return names <= {"meta", "items", "failed", "texts"}
 
 
 P = ParamSpec("P")
