@@ -263,6 +263,31 @@ def test_bad_v2_configs_are_refused_by_name(clip: tuple[Any, Path], tmp_path: Pa
         uform.Model.load_ram(bad, quantization=Scalar.F32)
 
 
+def test_export_of_a_converted_file(clip: tuple[Any, Path], tmp_path: Path) -> None:
+    import onnxruntime as ort
+    from tokenizers import Tokenizer
+
+    from uform.exporters.towers import export_towers
+
+    m = uform.Model.load_ram(clip[1], quantization=Scalar.F32)
+    pixels = _pixels(3, seed=5)
+    want = np.asarray(m.image_encode_pixels(list(pixels), Arena()).embeddings, np.float64)
+    sizes = {}
+    for quantization in ("f32", "bf16"):
+        out = export_towers(clip[1], tmp_path / quantization, quantization=quantization)
+        sizes[quantization] = out["image"].stat().st_size
+        got = ort.InferenceSession(str(out["image"])).run(None, {"pixels": pixels})[0]
+        assert _cos(got, want).min() >= (0.99999 if quantization == "f32" else 0.9999)
+    assert sizes["bf16"] < 0.6 * sizes["f32"]  # an F32 file's weights rounded to BF16
+    folder = tmp_path / "f32"
+    held = Tokenizer.from_file(str(folder / "text.tokenizer.json"))
+    assert held.encode("a cat").ids == [1, 4, 12, 3]
+    text = json.loads((folder / "text.json").read_text())
+    assert text["preprocessing"].startswith("token ids of text.tokenizer.json (tokenizers library, special tokens added, truncated to 16 tokens)")
+    video = json.loads((folder / "video.json").read_text())
+    assert video["inputs"] == [{"name": "frame_embeddings", "dtype": "float32", "shape": ["batch", 2, 32]}]
+
+
 def test_the_pytorch_reference_refuses_version_2_options(clip: tuple[Any, Path]) -> None:
     from uform.exporters.reference import ReferenceModel
 

@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 import onnx
 from onnx import helper
@@ -29,6 +30,7 @@ from uform.core.weights import embed
 
 EXTERNAL_ABOVE = 512 * 1024 * 1024
 QUANTIZATIONS = ("f32", "bf16")
+BF16 = np.dtype(ml_dtypes.bfloat16)
 
 PREPROCESSING = {
     "text": "UTF-8 bytes, one token per byte, cut to the first `context` bytes; right-padded with 0; `lengths` holds each row's byte count",
@@ -38,6 +40,30 @@ PREPROCESSING = {
     "decoder": "begin token 256, then the last `context` bytes of the text; right-padded with 0; `last` is each row's byte count",
 }
 DOC = "docs/checkpoint.md"
+
+
+def _preprocessing(name: str, tower: dict[str, Any], context: int) -> str:
+    """What feeds tower ``name``, in words: version 1's, or a converted model's options."""
+    if name == "text" and tower.get("tokenizer") == "tokenizer.json":
+        padded = f"to {tower.get('context', context)} tokens" if tower.get("pad_to_context") else "to the longest row"
+        return (
+            f"token ids of text.tokenizer.json (tokenizers library, special tokens added, truncated to {tower.get('context', context)} tokens); "
+            f"right-padded with {tower.get('pad_id', 0)} {padded}; `lengths` holds each row's token count"
+        )
+    if name == "video" and tower.get("from") == "image":
+        return (
+            "frame_embeddings: the image tower's embeddings of `frames` frames sampled at (i + 0.5) * duration / frames, "
+            "each preprocessed as an image; float32 [F, dimensions]"
+        )
+    if name in ("image", "video") and {"resize", "interpolation", "resize_rounding"} & set(tower):
+        how = tower.get("interpolation", "bicubic")
+        fit = (
+            f"resize to image_size x image_size ({how})"
+            if tower.get("resize") == "square"
+            else f"resize shorter side to image_size ({how}, longer side {tower.get('resize_rounding', 'half_up').replace('_', ' ')}), centre crop"
+        )
+        return f"decode, EXIF orientation, 8-bit RGB (alpha over white), {fit}; uint8 [S, S, 3]"
+    return PREPROCESSING.get(name, f"see {DOC}")
 
 
 def _types(values: Any) -> list[dict[str, Any]]:
@@ -95,7 +121,7 @@ def export_towers(
             def ours(_: Path, name: str = name) -> bool:
                 return _exported(out, name)
 
-            for path in (out / f"{name}.onnx", out / f"{name}.onnx.data", out / f"{name}.json"):
+            for path in (out / f"{name}.onnx", out / f"{name}.onnx.data", out / f"{name}.json", *_tokenizer_file(out, name, config)):
                 files.refuse_foreign(path, ours, force, "a file of an earlier `uform export`")
                 if out.is_dir():
                     files.check_replaceable(path)
@@ -106,8 +132,8 @@ def export_towers(
             for name, (modality, parsed, specs) in planned.items():
                 graph = build_graph(name, modality, parsed, config, specs)
                 weights = {w: container.array(w) for w in specs}
-                if quantization == "bf16":
-                    model = _bf16_with_casts(graph, weights)
+                if quantization == "bf16":  # a converted model's F16/F32 tensors rounded to BF16 too
+                    model = _bf16_with_casts(graph, {w: a if a.dtype == BF16 else a.astype(BF16) for w, a in weights.items()})
                 else:
                     model = embed(graph, weights, lambda w: w.astype(np.float32))
                 written[name] = _save(model, outputs, out, name)
@@ -157,11 +183,20 @@ def _describe(model: onnx.ModelProto, outputs: files.Outputs, out: Path, name: s
         "dimensions": config.dimensions,
         "context": config.context,
         "config": dict(config.towers[name]),
-        "preprocessing": PREPROCESSING.get(name, f"see {DOC}"),
+        "preprocessing": _preprocessing(name, dict(config.towers[name]), config.context),
         "spec": f"{DOC}, section of tower {name!r}",
     }
     with outputs.open(out / f"{name}.json") as f:
         f.write((json.dumps(info, indent=2) + "\n").encode())
+    for path in _tokenizer_file(out, name, config):  # a converted model's tokenizer, as the file held it
+        with outputs.open(path) as f:
+            f.write(config.extras["tokenizer"].encode())
+
+
+def _tokenizer_file(out: Path, name: str, config: ModelConfig) -> list[Path]:
+    """``out/{name}.tokenizer.json`` where the tower reads the checkpoint's own tokenizer (format version 2)."""
+    held = config.towers[name].get("tokenizer") == "tokenizer.json" and "tokenizer" in config.extras
+    return [out / f"{name}.tokenizer.json"] if held else []
 
 
 __all__ = ["export_towers", "QUANTIZATIONS"]
