@@ -218,6 +218,9 @@ def test_a_name_that_is_not_utf8_is_one_failed_item(tmp_path: Path, ckpt: Path, 
     with Index(tmp_path / "X", checkpoint=ckpt, read_only=True) as ix:
         assert len(ix) == 3 and ix.failures() == [(f"{root}/bad-\\xff\\xfe.png", "its name is not valid UTF-8, and an index stores names as "
                                                    "UTF-8: rename it to index it")]  # fmt: skip
+    os.unlink(bad)  # gone: its record leaves with it
+    assert main(["index", str(root), *index]) == 0
+    capsys.readouterr()
     with Index(tmp_path / "Y", checkpoint=ckpt) as ix:
         result = ix.update([Text("k\udcff", "a text"), Text("fine", "a lone \ud800 surrogate"), Text("ok", "a text")])
         assert [f.value for f in result.failed] == ["k\udcff", "fine"] and len(ix) == 1

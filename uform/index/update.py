@@ -281,7 +281,8 @@ class Updater:
     def _prune(self, roots: list[str]) -> None:
         """Rows (and failures) of paths under the roots that were not found leave the index."""
         gone = [p for p, r in self.rows.items() if p not in self.seen and in_scope(p, roots, text=r.text)]
-        failed = [p for p in self.failed_before if p not in self.seen and (in_scope(p, roots) or in_scope(p, roots, text=True))]
+        named = [escape(r) for r in roots]  # failures are recorded under escaped names (a root's own may not be UTF-8)
+        failed = [p for p in self.failed_before if p not in self.seen and (in_scope(p, named) or in_scope(p, named, text=True))]
         stale = {p.rsplit(":", 1)[0] for p in gone if self.rows[p].text}  # a text file whose lines left is read in full next time
         self.store.prune(gone, failed, stale, self.text_stamps, self.late)
         self.result.removed = len(gone)
