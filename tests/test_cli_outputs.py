@@ -187,6 +187,15 @@ def test_out_never_replaces_a_file_encode_did_not_write(tmp_path: Path, tiny_tex
     assert [r["text"] for r in read_saved(tmp_path / "captions").rows] == ["a text"]
 
 
+@pytest.mark.parametrize("out", ["", ".", "..", "sub/", "sub/.."])
+def test_out_must_name_a_file(out: str, tmp_path: Path, tiny_text: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "sub").mkdir()
+    assert main(["encode", "a text", "--out", out, "-m", str(tiny_text), "-q"]) == 2
+    assert one_error(capsys).startswith(f"uform: error: --out {out!r} names no file: give a name")
+    assert os.listdir(tmp_path) == ["sub"] and os.listdir(tmp_path / "sub") == []
+
+
 def test_a_new_set_replaces_the_old_whole(tmp_path: Path, tiny_text: Path) -> None:
     assert encode(tiny_text, tmp_path / "e", "one", "two", extra=("--outputs-scalar", "i8")) == 0
     assert (tmp_path / "e.scales.npy").exists()

@@ -9,6 +9,7 @@ states the format.
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 from typing import Any
 
@@ -37,8 +38,12 @@ def add_parser(sub: Any) -> None:
 
 
 def out_prefix(out: str) -> Path:
+    """The prefix ``--out`` names (a .npy, .jsonl or .json suffix dropped); it must end in a name."""
     path = Path(out)
-    return path.with_suffix("") if path.suffix in SUFFIXES else path
+    prefix = path.with_suffix("") if path.suffix in SUFFIXES else path
+    if not out or out.endswith(("/", os.sep)) or prefix.name in ("", ".", ".."):
+        raise ValueError(f"--out {out!r} names no file: give a name, such as OUT or folder/OUT (OUT.npy, OUT.jsonl and OUT.json are written)")
+    return prefix
 
 
 def run(args: argparse.Namespace) -> int:
