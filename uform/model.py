@@ -239,7 +239,9 @@ class Model:
         """Refuse further calls (``ValueError``), wait for the calls running, close the
         placement's runners (replica threads; sessions go with the last reference) and join the
         threads of the executor the load made. An executor passed to the load is the caller's
-        to close. Closing again does nothing; receivers made by ``on``/``deferred`` close too."""
+        to close. Closing again does nothing; receivers made by ``on``/``deferred`` close too.
+        Called inside one of this model's calls (its progress handler), it raises ``RuntimeError``
+        and leaves the model open: it would wait for itself."""
         if not self._life.close():
             return
         runners = self._runtime.placement.runners
