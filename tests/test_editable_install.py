@@ -3,7 +3,8 @@ plugins`` names the float32 fallback with the reason the op library was not buil
 
 A copy of the package's tracked sources goes into a virtual environment that sees this one's
 packages (``--system-site-packages``, ``--no-build-isolation --no-deps``: no network), built
-with ``CC=CXX=/bin/false``, the compiler that always fails. About ten seconds.
+with ``CC=CXX=/bin/false``, the compiler that always fails (and a stand-in for ONNX Runtime's
+headers, so nothing is fetched). About ten seconds.
 """
 
 from __future__ import annotations
@@ -38,7 +39,11 @@ def test_editable_install_without_a_compiler_falls_back(tmp_path: Path) -> None:
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], check=True)
     python = venv / "bin" / "python"
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "UFORM_OPS_LIBRARY")} | {"CC": "/bin/false", "CXX": "/bin/false"}
+    headers = tmp_path / "include"  # never fetched: the compiler fails before reading them
+    headers.mkdir()
+    (headers / "onnxruntime_c_api.h").write_text("")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "UFORM_OPS_LIBRARY")}
+    env |= {"CC": "/bin/false", "CXX": "/bin/false", "UFORM_ORT_INCLUDE": str(headers)}
     install = subprocess.run(
         [str(python), "-m", "pip", "install", "-e", ".", "--no-build-isolation", "--no-deps", "--no-index", "-q"],
         cwd=source, env=env, capture_output=True, text=True,
