@@ -5,7 +5,7 @@
 
 namespace uform {
 
-constexpr int kAbi = 7;  // bump when an exported signature or an op's contract changes
+constexpr int kAbi = 8;  // bump when an exported signature or an op's contract changes
 const Kernel* const kernels[kVariants] = {&kernel_avx2,       &kernel_avx512, &kernel_avx512bf16,
                                           &kernel_avx2_split, &kernel_amx,    &kernel_amx_model};
 
@@ -104,7 +104,7 @@ UFORM_EXPORT int64_t uform_pack(int variant, int wtype, const uint16_t* w, int64
 
 // The product outside ONNX Runtime (for parity tests and benchmarks of the kernels alone);
 // w packed by uform_pack for the same variant; residual ([m, n]) may be null, activation is
-// 0 (none) or 1 (GELU).
+// 0 (none), 1 (GELU), 2 (tanh GELU) or 3 (quick GELU).
 // Answers 0, 1 when this CPU cannot run `variant`, 2 for bad arguments, 3 out of memory.
 UFORM_EXPORT int uform_gemm(int variant, const float* x, int64_t m, int64_t k, const void* w, int wtype, int64_t n,
                             const float* scale, const float* bias, const float* residual, int activation, float* y,

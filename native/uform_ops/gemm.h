@@ -2,7 +2,7 @@
 //
 //   y[m, n] = act(scale[n] * sum_k x[m, k] * w[n, k] + bias[n]) + residual[m, n]
 //
-// act is the identity or GELU (exact, gelu.inc) and residual an optional [m, n] float32 matrix:
+// act is the identity, GELU (exact or tanh's) or quick GELU (gelu.inc) and residual an optional [m, n] float32 matrix:
 // a block's fc1 and GELU, or a projection and the residual add after it, in one pass over y.
 // x is float32 [m, k] (row stride k); w holds the checkpoint's [n, k] matrix as raw bits,
 // BF16 (uint16) or FLOAT8 E4M3FN (uint8), packed at load for the variant (pack.cpp): panels
@@ -22,7 +22,8 @@
 namespace uform {
 
 enum WeightType : int { kBF16 = 0, kE4M3 = 1 };
-enum Activation : int { kIdentity = 0, kGelu = 1, kActivations = 2 };
+// GELU exact (erf), as tanh's approximation (ONNX's Gelu approximate="tanh"), and quick GELU x * sigmoid(1.702 x)
+enum Activation : int { kIdentity = 0, kGelu = 1, kGeluTanh = 2, kQuickGelu = 3, kActivations = 4 };
 // kAMXModel: the amx kernels over a scalar model of the tile instructions, built for every
 // machine (tests and the tiling's edges; no load takes it).
 enum Variant : int { kAVX2 = 0, kAVX512 = 1, kAVX512BF16 = 2, kAVX2Split = 3, kAMX = 4, kAMXModel = 5, kVariants = 6 };

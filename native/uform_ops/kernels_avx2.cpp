@@ -86,9 +86,9 @@ static inline void finish(const Gemm& g, int64_t row, int64_t n0, const __m256 (
     float* y = g.y + (row + r) * g.n + n0;
     __m256 v0 = _mm256_fmadd_ps(acc[r][0], s0, c0);
     __m256 v1 = _mm256_fmadd_ps(acc[r][1], s1, c1);
-    if (g.activation == kGelu) {
-      v0 = gelu<__m256, Int8x32>(v0);
-      v1 = gelu<__m256, Int8x32>(v1);
+    if (g.activation != kIdentity) {
+      v0 = activate<__m256, Int8x32>(v0, g.activation);
+      v1 = activate<__m256, Int8x32>(v1, g.activation);
     }
     if (g.residual) {
       const float* add = g.residual + (row + r) * g.n + n0;

@@ -9,7 +9,8 @@
 // matrix W, held packed for the kernels (uform_pack), with the attributes `variant` (0 avx2,
 // 1 avx512, 2 avx512-bf16, 3 avx2-split, 4 amx, 5 amx-model) naming the kernels, `n` the output width and,
 // optionally, `threads` the session's intra-op threads (variants that cut a product by its
-// shape size tasks to it) and `activation` (0 or absent: none; 1: GELU, exact); and
+// shape size tasks to it) and `activation` (0 or absent: none; 1: GELU, exact; 2: GELU,
+// tanh's approximation; 3: quick GELU, x * sigmoid(1.702 x)); and
 //   Attention(qkv: float[B * T, 3 * W], shape: int64[2] = (B, T), mask?: float) -> float[B * T, W]
 // multi-head attention of `heads` heads over a fused qkv projection, the additive mask
 // [B, 1, 1, T] (padding) or [T, T] (causal), float32 throughout, with the optional attribute
@@ -223,7 +224,7 @@ struct Op : OrtCustomOp {
         activation = kIdentity;
       }
       if (activation < 0 || activation >= kActivations)
-        return fail(api, name + ": unknown activation " + std::to_string(activation) + " (0: none, 1: GELU)");
+        return fail(api, name + ": unknown activation " + std::to_string(activation) + " (0: none, 1: GELU, 2: tanh GELU, 3: quick GELU)");
       auto* kernel = new (std::nothrow)
           OpKernel{api, kernels[variant], WType, n, name, std::max<int64_t>(threads, 0), int(activation)};
       if (!kernel) return api->CreateStatus(ORT_FAIL, "out of memory");

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-ABI = 7  # uform_ops_abi() of the library this module speaks to
+ABI = 8  # uform_ops_abi() of the library this module speaks to
 # Kernel variants, by the index the ops take. ``amx-model`` runs the amx kernels over a scalar
 # model of the tile instructions on any AVX2 machine: for tests; no load takes it.
 VARIANTS = ("avx2", "avx512", "avx512-bf16", "avx2-split", "amx", "amx-model")
@@ -112,10 +112,11 @@ class OpLibrary:
     def gemm(
         self, variant: str, x: np.ndarray, packed: np.ndarray, n: int,
         scale: np.ndarray | None = None, bias: np.ndarray | None = None, threads: int = 1,
-        residual: np.ndarray | None = None, gelu: bool = False,
+        residual: np.ndarray | None = None, gelu: bool = False, activation: int = 0,
     ) -> np.ndarray:  # fmt: skip
         """``act(scale * (x @ W.T) + bias) + residual`` with W packed for ``variant`` by
-        :meth:`pack`; ``act`` is exact GELU when ``gelu``, else the identity."""
+        :meth:`pack`; ``act`` is the ops' ``activation`` (0 the identity, 1 exact GELU, 2 tanh
+        GELU, 3 quick GELU; ``gelu`` is 1)."""
         x = np.ascontiguousarray(x, np.float32)
         m, k = x.shape
         if packed.size != self.packed_elements(variant, n, k):
@@ -125,11 +126,13 @@ class OpLibrary:
                 raise ValueError(f"{name} must be float32 [{n}]")
         if residual is not None and (residual.dtype != np.float32 or residual.shape != (m, n) or not residual.flags.c_contiguous):
             raise ValueError(f"residual must be a C-contiguous float32 [{m}, {n}]")
+        if activation not in (0, 1, 2, 3):
+            raise ValueError(f"activation must be 0 (none), 1 (GELU), 2 (tanh GELU) or 3 (quick GELU), not {activation}")
         y = np.empty((m, n), np.float32)
         wtype = E4M3 if packed.dtype == np.uint8 else BF16
         rc = self.handle.uform_gemm(
             VARIANTS.index(variant), _pointer(x), _I64(m), _I64(k), _pointer(packed), wtype, _I64(n),
-            _pointer(scale), _pointer(bias), _pointer(residual), int(gelu), _pointer(y), max(1, threads),
+            _pointer(scale), _pointer(bias), _pointer(residual), 1 if gelu else activation, _pointer(y), max(1, threads),
         )  # fmt: skip
         if rc == 1:
             raise OpLibraryError(f"this CPU cannot run the {variant} kernels")
