@@ -330,3 +330,20 @@ def test_open_clip_variants_are_refused_by_field(tmp_path: Path) -> None:
     cfg["model_cfg"]["vision_cfg"]["layers"] = [3, 4, 6, 3]
     path.write_text(json.dumps(cfg))
     refused(d, tmp_path, r"a ResNet tower is not supported")
+
+
+def test_the_streamed_file_is_what_the_core_writer_writes(clip_file: Path, clip_dir: Path, tmp_path: Path) -> None:
+    """The conversion writes tensor by tensor; its bytes are those uform.core.safetensors.write
+    gives the same tensors and metadata (so the container needs no second writer's rules)."""
+    from uform.core import safetensors
+    from uform.core.checkpoint import CheckpointFile
+
+    for dtype in ("f32", "bf16"):
+        out = tmp_path / f"{dtype}.safetensors"
+        convert(clip_dir, out, dtype=dtype, name="tiny-clip")
+        with CheckpointFile(out) as f:
+            tensors = {name: np.array(f.array(name)) for name in f.entries}
+            metadata = dict(f.metadata)
+        again = tmp_path / f"{dtype}-again.safetensors"
+        safetensors.write(again, tensors, metadata)
+        assert again.read_bytes() == out.read_bytes()

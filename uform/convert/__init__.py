@@ -22,7 +22,8 @@ import numpy as np
 from uform.core import safetensors
 
 from .common import Converted
-from .sources import ConvertError, read_json, resolve, weights
+from .sources import ConvertError, Weights, read_json, resolve, weights
+from .write import shape_of, write
 
 __all__ = ["Conversion", "ConvertError", "convert", "SUPPORTED", "DTYPES"]
 
@@ -92,16 +93,18 @@ def convert(
     record_name = name or found_name
     temporary = _reserve(target)
     try:
-        converted = _convert(directory, record_name, frames)
-        arrays = {k: _cast(k, v, DTYPES[dtype]) for k, v in converted.tensors.items()}
+        converted, held = _convert(directory, record_name, frames)
         metadata = {
             "uform": json.dumps(converted.config, sort_keys=True, separators=(",", ":")),
             "tokenizer": converted.tokenizer,
         }
-        with open(temporary, "wb") as f:
-            safetensors.write(f, arrays, metadata)
-            f.flush()
-            os.fsync(f.fileno())
+        try:
+            with open(temporary, "wb") as f:
+                write(f, converted.tensors, metadata, held, DTYPES[dtype])
+                f.flush()
+                os.fsync(f.fileno())
+        finally:
+            held.close()
         os.replace(temporary, target)
         _sync_directory(target.parent)
     except BaseException:
@@ -114,14 +117,15 @@ def convert(
         name=source_info["name"],
         architecture=source_info["architecture"],
         dtype=dtype,
-        tensors=len(arrays),
-        parameters=sum(int(a.size) for a in arrays.values()),
+        tensors=len(converted.tensors),
+        parameters=sum(int(np.prod(shape_of(t), dtype=np.int64)) for t in converted.tensors.values()),
         bytes=target.stat().st_size,
         notes=tuple(converted.notes),
     )
 
 
-def _convert(directory: Path, name: str, frames: int) -> Converted:
+def _convert(directory: Path, name: str, frames: int) -> tuple[Converted, Weights]:
+    """The family's mapping of ``directory`` and its weights, open (the caller closes them)."""
     from importlib.metadata import PackageNotFoundError, version
 
     try:
@@ -164,9 +168,10 @@ def _convert(directory: Path, name: str, frames: int) -> Converted:
     source = {"family": family, "name": name, "architecture": architecture, "converter": converter}
     held = weights(directory, prefix)
     try:
-        return module(directory, cfg, held, source, frames)
-    finally:
+        return module(directory, cfg, held, source, frames), held
+    except BaseException:
         held.close()
+        raise
 
 
 def _siglip_family(directory: Path) -> str:
@@ -174,13 +179,6 @@ def _siglip_family(directory: Path) -> str:
     path = directory / "tokenizer_config.json"
     tokenizer_class = read_json(path).get("tokenizer_class") if path.is_file() else None
     return "siglip2" if isinstance(tokenizer_class, str) and tokenizer_class.startswith("Gemma") else "siglip"
-
-
-def _cast(name: str, value: np.ndarray, dtype: np.dtype[Any]) -> np.ndarray:
-    cast = np.ascontiguousarray(value.astype(dtype, copy=False))
-    if dtype == np.float16 and not np.isfinite(cast).all():
-        raise ConvertError(f"tensor {name!r}: holds values past float16's range (65504); convert with --dtype bf16 or f32")
-    return cast
 
 
 def _is_checkpoint(path: Path) -> bool:

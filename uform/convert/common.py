@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from .sources import ConvertError, Weights, read_json
+from .write import Ref, Tensor
 
 ACTIVATIONS = {"gelu": "gelu", "quick_gelu": "quick_gelu", "gelu_pytorch_tanh": "gelu_tanh", "gelu_new": "gelu_tanh"}
 RESAMPLE = {2: "bilinear", 3: "bicubic"}  # PIL's codes, as preprocessor_config.json writes them
@@ -24,7 +25,7 @@ class Converted:
     tokenizer's JSON text, and notes for the report (defaults taken, what was assumed)."""
 
     config: dict[str, Any]
-    tensors: dict[str, np.ndarray]
+    tensors: dict[str, Tensor]
     tokenizer: str
     notes: list[str] = field(default_factory=list)
     files: list[Path] = field(default_factory=list)
@@ -39,10 +40,15 @@ class Taker:
         self.weights = weights
         self.taken: set[str] = set()
         self.ignore = ignore
-        self.out: dict[str, np.ndarray] = {}
+        self.out: dict[str, Tensor] = {}
 
     def get(self, name: str, shape: tuple[int, ...], why: str) -> np.ndarray:
-        """Source tensor ``name`` of ``shape``; ``why`` names the config fields the shape comes from."""
+        """Source tensor ``name`` of ``shape`` read now; ``why`` names the config fields the shape comes from."""
+        self.check(name, shape, why)
+        return self.weights.get(name)
+
+    def check(self, name: str, shape: tuple[int, ...], why: str) -> None:
+        """Source tensor ``name`` is there, of ``shape``: it is taken."""
         if name not in self.weights:
             raise ConvertError(f"{self._files()}: tensor {name!r} is missing (expected shape {list(shape)} from {why})")
         found = self.weights.shapes[name]
@@ -51,15 +57,22 @@ class Taker:
                 f"{self._files()}: tensor {name!r} has shape {list(found)}, but the config says {list(shape)} ({why})"
             )
         self.taken.add(name)
-        return self.weights.get(name)
 
-    def put(self, name: str, value: np.ndarray) -> None:
+    def put(self, name: str, value: Tensor) -> None:
         self.out[name] = value
 
-    def take(self, target: str, name: str, shape: tuple[int, ...], why: str) -> None:
-        self.put(target, self.get(name, shape, why))
+    def take(self, target: str, name: str, shape: tuple[int, ...], why: str, as_shape: tuple[int, ...] | None = None) -> None:
+        """Output ``target`` is source tensor ``name`` (of ``shape``), read when it is written (as ``as_shape``)."""
+        self.check(name, shape, why)
+        self.put(target, Ref((name,), as_shape or shape))
 
-    def finish(self) -> dict[str, np.ndarray]:
+    def stack(self, target: str, names: list[str], shape: tuple[int, ...], why: str) -> None:
+        """Output ``target`` is the source tensors ``names`` (each of ``shape``) stacked along the first axis."""
+        for name in names:
+            self.check(name, shape, why)
+        self.put(target, Ref(tuple(names), (len(names) * shape[0], *shape[1:])))
+
+    def finish(self) -> dict[str, Tensor]:
         left = sorted(n for n in self.weights.names() if n not in self.taken and not self.ignore(n))
         if left:
             shown = ", ".join(left[:5]) + (f" and {len(left) - 5} more" if len(left) > 5 else "")
@@ -84,20 +97,17 @@ def activation(name: Any, where: str) -> str:
     return ACTIVATIONS[name]
 
 
-def qkv(t: Taker, q: str, k: str, v: str, width: int, why: str) -> tuple[np.ndarray, np.ndarray]:
-    """The attention's q, k, v projections (``q``, ``k``, ``v``: name prefixes) stacked as uform's ``attn.qkv``."""
-    weights = [t.get(f"{p}.weight", (width, width), why) for p in (q, k, v)]
-    biases = [t.get(f"{p}.bias", (width,), why) for p in (q, k, v)]
-    return np.concatenate(weights, axis=0), np.concatenate(biases, axis=0)
+def qkv(t: Taker, target: str, q: str, k: str, v: str, width: int, why: str) -> None:
+    """The attention's q, k, v projections (``q``, ``k``, ``v``: name prefixes) stacked as uform's ``{target}.qkv``."""
+    t.stack(f"{target}.qkv.weight", [f"{p}.weight" for p in (q, k, v)], (width, width), why)
+    t.stack(f"{target}.qkv.bias", [f"{p}.bias" for p in (q, k, v)], (width,), why)
 
 
 def hf_stack(t: Taker, source: str, target: str, width: int, depth: int, mlp: int, why: str) -> None:
     """Transformers' encoder layers ``{source}.encoder.layers.i`` (CLIP, SigLIP) as ``{target}.blocks.i``."""
     for i in range(depth):
         s, d = f"{source}.encoder.layers.{i}", f"{target}.blocks.{i}"
-        weight, bias = qkv(t, f"{s}.self_attn.q_proj", f"{s}.self_attn.k_proj", f"{s}.self_attn.v_proj", width, why)
-        t.put(f"{d}.attn.qkv.weight", weight)
-        t.put(f"{d}.attn.qkv.bias", bias)
+        qkv(t, f"{d}.attn", f"{s}.self_attn.q_proj", f"{s}.self_attn.k_proj", f"{s}.self_attn.v_proj", width, why)
         pairs = [("self_attn.out_proj", "attn.out", (width, width)), ("mlp.fc1", "mlp.fc1", (mlp, width)), ("mlp.fc2", "mlp.fc2", (width, mlp))]
         for a, b, shape in pairs:
             t.take(f"{d}.{b}.weight", f"{s}.{a}.weight", shape, why)

@@ -71,9 +71,9 @@ def convert(directory: Path, cfg: dict[str, Any], weights: Weights, source: dict
         raise_geometry(where, size, patch, channels)
     grid = size // patch
     why = "config.json vision_config"
-    conv = t.get("vision_model.embeddings.patch_embedding.weight", (vw, 3, patch, patch), why + ".hidden_size, patch_size")
-    t.put("image.patch.weight", conv.reshape(vw, 3 * patch * patch))
-    t.put("image.patch.bias", np.zeros(vw, conv.dtype))
+    conv = "vision_model.embeddings.patch_embedding.weight"
+    t.take("image.patch.weight", conv, (vw, 3, patch, patch), why + ".hidden_size, patch_size", (vw, 3 * patch * patch))
+    t.put("image.patch.bias", np.zeros(vw, np.float32))
     t.take("image.cls", "vision_model.embeddings.class_embedding", (vw,), why + ".hidden_size")
     t.take("image.pos.weight", "vision_model.embeddings.position_embedding.weight", (1 + grid * grid, vw), why + ".image_size, patch_size")
     norm(t, "image.ln_pre", "vision_model.pre_layrnorm", vw, why)

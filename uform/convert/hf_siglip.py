@@ -79,14 +79,14 @@ def convert(directory: Path, cfg: dict[str, Any], weights: Weights, source: dict
         )
     grid = size // patch
     why = "config.json vision_config"
-    conv = t.get("vision_model.embeddings.patch_embedding.weight", (vw, 3, patch, patch), why + ".hidden_size, patch_size")
-    t.put("image.patch.weight", conv.reshape(vw, 3 * patch * patch))
+    conv = "vision_model.embeddings.patch_embedding.weight"
+    t.take("image.patch.weight", conv, (vw, 3, patch, patch), why + ".hidden_size, patch_size", (vw, 3 * patch * patch))
     t.take("image.patch.bias", "vision_model.embeddings.patch_embedding.bias", (vw,), why + ".hidden_size")
     t.take("image.pos.weight", "vision_model.embeddings.position_embedding.weight", (grid * grid, vw), why + ".image_size, patch_size")
     hf_stack(t, "vision_model", "image", vw, vd, vm, why)
     norm(t, "image.ln_final", "vision_model.post_layernorm", vw, why)
     h = "vision_model.head"
-    t.put("image.pool.probe", t.get(f"{h}.probe", (1, 1, vw), why + ".hidden_size").reshape(vw))
+    t.take("image.pool.probe", f"{h}.probe", (1, 1, vw), why + ".hidden_size", (vw,))
     t.take("image.pool.attn.qkv.weight", f"{h}.attention.in_proj_weight", (3 * vw, vw), why + ".hidden_size")
     t.take("image.pool.attn.qkv.bias", f"{h}.attention.in_proj_bias", (3 * vw,), why + ".hidden_size")
     t.take("image.pool.attn.out.weight", f"{h}.attention.out_proj.weight", (vw, vw), why + ".hidden_size")

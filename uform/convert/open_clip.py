@@ -104,9 +104,8 @@ def convert(directory: Path, cfg: dict[str, Any], weights: Weights, source: dict
         raise ConvertError(f"{where} model_cfg.vision_cfg: image_size {size!r}, patch_size {patch!r}, width {vw}, head_width {head_width} are not supported (a square image of whole patches, heads dividing the width)")
     grid = size // patch
     why = "open_clip_config.json vision_cfg"
-    conv = t.get("visual.conv1.weight", (vw, 3, patch, patch), why + ".width, patch_size")
-    t.put("image.patch.weight", conv.reshape(vw, 3 * patch * patch))
-    t.put("image.patch.bias", np.zeros(vw, conv.dtype))
+    t.take("image.patch.weight", "visual.conv1.weight", (vw, 3, patch, patch), why + ".width, patch_size", (vw, 3 * patch * patch))
+    t.put("image.patch.bias", np.zeros(vw, np.float32))
     t.take("image.cls", "visual.class_embedding", (vw,), why + ".width")
     t.take("image.pos.weight", "visual.positional_embedding", (1 + grid * grid, vw), why + ".image_size, patch_size")
     norm(t, "image.ln_pre", "visual.ln_pre", vw, why)

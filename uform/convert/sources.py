@@ -66,6 +66,23 @@ class Weights:
             raise ConvertError(f"{path}: tensor {inner!r} is {array.dtype}, not floating point")
         return array
 
+    def nbytes(self, name: str) -> int:
+        path, inner = self._where[name]
+        source = self._opened[path]
+        return int(source.nbytes(inner)) if isinstance(source, CheckpointFile) else int(source[inner].nbytes)
+
+    def read_into(self, name: str, scratch: np.ndarray) -> np.ndarray:
+        """Tensor ``name`` (NaN refused, naming it) read into ``scratch`` (flat bytes, reused
+        between tensors), as a typed view of it; a tensor already in memory as it is."""
+        path, inner = self._where[name]
+        source = self._opened[path]
+        if not isinstance(source, CheckpointFile):
+            return self.get(name)
+        try:
+            return source.read_into(inner, scratch)
+        except CheckpointError as exc:
+            raise ConvertError(f"{exc}") from None
+
     def close(self) -> None:
         for source in self._opened.values():
             if isinstance(source, CheckpointFile):
