@@ -347,3 +347,21 @@ def test_the_streamed_file_is_what_the_core_writer_writes(clip_file: Path, clip_
         again = tmp_path / f"{dtype}-again.safetensors"
         safetensors.write(again, tensors, metadata)
         assert again.read_bytes() == out.read_bytes()
+
+
+def test_a_hub_id_is_read_from_the_local_cache_offline(clip_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """``uform convert owner/name OUT`` with HF_HUB_OFFLINE=1 reads the Hugging Face cache
+    (laid out as huggingface_hub keeps it: refs/main naming a snapshot) and records the Hub id."""
+    pytest.importorskip("huggingface_hub")
+    cache = tmp_path / "hub"
+    repo = cache / "models--openai--clip-vit-base-patch32"
+    snapshot = repo / "snapshots" / ("0" * 40)
+    shutil.copytree(clip_dir, snapshot)
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text("0" * 40)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    out = tmp_path / "clip-b32.safetensors"
+    assert main(["convert", "openai/clip-vit-base-patch32", str(out)]) == 0
+    assert "from openai/clip-vit-base-patch32" in capsys.readouterr().out
+    assert header(out)[0]["source"]["name"] == "openai/clip-vit-base-patch32"

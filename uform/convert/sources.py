@@ -117,8 +117,10 @@ def _hub(repo: str) -> Path:
     from huggingface_hub.errors import LocalEntryNotFoundError
 
     offline = os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+    home = os.environ.get("HF_HOME")
+    cache = os.environ.get("HF_HUB_CACHE") or (os.path.join(home, "hub") if home else None)  # read now, not at import
     try:
-        found = Path(snapshot_download(repo, allow_patterns=HUB_PATTERNS, local_files_only=True))
+        found = Path(snapshot_download(repo, allow_patterns=HUB_PATTERNS, local_files_only=True, cache_dir=cache))
         if _has_weights(found):
             return found
     except LocalEntryNotFoundError:
@@ -128,9 +130,9 @@ def _hub(repo: str) -> Path:
     if offline:
         raise ConvertError(f"{repo}: not in the local Hugging Face cache, and HF_HUB_OFFLINE forbids a download")
     try:
-        found = Path(snapshot_download(repo, allow_patterns=HUB_PATTERNS))
+        found = Path(snapshot_download(repo, allow_patterns=HUB_PATTERNS, cache_dir=cache))
         if not _has_weights(found):
-            found = Path(snapshot_download(repo, allow_patterns=HUB_PATTERNS + HUB_BIN_PATTERNS))
+            found = Path(snapshot_download(repo, allow_patterns=HUB_PATTERNS + HUB_BIN_PATTERNS, cache_dir=cache))
     except Exception as exc:  # noqa: BLE001
         raise ConvertError(f"{repo}: cannot download it from the Hugging Face Hub ({type(exc).__name__}: {exc})") from None
     return found
