@@ -288,6 +288,20 @@ def test_export_of_a_converted_file(clip: tuple[Any, Path], tmp_path: Path) -> N
     assert video["inputs"] == [{"name": "frame_embeddings", "dtype": "float32", "shape": ["batch", 2, 32]}]
 
 
+def test_a_converted_load_imports_neither_torch_nor_transformers(clip: tuple[Any, Path]) -> None:
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys, numpy as np, uform\n"
+        f"m = uform.Model.load_ram({str(clip[1])!r})\n"
+        "m.text_encode(['a cat'], uform.Arena()); m.image_encode_pixels([np.zeros((40, 50, 3), np.uint8)], uform.Arena())\n"
+        "print(sorted(k for k in ('torch', 'transformers', 'huggingface_hub', 'tokenizers') if k in sys.modules))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300, check=True)
+    assert done.stdout.strip().splitlines()[-1] == "['tokenizers']"
+
+
 def test_the_pytorch_reference_refuses_version_2_options(clip: tuple[Any, Path]) -> None:
     from uform.exporters.reference import ReferenceModel
 
