@@ -288,6 +288,14 @@ def test_export_of_a_converted_file(clip: tuple[Any, Path], tmp_path: Path) -> N
     assert video["inputs"] == [{"name": "frame_embeddings", "dtype": "float32", "shape": ["batch", 2, 32]}]
 
 
+def test_without_the_tokenizers_library_the_error_names_the_extra(clip: tuple[Any, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "tokenizers", None)  # as if not installed: importing it raises ImportError
+    with pytest.raises(uform.UnsupportedError, match=r"needs the tokenizers library: pip install 'uform\[models\]'"):
+        uform.Model.load_ram(clip[1])
+
+
 def test_a_converted_load_imports_neither_torch_nor_transformers(clip: tuple[Any, Path]) -> None:
     import subprocess
     import sys
