@@ -186,6 +186,9 @@ def test_stored_f16_and_bf16_files_load(clip: tuple[Any, Path], tmp_path: Path) 
         assert {e.dtype for e in safetensors.parse(memoryview(other.read_bytes())).entries.values()} == {name}
         got = uform.Model.load_ram(other, quantization=Scalar.F32).text_encode(TEXTS, Arena()).embeddings
         assert _cos(got, want).min() >= (0.9999 if name == "F16" else 0.999)
+        for quantization in (Scalar.BF16, Scalar.E4M3):  # F16 rounded to BF16 at load, packed from there
+            got = uform.Model.load_ram(other, quantization=quantization).text_encode(TEXTS, Arena()).embeddings
+            assert _cos(got, want).min() >= 0.98, (name, quantization)
 
 
 def test_token_stats_and_truncation_count_model_tokens(clip: tuple[Any, Path]) -> None:
