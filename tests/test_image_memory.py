@@ -102,24 +102,53 @@ def _oriented(data: bytes, orientation: int) -> bytes:
 
 
 # (height, width, S): several strips; a tall and a wide picture past FULL_RESIZE_AREA (fit_region)
-SHAPES = [(37, 53, 16), (211, 173, 32), (60, 2100, 16), (1500, 45, 16), (96, 96, 96)]
+SHAPES = [(37, 53, 16), (211, 173, 32), (400, 150, 32), (60, 2100, 16), (1500, 45, 16), (96, 96, 96)]  # (400, 150): down first
+FITS = {  # version 1's rule, and version 2's square resize, bilinear filter and rounding down (frames.Fit)
+    "v1": {}, "square-bilinear": {"resize": "square", "interpolation": "bilinear"},
+    "crop-bilinear-floor": {"interpolation": "bilinear", "rounding": "floor"},
+}  # fmt: skip
 
 
+@pytest.mark.parametrize("fit", FITS)
 @pytest.mark.parametrize(("h", "w", "size"), SHAPES)
-def test_strips_give_the_whole_pictures_pixels(monkeypatch: pytest.MonkeyPatch, h: int, w: int, size: int) -> None:
+def test_strips_give_the_whole_pictures_pixels(monkeypatch: pytest.MonkeyPatch, h: int, w: int, size: int, fit: str) -> None:
     monkeypatch.setattr(pictures, "STRIP_PIXELS", 2999)  # strips of a few rows, one row where rows are long
+    how = frames.Fit(size, **FITS[fit])
     for mode, data in _files(h, w, h + w).items():
-        got = pictures.decode(sources.Source(0, None, data=data), size)[0]
-        np.testing.assert_array_equal(got, _whole(data, size), err_msg=mode)
+        got = pictures.decode(sources.Source(0, None, data=data), how)[0]
+        np.testing.assert_array_equal(got, _whole(data, how), err_msg=mode)
 
 
+@pytest.mark.parametrize("fit", ["v1", "square-bilinear"])
 @pytest.mark.parametrize("orientation", range(2, 9))
-def test_turned_strips_give_the_turned_pictures_pixels(monkeypatch: pytest.MonkeyPatch, orientation: int) -> None:
+def test_turned_strips_give_the_turned_pictures_pixels(monkeypatch: pytest.MonkeyPatch, orientation: int, fit: str) -> None:
     monkeypatch.setattr(pictures, "STRIP_PIXELS", 1009)
-    stored = Image.fromarray(np.dstack([pattern(70, 43, orientation), _noise(70, 43, orientation)[..., 3]]), "RGBA")
+    # 30 wide, 90 tall: upright as stored, a square fit resizes down first; turned a quarter, across first
+    stored = Image.fromarray(np.dstack([pattern(90, 30, orientation), _noise(90, 30, orientation)[..., 3]]), "RGBA")
+    how = frames.Fit(16, **FITS[fit])
     for data in (_oriented(encode_image(stored, "PNG"), orientation), _oriented(encode_image(stored.convert("RGB"), "PNG"), orientation)):
-        got = pictures.decode(sources.Source(0, None, data=data), 16)[0]
-        np.testing.assert_array_equal(got, _whole(data, 16))
+        got = pictures.decode(sources.Source(0, None, data=data), how)[0]
+        np.testing.assert_array_equal(got, _whole(data, how))
+
+
+def test_pillows_pass_order_is_the_one_the_strips_follow() -> None:
+    """Pillow resizes across then down, or down first (:func:`pictures.vertical_first`); the
+    strips make the first pass themselves, so they must know which. Checked on random shapes,
+    so that a Pillow that chooses otherwise fails here by name."""
+    rng = np.random.default_rng(58)
+    for filter_ in (Image.Resampling.BICUBIC, Image.Resampling.BILINEAR):
+        for _ in range(40):
+            w, h = (int(v) for v in rng.integers(8, 400, 2))
+            tw, th = (int(v) for v in rng.integers(4, 300, 2))
+            if tw == w or th == h:
+                continue
+            image = Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8))
+            whole = np.asarray(image.resize((tw, th), filter_))
+            if pictures.vertical_first(w, h, (tw, th)):
+                passes = image.resize((w, th), filter_).resize((tw, th), filter_)
+            else:
+                passes = image.resize((tw, h), filter_).resize((tw, th), filter_)
+            assert np.array_equal(np.asarray(passes), whole), f"{w}x{h} -> {tw}x{th} ({filter_.name}): Pillow chose the other pass order"
 
 
 if __name__ == "__main__":  # python tests/test_image_memory.py 10000 10000 [S]: the figures of docs/media.md

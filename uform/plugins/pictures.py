@@ -141,67 +141,92 @@ def upright_size(image: Image.Image, method: Image.Transpose | None) -> tuple[in
     return image.size[::-1] if method in _swaps() else image.size
 
 
-def upright_rows(image: Image.Image, method: Image.Transpose | None, y0: int, y1: int) -> Image.Image:
-    """Rows ``y0:y1`` of the picture turned by ``method``, cut from the stored picture and turned alone.
-
-    Flips and the half turn take rows of the stored picture; the turns that swap the axes take
-    its columns (row ``y`` upright is column ``y``, or ``w − 1 − y`` where the turn mirrors it).
-    """
+def upright_box(image: Image.Image, method: Image.Transpose | None, box: tuple[int, int, int, int]) -> Image.Image:
+    """The ``(x0, y0, x1, y1)`` box of the picture turned by ``method``, cut from the stored
+    picture (the box it came from) and turned alone."""
     from PIL import Image
 
+    T = Image.Transpose
     w, h = image.size
-    if method in _swaps():
-        mirrored = method in (Image.Transpose.ROTATE_90, Image.Transpose.TRANSVERSE)
-        box = (w - y1, 0, w - y0, h) if mirrored else (y0, 0, y1, h)
-    else:
-        mirrored = method in (Image.Transpose.ROTATE_180, Image.Transpose.FLIP_TOP_BOTTOM)
-        box = (0, h - y1, w, h - y0) if mirrored else (0, y0, w, y1)
-    strip = image.crop(box)
-    return strip if method is None else strip.transpose(method)
+    x0, y0, x1, y1 = box
+    stored = {
+        None: box, T.FLIP_LEFT_RIGHT: (w - x1, y0, w - x0, y1), T.FLIP_TOP_BOTTOM: (x0, h - y1, x1, h - y0),
+        T.ROTATE_180: (w - x1, h - y1, w - x0, h - y0), T.TRANSPOSE: (y0, x0, y1, x1),
+        T.ROTATE_90: (w - y1, x0, w - y0, x1), T.ROTATE_270: (y0, h - x1, y1, h - x0),
+        T.TRANSVERSE: (w - y1, h - x1, w - y0, h - x0),
+    }[method]  # fmt: skip
+    part = image.crop(stored)
+    return part if method is None else part.transpose(method)
 
 
-def fit_strips(width: int, height: int, rows: Callable[[int, int], Image.Image], size: int) -> np.ndarray:
-    """:func:`uform.plugins.frames.fit` of a ``width × height`` RGB picture given as strips of rows.
+def vertical_first(width: int, height: int, target: tuple[int, int]) -> bool:
+    """Whether Pillow's resize of ``width × height`` to ``target`` (both axes resized) makes its
+    vertical pass first: when it shrinks the height by more than twice what it takes off the
+    width, ``h − h' > 2 (w − w')`` (Pillow 13's choice, read from its results: exact on 1,500
+    random shapes with both filters; ``tests/test_image_memory.py`` checks it)."""
+    tw, th = target
+    return th < height and height - th > 2 * (width - tw)
 
-    ``rows(y0, y1)`` gives rows ``y0:y1`` as 8-bit RGB, a few at a time (``STRIP_PIXELS``); each
-    strip is resized across (Pillow's horizontal pass, with the whole resize's box) into a
-    picture of the output's width, which is then resized down (the vertical pass) and
-    cropped. Pillow's resize makes the horizontal pass first, row by row, then the vertical
-    one, so this is ``fit`` bit for bit, the region rule of ``frames.fit_region`` included,
-    while no full-size picture but the decoded one is ever held: the memory beside it is the
-    output's width times the rows resized down (``S × h`` pixels, or ``S ×`` the region's rows).
+
+def fit_strips(width: int, height: int, part: Callable[[tuple[int, int, int, int]], Image.Image], size: int) -> np.ndarray:
+    """:func:`uform.plugins.frames.fit` of a ``width × height`` RGB picture given in parts.
+
+    ``part(box)`` gives the ``(x0, y0, x1, y1)`` box of the picture as 8-bit RGB; it is asked
+    for strips of ``STRIP_PIXELS`` or so. Pillow's resize is two passes, each rounded to 8 bits:
+    across (each row alone) then down (each column alone), or down first where it chooses so
+    (:func:`vertical_first`). The first pass runs here on strips (rows across, or columns
+    down), each with the whole resize's box, into a picture of its result's size; the second
+    is Pillow's on that picture, then the crop. So this is ``fit`` bit for bit, the region rule
+    of ``frames.fit_region`` and a :class:`~uform.plugins.frames.Fit`'s square resize,
+    bilinear filter and rounding included, while no full-size picture but the decoded one is
+    ever held: beside it, the first pass's result (``S × h`` or ``w × S``-ish pixels, or ``S ×``
+    the region's rows) and a strip.
     """
     from PIL import Image
 
-    bicubic = Image.Resampling.BICUBIC
-    tw, th = frames.resized_size(width, height, size)
-    region = tw * th > frames.FULL_RESIZE_AREA * size * size
-    if region:  # frames.fit_region's geometry, to the float
+    how = size if isinstance(size, frames.Fit) else frames.Fit(size)
+    size = int(size)
+    bicubic = Image.Resampling.BILINEAR if how.interpolation == "bilinear" else Image.Resampling.BICUBIC
+    tw, th = (size, size) if how.resize == "square" else frames.resized_size(width, height, size, how.rounding)
+    if tw * th > frames.FULL_RESIZE_AREA * size * size:  # frames.fit_region: two calls, across then down, to the float
         left, top = (tw - size) // 2, (th - size) // 2
         sx, sy = width / tw, height / th
         x0, x1 = (0.0, float(width)) if tw == size else (left * sx, (left + size) * sx)
         y0, y1 = (0.0, float(height)) if th == size else (top * sy, (top + size) * sy)
         reach = 2 * max(sy, 1.0) + 1
         r0, r1 = max(0, math.floor(y0 - reach)), min(height, math.ceil(y1 + reach))
-        across, box = size, (x0, x1)
+        across = _across(width, r0, r1, part, size, (x0, x1), bicubic)
+        return np.asarray(across.resize((size, size), bicubic, box=(0, y0 - r0, size, y1 - r0)))
+    if tw != width and th != height and vertical_first(width, height, (tw, th)):
+        down = Image.new("RGB", (width, th))
+        step = max(1, STRIP_PIXELS // height)
+        for x in range(0, width, step):
+            n = min(step, width - x)
+            down.paste(part((x, 0, x + n, height)).resize((n, th), bicubic), (x, 0))
+        resized = down.resize((tw, th), bicubic)
     else:
-        r0, r1, across, box = 0, height, tw, (0.0, float(width))
-    resized = Image.new("RGB", (across, r1 - r0))
-    step = max(1, STRIP_PIXELS // width)
-    for y in range(r0, r1, step):
-        n = min(step, r1 - y)
-        strip = rows(y, y + n)
-        if (across, box) != (width, (0.0, float(width))):
-            strip = strip.resize((across, n), bicubic, box=(box[0], 0, box[1], n))
-        resized.paste(strip, (0, y - r0))
-        del strip
-    if region:
-        return np.asarray(resized.resize((size, size), bicubic, box=(0, y0 - r0, size, y1 - r0)))
-    if th != height:
-        resized = resized.resize((tw, th), bicubic)
+        resized = _across(width, 0, height, part, tw, (0.0, float(width)), bicubic)
+        if th != height:
+            resized = resized.resize((tw, th), bicubic)
     array = np.asarray(resized)
     top, left = (th - size) // 2, (tw - size) // 2
     return np.ascontiguousarray(array[top : top + size, left : left + size])
+
+
+def _across(width: int, r0: int, r1: int, part: Callable[[tuple[int, int, int, int]], Image.Image], out: int,
+            box: tuple[float, float], resample: int) -> Image.Image:  # fmt: skip
+    """Rows ``r0:r1`` resized across to ``out`` columns (``box``: the source columns), a strip at a time."""
+    from PIL import Image
+
+    resized = Image.new("RGB", (out, r1 - r0))
+    step = max(1, STRIP_PIXELS // width)
+    for y in range(r0, r1, step):
+        n = min(step, r1 - y)
+        strip = part((0, y, width, y + n))
+        if (out, box) != (width, (0.0, float(width))):
+            strip = strip.resize((out, n), resample, box=(box[0], 0, box[1], n))
+        resized.paste(strip, (0, y - r0))
+    return resized
 
 
 def draft_scale(width: int, height: int, size: int) -> int:
@@ -267,7 +292,7 @@ def decode(source: Source, size: int) -> tuple[np.ndarray, int, int, bool]:
         if method is None and image.mode == "RGB" and "transparency" not in image.info:
             fitted = frames.fit(image, size)  # nothing to convert: resized as decoded
         else:  # turned and converted a strip at a time, never whole (see fit_strips)
-            fitted = fit_strips(*upright_size(image, method), lambda y0, y1: to_rgb(upright_rows(image, method, y0, y1)), size)
+            fitted = fit_strips(*upright_size(image, method), lambda box: to_rgb(upright_box(image, method, box)), size)
     except Exception as exc:  # noqa: BLE001
         raise source.fail(f"cannot convert the image to RGB: {type(exc).__name__}: {exc}") from None
     return fitted, read, image.width * image.height, reduced
