@@ -110,8 +110,12 @@ def serve(model: Model, config: ServeConfig, *, host: str, port: int, access_log
         def handle_exit(self, sig: int, frame: FrameType | None) -> None:
             if not state.draining:  # the first signal: the drain's deadline closes what is still open
                 state.drain_ends = time.monotonic() + config.drain_seconds
-                loop = asyncio.get_running_loop()
-                loop.call_soon_threadsafe(loop.call_later, config.drain_seconds, connections.close_all)
+                try:
+                    loop = asyncio.get_running_loop()
+                except RuntimeError:  # not serving yet: nothing to close
+                    pass
+                else:
+                    loop.call_soon_threadsafe(loop.call_later, config.drain_seconds, connections.close_all)
             state.draining = True
             super().handle_exit(sig, frame)
 
