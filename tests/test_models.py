@@ -296,3 +296,35 @@ def test_open_clip_checkpoint_equals_open_clip(tmp_path: Path) -> None:
         assert cosines(m.image_encode_pixels(list(px), Arena()).embeddings, image).min() >= 0.99999
     agree = (unit(got) * unit(text)).sum(1) >= 0.99999
     assert [t for t, ok in zip(hf_models.CORPUS, agree) if not ok] == ["中文：一只猫坐在垫子上。"]
+
+
+def test_the_readme_converts_a_clip_from_the_cache_and_searches_a_folder(clip: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """README's "Real models" commands run as written, offline, on a Hugging Face cache holding
+    a small CLIP under OpenAI's Hub id, and on a folder standing for ~/Pictures."""
+    import shlex
+    import shutil
+
+    from PIL import Image
+
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    block = readme.split("## Real models: CLIP and SigLIP", 1)[1].split("```sh\n", 1)[1].split("```", 1)[0]
+    lines = [line.removeprefix("pip install -e '.[convert]' && ") for line in block.strip().splitlines()]
+    assert [shlex.split(line)[:2] for line in lines] == [["uform", "convert"], ["uform", "search"], ["uform", "labels"]]
+    repo = tmp_path / "hub" / "models--openai--clip-vit-base-patch32"
+    shutil.copytree(clip[0], repo / "snapshots" / ("1" * 40))
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("1" * 40)
+    pictures_dir = tmp_path / "Pictures"
+    pictures_dir.mkdir()
+    for i, p in enumerate(pictures(3, 48, seed=4)):
+        Image.fromarray(p).save(pictures_dir / ("dog.jpg" if i == 0 else f"p{i}.png"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    for line in lines:
+        args = [a.replace("~", str(tmp_path)) for a in shlex.split(line)[1:]]
+        assert main(args) == 0, line
+    out = capsys.readouterr().out
+    assert "from openai/clip-vit-base-patch32" in out and "(softmax)" in out and "a dog" in out
+    assert len([line for line in out.splitlines() if line.strip().startswith(("1 ", "2 ", "3 "))]) == 3
