@@ -258,6 +258,8 @@ def _rewrite(path: Path, out: Path, change: Any, metadata: dict[str, str] | None
         (lambda c: c["towers"]["text"].update(vocab_size=5), None, "towers.text.vocab_size: 5, but the tokenizer has"),
         (lambda c: c["towers"]["video"].update({"from": "audio"}), None, "towers.video.from: a video tower can be made of 'image' only"),
         (lambda c: None, {"tokenizer": "{not json"}, r'__metadata__\["tokenizer"\] is not a tokenizer.json'),
+        (lambda c: c["towers"]["image"].update(mask="causal"), None, "config field towers.image.mask: not a field of an image tower"),
+        (lambda c: c["towers"]["text"].update(resize="square"), None, "config field towers.text.resize: not a field of a text tower"),
     ],
 )
 def test_bad_v2_configs_are_refused_by_name(clip: tuple[Any, Path], tmp_path: Path, change: Any, metadata: Any, message: str) -> None:
@@ -318,6 +320,18 @@ def test_the_pytorch_reference_refuses_version_2_options(clip: tuple[Any, Path])
 
     with pytest.raises(uform.UnsupportedError, match="the PyTorch reference implements checkpoint format version 1; tower 'image' uses version 2's activation, layer_norm_eps, ln_pre"):
         ReferenceModel.from_checkpoint(clip[1])
+
+
+def test_towers_without_a_head_refuse_its_fields(tmp_path: Path) -> None:
+    from ckpt import make_checkpoint
+
+    path = make_checkpoint(tmp_path / "v1.safetensors", modalities=["audio", "choose"])
+    for tower, message in (("audio", "the audio tower takes"), ("decoder", "the byte decoder takes")):
+        bad = _rewrite(path, tmp_path / f"{tower}.safetensors", lambda c: (c.update(format_version=2), c["towers"][tower].update(ln_pre=True)))
+        with pytest.raises(uform.CheckpointError, match=f"config field towers.{tower}.ln_pre: {message} activation and layer_norm_eps"):
+            uform.Model.load_ram(bad)
+    quick = _rewrite(path, tmp_path / "quick.safetensors", lambda c: (c.update(format_version=2), c["towers"]["audio"].update(activation="quick_gelu")))
+    assert uform.Model.load_ram(quick).served.modalities  # the stack's own fields are the audio tower's too
 
 
 def test_v1_loads_refuse_f32_tensors(tmp_path: Path) -> None:

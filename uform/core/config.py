@@ -92,6 +92,17 @@ def flag(cfg: Mapping[str, Any], key: str, where: str, default: bool) -> bool:
     return value
 
 
+def refuse_fields(cfg: Mapping[str, Any], where: str, fields: frozenset[str], why: str) -> None:
+    """CheckpointError naming the first of ``fields`` that ``cfg`` carries, and ``why`` it may not."""
+    for key in sorted(fields & set(cfg)):
+        raise CheckpointError(f"config field {_path(where, key)}: {why}")
+
+
+STACK_ONLY = V2_TOWER_FIELDS - {"activation", "layer_norm_eps"}  # what a tower of the stack's fields alone refuses
+TOKEN_FIELDS = frozenset({"tokenizer", "vocab_size", "context", "mask", "pad_to_context", "pad_id"})  # a tower of tokens'
+PIXEL_FIELDS = frozenset({"resize", "interpolation", "resize_rounding"})  # a tower of pixels'
+
+
 def optional_integer(cfg: Mapping[str, Any], key: str, where: str, lo: int, hi: int, default: int) -> int:
     return integer(cfg, key, where, lo, hi) if key in cfg else default
 

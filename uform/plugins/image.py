@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from uform.core.arena import Arena, Encoded
-from uform.core.config import Geometry, Head, ModelConfig
+from uform.core.config import TOKEN_FIELDS, Geometry, Head, ModelConfig, refuse_fields
 from uform.core.graph import GraphBuilder
 from uform.core.hookspecs import hookimpl
 from uform.core.pipeline import EncodeOptions, check_stats, encode
@@ -59,6 +59,7 @@ class ImageTower:
 
 
 def read(cfg: Mapping[str, Any], model: ModelConfig) -> ImageTower:
+    refuse_fields(cfg, "towers.image", TOKEN_FIELDS | {"from"}, "not a field of an image tower")
     geometry, pixels = frames.read_geometry(cfg, "towers.image")
     return ImageTower(geometry, pixels, Head.read(cfg, "towers.image", ("class", "attention"), geometry.width, model.dimensions))
 

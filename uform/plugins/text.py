@@ -18,7 +18,7 @@ import numpy as np
 from onnx import TensorProto
 
 from uform.core.arena import Arena, Encoded
-from uform.core.config import MAX_CONTEXT, Geometry, Head, ModelConfig, choice, flag, integer, optional_integer
+from uform.core.config import MAX_CONTEXT, PIXEL_FIELDS, Geometry, Head, ModelConfig, choice, flag, integer, optional_integer, refuse_fields
 from uform.core.errors import CheckpointError
 from uform.core.errors import InputError, check_not_released
 from uform.core.graph import GraphBuilder
@@ -65,6 +65,7 @@ class TextTower:
 
 def read(cfg: Mapping[str, Any], model: ModelConfig) -> TextTower:
     where = "towers.text"
+    refuse_fields(cfg, where, PIXEL_FIELDS | {"from"}, "not a field of a text tower")
     g = Geometry.read(cfg, where)
     token_width = integer(cfg, "token_width", where, 0, 16384) if "token_width" in cfg or model.version < 2 else 0
     head = Head.read(cfg, where, ("class", "last_token", "final_position"), g.width, model.dimensions)
