@@ -24,14 +24,17 @@ RUNS = {  # script → (smallest arguments, keys its result file must have)
     "attention": (["--preset", "tiny", "--seconds", "0.02"], {"cpu_class", "preset"}),
     "media": (["--preset", "tiny", "--seconds", "0.02", "--images", "4", "--clips", "1"], {"images_640x480", "video_gop30", "video_gop250"}),
     "index": (["--files", "12", "--sizes", "500", "--queries", "4"], {"folder", "search", "peers"}),
+    "models": (["--tiny", "--models", "clip-b16", "--images", "2", "--seconds", "0.02"], {"parity", "speed", "conversion"}),
 }
 
 
 @pytest.mark.parametrize("script", sorted(RUNS))
 def test_benchmark_runs(script: str, tmp_path: Path) -> None:
     pytest.importorskip("torch")
-    if script == "media":
+    if script in ("media", "models"):
         pytest.importorskip("transformers")
+    if script == "models":
+        pytest.importorskip("sentencepiece")
     args, keys = RUNS[script]
     env = {**os.environ, "UFORM_BENCHMARK_RESULTS": str(tmp_path)}
     done = subprocess.run([sys.executable, str(BENCHMARKS / f"{script}.py"), *args], env=env, capture_output=True, text=True, timeout=600)
