@@ -126,11 +126,23 @@ def train_spiece(directory: Path, vocab: int = 160) -> Path:
     return path
 
 
-def make_siglip(directory: Path, geometry: dict[str, Any] = SIGLIP_SMALL, seed: int = 0, vocab: int = 160) -> Path:
-    """A random SiglipModel of ``geometry`` saved with a SigLIP tokenizer (``spiece.model``) and image processor."""
-    import torch
-    from transformers import SiglipConfig, SiglipImageProcessor, SiglipModel, SiglipTokenizer
+def make_siglip(directory: Path, geometry: dict[str, Any] = SIGLIP_SMALL, seed: int = 0, vocab: int = 160, gemma: bool = False) -> Path:
+    """A random SiglipModel of ``geometry`` saved with a SigLIP tokenizer (``spiece.model``; with
+    ``gemma``, SigLIP 2's: a Gemma ``tokenizer.json`` made from the same SentencePiece model)
+    and image processor."""
+    import shutil
 
+    import torch
+    from transformers import GemmaTokenizer, SiglipConfig, SiglipImageProcessor, SiglipModel, SiglipTokenizer
+
+    if gemma:
+        spm = directory / "_gemma"
+        shutil.copy(train_spiece(spm, vocab), spm / "tokenizer.model")
+        GemmaTokenizer.from_pretrained(str(spm)).save_pretrained(directory)
+        shutil.rmtree(spm)
+        import json as _json
+
+        vocab = len(_json.loads((directory / "tokenizer.json").read_text())["model"]["vocab"]) + 8  # room for added tokens
     torch.manual_seed(seed)
     config = SiglipConfig(text_config={**geometry["text"], "vocab_size": vocab, "pad_token_id": 1}, vision_config=geometry["vision"])
     model = SiglipModel(config).eval()
@@ -139,10 +151,11 @@ def make_siglip(directory: Path, geometry: dict[str, Any] = SIGLIP_SMALL, seed: 
         model.logit_scale.fill_(2.3)
         model.logit_bias.fill_(-1.5)
     model.save_pretrained(directory)
-    spiece = train_spiece(directory / "_spm", vocab)
-    SiglipTokenizer(str(spiece), model_max_length=geometry["text"]["max_position_embeddings"]).save_pretrained(directory)
-    spiece.unlink()
-    spiece.parent.rmdir()
+    if not gemma:
+        spiece = train_spiece(directory / "_spm", vocab)
+        SiglipTokenizer(str(spiece), model_max_length=geometry["text"]["max_position_embeddings"]).save_pretrained(directory)
+        spiece.unlink()
+        spiece.parent.rmdir()
     size = geometry["vision"]["image_size"]
     SiglipImageProcessor(size={"height": size, "width": size}).save_pretrained(directory)
     return directory

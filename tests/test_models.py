@@ -65,6 +65,7 @@ def reference(family: str, directory: Path, texts: list[str], pixels: np.ndarray
 
     model = AutoModel.from_pretrained(directory).eval()
     tok = AutoTokenizer.from_pretrained(directory)
+    tok.padding_side = "right"  # as SigLIP was trained (a Gemma tokenizer defaults to the left: docs/models.md)
     context = model.config.text_config.max_position_embeddings
     padding: Any = "max_length" if family == "siglip" else True
     enc = tok(texts, padding=padding, truncation=True, max_length=context, return_tensors="pt")
@@ -208,6 +209,12 @@ def test_load_ram_buffer_describe_and_what_a_family_cannot_do(clip: tuple[Path, 
             a.text_choose(["is it? "], "yn", Arena())
         with pytest.raises((uform.UnsupportedError, ValueError)):
             a.text_encode(texts, Arena(), outputs=uform.Outputs.TOKENS)
+        with pytest.raises(uform.UnsupportedError, match="audio"):
+            a.audio_encode_samples([np.zeros(1600, np.float32)], 16000, Arena())
+        from media import clip as make_clip
+
+        video = np.asarray(a.video_encode([make_clip(frames=10, size=(48, 40))], Arena()).embeddings)
+        assert video.shape == (1, 48) and abs(float(np.linalg.norm(video)) - 1) < 1e-5
     assert main(["describe", "-m", str(clip[1]), "--json"]) == 0
     info = json.loads(capsys.readouterr().out)
     assert info["dimensions"] == 48 and "image" in info["modalities"] and "video" in info["modalities"]
@@ -328,3 +335,24 @@ def test_the_readme_converts_a_clip_from_the_cache_and_searches_a_folder(clip: t
     out = capsys.readouterr().out
     assert "from openai/clip-vit-base-patch32" in out and "(softmax)" in out and "a dog" in out
     assert len([line for line in out.splitlines() if line.strip().startswith(("1 ", "2 ", "3 "))]) == 3
+
+
+def test_siglip2_with_a_gemma_tokenizer_json(tmp_path: Path) -> None:
+    """SigLIP 2 at a fixed resolution: model_type "siglip" with a Gemma tokenizer.json (taken as
+    it is; the family recorded as siglip2): ids equal the Gemma tokenizer's, embeddings transformers'."""
+    d = hf_models.make_siglip(tmp_path / "tiny-siglip2", gemma=True)
+    out = tmp_path / "siglip2.safetensors"
+    assert convert(d, out, dtype="f32").family == "siglip2"
+    px = pictures(3, 32, seed=2)
+    text, image, ids = reference("siglip", d, hf_models.CORPUS, px, [0.5] * 3, [0.5] * 3)
+    from uform.core.safetensors import parse
+    from uform.plugins.tokens import read
+
+    container = parse(memoryview(out.read_bytes()))
+    cfg = json.loads(container.metadata["uform"])["towers"]["text"]
+    assert cfg["pad_id"] == 0
+    held = read(container.metadata, cfg["context"], cfg["vocab_size"], "towers.text").encode(hf_models.CORPUS)
+    assert [list(map(int, row)) for row in held.ids] == ids
+    with uform.Model.load_ram(out, quantization=Scalar.F32) as m:
+        assert cosines(m.text_encode(hf_models.CORPUS, Arena()).embeddings, text).min() >= 0.99999
+        assert cosines(m.image_encode_pixels(list(px), Arena()).embeddings, image).min() >= 0.99999

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from .common import Converted, Taker, activation, config, geometry, hf_stack, norm, number, preprocessing, scalar
-from .sources import ConvertError, Weights
+from .sources import ConvertError, Weights, read_json
 from .tokenizer import tokenizer_json
 
 IGNORED = ("text_model.embeddings.position_ids", "vision_model.embeddings.position_ids")
@@ -44,6 +44,11 @@ def convert(directory: Path, cfg: dict[str, Any], weights: Weights, source: dict
     t.take("text.projection.weight", "text_model.head.weight", (dimensions, tw), why + ".projection_size, hidden_size")
     t.take("text.projection.bias", "text_model.head.bias", (dimensions,), why + ".projection_size")
     tokenizer, pad_id = tokenizer_json(directory, "siglip", vocab, notes)
+    tokenizer_config = directory / "tokenizer_config.json"
+    tok_cfg = read_json(tokenizer_config) if tokenizer_config.is_file() else {}
+    gemma = str(tok_cfg.get("tokenizer_class", "")).startswith("Gemma")  # transformers' Gemma tokenizer pads on the left by default
+    if tok_cfg.get("padding_side", "left" if gemma else "right") == "left":
+        notes.append("the source's tokenizer pads on the left; uform pads after the text, as SigLIP was trained (tokenizer(..., padding_side='right') gives the same)")
     text = geometry(tw, td, th, tm, where + " text_config") | {
         "token_width": 0,
         "activation": activation(text_cfg.get("hidden_act", "gelu_pytorch_tanh"), where + " text_config"),
