@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -30,6 +31,17 @@ def rate(fn: Callable[[], Any], items: int, seconds: float = 2.0, warmup: int = 
         took = time.perf_counter() - t
         best, spent, done = min(best, took), spent + took, done + 1
     return items / best
+
+
+def latency(fn: Callable[[], Any], seconds: float) -> float:
+    """Median seconds of ``fn`` over runs filling ``seconds`` (at least 5, after one warm-up)."""
+    fn()
+    times: list[float] = []
+    while sum(times) < seconds or len(times) < 5:
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return float(statistics.median(times))
 
 
 def cpu_peak_gflops() -> tuple[float, str]:

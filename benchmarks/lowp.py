@@ -46,7 +46,8 @@ four products of a base block (qkv, out, fc1, fc2; k = 768, 3072) at m = 16, 87 
 every variant this CPU runs (``amx-model``, the scalar model of the tiles, excepted): GFLOP/s
 and the share of the variant's peak as measured here (``OpLibrary.fma_peak``: 12
 register-only FMA chains a thread for AVX2's variants, 4 TDPBF16PS chains for ``amx``, in the
-same run). And
+same run); beside them their peer, PyTorch's own BF16 ``linear`` (oneDNN: AMX tiles where the
+CPU has them) on the same products and rows, its share of the tile peak. And
 ``--full-load``: the full base checkpoint (every tower, 823 MiB), load over read. Named
 only: ``huge-pages`` (each e4m3-backend run loaded twice in one process, its packed weights in
 4 KiB pages and in huge pages) and ``epilogues`` (loaded twice, GELU and residual adds as ONNX
@@ -81,7 +82,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import cpu_view, describe_view, rate, save, table  # noqa: E402
+from common import cpu_view, describe_view, latency, rate, save, table  # noqa: E402
 from lowp_goals import amx_goals, goals  # noqa: E402
 
 RUNS = ["uform f32", "uform bf16", "uform e4m3", "uform e4m3 dql", "ort int8 nbits", "torch fp32", "torch bf16 autocast", "openvino bf16", "openvino f32"]
@@ -286,17 +287,6 @@ def load(run: str, path: Path) -> Any:
     return uform.Model.load_ram(path, quantization=quantization, cpu_class=uform.CPUClass(pin.rstrip("]")) if pin else None)
 
 
-def latency(fn: Any, seconds: float) -> float:
-    """Median seconds of ``fn`` over runs filling ``seconds`` (at least 5, after one warm-up)."""
-    fn()
-    times: list[float] = []
-    while sum(times) < seconds or len(times) < 5:
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return float(np.median(times))
-
-
 def kernels(seconds: float) -> list[dict[str, Any]]:
     """GFLOP/s of a base block's four products through each variant this CPU runs, each as
     the towers run it (one ``ai.uform`` node in an ONNX Runtime session, its packed weights
@@ -333,6 +323,35 @@ def kernels(seconds: float) -> list[dict[str, Any]]:
                     "of peak": f"{100 * gflops * 1e9 / peak:.0f} %" if peak else "no probe",
                     "peak GFLOP/s": f"{peak / 1e9:.0f}" if peak else "",
                 })  # fmt: skip
+    return rows + torch_kernels(weights, threads, lib.fma_peak("amx", threads) if "amx" in lib.runnable else None, seconds)
+
+
+def torch_kernels(weights: dict[str, Any], threads: int, peak: float | None, seconds: float) -> list[dict[str, Any]]:
+    """The kernels' peer: PyTorch's own BF16 product (``torch.nn.functional.linear`` over BF16
+    activations and weights: oneDNN, on AMX tiles where the CPU has them) on the same four
+    products and rows, ``threads`` threads, the activations already BF16 (the kernels' times
+    include rounding them); the share of the tile peak where the tiles run."""
+    try:
+        import torch
+    except ImportError:
+        return []
+    torch.set_num_threads(threads)
+    rng = np.random.default_rng(0)
+    ws = {name: torch.from_numpy(w.view(np.uint16).astype(np.int16)).view(torch.bfloat16) for name, w in weights.items()}
+    rows = []
+    with torch.inference_mode():
+        for m in KERNEL_ROWS:
+            flops, spent = 0.0, 0.0
+            for w in ws.values():
+                n, k = w.shape
+                x = torch.from_numpy(rng.standard_normal((m, k)).astype(np.float32)).to(torch.bfloat16)
+                calls = rate(lambda: torch.nn.functional.linear(x, w), 1, seconds / 8)  # noqa: B023
+                flops, spent = flops + 2.0 * m * n * k, spent + 1 / calls
+            gflops = flops / spent / 1e9
+            rows.append({
+                "variant": f"torch {torch.__version__.split('+')[0]} bf16 linear", "weights": "bf16", "m": m, "GFLOP/s": f"{gflops:.1f}",
+                "of peak": f"{100 * gflops * 1e9 / peak:.0f} %" if peak else "no probe", "peak GFLOP/s": f"{peak / 1e9:.0f}" if peak else "",
+            })  # fmt: skip
     return rows
 
 

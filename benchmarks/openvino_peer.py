@@ -72,7 +72,7 @@ def measure(run: str, checkpoint: Path, tower: str, seconds: float, batches: tup
     return result
 
 
-# -- the worker, in OpenVINO's environment (numpy and openvino; common.py and lowp.py import no more) --
+# -- the worker, in OpenVINO's environment (numpy and openvino; common.py imports no more) --
 
 
 def rss_anon() -> int:
@@ -93,8 +93,7 @@ def worker(onnx_path: Path, tower: str, precision: str, threads: int, seconds: f
     import openvino as ov
 
     sys.path.insert(0, str(HERE))
-    from common import rate  # numpy and the standard library only, as lowp's latency
-    from lowp import latency
+    from common import latency, rate  # numpy and the standard library only
 
     spec = json.loads(onnx_path.with_suffix(".json").read_text())
     before = rss_anon()
