@@ -121,8 +121,9 @@ def search(resolve: Resolve, rows: np.ndarray, kinds: np.ndarray, scalar: Scalar
         values = np.concatenate([scores(rows[a:b], scalar, q, dimensions) for a, b in blocks] or [np.zeros(0, np.float32)])
         where = np.concatenate([np.arange(a, b) for a, b in blocks] or [np.zeros(0, np.int64)])
         kinds_of = kinds[where]
-    bad = np.flatnonzero(~(np.abs(values) <= LIMITS[scalar]))
-    if len(bad):
+    limit = LIMITS[scalar]
+    if len(values) and not (float(values.max()) <= limit and float(values.min()) >= -limit):  # NaN fails both: two passes, no copy
+        bad = np.flatnonzero(~(np.abs(values) <= limit))
         raise DamagedRow(int(bad[0] if where is None else where[bad[0]]), float(values[bad[0]]))
     mask = kind_mask(kinds_of, wanted)
     if mask is not None:
