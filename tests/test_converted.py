@@ -216,6 +216,18 @@ def test_token_ids_equal_transformers_truncation() -> None:
     assert list(got.full) == [len(i) for i in theirs(corpus)["input_ids"]]  # before truncation
 
 
+def test_texts_of_no_tokens_still_embed(clip: tuple[Any, Path], tmp_path: Path) -> None:
+    from tokenizers import Tokenizer
+
+    bare = Tokenizer.from_str(word_tokenizer())
+    bare.post_processor = None  # no special tokens: an empty text is no token at all
+    path = _rewrite(clip[1], tmp_path / "bare.safetensors", lambda c: None, {"tokenizer": bare.to_str()})
+    m = uform.Model.load_ram(path, quantization=Scalar.F32)
+    for texts in (["", ""], ["", "a cat"]):
+        rows = np.asarray(m.text_encode(texts, Arena()).embeddings)
+        assert rows.shape == (2, 32) and np.allclose(np.linalg.norm(rows, axis=1), 1, atol=1e-5)
+
+
 def test_bytes_that_are_not_utf8_name_the_item(clip: tuple[Any, Path]) -> None:
     m = uform.Model.load_ram(clip[1], quantization=Scalar.F32)
     with pytest.raises(uform.InputError, match=r"item 1: bytes are not UTF-8 \(invalid start byte at byte 2\)"):

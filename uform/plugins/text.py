@@ -238,9 +238,10 @@ def text_encode(
 
 def token_feeds(ids: Sequence[np.ndarray], lengths: np.ndarray, width: int | None, pad_id: int, indices: np.ndarray) -> Batch:
     """The ``bytes`` (token ids) [rows, longest or ``width``] and ``lengths`` [rows] feeds of one
-    batch, padded with ``pad_id``."""
+    batch, padded with ``pad_id`` (one pad token at least: a tower without a class token has
+    a row to pool even where a tokenizer without special tokens gave none)."""
     rows = lengths[indices]
-    out = np.full((len(indices), int(rows.max(initial=0)) if width is None else width), pad_id, np.int64)
+    out = np.full((len(indices), max(1, int(rows.max(initial=0))) if width is None else width), pad_id, np.int64)
     for row, i in enumerate(indices):
         out[row, : len(ids[i])] = ids[i]
     return Batch(indices, {"bytes": out, "lengths": rows.astype(np.int64)}, token_counts=rows)
