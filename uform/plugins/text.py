@@ -262,7 +262,7 @@ def _encode_tokens(
         stats.tokens += int(kept.sum())
         stats.truncated_items += int((encoded.full > kept).sum())
         stats.truncated_tokens += int((encoded.full - kept).sum())
-        stats.padding_tokens += sum(len(i) * (width if width is not None else int(kept[i].max())) - int(kept[i].sum()) for i in batches)
+        stats.padding_tokens += sum(len(i) * (width if width is not None else max(1, int(kept[i].max()))) - int(kept[i].sum()) for i in batches)
     return result
 
 
