@@ -35,15 +35,20 @@ def png16_rgba(width: int, height: int, every: int = 97) -> bytes:
 
 
 _MEASURE = """
-import resource, sys
+import sys
 from uform.plugins import pictures, sources
-def rss(): return int(open("/proc/self/statm").read().split()[1]) * 4096
+def status(key):  # this process's own (getrusage's ru_maxrss would hold the forking parent's RSS)
+    return next(int(line.split()[1]) * 1024 for line in open("/proc/self/status") if line.startswith(key + ":"))
 pictures.decode(sources.Source(0, None, data=open(sys.argv[2], "rb").read()), 32)  # warm: lazy imports
 data = open(sys.argv[1], "rb").read()
-base = rss()
+try:
+    open("/proc/self/clear_refs", "w").write("5")  # the high-water mark starts again from here
+except OSError:
+    pass
+base = status("VmRSS")
 fitted, _, pixels, _ = pictures.decode(sources.Source(0, None, data=data), int(sys.argv[3]))
 assert fitted.shape[:2] == (int(sys.argv[3]),) * 2, fitted.shape
-print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - base)
+print(status("VmHWM") - base)
 """
 
 
