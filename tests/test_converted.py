@@ -152,21 +152,30 @@ def test_low_precision_loads_within_bounds(clip: tuple[Any, Path], siglip: tuple
             assert cos.min() >= bound and cos.mean() >= mean, (path.name, verb, cos.min(), cos.mean())
 
 
-def test_every_cpu_class_runs_a_converted_file(clip: tuple[Any, Path], siglip: tuple[Any, Path]) -> None:
-    """Each class this machine runs (its kernels: the cpu backend's graphs below x86-64-v3, then
-    the op library's avx2, avx512, amx variants, with the fused attention and epilogues)."""
+def test_every_cpu_class_runs_a_converted_file(clip: tuple[Any, Path], siglip: tuple[Any, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each class this machine runs, with each kernel variant the class may take (the cpu
+    backend's graphs below x86-64-v3, then the op library's avx2, avx2-split, avx512,
+    avx512-bf16 and amx variants, with the fused attention and epilogues)."""
+    from uform.plugins import e4m3
     from uform.plugins.cpu import machine_classes
 
+    runs = [(cls, variant) for cls in machine_classes() for variant in e4m3.CHOICES.get(cls, (None,))]
+    runs = [(cls, v) for cls, v in runs if v is None or v in e4m3.library().runnable]
     pixels = list(_pixels(3, seed=4))
     for _, path in (clip, siglip):
         ref = uform.Model.load_ram(path, quantization=Scalar.F32)
         want = {verb: np.asarray(getattr(ref, verb)(items, Arena()).embeddings, np.float64) for verb, items in (("text_encode", TEXTS), ("image_encode_pixels", pixels))}
-        for cls in machine_classes():
+        for cls, variant in runs:
+            if variant is not None and len(e4m3.CHOICES[cls]) > 1:
+                monkeypatch.setenv(e4m3.AVX2_KERNELS if variant.startswith("avx2") else e4m3.AVX512_KERNELS, variant)
             for quantization, bound in ((Scalar.BF16, 0.9999), (Scalar.E4M3, 0.98)):
                 m = uform.Model.load_ram(path, quantization=quantization, cpu_class=cls)
+                assert variant is None or variant in m.compute, (m.compute, variant)
                 for verb, items in (("text_encode", TEXTS), ("image_encode_pixels", pixels)):
                     cos = _cos(getattr(m, verb)(items, Arena()).embeddings, want[verb])
-                    assert cos.min() >= bound, (path.name, cls, quantization, m.backend, m.compute, verb, cos.min())
+                    assert cos.min() >= bound, (path.name, cls, variant, quantization, m.backend, m.compute, verb, cos.min())
+            monkeypatch.delenv(e4m3.AVX2_KERNELS, raising=False)
+            monkeypatch.delenv(e4m3.AVX512_KERNELS, raising=False)
 
 
 def test_a_buffer_load_equals_a_file_load(clip: tuple[Any, Path]) -> None:
