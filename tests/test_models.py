@@ -254,6 +254,7 @@ def test_serve_names_the_model_and_ray_encodes_it(clip: tuple[Path, Path]) -> No
         with thread_server(m, ServeConfig(model_id="tiny-clip")) as (url, _):
             card = httpx.get(url + "/v1/models").json()["data"][0]
             assert card["id"] == "tiny-clip" and card["dimensions"] == 48 and "image" in card["modalities"]
+            assert card["source"]["family"] == "clip" and card["source"]["name"] == "tiny-clip"
             got = httpx.post(url + "/v1/embeddings", json={"input": ["a cat", "naïve café 🐱"], "model": "tiny-clip"}).json()
         want = np.array(m.text_encode(["a cat", "naïve café 🐱"], Arena()).embeddings)
         assert np.allclose([row["embedding"] for row in got["data"]], want, atol=1e-6)

@@ -125,7 +125,7 @@ class Server:
         return {"id": self.config.model_id, "object": "model", "created": 0, "owned_by": "uform",
                 "modalities": list(self.modalities), "verbs": sorted({v for vs in self.modalities.values() for v in vs}),
                 "dimensions": d.dimensions, "context": d.context, "quantization": d.quantization.value,
-                "backend": self.model.backend}  # fmt: skip
+                "backend": self.model.backend} | ({"source": self.model.source} if self.model.source else {})  # fmt: skip
 
     async def models(self, scope: Scope, receive: Receive) -> Answer:
         path: str = scope["path"]
