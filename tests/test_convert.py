@@ -365,3 +365,17 @@ def test_a_hub_id_is_read_from_the_local_cache_offline(clip_dir: Path, tmp_path:
     assert main(["convert", "openai/clip-vit-base-patch32", str(out)]) == 0
     assert "from openai/clip-vit-base-patch32" in capsys.readouterr().out
     assert header(out)[0]["source"]["name"] == "openai/clip-vit-base-patch32"
+
+
+def test_preprocessing_uform_lacks_is_refused(clip_dir: Path, tmp_path: Path) -> None:
+    d = copy(clip_dir, tmp_path)
+    path = d / "preprocessor_config.json"
+    cfg = json.loads(path.read_text())
+    path.write_text(json.dumps(cfg | {"crop_size": {"height": 28, "width": 28}}))
+    refused(d, tmp_path, r"crop_size \{'height': 28, 'width': 28\} are not supported: uform resizes the shorter side to the tower's image_size 32")
+    path.write_text(json.dumps(cfg | {"resample": 0}))
+    refused(d, tmp_path, r"resample 0 is not supported; supported: 2 \(bilinear\), 3 \(bicubic\)")
+    path.unlink()  # no preprocessor_config.json: the family's defaults, said in a note
+    done = convert(d, tmp_path / "defaults.safetensors")
+    assert any("no preprocessor_config.json" in note for note in done.notes)
+    assert header(tmp_path / "defaults.safetensors")[0]["towers"]["image"]["mean"] == pytest.approx(hf_models.CLIP_MEAN)
