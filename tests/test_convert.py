@@ -379,3 +379,18 @@ def test_preprocessing_uform_lacks_is_refused(clip_dir: Path, tmp_path: Path) ->
     done = convert(d, tmp_path / "defaults.safetensors")
     assert any("no preprocessor_config.json" in note for note in done.notes)
     assert header(tmp_path / "defaults.safetensors")[0]["towers"]["image"]["mean"] == pytest.approx(hf_models.CLIP_MEAN)
+
+
+def test_a_safetensors_source_needs_neither_torch_nor_transformers(clip_dir: Path, tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    out = tmp_path / "c.safetensors"
+    code = (
+        "import sys; from uform.convert import convert; "
+        f"convert({str(clip_dir)!r}, {str(out)!r}); "
+        "print(sorted(m for m in ('torch', 'transformers', 'sentencepiece') if m in sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]" and out.is_file()
