@@ -9,6 +9,7 @@ special tokens, truncated to the tower's ``context`` tokens by the library (spec
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -42,17 +43,28 @@ class HeldTokenizer:
                 f"config field {where}: a checkpoint with its own tokenizer needs the tokenizers library: pip install 'uform[{EXTRA}]'"
             ) from None
         try:
-            self._cut, self._whole = Tokenizer.from_str(text), Tokenizer.from_str(text)
+            self._cut = Tokenizer.from_str(text)
         except Exception as exc:  # noqa: BLE001 - whatever the library says, the file is at fault
             raise CheckpointError(f'__metadata__["{METADATA_KEY}"] is not a tokenizer.json the tokenizers library reads ({exc})') from None
         size = self._cut.get_vocab_size(with_added_tokens=True)
         if size > vocab_size:
             raise CheckpointError(f"config field {where}.vocab_size: {vocab_size}, but the tokenizer has {size} tokens")
-        for tok in (self._cut, self._whole):
-            tok.no_padding()
-            tok.no_truncation()
+        self._cut.no_padding()
         self._cut.enable_truncation(max_length=context)
+        self._text, self._lock = text, threading.Lock()
+        self._whole_made: Any = None
         self.context = context
+
+    def _whole(self) -> Any:
+        """The same tokenizer without truncation, made when a text is first cut (calls may race)."""
+        with self._lock:
+            if self._whole_made is None:
+                from tokenizers import Tokenizer
+
+                self._whole_made = Tokenizer.from_str(self._text)
+                self._whole_made.no_padding()
+                self._whole_made.no_truncation()
+            return self._whole_made
 
     def encode(self, texts: Sequence[str]) -> Tokens:
         """Every text's ids (int64, specials included, at most ``context``) and full lengths."""
@@ -62,7 +74,7 @@ class HeldTokenizer:
         full = kept.copy()
         truncated = [i for i, e in enumerate(cut) if e.overflowing]
         if truncated:
-            whole = self._whole.encode_batch([texts[i] for i in truncated])
+            whole = self._whole().encode_batch([texts[i] for i in truncated])
             full[truncated] = [len(e.ids) for e in whole]
         return Tokens(ids, kept, full)
 
