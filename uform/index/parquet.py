@@ -12,7 +12,7 @@ stored row widened to float32; a B1 index: ``fixed_size_list<uint8>`` of packed 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from contextlib import suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
