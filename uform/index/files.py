@@ -6,6 +6,7 @@ reads, appends, cuts and rewrites the files, and names what is wrong with them.
 
 from __future__ import annotations
 
+import fcntl
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -13,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from .identity import MODALITIES, IndexFormatError
+from .identity import MODALITIES, IndexBusyError, IndexFormatError
 
 DATABASE = "index.sqlite"
 NEW_DATABASE = DATABASE + ".new"  # a database being created, renamed to DATABASE once whole
@@ -40,6 +41,23 @@ def refuse_foreign(folder: Path, leftover: Callable[[Path], bool]) -> None:
         shown = ", ".join(repr(n) for n in found[:3]) + (f" and {len(found) - 3} more" if len(found) > 3 else "")
         raise IndexFormatError(f"{folder}: not a uform index, and not empty (it holds {shown}): an index is made in a new or "
                                "empty folder, which it owns; give another folder to --into")  # fmt: skip
+
+
+def take_lock(folder: Path) -> int:
+    """The writer's lock: ``flock`` on ``lock`` (released by the kernel when a writer dies); answers its descriptor."""
+    try:
+        fd = os.open(folder / "lock", os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        error = OSError(f"{folder}: cannot write the index ({exc.strerror}); it is left as it was")
+        error.errno = exc.errno
+        raise error from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise IndexBusyError(f"{folder}: another writer (a `uform index` run or an Index) is updating this index; "
+                             "wait for it to finish and run again") from None  # fmt: skip
+    return fd
 
 
 def sync_folder(folder: Path) -> None:

@@ -17,7 +17,6 @@ naming the file; one of the disk or the permissions an ``OSError``.
 
 from __future__ import annotations
 
-import fcntl
 import functools
 import os
 import sqlite3
@@ -108,7 +107,7 @@ class Store:
                 else:
                     self._refuse_empty(db)
                 self.folder.mkdir(parents=True, exist_ok=True)
-                self._take_lock()
+                self._lock_fd = files.take_lock(self.folder)
                 if fresh:
                     assert identity is not None
                     self._create(db, identity)
@@ -149,21 +148,6 @@ class Store:
         """An emptied database is damage (SQLite would take it for a new one, and write it)."""
         if db.is_file() and db.stat().st_size == 0:
             raise self.damaged(f"{DATABASE} is empty")
-
-    def _take_lock(self) -> None:
-        try:
-            fd = os.open(self.folder / "lock", os.O_RDWR | os.O_CREAT, 0o644)
-        except OSError as exc:
-            error = OSError(f"{self.folder}: cannot write the index ({exc.strerror}); it is left as it was")
-            error.errno = exc.errno
-            raise error from None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            raise IndexBusyError(f"{self.folder}: another writer (a `uform index` run or an Index) is updating this index; "
-                                 "wait for it to finish and run again") from None  # fmt: skip
-        self._lock_fd = fd
 
     def _connect(self, db: Path, *, write: bool) -> sqlite3.Connection:
         try:
