@@ -55,22 +55,26 @@ def write(f: BinaryIO, tensors: Mapping[str, Tensor], metadata: Mapping[str, str
     f.write(blob)
     jobs = [(name, part) for name in names for part in (tensors[name].parts if isinstance(tensors[name], Ref) else (None,))]  # type: ignore[union-attr]
     largest = max((weights.nbytes(p) for _, p in jobs if p is not None), default=0)
-    scratch = [np.empty(largest, np.uint8), np.empty(largest, np.uint8)]
-    cast = Caster(dtype)
-    with ThreadPoolExecutor(1) as reader:  # the next source tensor is read while this one is cast and written
-        def read(i: int) -> Future[np.ndarray] | None:
+    scratch = [np.empty(largest, np.uint8), np.empty(largest, np.uint8)]  # a source tensor's bytes
+    values = max((int(np.prod(weights.shapes[p], dtype=np.int64)) for _, p in jobs if p is not None), default=0)
+    done = [np.empty(values * dtype.itemsize, np.uint8) for _ in range(2)]  # the same, cast
+    ahead, here = Caster(dtype), Caster(dtype)  # the reader's and this thread's (their buffers are their own)
+    with ThreadPoolExecutor(1) as reader:  # the next source tensor is read and cast while this one is written
+        def read(i: int) -> Future[memoryview] | None:
             part = jobs[i][1] if i < len(jobs) else None
-            return None if part is None else reader.submit(weights.read_into, part, scratch[i % 2])
+            if part is None:
+                return None
+            return reader.submit(lambda: ahead.cast(weights.read_into(part, scratch[i % 2]), done[i % 2], jobs[i][0]))
 
         pending = read(0)
         for i, (name, part) in enumerate(jobs):
-            array = pending.result() if pending is not None else tensors[name]
+            data = pending.result() if pending is not None else here.cast(tensors[name], None, name)  # type: ignore[arg-type]
             pending = read(i + 1)
-            cast.write(f, array, name)  # type: ignore[arg-type]
+            f.write(data)
 
 
 class Caster:
-    """Casts float arrays to the output dtype a chunk at a time into reused buffers, and writes them."""
+    """Casts float arrays to the output dtype a chunk at a time, through buffers of its own."""
 
     def __init__(self, dtype: np.dtype[Any]) -> None:
         self.dtype = dtype
@@ -78,23 +82,25 @@ class Caster:
         self.bits = np.empty(CHUNK, np.uint32)
         self.wide = np.empty(CHUNK, np.float32)
 
-    def write(self, f: BinaryIO, array: np.ndarray, name: str) -> None:
+    def cast(self, array: np.ndarray, into: np.ndarray | None, name: str) -> memoryview:
+        """``array``'s values in the output dtype, as bytes: cast into ``into`` (flat bytes, at
+        least as large as the result), or into a new array without it."""
         flat = np.ascontiguousarray(array).reshape(-1)
         if flat.dtype == self.dtype:
-            f.write(flat.view(np.uint8).data)
-            return
+            return flat.view(np.uint8).data
+        size = len(flat) * self.dtype.itemsize
+        out = (into[:size] if into is not None else np.empty(size, np.uint8)).view(self.dtype)
         for start in range(0, len(flat), CHUNK):
             part = flat[start : start + CHUNK]
-            n = len(part)
+            end = start + len(part)
             if self.dtype == ml_dtypes.bfloat16:
                 wide = part if part.dtype == np.float32 else self._widen(part)
-                f.write(self._bf16(wide).view(np.uint8).data)
+                out[start:end].view(np.uint16)[:] = self._bf16(wide)
             else:
-                out = self.out[:n]
-                out[:] = part
-                if not np.isfinite(out).all():
+                out[start:end] = part
+                if not np.isfinite(out[start:end]).all():
                     raise ConvertError(f"tensor {name!r}: holds values past float16's range (65504); convert with --dtype bf16 or f32")
-                f.write(out.view(np.uint8).data)
+        return out.view(np.uint8).data
 
     def _widen(self, part: np.ndarray) -> np.ndarray:
         wide = self.wide[: len(part)]
