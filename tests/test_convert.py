@@ -394,3 +394,21 @@ def test_a_safetensors_source_needs_neither_torch_nor_transformers(clip_dir: Pat
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]" and out.is_file()
+
+
+def test_a_bf16_source_converts_to_every_dtype(clip_dir: Path, tmp_path: Path) -> None:
+    """A BF16-stored source: F32 and BF16 outputs hold its values exactly, F16 to F16's rounding."""
+    import ml_dtypes
+
+    from uform.core import safetensors
+
+    d = copy(clip_dir, tmp_path)
+    with safetensors_file(d / "model.safetensors") as tensors:
+        safetensors.write(d / "model.safetensors", {k: v.astype(ml_dtypes.bfloat16) for k, v in tensors.items()}, {"format": "pt"})
+    read = {}
+    for dtype in ("f32", "f16", "bf16"):
+        convert(d, tmp_path / f"{dtype}.safetensors", dtype=dtype)
+        read[dtype] = ref.read(tmp_path / f"{dtype}.safetensors")[1]
+    for name, value in read["f32"].items():
+        assert np.array_equal(value, read["bf16"][name]), name
+        assert np.allclose(value, read["f16"][name], rtol=2e-3, atol=1e-6), name
