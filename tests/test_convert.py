@@ -412,3 +412,22 @@ def test_a_bf16_source_converts_to_every_dtype(clip_dir: Path, tmp_path: Path) -
     for name, value in read["f32"].items():
         assert np.array_equal(value, read["bf16"][name]), name
         assert np.allclose(value, read["f16"][name], rtol=2e-3, atol=1e-6), name
+
+
+def test_sharded_safetensors_convert_to_the_same_file(clip_dir: Path, clip_file: Path, tmp_path: Path) -> None:
+    """Weights in shards named by model.safetensors.index.json (as large models are published)."""
+    from uform.core import safetensors
+
+    d = copy(clip_dir, tmp_path)
+    with safetensors_file(d / "model.safetensors") as tensors:
+        names = sorted(tensors)
+        shards = {"model-00001-of-00002.safetensors": names[::2], "model-00002-of-00002.safetensors": names[1::2]}
+        for shard, part in shards.items():
+            safetensors.write(d / shard, {n: tensors[n] for n in part}, {"format": "pt"})
+    (d / "model.safetensors").unlink()
+    (d / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {n: s for s, part in shards.items() for n in part}}))
+    out = tmp_path / "sharded.safetensors"
+    convert(d, out, dtype="f32", name="tiny-clip")
+    assert out.read_bytes() == clip_file.read_bytes()
+    (d / "model-00002-of-00002.safetensors").unlink()
+    refused(d, tmp_path, "model-00002-of-00002.safetensors: missing")
