@@ -34,7 +34,8 @@ struct Gemm {
   const float* scale;     // [n] or null
   const float* bias;      // [n] or null
   float* y;               // [m, n]
-  const uint16_t* xb;     // x rounded to BF16, [m, kpad] and kXRowsPad rows more (bf16_x variants; others null)
+  const uint16_t* xb;     // x rounded to BF16, [m, kpad] and kXRowsPad rows more (bf16_x variants, in the
+                          // variant's layout: amx's in blocks of 16 rows, tiles.inc; others null)
   int64_t m, n, k, kpad;  // kpad: k_padded(k, kernel)
   int wtype;
   uint64_t serial;        // unique per product: a thread's decoded panel is reused within one only

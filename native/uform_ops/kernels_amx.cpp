@@ -74,7 +74,7 @@ const char* amx_refusal() {
 
 // Only after every include: a template or inline function from a header compiled under this
 // target would be a weak symbol that the linker may keep for every file (kernels_avx512bf16.cpp).
-#pragma GCC target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,fma")
+#pragma GCC target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,fma,prfchw")
 
 namespace uform {
 namespace amx {
@@ -96,6 +96,24 @@ static void decode(const Gemm& g, int64_t j, uint32_t* out) {
 
 #include "tiles.inc"
 #undef UFORM_VFMA
+
+static inline __mmask16 lanes(int64_t count) {
+  return count >= 16 ? __mmask16(0xFFFF) : count <= 0 ? __mmask16(0) : __mmask16((1u << count) - 1);
+}
+
+// Rows [begin, end) of x rounded to BF16 (to nearest even, as avx512-bf16 rounds them) into the
+// tiles' blocks (x_at), zeros from k to kpad.
+static void round_rows(const float* x, int64_t k, uint16_t* xb, int64_t kpad, int64_t begin, int64_t end) {
+  for (int64_t r = begin; r < end; ++r) {
+    const float* src = x + r * k;
+    for (int64_t i = 0; i < kpad; i += 32) {
+      const bool whole = i + 32 <= k;
+      const __m512 lo = whole ? _mm512_loadu_ps(src + i) : _mm512_maskz_loadu_ps(lanes(k - i), src + i);
+      const __m512 hi = whole ? _mm512_loadu_ps(src + i + 16) : _mm512_maskz_loadu_ps(lanes(k - i - 16), src + i + 16);
+      _mm512_storeu_si512(xb + x_at(r, i, kpad), (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+    }
+  }
+}
 
 }  // namespace amx
 
@@ -124,6 +142,6 @@ double tile_peak_amx(int64_t iterations) {
   return double(iterations) * 4 * (16.0 * 16 * 32 * 2) / seconds;
 }
 
-const Kernel kernel_amx = {"amx", amx::NR, amx::PAIR, amx::MC, true, amx::task, round_rows_avx512bf16, nullptr, amx::KBLOCK};
+const Kernel kernel_amx = {"amx", amx::NR, amx::PAIR, amx::MC, true, amx::task, amx::round_rows, nullptr, amx::KBLOCK};
 
 }  // namespace uform

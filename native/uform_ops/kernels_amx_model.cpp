@@ -134,7 +134,8 @@ static void decode(const Gemm& g, int64_t j, uint32_t* out) {
 #include "tiles.inc"
 #undef UFORM_VFMA
 
-// x rounded to BF16 as VCVTNE2PS2BF16 rounds it: to nearest even, subnormals to zero, a NaN quiet.
+// x rounded to BF16 as VCVTNE2PS2BF16 rounds it (to nearest even, subnormals to zero, a NaN
+// quiet), into the tiles' blocks (x_at).
 static void round_rows(const float* x, int64_t k, uint16_t* xb, int64_t kpad, int64_t begin, int64_t end) {
   for (int64_t r = begin; r < end; ++r) {
     for (int64_t i = 0; i < k; ++i) {
@@ -142,9 +143,9 @@ static void round_rows(const float* x, int64_t k, uint16_t* xb, int64_t kpad, in
       std::memcpy(&bits, x + r * k + i, 4);
       if ((bits & 0x7F800000u) == 0) bits &= 0x80000000u;
       const bool nan = (bits & 0x7FFFFFFFu) > 0x7F800000u;
-      xb[r * kpad + i] = nan ? uint16_t(bits >> 16 | 0x40) : uint16_t((bits + 0x7FFFu + (bits >> 16 & 1)) >> 16);
+      xb[x_at(r, i, kpad)] = nan ? uint16_t(bits >> 16 | 0x40) : uint16_t((bits + 0x7FFFu + (bits >> 16 & 1)) >> 16);
     }
-    std::memset(xb + r * kpad + k, 0, size_t(kpad - k) * sizeof(uint16_t));
+    for (int64_t i = k; i < kpad; ++i) xb[x_at(r, i, kpad)] = 0;
   }
 }
 
