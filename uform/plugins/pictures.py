@@ -14,6 +14,7 @@ picture's: Pillow's bicubic resize is a horizontal pass, row by row, then a vert
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
 
 MAX_PIXELS = 100_000_000  # width × height above which a file is refused as a decompression bomb
 JPEG_DRAFT_MARGIN = 2  # decode JPEGs at 1/s (s = 8, 4, 2: the largest with shorter ≥ margin × s × S); 0: never
+TRIM_PIXELS = 1 << 24  # a decoded picture this large is handed back to the system once fitted (_give_back)
 STRIP_PIXELS = 1 << 16  # pixels a strip of rows holds while it is turned, converted and resized across
 FORMATS = ("JPEG", "PNG", "WEBP")
 _ORIENTATION = 0x0112
@@ -287,6 +289,7 @@ def open_image(source: Source, size: int) -> tuple[Image.Image, int, bool]:
 def decode(source: Source, size: int) -> tuple[np.ndarray, int, int, bool]:
     """``uint8 [S, S, 3]`` of one file, with the pixels decoded, bytes read and scale-down flag."""
     image, read, reduced = open_image(source, size)
+    pixels = image.width * image.height
     try:
         method = orientation(image)
         if method is None and image.mode == "RGB" and "transparency" not in image.info:
@@ -295,7 +298,31 @@ def decode(source: Source, size: int) -> tuple[np.ndarray, int, int, bool]:
             fitted = fit_strips(*upright_size(image, method), lambda box: to_rgb(upright_box(image, method, box)), size)
     except Exception as exc:  # noqa: BLE001
         raise source.fail(f"cannot convert the image to RGB: {type(exc).__name__}: {exc}") from None
-    return fitted, read, image.width * image.height, reduced
+    finally:
+        image.close()  # its pixels go now, not when the collector finds them
+        if pixels >= TRIM_PIXELS:
+            _give_back()
+    return fitted, read, pixels, reduced
+
+
+def _give_back() -> None:
+    """Hand the memory a large picture held back to the system (glibc's ``malloc_trim``),
+    which the allocator would otherwise keep for reuse by the thread that decoded it."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
+@functools.cache
+def _malloc_trim() -> Any:
+    import ctypes
+    import ctypes.util
+
+    name = ctypes.util.find_library("c")
+    try:
+        return ctypes.CDLL(name).malloc_trim if name else None
+    except (OSError, AttributeError):  # not glibc
+        return None
 
 
 def as_pixels(index: int, buffer: Any) -> np.ndarray:
