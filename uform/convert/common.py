@@ -3,7 +3,7 @@ transformer stacks renamed to uform's blocks, the image preprocessing, the outpu
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -198,7 +198,3 @@ def config(dimensions: int, context: int, towers: dict[str, Any], source: dict[s
         "source": source,
         "labels": labels,
     }
-
-
-def names(items: Iterable[str]) -> str:
-    return ", ".join(items)

@@ -9,15 +9,14 @@ Labels: softmax over ``exp(logit_scale)`` x cosine.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
-
-import math
 
 import numpy as np
 
 from .common import Converted, Taker, activation, config, geometry, hf_stack, norm, number, preprocessing, scalar
-from .sources import Weights
+from .sources import ConvertError, Weights
 from .tokenizer import tokenizer_json
 
 IGNORED = ("text_model.embeddings.position_ids", "vision_model.embeddings.position_ids")
@@ -67,8 +66,10 @@ def convert(directory: Path, cfg: dict[str, Any], weights: Weights, source: dict
     size = int(number(vision_cfg, "image_size", where + " vision_config", 224))
     patch = int(number(vision_cfg, "patch_size", where + " vision_config", 32))
     channels = int(vision_cfg.get("num_channels", 3))
-    if channels != 3 or size % patch:
-        raise_geometry(where, size, patch, channels)
+    if channels != 3:
+        raise ConvertError(f"{where}: vision_config.num_channels {channels} is not supported (uform's images are RGB)")
+    if size % patch:
+        raise ConvertError(f"{where}: vision_config.image_size {size} is not a multiple of patch_size {patch}")
     grid = size // patch
     why = "config.json vision_config"
     conv = "vision_model.embeddings.patch_embedding.weight"
@@ -97,10 +98,3 @@ def convert(directory: Path, cfg: dict[str, Any], weights: Weights, source: dict
     out = config(dimensions, context, towers, source, {"kind": "softmax", "scale": scale, "bias": 0.0})
     return Converted(out, tensors, tokenizer, notes, list(weights.files))
 
-
-def raise_geometry(where: str, size: int, patch: int, channels: int) -> None:
-    from .sources import ConvertError
-
-    if channels != 3:
-        raise ConvertError(f"{where}: vision_config.num_channels {channels} is not supported (uform's images are RGB)")
-    raise ConvertError(f"{where}: vision_config.image_size {size} is not a multiple of patch_size {patch}")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -225,8 +225,3 @@ def _torch_bin(path: Path) -> Weights:
         out._where[name] = (path, name)
         out.shapes[name] = tuple(array.shape)
     return out
-
-
-def iter_files(directory: Path) -> Iterator[str]:
-    """The file names in ``directory`` (for error messages)."""
-    return iter(sorted(p.name for p in directory.iterdir()))

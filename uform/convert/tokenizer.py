@@ -11,7 +11,6 @@ gives the slow tokenizer's ids on a corpus, else the conversion is refused.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -89,7 +88,3 @@ def _pad_id(directory: Path, tokenizer: Any, family: str) -> int:
     if family == "siglip":
         raise ConvertError(f"{directory}: no pad token (tokenizer_config.json pad_token, config.json text_config.pad_token_id); SigLIP pads every text with it")
     return 0
-
-
-def dumps(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False)

@@ -1,6 +1,7 @@
 """Writing a converted file as a stream: each tensor is read from the source, checked finite,
-cast and written in turn through buffers reused from tensor to tensor, so a conversion holds
-neither the source nor the result in memory (a ViT-B/16's 600 MB are never copied whole).
+cast and written in turn through buffers reused from tensor to tensor (a reader thread reads
+and casts the next tensor while this one is written), so a conversion holds neither the source
+nor the result in memory (a ViT-B/16's 600 MB are never copied whole).
 
 The bytes are those :func:`uform.core.safetensors.write` writes for the same tensors (names
 sorted, the header padded with spaces to a multiple of 8, tensors back to back).
