@@ -156,6 +156,17 @@ def test_pillows_pass_order_is_the_one_the_strips_follow() -> None:
             assert np.array_equal(np.asarray(passes), whole), f"{w}x{h} -> {tw}x{th} ({filter_.name}): Pillow chose the other pass order"
 
 
+
+def test_a_large_picture_is_let_go_but_a_callers_file_object_stays_open(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(pictures, "TRIM_PIXELS", 1)  # every picture handed back once fitted
+    path = tmp_path / "rgba.png"
+    path.write_bytes(png16_rgba(300, 200))
+    with open(path, "rb") as f:
+        fitted = pictures.decode(sources.Source(0, str(path), stream=f), 16)[0]
+        assert not f.closed and f.seek(0) == 0
+    np.testing.assert_array_equal(fitted, _whole(path.read_bytes(), 16))
+
+
 if __name__ == "__main__":  # python tests/test_image_memory.py 10000 10000 [S]: the figures of docs/media.md
     import tempfile
 

@@ -299,7 +299,7 @@ def decode(source: Source, size: int) -> tuple[np.ndarray, int, int, bool]:
     except Exception as exc:  # noqa: BLE001
         raise source.fail(f"cannot convert the image to RGB: {type(exc).__name__}: {exc}") from None
     finally:
-        image.close()  # its pixels go now, not when the collector finds them
+        del image  # its pixels go now (not closed: that would close a caller's file object)
         if pixels >= TRIM_PIXELS:
             _give_back()
     return fitted, read, pixels, reduced
