@@ -357,3 +357,36 @@ def test_siglip2_with_a_gemma_tokenizer_json(tmp_path: Path) -> None:
     with uform.Model.load_ram(out, quantization=Scalar.F32) as m:
         assert cosines(m.text_encode(hf_models.CORPUS, Arena()).embeddings, text).min() >= 0.99999
         assert cosines(m.image_encode_pixels(list(px), Arena()).embeddings, image).min() >= 0.99999
+
+
+@pytest.mark.parametrize("family", ["clip", "siglip"])
+def test_preprocessing_equals_the_family_image_processor(family: str, request: pytest.FixtureRequest, tmp_path: Path) -> None:
+    """A converted file's preprocessing (its resize, rounding, crop and filter fields) on photos of
+    8 aspect ratios: equal to transformers' PIL image processor, level for level, and within one
+    level of what AutoImageProcessor.from_pretrained(dir) gives (transformers 5: torchvision's)."""
+    import transformers
+    from media import pattern
+    from PIL import Image
+    from transformers import AutoImageProcessor
+
+    from uform.core.safetensors import parse
+    from uform.plugins.frames import Pixels
+    from uform.plugins.pictures import decode
+    from uform.plugins.sources import sources
+
+    directory, path = request.getfixturevalue(family)
+    cfg = json.loads(parse(memoryview(path.read_bytes())).metadata["uform"])["towers"]["image"]
+    fit = Pixels.read(cfg, "image").fit
+    pil = (transformers.CLIPImageProcessorPil if family == "clip" else transformers.SiglipImageProcessorPil).from_pretrained(directory)
+    default = AutoImageProcessor.from_pretrained(directory)
+    worst = {"pil": 0.0, "default": 0.0}
+    for w, h in [(640, 480), (480, 640), (1024, 768), (1920, 1080), (500, 500), (1200, 300), (300, 1200), (45, 61)]:
+        photo = Image.fromarray(pattern(h, w, seed=w + h))
+        data = tmp_path / f"{w}x{h}.png"
+        photo.save(data)
+        ours = decode(sources([data.read_bytes()], "bytes")[0], fit)[0].astype(np.float64)
+        for name, processor in (("pil", pil), ("default", default)):
+            x = processor(images=[photo], return_tensors="np")["pixel_values"][0].transpose(1, 2, 0)
+            theirs = (x * np.array(processor.image_std) + np.array(processor.image_mean)) * 255
+            worst[name] = max(worst[name], float(np.abs(ours - theirs).max()))
+    assert worst["pil"] < 0.01 and worst["default"] <= 1.01, worst
