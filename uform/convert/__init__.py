@@ -23,7 +23,7 @@ from uform.core import safetensors
 
 from .common import Converted
 from .sources import ConvertError, Weights, read_json, resolve, weights
-from .write import shape_of, write
+from .write import shape_of, stream
 
 __all__ = ["Conversion", "ConvertError", "convert", "SUPPORTED", "DTYPES"]
 
@@ -100,7 +100,7 @@ def convert(
         }
         try:
             with open(temporary, "wb") as f:
-                write(f, converted.tensors, metadata, held, DTYPES[dtype])
+                stream(f, converted.tensors, metadata, held, DTYPES[dtype])
                 f.flush()
                 os.fsync(f.fileno())
         finally:

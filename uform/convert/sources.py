@@ -190,6 +190,7 @@ def _safetensors(files: Mapping[Path, set[str] | None]) -> Weights:
             except CheckpointError as exc:
                 raise ConvertError(str(exc)) from None
             out._opened[path] = opened
+            _read_ahead(path)
             for name, entry in opened.entries.items():
                 if names is None or name in names:
                     out._where[name] = (path, name)
@@ -225,3 +226,20 @@ def _torch_bin(path: Path) -> Weights:
         out._where[name] = (path, name)
         out.shapes[name] = tuple(array.shape)
     return out
+
+
+def _read_ahead(path: Path) -> None:
+    """Ask the kernel to read the whole file into the page cache in the background
+    (``POSIX_FADV_WILLNEED``), so the disk reads overlap the conversion's casts and writes."""
+    if not hasattr(os, "posix_fadvise"):
+        return
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

@@ -42,7 +42,7 @@ def shape_of(value: Tensor) -> tuple[int, ...]:
     return value.shape if isinstance(value, Ref) else tuple(value.shape)
 
 
-def write(f: BinaryIO, tensors: Mapping[str, Tensor], metadata: Mapping[str, str], weights: Weights, dtype: np.dtype[Any]) -> None:
+def stream(f: BinaryIO, tensors: Mapping[str, Tensor], metadata: Mapping[str, str], weights: Weights, dtype: np.dtype[Any]) -> None:
     names = sorted(tensors)
     header: dict[str, Any] = {"__metadata__": dict(sorted(metadata.items()))}
     offset = 0
