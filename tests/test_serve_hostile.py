@@ -228,7 +228,26 @@ def _server_memory(count: int) -> str:
             f"peak {after['VmHWM'] / 1e6:.0f} MB (+{(after['VmHWM'] - before['VmRSS']) / 1e6:.0f} MB), {after['VmRSS'] / 1e6:.0f} MB after")
 
 
-if __name__ == "__main__":  # python tests/test_serve_hostile.py [COUNT]: the figure of docs/serve.md ("what the server holds")
+def _huge_head() -> str:
+    """What a 96 MiB header costs ``uform serve`` (default limits): bytes it took, its answer, its CPU and RSS."""
+    with subprocess_server([]) as server:
+        pid = server.proc.pid
+
+        def cpu() -> float:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+        def rss() -> float:
+            return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 1e6
+
+        began, cpu0, rss0 = time.monotonic(), cpu(), rss()
+        taken, raw = exchange(server.url, b"GET /health HTTP/1.1\r\nHost: x\r\nX-Padding: " + b"y" * (96 << 20) + b"\r\n\r\n")
+        return (f"a 96 MiB header: the server took {taken / 1e6:.1f} MB of it and answered {raw.split(b' ')[1].decode()} in "
+                f"{time.monotonic() - began:.2f} s, {cpu() - cpu0:.2f} s of its CPU, RSS {rss0:.0f} -> {rss():.0f} MB")
+
+
+if __name__ == "__main__":  # python tests/test_serve_hostile.py [COUNT | head]: the figures of docs/serve.md
     import sys
 
-    print(_server_memory(int(sys.argv[1]) if len(sys.argv) > 1 else 1))
+    what = sys.argv[1] if len(sys.argv) > 1 else "1"
+    print(_huge_head() if what == "head" else _server_memory(int(what)))
