@@ -390,3 +390,19 @@ def test_preprocessing_equals_the_family_image_processor(family: str, request: p
             theirs = (x * np.array(processor.image_std) + np.array(processor.image_mean)) * 255
             worst[name] = max(worst[name], float(np.abs(ours - theirs).max()))
     assert worst["pil"] < 0.01 and worst["default"] <= 1.01, worst
+
+
+def test_a_laion_style_clip_with_exact_gelu_and_patch_14(tmp_path: Path) -> None:
+    """LAION's CLIPs (ViT-H/14, ViT-bigG/14) use exact GELU and 14-pixel patches: any geometry the
+    config expresses converts, and gives transformers' embeddings on the float32 path."""
+    geometry = {**hf_models.CLIP_SMALL, "vision": {**hf_models.CLIP_SMALL["vision"], "image_size": 28, "patch_size": 14}}
+    d = hf_models.make_clip(tmp_path / "laion-style", geometry, seed=3, act="gelu")
+    out = tmp_path / "laion.safetensors"
+    convert(d, out, dtype="f32")
+    px = pictures(3, 28, seed=3)
+    text, image, _ = reference("clip", d, hf_models.CORPUS, px, hf_models.CLIP_MEAN, hf_models.CLIP_STD)
+    with uform.Model.load_ram(out, quantization=Scalar.F32) as m:
+        assert cosines(m.text_encode(hf_models.CORPUS, Arena()).embeddings, text).min() >= 0.99999
+        assert cosines(m.image_encode_pixels(list(px), Arena()).embeddings, image).min() >= 0.99999
+    with uform.Model.load_ram(out, quantization=Scalar.E4M3) as m:
+        assert cosines(m.image_encode_pixels(list(px), Arena()).embeddings, image).min() >= BOUND[Scalar.E4M3]
