@@ -13,7 +13,8 @@ from ``AutoImageProcessor.from_pretrained(dir)`` on JPEG photos of 8 aspect rati
 CLIP ViT-B/16: ``image_encode`` of 640x480 JPEGs (the default BF16 load) against transformers'
 ``CLIPModel`` fed by its image processor in float32 and under BF16 autocast, ``text_encode`` of
 12-byte queries one at a time against transformers float32, and the conversion's time against
-reading the source file (both with the file's pages dropped from the page cache first). Writes
+reading the source file's bytes and against safetensors' ``load_file`` of it (each with the
+file's pages dropped from the page cache first). Writes
 benchmarks/results/models.json. ``--tiny``: small geometries, for tests/test_benchmarks.py.
 """
 
@@ -79,6 +80,16 @@ def read_seconds(path: Path) -> float:
         buf = bytearray(64 << 20)
         while f.readinto(buf):
             pass
+    return time.perf_counter() - t
+
+
+def load_seconds(path: Path) -> float:
+    """The source read as a program reads it: safetensors' numpy loader, every tensor an array (cold)."""
+    from safetensors.numpy import load_file
+
+    drop_cache(path)
+    t = time.perf_counter()
+    load_file(path)
     return time.perf_counter() - t
 
 
@@ -224,8 +235,10 @@ def main() -> None:
                 t = time.perf_counter()
                 convert(directory, files["bf16"])
                 took.append(time.perf_counter() - t)
+            loaded = min(load_seconds(source) for _ in range(2))
             results["conversion"][name] = {"source MiB": round(source.stat().st_size / 2**20, 1), "read s": round(read, 3),
-                                           "convert (bf16) s": round(min(took), 3), "ratio": round(min(took) / read, 2)}  # fmt: skip
+                                           "safetensors load_file s": round(loaded, 3), "convert (bf16) s": round(min(took), 3),
+                                           "ratio": round(min(took) / read, 2), "ratio to load_file": round(min(took) / loaded, 2)}  # fmt: skip
             print(f"{name}: convert {min(took):.2f} s, read {read:.2f} s ({min(took) / read:.2f}x)", flush=True)
             rng = np.random.default_rng(0)
             base = rng.integers(0, 256, (8, 8, 8, 3)).astype(np.float32)
