@@ -153,7 +153,7 @@ def test_siglip_tokenizer_json_gives_siglip_tokenizer_ids(siglip_file: Path, sig
     made = Tokenizer.from_str(meta["tokenizer"])
     slow = AutoTokenizer.from_pretrained(siglip_dir)
     rng = np.random.default_rng(0)
-    alphabet = list("abc XYZ.,!?;:'\"-_()[]{}\t\n éüß日本🐱😀") + ["  ", "   "]
+    alphabet = list("abc XYZ.,!?;:'\"-_()[]{}\t\n éüß日本🐱😀▁ＡＢ！") + ["  ", "   ", "\u3000"]
     texts = hf_models.CORPUS + ["".join(rng.choice(alphabet, size=int(rng.integers(0, 40)))) for _ in range(200)]
     for text in texts:
         assert made.encode(text).ids == slow(text)["input_ids"], text

@@ -61,7 +61,8 @@ def siglip_tokenizer(directory: Path, notes: list[str]) -> str:
         raise ConvertError(f"{path}: transformers' converter gives no tokenizer for this SentencePiece model")
     tok: Any = Tokenizer.from_str(built.to_str())
     punctuation = "[" + re.escape(string.punctuation) + "]"
-    steps: list[Any] = [normalizers.Lowercase()] if getattr(slow, "do_lower_case", True) else []
+    steps: list[Any] = [normalizers.Replace("▁", " ")]  # SiglipTokenizer.tokenize reads the marker as a space
+    steps += [normalizers.Lowercase()] if getattr(slow, "do_lower_case", True) else []
     steps += [
         normalizers.Replace(Regex(punctuation), ""),
         normalizers.Replace(Regex(_python_whitespace()), " "),
