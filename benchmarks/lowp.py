@@ -136,7 +136,7 @@ def nbits_backend() -> Any:
     from uform.core.plugin import Backend, LoadRequest, Placement
     from uform.core.types import Scalar
     from uform.core.weights import matrix_products, with_nodes
-    from uform.plugins.sessions import ort_values, session_options
+    from uform.plugins.sessions.replicas import ort_values, session_options
 
     block = 32
 

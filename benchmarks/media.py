@@ -20,7 +20,7 @@ and an environment of its own) on batches of 32 preprocessed pictures, against u
 the same batches; and fed by uform's decoding, composed from the two measured rates as if the
 decoding were hidden behind OpenVINO's compute as uform hides it (the smaller of the two rates)
 and as if not (one after the other). Then clips/s for sampling the video tower's
-frames (8 on ``small``) from 10 s 640x480 H.264 clips: the seek plan of uform.plugins.clips
+frames (8 on ``small``) from 10 s 640x480 H.264 clips: the seek plan of uform.plugins.media.video
 against reading the clip through, at 1 keyframe a second and at 1 keyframe per 250 frames,
 and video_encode end to end. Every image rate is the best of timed calls after a warm-up call
 (each call a whole set of ``--images``), never a first call: one-time costs (a library's first
@@ -112,8 +112,10 @@ def main() -> None:
     from uform.core.host import get_host
     from uform.exporters.reference import ReferenceModel
     from uform.model import runtime_of
-    from uform.plugins import clips as sampling
-    from uform.plugins import frames, sources, video
+    from uform.plugins.media import video as sampling
+    from uform.plugins import video
+    from uform.plugins.media import frames
+    from uform.plugins.media import files as sources
 
     threads = available_cores()
     torch.set_num_threads(threads)

@@ -121,10 +121,10 @@ def parity(family: str, directory: Path, files: dict[str, Path], pictures: np.nd
                          "image min cos": f"{(i * ref_i).sum(1).min():.6f}", "nearest own": "yes" if nearest else "NO"})  # fmt: skip
     # token ids and pixels
     from uform.core.safetensors import parse
-    from uform.plugins.frames import Pixels
-    from uform.plugins.pictures import decode
-    from uform.plugins.sources import sources
-    from uform.plugins.tokens import read
+    from uform.plugins.media.frames import Pixels
+    from uform.plugins.media.image import decode
+    from uform.plugins.media.files import sources
+    from uform.plugins.media.text import read
 
     c = parse(memoryview(files["bf16"].read_bytes()))
     import json

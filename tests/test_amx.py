@@ -137,7 +137,7 @@ def test_onnx_runtimes_int8_products_stay_right_beside_the_tile_kernels() -> Non
     import onnxruntime as ort
     from onnx import TensorProto, helper, numpy_helper
 
-    from uform.plugins.sessions import session_options
+    from uform.plugins.sessions.replicas import session_options
 
     assert LIBRARY is not None
     variant = "amx" if "amx" in LIBRARY.runnable else "amx-model"

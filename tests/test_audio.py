@@ -20,7 +20,9 @@ from ckpt import make_checkpoint
 from uform.core import checkpoint
 from uform.core.host import get_host
 from uform.model import runtime_of
-from uform.plugins import audio, recordings, sources
+from uform.plugins import audio
+from uform.plugins.media import audio as recordings
+from uform.plugins.media import files as sources
 
 R, N = 16000, 16000  # the tiny preset's rate and window
 

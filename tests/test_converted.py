@@ -213,7 +213,7 @@ def test_token_stats_and_truncation_count_model_tokens(clip: tuple[Any, Path]) -
 def test_token_ids_equal_transformers_truncation() -> None:
     from transformers import PreTrainedTokenizerFast
 
-    from uform.plugins.tokens import HeldTokenizer
+    from uform.plugins.media.text import HeldTokenizer
 
     text = word_tokenizer()
     ours = HeldTokenizer(text, 16, len(VOCAB), "towers.text")
@@ -247,9 +247,9 @@ def test_bytes_that_are_not_utf8_name_the_item(clip: tuple[Any, Path]) -> None:
 def test_video_from_image_is_the_mean_of_its_frames(clip: tuple[Any, Path]) -> None:
     from media import clip as make_clip
 
-    from uform.plugins.clips import sample
-    from uform.plugins.frames import Pixels
-    from uform.plugins.sources import sources
+    from uform.plugins.media.video import sample
+    from uform.plugins.media.frames import Pixels
+    from uform.plugins.media.files import sources
 
     _, path = clip
     m = uform.Model.load_ram(path, quantization=Scalar.F32)

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from uform.plugins import frames
+from uform.plugins.media import frames
 
 transformers = pytest.importorskip("transformers")
 SIZES = [(480, 640), (640, 480), (1080, 1920), (333, 500), (224, 224), (100, 3000), (1000, 997), (2000, 90)]

@@ -14,7 +14,7 @@ import uform
 from uform import Arena, CPUClass, Executor, UnsupportedError
 from uform.model import runtime_of
 from uform.plugins import cpu
-from uform.plugins.sessions import Replicas, affinity_string, session_options
+from uform.plugins.sessions.replicas import Replicas, affinity_string, session_options
 
 DATA = Path(__file__).parent / "data" / "cpuinfo"
 V2, V3, V4 = CPUClass.X86_64_V2, CPUClass.X86_64_V3, CPUClass.X86_64_V4

@@ -17,8 +17,8 @@ import uform
 from uform import Arena, Executor, GPUClass, Outputs, UnsupportedError
 from uform.model import runtime_of
 from uform.plugins import cuda
-from uform.plugins import gpus as gpu_info
-from uform.plugins.sessions import Replicas, rows_of
+from uform.plugins.sessions import gpus as gpu_info
+from uform.plugins.sessions.replicas import Replicas, rows_of
 
 DATA = Path(__file__).parent / "data" / "nvidia"
 SM80, SM86, SM89, SM90, SM100 = GPUClass.SM80, GPUClass.SM86, GPUClass.SM89, GPUClass.SM90, GPUClass.SM100

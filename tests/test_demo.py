@@ -11,7 +11,7 @@ import pytest
 
 from uform.demo import DemoItem, Evaluation, generate as g, recall, write_media
 from uform.demo.media import audio_bytes, image_bytes, video_bytes
-from uform.plugins.sources import Source
+from uform.plugins.media.files import Source
 
 
 def test_generators_are_deterministic_per_seed() -> None:
@@ -45,7 +45,7 @@ def test_questions_are_answerable_from_their_caption() -> None:
 
 
 def test_pictures_decode_through_the_runtime_as_generated() -> None:
-    from uform.plugins import pictures
+    from uform.plugins.media import image as pictures
 
     p = g.picture(np.random.default_rng(0), 32)
     decoded = pictures.decode(Source(0, None, data=image_bytes(p.pixels, "png")), 32)[0]
@@ -55,7 +55,7 @@ def test_pictures_decode_through_the_runtime_as_generated() -> None:
 
 
 def test_recordings_decode_through_the_runtime_to_the_training_samples() -> None:
-    from uform.plugins import recordings
+    from uform.plugins.media import audio as recordings
 
     s = g.sound(np.random.default_rng(0))
     for fmt in ("wav", "flac"):
@@ -66,7 +66,8 @@ def test_recordings_decode_through_the_runtime_to_the_training_samples() -> None
 @pytest.mark.parametrize("fmt", ["mp4", "webm"])
 def test_clips_decode_through_the_runtime_close_to_their_frames(fmt: str) -> None:
     from uform.core.config import make_config
-    from uform.plugins import clips, video
+    from uform.plugins import video
+    from uform.plugins.media import video as clips
 
     cfg = {"width": 8, "depth": 1, "heads": 1, "mlp_width": 8, "frames": 4, "image_size": 32, "patch_size": 8,
            "mean": [0.5] * 3, "std": [0.5] * 3}  # fmt: skip
@@ -143,7 +144,10 @@ def test_foreign_captions_are_never_training_captions_but_use_its_words() -> Non
 def test_foreign_media_decode_through_the_runtime_and_repeat_per_seed() -> None:
     from uform.core.config import make_config
     from uform.demo import foreign as f
-    from uform.plugins import clips, pictures, recordings, video
+    from uform.plugins import video
+    from uform.plugins.media import video as clips
+    from uform.plugins.media import image as pictures
+    from uform.plugins.media import audio as recordings
 
     def draw(seed: int) -> list[object]:
         rng = np.random.default_rng(seed)

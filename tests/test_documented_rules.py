@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import uform
-from uform.plugins import recordings
+from uform.plugins.media import audio as recordings
 
 
 def test_i8_has_one_scale_per_embedding_row_and_per_token_vector(tiny_model: uform.Model) -> None:

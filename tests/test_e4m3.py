@@ -23,7 +23,7 @@ import pytest
 import uform
 from uform import Arena, CPUClass, Scalar
 from uform.plugins import e4m3
-from uform.plugins.dequantize import quantize_e4m3
+from uform.plugins.sessions.dequantize import quantize_e4m3
 from uform.plugins.oplib import BF16_PRODUCTS, VARIANTS
 
 from oplibrary import LIBRARY, WHY_NOT, needs_library, runnable

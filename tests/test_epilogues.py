@@ -18,7 +18,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from uform.core.graph import RESIDUAL_SITES
 from uform.plugins import e4m3
-from uform.plugins.dequantize import quantize_e4m3
+from uform.plugins.sessions.dequantize import quantize_e4m3
 from uform.plugins.epilogues import fuse_epilogues
 from uform.plugins.oplib import BF16_PRODUCTS, VARIANTS, OpLibrary
 

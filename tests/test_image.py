@@ -13,7 +13,10 @@ from PIL import Image
 import uform
 from ckpt import make_checkpoint
 from uform.model import runtime_of
-from uform.plugins import frames, image, pictures, sources
+from uform.plugins import image
+from uform.plugins.media import frames
+from uform.plugins.media import image as pictures
+from uform.plugins.media import files as sources
 
 S = 32  # tiny preset
 

@@ -15,7 +15,9 @@ import pytest
 from media import encode_image, pattern
 from PIL import Image
 
-from uform.plugins import frames, pictures, sources
+from uform.plugins.media import frames
+from uform.plugins.media import image as pictures
+from uform.plugins.media import files as sources
 
 
 def png16_rgba(width: int, height: int, every: int = 97) -> bytes:
@@ -36,7 +38,8 @@ def png16_rgba(width: int, height: int, every: int = 97) -> bytes:
 
 _MEASURE = """
 import sys
-from uform.plugins import pictures, sources
+from uform.plugins.media import image as pictures
+from uform.plugins.media import files as sources
 def status(key):  # this process's own (getrusage's ru_maxrss would hold the forking parent's RSS)
     return next(int(line.split()[1]) * 1024 for line in open("/proc/self/status") if line.startswith(key + ":"))
 pictures.decode(sources.Source(0, None, data=open(sys.argv[2], "rb").read()), 32)  # warm: lazy imports

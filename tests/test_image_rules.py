@@ -14,7 +14,8 @@ from PIL import Image
 
 import uform
 from ckpt import make_checkpoint
-from uform.plugins import pictures, sources
+from uform.plugins.media import image as pictures
+from uform.plugins.media import files as sources
 
 S = 32  # tiny preset
 

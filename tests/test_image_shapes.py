@@ -13,7 +13,9 @@ from PIL import Image
 
 import uform
 from ckpt import make_checkpoint
-from uform.plugins import frames, pictures, sources
+from uform.plugins.media import frames
+from uform.plugins.media import image as pictures
+from uform.plugins.media import files as sources
 
 S = 32  # tiny preset
 
@@ -63,7 +65,7 @@ import numpy as np
 from PIL import Image
 resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
 sys.path.insert(0, sys.argv[1])
-from uform.plugins import frames
+from uform.plugins.media import frames
 for shape in [(1_000_000, 1), (1, 1_000_000)]:
     picture = np.full(shape + (3,), 90, np.uint8)
     picture[shape[0] // 2, shape[1] // 2] = 250  # the centre pixel shows in the centre

@@ -200,7 +200,7 @@ class Watched(io.BytesIO):
 def test_a_file_object_listed_twice_is_read_once() -> None:
     from media import encode_image, pattern
 
-    from uform.plugins import sources
+    from uform.plugins.media import files as sources
 
     png = encode_image(pattern(40, 30), "PNG")
     f, other = Watched(png), Watched(png)

@@ -134,7 +134,7 @@ def test_token_ids_equal_the_family_tokenizer(family: str, request: pytest.Fixtu
     truncated at the context, over punctuation, Unicode, emoji, whitespace runs and long texts;
     text_encode's stats count tokens and truncation in those ids."""
     from uform.core.safetensors import parse
-    from uform.plugins.tokens import read
+    from uform.plugins.media.text import read
 
     _, path = request.getfixturevalue(family)
     _, _, ids, _ = request.getfixturevalue(f"{family}_reference")
@@ -347,7 +347,7 @@ def test_siglip2_with_a_gemma_tokenizer_json(tmp_path: Path) -> None:
     px = pictures(3, 32, seed=2)
     text, image, ids = reference("siglip", d, hf_models.CORPUS, px, [0.5] * 3, [0.5] * 3)
     from uform.core.safetensors import parse
-    from uform.plugins.tokens import read
+    from uform.plugins.media.text import read
 
     container = parse(memoryview(out.read_bytes()))
     cfg = json.loads(container.metadata["uform"])["towers"]["text"]
@@ -370,9 +370,9 @@ def test_preprocessing_equals_the_family_image_processor(family: str, request: p
     from transformers import AutoImageProcessor
 
     from uform.core.safetensors import parse
-    from uform.plugins.frames import Pixels
-    from uform.plugins.pictures import decode
-    from uform.plugins.sources import sources
+    from uform.plugins.media.frames import Pixels
+    from uform.plugins.media.image import decode
+    from uform.plugins.media.files import sources
 
     directory, path = request.getfixturevalue(family)
     cfg = json.loads(parse(memoryview(path.read_bytes())).metadata["uform"])["towers"]["image"]

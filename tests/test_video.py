@@ -14,9 +14,10 @@ import uform
 from ckpt import make_checkpoint
 from uform.core import checkpoint
 from uform.core.host import get_host
-from uform.plugins import clips as clips_module
-from uform.plugins import frames as frames_module
-from uform.plugins import sources, video
+from uform.plugins.media import video as clips_module
+from uform.plugins.media import frames as frames_module
+from uform.plugins import video
+from uform.plugins.media import files as sources
 
 F, S = 4, 32  # tiny preset
 CODECS = [("libx264", "mp4"), ("libx265", "mp4"), ("libvpx", "webm"), ("libvpx-vp9", "webm"), ("libsvtav1", "webm")]

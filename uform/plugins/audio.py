@@ -2,7 +2,7 @@
 
 Tensors and math are in docs/checkpoint.md ("Audio tower"); decoding rules in docs/media.md
 ("Audio"). The host turns each recording into the tower's window of ``N`` samples
-(:mod:`uform.plugins.recordings`: decode, mix to mono, resample, in the executor's
+(:mod:`uform.plugins.media.audio`: decode, mix to mono, resample, in the executor's
 threads). The log-mel front end runs inside the ONNX graph: framing is a ``Gather``, the
 windowed DFT (folded on the frame's symmetry, half the products) and the mel filters are
 constant matrices built from the config.
@@ -29,8 +29,8 @@ from uform.core.prepare import ItemBatches
 from uform.core.runtime import Call
 from uform.core.stats import EncodeStats
 
-from .recordings import Recording, buffers, decode, resample
-from .sources import sources
+from .media.audio import Recording, buffers, decode, resample
+from .media.files import sources
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack

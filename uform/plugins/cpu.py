@@ -8,7 +8,7 @@ and BF16 or E4M3 where the library is missing or has no kernels for the CPU clas
   reads into its own pre-packed form: the process holds one float32 copy of the weights
   (twice the checkpoint's bytes) per memory domain. ``describe().quantization`` says F32.
 - E4M3: the blocks' matrices are quantized at load and each product runs on weights that
-  a standard ``DequantizeLinear`` makes on every run (see :mod:`uform.plugins.dequantize`);
+  a standard ``DequantizeLinear`` makes on every run (see :mod:`uform.plugins.sessions.dequantize`);
   nothing is written to disk.
 
 Classes and NUMA domains are described in docs/backends.md.
@@ -30,8 +30,8 @@ from uform.core.hookspecs import hookimpl
 from uform.core.plugin import Backend, LoadRequest, Placement, Runner, TowerPlan
 from uform.core.types import CPUClass, Scalar
 from uform.core.weights import bind_external, remove_tree
-from uform.plugins import dequantize
-from uform.plugins.sessions import Fed, Replicas, on_cpus, ort_values, session_options
+from uform.plugins.sessions import dequantize
+from uform.plugins.sessions.replicas import Fed, Replicas, on_cpus, ort_values, session_options
 
 # Flags each class adds to the one before it, lowest class first; a machine runs every
 # class whose flags (and those of every class below it) it has.

@@ -1,7 +1,7 @@
 """The CUDA backend: ONNX Runtime's CUDA execution provider, for ``Model.load_vram``.
 
 One replica of every tower per device in ``devices``; a tower's calls are spread over its
-replicas (:class:`~uform.plugins.sessions.Replicas`: whole calls to the least-busy
+replicas (:class:`~uform.plugins.sessions.replicas.Replicas`: whole calls to the least-busy
 replica, large batches cut into row ranges that run on every replica at once). Outputs
 come back to the host and the verbs write them into the caller's arena as on the CPU.
 
@@ -16,7 +16,7 @@ install path.
 Nothing here ever falls back to the CPU: a missing provider, a driver older than the
 wheel's CUDA, a CUDA or cuDNN library that does not load, a device that does not exist or a
 class beyond a device raises :class:`~uform.UnsupportedError` naming what there is. Devices
-and classes are read in :mod:`uform.plugins.gpus`.
+and classes are read in :mod:`uform.plugins.sessions.gpus`.
 """
 
 from __future__ import annotations
@@ -39,9 +39,9 @@ from uform.core.hookspecs import hookimpl
 from uform.core.plugin import Backend, LoadRequest, Placement, Runner, TowerPlan
 from uform.core.types import GPUClass, Scalar
 from uform.core.weights import bind_external, remove_tree
-from uform.plugins import dequantize
-from uform.plugins.gpus import check_devices, choose_class, detect
-from uform.plugins.sessions import Replicas, session_options
+from uform.plugins.sessions import dequantize
+from uform.plugins.sessions.gpus import check_devices, choose_class, detect
+from uform.plugins.sessions.replicas import Replicas, session_options
 
 PROVIDER = "CUDAExecutionProvider"
 COMPUTE = "tf32"  # "tf32": float32 with TF32 products; "f16": weight matrix products in float16 (experimental)

@@ -45,7 +45,7 @@ from uform.plugins.attention import fuse_attention
 from uform.plugins.cpu import CEILING, check_domains, choose_class, domain_plan, machine_classes, numa_nodes
 from uform.plugins.epilogues import fuse_epilogues
 from uform.plugins.oplib import VARIANTS, OpLibrary, OpLibraryError, library
-from uform.plugins.sessions import Fed, Replicas, on_cpus, ort_values, session_options
+from uform.plugins.sessions.replicas import Fed, Replicas, on_cpus, ort_values, session_options
 
 DOMAIN = "ai.uform"
 MIN_ONNXRUNTIME = (1, 21)  # the C API version the library is built against

@@ -1,7 +1,7 @@
 """The image modality: JPEG, PNG and WebP files, or ``[h, w, 3]`` uint8 pixels, through the ``image`` tower.
 
 Tensors and math are in docs/checkpoint.md ("Image tower"); files are decoded and buffers
-checked by :mod:`uform.plugins.pictures` (rules in docs/media.md). Each batch is decoded in the
+checked by :mod:`uform.plugins.media.image` (rules in docs/media.md). Each batch is decoded in the
 executor's threads on the prefetch thread while ONNX Runtime computes the batch before it.
 """
 
@@ -23,10 +23,10 @@ from uform.core.prepare import ItemBatches
 from uform.core.runtime import Call
 from uform.core.stats import EncodeStats
 
-from . import frames
-from .frames import Pixels
-from .pictures import as_pixels, decode
-from .sources import sources
+from .media import frames
+from .media.frames import Pixels
+from .media.image import as_pixels, decode
+from .media.files import sources
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack

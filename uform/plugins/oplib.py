@@ -150,7 +150,7 @@ class OpLibrary:
         import onnxruntime as ort
         from onnx import TensorProto, helper
 
-        from uform.plugins.sessions import session_options
+        from uform.plugins.sessions.replicas import session_options
 
         op, wtype = ("MatMulE4M3", TensorProto.UINT8) if e4m3 else ("MatMulBF16", TensorProto.UINT16)
         names = ["x", "w"] + (["scale"] if e4m3 else []) + (["bias"] if bias else [])

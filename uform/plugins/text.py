@@ -3,7 +3,7 @@
 Tensors and math are in docs/checkpoint.md ("text tower"). Texts are truncated at the
 model's ``context`` bytes, sorted by length and cut into buckets of neighbours in length
 where a cut saves more padding than running one more batch costs (:func:`plan`). A version-2
-tower may hold a tokenizer of its own instead (:mod:`uform.plugins.tokens`): texts are then
+tower may hold a tokenizer of its own instead (:mod:`uform.plugins.media.text`): texts are then
 token ids, truncated at the tower's ``context`` tokens.
 """
 
@@ -28,7 +28,7 @@ from uform.core.plugin import Modality, TensorSpec, Tower, stack_tensors
 from uform.core.runtime import Call
 from uform.core.stats import EncodeStats
 
-from . import tokens
+from .media import text as tokens
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack

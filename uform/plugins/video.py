@@ -1,7 +1,7 @@
 """The video modality: MP4 (H.264, HEVC) and WebM (VP8, VP9, AV1) clips through the ``video`` tower.
 
 Tensors and math are in docs/checkpoint.md ("Video tower"); clips are sampled and decoded by
-:mod:`uform.plugins.clips` (rules in docs/media.md). Clips decode in the executor's threads,
+:mod:`uform.plugins.media.video` (rules in docs/media.md). Clips decode in the executor's threads,
 one clip per thread, on the prefetch thread while ONNX Runtime computes the batch before.
 """
 
@@ -26,10 +26,10 @@ from uform.core.plugin import Runner
 from uform.core.runtime import Call
 from uform.core.stats import EncodeStats
 
-from . import frames
-from .clips import Counters, sample
-from .frames import Pixels
-from .sources import sources
+from .media import frames
+from .media.video import Counters, sample
+from .media.frames import Pixels
+from .media.files import sources
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack

@@ -20,9 +20,9 @@ from uform.demo.variety.recordings import PARTIALS, sound as varied_sound
 from uform.demo.evaluate import TRAINING_STREAM
 from uform.demo.media import image_bytes, video_bytes
 from uform.plugins import video as video_plugin
-from uform.plugins.clips import sample as sample_clip
-from uform.plugins.pictures import decode as decode_picture
-from uform.plugins.sources import Source
+from uform.plugins.media.video import sample as sample_clip
+from uform.plugins.media.image import decode as decode_picture
+from uform.plugins.media.files import Source
 
 # what a flip, a transpose or playing a clip backwards does to its direction
 _FLIP_X = {"left": "right", "right": "left", "up": "up", "down": "down"}

@@ -3,8 +3,8 @@
 Every tower is the PyTorch reference (:mod:`uform.exporters.reference`) of the runtime's
 graphs, so trained weights mean the same in both. Inputs are prepared exactly as the
 runtime prepares them: pictures go through file bytes and the image plugin's own decode
-(:func:`uform.plugins.pictures.decode`), clips through MP4/WebM bytes and the video plugin's
-own sampling (:func:`uform.plugins.clips.sample`), recordings are 16-bit samples read as
+(:func:`uform.plugins.media.image.decode`), clips through MP4/WebM bytes and the video plugin's
+own sampling (:func:`uform.plugins.media.video.sample`), recordings are 16-bit samples read as
 ``s16 / 32768`` at the tower's rate (what the runtime reads from a WAV or FLAC at 16 kHz:
 no resampling, the window is exactly the one-second recording).
 

@@ -85,7 +85,7 @@ def sound(rng: np.random.Generator, window: int = g.SAMPLE_RATE, partials: int =
     """A varied recording as the tower's window (float32, ``window`` samples at the tower's rate),
     brought there by the runtime's resampler, and its meaning; its voices have at most
     ``partials`` partials (:func:`varied_voice`)."""
-    from uform.plugins import recordings
+    from uform.plugins.media import audio as recordings
 
     caption = str(rng.choice(g.audio_captions()))
     kind, pitch, rhythm = g._parse_audio(caption)

@@ -18,7 +18,7 @@ import numpy as np
 from uform.core.arena import RowsTape
 from uform.core.errors import InputError, check_not_released
 
-from .sources import Source, falls_short
+from .files import Source, falls_short
 
 CHUNK = 1 << 14  # source samples gathered before one resampler call
 TAIL = 64  # periods of zeros fed to the resampler before its flush

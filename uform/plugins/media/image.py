@@ -1,7 +1,7 @@
 """Pictures to pixels on the host: JPEG, PNG and WebP files decoded, oriented, made 8-bit RGB
 and fitted to the tower's square; ``[h, w, 3]`` uint8 buffers checked.
 
-The rules are docs/media.md's ("Images"); the resize and crop is :func:`uform.plugins.frames.fit`.
+The rules are docs/media.md's ("Images"); the resize and crop is :func:`uform.plugins.media.frames.fit`.
 Files are recognised by their content, never by their name. The image plugin
 (:mod:`uform.plugins.image`) maps :func:`decode` over the executor's threads.
 
@@ -24,7 +24,7 @@ import numpy as np
 from uform.core.errors import InputError, check_not_released
 
 from . import frames
-from .sources import Source
+from .files import Source
 
 if TYPE_CHECKING:
     from PIL import Image
@@ -171,7 +171,7 @@ def vertical_first(width: int, height: int, target: tuple[int, int]) -> bool:
 
 
 def fit_strips(width: int, height: int, part: Callable[[tuple[int, int, int, int]], Image.Image], size: int) -> np.ndarray:
-    """:func:`uform.plugins.frames.fit` of a ``width × height`` RGB picture given in parts.
+    """:func:`uform.plugins.media.frames.fit` of a ``width × height`` RGB picture given in parts.
 
     ``part(box)`` gives the ``(x0, y0, x1, y1)`` box of the picture as 8-bit RGB; it is asked
     for strips of ``STRIP_PIXELS`` or so. Pillow's resize is two passes, each rounded to 8 bits:
@@ -179,7 +179,7 @@ def fit_strips(width: int, height: int, part: Callable[[tuple[int, int, int, int
     (:func:`vertical_first`). The first pass runs here on strips (rows across, or columns
     down), each with the whole resize's box, into a picture of its result's size; the second
     is Pillow's on that picture, then the crop. So this is ``fit`` bit for bit, the region rule
-    of ``frames.fit_region`` and a :class:`~uform.plugins.frames.Fit`'s square resize,
+    of ``frames.fit_region`` and a :class:`~uform.plugins.media.frames.Fit`'s square resize,
     bilinear filter and rounding included, while no full-size picture but the decoded one is
     ever held: beside it, the first pass's result (``S × h`` or ``w × S``-ish pixels, or ``S ×``
     the region's rows) and a strip.
@@ -269,7 +269,7 @@ def open_image(source: Source, size: int) -> tuple[Image.Image, int, bool]:
         if width * height > MAX_PIXELS:
             raise source.fail(
                 f"the image is {width}x{height} = {width * height} pixels, over the limit of {MAX_PIXELS} "
-                "(uform.plugins.pictures.MAX_PIXELS) against decompression bombs"
+                "(uform.plugins.media.image.MAX_PIXELS) against decompression bombs"
             )
         scale = draft_scale(width, height, size) if kind == "JPEG" else 1
         if scale > 1:

@@ -20,7 +20,7 @@ import numpy as np
 from uform.core.errors import InputError
 
 from . import frames
-from .sources import Source, falls_short
+from .files import Source, falls_short
 
 MAX_FRAME_PIXELS = 40_000_000  # width × height of a frame (8K UHD is 33.2 M)
 MAX_SECONDS = 6 * 3600  # span of a clip's presentation times
@@ -84,7 +84,7 @@ def video_stream(container: Any, source: Source) -> Any:
     stream = streams[0]
     width, height = stream.codec_context.width, stream.codec_context.height
     if width * height > MAX_FRAME_PIXELS:
-        raise source.fail(f"frames are {width}x{height}, over the limit of {MAX_FRAME_PIXELS} pixels (uform.plugins.clips.MAX_FRAME_PIXELS)")
+        raise source.fail(f"frames are {width}x{height}, over the limit of {MAX_FRAME_PIXELS} pixels (uform.plugins.media.video.MAX_FRAME_PIXELS)")
     return stream
 
 
@@ -104,7 +104,7 @@ def plan(container: Any, stream: Any, source: Source) -> Plan:
         if packet.is_keyframe:
             keys.append(packet.pts)
         if len(times) > MAX_PACKETS:
-            raise source.fail(f"the video stream has over {MAX_PACKETS} frames (uform.plugins.clips.MAX_PACKETS)")
+            raise source.fail(f"the video stream has over {MAX_PACKETS} frames (uform.plugins.media.video.MAX_PACKETS)")
     if not times:
         raise source.fail("the video stream has no frames")
     order = np.sort(np.asarray(times, np.int64))
@@ -113,7 +113,7 @@ def plan(container: Any, stream: Any, source: Source) -> Plan:
     span = int(order[-1] - order[0]) + max(int(last), 1)
     seconds = float(span * stream.time_base)
     if seconds > MAX_SECONDS:
-        raise source.fail(f"the clip spans {seconds:.0f} s, over the limit of {MAX_SECONDS} s (uform.plugins.clips.MAX_SECONDS)")
+        raise source.fail(f"the clip spans {seconds:.0f} s, over the limit of {MAX_SECONDS} s (uform.plugins.media.video.MAX_SECONDS)")
     ends[stream] = int(order[0]) + span
     check_complete(container, stream, ends, source)
     return Plan(order, np.sort(np.asarray(keys or times[:1], np.int64)), int(order[0]), span, seconds)
