@@ -63,7 +63,7 @@ def thread_server(model: Any, config: Any) -> Iterator[tuple[str, Any]]:
     """The application on uvicorn on a thread of this process, port 0: ``(url, Server state)``."""
     import uvicorn
 
-    from uform.serve.app import create_app
+    from uform.serve.routes import create_app
 
     app, state = create_app(model, config)
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, lifespan="on", access_log=False, log_level="warning"))

@@ -264,7 +264,7 @@ WRONG = {
     "uform/core/fabricated.py": "from ..plugins import text\n",  # core imports a plugin
     "uform/plugins/fabricated.py": (
         "from typing import TYPE_CHECKING\n"
-        "if TYPE_CHECKING:\n    from uform.serve.app import create_app\n"  # under TYPE_CHECKING
+        "if TYPE_CHECKING:\n    from uform.serve.routes import create_app\n"  # under TYPE_CHECKING
         "def f():\n    from ..training import recipe\n"  # inside a function, relative
         "    import uform.cli\n"
         "    return importlib.import_module('uform.demo.generate')\n"  # by name

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ApiError, bad_item, shown
-from .media import part_bytes
+from .parts import part_bytes
 
 ENCODINGS = ("float", "base64")
 MAX_DEPTH = 1024  # orjson's limit on nested arrays and objects

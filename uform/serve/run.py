@@ -83,8 +83,8 @@ def serve(model: Model, config: ServeConfig, *, host: str, port: int, access_log
 
     import uvicorn
 
-    from .app import create_app
-    from .http import AccessLog
+    from .routes import create_app
+    from .asgi import AccessLog
     from .lane import lower_priority
 
     config = dataclasses.replace(config, model_nice=model_nice)

@@ -1,5 +1,5 @@
 """The routes: ``/v1/embeddings``, ``/v1/choose``, ``/v1/models``, ``/health``, ``/metrics``
-(docs/serve.md), each a handler of :class:`Server` on :class:`http.App`. Parsing large bodies,
+(docs/serve.md), each a handler of :class:`Routes` on :class:`asgi.App`. Parsing large bodies,
 reading files and writing large responses run on the server's threads, verbs on the lanes'
 (``batcher``): the event loop never waits on them."""
 
@@ -20,7 +20,7 @@ from . import respond as respond_
 from .batcher import Batcher
 from .config import ServeConfig
 from .errors import ApiError
-from .http import JSON, Answer, App, AccessLog, Receive, Scope, gone, read_body
+from .asgi import JSON, Answer, App, AccessLog, Receive, Scope, gone, read_body
 from .lane import Job, Lane
 from .metrics import CONTENT_TYPE, Metrics
 
@@ -31,7 +31,7 @@ Jobs = list[tuple[Lane, Job]]
 WATCH_AFTER = 0.01  # seconds a request waits before a task awaits its client's disconnect (Watcher)
 
 
-class Server:
+class Routes:
     """What the routes share: the model, its batcher (made at startup), limits and metrics."""
 
     def __init__(self, model: Model, config: ServeConfig, announce: Callable[[], None] | None = None) -> None:
@@ -203,10 +203,10 @@ class Watcher:
 
 
 def create_app(model: Model, config: ServeConfig, log: AccessLog | None = None,
-               announce: Callable[[], None] | None = None) -> tuple[App, Server]:  # fmt: skip
-    """The ASGI application serving ``model``, and the :class:`Server` state behind it;
+               announce: Callable[[], None] | None = None) -> tuple[App, Routes]:  # fmt: skip
+    """The ASGI application serving ``model``, and the :class:`Routes` state behind it;
     ``log`` writes a line per request, ``announce`` is called once the model serves."""
-    server = Server(model, config, announce)
+    server = Routes(model, config, announce)
     routes: dict[str, dict[str, Callable[[Scope, Receive], Awaitable[Answer]]]] = {
         "/v1/embeddings": {"POST": server.embeddings},
         "/v1/choose": {"POST": server.choose},
