@@ -29,7 +29,7 @@ LAYERS: dict[str, str] = {
     "uform.exporters": "exporters",
     "uform": "model",  # uform/__init__.py: the public names
     "uform.model": "model",
-    "uform.served": "model",
+    "uform.verbs": "model",
     "uform.lifecycle": "model",
     "uform.calibrate": "calibrate",
     "uform.demo": "demo",

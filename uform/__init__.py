@@ -23,7 +23,7 @@ from .core.stats import EncodeStats
 from .core.types import CPUClass, GPUClass, ModelDescription, Outputs, Scalar
 from .model import Model, default_checkpoint
 from .plugins.text import TextEncodeStats
-from .served import Served
+from .verbs import Served
 
 __version__ = "4.0.0rc1"
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Literal, Protocol
 
 import numpy as np
 
-from .served import ITEM_VERBS
+from .verbs import ITEM_VERBS
 
 if TYPE_CHECKING:
     from uform import Model, Scalar

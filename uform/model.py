@@ -21,7 +21,7 @@ from .core.progress import ProgressHandler
 from .core.runtime import Runtime, as_buffer
 from .core.types import CPUClass, GPUClass, ModelDescription, Outputs, Scalar
 from .lifecycle import Life
-from .served import Served, served_by
+from .verbs import Served, served_by
 
 if TYPE_CHECKING:
     from typing_extensions import Buffer

@@ -28,7 +28,7 @@ from .core.scalars import coerce, layout, store
 from .core.types import Outputs, Scalar
 from .index.parquet import index_rows  # encode_dataset's output as rows of an index's Parquet schema
 from .model import Model
-from .served import ENCODE_VERBS
+from .verbs import ENCODE_VERBS
 
 if TYPE_CHECKING:
     from ray.data import Dataset

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..served import ITEM_VERBS
+from ..verbs import ITEM_VERBS
 from . import generate as g
 from .media import audio_bytes, image_bytes, video_bytes
 

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..served import ITEM_VERBS
+from ..verbs import ITEM_VERBS
 
 if TYPE_CHECKING:
     from uform.model import Model

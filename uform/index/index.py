@@ -183,7 +183,7 @@ class Index:
     def search_file(self, path: _PathLike, k: int = 10, *, modalities: Sequence[str] | None = None, exact: bool = False) -> list[Hit]:
         """The ``k`` items nearest to a media file (near-duplicates, "more like this"), itself included when indexed."""
         from ..inputs import modality_of
-        from ..served import ITEM_VERBS
+        from ..verbs import ITEM_VERBS
         from ..core.arena import Arena
 
         p = os.fspath(path)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from uform import Arena
-from uform.served import CHOOSE_VERB, ITEM_VERBS
+from uform.verbs import CHOOSE_VERB, ITEM_VERBS
 
 from .config import ServeConfig
 from .errors import ApiError

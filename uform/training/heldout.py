@@ -28,7 +28,7 @@ from uform.demo.variety.pictures import picture as varied_picture
 from uform.demo.variety.recordings import PARTIALS, sound as varied_sound
 from uform.demo.evaluate import HELDOUT_STREAM, clip_direction
 from uform.demo.media import audio_bytes, image_bytes, video_bytes
-from uform.served import ITEM_VERBS
+from uform.verbs import ITEM_VERBS
 
 SIZES = {"image": 300, "video": 240, "audio": 240}
 

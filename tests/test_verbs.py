@@ -65,10 +65,10 @@ def test_describe_prints_the_served_modalities(tiny_all: Path, capsys: pytest.Ca
 
 
 def test_the_one_verb_table_is_what_the_built_in_plugins_provide() -> None:
-    """``uform.served.ENCODE_VERBS`` names each kind of item's verb once for every caller (inputs,
+    """``uform.verbs.ENCODE_VERBS`` names each kind of item's verb once for every caller (inputs,
     index, server, Ray, the held-out reading): each verb is one its modality's plugin provides, and
     every encoding verb of a built-in modality is in it, so a new one fails here until added."""
-    from uform.served import CHOOSE_VERB, DECODED_KINDS, ENCODE_VERBS, ITEM_VERBS
+    from uform.verbs import CHOOSE_VERB, DECODED_KINDS, ENCODE_VERBS, ITEM_VERBS
 
     host = get_host()
     for kind, verb in ENCODE_VERBS.items():
