@@ -36,6 +36,8 @@ static void decode(const Gemm& g, int64_t j, Panel* out) {
 
 struct Scope {};  // nothing to set up around a task (tiling.inc)
 
+static inline bool rows_outer(const Gemm&, int64_t) { return false; }  // tasks panel by panel (tiling.inc)
+
 static inline int64_t depth(const Gemm& g) { return g.kpad / 2; }
 
 #include "sums512.inc"
