@@ -91,7 +91,7 @@ def main() -> None:
     from uform.core import checkpoint
     from uform.core.host import get_host
     from uform.plugins.cpu import machine_classes
-    from uform.plugins.oplib import OpLibraryError, library
+    from uform.plugins.oplib.library import OpLibraryError, library
 
     classes = machine_classes()
     print(f"cpu class: {classes[-1].value}; threads: {uform.core.executor.available_cores()}")

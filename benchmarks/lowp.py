@@ -295,7 +295,7 @@ def kernels(seconds: float) -> list[dict[str, Any]]:
     import ml_dtypes
 
     from uform.core.executor import available_cores
-    from uform.plugins.oplib import library
+    from uform.plugins.oplib.library import library
 
     lib, threads = library(), available_cores()
     rng = np.random.default_rng(0)
@@ -501,7 +501,7 @@ def main() -> None:
             print(f"\nshort queries, {spec}, the uform runs in one process called in turns: text_encode median ms")
             print(table(results["queries_interleaved"], list(results["queries_interleaved"][0])))
         if "kernels" in parts:
-            from uform.plugins.oplib import OpLibraryError
+            from uform.plugins.oplib.library import OpLibraryError
 
             try:
                 results["kernels"] = kernels(args.seconds)

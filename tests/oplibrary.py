@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from uform.plugins.oplib import OpLibrary, OpLibraryError, library
+from uform.plugins.oplib.library import OpLibrary, OpLibraryError, library
 
 try:
     LIBRARY: OpLibrary | None = library()

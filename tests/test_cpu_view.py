@@ -43,7 +43,7 @@ needs_faulting = pytest.mark.skipif(not FAULTING or not built(), reason="no CPUI
 PROBE = """
 import json, numpy, os
 from uform.plugins.cpu import machine_classes
-from uform.plugins.oplib import OpLibraryError, library
+from uform.plugins.oplib.library import OpLibraryError, library
 from uform.plugins.e4m3 import variant_of
 import common
 features = numpy._core._multiarray_umath.__cpu_features__

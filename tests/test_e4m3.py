@@ -24,7 +24,7 @@ import uform
 from uform import Arena, CPUClass, Scalar
 from uform.plugins import e4m3
 from uform.plugins.sessions.dequantize import quantize_e4m3
-from uform.plugins.oplib import BF16_PRODUCTS, VARIANTS
+from uform.plugins.oplib.library import BF16_PRODUCTS, VARIANTS
 
 from oplibrary import LIBRARY, WHY_NOT, needs_library, runnable
 
@@ -329,7 +329,7 @@ def advised_huge(array: np.ndarray) -> bool:
 )
 @pytest.mark.parametrize("setting", [None, "1", "0"])
 def test_packed_weights_ask_for_huge_pages_unless_turned_off(monkeypatch: pytest.MonkeyPatch, setting: str | None) -> None:
-    from uform.plugins.oplib import zeros
+    from uform.plugins.oplib.library import zeros
 
     if setting is None:
         monkeypatch.delenv("UFORM_HUGE_PAGES", raising=False)

@@ -1,7 +1,7 @@
 """The products' epilogues: GELU (exact and tanh's), quick GELU and a residual add inside the
 op library's products (every variant this machine runs, against float64), and the graph
 rewrite that folds a block's activation and residual ``Add`` nodes into them
-(:mod:`uform.plugins.epilogues`)."""
+(:mod:`uform.plugins.oplib.epilogues`)."""
 
 from __future__ import annotations
 
@@ -19,8 +19,8 @@ from onnx import TensorProto, helper, numpy_helper
 from uform.core.graph import RESIDUAL_SITES
 from uform.plugins import e4m3
 from uform.plugins.sessions.dequantize import quantize_e4m3
-from uform.plugins.epilogues import fuse_epilogues
-from uform.plugins.oplib import BF16_PRODUCTS, VARIANTS, OpLibrary
+from uform.plugins.oplib.epilogues import fuse_epilogues
+from uform.plugins.oplib.library import BF16_PRODUCTS, VARIANTS, OpLibrary
 
 from oplibrary import LIBRARY, WHY_NOT, runnable
 

@@ -10,8 +10,8 @@ owns it); no float32 copy of a matrix exists and nothing is written to disk. The
 tensors the standard ops take (norms, biases, class tokens, positions, byte embeddings;
 under 1 % of the weights) are float32 initializers. With memory domains, each domain's
 session has its own copy, packed on the domain's CPUs. Each attention also runs as one
-``Attention`` op (:mod:`uform.plugins.attention`), and each block's GELU and residual adds
-run inside the products that feed them (:mod:`uform.plugins.epilogues`).
+``Attention`` op (:mod:`uform.plugins.oplib.attention`), and each block's GELU and residual adds
+run inside the products that feed them (:mod:`uform.plugins.oplib.epilogues`).
 
 Kernels come in variants — AVX2 FMA, AVX-512 FMA, AVX-512 BF16 dot products, AMX tiles —
 and each CPU class runs the one measured fastest on its cores (docs/backends.md, "Kernels and
@@ -41,10 +41,10 @@ from uform.core.hookspecs import hookimpl
 from uform.core.plugin import Backend, LoadRequest, Placement, Runner, TowerPlan
 from uform.core.types import CPUClass, Scalar
 from uform.core.weights import Lowered, Stored, lowered, matrix_products, shape_of, stored_bytes
-from uform.plugins.attention import fuse_attention
+from uform.plugins.oplib.attention import fuse_attention
 from uform.plugins.cpu import CEILING, check_domains, choose_class, domain_plan, machine_classes, numa_nodes
-from uform.plugins.epilogues import fuse_epilogues
-from uform.plugins.oplib import VARIANTS, OpLibrary, OpLibraryError, library
+from uform.plugins.oplib.epilogues import fuse_epilogues
+from uform.plugins.oplib.library import VARIANTS, OpLibrary, OpLibraryError, library
 from uform.plugins.sessions.replicas import Fed, Replicas, on_cpus, ort_values, session_options
 
 DOMAIN = "ai.uform"

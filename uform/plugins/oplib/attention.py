@@ -25,7 +25,7 @@ DOMAIN = "ai.uform"
 
 def fuse_attention(graph: onnx.ModelProto, variant: int) -> onnx.ModelProto:
     """A copy of ``graph`` with every recorded attention as one ``ai.uform.Attention`` node
-    running ``variant``'s kernel (an index into :data:`uform.plugins.oplib.VARIANTS`)."""
+    running ``variant``'s kernel (an index into :data:`uform.plugins.oplib.library.VARIANTS`)."""
     props = {p.key: p.value for p in graph.metadata_props}
     sites = json.loads(props.get(ATTENTION_SITES, "[]"))
     nodes = list(graph.graph.node)

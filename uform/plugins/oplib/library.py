@@ -249,7 +249,7 @@ def library_path() -> Path:
     given = os.environ.get(ENVIRONMENT)
     if given:
         return Path(given)
-    package = Path(__file__).resolve().parent.parent
+    package = Path(__file__).resolve().parents[2]  # uform/, from uform/plugins/oplib/library.py
     built = sorted(package.glob("_ops*.so")) + sorted(package.glob("_ops*.pyd"))
     if built:
         return built[0]

@@ -21,7 +21,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from uform.core.graph import RESIDUAL_SITES
-from uform.plugins.attention import DOMAIN
+from uform.plugins.oplib.attention import DOMAIN
 
 PRODUCTS = ("MatMulBF16", "MatMulE4M3")
 GELU, GELU_TANH, QUICK_GELU = 1, 2, 3  # the ops' `activation` attribute (0 or absent: none)
