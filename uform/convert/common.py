@@ -121,6 +121,38 @@ def norm(t: Taker, target: str, source: str, width: int, why: str) -> None:
     t.take(f"{target}.bias", f"{source}.bias", (width,), why)
 
 
+@dataclass(frozen=True)
+class Vision:
+    """A Hugging Face ``vision_config``'s geometry: width, depth, heads, MLP width, image and patch size."""
+
+    width: int
+    depth: int
+    heads: int
+    mlp: int
+    size: int
+    patch: int
+
+    @property
+    def grid(self) -> int:
+        return self.size // self.patch
+
+
+def vision(cfg: Mapping[str, Any], where: str, patch: int) -> Vision:
+    """``cfg`` (a ``vision_config``) read with transformers' defaults (``patch``: the family's); refused
+    by name where uform cannot take it (not RGB, an image size that is not a multiple of the patch)."""
+    at = where + " vision_config"
+    v = Vision(
+        int(number(cfg, "hidden_size", at, 768)), int(number(cfg, "num_hidden_layers", at, 12)),
+        int(number(cfg, "num_attention_heads", at, 12)), int(number(cfg, "intermediate_size", at, 3072)),
+        int(number(cfg, "image_size", at, 224)), int(number(cfg, "patch_size", at, patch)),
+    )  # fmt: skip
+    if int(cfg.get("num_channels", 3)) != 3:
+        raise ConvertError(f"{where}: vision_config.num_channels {cfg.get('num_channels')} is not supported (uform's images are RGB)")
+    if v.size % v.patch:
+        raise ConvertError(f"{where}: vision_config.image_size {v.size} is not a multiple of patch_size {v.patch}")
+    return v
+
+
 def geometry(width: int, depth: int, heads: int, mlp: int, where: str) -> dict[str, int]:
     if heads < 1 or width % heads:
         raise ConvertError(f"{where}: num_attention_heads {heads} does not divide hidden_size {width}")

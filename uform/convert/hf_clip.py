@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from .common import Converted, Taker, activation, config, geometry, hf_stack, norm, number, preprocessing, scalar
+from .common import Converted, Taker, activation, config, geometry, hf_stack, norm, number, preprocessing, scalar, vision
 from .sources import ConvertError, Weights
 from .tokenizer import tokenizer_json
 
@@ -59,18 +59,9 @@ def convert(directory: Path, cfg: dict[str, Any], weights: Weights, source: dict
     }
 
     # image
-    vw = int(number(vision_cfg, "hidden_size", where + " vision_config", 768))
-    vd = int(number(vision_cfg, "num_hidden_layers", where + " vision_config", 12))
-    vh = int(number(vision_cfg, "num_attention_heads", where + " vision_config", 12))
-    vm = int(number(vision_cfg, "intermediate_size", where + " vision_config", 3072))
-    size = int(number(vision_cfg, "image_size", where + " vision_config", 224))
-    patch = int(number(vision_cfg, "patch_size", where + " vision_config", 32))
-    channels = int(vision_cfg.get("num_channels", 3))
-    if channels != 3:
-        raise ConvertError(f"{where}: vision_config.num_channels {channels} is not supported (uform's images are RGB)")
-    if size % patch:
-        raise ConvertError(f"{where}: vision_config.image_size {size} is not a multiple of patch_size {patch}")
-    grid = size // patch
+    v = vision(vision_cfg, where, 32)
+    vw, vd, vh, vm, size, patch = v.width, v.depth, v.heads, v.mlp, v.size, v.patch
+    grid = v.grid
     why = "config.json vision_config"
     conv = "vision_model.embeddings.patch_embedding.weight"
     t.take("image.patch.weight", conv, (vw, 3, patch, patch), why + ".hidden_size, patch_size", (vw, 3 * patch * patch))

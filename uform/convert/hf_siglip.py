@@ -15,7 +15,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from .common import Converted, Taker, activation, config, geometry, hf_stack, norm, number, preprocessing, scalar
+from .common import Converted, Taker, activation, config, geometry, hf_stack, norm, number, preprocessing, scalar, vision
 from .sources import ConvertError, Weights, read_json
 from .tokenizer import tokenizer_json
 
@@ -65,16 +65,8 @@ def convert(directory: Path, cfg: dict[str, Any], weights: Weights, source: dict
     }
 
     # image
-    vw = int(number(vision_cfg, "hidden_size", where + " vision_config", 768))
-    vd = int(number(vision_cfg, "num_hidden_layers", where + " vision_config", 12))
-    vh = int(number(vision_cfg, "num_attention_heads", where + " vision_config", 12))
-    vm = int(number(vision_cfg, "intermediate_size", where + " vision_config", 3072))
-    size = int(number(vision_cfg, "image_size", where + " vision_config", 224))
-    patch = int(number(vision_cfg, "patch_size", where + " vision_config", 16))
-    if int(vision_cfg.get("num_channels", 3)) != 3:
-        raise ConvertError(f"{where}: vision_config.num_channels {vision_cfg.get('num_channels')} is not supported (uform's images are RGB)")
-    if size % patch:
-        raise ConvertError(f"{where}: vision_config.image_size {size} is not a multiple of patch_size {patch}")
+    v = vision(vision_cfg, where, 16)
+    vw, vd, vh, vm, size, patch = v.width, v.depth, v.heads, v.mlp, v.size, v.patch
     if vision_cfg.get("vision_use_head", True) is False:
         raise ConvertError(f"{where}: vision_config.vision_use_head false (no attention pooling head) is not supported")
     if vw != dimensions:
@@ -82,7 +74,7 @@ def convert(directory: Path, cfg: dict[str, Any], weights: Weights, source: dict
             f"{where}: the image embedding's width (vision_config.hidden_size {vw}) differs from the text's "
             f"(text_config.projection_size {dimensions}); SigLIP compares them directly"
         )
-    grid = size // patch
+    grid = v.grid
     why = "config.json vision_config"
     conv = "vision_model.embeddings.patch_embedding.weight"
     t.take("image.patch.weight", conv, (vw, 3, patch, patch), why + ".hidden_size, patch_size", (vw, 3 * patch * patch))
