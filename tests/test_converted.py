@@ -244,6 +244,14 @@ def test_bytes_that_are_not_utf8_name_the_item(clip: tuple[Any, Path]) -> None:
     assert np.allclose(m.text_encode([b"a cat"], Arena()).embeddings, m.text_encode(["a cat"], Arena()).embeddings)
 
 
+def test_a_released_memoryview_names_its_item_through_the_held_tokenizer(clip: tuple[Any, Path]) -> None:
+    m = uform.Model.load_ram(clip[1], quantization=Scalar.F32)
+    view = memoryview(b"a dog")
+    view.release()
+    with pytest.raises(uform.InputError, match=r"item 1: the memoryview was released"):
+        m.text_encode([b"a cat", view], Arena())
+
+
 def test_video_from_image_is_the_mean_of_its_frames(clip: tuple[Any, Path]) -> None:
     from media import clip as make_clip
 

@@ -28,7 +28,8 @@ from uform.core.pipeline import Batch, check_stats, count_call, run_batches
 from uform.core.plugin import Modality, TensorSpec, Tower, stack_tensors
 from uform.core.progress import Progress, ProgressHandler
 from uform.core.runtime import Call
-from uform.plugins.text import MAX_ROWS, TOKEN_BUDGET, TextEncodeStats, as_bytes, count_bytes, plan
+from uform.plugins.media.text import as_bytes
+from uform.plugins.text import MAX_ROWS, TOKEN_BUDGET, TextEncodeStats, count_bytes, plan
 
 BYTES = 256
 BEGIN = 256  # the begin token's row of decoder.embed.weight

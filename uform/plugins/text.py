@@ -19,8 +19,7 @@ from onnx import TensorProto
 
 from uform.core.arena import Arena, Encoded
 from uform.core.config import MAX_CONTEXT, PIXEL_FIELDS, Geometry, Head, ModelConfig, choice, flag, integer, optional_integer, refuse_fields
-from uform.core.errors import CheckpointError
-from uform.core.errors import InputError, check_not_released
+from uform.core.errors import CheckpointError, InputError
 from uform.core.graph import GraphBuilder
 from uform.core.hookspecs import hookimpl
 from uform.core.pipeline import Batch, EncodeOptions, check_stats, encode
@@ -29,6 +28,7 @@ from uform.core.runtime import Call
 from uform.core.stats import EncodeStats
 
 from .media import text as tokens
+from .media.text import as_bytes
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -140,25 +140,6 @@ def graph(t: TextTower, model: ModelConfig, b: GraphBuilder) -> None:
 
 def describe(t: TextTower, model: ModelConfig) -> dict[str, int]:
     return {"token_width": t.token_width}
-
-
-def as_bytes(texts: Any) -> list[bytes]:
-    """Each text as bytes (``str`` as UTF-8); InputError names the first bad item."""
-    if isinstance(texts, (str, bytes, bytearray, memoryview)):
-        raise TypeError(f"texts must be a sequence of str or bytes, got a single {type(texts).__name__}; wrap it in a list")
-    out = []
-    for i, text in enumerate(texts):
-        if isinstance(text, str):
-            try:
-                out.append(text.encode("utf-8"))
-            except UnicodeEncodeError as exc:
-                raise InputError(i, f"text is not encodable as UTF-8 ({exc.reason} at {exc.start})") from None
-        elif isinstance(text, (bytes, bytearray, memoryview)):
-            check_not_released(i, text)
-            out.append(bytes(text))
-        else:
-            raise InputError(i, f"expected str or bytes, got {type(text).__name__}")
-    return out
 
 
 def plan(lengths: np.ndarray, max_rows: int = MAX_ROWS, budget: int = TOKEN_BUDGET, run_tokens: int = RUN_TOKENS) -> list[np.ndarray]:

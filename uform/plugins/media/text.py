@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from uform.core.errors import CheckpointError, InputError, UnsupportedError
+from uform.core.errors import CheckpointError, InputError, UnsupportedError, check_not_released
 
 METADATA_KEY = "tokenizer"
 EXTRA = "models"  # the extra that installs the tokenizers library
@@ -87,23 +87,32 @@ def read(metadata: Mapping[str, str], context: int, vocab_size: int, where: str)
     return HeldTokenizer(text, context, vocab_size, where)
 
 
-def as_texts(texts: Any) -> list[str]:
-    """Each text as ``str`` (bytes decoded as UTF-8); InputError names the first bad item."""
+def as_bytes(texts: Any) -> list[bytes]:
+    """Each text as bytes (``str`` as UTF-8); InputError names the first bad item."""
     if isinstance(texts, (str, bytes, bytearray, memoryview)):
         raise TypeError(f"texts must be a sequence of str or bytes, got a single {type(texts).__name__}; wrap it in a list")
     out = []
     for i, text in enumerate(texts):
         if isinstance(text, str):
             try:
-                text.encode("utf-8")
+                out.append(text.encode("utf-8"))
             except UnicodeEncodeError as exc:
                 raise InputError(i, f"text is not encodable as UTF-8 ({exc.reason} at {exc.start})") from None
-            out.append(text)
         elif isinstance(text, (bytes, bytearray, memoryview)):
-            try:
-                out.append(bytes(text).decode("utf-8"))
-            except UnicodeDecodeError as exc:
-                raise InputError(i, f"bytes are not UTF-8 ({exc.reason} at byte {exc.start}); this model's tokenizer reads text") from None
+            check_not_released(i, text)
+            out.append(bytes(text))
         else:
             raise InputError(i, f"expected str or bytes, got {type(text).__name__}")
+    return out
+
+
+def as_texts(texts: Any) -> list[str]:
+    """Each text as ``str`` (bytes decoded as UTF-8), for a tokenizer that reads text;
+    InputError names the first bad item."""
+    out = []
+    for i, text in enumerate(as_bytes(texts)):
+        try:
+            out.append(text.decode("utf-8"))
+        except UnicodeDecodeError as exc:
+            raise InputError(i, f"bytes are not UTF-8 ({exc.reason} at byte {exc.start}); this model's tokenizer reads text") from None
     return out
