@@ -19,7 +19,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from uform.core import safetensors
+from uform.core.checkpoint import is_checkpoint_file
 
 from .common import Converted
 from .sources import ConvertError, Weights, read_json, resolve, weights
@@ -87,7 +87,7 @@ def convert(
     target = Path(out)
     if target.is_dir():
         raise ConvertError(f"{target}: is a directory; give the path of the .safetensors file to write")
-    if target.exists() and not force and not _is_checkpoint(target):
+    if target.exists() and not force and not is_checkpoint_file(target):
         raise ConvertError(f"{target}: exists and is not a uform checkpoint; refused (force=True, uform convert --force, replaces it)")
     directory, found_name = resolve(source)
     record_name = name or found_name
@@ -179,22 +179,6 @@ def _siglip_family(directory: Path) -> str:
     path = directory / "tokenizer_config.json"
     tokenizer_class = read_json(path).get("tokenizer_class") if path.is_file() else None
     return "siglip2" if isinstance(tokenizer_class, str) and tokenizer_class.startswith("Gemma") else "siglip"
-
-
-def _is_checkpoint(path: Path) -> bool:
-    """Whether ``path`` is a safetensors file with a uform config (a file a conversion may replace)."""
-    try:
-        with open(path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
-
-            def read(begin: int, end: int) -> bytes:
-                f.seek(begin)
-                return f.read(end - begin)
-
-            metadata = safetensors.header(size, read)[0]
-    except (OSError, ValueError):
-        return False
-    return "uform" in metadata
 
 
 def _reserve(target: Path) -> Path:
