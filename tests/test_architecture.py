@@ -258,6 +258,53 @@ def test_nothing_outside_model_reads_models_privates() -> None:
     assert private_reads("n = model._runtime.towers\nm = getattr(model, '_life')\nself._runtime = 1\n", names) == [1, 2]
 
 
+RENAMES_AND_SYNCS = {"replace", "rename", "renames", "fsync", "fdatasync", "sync_file_range", "link"}  # os's
+FILES = "uform/core/files.py"
+
+
+def renames_and_syncs(source: str) -> list[int]:
+    """Lines of ``source`` that rename a file into place or sync one to disk on their own:
+    ``os.replace``/``os.rename``/``os.fsync``/``os.fdatasync``/... (also imported by name),
+    ``shutil.move``, and ``Path.replace``/``Path.rename`` (a ``.replace`` of one argument:
+    ``str.replace`` takes two)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and node.module in ("os", "shutil"):
+            if any(a.name in RENAMES_AND_SYNCS | {"move"} for a in node.names):
+                found.append(node.lineno)
+        if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
+            continue
+        owner, name = node.func.value, node.func.attr
+        module = owner.id if isinstance(owner, ast.Name) else None
+        if module == "os" and name in RENAMES_AND_SYNCS or module == "shutil" and name == "move":
+            found.append(node.lineno)
+        elif module not in ("os", "shutil", "str") and (name == "rename" or name == "replace" and len(node.args) == 1 and not node.keywords):
+            found.append(node.lineno)
+    return found
+
+
+def test_only_core_files_renames_or_syncs_files() -> None:
+    """Files are written whole or not at all in one place, uform/core/files.py (docs/cli.md,
+    "Files uform writes"): no other module renames a file into place or fsyncs one itself; they
+    call ``files.Outputs``, ``write_with``, ``move``, ``sync``."""
+    found = []
+    for path in sources():
+        rel = path.relative_to(ROOT).as_posix()
+        if rel != FILES:
+            found += [f"{rel}:{line}" for line in renames_and_syncs(path.read_text())]
+    assert found == [], "rename or sync a file through uform.core.files:\n" + "\n".join(found)
+    assert renames_and_syncs((ROOT / FILES).read_text())  # the one room holds them
+
+
+def test_the_rename_and_sync_check_bites() -> None:
+    source = (
+        "import os, shutil\nfrom os import replace\nos.replace(a, b)\nos.fsync(f.fileno())\nos.fdatasync(3)\n"
+        "shutil.move(a, b)\npath.with_suffix('.tmp').replace(path)\nstaged.rename(raw)\n"
+        "name.replace('a', 'b')\ndataclasses.replace(x, a=1)\nreplace(settings, out=1)\nos.path.join(a, b)\n"
+    )
+    assert renames_and_syncs(source) == [2, 3, 4, 5, 6, 7, 8]
+
+
 # -- the check can fail ------------------------------------------------------------------
 
 WRONG = {

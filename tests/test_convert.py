@@ -6,8 +6,11 @@ refusal writing nothing."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import struct
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -269,12 +272,71 @@ def test_a_tokenizer_that_does_not_parse(clip_dir: Path, tmp_path: Path) -> None
     refused(d, tmp_path, "tokenizer.json: the tokenizer does not parse")
 
 
-def test_an_out_that_cannot_be_written(clip_dir: Path, tmp_path: Path) -> None:
-    with pytest.raises(OSError, match="cannot write the converted file there"):
-        convert(clip_dir, tmp_path / "no-such-dir" / "x.safetensors")
+def test_an_out_that_cannot_be_written(clip_dir: Path, clip_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The one writer of outputs (uform.core.files): a missing folder, a read-only file and a link
+    to /dev/full are refused naming OUT, before any work; the old file stays, nothing is left."""
+    from uform.core.files import OutputError
+
+    old = tmp_path / "old.safetensors"
+    shutil.copy(clip_file, old)
+    old.chmod(0o444)
+    (tmp_path / "full.safetensors").symlink_to("/dev/full")
+    before = snapshot(tmp_path)
+    for out, why in (("no-such-dir/x.safetensors", f"no such folder {tmp_path}/no-such-dir"),
+                     ("old.safetensors", "read-only; left as it was"),
+                     ("full.safetensors", "not a regular file \\(/dev/full\\); not replaced")):  # fmt: skip
+        with pytest.raises(OutputError, match=f"^{tmp_path}/{out}: {why}"):
+            convert(clip_dir, tmp_path / out, force=True)
+        assert main(["convert", str(clip_dir), str(tmp_path / out), "--force"]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith(f"uform: error: {tmp_path}/{out}: ") and "Traceback" not in err, err
     with pytest.raises(ConvertError, match="is a directory"):
         convert(clip_dir, tmp_path)
-    assert main(["convert", str(clip_dir), str(tmp_path / "no-such-dir" / "x.safetensors")]) == 2
+    assert snapshot(tmp_path) == before
+
+
+def test_an_out_in_a_read_only_folder(clip_dir: Path, tmp_path: Path) -> None:
+    """Root runs the command without the capability that overrides permission bits (``setpriv``,
+    as tests/test_index_cli.py does), so the refusal is the one a user gets."""
+    drop = ["setpriv", "--bounding-set=-dac_override,-dac_read_search", "--inh-caps=-dac_override,-dac_read_search"]
+    if os.geteuid() == 0 and shutil.which("setpriv") is None:
+        pytest.skip("running as root without setpriv: permission bits cannot be made to bind")
+    (tmp_path / "ro").mkdir(mode=0o555)
+    try:
+        run = subprocess.run([*(drop if os.geteuid() == 0 else []), sys.executable, "-m", "uform.cli", "convert", str(clip_dir), "ro/x.safetensors"],
+                             cwd=tmp_path, capture_output=True, text=True, timeout=120)  # fmt: skip
+    finally:
+        (tmp_path / "ro").chmod(0o755)
+    assert (run.returncode, run.stdout) == (2, "") and run.stderr == "uform: error: ro/x.safetensors: cannot be written (Permission denied)\n"
+    assert list((tmp_path / "ro").iterdir()) == []
+
+
+LIMITED = """
+import resource, sys
+from uform.cli import main
+resource.setrlimit(resource.RLIMIT_FSIZE, (int(sys.argv[1]), resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+def test_a_conversion_under_a_file_size_limit_keeps_the_old_out(clip_dir: Path, clip_file: Path, tmp_path: Path) -> None:
+    """``ulimit -f 64; uform convert SRC OUT`` (OUT an earlier conversion): one line naming OUT,
+    status 2, the old file byte for byte, no temporary file left."""
+    out = tmp_path / "x.safetensors"
+    shutil.copy(clip_file, out)
+    before = snapshot(tmp_path)
+    assert out.stat().st_size > 64 * 1024
+    env = os.environ | {"PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    run = subprocess.run([sys.executable, "-c", LIMITED, str(64 * 1024), "convert", str(clip_dir), str(out), "--dtype", "f32"],
+                         env=env, capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert run.returncode == 2 and run.stdout == "", (run.stdout, run.stderr)
+    assert run.stderr == f"uform: error: {out}: not written (File too large); the old file is as it was\n"
+    assert snapshot(tmp_path) == before
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    """Every file under ``folder`` (hidden ones too: a temporary left behind shows) and its bytes."""
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file() and not p.is_symlink()}
 
 
 def test_a_refused_conversion_keeps_the_old_out(clip_dir: Path, clip_file: Path, tmp_path: Path) -> None:

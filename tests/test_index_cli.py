@@ -133,6 +133,48 @@ def test_a_read_only_folder_stops_the_run_with_the_index_intact(tmp_path: Path, 
         assert len(ix) == 3 and ix.update([root]).added == 2
 
 
+PARQUET_LIMITED = """
+import resource, sys
+from uform.cli import main
+resource.setrlimit(resource.RLIMIT_FSIZE, (int(sys.argv[1]), resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+def test_an_export_not_written_keeps_the_old_file_and_leaves_nothing(tmp_path: Path, ckpt: Path) -> None:
+    """--export-parquet through uform.core.files: under a file size limit (``ulimit -f``), into a
+    read-only folder, onto a link to /dev/full: one line naming the file, status 2, the old export
+    byte for byte, no temporary file."""
+    pytest.importorskip("pyarrow")
+    drop = ["setpriv", "--bounding-set=-dac_override,-dac_read_search", "--inh-caps=-dac_override,-dac_read_search"]
+    (tmp_path / "texts.txt").write_text("".join(f"text number {i}\n" for i in range(2000)))  # a Parquet file of 300 KB
+    with Index(tmp_path / "idx", checkpoint=ckpt) as ix:
+        ix.update([tmp_path / "texts.txt"])
+    (tmp_path / "out").mkdir()
+    old = tmp_path / "out" / "old.parquet"
+    old.write_bytes(b"an earlier export")
+    (tmp_path / "out" / "full.parquet").symlink_to("/dev/full")
+    before = {p.name: p.read_bytes() for p in (tmp_path / "out").iterdir() if not p.is_symlink()}
+    export = ["index", "--into", "idx", "-m", str(ckpt), "--export-parquet"]
+
+    def run(args: list[str], prefix: list[str] = []) -> subprocess.CompletedProcess[str]:  # noqa: B006
+        return subprocess.run([*prefix, sys.executable, *args], capture_output=True, text=True, cwd=tmp_path, timeout=120)
+
+    cases = [(run(["-c", PARQUET_LIMITED, str(64 * 1024), *export, "out/old.parquet"]), "out/old.parquet: not written (File too large); the old file is as it was"),
+             (run(["-m", "uform.cli", *export, "out/full.parquet"]), "out/full.parquet: not a regular file (/dev/full); not replaced")]  # fmt: skip
+    if os.geteuid() != 0 or shutil.which("setpriv"):
+        (tmp_path / "out").chmod(0o555)
+        try:
+            cases.append((run(["-m", "uform.cli", *export, "out/new.parquet"], drop if os.geteuid() == 0 else []),
+                          "out/new.parquet: cannot be written (Permission denied)"))  # fmt: skip
+        finally:
+            (tmp_path / "out").chmod(0o755)
+    for done, why in cases:
+        assert (done.returncode, done.stderr) == (2, f"uform: error: {why}\n") and "wrote" not in done.stdout
+    assert {p.name: p.read_bytes() for p in (tmp_path / "out").iterdir() if not p.is_symlink()} == before
+    assert len(list((tmp_path / "out").iterdir())) == 2  # nothing beside the old file and the link
+
+
 def test_export_during_a_writers_run_and_search_lines(tmp_path: Path, ckpt: Path, capsys: pytest.CaptureFixture[str],
                                                       monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
     """D14: an export was refused while another writer held the index; D15: a name with a newline

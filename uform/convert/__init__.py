@@ -2,8 +2,9 @@
 
 :func:`convert` reads a source (a local Hugging Face model directory, or a Hub id through
 ``huggingface_hub``, the local cache first), maps it with the family's module (``hf_clip``,
-``hf_siglip``, ``open_clip``), and writes the file atomically: a temporary name beside
-``out``, flushed to disk, then renamed, so ``out`` is either the whole new file or untouched.
+``hf_siglip``, ``open_clip``), and writes the file whole or not at all (:mod:`uform.core.files`:
+a temporary name beside ``out``, synced, checked whole, then renamed), so ``out`` is either the
+whole new file or untouched.
 Anything refused writes nothing. docs/models.md describes the families and what a converted
 file holds.
 """
@@ -19,6 +20,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
+from uform.core import files
 from uform.core.checkpoint import is_checkpoint_file
 
 from .common import Converted
@@ -78,7 +80,9 @@ def convert(
 
     Raises :class:`ConvertError` naming the file, tensor or field (a missing file, an unsupported
     architecture, a tensor whose shape disagrees with the config, NaN weights, a tokenizer that
-    does not parse), ``OSError`` where ``out`` cannot be written; either way ``out`` is untouched.
+    does not parse), :class:`uform.core.files.OutputError` (an ``OSError``) naming ``out`` where it
+    cannot be written (a missing or read-only folder, a read-only file, a device, a full disk, a
+    file size limit); either way ``out`` is untouched and no temporary file is left.
     """
     if dtype not in DTYPES:
         raise ValueError(f"dtype {dtype!r} is not one of {', '.join(DTYPES)}")
@@ -91,25 +95,16 @@ def convert(
         raise ConvertError(f"{target}: exists and is not a uform checkpoint; refused (force=True, uform convert --force, replaces it)")
     directory, found_name = resolve(source)
     record_name = name or found_name
-    temporary = _reserve(target)
-    try:
+    with files.Outputs() as outs, outs.open(target) as f:  # made now: an unwritable place fails before any work
         converted, held = _convert(directory, record_name, frames)
         metadata = {
             "uform": json.dumps(converted.config, sort_keys=True, separators=(",", ":")),
             "tokenizer": converted.tokenizer,
         }
         try:
-            with open(temporary, "wb") as f:
-                stream(f, converted.tensors, metadata, held, DTYPES[dtype])
-                f.flush()
-                os.fsync(f.fileno())
+            stream(f, converted.tensors, metadata, held, DTYPES[dtype])
         finally:
             held.close()
-        os.replace(temporary, target)
-        _sync_directory(target.parent)
-    except BaseException:
-        temporary.unlink(missing_ok=True)
-        raise
     source_info = converted.config["source"]
     return Conversion(
         out=target,
@@ -179,31 +174,3 @@ def _siglip_family(directory: Path) -> str:
     path = directory / "tokenizer_config.json"
     tokenizer_class = read_json(path).get("tokenizer_class") if path.is_file() else None
     return "siglip2" if isinstance(tokenizer_class, str) and tokenizer_class.startswith("Gemma") else "siglip"
-
-
-def _reserve(target: Path) -> Path:
-    """A new temporary file beside ``target``, made now so that an unwritable place fails
-    before any work; OSError names ``target``."""
-    temporary = target.parent / f".{target.name}.{os.getpid()}.tmp"
-    try:
-        with open(temporary, "xb"):
-            pass
-    except FileExistsError:
-        temporary.unlink()
-        return _reserve(target)
-    except OSError as exc:
-        raise OSError(exc.errno, f"{target}: cannot write the converted file there ({exc.strerror})") from None
-    return temporary
-
-
-def _sync_directory(directory: Path) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:  # a platform without directory descriptors: the rename is done anyway
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)

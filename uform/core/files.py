@@ -10,10 +10,17 @@ failure of any write (a size limit, a full disk, a read-only file) leaves every 
 was, removes the temporary ones and folders made for the set, and raises :class:`OutputError`
 naming the file. A file is never written through: a symbolic link is followed to the file it
 names, and what is not a regular file (a device, a FIFO, a folder) is refused.
+
+This module is the only one that renames files into place or syncs them to disk (``os.replace``,
+``os.rename``, ``os.fsync``: tests/test_architecture.py holds every other module to it). A writer
+that keeps its own files open and grows them in place (the index's row files) syncs them with
+:func:`sync`; a file written under a name of its own (an SQLite database) is put in place with
+:func:`move`; what a killed writer left beside a target is found by :func:`leftovers`.
 """
 
 from __future__ import annotations
 
+import glob
 import os
 import secrets
 import shutil
@@ -242,6 +249,32 @@ def _sync_folder(folder: Path) -> None:
         pass
     finally:
         os.close(fd)
+
+
+def sync(f: BinaryIO | int, *, data_only: bool = False) -> None:
+    """Flush ``f`` (a file object or a descriptor) to the disk: its data and size, and with
+    ``data_only`` False its other metadata too (``fdatasync`` against ``fsync``)."""
+    if not isinstance(f, int):
+        f.flush()
+        f = f.fileno()
+    (os.fdatasync if data_only else os.fsync)(f)
+
+
+def move(written: str | os.PathLike[str], path: str | os.PathLike[str]) -> None:
+    """``written`` (a whole file, in ``path``'s file system) synced and renamed to ``path``;
+    on a failure it is removed and :class:`OutputError` names ``path``."""
+    try:
+        with Outputs() as out:
+            out.adopt(written, path)
+    except BaseException:
+        Path(written).unlink(missing_ok=True)
+        raise
+
+
+def leftovers(path: str | os.PathLike[str]) -> list[Path]:
+    """The temporary files a writer of ``path`` killed before its rename left beside it."""
+    real = target(path)
+    return sorted(real.parent.glob(f".{glob.escape(real.name)}.*{PARTIAL}"))
 
 
 def write_bytes(path: str | os.PathLike[str], data: bytes) -> None:

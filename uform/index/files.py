@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from ..core import files
 from .identity import MODALITIES, IndexBusyError, IndexFormatError
 
 DATABASE = "index.sqlite"
@@ -23,7 +24,8 @@ BLOCK = 1 << 16
 
 
 def generation_files(generation: int) -> tuple[str, ...]:
-    """The files of one generation: its rows, its kind bytes, its IVF lists (and their temporary)."""
+    """The files of one generation: its rows, its kind bytes, its IVF lists (and the name an
+    earlier uform wrote them under first; now core.files' temporary, found by ``files.leftovers``)."""
     return (f"vectors-{generation}.bin", f"kinds-{generation}.bin", f"ivf-{generation}.npz", f"ivf-{generation}.tmp")
 
 
@@ -58,14 +60,6 @@ def take_lock(folder: Path) -> int:
         raise IndexBusyError(f"{folder}: another writer (a `uform index` run or an Index) is updating this index; "
                              "wait for it to finish and run again") from None  # fmt: skip
     return fd
-
-
-def sync_folder(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class Rows:
@@ -136,24 +130,22 @@ class Rows:
             f = self._files[name]
             f.seek(at * dtype.itemsize)
             f.write(np.ascontiguousarray(data).tobytes())
-            f.flush()
-            os.fdatasync(f.fileno())
+            files.sync(f, data_only=True)
 
     def write_generation(self, generation: int, rows: np.ndarray, kinds: np.ndarray, order: np.ndarray) -> dict[str, Any]:
         """The rows of ``order`` written, durably, as generation ``generation``; answers the open files."""
-        files = {}
+        written = {}
         for name, data in (("vectors", rows), ("kinds", kinds)):
             f = open(self.path(name, generation), "w+b")
             for start in range(0, len(order), BLOCK):
                 f.write(np.ascontiguousarray(data[order[start : start + BLOCK]]).tobytes())
-            f.flush()
-            os.fsync(f.fileno())
-            files[name] = f
-        return files
+            files.sync(f)
+            written[name] = f
+        return written
 
-    def switch(self, files: dict[str, Any], old: int) -> None:
+    def switch(self, opened: dict[str, Any], old: int) -> None:
         """After the commit of a new generation: its files are the writer's; ``old``'s are deleted."""
-        for name, f in files.items():
+        for name, f in opened.items():
             self._files[name].close()
             self._files[name] = f
         self.delete_generation(old)
@@ -161,6 +153,8 @@ class Rows:
     def delete_generation(self, generation: int) -> None:
         for name in generation_files(generation):
             (self.folder / name).unlink(missing_ok=True)
+        for left in files.leftovers(self.folder / f"ivf-{generation}.npz"):  # its lists' temporary, left by a kill
+            left.unlink(missing_ok=True)
 
     def close(self) -> None:
         for f in self._files.values():

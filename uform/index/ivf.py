@@ -14,12 +14,12 @@ Recall@10 against exact search is measured by benchmarks/index.py and reported i
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from ..core import files
 from ..core.types import Scalar
 
 MIN_ROWS = 100_000  # below this, exact search is fast enough (docs/index.md: under ~40 ms on 2 cores)
@@ -87,13 +87,8 @@ def layout(centroids: np.ndarray, owners: np.ndarray, live: np.ndarray) -> tuple
 
 
 def save(lists: Lists, path: Path) -> None:
-    """Write ``path`` whole, durably, before anyone is told its name."""
-    tmp = path.with_suffix(".tmp")
-    with open(tmp, "wb") as f:
-        np.savez(f, centroids=lists.centroids, offsets=lists.offsets)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    """Write ``path`` whole, durably, before anyone is told its name (:mod:`uform.core.files`)."""
+    files.write_with(path, lambda f: np.savez(f, centroids=lists.centroids, offsets=lists.offsets))
 
 
 def load(path: Path) -> Lists:

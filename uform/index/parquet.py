@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
-from contextlib import suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..core import files
 from ..core.types import Scalar
 from .identity import FORMAT, MODALITIES, Entry, Identity, checkpoint_digest
 
@@ -74,29 +74,22 @@ def widen(rows: np.ndarray, scalar: Scalar) -> np.ndarray:
 
 
 def write_index(entries: Iterable[Entry], identity: Identity, path: str | os.PathLike[str]) -> int:
-    """Write ``entries`` (an index's, of one snapshot) to the Parquet file ``path``; answer the rows."""
+    """Write ``entries`` (an index's, of one snapshot) to the Parquet file ``path``, whole or not at
+    all (:mod:`uform.core.files`; :class:`~uform.core.files.OutputError` names ``path``); answer the rows."""
     pa = arrow()
     scalar = Scalar(identity.scalar)
     s = schema(identity.dimensions, scalar)
     s = s.with_metadata({**s.metadata, b"uform.checkpoint": os.path.basename(identity.checkpoint).encode()})
     rows = 0
-    target = os.fspath(path)
-    scratch = os.path.join(os.path.dirname(target), f".{os.path.basename(target)}.{os.getpid()}.tmp")  # renamed once whole
-    try:
-        with pa.parquet.ParquetWriter(scratch, s) as writer:
-            batch: list[Entry] = []
-            for entry in entries:
-                batch.append(entry)
-                if len(batch) == BATCH:
-                    rows += _write(writer, batch, identity, s)
-                    batch = []
-            if batch or not rows:
+    with files.Outputs() as out, out.open(path) as f, pa.parquet.ParquetWriter(f, s) as writer:  # whole or not at all
+        batch: list[Entry] = []
+        for entry in entries:
+            batch.append(entry)
+            if len(batch) == BATCH:
                 rows += _write(writer, batch, identity, s)
-        os.replace(scratch, target)
-    except BaseException:
-        with suppress(OSError):
-            os.unlink(scratch)
-        raise
+                batch = []
+        if batch or not rows:
+            rows += _write(writer, batch, identity, s)
     return rows
 
 

@@ -28,10 +28,11 @@ from typing import ParamSpec, TypeVar
 
 import numpy as np
 
+from ..core.files import move
 from ..core.types import Scalar
 from . import ivf
 from . import files
-from .files import CREATION, DATABASE, NEW_DATABASE, Rows, sync_folder
+from .files import CREATION, DATABASE, NEW_DATABASE, Rows
 from .identity import FORMAT, MODALITIES, Identity, IndexBusyError, IndexFormatError, IndexModelError, row_dtype
 from .records import Chunk, Failed, Insert, Known, Move, Stored
 
@@ -208,8 +209,7 @@ class Store:
             conn.execute("COMMIT")
         finally:
             conn.close()  # checkpoints the WAL into the file and removes it
-        os.replace(new, db)
-        sync_folder(self.folder)
+        move(new, db)  # core.files: synced, renamed, the folder synced
 
     @guarded
     def _read_meta(self) -> dict[str, str]:

@@ -10,6 +10,8 @@ from dataclasses import asdict
 
 import torch
 
+from uform.core import files
+
 from .recipe import train
 from .settings import ALONE, FRONT, PHASES, Settings
 
@@ -120,8 +122,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         decoder_seed=args.decoder_seed, voice_partials=args.voice_partials)  # fmt: skip
     result = train(settings, lambda line: print(line, flush=True))
     if args.report:
-        with open(args.report, "w", encoding="utf-8") as f:
-            json.dump(asdict(result), f, indent=2)
+        files.write_bytes(args.report, json.dumps(asdict(result), indent=2).encode())
     return 0
 
 

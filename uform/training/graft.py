@@ -22,7 +22,7 @@ import argparse
 import os
 from pathlib import Path
 
-from uform.core import safetensors
+from uform.core import files, safetensors
 from uform.core.config import ModelConfig
 from uform.core.errors import CheckpointError
 
@@ -60,12 +60,7 @@ def graft(tower: str, source: str | os.PathLike[str], into: str | os.PathLike[st
         raise CheckpointError(f"{source}'s {tower} tower holds other tensors than {into}'s: "
                               f"{sorted(set(taken) ^ set(kept))[:4]}")  # fmt: skip
     tensors = {n: (donor if n.startswith(prefix) else host).array(n) for n in host.entries}
-    partial = Path(out).with_name(Path(out).name + ".partial")  # then renamed: ``out`` may be ``into`` itself
-    try:
-        safetensors.write(partial, tensors, host.metadata)
-        os.replace(partial, out)
-    finally:
-        partial.unlink(missing_ok=True)
+    files.write_with(out, lambda f: safetensors.write(f, tensors, host.metadata))  # renamed once whole: ``out`` may be ``into`` itself
     return len(taken)
 
 
@@ -78,7 +73,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     try:
         count = graft(args.tower, args.source, args.into, args.out)
-    except ValueError as exc:  # CheckpointError among them
+    except (ValueError, files.OutputError) as exc:  # CheckpointError among them; an out not written names itself
         parser.exit(2, f"error: {exc}\n")
     print(f"{args.out}: {args.into} with the {args.tower} tower of {args.source} ({count} tensors)")
 

@@ -40,6 +40,7 @@ from pathlib import Path
 from safetensors import safe_open
 
 from uform.calibrate import write_temperatures
+from uform.core import files
 from uform.core.config import ModelConfig
 
 from .alone import train_alone
@@ -126,7 +127,7 @@ def clip_stage(raw: Path, settings: Settings, log: Callable[[str], None], result
         with deterministic():
             done = train_alone(replace(settings, phase="clips", start=str(raw), out=str(staged), variant=None, clips_from_pictures=True),
                                log, started)  # fmt: skip
-        staged.replace(raw)
+        files.move(staged, raw)  # synced, renamed
     finally:
         staged.unlink(missing_ok=True)
     result.clip_steps, result.clip_seconds = done.steps, time.perf_counter() - started
