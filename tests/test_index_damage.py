@@ -81,10 +81,12 @@ def test_a_writer_deletes_only_the_files_it_recorded(tmp_path: Path, ckpt: Path)
     for name, data in mine.items():
         (tmp_path / "idx" / name).write_bytes(data)
     (tmp_path / "idx" / "vectors-0.bin").write_bytes(b"a compaction's old generation, left by a kill")
+    (tmp_path / "idx" / ".ivf-0.npz.0badc0de.partial").write_bytes(b"its lists, half written (core.files' temporary)")
     with Index(tmp_path / "idx", checkpoint=ckpt) as ix:
         assert len(ix) == 3
     left = contents(tmp_path / "idx")
     assert "vectors-0.bin" not in left and all(left[n] == d for n, d in mine.items())
+    assert not [p for p in (tmp_path / "idx").iterdir() if p.name.endswith(".partial")]
 
 
 def test_lowered_slots_are_named_not_cut(tmp_path: Path, ckpt: Path) -> None:
