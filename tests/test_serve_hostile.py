@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import signal
 import socket
 import threading
@@ -89,6 +90,34 @@ def test_a_url_over_the_limit_is_414(limited: Proc) -> None:
     status, doc = answer_of(exchange(limited.url, b"GET /health?" + b"q" * 2000 + b" HTTP/1.1\r\nHost: x\r\n\r\n")[1])
     assert status == 414 and doc["error"]["code"] == "url_too_long" and "--max-url-bytes" in doc["error"]["message"]
     assert httpx.get(limited.url + "/health?" + "q" * 900).status_code == 200
+
+
+def requests_counted(url: str) -> dict[tuple[str, str], float]:
+    """``uform_requests_total`` by (route, status), as /metrics says."""
+    text = httpx.get(url + "/metrics").text
+    found = re.findall(r'^uform_requests_total\{route="([^"]*)",status="(\d+)"\} (\S+)$', text, re.M)
+    return {(route, status): float(n) for route, status, n in found}
+
+
+def test_the_guards_refusals_are_counted_and_logged(limited: Proc) -> None:
+    """A 431 or 414 never reaches the application, yet /metrics counts it under the route its path
+    names (``other`` where the URL was cut before its path ended), and the access log has its line."""
+    before = requests_counted(limited.url)
+    heads = [b"POST /v1/embeddings HTTP/1.1\r\nHost: x\r\nX-Padding: " + b"y" * 8000 + b"\r\n\r\n",  # 431, route /v1/embeddings
+             b"GET /v1/models/default HTTP/1.1\r\nHost: x\r\n" + b"".join(b"X-%d: y\r\n" % i for i in range(1000)) + b"\r\n",  # 431, /v1/models
+             b"GET /health?" + b"q" * 2000 + b" HTTP/1.1\r\nHost: x\r\n\r\n",  # 414, /health
+             b"GET /" + b"p" * 2000 + b" HTTP/1.1\r\nHost: x\r\n\r\n"]  # 414, a path cut short: other  # fmt: skip
+    assert [answer_of(exchange(limited.url, head)[1])[0] for head in heads] == [431, 431, 414, 414]
+    after = requests_counted(limited.url)
+    grown = {key: n - before.get(key, 0) for key, n in after.items() if n != before.get(key, 0)}
+    assert grown == {("/v1/embeddings", "431"): 1, ("/v1/models", "431"): 1, ("/health", "414"): 1, ("other", "414"): 1,
+                     ("/metrics", "200"): 1}  # fmt: skip
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and not any('"GET /pppp' in line for line in limited.lines):
+        time.sleep(0.05)  # the access log is written every 0.1 s
+    logged = [line for line in limited.lines if '" 431 ' in line or '" 414 ' in line]
+    assert any('"POST /v1/embeddings" 431 ' in line for line in logged) and any('"GET /health" 414 ' in line for line in logged), logged
+    assert any(line.split('"')[1].startswith("GET /pppp") and line.split('"')[1].endswith("...") for line in logged), logged
 
 
 def test_the_drain_deadline_closes_what_still_runs_without_a_500_or_a_traceback() -> None:

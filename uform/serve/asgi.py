@@ -2,7 +2,8 @@
 (any ASGI server runs it; ``uform serve`` runs uvicorn). :class:`App` answers the lifespan and
 each HTTP request: refused without the API key (401) or over the size limit (413, on its
 ``Content-Length``, before any of the body is read), else routed to its handler, answered in
-two ASGI messages, counted by route and status, and logged.
+two ASGI messages, counted by route and status, and logged; :meth:`App.refused` counts and logs
+the same way what the guard in front refused (414, 431).
 
 A handler is ``async (scope, receive) -> Answer``; it raises :class:`ApiError` for an answer
 in OpenAI's error shape and ``ConnectionError`` when the client went away (nothing is sent:
@@ -118,6 +119,12 @@ class App:
                 raise ApiError(400, "Content-Length is not a number", code="bad_content_length") from None
             if size > self.limit:
                 raise too_large(self.limit)
+
+    def refused(self, client: Any, method: str, path: str, status: int, began: float) -> None:
+        """A request the guard in front refused before it reached the application (414, 431;
+        serve.guard): counted and logged as an answer of the route its path names."""
+        route = path if path in self.routes else (MODELS if path.startswith(MODELS + "/") else "other")
+        self.record({"client": client, "method": method}, path, route, status, began)
 
     def record(self, scope: Scope, path: str, route: str, status: int, began: float) -> None:
         took = time.perf_counter() - began

@@ -11,7 +11,9 @@ httptools parser of its own told only where messages begin and end and the URL's
 no header callback, httptools keeps no header in Python: the parse is llhttp's C).
 
 A URL over ``max_url_bytes`` is answered 414, a head over ``max_header_bytes`` 431, each in
-OpenAI's error shape with ``Connection: close``, and the connection is closed (after dropping
+OpenAI's error shape with ``Connection: close``, counted and logged as the application counts
+and logs what it answers (``refused``: ``App.refused``, by the route its path names where
+the path was read whole, else ``other``), and the connection is closed (after dropping
 up to 1 MiB more for up to 2 s, so that the client reads the answer rather than a reset):
 none of that head reaches uvicorn past the read that crossed the limit, and nothing is parsed
 after it, so a refusal costs O(limit). A head
@@ -24,6 +26,8 @@ refused. Malformed HTTP is left to uvicorn's parser, which answers it 400.
 from __future__ import annotations
 
 import asyncio
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -57,10 +61,15 @@ class Connections:
         return len(guards)
 
 
-def guarded(inner: type[asyncio.Protocol], max_url_bytes: int, max_header_bytes: int, connections: Connections) -> type[Guard]:
-    """The protocol class to give uvicorn: :class:`Guard` in front of ``inner`` with these limits."""
+Refusals = Callable[[Any, str, str, int, float], None]  # (client, method, path, status, began): App.refused
+
+
+def guarded(inner: type[asyncio.Protocol], max_url_bytes: int, max_header_bytes: int, connections: Connections,
+            refused: Refusals | None = None) -> type[Guard]:  # fmt: skip
+    """The protocol class to give uvicorn: :class:`Guard` in front of ``inner`` with these
+    limits; ``refused`` counts and logs each refusal (the application's ``App.refused``)."""
     return type("Guard", (Guard,), {"inner_class": inner, "max_url_bytes": max_url_bytes, "max_header_bytes": max_header_bytes,
-                                    "connections": connections})  # fmt: skip
+                                    "connections": connections, "refused_with": staticmethod(refused) if refused else None})  # fmt: skip
 
 
 class Guard(asyncio.Protocol):
@@ -71,6 +80,7 @@ class Guard(asyncio.Protocol):
     max_url_bytes: int
     max_header_bytes: int
     connections: Connections
+    refused_with: Refusals | None = None
 
     def __init__(self, **kwargs: Any) -> None:
         import httptools
@@ -81,6 +91,8 @@ class Guard(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.in_message = self.in_head = False
         self.head = self.url = 0  # bytes of the head being read, of its URL
+        self.target = b""  # the URL's bytes read so far (at most a read past max_url_bytes)
+        self.began = 0.0  # when the message being read began
         self.begun = self.heads_ended = 0  # in the read being parsed
         self.tail = b""  # the last bytes of the previous read: an end of head may straddle two
         self.done = False  # refused, or the parser failed: the rest goes through unread (or nowhere)
@@ -93,8 +105,10 @@ class Guard(asyncio.Protocol):
         self.in_message = self.in_head = True
         self.url = 0
         self.begun += 1
+        self.began = time.perf_counter()
 
     def on_url(self, url: bytes) -> None:
+        self.target = self.target + url if self.url else url
         self.url += len(url)
         if self.url > self.max_url_bytes:
             raise Refused(414, f"the URL is over the limit of {self.max_url_bytes} bytes (--max-url-bytes)", "url_too_long")
@@ -176,6 +190,9 @@ class Guard(asyncio.Protocol):
         and the client could lose the answer before it read it."""
         self.refused = True
         transport = self.transport
+        if self.refused_with is not None:
+            self.refused_with(transport.get_extra_info("peername") if transport is not None else None, self.method(),
+                              self.path(refusal.status), refusal.status, self.began)  # fmt: skip
         if transport is None:
             return
         body = ApiError(refusal.status, refusal.message, code=refusal.code).encoded()
@@ -185,3 +202,15 @@ class Guard(asyncio.Protocol):
             transport.write_eof()
         self.linger = LINGER_BYTES
         asyncio.get_running_loop().call_later(LINGER_SECONDS, transport.close)
+
+    def method(self) -> str:
+        try:
+            return cast(bytes, self.parser.get_method()).decode("latin-1")
+        except Exception:  # noqa: BLE001 - not read yet
+            return "-"
+
+    def path(self, status: int) -> str:
+        """The path of the request refused: the URL's before its query, as far as it was read
+        (a URL cut short by a 414 names no route)."""
+        path, query, _ = self.target.partition(b"?")
+        return path.decode("latin-1") + ("" if query or status != 414 else "...")

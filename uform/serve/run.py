@@ -50,7 +50,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from .config import ServeConfig
-from .guard import Connections, guarded
+from .guard import Connections, Refusals, guarded
 
 if TYPE_CHECKING:
     from uform import Executor, Model
@@ -97,7 +97,7 @@ def serve(model: Model, config: ServeConfig, *, host: str, port: int, access_log
     line = f"uform serve: listening on {where} (model {config.model_id!r}: {', '.join(model.served.modalities)})"
     app, state = create_app(model, config, AccessLog() if access_log else None, lambda: print(line, file=announce or sys.stderr, flush=True))
     connections = Connections()
-    http, h11_limit = _protocol(config, connections)
+    http, h11_limit = _protocol(config, connections, app.refused)
     uv = uvicorn.Config(
         app, lifespan="on", access_log=False, log_level="info",
         # uvicorn cancels what still runs a second after the guard closed its connection (which ends it)
@@ -168,7 +168,7 @@ def _listen(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _protocol(config: ServeConfig, connections: Connections) -> tuple[Any, int | None]:
+def _protocol(config: ServeConfig, connections: Connections, refused: Refusals | None = None) -> tuple[Any, int | None]:
     """uvicorn's ``http`` and ``h11_max_incomplete_event_size``: the guard (serve.guard) in front
     of uvicorn's httptools protocol; where httptools is missing, h11 with its own head limit
     (which answers 400, and leaves the drain's deadline to uvicorn)."""
@@ -177,7 +177,8 @@ def _protocol(config: ServeConfig, connections: Connections) -> tuple[Any, int |
     from uvicorn.config import HTTP_PROTOCOLS
     from uvicorn.importer import import_from_string
 
-    return guarded(import_from_string(HTTP_PROTOCOLS["httptools"]), config.max_url_bytes, config.max_header_bytes, connections), None
+    inner = import_from_string(HTTP_PROTOCOLS["httptools"])
+    return guarded(inner, config.max_url_bytes, config.max_header_bytes, connections, refused), None
 
 
 def _http() -> str:
