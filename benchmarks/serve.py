@@ -1,7 +1,7 @@
 """``uform serve`` under load, judged by its own CPU cost and by ratios (the clients share its cores).
 
     python benchmarks/serve.py [--seconds 4] [--clients 1,8,32,128] [--client wrk|asyncio]
-        [--server-args '--batches-at-once 2 --threads 1'] [--texts-only]
+        [--server-args '--batches-at-once 2 --threads 1'] [--texts-only] [--guard-rounds N]
 
 In-process first (the default model): ``text_encode`` of one short text (p50 latency of a
 single call, texts/s) and of 64 at once (texts/s and process CPU seconds per text), the same 64
@@ -19,6 +19,14 @@ the two servers' points of a round: the machine's speed drifts from minute to mi
 minutes apart carries that drift; each round's ratios, throughput and CPU, are of figures taken within seconds), and, for the choice of framework and server, a bare JSON echo route: a plain ASGI callable (what
 ``uform serve`` runs: an application of its own, no framework), Starlette and FastAPI on uvicorn,
 and the plain callable on granian where installed. Writes benchmarks/results/serve.json.
+
+``--guard-rounds N`` (with ``--texts-only``: it writes benchmarks/results/serve-guard.json): what
+the guard in front of uvicorn costs (uform.serve.guard: heads and URLs bounded, 431/414), N
+rounds at 32 clients of ``uform serve`` as it runs and of the same server with uvicorn's
+httptools protocol alone (the guard left out by replacing ``uform.serve.run._protocol`` in
+that process: no option of the command turns it off), in turns, the in-process 64 texts
+between the two: each round's requests/s, server CPU a request (all, and the event loop's),
+and each over the in-process CPU a text.
 """
 
 from __future__ import annotations
@@ -330,6 +338,44 @@ def memory(server: Served, requests: int, clients: int) -> dict[str, Any]:
             "last_vs_first_tenth": round((samples[-1] - base) / base, 4)}  # fmt: skip
 
 
+UNGUARDED = """
+import sys
+import uform.serve.run as run
+run._protocol = lambda config, connections, refused=None: ("httptools", None)  # uvicorn's own protocol, no guard
+from uform.cli import main
+sys.exit(main(["serve", *sys.argv[1:]]))
+"""
+
+
+def guard_rounds(guarded: Served, bare: Served, kind: str, body: bytes, clients: int, seconds: float, rounds: int) -> dict[str, Any]:
+    """``rounds`` rounds of one point on the server with its guard and without it, in turns
+    (which goes first alternates), the in-process 64 texts between; each round's figures and
+    the medians of their ratios."""
+    import uform
+
+    out = []
+    with uform.Model.load_ram() as model:
+        arena = uform.Arena()
+        batch64(model, arena, 0.2)  # warm-up
+        for r in range(rounds):
+            first, second = (guarded, bare) if r % 2 == 0 else (bare, guarded)
+            got = {id(first): measured(first, kind, body, clients, seconds)}
+            _, cpu_per_text = batch64(model, arena, min(seconds, 2.0))
+            got[id(second)] = measured(second, kind, body, clients, seconds)
+            row: dict[str, Any] = {"round": r, "in_process_cpu_ms_per_text_batch64": round(cpu_per_text * 1000, 4)}
+            for name, server in (("guard", guarded), ("no_guard", bare)):
+                g = got[id(server)]
+                row |= {f"{name}_{k}": g[k] for k in ("rps", "server_cpu_ms_per_request", "server_loop_cpu_ms_per_request", "text_batch_mean", "errors", "other_cpu_share")}
+                row[f"{name}_vs_in_process_batch64"] = round(g["server_cpu_ms_per_request"] / (cpu_per_text * 1000), 3)
+            out.append(row)
+            print(json.dumps(row), flush=True)
+    median = {k: round(float(np.median([row[k] for row in out])), 4) for k in out[0] if k != "round"}
+    ratios = {"rps_guard_over_no_guard": round(float(np.median([r["guard_rps"] / r["no_guard_rps"] for r in out])), 3),
+              "cpu_guard_over_no_guard": round(float(np.median([r["guard_server_cpu_ms_per_request"] / r["no_guard_server_cpu_ms_per_request"] for r in out])), 3),
+              "loop_cpu_guard_over_no_guard": round(float(np.median([r["guard_server_loop_cpu_ms_per_request"] / r["no_guard_server_loop_cpu_ms_per_request"] for r in out])), 3)}  # fmt: skip
+    return {"clients": clients, "seconds": seconds, "rounds": out, "medians": median, "median_ratios": ratios}
+
+
 def paired(on: Served, off: Served, kind: str, body: bytes, clients: int, seconds: float, rounds: int) -> list[dict[str, Any]]:
     """``rounds`` rounds of one point on each server, in turns (which goes first alternates),
     and between them the in-process ``text_encode`` of 64 texts (both servers idle): each
@@ -437,6 +483,7 @@ def main() -> None:
     p.add_argument("--server-args", default="", help="more uform serve options for the batching server (e.g. '--batches-at-once 2 --threads 1')")
     p.add_argument("--paired-rounds", type=int, default=4, help="rounds of the batching server and the batching-off one in turns (default 4)")
     p.add_argument("--texts-only", action="store_true", help="in-process figures and the text points alone (no images, memory, baselines)")
+    p.add_argument("--guard-rounds", type=int, default=0, help="with --texts-only: rounds of the server with and without its guard in turns, at 32 clients")
     p.add_argument("--drive", help=argparse.SUPPRESS)
     p.add_argument("--body", help=argparse.SUPPRESS)
     p.add_argument("--bare", choices=["asgi", "starlette", "fastapi"], help=argparse.SUPPRESS)
@@ -470,6 +517,15 @@ def main() -> None:
             key = 32 if 32 in at else max(at)
             ratio = at[key]["server_cpu_ms_per_request"] / inproc["text_cpu_ms_per_text_batch64"]
             print(json.dumps({"clients": key, "server_cpu_per_text_vs_in_process_batch64": round(ratio, 2)}))
+            if a.guard_rounds:
+                bare = Served(["-c", UNGUARDED, *shlex.split(a.server_args)])
+                try:
+                    measured(bare, a.client, text_body, 8, min(a.seconds, 1))
+                    result["guard"] = guard_rounds(server, bare, a.client, text_body, 32, a.seconds, a.guard_rounds)
+                finally:
+                    bare.close()
+                print(json.dumps({k: result["guard"][k] for k in ("medians", "median_ratios")}, indent=1))
+                print(f"wrote {save('serve-guard', result)}")
             return
         # memory before the images: what 640x480 batches' buffers leave is handed back by the
         # allocator at its own pace, which read as a fall of up to 11 % after the first tenth

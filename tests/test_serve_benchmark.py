@@ -26,3 +26,15 @@ def test_serve_benchmark_runs(tmp_path: Path) -> None:
     assert [row["clients"] for row in result["paired_rounds"]] == [32, 32] and result["goals"]["throughput_vs_batching_off_paired_median"] > 0
     assert all(row["in_process_cpu_ms_per_text_batch64"] > 0 and row["server_cpu_vs_in_process_batch64"] > 0 for row in result["paired_rounds"])
     assert result["goals"]["server_cpu_vs_in_process_batch64_paired_median"] > 0 and "server_cpu_goal_met_paired" in result["goals"]
+
+
+def test_serve_benchmark_guard_rounds_run(tmp_path: Path) -> None:
+    """``--texts-only --guard-rounds``: the server with its guard and without it, in turns."""
+    env = {**os.environ, "UFORM_BENCHMARK_RESULTS": str(tmp_path)}
+    args = ["--seconds", "0.3", "--clients", "32", "--client", "asyncio", "--texts-only", "--guard-rounds", "2"]
+    done = subprocess.run([sys.executable, str(SCRIPT), *args], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    guard = json.loads((tmp_path / "serve-guard.json").read_text())["guard"]
+    assert [row["round"] for row in guard["rounds"]] == [0, 1]
+    assert all(row[f"{name}_errors"] == 0 and row[f"{name}_rps"] > 0 for row in guard["rounds"] for name in ("guard", "no_guard"))
+    assert guard["median_ratios"]["cpu_guard_over_no_guard"] > 0
