@@ -5,26 +5,30 @@ The rules are docs/media.md's ("Images"); the resize and crop is :func:`uform.pl
 Files are recognised by their content, never by their name. The image plugin
 (:mod:`uform.plugins.image`) maps :func:`decode` over the executor's threads.
 
-Memory: beside the decoded picture, :func:`decode` holds no full-size copy of it. A picture
-that must be turned or converted (alpha, 16 bits, palette, grayscale, CMYK) is turned and
-converted a strip of rows at a time (``STRIP_PIXELS``), each strip going straight through
-the horizontal pass of the resize (:func:`fit_strips`), which is bit for bit the whole
-picture's: Pillow's bicubic resize is a horizontal pass, row by row, then a vertical one.
+Memory: a non-interlaced PNG is never held whole: it is read, converted and fitted a strip of
+rows at a time (:mod:`uform.plugins.media.png`, :class:`~uform.plugins.media.rowfit.RowFit`).
+Other pictures are decoded whole by Pillow (a JPEG at a reduced scale where it is large);
+beside the decoded picture :func:`decode` holds no full-size copy: a picture that must be
+turned or converted (alpha, 16 bits, palette, grayscale, CMYK) is turned and converted a strip
+of rows at a time (``STRIP_PIXELS``), each strip going straight into the fit
+(:func:`fit_strips`), which is ``frames.fit`` bit for bit.
 """
 
 from __future__ import annotations
 
 import functools
-import math
+import io
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import numpy as np
 
 from uform.core.errors import InputError, check_not_released
 
-from . import frames
+from . import frames, png
 from .files import Source
+from .rowfit import RowFit
+from .rowfit import vertical_first as vertical_first  # Pillow's pass order, named here by docs/media.md and the tests
 
 if TYPE_CHECKING:
     from PIL import Image
@@ -161,74 +165,24 @@ def upright_box(image: Image.Image, method: Image.Transpose | None, box: tuple[i
     return part if method is None else part.transpose(method)
 
 
-def vertical_first(width: int, height: int, target: tuple[int, int]) -> bool:
-    """Whether Pillow's resize of ``width × height`` to ``target`` (both axes resized) makes its
-    vertical pass first: when it shrinks the height by more than twice what it takes off the
-    width, ``h − h' > 2 (w − w')`` (Pillow 13's choice, read from its results: exact on 1,500
-    random shapes with both filters; ``tests/test_image_memory.py`` checks it)."""
-    tw, th = target
-    return th < height and height - th > 2 * (width - tw)
-
-
 def fit_strips(width: int, height: int, part: Callable[[tuple[int, int, int, int]], Image.Image], size: int) -> np.ndarray:
     """:func:`uform.plugins.media.frames.fit` of a ``width × height`` RGB picture given in parts.
 
     ``part(box)`` gives the ``(x0, y0, x1, y1)`` box of the picture as 8-bit RGB; it is asked
-    for strips of ``STRIP_PIXELS`` or so. Pillow's resize is two passes, each rounded to 8 bits:
-    across (each row alone) then down (each column alone), or down first where it chooses so
-    (:func:`vertical_first`). The first pass runs here on strips (rows across, or columns
-    down), each with the whole resize's box, into a picture of its result's size; the second
-    is Pillow's on that picture, then the crop. So this is ``fit`` bit for bit, the region rule
-    of ``frames.fit_region`` and a :class:`~uform.plugins.media.frames.Fit`'s square resize,
-    bilinear filter and rounding included, while no full-size picture but the decoded one is
-    ever held: beside it, the first pass's result (``S × h`` or ``w × S``-ish pixels, or ``S ×``
-    the region's rows) and a strip.
+    for strips of whole rows, ``STRIP_PIXELS`` or so, from the top down, and only for the rows
+    the fit reads. :class:`~uform.plugins.media.rowfit.RowFit` makes both passes of the resize
+    as the rows arrive, so this is ``fit`` bit for bit (the region rule of
+    ``frames.fit_region`` and a :class:`~uform.plugins.media.frames.Fit`'s square resize,
+    bilinear filter and rounding included) while no full-size picture but the decoded one,
+    and neither pass's whole result, is ever held.
     """
-    from PIL import Image
-
-    how = size if isinstance(size, frames.Fit) else frames.Fit(size)
-    size = int(size)
-    bicubic = Image.Resampling.BILINEAR if how.interpolation == "bilinear" else Image.Resampling.BICUBIC
-    tw, th = (size, size) if how.resize == "square" else frames.resized_size(width, height, size, how.rounding)
-    if tw * th > frames.FULL_RESIZE_AREA * size * size:  # frames.fit_region: two calls, across then down, to the float
-        left, top = (tw - size) // 2, (th - size) // 2
-        sx, sy = width / tw, height / th
-        x0, x1 = (0.0, float(width)) if tw == size else (left * sx, (left + size) * sx)
-        y0, y1 = (0.0, float(height)) if th == size else (top * sy, (top + size) * sy)
-        reach = 2 * max(sy, 1.0) + 1
-        r0, r1 = max(0, math.floor(y0 - reach)), min(height, math.ceil(y1 + reach))
-        across = _across(width, r0, r1, part, size, (x0, x1), bicubic)
-        return np.asarray(across.resize((size, size), bicubic, box=(0, y0 - r0, size, y1 - r0)))
-    if tw != width and th != height and vertical_first(width, height, (tw, th)):
-        down = Image.new("RGB", (width, th))
-        step = max(1, STRIP_PIXELS // height)
-        for x in range(0, width, step):
-            n = min(step, width - x)
-            down.paste(part((x, 0, x + n, height)).resize((n, th), bicubic), (x, 0))
-        resized = down.resize((tw, th), bicubic)
-    else:
-        resized = _across(width, 0, height, part, tw, (0.0, float(width)), bicubic)
-        if th != height:
-            resized = resized.resize((tw, th), bicubic)
-    array = np.asarray(resized)
-    top, left = (th - size) // 2, (tw - size) // 2
-    return np.ascontiguousarray(array[top : top + size, left : left + size])
-
-
-def _across(width: int, r0: int, r1: int, part: Callable[[tuple[int, int, int, int]], Image.Image], out: int,
-            box: tuple[float, float], resample: int) -> Image.Image:  # fmt: skip
-    """Rows ``r0:r1`` resized across to ``out`` columns (``box``: the source columns), a strip at a time."""
-    from PIL import Image
-
-    resized = Image.new("RGB", (out, r1 - r0))
+    fit = RowFit(width, height, size)
+    first, last = fit.rows
     step = max(1, STRIP_PIXELS // width)
-    for y in range(r0, r1, step):
-        n = min(step, r1 - y)
-        strip = part((0, y, width, y + n))
-        if (out, box) != (width, (0.0, float(width))):
-            strip = strip.resize((out, n), resample, box=(box[0], 0, box[1], n))
-        resized.paste(strip, (0, y - r0))
-    return resized
+    for y in range(first, last, step):
+        n = min(step, last - y)
+        fit.feed(y, np.asarray(part((0, y, width, y + n))))
+    return fit.result()
 
 
 def draft_scale(width: int, height: int, size: int) -> int:
@@ -244,21 +198,51 @@ def draft_scale(width: int, height: int, size: int) -> int:
 
 
 def open_image(source: Source, size: int) -> tuple[Image.Image, int, bool]:
-    """The decoded picture (not yet converted), the bytes read, and whether it was scaled down."""
+    """The picture decoded whole by Pillow (not yet converted), the bytes read, and whether it was scaled down."""
+    stream = _open(source)
+    try:
+        return _pillow(source, stream, size)
+    finally:
+        if source.stream is None:
+            stream.close()
+
+
+def _open(source: Source) -> BinaryIO:
+    try:
+        return source.open()
+    except OSError as exc:
+        raise source.fail(f"cannot read the file ({exc.strerror or exc})") from None
+
+
+def _sniffed(source: Source, stream: BinaryIO) -> str:
+    try:
+        head = stream.read(32)
+    except OSError as exc:
+        raise source.fail(f"cannot read the file ({exc.strerror or exc})") from None
+    kind = sniff(head)
+    if kind is None:
+        raise source.fail(f"not a JPEG, PNG or WebP image: {describe(head)}" if head else "the file is empty")
+    return kind
+
+
+def _check_size(source: Source, width: int, height: int) -> None:
+    if width * height > MAX_PIXELS:
+        raise source.fail(
+            f"the image is {width}x{height} = {width * height} pixels, over the limit of {MAX_PIXELS} "
+            "(uform.plugins.media.image.MAX_PIXELS) against decompression bombs"
+        )
+
+
+def _pillow(source: Source, stream: BinaryIO, size: int) -> tuple[Image.Image, int, bool]:
     from PIL import JpegImagePlugin, PngImagePlugin, WebPImagePlugin
 
     plugins: dict[str, type[Image.Image]] = {
         "JPEG": JpegImagePlugin.JpegImageFile, "PNG": PngImagePlugin.PngImageFile, "WEBP": WebPImagePlugin.WebPImageFile,
     }  # fmt: skip
     try:
-        stream = source.open()
-    except OSError as exc:
-        raise source.fail(f"cannot read the file ({exc.strerror or exc})") from None
-    try:
+        stream.seek(0)
         head = stream.read(32)
-        kind = sniff(head)
-        if kind is None:
-            raise source.fail(f"not a JPEG, PNG or WebP image: {describe(head)}" if head else "the file is empty")
+        kind = _sniffed(source, io.BytesIO(head))
         stream.seek(0)
         # The plugin class itself, not Image.open: no other decoder is tried, and the size
         # check below is ours (Pillow's own warns, or raises a non-OSError, at other sizes).
@@ -266,11 +250,7 @@ def open_image(source: Source, size: int) -> tuple[Image.Image, int, bool]:
         if kind == "PNG":
             image.info[_PNG_DEPTH] = png_bit_depth(head)
         width, height = image.size
-        if width * height > MAX_PIXELS:
-            raise source.fail(
-                f"the image is {width}x{height} = {width * height} pixels, over the limit of {MAX_PIXELS} "
-                "(uform.plugins.media.image.MAX_PIXELS) against decompression bombs"
-            )
+        _check_size(source, width, height)
         scale = draft_scale(width, height, size) if kind == "JPEG" else 1
         if scale > 1:
             image.draft(None, (width // scale, height // scale))
@@ -280,15 +260,47 @@ def open_image(source: Source, size: int) -> tuple[Image.Image, int, bool]:
         raise
     except Exception as exc:  # noqa: BLE001 - whatever the decoder says, it is this item's fault
         raise source.fail(f"cannot decode the image: {type(exc).__name__}: {exc}") from None
-    finally:
-        if source.stream is None:
-            stream.close()
     return image, read, image.size != (width, height)
+
+
+def _png_rows(source: Source, stream: BinaryIO, size: int) -> tuple[np.ndarray, int, int, bool] | None:
+    """A PNG read and fitted a strip of rows at a time (:mod:`uform.plugins.media.png`), or
+    None where it is decoded whole instead (no op library, interlaced, turned by its EXIF)."""
+    if png.native() is None:
+        return None
+    try:
+        found = png.layout(stream)
+        if found is None:
+            return None
+        _check_size(source, found.width, found.height)
+        fit = RowFit(found.width, found.height, size)
+        first, last = fit.rows
+        for y, raw in png.strips(stream, found, max(1, STRIP_PIXELS // found.width)):
+            lo, hi = max(first, y), min(last, y + len(raw))
+            if lo < hi:  # every row is read (a file cut short fails as Pillow's decode does), the fit's converted
+                fit.feed(lo, png.to_rgb(found, raw[lo - y : hi - y]))
+        read = stream.seek(0, 2)
+        return fit.result(), read, found.width * found.height, False
+    except InputError:
+        raise
+    except png.PngError as exc:
+        raise source.fail(f"cannot decode the image: {exc}") from None
+    except Exception as exc:  # noqa: BLE001
+        raise source.fail(f"cannot decode the image: {type(exc).__name__}: {exc}") from None
 
 
 def decode(source: Source, size: int) -> tuple[np.ndarray, int, int, bool]:
     """``uint8 [S, S, 3]`` of one file, with the pixels decoded, bytes read and scale-down flag."""
-    image, read, reduced = open_image(source, size)
+    stream = _open(source)
+    try:
+        if _sniffed(source, stream) == "PNG":
+            streamed = _png_rows(source, stream, size)
+            if streamed is not None:
+                return streamed
+        image, read, reduced = _pillow(source, stream, size)
+    finally:
+        if source.stream is None:
+            stream.close()
     pixels = image.width * image.height
     try:
         method = orientation(image)
