@@ -12,11 +12,14 @@ time, never at run time.
 
 from __future__ import annotations
 
+import functools
 import re
 import string
 import sys
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from .sources import ConvertError
 
@@ -28,9 +31,13 @@ CHECK_TEXTS = [
 ]  # fmt: skip
 
 
+@functools.cache
 def _python_whitespace() -> str:
-    """A regex class of what Python's ``\\s`` matches in a str pattern (``re.sub(r"\\s+", ...)``)."""
-    spaces = [chr(c) for c in range(sys.maxunicode + 1) if re.match(r"\s", chr(c))]
+    """A regex class of what Python's ``\\s`` matches in a str pattern (``re.sub(r"\\s+", ...)``):
+    found by the pattern itself over every code point at once, in one string (a match per code
+    point took 0.7 s)."""
+    every = np.arange(sys.maxunicode + 1, dtype="<u4").tobytes().decode("utf-32-le", "surrogatepass")
+    spaces = re.findall(r"\s", every)
     return "[" + "".join(f"\\x{{{ord(c):x}}}" for c in spaces) + "]+"
 
 
