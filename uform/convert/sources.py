@@ -4,15 +4,17 @@ A source directory holds what ``save_pretrained`` writes (``config.json``, the w
 ``model.safetensors`` (or shards with ``model.safetensors.index.json``) or ``pytorch_model.bin``,
 the tokenizer's files, ``preprocessor_config.json``), or open_clip's own files
 (``open_clip_config.json`` with ``open_clip_model.safetensors`` or ``open_clip_pytorch_model.bin``).
-A ``.safetensors`` source is read with numpy alone; a ``.bin`` needs torch (loaded with
-``weights_only=True``, so a pickle cannot run code).
+A ``.safetensors`` source is read with numpy alone, through one read-only memory map of each
+file (a conversion reads each tensor once: the map saves copying it into a buffer first); a
+``.bin`` needs torch (loaded with ``weights_only=True``, so a pickle cannot run code).
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+import threading
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,7 +22,8 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from uform.core.checkpoint import CheckpointFile
+from uform.core import safetensors
+from uform.core.checkpoint import map_file
 from uform.core.errors import CheckpointError
 
 
@@ -31,15 +34,81 @@ class ConvertError(CheckpointError):
 # The files a Hub download fetches: everything a conversion reads, and no other weights.
 HUB_PATTERNS = ["*.json", "*.txt", "*.model", "model.safetensors", "model-*.safetensors", "open_clip_model.safetensors"]
 HUB_BIN_PATTERNS = ["pytorch_model.bin", "open_clip_pytorch_model.bin"]
+AHEAD = 2 << 20  # bytes of the source a read-ahead hint asks for: no more than a kernel reads ahead at once
+
+
+class Mapped:
+    """One ``.safetensors`` file mapped read-only: its header's entries and typed views of its
+    tensors. A conversion reads each tensor once, so it reads the map (as ``uform export`` and
+    ``calibrate`` do, :func:`uform.core.checkpoint.map_file`), not copies: a source file cut
+    short while it is converted ends the process (SIGBUS), as it would theirs."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.map = map_file(path)
+        try:
+            _, self.entries, self.start = safetensors.header(len(self.map), lambda begin, end: self.map[begin:end])
+        except CheckpointError as exc:
+            self.close()
+            raise CheckpointError(f"{path}: {exc}") from None
+        except BaseException:
+            self.close()
+            raise
+        self.bytes = np.frombuffer(self.map, np.uint8)
+        self.closed = threading.Event()
+        threading.Thread(target=self._read_ahead, name="uform-convert-read-ahead", daemon=True).start()
+
+    def _read_ahead(self) -> None:
+        """Ask the kernel to read the whole file into the page cache, :data:`AHEAD` bytes a
+        call (``POSIX_FADV_WILLNEED`` starts the reads and returns; the kernel reads at most its
+        read-ahead size a call), on a thread of its own from the moment the file is opened: the
+        disk reads the source while the tokenizer is checked and ahead of the casts."""
+        if not hasattr(os, "posix_fadvise"):
+            return
+        try:
+            fd = os.open(self.path, os.O_RDONLY)
+        except OSError:
+            return
+        try:
+            for offset in range(0, len(self.bytes), AHEAD):
+                if self.closed.is_set():
+                    break
+                os.posix_fadvise(fd, offset, AHEAD, os.POSIX_FADV_WILLNEED)
+        except OSError:  # a hint only
+            pass
+        finally:
+            os.close(fd)
+
+    def view(self, name: str) -> np.ndarray:
+        """Tensor ``name`` as a typed, shaped view of the map: nothing is read until it is touched."""
+        e = self.entries[name]
+        return self.bytes[self.start + e.begin : self.start + e.end].view(safetensors.DTYPES[e.dtype]).reshape(e.shape)
+
+    def check(self, name: str) -> None:
+        """Refuse tensor ``name`` if it holds a NaN or an infinity, naming it and the first such value."""
+        e = self.entries[name]
+        try:
+            safetensors.check_tensor(e, self.bytes[self.start + e.begin : self.start + e.end])
+        except CheckpointError as exc:
+            raise ConvertError(f"{exc}") from None
+
+    def close(self) -> None:
+        if hasattr(self, "closed"):
+            self.closed.set()
+        self.bytes = np.empty(0, np.uint8)
+        try:
+            self.map.close()
+        except BufferError:  # a view is still held (an error's traceback): the map goes with it
+            pass
 
 
 @dataclass
 class Weights:
-    """The source's tensors by name, read when asked for (each once); ``files`` are the paths read."""
+    """The source's tensors by name, read when asked for; ``files`` are the paths read."""
 
     files: list[Path]
     _where: dict[str, tuple[Path, str]] = field(default_factory=dict)  # name -> (file, name inside it)
-    _opened: dict[Path, Any] = field(default_factory=dict)
+    _opened: dict[Path, Any] = field(default_factory=dict)  # a Mapped file, or a .bin's arrays by name
     shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
 
     def names(self) -> list[str]:
@@ -49,45 +118,37 @@ class Weights:
         return name in self._where
 
     def get(self, name: str) -> np.ndarray:
-        """Tensor ``name`` as a float array (BF16, F16 or F32, as stored); NaN refused, naming it."""
+        """Tensor ``name`` as a float array of its own (BF16, F16 or F32, as stored); NaN refused, naming it."""
+        array, check = self.source(name)
+        check()
+        return np.array(array)
+
+    def source(self, name: str) -> tuple[np.ndarray, Callable[[], None]]:
+        """Tensor ``name`` as stored (BF16, F16 or F32), not yet checked: a view of the source's
+        map (or a .bin's array), and the call that refuses it, naming it, if it holds a NaN or
+        an infinity."""
         path, inner = self._where[name]
-        source = self._opened[path]
-        if isinstance(source, CheckpointFile):
-            try:
-                array = source.array(inner)
-            except CheckpointError as exc:
-                raise ConvertError(f"{exc}") from None
+        opened = self._opened[path]
+        if isinstance(opened, Mapped):
+            array, check = opened.view(inner), lambda: opened.check(inner)
         else:
-            array = source[inner]
-            if not np.isfinite(array.astype(np.float32) if array.dtype == ml_dtypes.bfloat16 else array).all():
-                first = np.argwhere(~np.isfinite(array.astype(np.float32)))[0].tolist()
-                raise ConvertError(f"{path}: tensor {inner!r} holds NaN or infinite values (the first at index {first})")
-        if array.dtype.kind not in "fV" and array.dtype != ml_dtypes.bfloat16:
+            array = opened[inner]
+            check = lambda: _check_array(path, inner, array)  # noqa: E731
+        if array.dtype.kind != "f" and array.dtype != ml_dtypes.bfloat16:
             raise ConvertError(f"{path}: tensor {inner!r} is {array.dtype}, not floating point")
-        return array
-
-    def nbytes(self, name: str) -> int:
-        path, inner = self._where[name]
-        source = self._opened[path]
-        return int(source.nbytes(inner)) if isinstance(source, CheckpointFile) else int(source[inner].nbytes)
-
-    def read_into(self, name: str, scratch: np.ndarray) -> np.ndarray:
-        """Tensor ``name`` (NaN refused, naming it) read into ``scratch`` (flat bytes, reused
-        between tensors), as a typed view of it; a tensor already in memory as it is."""
-        path, inner = self._where[name]
-        source = self._opened[path]
-        if not isinstance(source, CheckpointFile):
-            return self.get(name)
-        try:
-            return source.read_into(inner, scratch)
-        except CheckpointError as exc:
-            raise ConvertError(f"{exc}") from None
+        return array, check
 
     def close(self) -> None:
-        for source in self._opened.values():
-            if isinstance(source, CheckpointFile):
-                source.close()
+        for opened in self._opened.values():
+            if isinstance(opened, Mapped):
+                opened.close()
         self._opened.clear()
+
+
+def _check_array(path: Path, name: str, array: np.ndarray) -> None:
+    if not np.isfinite(array.astype(np.float32) if array.dtype == ml_dtypes.bfloat16 else array).all():
+        first = np.argwhere(~np.isfinite(array.astype(np.float32)))[0].tolist()
+        raise ConvertError(f"{path}: tensor {name!r} holds NaN or infinite values (the first at index {first})")
 
 
 def resolve(source: str | os.PathLike[str]) -> tuple[Path, str]:
@@ -184,13 +245,12 @@ def _safetensors(files: Mapping[Path, set[str] | None]) -> Weights:
     try:
         for path, names in files.items():
             try:
-                opened = CheckpointFile(path)
+                opened = Mapped(path)
             except FileNotFoundError:
                 raise ConvertError(f"{path}: missing (the weights' index names it)") from None
             except CheckpointError as exc:
                 raise ConvertError(str(exc)) from None
             out._opened[path] = opened
-            _read_ahead(path)
             for name, entry in opened.entries.items():
                 if names is None or name in names:
                     out._where[name] = (path, name)
@@ -226,20 +286,3 @@ def _torch_bin(path: Path) -> Weights:
         out._where[name] = (path, name)
         out.shapes[name] = tuple(array.shape)
     return out
-
-
-def _read_ahead(path: Path) -> None:
-    """Ask the kernel to read the whole file into the page cache in the background
-    (``POSIX_FADV_WILLNEED``), so the disk reads overlap the conversion's casts and writes."""
-    if not hasattr(os, "posix_fadvise"):
-        return
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
