@@ -55,28 +55,32 @@ class Mapped:
             self.close()
             raise
         self.bytes = np.frombuffer(self.map, np.uint8)
-        self.closed = threading.Event()
-        threading.Thread(target=self._read_ahead, name="uform-convert-read-ahead", daemon=True).start()
+        reading = threading.Event()
+        threading.Thread(target=self._read_ahead, args=(reading,), name="uform-convert-read-ahead", daemon=True).start()
+        reading.wait(1.0)  # until the thread is in its read, which runs without the GIL
 
-    def _read_ahead(self) -> None:
-        """Ask the kernel to read the whole file into the page cache, :data:`AHEAD` bytes a
-        call (``POSIX_FADV_WILLNEED`` starts the reads and returns; the kernel reads at most its
-        read-ahead size a call), on a thread of its own from the moment the file is opened: the
-        disk reads the source while the tokenizer is checked and ahead of the casts."""
-        if not hasattr(os, "posix_fadvise"):
-            return
+    def _read_ahead(self, reading: threading.Event) -> None:
+        """Read the whole file into the page cache, on a thread of its own from the moment it
+        is opened, so that the disk reads the source while the tokenizer is checked (a parse
+        that holds the GIL) and ahead of the casts: one ``sendfile`` to ``/dev/null`` (the kernel
+        reads the file through its cache and copies nothing), or where that is refused
+        ``POSIX_FADV_WILLNEED`` hints of :data:`AHEAD` bytes (one reads no more than the
+        kernel's read-ahead size). A hint either way: a failure leaves the reads to the casts'
+        page faults."""
         try:
             fd = os.open(self.path, os.O_RDONLY)
         except OSError:
+            reading.set()
             return
         try:
-            for offset in range(0, len(self.bytes), AHEAD):
-                if self.closed.is_set():
-                    break
-                os.posix_fadvise(fd, offset, AHEAD, os.POSIX_FADV_WILLNEED)
-        except OSError:  # a hint only
+            size = os.fstat(fd).st_size
+            if not _send_to_null(fd, size, reading):
+                for offset in range(0, size, AHEAD):
+                    os.posix_fadvise(fd, offset, AHEAD, os.POSIX_FADV_WILLNEED)
+        except (OSError, AttributeError):  # a hint only (AttributeError: neither call on this system)
             pass
         finally:
+            reading.set()
             os.close(fd)
 
     def view(self, name: str) -> np.ndarray:
@@ -93,8 +97,6 @@ class Mapped:
             raise ConvertError(f"{exc}") from None
 
     def close(self) -> None:
-        if hasattr(self, "closed"):
-            self.closed.set()
         self.bytes = np.empty(0, np.uint8)
         try:
             self.map.close()
@@ -286,3 +288,22 @@ def _torch_bin(path: Path) -> Weights:
         out._where[name] = (path, name)
         out.shapes[name] = tuple(array.shape)
     return out
+
+
+def _send_to_null(fd: int, size: int, reading: threading.Event) -> bool:
+    """The file of ``fd`` sent to ``/dev/null`` (read into the page cache), ``reading`` set as
+    the read begins; False where the system refuses it at once."""
+    null = os.open(os.devnull, os.O_WRONLY)
+    offset = 0
+    try:
+        reading.set()
+        while offset < size:
+            sent = os.sendfile(null, fd, offset, size - offset)
+            if not sent:
+                break
+            offset += sent
+        return True
+    except OSError:
+        return offset > 0
+    finally:
+        os.close(null)
