@@ -38,6 +38,7 @@ def png16_rgba(width: int, height: int, every: int = 97) -> bytes:
 
 _MEASURE = """
 import sys
+import time
 from uform.plugins.media import image as pictures
 from uform.plugins.media import files as sources
 def status(key):  # this process's own (getrusage's ru_maxrss would hold the forking parent's RSS)
@@ -49,20 +50,29 @@ try:
 except OSError:
     pass
 base = status("VmRSS")
+began = time.thread_time()
 fitted, _, pixels, _ = pictures.decode(sources.Source(0, None, data=data), int(sys.argv[3]))
+took = time.thread_time() - began
 assert fitted.shape[:2] == (int(sys.argv[3]),) * 2, fitted.shape
-print(status("VmHWM") - base)
+print(took, status("VmHWM") - base)
 """
 
 
-def peak_growth(folder: Path, width: int, height: int, size: int = 224) -> int:
-    """Peak RSS growth, in bytes, of one ``decode`` of a ``width × height`` 16-bit RGBA PNG, in a fresh process."""
+def measure(folder: Path, width: int, height: int, size: int = 224) -> tuple[float, int]:
+    """Thread CPU seconds and peak RSS growth, in bytes, of one ``decode`` of a ``width × height``
+    16-bit RGBA PNG, in a fresh process."""
     big, small = folder / f"rgba16-{width}x{height}.png", folder / "small.png"
     big.write_bytes(png16_rgba(width, height))
     small.write_bytes(png16_rgba(40, 30))
     run = subprocess.run([sys.executable, "-c", _MEASURE, str(big), str(small), str(size)], capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr
-    return int(run.stdout.split()[-1])
+    seconds, growth = run.stdout.split()[-2:]
+    return float(seconds), int(growth)
+
+
+def peak_growth(folder: Path, width: int, height: int, size: int = 224) -> int:
+    """Peak RSS growth, in bytes, of one ``decode`` of a ``width × height`` 16-bit RGBA PNG, in a fresh process."""
+    return measure(folder, width, height, size)[1]
 
 
 def test_a_large_transparent_16_bit_png_costs_little_beside_its_decoded_pixels(tmp_path: Path) -> None:
@@ -175,4 +185,5 @@ if __name__ == "__main__":  # python tests/test_image_memory.py 10000 10000 [S]:
 
     with tempfile.TemporaryDirectory() as folder:
         w, h, *rest = (int(a) for a in sys.argv[1:])
-        print(f"{w}x{h} 16-bit RGBA PNG at S = {rest[0] if rest else 224}: peak RSS +{peak_growth(Path(folder), w, h, *rest) / 1e6:.1f} MB")
+        seconds, growth = measure(Path(folder), w, h, *rest)
+        print(f"{w}x{h} 16-bit RGBA PNG at S = {rest[0] if rest else 224}: peak RSS +{growth / 1e6:.1f} MB, {seconds:.2f} s of thread CPU")

@@ -130,15 +130,23 @@ def _exif(orientation: int) -> bytes:
     return tags.tobytes()[6:] if tags.tobytes().startswith(b"Exif") else tags.tobytes()
 
 
+def _animated(rgba: np.ndarray) -> bytes:
+    out = io.BytesIO()
+    first, second = Image.fromarray(rgba, "RGBA"), Image.fromarray(255 - rgba, "RGBA")
+    first.save(out, "PNG", save_all=True, append_images=[second])
+    return out.getvalue()
+
+
 @native
 def test_pngs_that_cannot_stream_are_decoded_whole() -> None:
-    """Adam7, an EXIF turn (eXIf chunk) or an XMP text: Pillow's whole decode, the same pixels."""
+    """Adam7, animated, an EXIF turn (eXIf chunk) or an XMP text: Pillow's whole decode, the same pixels."""
     rng = np.random.default_rng(3)
     samples = rng.integers(0, 256, (40, 23, 4))
     cases = {
         "interlaced": interlaced(samples, 6, 8),
         "eXIf 6": png(samples, 6, 8, extra=[chunk(b"eXIf", _exif(6))]),
         "XMP": png(samples, 6, 8, extra=[chunk(b"iTXt", b"XML:com.adobe.xmp\0\0\0\0\0<x tiff:Orientation=\"3\"/>")]),
+        "animated": _animated(samples.astype(np.uint8)),
     }
     for name, data in cases.items():
         assert pngs.layout(io.BytesIO(data)) is None, name

@@ -232,16 +232,22 @@ def test_a_temperature_group_out_of_range_is_invalid_value(served: tuple[str, Pa
     assert f"temperature group {groups[bad]} is out of range" in error["message"]
 
 
-def _server_memory(count: int) -> str:
+def _server_memory(count: int, same_bytes: bool = False) -> str:
     """Resident memory of ``uform serve`` (the default model) around one request of ``count``
-    copies of the worst legal picture: a 10000×10000 16-bit RGBA PNG (100 M pixels)."""
+    copies of the worst legal picture: a 10000×10000 16-bit RGBA PNG (100 M pixels); with
+    ``same_bytes``, a request of as many bytes whose picture is small (noise, 1 M pixels): what
+    the request's own bytes cost."""
+    import numpy as np
     from test_image_memory import png16_rgba
 
     def status(pid: int) -> dict[str, int]:
         lines = Path(f"/proc/{pid}/status").read_text().splitlines()
         return {k: int(v.split()[0]) * 1024 for k, v in (line.split(":", 1) for line in lines) if k in ("VmRSS", "VmHWM")}
 
-    png = png16_rgba(10000, 10000, every=10000)  # one row, repeated: 0.8 MB of file
+    png = png16_rgba(10000, 10000, every=10000)  # one row, repeated: 3.6 MB of file
+    if same_bytes:  # 1000 rows of stored (uncompressed) RGBA noise, as many bytes
+        noise = np.random.default_rng(0).integers(0, 256, (1000, len(png) // 4000, 4), dtype=np.uint8)
+        png = media_module.encode_image(noise, "PNG", compress_level=0)
     url = "data:image/png;base64," + base64.b64encode(png).decode()
     with subprocess_server(["--max-request-bytes", str(max(32 << 20, count * 6 << 20))]) as server:
         small = "data:image/png;base64," + base64.b64encode(png16_rgba(64, 48)).decode()  # the image tower's first run, the threads
@@ -253,7 +259,8 @@ def _server_memory(count: int) -> str:
         took = time.monotonic() - began
         assert answer.status_code == 200, answer.text
         after = status(server.proc.pid)
-    return (f"{count} x 10000x10000 16-bit RGBA PNG ({len(png) / 1e3:.0f} KB each): {took:.1f} s, RSS {before['VmRSS'] / 1e6:.0f} MB before, "
+    picture = "1000x895 RGBA noise PNG" if same_bytes else "10000x10000 16-bit RGBA PNG"
+    return (f"{count} x {picture} ({len(png) / 1e3:.0f} KB each): {took:.1f} s, RSS {before['VmRSS'] / 1e6:.0f} MB before, "
             f"peak {after['VmHWM'] / 1e6:.0f} MB (+{(after['VmHWM'] - before['VmRSS']) / 1e6:.0f} MB), {after['VmRSS'] / 1e6:.0f} MB after")
 
 
@@ -275,8 +282,8 @@ def _huge_head() -> str:
                 f"{time.monotonic() - began:.2f} s, {cpu() - cpu0:.2f} s of its CPU, RSS {rss0:.0f} -> {rss():.0f} MB")
 
 
-if __name__ == "__main__":  # python tests/test_serve_hostile.py [COUNT | head]: the figures of docs/serve.md
+if __name__ == "__main__":  # python tests/test_serve_hostile.py [COUNT [same-bytes] | head]: the figures of docs/serve.md
     import sys
 
     what = sys.argv[1] if len(sys.argv) > 1 else "1"
-    print(_huge_head() if what == "head" else _server_memory(int(what)))
+    print(_huge_head() if what == "head" else _server_memory(int(what), sys.argv[2:] == ["same-bytes"]))

@@ -1,9 +1,9 @@
 """PNG files read a strip of rows at a time: the picture is never held whole.
 
 :func:`layout` walks the chunks (checking each one's CRC) and says whether the file can be
-read so: a non-interlaced PNG whose EXIF (an ``eXIf`` chunk) does not turn it, with no other
-place Pillow reads an orientation from (a ``Raw profile type exif`` or XMP text chunk). Other
-PNGs (Adam7 interlaced ones, turned ones, headers Pillow refuses) are decoded whole by
+read so: a non-interlaced, not animated PNG whose EXIF (an ``eXIf`` chunk) does not turn it,
+with no other place Pillow reads an orientation from (a ``Raw profile type exif`` or XMP text
+chunk). Other PNGs (Adam7 interlaced, animated or turned ones, headers Pillow refuses) are decoded whole by
 Pillow (:mod:`uform.plugins.media.image`). :func:`strips` inflates the image data a strip at a
 time (``zlib.decompressobj`` with a bounded output), and unfilters its rows in the op library
 (``uform_png_unfilter``: the Average and Paeth filters are sequential); :func:`to_rgb` makes
@@ -113,6 +113,8 @@ def layout(stream: BinaryIO) -> Layout | None:
             exif = data
         elif kind in (b"tEXt", b"zTXt", b"iTXt") and data.split(b"\0", 1)[0] in ORIENTATION_TEXTS:
             declined = True
+        elif kind == b"acTL":
+            declined = True  # an animated PNG: its first frame is Pillow's to pick
         elif kind == b"IEND":
             break
         offset += 12 + length
