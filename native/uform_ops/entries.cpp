@@ -1,5 +1,8 @@
 // The library's plain C entries, for ctypes: its ABI, the variants this CPU runs, packing,
 // and the products outside ONNX Runtime (parity tests and benchmarks).
+#include <cstdlib>
+#include <new>
+
 #include "attention.h"
 #include "library.h"
 
@@ -16,9 +19,22 @@ std::atomic<uint64_t> serials{1};
 uint64_t next_serial() { return serials++; }
 
 uint16_t* rounded_x(size_t elements) {
-  thread_local std::vector<uint16_t> buffer;
-  if (buffer.size() < elements) buffer.resize(elements);  // may throw bad_alloc: callers report it
-  return buffer.data();
+  // 64-byte aligned (a page): an A tile's rows are whole lines (a vector's 16-byte alignment split
+  // every row of every tile load across two lines: 1.07x with the lines whole, amx at 5,568 rows)
+  struct Buffer {
+    uint16_t* data = nullptr;
+    size_t size = 0;
+    ~Buffer() { std::free(data); }
+  };
+  thread_local Buffer buffer;
+  if (buffer.size < elements) {
+    std::free(buffer.data);
+    buffer.size = 0;
+    buffer.data = static_cast<uint16_t*>(std::aligned_alloc(4096, (elements * sizeof(uint16_t) + 4095) / 4096 * 4096));
+    if (buffer.data == nullptr) throw std::bad_alloc();  // callers report it
+    buffer.size = elements;
+  }
+  return buffer.data;
 }
 
 bool runnable(int variant) {

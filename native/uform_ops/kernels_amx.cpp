@@ -2,7 +2,7 @@
 // x 32 a product) with float32 sums, over tiles.inc's micro-kernel. Activations are rounded to
 // BF16 once per product and weights decode to BF16 exactly, as for avx512-bf16, whose AVX-512
 // pieces (rounding, E4M3 decoding) these kernels share. E4M3 panels are decoded into the
-// thread's BF16 panel once and reused for all the rows of its tasks (tiling.inc).
+// thread's BF16 panel once and reused for all the rows of its tasks (tiles.inc).
 //
 // Every product runs on the tiles, whatever its rows, so that a row's bits are the same in any
 // batch: VDPBF16PS sums a column's products in one chain, a tile in two (even and odd k) over
@@ -88,6 +88,9 @@ static inline void load_config(const void* c) { _tile_loadconfig(c); }
 static inline void release_tiles() { _tile_release(); }
 
 #define UFORM_VFMA(a, b, c) _mm512_fmadd_ps(a, b, c)
+#define STORE_STREAM(p, v) _mm512_stream_ps(p, (__m512)(v))
+#define STREAM_FENCE() _mm_sfence()
+#define FETCH_L2(p) _mm_prefetch(p, _MM_HINT_T1)
 
 static void decode(const Gemm& g, int64_t j, uint32_t* out) {
   const int64_t count = g.kpad * 64;  // bytes of one panel (NR columns)
@@ -96,6 +99,9 @@ static void decode(const Gemm& g, int64_t j, uint32_t* out) {
 
 #include "tiles.inc"
 #undef UFORM_VFMA
+#undef STORE_STREAM
+#undef STREAM_FENCE
+#undef FETCH_L2
 
 static inline __mmask16 lanes(int64_t count) {
   return count >= 16 ? __mmask16(0xFFFF) : count <= 0 ? __mmask16(0) : __mmask16((1u << count) - 1);

@@ -124,6 +124,10 @@ static inline void tile_dp() {
     c_;                                                                     \
   })
 
+#define STORE_STREAM(p, v) std::memcpy(p, &(v), sizeof(v))
+#define STREAM_FENCE() ((void)0)
+#define FETCH_L2(p) __builtin_prefetch(p, 0, 2)
+
 static void decode(const Gemm& g, int64_t j, uint32_t* out) {
   const int64_t count = g.kpad * 64;  // bytes of one panel (NR columns)
   const uint8_t* src = static_cast<const uint8_t*>(g.w) + j * count;
@@ -133,6 +137,9 @@ static void decode(const Gemm& g, int64_t j, uint32_t* out) {
 
 #include "tiles.inc"
 #undef UFORM_VFMA
+#undef STORE_STREAM
+#undef STREAM_FENCE
+#undef FETCH_L2
 
 // x rounded to BF16 as VCVTNE2PS2BF16 rounds it (to nearest even, subnormals to zero, a NaN
 // quiet), into the tiles' blocks (x_at).

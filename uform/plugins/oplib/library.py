@@ -128,7 +128,7 @@ class OpLibrary:
             raise ValueError(f"residual must be a C-contiguous float32 [{m}, {n}]")
         if activation not in (0, 1, 2, 3):
             raise ValueError(f"activation must be 0 (none), 1 (GELU), 2 (tanh GELU) or 3 (quick GELU), not {activation}")
-        y = np.empty((m, n), np.float32)
+        y = aligned_empty((m, n), np.float32)  # as ONNX Runtime's outputs: the kernels write whole lines
         wtype = E4M3 if packed.dtype == np.uint8 else BF16
         rc = self.handle.uform_gemm(
             VARIANTS.index(variant), _pointer(x), _I64(m), _I64(k), _pointer(packed), wtype, _I64(n),
@@ -211,6 +211,15 @@ class OpLibrary:
 
 
 HUGE_PAGE = 2 << 20
+
+
+def aligned_empty(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+    """An uninitialized C-contiguous array that starts on a 64-byte line (as ONNX Runtime's
+    allocator places its outputs; numpy's large arrays start 16 bytes into a page)."""
+    nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
+    raw = np.empty(nbytes + 64, np.uint8)
+    start = -raw.ctypes.data % 64
+    return raw[start : start + nbytes].view(dtype).reshape(shape)
 
 
 def zeros(shapes: Sequence[tuple[int, np.dtype[Any]]]) -> list[np.ndarray]:
