@@ -229,3 +229,22 @@ def test_sizes_past_the_limit_are_refused_before_decoding() -> None:
     data = header + chunk(b"IDAT", zlib.compress(b"")) + chunk(b"IEND", b"")
     with pytest.raises(InputError, match="over the limit of 100000000"):
         _decode(data, 16)
+
+
+@native
+def test_decoding_a_png_does_not_load_the_op_library_for_its_kernels() -> None:
+    """The PNG entries are opened directly: ``library()`` (which asks Linux for the AMX tile
+    state) is not called by decoding a picture."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; sys.path.insert(0, 'tests')\n"
+        "from pngfiles import picture\n"
+        "from uform.plugins.media import files, image, png\n"
+        "from uform.plugins.oplib.library import library\n"
+        "image.decode(files.Source(0, None, data=picture(6, 8, 20, 30, 1)['plain']), 8)\n"
+        "assert png.native() is not None and library.cache_info().currsize == 0, library.cache_info()\n"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=Path(__file__).parents[1], timeout=120)
+    assert run.returncode == 0, run.stderr

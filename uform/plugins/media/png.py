@@ -185,13 +185,15 @@ class Native:
 
 @functools.cache
 def native() -> Native | None:
-    """The op library's PNG entries, or None without the library (or with an older build of it)."""
-    from uform.plugins.oplib.library import OpLibraryError, library
+    """The op library's PNG entries, or None without the library (or with an older build of
+    it). The file is opened directly (``library_path``), not through ``library()``, whose
+    load asks Linux for the AMX tile state: decoding a picture changes nothing else."""
+    from uform.plugins.oplib.library import OpLibraryError, library_path
 
     try:
-        handle = library().handle
+        handle = ctypes.CDLL(str(library_path()))
         unfilter, over_white = handle.uform_png_unfilter, handle.uform_png_over_white
-    except (OpLibraryError, AttributeError):
+    except (OpLibraryError, OSError, AttributeError):
         return None
     pointer, i64 = ctypes.c_void_p, ctypes.c_int64
     unfilter.restype, unfilter.argtypes = i64, [pointer, i64, i64, i64, pointer, pointer]
