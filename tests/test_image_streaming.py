@@ -139,7 +139,7 @@ def _animated(rgba: np.ndarray) -> bytes:
 
 @native
 def test_pngs_that_cannot_stream_are_decoded_whole() -> None:
-    """Adam7, animated, an EXIF turn (eXIf chunk) or an XMP text: Pillow's whole decode, the same pixels."""
+    """Adam7, animated, an EXIF turn (eXIf chunk), an XMP text or rows too long: Pillow's whole decode, the same pixels."""
     rng = np.random.default_rng(3)
     samples = rng.integers(0, 256, (40, 23, 4))
     cases = {
@@ -152,6 +152,12 @@ def test_pngs_that_cannot_stream_are_decoded_whole() -> None:
         assert pngs.layout(io.BytesIO(data)) is None, name
         np.testing.assert_array_equal(_decode(data, 16), _whole(data, 16), err_msg=name)
     assert not np.array_equal(_decode(cases["eXIf 6"], 16), _decode(png(samples, 6, 8), 16))  # turned
+    plain = png(samples, 6, 8)
+    assert pngs.layout(io.BytesIO(plain)) is not None
+    with pytest.MonkeyPatch.context() as patch:  # rows longer than MAX_ROW_BYTES (23 pixels of 4 bytes: 92)
+        patch.setattr(pngs, "MAX_ROW_BYTES", 91)
+        assert pngs.layout(io.BytesIO(plain)) is None
+        np.testing.assert_array_equal(_decode(plain, 16), _whole(plain, 16))
     upright = png(samples, 6, 8, extra=[chunk(b"eXIf", _exif(1))])
     assert pngs.layout(io.BytesIO(upright)) is not None
     np.testing.assert_array_equal(_decode(upright, 16), _whole(upright, 16))

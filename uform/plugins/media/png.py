@@ -3,7 +3,8 @@
 :func:`layout` walks the chunks (checking each one's CRC) and says whether the file can be
 read so: a non-interlaced, not animated PNG whose EXIF (an ``eXIf`` chunk) does not turn it,
 with no other place Pillow reads an orientation from (a ``Raw profile type exif`` or XMP text
-chunk). Other PNGs (Adam7 interlaced, animated or turned ones, headers Pillow refuses) are decoded whole by
+chunk), whose rows are at most ``MAX_ROW_BYTES``. Other PNGs (Adam7 interlaced, animated or
+turned ones, rows of millions of pixels, headers Pillow refuses) are decoded whole by
 Pillow (:mod:`uform.plugins.media.image`). :func:`strips` inflates the image data a strip at a
 time (``zlib.decompressobj`` with a bounded output), and unfilters its rows in the op library
 (``uform_png_unfilter``: the Average and Paeth filters are sequential); :func:`to_rgb` makes
@@ -27,6 +28,7 @@ import numpy as np
 
 SIGNATURE = b"\x89PNG\r\n\x1a\n"
 PIECE = 1 << 16  # compressed bytes read at a time
+MAX_ROW_BYTES = 1 << 22  # a PNG whose unfiltered row is longer is decoded whole (a row is the least a strip holds)
 # colour type -> samples a pixel, and the bit depths the PNG specification allows
 COLOUR_TYPES = {0: (1, (1, 2, 4, 8, 16)), 2: (3, (8, 16)), 3: (1, (1, 2, 4, 8)), 4: (2, (8, 16)), 6: (4, (8, 16))}
 ORIENTATION_TEXTS = (b"Raw profile type exif", b"XML:com.adobe.xmp")  # where else Pillow finds an orientation
@@ -151,7 +153,8 @@ def _header(data: bytes, where: str) -> Layout | None:
         return None  # Pillow's own error (or its own reading) for these
     if interlace:
         return None  # Adam7: its passes cannot be read a row of the picture at a time
-    return Layout(width, height, depth, colour)
+    found = Layout(width, height, depth, colour)
+    return None if found.stride > MAX_ROW_BYTES else found  # rows so long that one costs more than Pillow's whole decode
 
 
 def _pillow_reads(png: Layout) -> bool:
