@@ -1,21 +1,30 @@
 """Converted CLIP and SigLIP models at their real geometries (random weights: no download):
 the parity table and the speed goals of issue 59, against transformers in the same run.
 
-    python benchmarks/models.py [--models clip-b32,clip-b16,siglip-b16] [--images 32] [--seconds 3]
+    python benchmarks/models.py [--models clip-b32,clip-b16,siglip-b16] [--parts parity,speed,conversion,openvino]
+                                [--images 32] [--seconds 3] [--rounds 3] [--batches 1,32]
 
 Per model: transformers' ``CLIPModel`` / ``SiglipModel`` (``save_pretrained`` with its
 tokenizer and image processor, tests/hf_models.py), converted with ``uform.convert`` to an F32
-file and to the default BF16 one; the parity table (least cosine of uform's text and image
-embeddings with transformers' ``get_text_features`` / ``get_image_features`` in float32 over
-tests/hf_models.py's corpus and 8 pictures, per file and load; the share of corpus texts whose
-token ids equal the family tokenizer's; the largest pixel difference of uform's preprocessing
-from ``AutoImageProcessor.from_pretrained(dir)`` on JPEG photos of 8 aspect ratios), then for
-CLIP ViT-B/16: ``image_encode`` of 640x480 JPEGs (the default BF16 load) against transformers'
-``CLIPModel`` fed by its image processor in float32 and under BF16 autocast, ``text_encode`` of
-12-byte queries one at a time against transformers float32, and the conversion's time against
-reading the source file's bytes and against safetensors' ``load_file`` of it (each with the
-file's pages dropped from the page cache first). Writes
-benchmarks/results/models.json. ``--tiny``: small geometries, for tests/test_benchmarks.py.
+file and to the default BF16 one. The parts (``--parts``; default all but ``openvino``):
+
+- ``parity``: the least cosine of uform's text and image embeddings with transformers'
+  ``get_text_features`` / ``get_image_features`` in float32 over tests/hf_models.py's corpus and
+  8 pictures, per file and load; the share of corpus texts whose token ids equal the family
+  tokenizer's; the largest pixel difference of uform's preprocessing from
+  ``AutoImageProcessor.from_pretrained(dir)`` on JPEG photos of 8 aspect ratios;
+- ``conversion``: the conversion to BF16 against reading the source, each cold, in turns
+  (:func:`conversion` says what each figure is);
+- ``speed`` (CLIP ViT-B/16): ``image_encode`` of 640x480 JPEGs (the default BF16 load) against
+  transformers' ``CLIPModel`` fed by its image processor in float32 and under BF16 autocast,
+  ``text_encode`` of 12-byte queries one at a time against transformers float32;
+- ``openvino`` (CLIP ViT-B/16): uform's image tower against OpenVINO bf16 on the tower
+  ``uform export`` writes (:func:`openvino`; OpenVINO runs in benchmarks/.openvino-venv, made
+  from PyPI the first time, by benchmarks/openvino_peer.py).
+
+Writes benchmarks/results/models.json: the parts run now, over the previous file's other parts
+(``runs`` keeps each part's load average). ``--tiny``: small geometries, for
+tests/test_benchmarks.py.
 """
 
 from __future__ import annotations
@@ -23,6 +32,7 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -83,6 +93,22 @@ def read_seconds(path: Path) -> float:
     return time.perf_counter() - t
 
 
+def disk_seconds(path: Path) -> float:
+    """The source read from the disk into the page cache alone, copying nothing (``sendfile`` to
+    /dev/null, cold): the disk's own time, below a program's read."""
+    drop_cache(path)
+    t = time.perf_counter()
+    fd, null = os.open(path, os.O_RDONLY), os.open(os.devnull, os.O_WRONLY)
+    try:
+        offset, size = 0, os.fstat(fd).st_size
+        while offset < size:
+            offset += os.sendfile(null, fd, offset, size - offset)
+    finally:
+        os.close(fd)
+        os.close(null)
+    return time.perf_counter() - t
+
+
 def load_seconds(path: Path) -> float:
     """The source read as a program reads it: safetensors' numpy loader, every tensor an array (cold)."""
     from safetensors.numpy import load_file
@@ -91,6 +117,49 @@ def load_seconds(path: Path) -> float:
     t = time.perf_counter()
     load_file(path)
     return time.perf_counter() - t
+
+
+def conversion(directory: Path, source: Path, out: Path, rounds: int) -> dict[str, Any]:
+    """The conversion to BF16 against reading its source, each cold (the source's pages dropped
+    from the page cache first), in turns (``rounds`` of each, interleaved, so that both see the
+    same machine), the best of each: ``uform.convert`` in this process (after a first conversion:
+    the imports done) into a new file (the last round's output is removed first, outside the
+    timing: replacing an old 290 MiB file costs its removal, 0.07 s here), with its CPU time
+    (the process's user and system seconds); the read as a program reads a file (``read`` into a
+    64 MiB buffer) and as the disk alone delivers it (``sendfile`` to /dev/null, no copy);
+    safetensors' ``load_file`` of the source; and once, ``uform convert`` in a new process
+    (Python's start and uform's imports included), all cold."""
+    reads, disks, took, cpu = [], [], [], []
+    for _ in range(rounds):
+        reads.append(read_seconds(source))
+        disks.append(disk_seconds(source))
+        out.unlink(missing_ok=True)
+        drop_cache(source)
+        before, t = os.times(), time.perf_counter()
+        convert_file(directory, out)
+        took.append(time.perf_counter() - t)
+        after = os.times()
+        cpu.append(after.user - before.user + after.system - before.system)
+    loaded = min(load_seconds(source) for _ in range(2))
+    out.unlink()
+    drop_cache(source)
+    t = time.perf_counter()
+    command = "import sys; from uform.cli import main; sys.exit(main(sys.argv[1:]))"
+    subprocess.run([sys.executable, "-c", command, "convert", str(directory), str(out)], check=True, capture_output=True)
+    process = time.perf_counter() - t
+    best = int(np.argmin(took))
+    return {"source MiB": round(source.stat().st_size / 2**20, 1), "out MiB": round(out.stat().st_size / 2**20, 1),
+            "read s": round(min(reads), 3), "reads s": [round(r, 3) for r in reads],
+            "disk s": round(min(disks), 3), "disks s": [round(d, 3) for d in disks],
+            "safetensors load_file s": round(loaded, 3), "convert (bf16) s": round(min(took), 3), "converts s": [round(t, 3) for t in took],
+            "convert cpu s": round(cpu[best], 3), "ratio": round(min(took) / min(reads), 2), "ratio to disk": round(min(took) / min(disks), 2),
+            "ratio to load_file": round(min(took) / loaded, 2), "uform convert process s": round(process, 3)}  # fmt: skip
+
+
+def convert_file(directory: Path, out: Path) -> None:
+    from uform.convert import convert
+
+    convert(directory, out)
 
 
 def parity(family: str, directory: Path, files: dict[str, Path], pictures: np.ndarray, s: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
@@ -191,6 +260,61 @@ def speed(directory: Path, bf16: Path, n: int, seconds: float, s: int) -> dict[s
     return out
 
 
+def openvino(bf16: Path, s: int, seconds: float, batches: tuple[int, ...]) -> dict[str, Any]:
+    """uform's image tower of the converted file (the default BF16 load, ``image_encode_pixels``
+    on pixels of the tower's size, the input the exported tower takes) against OpenVINO bf16
+    running the tower ``uform export`` writes from the same file (benchmarks/openvino_peer.py:
+    its own process and environment), at each batch size: uform, then OpenVINO, then uform
+    again (the better of uform's two runs: each side sees the machine of its turn)."""
+    from openvino_peer import measure
+
+    import uform
+    from uform import Arena
+
+    pixels = list(np.random.default_rng(0).integers(0, 256, (max(batches), s, s, 3), dtype=np.uint8))
+    ours: dict[int, float] = {}
+    held = ""
+
+    def run_uform() -> None:
+        nonlocal held
+        with uform.Model.load_ram(bf16) as m:
+            arena = Arena()
+            held = f"{m.describe().quantization.value} load, {m.backend} backend: {m.compute}"
+            for b in batches:
+                ours[b] = max(ours.get(b, 0.0), rate(lambda b=b: m.image_encode_pixels(pixels[:b], arena), b, seconds, runs=2))
+
+    run_uform()
+    peer = measure("openvino bf16", bf16, "image", seconds, batches)  # with no uform model open: its threads would spin beside OpenVINO's
+    run_uform()
+    out: dict[str, Any] = {"uform": held, "openvino": peer.get("held") if peer else "failed (see stderr)"}
+    for b in batches:
+        theirs = peer.get(f"items/s @{b}") if peer else None
+        out[f"batch {b}"] = {"uform items/s": round(ours[b], 2), "openvino bf16 items/s": round(theirs, 2) if theirs else None,
+                             "uform / openvino": round(ours[b] / theirs, 2) if theirs else None}  # fmt: skip
+    return out
+
+
+def merged(results: dict[str, Any], parts: set[str], keep: bool) -> dict[str, Any]:
+    """``results`` over the previous result file's parts that this run did not run (with
+    ``keep``; each part keeps the load its own run saw: ``runs``)."""
+    from common import RESULTS
+
+    import json
+
+    previous: dict[str, Any] = {}
+    path = RESULTS / "models.json"
+    if keep and path.exists():
+        try:
+            previous = json.loads(path.read_text())
+        except ValueError:
+            previous = {}
+    run = {"load average at start": results.pop("load average at start"), "load average at end": results.pop("load average at end")}
+    runs = {part: previous.get("runs", {}).get(part) for part in ("parity", "speed", "conversion", "openvino") if part in previous}
+    runs.update({part: run for part in parts})
+    kept = {part: previous[part] for part in ("parity", "speed", "conversion", "openvino") if part in previous and part not in parts}
+    return {**kept, **results, "runs": {k: v for k, v in runs.items() if v is not None}}
+
+
 def median_ms(fn: Any, seconds: float) -> float:
     fn()
     times: list[float] = []
@@ -207,6 +331,11 @@ def main() -> None:
     parser.add_argument("--models", default="clip-b32,clip-b16,siglip-b16")
     parser.add_argument("--images", type=int, default=32, help="640x480 JPEGs for the speed run (default 32)")
     parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("--parts", default="parity,speed,conversion",
+                        help="parity, speed, conversion, openvino (OpenVINO bf16 on the exported image tower: "
+                             "benchmarks/.openvino-venv, made from PyPI the first time); default: all but openvino")
+    parser.add_argument("--batches", default="1,32", help="batch sizes of the openvino part (default 1,32)")
+    parser.add_argument("--rounds", type=int, default=3, help="cold reads and conversions of each source, in turns (default 3)")
     parser.add_argument("--tiny", action="store_true", help="small geometries (a smoke run)")
     args = parser.parse_args()
 
@@ -214,11 +343,18 @@ def main() -> None:
 
     from uform.convert import convert
     from uform.core.executor import available_cores
+    from uform.plugins.cpu import machine_classes
 
     torch.set_num_threads(available_cores())
+    parts = {p.strip() for p in args.parts.split(",") if p.strip()}
+    unknown = parts - {"parity", "speed", "conversion", "openvino"}
+    if unknown:
+        parser.error(f"unknown parts: {', '.join(sorted(unknown))}")
     geometries = TINY if args.tiny else GEOMETRIES
     results: dict[str, Any] = {"note": "shared machine (other engineers' jobs ran beside this one): timings are noisy",
-                               "threads": available_cores(), "parity": {}, "speed": {}, "conversion": {}}  # fmt: skip
+                               "threads": available_cores(), "cpu_class": machine_classes()[-1].value,
+                               "load average at start": [round(x, 2) for x in os.getloadavg()]}  # fmt: skip
+    results.update({part: {} for part in sorted(parts)})
     all_rows: list[dict[str, Any]] = []
     for name in [m.strip() for m in args.models.split(",") if m.strip()]:
         family, geometry = geometries[name]
@@ -226,34 +362,34 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             directory = (hf_models.make_clip if family == "clip" else hf_models.make_siglip)(Path(tmp) / name, geometry)
             files = {"f32": Path(tmp) / "f32.safetensors", "bf16": Path(tmp) / "bf16.safetensors"}
-            convert(directory, files["f32"], dtype="f32")
+            convert(directory, files["f32"], dtype="f32")  # also imports what the family's conversion needs (SigLIP: transformers)
             source = directory / "model.safetensors"
-            read = min(read_seconds(source) for _ in range(2))
-            took = []
-            for _ in range(2):
-                drop_cache(source)
-                t = time.perf_counter()
+            if "conversion" in parts:
+                results["conversion"][name] = conversion(directory, source, files["bf16"], args.rounds)
+                c = results["conversion"][name]
+                print(f"{name}: convert {c['convert (bf16) s']:.3f} s, read {c['read s']:.3f} s ({c['ratio']:.2f}x)", flush=True)
+            else:
                 convert(directory, files["bf16"])
-                took.append(time.perf_counter() - t)
-            loaded = min(load_seconds(source) for _ in range(2))
-            results["conversion"][name] = {"source MiB": round(source.stat().st_size / 2**20, 1), "read s": round(read, 3),
-                                           "safetensors load_file s": round(loaded, 3), "convert (bf16) s": round(min(took), 3),
-                                           "ratio": round(min(took) / read, 2), "ratio to load_file": round(min(took) / loaded, 2)}  # fmt: skip
-            print(f"{name}: convert {min(took):.2f} s, read {read:.2f} s ({min(took) / read:.2f}x)", flush=True)
-            rng = np.random.default_rng(0)
-            base = rng.integers(0, 256, (8, 8, 8, 3)).astype(np.float32)
-            pictures = np.clip(np.repeat(np.repeat(base, s // 8, 1), s // 8, 2) + rng.normal(0, 30, (8, s, s, 3)), 0, 255).astype(np.uint8)
-            rows, extra = parity(family, directory, files, pictures, s)
-            for r in rows:
-                all_rows.append({"model": name, **r, **extra})
-            results["parity"][name] = {"rows": rows, **extra}
-            if name == "clip-b16":
+            if "parity" in parts:
+                rng = np.random.default_rng(0)
+                base = rng.integers(0, 256, (8, 8, 8, 3)).astype(np.float32)
+                pictures = np.clip(np.repeat(np.repeat(base, s // 8, 1), s // 8, 2) + rng.normal(0, 30, (8, s, s, 3)), 0, 255).astype(np.uint8)
+                rows, extra = parity(family, directory, files, pictures, s)
+                for r in rows:
+                    all_rows.append({"model": name, **r, **extra})
+                results["parity"][name] = {"rows": rows, **extra}
+            if name == "clip-b16" and "speed" in parts:
                 results["speed"][name] = speed(directory, files["bf16"], args.images, args.seconds, s)
                 print(results["speed"][name], flush=True)
-    print(table(all_rows, ["model", "file", "load", "backend", "text min cos", "image min cos", "nearest own", "token ids equal", "pixel max diff (levels)", "processor"]))
-    for name, c in results["conversion"].items():
+            if name == "clip-b16" and "openvino" in parts:
+                results["openvino"] = {name: openvino(files["bf16"], s, args.seconds, tuple(int(b) for b in args.batches.split(",")))}
+                print(results["openvino"][name], flush=True)
+    results["load average at end"] = [round(x, 2) for x in os.getloadavg()]
+    if all_rows:
+        print(table(all_rows, ["model", "file", "load", "backend", "text min cos", "image min cos", "nearest own", "token ids equal", "pixel max diff (levels)", "processor"]))
+    for name, c in results.get("conversion", {}).items():
         print(f"conversion {name}: {c}")
-    path = save("models", results)
+    path = save("models", merged(results, parts, keep=not args.tiny))
     print(f"wrote {path}")
 
 
