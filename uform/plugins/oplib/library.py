@@ -219,7 +219,8 @@ def aligned_empty(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
     nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
     raw = np.empty(nbytes + 64, np.uint8)
     start = -raw.ctypes.data % 64
-    return raw[start : start + nbytes].view(dtype).reshape(shape)
+    out: np.ndarray = raw[start : start + nbytes].view(np.dtype(dtype)).reshape(shape)
+    return out
 
 
 def zeros(shapes: Sequence[tuple[int, np.dtype[Any]]]) -> list[np.ndarray]:
