@@ -1,12 +1,12 @@
 """``uform index`` and ``uform search --index``: the goals of docs/index.md, measured.
 
-    python benchmarks/index.py [--files 10000] [--sizes 10000,100000,1000000] [--queries 50] [--workdir DIR]
+    python benchmarks/index.py [--files 10000] [--sizes 10000,100000,1000000] [--queries 50] [--rounds 5] [--workdir DIR]
 
 1. A folder of ``--files`` JPEGs (generated, 640 x 480, quality 90) indexed by the command with
    the default model, as subprocesses: the first indexing, a re-run with nothing changed, a
    re-run after 1 % of the files were rewritten with other pictures; beside them ``uform
    describe`` (the command's start-up with the model loaded), which the goals subtract; each the
-   least of 5 interleaved rounds (another 1 % rewritten each round). And,
+   least of ``--rounds`` (5) interleaved rounds (another 1 % rewritten each round). And,
    in this process, how many files the unchanged re-run opened (``uform.index.update.read``).
 2. Search at each of ``--sizes`` stored 256-d F32 embeddings, synthetic: a mixture of
    ``sqrt(n)`` clusters of Zipf-distributed sizes (each row a centre plus Gaussian noise, cosine
@@ -62,10 +62,7 @@ def timed(argv: list[str]) -> float:
     return took
 
 
-ROUNDS = 5
-
-
-def folder(work: Path, files: int) -> dict[str, Any]:
+def folder(work: Path, files: int, rounds: int = 5) -> dict[str, Any]:
     photos, index = work / "photos", work / "photos.index"
     rng = np.random.default_rng(0)
     shutil.rmtree(index, ignore_errors=True)
@@ -82,7 +79,7 @@ def folder(work: Path, files: int) -> dict[str, Any]:
     describes, unchanged_runs, changed_runs = [], [], []
     cpu: dict[str, list[float]] = {"describe": [], "unchanged": [], "changed": []}
     everything = sorted(photos.rglob("*.jpg"))
-    for r in range(ROUNDS):
+    for r in range(rounds):
         describes.append(timed([*uform, "describe"]))
         cpu["describe"].append(CHILD_CPU[-1])
         unchanged_runs.append(timed(run))
@@ -296,6 +293,7 @@ def main() -> None:
     ap.add_argument("--files", type=int, default=10_000)
     ap.add_argument("--sizes", default="10000,100000,1000000")
     ap.add_argument("--queries", type=int, default=50)
+    ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds of the folder's re-runs (the least time of each counts)")
     ap.add_argument("--workdir", default=None)
     ap.add_argument("--peers", default="", help="also measure these stores on the same rows: usearch,lancedb")
     ap.add_argument("--peer-sizes", default="100000", help="the sizes --peers are measured at")
@@ -306,7 +304,7 @@ def main() -> None:
     result: dict[str, Any] = {"cores": len(os.sched_getaffinity(0)), "load_average_at_start": round(os.getloadavg()[0], 1)}
     try:
         if args.files:
-            result["folder"] = folder(work, args.files)
+            result["folder"] = folder(work, args.files, args.rounds)
             print(table([result["folder"]], list(result["folder"])), flush=True)
         sizes = [int(s) for s in args.sizes.split(",") if s]
         result["peers"] = []

@@ -23,7 +23,7 @@ RUNS = {  # script → (smallest arguments, keys its result file must have)
     ),  # fmt: skip
     "attention": (["--preset", "tiny", "--seconds", "0.02"], {"cpu_class", "preset"}),
     "media": (["--preset", "tiny", "--seconds", "0.02", "--images", "4", "--clips", "1"], {"images_640x480", "video_gop30", "video_gop250"}),
-    "index": (["--files", "12", "--sizes", "500", "--queries", "4"], {"folder", "search", "peers"}),
+    "index": (["--files", "12", "--sizes", "500", "--queries", "4", "--rounds", "1"], {"folder", "search", "peers"}),
     "models": (["--tiny", "--models", "clip-b16", "--images", "2", "--seconds", "0.02"], {"parity", "speed", "conversion"}),
 }
 
