@@ -18,6 +18,8 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <utility>
+#include <vector>
 
 #include "gemm.h"
 
@@ -128,11 +130,9 @@ static inline void tile_dp() {
 #define STREAM_FENCE() ((void)0)
 #define FETCH_L2(p) __builtin_prefetch(p, 0, 2)
 
-static void decode(const Gemm& g, int64_t j, uint32_t* out) {
-  const int64_t count = g.kpad * 64;  // bytes of one panel (NR columns)
-  const uint8_t* src = static_cast<const uint8_t*>(g.w) + j * count;
+static void decode(const uint8_t* codes, uint32_t* out, int64_t count) {
   uint16_t* dst = reinterpret_cast<uint16_t*>(out);
-  for (int64_t i = 0; i < count; ++i) dst[i] = e4m3_to_bf16[src[i]];
+  for (int64_t i = 0; i < count; ++i) dst[i] = e4m3_to_bf16[codes[i]];
 }
 
 #include "tiles.inc"
