@@ -208,8 +208,9 @@ def test_the_tile_model_gives_the_real_tiles_bits() -> None:
     (E4M3 takes its row blocks first from 8 of them)."""
     lib = runnable("amx")
     rng = np.random.default_rng(11)
-    # 2,050: 9 blocks of rows, task order; 1,030 x 1,024: y of 4 MiB and more, written past the caches
-    for m, n, k in [(1, 64, 32), (4, 100, 64), (17, 129, 771), (40, 64, 3072), (2050, 70, 64), (1030, 1024, 32)]:
+    # 2,050: 9 blocks of rows, task order; 1,030 x 1,024: y of 4 MiB and more, written past the caches;
+    # 290 x 1,056: k deep enough for blocks of 128 rows (3), a last group of one panel (n = 80)
+    for m, n, k in [(1, 64, 32), (4, 100, 64), (17, 129, 771), (40, 64, 3072), (2050, 70, 64), (1030, 1024, 32), (290, 80, 1056)]:
         x = edge_rows(rng, max(m, 4), k)[:m] if m >= 4 else rng.standard_normal((m, k)).astype(np.float32)
         w = (rng.standard_normal((n, k)) * np.ldexp(1.0, rng.integers(-30, 3, (n, 1)))).astype(ml_dtypes.bfloat16)
         bias = rng.standard_normal(n).astype(np.float32)

@@ -163,6 +163,6 @@ double tile_peak_amx(int64_t iterations) {
   return double(iterations) * 4 * (16.0 * 16 * 32 * 2) / seconds;
 }
 
-const Kernel kernel_amx = {"amx", amx::NR, amx::PAIR, amx::MC, true, amx::task, amx::round_rows, nullptr, amx::KBLOCK};
+const Kernel kernel_amx = {"amx", amx::NR, amx::PAIR, amx::MC, true, amx::task, amx::round_rows, amx::count, amx::KBLOCK};
 
 }  // namespace uform

@@ -166,6 +166,6 @@ void amx_model_config(uint8_t* out, const uint8_t* in) {
 }
 
 const Kernel kernel_amx_model = {"amx-model", amx_model::NR, amx_model::PAIR, amx_model::MC, true, amx_model::task,
-                                 amx_model::round_rows, nullptr, amx_model::KBLOCK};
+                                 amx_model::round_rows, amx_model::count, amx_model::KBLOCK};
 
 }  // namespace uform
