@@ -128,6 +128,8 @@ void values(const Attention& a, const float* __restrict rows, const float*, int6
 
 }  // namespace
 
-void attention_task(const Attention& call, int64_t task) { run_task(call, task); }
+void attention_tasks(const Attention& call, int64_t begin, int64_t end) {
+  for (int64_t task = begin; task < end; ++task) run_task(call, task);
+}
 
 }  // namespace uform

@@ -1,5 +1,6 @@
-// Fused multi-head attention (attention.cpp, AVX-512 F; attention_avx2.cpp, AVX2 with FMA): what one
-// call computes, and its task.
+// Fused multi-head attention (attention.cpp, AVX-512 F; attention_avx2.cpp, AVX2 with FMA;
+// attention_amx.cpp and attention_amx_model.cpp, BF16 tile products): what one call computes, and
+// its task.
 #pragma once
 
 #include <cstdint>
@@ -15,8 +16,22 @@ struct Attention {
   int64_t item;  // the item a task works on (set by the task)
 };
 
-// Task (item, head) = (task / heads, task % heads); tasks touch disjoint parts of `out`.
-void attention_task(const Attention& a, int64_t task);       // AVX-512 F
-void attention_task_avx2(const Attention& a, int64_t task);  // AVX2 with FMA
+// Tasks [begin, end): task (item, head) = (task / heads, task % heads); tasks touch disjoint parts
+// of `out`.
+void attention_tasks(const Attention& a, int64_t begin, int64_t end);       // AVX-512 F, float32
+void attention_tasks_avx2(const Attention& a, int64_t begin, int64_t end);  // AVX2 with FMA, float32
+// BF16 tile products (attention_tiles.inc) at every length, so that a row's bits do not depend on
+// the length its batch pads it to: on AMX's tiles, and on the scalar model of them.
+void attention_tasks_amx(const Attention& a, int64_t begin, int64_t end);
+void attention_tasks_amx_model(const Attention& a, int64_t begin, int64_t end);
+
+using AttentionTasks = void (*)(const Attention&, int64_t, int64_t);
+// The tasks `variant`'s loads run, and the variant whose instructions they take (entries.cpp).
+AttentionTasks attention_kernel(int variant);
+int attention_needs(int variant);
+
+// How many tasks a thread takes at once: one where a task is long, more where it is short (a run of
+// tile tasks configures the tiles once: LDTILECFG and TILERELEASE were a fifth of an 8-token task).
+inline int64_t attention_chunk(int64_t tokens) { return tokens >= 64 ? 1 : 64 / (tokens > 0 ? tokens : 1); }
 
 }  // namespace uform

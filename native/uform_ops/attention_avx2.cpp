@@ -143,6 +143,8 @@ void values(const Attention& a, const float*, const float* __restrict vs, int64_
 
 }  // namespace
 
-void attention_task_avx2(const Attention& call, int64_t task) { run_task(call, task); }
+void attention_tasks_avx2(const Attention& call, int64_t begin, int64_t end) {
+  for (int64_t task = begin; task < end; ++task) run_task(call, task);
+}
 
 }  // namespace uform

@@ -57,6 +57,19 @@ bool runnable(int variant) {
   }
 }
 
+// amx: the tiles, only where they are granted; amx-model: the tile model, anywhere AVX2 runs;
+// avx512 and avx512-bf16: AVX-512's float32; avx2 and avx2-split: AVX2's.
+AttentionTasks attention_kernel(int variant) {
+  if (variant == kAMX) return attention_tasks_amx;
+  if (variant == kAMXModel) return attention_tasks_amx_model;
+  return wide_attention(variant) ? attention_tasks : attention_tasks_avx2;
+}
+
+int attention_needs(int variant) {
+  if (variant == kAMX || variant == kAMXModel) return variant;
+  return wide_attention(variant) ? kAVX512 : kAVX2;
+}
+
 }  // namespace uform
 
 using namespace uform;
@@ -165,17 +178,17 @@ UFORM_EXPORT double uform_fma_peak(int variant, int threads) {
   return best;
 }
 
-// Attention outside ONNX Runtime (for parity tests) through `variant`'s kernel (avx512-bf16 and
-// amx: AVX-512's; avx2-split and amx-model: AVX2's):
+// Attention outside ONNX Runtime (for parity tests) through `variant`'s kernel (attention_kernel):
 // answers 0, 1 for a variant this CPU cannot run, 2 for bad arguments.
 UFORM_EXPORT int uform_attention(int variant, const float* qkv, const float* mask, int mask_per_query, float* out,
                                  int64_t items, int64_t tokens, int64_t heads, int64_t head_dim, int threads) {
   if (variant < 0 || variant >= kVariants) return 1;
-  const bool wide = wide_attention(variant);
-  if (!runnable(wide ? kAVX512 : kAVX2)) return 1;
+  if (!runnable(attention_needs(variant))) return 1;
   if (items < 0 || tokens < 0 || heads < 1 || head_dim < 16 || head_dim % 16) return 2;
   const Attention a{qkv, mask, mask_per_query != 0, out, items, tokens, heads, head_dim, 0};
-  spread(items * heads, threads, [&](int64_t t) { (wide ? attention_task : attention_task_avx2)(a, t); });
+  const AttentionTasks run = attention_kernel(variant);
+  const int64_t tasks = items * heads, chunk = attention_chunk(tokens);
+  spread((tasks + chunk - 1) / chunk, threads, [&](int64_t c) { run(a, c * chunk, std::min(tasks, (c + 1) * chunk)); });
   return 0;
 }
 

@@ -252,7 +252,7 @@ const Op<kE4M3> matmul_e4m3;
 struct AttentionKernel {
   const OrtApi* api;
   int64_t heads;
-  void (*task)(const Attention&, int64_t);  // the variant's: attention_task (AVX-512) or attention_task_avx2
+  AttentionTasks run;  // the variant's (attention_kernel)
   std::string name = "ai.uform.Attention";
 };
 
@@ -297,11 +297,16 @@ OrtStatus* attend(AttentionKernel* op, OrtKernelContext* ctx) {
   a.items = items, a.tokens = tokens, a.heads = op->heads, a.head_dim = head_dim;
   struct Call {
     Attention a;
-    void (*task)(const Attention&, int64_t);
-  } call{a, op->task};
+    AttentionTasks run;
+    int64_t tasks, chunk;  // a piece of work: `chunk` tasks (attention_chunk)
+  } call{a, op->run, items * op->heads, attention_chunk(tokens)};
   return api->KernelContext_ParallelFor(
-      ctx, [](void* p, size_t i) { static_cast<const Call*>(p)->task(static_cast<const Call*>(p)->a, int64_t(i)); },
-      size_t(items * op->heads), 0, &call);
+      ctx,
+      [](void* p, size_t i) {
+        const Call& c = *static_cast<const Call*>(p);
+        c.run(c.a, int64_t(i) * c.chunk, std::min(c.tasks, (int64_t(i) + 1) * c.chunk));
+      },
+      size_t((call.tasks + call.chunk - 1) / call.chunk), 0, &call);
 }
 
 struct AttentionOp : OrtCustomOp {
@@ -317,10 +322,12 @@ struct AttentionOp : OrtCustomOp {
       int64_t variant = runnable(kAVX512) ? kAVX512 : kAVX2;  // optional: the kernels' variant (avx512-bf16 runs AVX-512's)
       if (OrtStatus* status = api->KernelInfoGetAttribute_int64(info, "variant", &variant)) api->ReleaseStatus(status);
       if (variant < 0 || variant >= kVariants) return fail(api, "ai.uform.Attention: variant must be 0 to 5");
-      const bool wide = wide_attention(int(variant));
-      if (!runnable(wide ? kAVX512 : kAVX2))
-        return api->CreateStatus(ORT_NOT_IMPLEMENTED, wide ? "ai.uform.Attention: this CPU lacks AVX-512" : "ai.uform.Attention: this CPU lacks AVX2 and FMA");
-      auto* kernel = new (std::nothrow) AttentionKernel{api, heads, wide ? attention_task : attention_task_avx2, "ai.uform.Attention"};
+      const int needs = attention_needs(int(variant));
+      if (!runnable(needs))
+        return api->CreateStatus(ORT_NOT_IMPLEMENTED, needs == kAMX      ? "ai.uform.Attention: this process cannot run the amx kernels (no tiles granted)"
+                                                      : needs == kAVX512 ? "ai.uform.Attention: this CPU lacks AVX-512"
+                                                                         : "ai.uform.Attention: this CPU lacks AVX2 and FMA");
+      auto* kernel = new (std::nothrow) AttentionKernel{api, heads, attention_kernel(int(variant)), "ai.uform.Attention"};
       if (!kernel) return api->CreateStatus(ORT_FAIL, "out of memory");
       *out = kernel;
       return nullptr;
