@@ -187,7 +187,7 @@ UFORM_EXPORT int uform_attention(int variant, const float* qkv, const float* mas
   if (items < 0 || tokens < 0 || heads < 1 || head_dim < 16 || head_dim % 16) return 2;
   const Attention a{qkv, mask, mask_per_query != 0, out, items, tokens, heads, head_dim, 0};
   const AttentionTasks run = attention_kernel(variant);
-  const int64_t tasks = items * heads, chunk = attention_chunk(tokens);
+  const int64_t tasks = items * heads, chunk = attention_chunk(tokens, tasks);
   spread((tasks + chunk - 1) / chunk, threads, [&](int64_t c) { run(a, c * chunk, std::min(tasks, (c + 1) * chunk)); });
   return 0;
 }

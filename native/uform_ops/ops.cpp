@@ -299,7 +299,7 @@ OrtStatus* attend(AttentionKernel* op, OrtKernelContext* ctx) {
     Attention a;
     AttentionTasks run;
     int64_t tasks, chunk;  // a piece of work: `chunk` tasks (attention_chunk)
-  } call{a, op->run, items * op->heads, attention_chunk(tokens)};
+  } call{a, op->run, items * op->heads, attention_chunk(tokens, items * op->heads)};
   return api->KernelContext_ParallelFor(
       ctx,
       [](void* p, size_t i) {
