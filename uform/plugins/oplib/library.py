@@ -190,9 +190,10 @@ class OpLibrary:
         threads: int = 1,
         variant: str = "avx512",
     ) -> np.ndarray:
-        """The ``Attention`` op outside ONNX Runtime, through ``variant``'s kernel (AVX2's for
-        ``avx2`` and ``avx2-split``, AVX-512's for the others): ``qkv`` float32 [items * tokens, 3W]; ``mask``
-        additive, [items, tokens] (padding), or [tokens, tokens] when ``causal``."""
+        """The ``Attention`` op outside ONNX Runtime, through ``variant``'s kernel (AVX2's float32
+        for ``avx2`` and ``avx2-split``, the tiles' for ``amx`` and their scalar model for
+        ``amx-model``, AVX-512's float32 for the others): ``qkv`` float32 [items * tokens, 3W];
+        ``mask`` additive, [items, tokens] (padding), or [tokens, tokens] when ``causal``."""
         qkv = np.ascontiguousarray(qkv, np.float32)
         rows, triple = qkv.shape
         tokens, width = rows // max(items, 1), triple // 3
