@@ -2,7 +2,7 @@
 // x 32 a product) with float32 sums, over tiles.inc's micro-kernel. Activations are rounded to
 // BF16 once per product and weights decode to BF16 exactly, as for avx512-bf16, whose AVX-512
 // pieces (rounding, E4M3 decoding) these kernels share. E4M3 panels are decoded into the
-// thread's BF16 panel once and reused for all the rows of its tasks (tiles.inc).
+// thread's BF16 slots once and reused for all the row blocks of its tasks (tiles.inc).
 //
 // Every product runs on the tiles, whatever its rows, so that a row's bits are the same in any
 // batch: VDPBF16PS sums a column's products in one chain, a tile in two (even and odd k) over
