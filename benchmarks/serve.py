@@ -46,6 +46,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -347,28 +348,35 @@ sys.exit(main(["serve", *sys.argv[1:]]))
 """
 
 
-def guard_rounds(guarded: Served, bare: Served, kind: str, body: bytes, clients: int, seconds: float, rounds: int) -> dict[str, Any]:
-    """``rounds`` rounds of one point on the server with its guard and without it, in turns
-    (which goes first alternates), the in-process 64 texts between; each round's figures and
-    the medians of their ratios."""
+def in_turns(x: Served, y: Served, kind: str, body: bytes, clients: int, seconds: float, rounds: int) -> Iterator[tuple[int, tuple[dict[str, Any], dict[str, Any]], float]]:
+    """``rounds`` rounds of one point on two servers in turns (which goes first alternates), the
+    in-process ``text_encode`` of 64 texts between them (both servers idle): each round's number,
+    the two servers' figures (x's, y's) and the in-process CPU seconds a text."""
     import uform
 
-    out = []
     with uform.Model.load_ram() as model:
         arena = uform.Arena()
         batch64(model, arena, 0.2)  # warm-up
         for r in range(rounds):
-            first, second = (guarded, bare) if r % 2 == 0 else (bare, guarded)
+            first, second = (x, y) if r % 2 == 0 else (y, x)
             got = {id(first): measured(first, kind, body, clients, seconds)}
             _, cpu_per_text = batch64(model, arena, min(seconds, 2.0))
             got[id(second)] = measured(second, kind, body, clients, seconds)
-            row: dict[str, Any] = {"round": r, "in_process_cpu_ms_per_text_batch64": round(cpu_per_text * 1000, 4)}
-            for name, server in (("guard", guarded), ("no_guard", bare)):
-                g = got[id(server)]
-                row |= {f"{name}_{k}": g[k] for k in ("rps", "server_cpu_ms_per_request", "server_loop_cpu_ms_per_request", "text_batch_mean", "errors", "other_cpu_share")}
-                row[f"{name}_vs_in_process_batch64"] = round(g["server_cpu_ms_per_request"] / (cpu_per_text * 1000), 3)
-            out.append(row)
-            print(json.dumps(row), flush=True)
+            yield r, (got[id(x)], got[id(y)]), cpu_per_text
+
+
+def guard_rounds(guarded: Served, bare: Served, kind: str, body: bytes, clients: int, seconds: float, rounds: int) -> dict[str, Any]:
+    """``rounds`` rounds of one point on the server with its guard and without it, in turns
+    (which goes first alternates), the in-process 64 texts between; each round's figures and
+    the medians of their ratios."""
+    out = []
+    for r, (guard, no_guard), cpu_per_text in in_turns(guarded, bare, kind, body, clients, seconds, rounds):
+        row: dict[str, Any] = {"round": r, "in_process_cpu_ms_per_text_batch64": round(cpu_per_text * 1000, 4)}
+        for name, g in (("guard", guard), ("no_guard", no_guard)):
+            row |= {f"{name}_{k}": g[k] for k in ("rps", "server_cpu_ms_per_request", "server_loop_cpu_ms_per_request", "text_batch_mean", "errors", "other_cpu_share")}
+            row[f"{name}_vs_in_process_batch64"] = round(g["server_cpu_ms_per_request"] / (cpu_per_text * 1000), 3)
+        out.append(row)
+        print(json.dumps(row), flush=True)
     median = {k: round(float(np.median([row[k] for row in out])), 4) for k in out[0] if k != "round"}
     ratios = {"rps_guard_over_no_guard": round(float(np.median([r["guard_rps"] / r["no_guard_rps"] for r in out])), 3),
               "cpu_guard_over_no_guard": round(float(np.median([r["guard_server_cpu_ms_per_request"] / r["no_guard_server_cpu_ms_per_request"] for r in out])), 3),
@@ -381,22 +389,12 @@ def paired(on: Served, off: Served, kind: str, body: bytes, clients: int, second
     and between them the in-process ``text_encode`` of 64 texts (both servers idle): each
     round's requests/s and server CPU a request, their ratios (batching on / off), and the
     batching server's CPU a request over the in-process CPU a text of the same round."""
-    import uform
-
     out = []
-    with uform.Model.load_ram() as model:
-        arena = uform.Arena()
-        batch64(model, arena, 0.2)  # warm-up
-        for r in range(rounds):
-            first, second = (on, off) if r % 2 == 0 else (off, on)
-            got = {id(first): measured(first, kind, body, clients, seconds)}
-            _, cpu_per_text = batch64(model, arena, min(seconds, 2.0))
-            got[id(second)] = measured(second, kind, body, clients, seconds)
-            a, b = got[id(on)], got[id(off)]
-            out.append({"clients": clients, "rps": a["rps"], "rps_batching_off": b["rps"], "throughput_ratio": round(a["rps"] / b["rps"], 3),
-                        "server_cpu_ms_per_request": a["server_cpu_ms_per_request"], "server_cpu_ms_per_request_batching_off": b["server_cpu_ms_per_request"],
-                        "in_process_cpu_ms_per_text_batch64": round(cpu_per_text * 1000, 4),
-                        "server_cpu_vs_in_process_batch64": round(a["server_cpu_ms_per_request"] / (cpu_per_text * 1000), 3)})  # fmt: skip
+    for _, (a, b), cpu_per_text in in_turns(on, off, kind, body, clients, seconds, rounds):
+        out.append({"clients": clients, "rps": a["rps"], "rps_batching_off": b["rps"], "throughput_ratio": round(a["rps"] / b["rps"], 3),
+                    "server_cpu_ms_per_request": a["server_cpu_ms_per_request"], "server_cpu_ms_per_request_batching_off": b["server_cpu_ms_per_request"],
+                    "in_process_cpu_ms_per_text_batch64": round(cpu_per_text * 1000, 4),
+                    "server_cpu_vs_in_process_batch64": round(a["server_cpu_ms_per_request"] / (cpu_per_text * 1000), 3)})  # fmt: skip
     return out
 
 

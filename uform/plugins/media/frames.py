@@ -149,6 +149,20 @@ def fit(image: Image.Image, size: int) -> np.ndarray:
     return np.ascontiguousarray(array[top : top + size, left : left + size])
 
 
+def region(width: int, height: int, size: int, target: tuple[int, int]) -> tuple[float, float, float, float, int, int]:
+    """Where the central ``size × size`` of a ``width × height`` picture resized to ``target``
+    lies in the picture: its columns ``[x0, x1)`` and rows ``[y0, y1)`` (Pillow's boxes), and the
+    source rows ``[r0, r1)`` the vertical pass reads (its taps: 2 source pixels, times the scale
+    when shrinking, plus one)."""
+    tw, th = target
+    left, top = (tw - size) // 2, (th - size) // 2
+    sx, sy = width / tw, height / th
+    x0, x1 = (0.0, float(width)) if tw == size else (left * sx, (left + size) * sx)
+    y0, y1 = (0.0, float(height)) if th == size else (top * sy, (top + size) * sy)
+    reach = 2 * max(sy, 1.0) + 1
+    return x0, x1, y0, y1, max(0, math.floor(y0 - reach)), min(height, math.ceil(y1 + reach))
+
+
 def fit_region(image: Image.Image, size: int, target: tuple[int, int], resample: int | None = None) -> np.ndarray:
     """The central ``size × size`` of ``image`` resized to ``target``, resampling only what it needs.
 
@@ -164,13 +178,8 @@ def fit_region(image: Image.Image, size: int, target: tuple[int, int], resample:
     from PIL import Image
 
     w, h = image.size
-    (tw, th), bicubic = target, Image.Resampling.BICUBIC if resample is None else resample
-    left, top = (tw - size) // 2, (th - size) // 2
-    sx, sy = w / tw, h / th
-    x0, x1 = (0.0, float(w)) if tw == size else (left * sx, (left + size) * sx)
-    y0, y1 = (0.0, float(h)) if th == size else (top * sy, (top + size) * sy)
-    reach = 2 * max(sy, 1.0) + 1
-    r0, r1 = max(0, math.floor(y0 - reach)), min(h, math.ceil(y1 + reach))
+    bicubic = Image.Resampling.BICUBIC if resample is None else resample
+    x0, x1, y0, y1, r0, r1 = region(w, h, size, target)
     rows = image.crop((0, r0, w, r1)).resize((size, r1 - r0), bicubic, box=(x0, 0, x1, r1 - r0))
     return np.asarray(rows.resize((size, size), bicubic, box=(0, y0 - r0, size, y1 - r0)))
 

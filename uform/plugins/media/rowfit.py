@@ -122,12 +122,7 @@ class RowFit:
         # across: (out columns, x0, x1); down: (input rows, y0, y1, output rows, the picture's row of input row 0);
         # keep: the output rows the crop keeps; left: the first column it keeps
         if how.resize != "square" and tw * th > frames.FULL_RESIZE_AREA * s * s:  # frames.fit_region's two calls
-            left, top = (tw - s) // 2, (th - s) // 2
-            sx, sy = width / tw, height / th
-            x0, x1 = (0.0, float(width)) if tw == s else (left * sx, (left + s) * sx)
-            y0, y1 = (0.0, float(height)) if th == s else (top * sy, (top + s) * sy)
-            reach = 2 * max(sy, 1.0) + 1
-            r0, r1 = max(0, math.floor(y0 - reach)), min(height, math.ceil(y1 + reach))
+            x0, x1, y0, y1, r0, r1 = frames.region(width, height, s, (tw, th))
             across = (s, x0, x1)
             down = (r1 - r0, y0 - r0, y1 - r0, s, r0)
             self.down_first, keep, self.left = False, (0, s), 0
