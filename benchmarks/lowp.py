@@ -42,7 +42,7 @@ of 8 of them in one call, and of a 52-byte text — the texts a search sends —
 ``queries`` part, the same again with every uform run loaded in one process and called in
 turns (ratios that see the same machine, where runs minutes apart drift). Then the kernels
 alone, each as the towers run it (one of the library's ops in an ONNX Runtime session): the
-four products of a base block (qkv, out, fc1, fc2; k = 768, 3072) at m = 16, 87 and 5,568 rows (a short query, one 86-byte text, 64 of them), BF16 and E4M3 weights, for
+four products of a base block (qkv, out, fc1, fc2; k = 768, 3072) at m = 16, 87 and 5,568 rows (a short query, one 86-byte text, 64 of them; ``--kernel-rows``), BF16 and E4M3 weights, for
 every variant this CPU runs (``amx-model``, the scalar model of the tiles, excepted): GFLOP/s
 and the share of the variant's peak as measured here (``OpLibrary.fma_peak``: 12
 register-only FMA chains a thread for AVX2's variants, 4 TDPBF16PS chains for ``amx``, in the
@@ -287,7 +287,7 @@ def load(run: str, path: Path) -> Any:
     return uform.Model.load_ram(path, quantization=quantization, cpu_class=uform.CPUClass(pin.rstrip("]")) if pin else None)
 
 
-def kernels(seconds: float) -> list[dict[str, Any]]:
+def kernels(seconds: float, ms: tuple[int, ...] = KERNEL_ROWS) -> list[dict[str, Any]]:
     """GFLOP/s of a base block's four products through each variant this CPU runs, each as
     the towers run it (one ``ai.uform`` node in an ONNX Runtime session, its packed weights
     fed with every run, on the session's intra-op pool), and the share of the class's FMA
@@ -311,7 +311,7 @@ def kernels(seconds: float) -> list[dict[str, Any]]:
                 packed, scale = lib.pack(variant, w, e4m3, threads)
                 feeds = {"w": packed} | ({"scale": scale} if scale is not None else {})
                 runs.append((lib.product_session(variant, e4m3, n, w.shape[1], packed.size, threads), feeds, *w.shape))
-            for m in KERNEL_ROWS:
+            for m in ms:
                 flops, spent = 0.0, 0.0
                 for sess, feeds, n, k in runs:
                     x = rng.standard_normal((m, k)).astype(np.float32)
@@ -323,10 +323,10 @@ def kernels(seconds: float) -> list[dict[str, Any]]:
                     "of peak": f"{100 * gflops * 1e9 / peak:.0f} %" if peak else "no probe",
                     "peak GFLOP/s": f"{peak / 1e9:.0f}" if peak else "",
                 })  # fmt: skip
-    return rows + torch_kernels(weights, threads, peaks.get("amx"), seconds)  # the share of the same peak as amx's rows
+    return rows + torch_kernels(weights, threads, peaks.get("amx"), seconds, ms)  # the share of the same peak as amx's rows
 
 
-def torch_kernels(weights: dict[str, Any], threads: int, peak: float | None, seconds: float) -> list[dict[str, Any]]:
+def torch_kernels(weights: dict[str, Any], threads: int, peak: float | None, seconds: float, ms: tuple[int, ...] = KERNEL_ROWS) -> list[dict[str, Any]]:
     """The kernels' peer: PyTorch's own BF16 product (``torch.nn.functional.linear`` over BF16
     activations and weights: oneDNN, on AMX tiles where the CPU has them) on the same four
     products and rows, ``threads`` threads, the activations already BF16 (the kernels' times
@@ -340,7 +340,7 @@ def torch_kernels(weights: dict[str, Any], threads: int, peak: float | None, sec
     ws = {name: torch.from_numpy(w.view(np.uint16).astype(np.int16)).view(torch.bfloat16) for name, w in weights.items()}
     rows = []
     with torch.inference_mode():
-        for m in KERNEL_ROWS:
+        for m in ms:
             flops, spent = 0.0, 0.0
             for w in ws.values():
                 n, k = w.shape
@@ -410,6 +410,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=2.0)
     parser.add_argument("--runs", default=",".join(RUNS))
     parser.add_argument("--parts", default="towers,turns,queries,kernels,full-load", help="which of towers, turns, queries, kernels, full-load, huge-pages, epilogues to run (the last two only when named)")
+    parser.add_argument("--kernel-rows", default=",".join(map(str, KERNEL_ROWS)), help="the kernels part's rows (m), comma-separated")
     parser.add_argument("--worker", nargs=3, metavar=("RUN", "CHECKPOINT", "TOWER"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -504,7 +505,7 @@ def main() -> None:
             from uform.plugins.oplib.library import OpLibraryError
 
             try:
-                results["kernels"] = kernels(args.seconds)
+                results["kernels"] = kernels(args.seconds, tuple(int(m) for m in args.kernel_rows.split(",")))
                 print("\nkernels alone: a base block's four products (qkv, out, fc1, fc2), GFLOP/s")
                 print(table(results["kernels"], list(results["kernels"][0])))
             except OpLibraryError as exc:  # the fallback: nothing of the library to time

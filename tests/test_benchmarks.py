@@ -17,7 +17,7 @@ RUNS = {  # script → (smallest arguments, keys its result file must have)
     "audio": (["--presets", "tiny", "--items", "4", "--threads", "1", "--seconds", "0.02"], {"items", "presets"}),
     "choose": (["--presets", "tiny", "--seconds", "0.02", "--examples", "200"], {"throughput", "calibration"}),
     "lowp": (
-        ["--towers", "text:tiny,image:tiny", "--seconds", "0.02", "--parts", "towers,turns,queries,kernels,huge-pages,epilogues",
+        ["--towers", "text:tiny,image:tiny", "--seconds", "0.02", "--parts", "towers,turns,queries,kernels,huge-pages,epilogues", "--kernel-rows", "16,87",
          "--runs", "uform f32,uform bf16,uform e4m3 dql,ort int8 nbits,torch bf16 autocast,torch fp32 [avx2]"],
         {"variant", "cpu_class", "runs", "turns", "queries", "queries_interleaved", "kernels", "huge_pages", "epilogues", "goals"},
     ),  # fmt: skip

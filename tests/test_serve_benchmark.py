@@ -31,10 +31,10 @@ def test_serve_benchmark_runs(tmp_path: Path) -> None:
 def test_serve_benchmark_guard_rounds_run(tmp_path: Path) -> None:
     """``--texts-only --guard-rounds``: the server with its guard and without it, in turns."""
     env = {**os.environ, "UFORM_BENCHMARK_RESULTS": str(tmp_path)}
-    args = ["--seconds", "0.3", "--clients", "32", "--client", "asyncio", "--texts-only", "--guard-rounds", "2"]
+    args = ["--seconds", "0.3", "--clients", "32", "--client", "asyncio", "--texts-only", "--guard-rounds", "1"]
     done = subprocess.run([sys.executable, str(SCRIPT), *args], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
     guard = json.loads((tmp_path / "serve-guard.json").read_text())["guard"]
-    assert [row["round"] for row in guard["rounds"]] == [0, 1]
+    assert [row["round"] for row in guard["rounds"]] == [0]
     assert all(row[f"{name}_errors"] == 0 and row[f"{name}_rps"] > 0 for row in guard["rounds"] for name in ("guard", "no_guard"))
     assert guard["median_ratios"]["cpu_guard_over_no_guard"] > 0
