@@ -69,7 +69,7 @@ ops = Extension(
     sources=[str(p.relative_to(ROOT)) for p in sorted(NATIVE.glob("*.cpp"))],
     depends=[str(p.relative_to(ROOT)) for p in sorted(NATIVE.glob("*.[hi]*"))],
     include_dirs=[str(NATIVE.relative_to(ROOT))],
-    extra_compile_args=["-O3", "-std=c++17", "-fvisibility=hidden", "-fno-math-errno", "-Wno-psabi"],  # psabi: the amx model passes 64-byte vectors on a baseline build
+    extra_compile_args=["-O3", "-std=c++17", "-fvisibility=hidden", "-fno-math-errno", "-ffp-contract=off", "-Wno-psabi"],  # fp-contract: a fused multiply-add only where the source writes one (a variant and its scalar model compute the same bits); psabi: the amx model passes 64-byte vectors on a baseline build
     language="c++",
     optional=True,  # BuildOps records why it was not built; the package installs without it
 )
