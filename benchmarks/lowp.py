@@ -51,8 +51,9 @@ CPU has them) on the same products and rows, its share of the tile peak. And
 ``--full-load``: the full base checkpoint (every tower, 823 MiB), load over read. Named
 only: ``huge-pages`` (each e4m3-backend run loaded twice in one process, its packed weights in
 4 KiB pages and in huge pages) and ``epilogues`` (loaded twice, GELU and residual adds as ONNX
-Runtime's nodes and inside the products), each pair called in turns on the short queries, one
-86-byte text (and, for ``epilogues``, 64 of them): the median ratio of each turn's times. Last,
+Runtime's nodes and inside the products) and ``handoff`` (fc1's output to fc2 as float32 and
+handed over as BF16), each pair called in turns on the short queries, one 86-byte text (and,
+for ``epilogues`` and ``handoff``, 64 of them): the median ratio of each turn's times. Last,
 the AVX2 goals and, where OpenVINO ran, the AMX goals (OpenVINO, PyTorch and the float32 path
 as peers), each read from the rows that measure it fairly (``lowp_goals.py``), met or not.
 
@@ -409,7 +410,7 @@ def main() -> None:
     parser.add_argument("--towers", default="text:small,text:base,image:base")
     parser.add_argument("--seconds", type=float, default=2.0)
     parser.add_argument("--runs", default=",".join(RUNS))
-    parser.add_argument("--parts", default="towers,turns,queries,kernels,full-load", help="which of towers, turns, queries, kernels, full-load, huge-pages, epilogues to run (the last two only when named)")
+    parser.add_argument("--parts", default="towers,turns,queries,kernels,full-load", help="which of towers, turns, queries, kernels, full-load, huge-pages, epilogues, handoff to run (the last three only when named)")
     parser.add_argument("--kernel-rows", default=",".join(map(str, KERNEL_ROWS)), help="the kernels part's rows (m), comma-separated")
     parser.add_argument("--worker", nargs=3, metavar=("RUN", "CHECKPOINT", "TOWER"), help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -514,6 +515,7 @@ def main() -> None:
         pairs = {  # the parts that load each run twice (paired): what differs, and what ms and ratio are
             "huge-pages": (huge_pages, "packed weights in 4 KiB pages (UFORM_HUGE_PAGES=0) and in huge pages", "in 4 KiB pages", "in huge pages"),
             "epilogues": (epilogues, "GELU and residual adds as ONNX Runtime nodes and inside the products", "as nodes", "fused"),
+            "handoff": (handoff, "fc1's output to fc2 as float32 and handed over as BF16", "float32", "handed over"),
         }  # fmt: skip
         for part, (measure_pair, what, before, after) in pairs.items():
             if part not in parts:
@@ -719,6 +721,30 @@ def epilogues(path: Path, runs: list[str], seconds: float) -> list[dict[str, Any
                 pair[side] = load(run, path)
         finally:
             e4m3.FUSE_EPILOGUES = True
+        rows.append({"run": run} | paired(pair, inputs, seconds))
+        for model in pair.values():
+            model.close()
+    return rows
+
+
+def handoff(path: Path, runs: list[str], seconds: float) -> list[dict[str, Any]]:
+    """The e4m3 backend's runs of ``runs``, each loaded twice in this process (fc1's output
+    to fc2 as float32, ``e4m3.HAND_OVER = False``, and handed over as BF16) and called in turns
+    (:func:`paired`) on the short queries, one text of ``TEXT_BYTES`` and 64 of them: ``ms``
+    as float32, ``ratio`` the time handed over over it. Where the kernels read x as float32
+    nothing is handed over, and the ratio is 1 but for noise."""
+    from uform.plugins import e4m3
+
+    inputs = query_inputs() | {f"64 x {TEXT_BYTES} B": (texts(64), 5)}
+    rows = []
+    for run in (r for r in runs if r.startswith("uform") and "dql" not in r):
+        pair = {}
+        try:
+            for side, hand in (("before", False), ("after", True)):
+                e4m3.HAND_OVER = hand
+                pair[side] = load(run, path)
+        finally:
+            e4m3.HAND_OVER = True
         rows.append({"run": run} | paired(pair, inputs, seconds))
         for model in pair.values():
             model.close()

@@ -43,6 +43,10 @@ struct Gemm {
   const float* residual = nullptr;  // [m, n] added last, or null
   int activation = kIdentity;
   struct Claim* claims = nullptr;  // kMaxClaims zeroed words (Claims) for the tasks that hand out panels (PanelSpans)
+  // Where set (bf16_x variants, n a multiple of a tile's 32 values), y goes to the next product
+  // instead: act(...) + residual rounded to BF16 as round_rows rounds x, in Gemm::xb's layout for
+  // an x of k = n ([m + kXRowsPad, n] elements; the padding rows not written); y is not used.
+  uint16_t* yb = nullptr;
 };
 
 constexpr int64_t kMaxClaims = 64;  // tasks of a product that may hand out its panels as they go (Gemm::claims)
@@ -99,6 +103,9 @@ inline int64_t panel_depth(int64_t k, const Kernel& kern) {
   return (k + block - 1) / block * block;
 }
 inline int64_t k_padded(int64_t k, const Kernel& kern) { return (panel_depth(k, kern) + 1) / 2 * 2; }
+// Whether y of `n` columns may be handed to the next product as BF16 (Gemm::yb): a bf16_x
+// variant, n its own padded width (a multiple of 32 serves every variant).
+inline bool hands_bf16(int64_t n, const Kernel& kern) { return kern.bf16_x && n > 0 && k_padded(n, kern) == n; }
 
 // Elements of one packed panel, and of the whole packed matrix.
 inline int64_t panel_elements(int64_t k, const Kernel& kern) { return panel_depth(k, kern) * kern.nr; }

@@ -92,6 +92,14 @@ static inline void release_tiles() { _tile_release(); }
 #define UFORM_VFMA(a, b, c) _mm512_fmadd_ps(a, b, c)
 #define STORE_STREAM(p, v) _mm512_stream_ps(p, (__m512)(v))
 #define STREAM_FENCE() _mm_sfence()
+#define HAND_BF16(p, v, stream)                                                    \
+  do {                                                                             \
+    const __m256i bits_ = (__m256i)_mm512_cvtneps_pbh((__m512)(v));                \
+    if (stream)                                                                    \
+      _mm256_stream_si256(reinterpret_cast<__m256i*>(p), bits_);                   \
+    else                                                                           \
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), bits_);                   \
+  } while (0)
 #define FETCH_L2(p) _mm_prefetch(p, _MM_HINT_T1)
 
 static void decode(const uint8_t* codes, uint32_t* out, int64_t count) {
@@ -102,6 +110,7 @@ static void decode(const uint8_t* codes, uint32_t* out, int64_t count) {
 #undef UFORM_VFMA
 #undef STORE_STREAM
 #undef STREAM_FENCE
+#undef HAND_BF16
 #undef FETCH_L2
 
 static inline __mmask16 lanes(int64_t count) {

@@ -27,6 +27,20 @@ namespace amx_model {
 #define STREAM_FENCE() ((void)0)
 #define FETCH_L2(p) __builtin_prefetch(p, 0, 2)
 
+// x rounded to BF16 as VCVTNE2PS2BF16 rounds it (to nearest even, subnormals to zero, a NaN quiet).
+static inline uint16_t round_bf16(float value) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, 4);
+  if ((bits & 0x7F800000u) == 0) bits &= 0x80000000u;
+  const bool nan = (bits & 0x7FFFFFFFu) > 0x7F800000u;
+  return nan ? uint16_t(bits >> 16 | 0x40) : uint16_t((bits + 0x7FFFu + (bits >> 16 & 1)) >> 16);
+}
+
+#define HAND_BF16(p, v, stream)                                  \
+  do {                                                           \
+    for (int i_ = 0; i_ < 16; ++i_) (p)[i_] = round_bf16((v)[i_]); \
+  } while (0)
+
 static void decode(const uint8_t* codes, uint32_t* out, int64_t count) {
   uint16_t* dst = reinterpret_cast<uint16_t*>(out);
   for (int64_t i = 0; i < count; ++i) dst[i] = e4m3_to_bf16[codes[i]];
@@ -37,18 +51,12 @@ static void decode(const uint8_t* codes, uint32_t* out, int64_t count) {
 #undef STORE_STREAM
 #undef STREAM_FENCE
 #undef FETCH_L2
+#undef HAND_BF16
 
-// x rounded to BF16 as VCVTNE2PS2BF16 rounds it (to nearest even, subnormals to zero, a NaN
-// quiet), into the tiles' blocks (x_at).
+// x rounded to BF16 (round_bf16) into the tiles' blocks (x_at).
 static void round_rows(const float* x, int64_t k, uint16_t* xb, int64_t kpad, int64_t begin, int64_t end) {
   for (int64_t r = begin; r < end; ++r) {
-    for (int64_t i = 0; i < k; ++i) {
-      uint32_t bits;
-      std::memcpy(&bits, x + r * k + i, 4);
-      if ((bits & 0x7F800000u) == 0) bits &= 0x80000000u;
-      const bool nan = (bits & 0x7FFFFFFFu) > 0x7F800000u;
-      xb[x_at(r, i, kpad)] = nan ? uint16_t(bits >> 16 | 0x40) : uint16_t((bits + 0x7FFFu + (bits >> 16 & 1)) >> 16);
-    }
+    for (int64_t i = 0; i < k; ++i) xb[x_at(r, i, kpad)] = round_bf16(x[r * k + i]);
     for (int64_t i = k; i < kpad; ++i) xb[x_at(r, i, kpad)] = 0;
   }
 }

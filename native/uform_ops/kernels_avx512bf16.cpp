@@ -40,13 +40,15 @@ static inline bool rows_outer(const Gemm&, int64_t) { return false; }  // tasks 
 
 static inline int64_t depth(const Gemm& g) { return g.kpad / 2; }
 
+#define UFORM_HANDS_BF16
 #include "sums512.inc"
+#undef UFORM_HANDS_BF16
 
 template <int R>
 static inline void micro(const Gemm& g, int64_t row, int64_t n0, const Panel* panel, int64_t begin, int64_t end,
-                         bool first, bool last) {
+                         bool first, bool last, float* held) {
   __m512 acc[R][V];
-  load_sums<R, V>(g, row, n0, first, last, acc);
+  load_sums<R, V>(g, row, n0, first, last, acc, held);
   const int32_t* x = reinterpret_cast<const int32_t*>(g.xb + row * g.kpad);
   const int64_t stride = g.kpad / 2;
   for (int64_t p = begin; p < end; ++p) {
@@ -60,7 +62,7 @@ static inline void micro(const Gemm& g, int64_t row, int64_t n0, const Panel* pa
       for (int v = 0; v < V; ++v) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], a, b[v]);
     }
   }
-  store_sums<R, V>(g, row, n0, last, acc);
+  store_sums<R, V>(g, row, n0, last, acc, held);
 }
 
 #include "tiling.inc"

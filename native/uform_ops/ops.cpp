@@ -10,7 +10,14 @@
 // 1 avx512, 2 avx512-bf16, 3 avx2-split, 4 amx, 5 amx-model) naming the kernels, `n` the output width and,
 // optionally, `threads` the session's intra-op threads (variants that cut a product by its
 // shape size tasks to it) and `activation` (0 or absent: none; 1: GELU, exact; 2: GELU,
-// tanh's approximation; 3: quick GELU, x * sigmoid(1.702 x)); and
+// tanh's approximation; 3: quick GELU, x * sigmoid(1.702 x));
+//   MatMulBF16Handoff, MatMulE4M3Handoff: the same, with y handed to the one product that reads it
+// as its x, rounded to BF16 as that product would round it and laid out as its kernels read x
+// (Gemm::yb): uint16 [m + 16, n] for m rows (16 rows of padding the kernels may read), for the
+// variants whose products read x as BF16 (avx512-bf16, amx, amx-model) with n a multiple of 32.
+// The product reading it takes that as X, with the attribute `k` (= the handing product's n):
+// one pass over memory instead of a float32 y written, read, rounded, written again and read,
+// and the same bits. Every product's X is either; and
 //   Attention(qkv: float[B * T, 3 * W], shape: int64[2] = (B, T), mask?: float) -> float[B * T, W]
 // multi-head attention of `heads` heads over a fused qkv projection, the additive mask
 // [B, 1, 1, T] (padding) or [T, T] (causal), float32 throughout, with the optional attribute
@@ -41,6 +48,8 @@ struct OpKernel {
   std::string name;
   int64_t threads;  // the session's intra-op threads (attribute `threads`; 0 when absent)
   int activation;   // attribute `activation` (kIdentity when absent)
+  bool hands;       // y handed to the next product as BF16 (the ...Handoff ops)
+  int64_t k;        // attribute `k`: X's width where it is handed over as BF16 (0 when absent)
 };
 
 struct Parallel {
@@ -70,6 +79,20 @@ OrtStatus* shape_of(const OrtApi* api, const OrtValue* value, std::vector<int64_
   return status;
 }
 
+// Whether `value` holds BF16 bits handed over (uint16), not float32 (any other type is refused).
+OrtStatus* element_type(const OrtApi* api, const std::string& name, const OrtValue* value, bool& bf16) {
+  OrtTensorTypeAndShapeInfo* info = nullptr;
+  ORT_TRY(api->GetTensorTypeAndShape(value, &info));
+  ONNXTensorElementDataType type = ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
+  OrtStatus* status = api->GetTensorElementType(info, &type);
+  api->ReleaseTensorTypeAndShapeInfo(info);
+  if (status) return status;
+  bf16 = type == ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT16;
+  if (!bf16 && type != ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT)
+    return fail(api, name + ": x must be float32, or uint16 BF16 bits handed over by a ...Handoff product");
+  return nullptr;
+}
+
 OrtStatus* compute(OpKernel* op, OrtKernelContext* ctx) {
   const OrtApi* api = op->api;
   size_t inputs = 0;
@@ -85,8 +108,18 @@ OrtStatus* compute(OpKernel* op, OrtKernelContext* ctx) {
   std::vector<int64_t> xd, wd, sd, bd, rd;
   ORT_TRY(shape_of(api, x, xd));
   ORT_TRY(shape_of(api, w, wd));
-  if (xd.empty() || xd.back() < 1) return fail(api, op->name + ": x must be [..., k] with k > 0");
-  const int64_t n = op->n, k = xd.back();
+  bool handed = false;  // x arrives as BF16 from a ...Handoff product
+  ORT_TRY(element_type(api, op->name, x, handed));
+  const Kernel* kern = op->kern;
+  if (handed) {
+    if (!kern->bf16_x || op->k < 1 || !hands_bf16(op->k, *kern))
+      return fail(api, op->name + ": x handed over as BF16 needs the attribute k (a multiple of 32) and a variant whose products read x as BF16, not " + kern->name);
+    if (xd.size() != 2 || xd[0] < kXRowsPad || xd[1] != op->k)
+      return fail(api, op->name + ": x handed over as BF16 must be [m + " + std::to_string(kXRowsPad) + ", k] with k = " + std::to_string(op->k));
+  } else if (xd.empty() || xd.back() < 1) {
+    return fail(api, op->name + ": x must be [..., k] with k > 0");
+  }
+  const int64_t n = op->n, k = handed ? op->k : xd.back();
   int64_t held = 1;
   for (int64_t d : wd) held *= d;
   if (held != packed_elements(n, k, *op->kern))
@@ -100,21 +133,25 @@ OrtStatus* compute(OpKernel* op, OrtKernelContext* ctx) {
     ORT_TRY(shape_of(api, bias, bd));
     if (bd.size() != 1 || bd[0] != n) return fail(api, op->name + ": bias must be [n]");
   }
-  int64_t m = 1;
-  for (size_t i = 0; i + 1 < xd.size(); ++i) m *= xd[i];
-  std::vector<int64_t> yd = xd;
+  int64_t m = handed ? xd[0] - kXRowsPad : 1;
+  for (size_t i = 0; !handed && i + 1 < xd.size(); ++i) m *= xd[i];
+  std::vector<int64_t> yd = handed ? std::vector<int64_t>{m, n} : xd;  // y's shape, as the residual has it
   yd.back() = n;
   if (residual) {
     ORT_TRY(shape_of(api, residual, rd));
     if (rd != yd) return fail(api, op->name + ": residual must have the output's shape [..., n]");
   }
+  const std::vector<int64_t> out_dims = op->hands ? std::vector<int64_t>{m + kXRowsPad, n} : yd;
   OrtValue* y = nullptr;
-  ORT_TRY(api->KernelContext_GetOutput(ctx, 0, yd.data(), yd.size(), &y));
+  ORT_TRY(api->KernelContext_GetOutput(ctx, 0, out_dims.data(), out_dims.size(), &y));
   if (m == 0 || n == 0) return nullptr;
   Gemm g{};
   void* data = nullptr;
   ORT_TRY(api->GetTensorMutableData(const_cast<OrtValue*>(x), &data));
-  g.x = static_cast<const float*>(data);
+  if (handed)
+    g.xb = static_cast<const uint16_t*>(data);
+  else
+    g.x = static_cast<const float*>(data);
   ORT_TRY(api->GetTensorMutableData(const_cast<OrtValue*>(w), &data));
   g.w = data;
   if (scale) {
@@ -131,13 +168,15 @@ OrtStatus* compute(OpKernel* op, OrtKernelContext* ctx) {
   }
   g.activation = op->activation;
   ORT_TRY(api->GetTensorMutableData(y, &data));
-  g.y = static_cast<float*>(data);
-  const Kernel* kern = op->kern;
+  if (op->hands)
+    g.yb = static_cast<uint16_t*>(data);
+  else
+    g.y = static_cast<float*>(data);
   g.m = m, g.n = n, g.k = k, g.kpad = k_padded(k, *kern), g.wtype = op->wtype;
   g.serial = next_serial();
   g.threads = op->threads;
   Parallel par{&g, kern, nullptr, 64};
-  if (kern->bf16_x) {
+  if (kern->bf16_x && !handed) {
     par.xb = rounded_x(size_t(m + kXRowsPad) * size_t(g.kpad));  // the calling thread's: concurrent runs each have their own
     g.xb = par.xb;
     const int64_t pieces = (m + par.rows_per_piece - 1) / par.rows_per_piece;
@@ -192,12 +231,15 @@ void common(OrtCustomOp& op) {
   op.GetEndVersion = [](const OrtCustomOp*) { return 1 << 30; };
 }
 
-template <int WType>
+template <int WType, bool Hands>
 struct Op : OrtCustomOp {
+  static const char* op_name() {
+    return WType == kE4M3 ? (Hands ? "MatMulE4M3Handoff" : "MatMulE4M3") : (Hands ? "MatMulBF16Handoff" : "MatMulBF16");
+  }
   Op() : OrtCustomOp{} {
     common<OpKernel, compute>(*this);
     CreateKernelV2 = [](const OrtCustomOp*, const OrtApi* api, const OrtKernelInfo* info, void** out) -> OrtStatus* {
-      const std::string name = WType == kE4M3 ? "ai.uform.MatMulE4M3" : "ai.uform.MatMulBF16";
+      const std::string name = std::string("ai.uform.") + op_name();
       int64_t variant = -1;
       if (OrtStatus* status = api->KernelInfoGetAttribute_int64(info, "variant", &variant)) {
         api->ReleaseStatus(status);
@@ -225,18 +267,28 @@ struct Op : OrtCustomOp {
       }
       if (activation < 0 || activation >= kActivations)
         return fail(api, name + ": unknown activation " + std::to_string(activation) + " (0: none, 1: GELU, 2: tanh GELU, 3: quick GELU)");
+      if (Hands && !hands_bf16(n, *kernels[variant]))
+        return fail(api, name + ": y is handed over as BF16 only by variants whose products read x as BF16, with n a multiple of 32 (" +
+                             kernels[variant]->name + ", n = " + std::to_string(n) + ")");
+      int64_t k = 0;  // optional: x's width where it is handed over as BF16
+      if (OrtStatus* status = api->KernelInfoGetAttribute_int64(info, "k", &k)) {
+        api->ReleaseStatus(status);
+        k = 0;
+      }
       auto* kernel = new (std::nothrow)
-          OpKernel{api, kernels[variant], WType, n, name, std::max<int64_t>(threads, 0), int(activation)};
+          OpKernel{api, kernels[variant], WType, n, name, std::max<int64_t>(threads, 0), int(activation), Hands, k};
       if (!kernel) return api->CreateStatus(ORT_FAIL, "out of memory");
       *out = kernel;
       return nullptr;
     };
-    GetName = [](const OrtCustomOp*) { return WType == kE4M3 ? "MatMulE4M3" : "MatMulBF16"; };
+    GetName = [](const OrtCustomOp*) { return op_name(); };
     GetInputTypeCount = [](const OrtCustomOp*) -> size_t { return WType == kE4M3 ? 5 : 4; };
     GetInputType = [](const OrtCustomOp*, size_t i) {
+      if (i == 0) return ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;  // float32, or BF16 handed over (checked at run)
       if (i == 1) return WType == kE4M3 ? ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8 : ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT16;
       return ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
     };
+    GetOutputType = [](const OrtCustomOp*, size_t) { return Hands ? ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT16 : ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT; };
     GetInputCharacteristic = [](const OrtCustomOp*, size_t i) {
       const size_t bias = WType == kE4M3 ? 3 : 2;  // then the residual
       return i >= bias ? INPUT_OUTPUT_OPTIONAL : INPUT_OUTPUT_REQUIRED;
@@ -244,8 +296,10 @@ struct Op : OrtCustomOp {
   }
 };
 
-const Op<kBF16> matmul_bf16;
-const Op<kE4M3> matmul_e4m3;
+const Op<kBF16, false> matmul_bf16;
+const Op<kE4M3, false> matmul_e4m3;
+const Op<kBF16, true> matmul_bf16_handoff;
+const Op<kE4M3, true> matmul_e4m3_handoff;
 
 // -- Attention ----------------------------------------------------------------------------
 
@@ -359,6 +413,8 @@ UFORM_EXPORT OrtStatus* ORT_API_CALL RegisterCustomOps(OrtSessionOptions* option
   domains.push_back(domain);
   ORT_TRY(api->CustomOpDomain_Add(domain, &matmul_bf16));
   ORT_TRY(api->CustomOpDomain_Add(domain, &matmul_e4m3));
+  ORT_TRY(api->CustomOpDomain_Add(domain, &matmul_bf16_handoff));
+  ORT_TRY(api->CustomOpDomain_Add(domain, &matmul_e4m3_handoff));
   ORT_TRY(api->CustomOpDomain_Add(domain, &attention_op));
   return api->AddCustomOpDomain(options, domain);
 }

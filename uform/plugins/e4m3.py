@@ -44,6 +44,7 @@ from uform.core.weights import Lowered, Stored, lowered, matrix_products, shape_
 from uform.plugins.oplib.attention import fuse_attention
 from uform.plugins.cpu import CEILING, check_domains, choose_class, domain_plan, machine_classes, numa_nodes
 from uform.plugins.oplib.epilogues import fuse_epilogues
+from uform.plugins.oplib.handoff import hand_over
 from uform.plugins.oplib.library import VARIANTS, OpLibrary, OpLibraryError, library
 from uform.plugins.sessions.replicas import Fed, Replicas, on_cpus, ort_values, session_options
 
@@ -60,6 +61,7 @@ AVX512_KERNELS = "UFORM_AVX512_KERNELS"  # the same for x86-64-v4+vnni+bf16 and 
 AVX2_VARIANTS = CHOICES[CPUClass.X86_64_V3]
 FUSED_ATTENTION = frozenset(VARIANTS)  # variants whose loads run attention as one op (benchmarks/attention.py)
 FUSE_EPILOGUES = True  # GELU and residual adds inside the products (benchmarks/lowp.py --parts epilogues loads without too)
+HAND_OVER = True  # fc1's output handed to fc2 as BF16 where the kernels read x so (benchmarks/lowp.py --parts handoff loads without too)
 COMPUTE = {
     "avx2": "float32 products of weights widened in cache (avx2 kernels)",
     "avx2-split": "float32 products of weights widened in cache (avx2-split kernels: panels staged as float32)",
@@ -157,8 +159,9 @@ def lower(
     """``graph`` with every ``Gemm(x, W, b, transB=1)`` over a checkpoint matrix made the
     library's op over ``W`` packed for ``variant`` (the blocks' matrices quantized to E4M3
     when ``quantize``), every attention one ``Attention`` op (the variant's kernel), GELUs and
-    residual adds folded into the products before them, and the remaining weights widened to
-    float32."""
+    residual adds folded into the products before them, products read by one product alone
+    handing their output over as BF16 (:mod:`uform.plugins.oplib.handoff`), and the remaining
+    weights widened to float32."""
     if variant in FUSED_ATTENTION:
         graph = fuse_attention(graph, VARIANTS.index(variant))
     fed: dict[str, np.ndarray] = {}
@@ -201,8 +204,14 @@ def lower(
         )  # threads: the session's, which the kernels size their tasks to
     if FUSE_EPILOGUES:
         nodes = fuse_epilogues(graph, nodes)
+    handed: set[str] = set()
+    if HAND_OVER:
+        nodes, handed = hand_over(graph, nodes, variant)
     initializers = {name: weights[name].astype(np.float32) for name in weights if name not in fed}
     out = lowered(graph, nodes, fed, initializers)
+    kept = [v for v in out.graph.graph.value_info if v.name not in handed]  # handed values are BF16 now
+    del out.graph.graph.value_info[:]
+    out.graph.graph.value_info.extend(kept)
     out.graph.opset_import.append(helper.make_opsetid(DOMAIN, 1))
     return out
 
