@@ -39,6 +39,13 @@ int64_t pack_rows(const uint16_t* w, int64_t k, const Kernel& kern, int wtype, v
 // to call (a fresh one was paged in and zeroed on every product: a quarter of a base fc2's time).
 uint16_t* rounded_x(size_t elements);
 
+// Rows [first, first + rows) of x ([m, d], d a multiple of 32, first a multiple of
+// kLayerNormBlock, rows at most that) layer-normalized in float32 (layer_norm.inc) and rounded
+// to BF16 into `out` as `variant`'s products read x (Gemm::yb's layout for n = d).
+constexpr int64_t kLayerNormBlock = 16;
+void layer_norm_block(int variant, const float* x, int64_t d, const float* scale, const float* bias, float epsilon,
+                      uint16_t* out, int64_t first, int64_t rows);
+
 // `count` pieces of work over `threads` std::threads (for the ctypes entries, outside ORT).
 template <class F>
 void spread(int64_t count, int threads, F&& piece) {
