@@ -146,6 +146,26 @@ def test_products_match_numpy_at_every_row_count(variant: str, m: int) -> None:
         np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
 
 
+@pytest.mark.parametrize("variant", ["avx512-bf16", "amx", "amx-model"])
+def test_a_rows_bits_do_not_depend_on_how_the_rows_are_scheduled(variant: str) -> None:
+    """Five panels of E4M3 and BF16 weights over 900 rows (row blocks outer, E4M3's panels
+    decoded once a thread into a slot each) and over 100 and 7 of the same rows (panels outer,
+    one held panel, or one block): each row the same bits, and close to numpy's."""
+    lib = runnable(variant)
+    n, k = 300, 200
+    x, w, bias = many_panels(900, n, k, 17)
+    for quantized in (False, True):
+        packed, scale = lib.pack(variant, w, quantized, threads=2)
+        whole = lib.gemm(variant, x, packed, n, scale, bias, threads=2)
+        for rows in (slice(0, 7), slice(400, 500), slice(893, 900)):
+            part = lib.gemm(variant, np.ascontiguousarray(x[rows]), packed, n, scale, bias, threads=2)
+            assert np.array_equal(part.view(np.uint32), whole[rows].view(np.uint32)), (quantized, rows)
+        codes, want_scale = quantize_e4m3(w)
+        want_w = codes.view(ml_dtypes.float8_e4m3fn).astype(np.float32) if quantized else w.astype(np.float32)
+        want = reference(variant, x, want_w, want_scale if quantized else None, bias)
+        np.testing.assert_allclose(whole, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
 @pytest.mark.parametrize("m", [1, 6, 7, 8, 24, 25, 26, 97, 300])
 def test_the_split_kernels_write_the_avx2_kernels_bits(m: int) -> None:
     """avx2-split stages panels as float32 (E4M3 from 7 rows a task, BF16 from 25) where

@@ -205,4 +205,36 @@ struct Staging {
   }
 };
 
+// Which panel each slot of a thread's decoded panels holds: the product (Gemm::serial) and the
+// panel, in plain memory. Not a std::vector: a template instantiated in a kernel file is compiled
+// under its target pragma, a weak symbol the linker may keep for every file (a machine without
+// those instructions would run it); these functions are defined here, before any pragma.
+struct Slots {
+  struct Mark {
+    uint64_t serial;
+    int64_t panel;
+  };
+  Mark* marks = nullptr;
+  size_t count = 0;
+  ~Slots() { std::free(marks); }
+  Slots() = default;
+  Slots(const Slots&) = delete;
+  Slots& operator=(const Slots&) = delete;
+  void forget() {  // every slot holds nothing
+    for (size_t i = 0; i < count; ++i) marks[i] = Mark{~uint64_t(0), -1};
+  }
+  void fit(size_t n) {  // room for n slots (those added, and all where it grows, hold nothing)
+    if (n <= count) return;
+    std::free(marks);
+    marks = static_cast<Mark*>(std::malloc(n * sizeof(Mark)));
+    if (marks == nullptr) std::abort();  // a few slots a panel: nothing sensible is left to do
+    count = n;
+    forget();
+  }
+  bool holds(size_t slot, uint64_t serial, int64_t panel) const {
+    return slot < count && marks[slot].serial == serial && marks[slot].panel == panel;
+  }
+  void hold(size_t slot, uint64_t serial, int64_t panel) { marks[slot] = Mark{serial, panel}; }
+};
+
 }  // namespace uform
