@@ -705,34 +705,22 @@ def huge_pages(path: Path, runs: list[str], seconds: float) -> list[dict[str, An
 
 
 def epilogues(path: Path, runs: list[str], seconds: float) -> list[dict[str, Any]]:
-    """The e4m3 backend's runs of ``runs``, each loaded twice in this process (GELU and
-    residual adds as ONNX Runtime's own nodes, ``e4m3.FUSE_EPILOGUES = False``, and inside the
-    products) and called in turns (:func:`paired`) on the short queries, one text of
-    ``TEXT_BYTES`` and 64 of them: ``ms`` apart, ``ratio`` the time fused over it."""
-    from uform.plugins import e4m3
-
-    inputs = query_inputs() | {f"64 x {TEXT_BYTES} B": (texts(64), 5)}
-    rows = []
-    for run in (r for r in runs if r.startswith("uform") and "dql" not in r):
-        pair = {}
-        try:
-            for side, fuse in (("before", False), ("after", True)):
-                e4m3.FUSE_EPILOGUES = fuse
-                pair[side] = load(run, path)
-        finally:
-            e4m3.FUSE_EPILOGUES = True
-        rows.append({"run": run} | paired(pair, inputs, seconds))
-        for model in pair.values():
-            model.close()
-    return rows
+    """GELU and residual adds as ONNX Runtime's own nodes (``e4m3.FUSE_EPILOGUES = False``) and
+    inside the products (:func:`switched`)."""
+    return switched("FUSE_EPILOGUES", path, runs, seconds)
 
 
 def handoff(path: Path, runs: list[str], seconds: float) -> list[dict[str, Any]]:
-    """The e4m3 backend's runs of ``runs``, each loaded twice in this process (fc1's output
-    to fc2 as float32, ``e4m3.HAND_OVER = False``, and handed over as BF16) and called in turns
-    (:func:`paired`) on the short queries, one text of ``TEXT_BYTES`` and 64 of them: ``ms``
-    as float32, ``ratio`` the time handed over over it. Where the kernels read x as float32
-    nothing is handed over, and the ratio is 1 but for noise."""
+    """Layer norms' and fc1's outputs to the products as float32 (``e4m3.HAND_OVER = False``)
+    and handed over as BF16 (:func:`switched`). Where the kernels read x as float32 nothing is
+    handed over, and the ratio is 1 but for noise."""
+    return switched("HAND_OVER", path, runs, seconds)
+
+
+def switched(flag: str, path: Path, runs: list[str], seconds: float) -> list[dict[str, Any]]:
+    """The e4m3 backend's runs of ``runs``, each loaded twice in this process, with the e4m3
+    module's ``flag`` off and on, and called in turns (:func:`paired`) on the short queries,
+    one text of ``TEXT_BYTES`` and 64 of them: ``ms`` off, ``ratio`` the time on over it."""
     from uform.plugins import e4m3
 
     inputs = query_inputs() | {f"64 x {TEXT_BYTES} B": (texts(64), 5)}
@@ -740,11 +728,11 @@ def handoff(path: Path, runs: list[str], seconds: float) -> list[dict[str, Any]]
     for run in (r for r in runs if r.startswith("uform") and "dql" not in r):
         pair = {}
         try:
-            for side, hand in (("before", False), ("after", True)):
-                e4m3.HAND_OVER = hand
+            for side, on in (("before", False), ("after", True)):
+                setattr(e4m3, flag, on)
                 pair[side] = load(run, path)
         finally:
-            e4m3.HAND_OVER = True
+            setattr(e4m3, flag, True)
         rows.append({"run": run} | paired(pair, inputs, seconds))
         for model in pair.values():
             model.close()

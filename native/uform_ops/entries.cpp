@@ -18,23 +18,28 @@ std::atomic<uint64_t> serials{1};
 
 uint64_t next_serial() { return serials++; }
 
-uint16_t* rounded_x(size_t elements) {
-  // 64-byte aligned (a page): an A tile's rows are whole lines (a vector's 16-byte alignment split
-  // every row of every tile load across two lines: 1.07x with the lines whole, amx at 5,568 rows)
+void* thread_scratch(Scratch which, size_t bytes) {
   struct Buffer {
-    uint16_t* data = nullptr;
+    void* data = nullptr;
     size_t size = 0;
     ~Buffer() { std::free(data); }
   };
-  thread_local Buffer buffer;
-  if (buffer.size < elements) {
+  thread_local Buffer buffers[kScratches];
+  Buffer& buffer = buffers[which];
+  if (buffer.size < bytes) {
     std::free(buffer.data);
     buffer.size = 0;
-    buffer.data = static_cast<uint16_t*>(std::aligned_alloc(4096, (elements * sizeof(uint16_t) + 4095) / 4096 * 4096));
+    buffer.data = std::aligned_alloc(4096, (bytes + 4095) / 4096 * 4096);
     if (buffer.data == nullptr) throw std::bad_alloc();  // callers report it
-    buffer.size = elements;
+    buffer.size = bytes;
   }
   return buffer.data;
+}
+
+uint16_t* rounded_x(size_t elements) {
+  // page-aligned: an A tile's rows are whole lines (a vector's 16-byte alignment split every row
+  // of every tile load across two lines: 1.07x with the lines whole, amx at 5,568 rows)
+  return static_cast<uint16_t*>(thread_scratch(kRoundedX, elements * sizeof(uint16_t)));
 }
 
 bool runnable(int variant) {

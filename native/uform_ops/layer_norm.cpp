@@ -20,28 +20,14 @@ namespace ln_wide {
 }  // namespace ln_wide
 #pragma GCC pop_options
 
-namespace {
-float* scratch(size_t elements) {  // the calling thread's, kept from call to call
-  struct Buffer {
-    float* data = nullptr;
-    size_t size = 0;
-    ~Buffer() { std::free(data); }
-  };
-  thread_local Buffer buffer;
-  if (buffer.size < elements) {
-    std::free(buffer.data);
-    buffer.size = 0;
-    buffer.data = static_cast<float*>(std::aligned_alloc(64, (elements * sizeof(float) + 63) / 64 * 64));
-    if (buffer.data == nullptr) throw std::bad_alloc();  // the op reports it
-    buffer.size = elements;
-  }
-  return buffer.data;
-}
-}  // namespace
-
 void layer_norm_block(int variant, const float* x, int64_t d, const float* scale, const float* bias, float epsilon,
                       uint16_t* out, int64_t first, int64_t rows) {
-  float* normalized = scratch(size_t(kLayerNormBlock * d));
+  float* normalized = nullptr;
+  try {  // on one of ONNX Runtime's threads, where an exception would end the process anyway
+    normalized = static_cast<float*>(thread_scratch(kNormalized, size_t(kLayerNormBlock * d) * sizeof(float)));
+  } catch (const std::bad_alloc&) {
+    std::abort();  // 16 rows: nothing sensible is left to do
+  }
   const bool wide = variant == kAVX512BF16 || variant == kAMX;  // the variants that run on AVX-512
   (wide ? ln_wide::normalize_rows : ln_plain::normalize_rows)(x + first * d, d, scale, bias, epsilon, normalized, rows);
   // first is a multiple of 16: block `first` of the layout starts first * d values in, in
