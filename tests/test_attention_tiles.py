@@ -1,7 +1,9 @@
-"""Attention on the tiles (native/uform_ops/attention_tiles.inc): QKᵀ and PV as BF16 tile products
-with float32 sums, the softmax in float32. ``amx-model`` runs the same code over the scalar model
-of the tile instructions on every machine; ``amx`` runs it on AMX's tiles where Linux grants them
-(elsewhere those tests are skipped, saying why) and must give the model's bits."""
+"""Attention with BF16 values: on the tiles (native/uform_ops/attention_tiles.inc), QKᵀ and PV as
+BF16 tile products with float32 sums, the softmax in float32. ``amx-model`` runs the same code
+over the scalar model of the tile instructions on every machine; ``amx`` runs it on AMX's tiles
+where Linux grants them (elsewhere those tests are skipped, saying why) and must give the model's
+bits. ``avx512-bf16`` (attention_bf16.cpp) keeps the scores in float32 and takes PV as VDPBF16PS
+products: the same bounds, and the same independence of an item from its batch."""
 
 from __future__ import annotations
 
@@ -38,7 +40,7 @@ def values_rounded(qkv: np.ndarray) -> np.ndarray:
 
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("mask", ["none", "padding", "causal"])
-@pytest.mark.parametrize("variant", ["amx", "amx-model"])
+@pytest.mark.parametrize("variant", ["amx", "amx-model", "avx512-bf16"])
 def test_tile_attention_is_attention_with_bf16_values(variant: str, shape: tuple[int, int, int, int], mask: str) -> None:
     """Against numpy in float64 over v rounded to BF16 (q and k as float32: the tiles take q as a
     BF16 pair, k rounded to BF16), what is left is k's rounding and the numerators' (2⁻⁹ relative
@@ -68,7 +70,7 @@ def test_the_tiles_give_the_models_bits(shape: tuple[int, int, int, int], mask: 
         assert np.array_equal(tiles.view(np.uint32), model.view(np.uint32)), f"{threads} threads"
 
 
-@pytest.mark.parametrize("variant", ["amx", "amx-model"])
+@pytest.mark.parametrize("variant", ["amx", "amx-model", "avx512-bf16"])
 def test_an_items_bits_are_its_own_in_any_batch_and_any_padding(variant: str) -> None:
     """Texts of 3 to 70 tokens alone (as long as they are, no padding) and in batches padded to
     the longest with the padding mask, as the text towers run them: every item's rows are the

@@ -1,6 +1,6 @@
-// Fused multi-head attention (attention.cpp, AVX-512 F; attention_avx2.cpp, AVX2 with FMA;
-// attention_amx.cpp and attention_amx_model.cpp, BF16 tile products): what one call computes, and
-// its task.
+// Fused multi-head attention (attention.cpp, AVX-512 F; attention_bf16.cpp, its values as BF16
+// products; attention_avx2.cpp, AVX2 with FMA; attention_amx.cpp and attention_amx_model.cpp, BF16
+// tile products): what one call computes, and its task.
 #pragma once
 
 #include <cstdint>
@@ -20,6 +20,7 @@ struct Attention {
 // of `out`.
 void attention_tasks(const Attention& a, int64_t begin, int64_t end);       // AVX-512 F, float32
 void attention_tasks_avx2(const Attention& a, int64_t begin, int64_t end);  // AVX2 with FMA, float32
+void attention_tasks_bf16(const Attention& a, int64_t begin, int64_t end);  // AVX-512 BF16: float32 scores, BF16 values
 // BF16 tile products (attention_tiles.inc) at every length, so that a row's bits do not depend on
 // the length its batch pads it to: on AMX's tiles, and on the scalar model of them.
 void attention_tasks_amx(const Attention& a, int64_t begin, int64_t end);

@@ -63,15 +63,17 @@ bool runnable(int variant) {
 }
 
 // amx: the tiles, only where they are granted; amx-model: the tile model, anywhere AVX2 runs;
-// avx512 and avx512-bf16: AVX-512's float32; avx2 and avx2-split: AVX2's.
+// avx512-bf16: AVX-512's scores and BF16 values; avx512: AVX-512's float32; avx2 and
+// avx2-split: AVX2's.
 AttentionTasks attention_kernel(int variant) {
   if (variant == kAMX) return attention_tasks_amx;
   if (variant == kAMXModel) return attention_tasks_amx_model;
+  if (variant == kAVX512BF16) return attention_tasks_bf16;
   return wide_attention(variant) ? attention_tasks : attention_tasks_avx2;
 }
 
 int attention_needs(int variant) {
-  if (variant == kAMX || variant == kAMXModel) return variant;
+  if (variant == kAMX || variant == kAMXModel || variant == kAVX512BF16) return variant;
   return wide_attention(variant) ? kAVX512 : kAVX2;
 }
 

@@ -24,7 +24,8 @@
 //   Attention(qkv: float[B * T, 3 * W], shape: int64[2] = (B, T), mask?: float) -> float[B * T, W]
 // multi-head attention of `heads` heads over a fused qkv projection, the additive mask
 // [B, 1, 1, T] (padding) or [T, T] (causal), float32 throughout, with the optional attribute
-// `variant` (0, 3 and 5: AVX2 with FMA; 1, 2 and 4: AVX-512 F; absent: AVX-512 where the CPU has it). A kernel whose
+// `variant` (0 and 3: AVX2 with FMA; 1: AVX-512 F; 2: AVX-512 F scores and AVX-512 BF16 values; 4 and 5: BF16
+// tiles and their model; absent: AVX-512 F where the CPU has it). A kernel whose
 // instructions this CPU lacks is refused when the session is created, with a message;
 // nothing runs an illegal instruction.
 // Work runs on ONNX Runtime's intra-op thread pool (KernelContext_ParallelFor).
@@ -471,9 +472,10 @@ struct AttentionOp : OrtCustomOp {
       if (variant < 0 || variant >= kVariants) return fail(api, "ai.uform.Attention: variant must be 0 to 5");
       const int needs = attention_needs(int(variant));
       if (!runnable(needs))
-        return api->CreateStatus(ORT_NOT_IMPLEMENTED, needs == kAMX      ? "ai.uform.Attention: this process cannot run the amx kernels (no tiles granted)"
-                                                      : needs == kAVX512 ? "ai.uform.Attention: this CPU lacks AVX-512"
-                                                                         : "ai.uform.Attention: this CPU lacks AVX2 and FMA");
+        return api->CreateStatus(ORT_NOT_IMPLEMENTED, needs == kAMX          ? "ai.uform.Attention: this process cannot run the amx kernels (no tiles granted)"
+                                                      : needs == kAVX512BF16 ? "ai.uform.Attention: this CPU lacks AVX-512 BF16"
+                                                      : needs == kAVX512     ? "ai.uform.Attention: this CPU lacks AVX-512"
+                                                                             : "ai.uform.Attention: this CPU lacks AVX2 and FMA");
       auto* kernel = new (std::nothrow) AttentionKernel{api, heads, attention_kernel(int(variant)), "ai.uform.Attention"};
       if (!kernel) return api->CreateStatus(ORT_FAIL, "out of memory");
       *out = kernel;

@@ -192,7 +192,8 @@ class OpLibrary:
     ) -> np.ndarray:
         """The ``Attention`` op outside ONNX Runtime, through ``variant``'s kernel (AVX2's float32
         for ``avx2`` and ``avx2-split``, the tiles' for ``amx`` and their scalar model for
-        ``amx-model``, AVX-512's float32 for the others): ``qkv`` float32 [items * tokens, 3W];
+        ``amx-model``, AVX-512's float32 scores with BF16 values for ``avx512-bf16``, AVX-512's
+        float32 for ``avx512``): ``qkv`` float32 [items * tokens, 3W];
         ``mask`` additive, [items, tokens] (padding), or [tokens, tokens] when ``causal``."""
         qkv = np.ascontiguousarray(qkv, np.float32)
         rows, triple = qkv.shape
