@@ -154,10 +154,10 @@ def test_hand_over_reaches_a_product_that_one_product_alone_reads(case: str) -> 
         assert list(after.input) == list(before.input) and list(after.output) == list(before.output)
 
 
-def test_every_towers_layer_norms_and_fc1_hand_over(tmp_path: Path) -> None:
+def test_every_towers_layer_norms_attention_and_fc1_hand_over(tmp_path: Path) -> None:
     """Lowered for a variant that reads x as BF16, each block's fc1 (GELU folded in) hands its
-    output to fc2 and its two layer norms theirs to the qkv projection and fc1; for avx512
-    (float32 x) nothing is."""
+    output to fc2, its attention its context to the output projection, and its two layer norms
+    theirs to the qkv projection and fc1; for avx512 (float32 x) nothing is."""
     lib = runnable("amx-model")
     from uform.core import runtime
     from uform.core import safetensors as st
@@ -178,6 +178,8 @@ def test_every_towers_layer_norms_and_fc1_hand_over(tmp_path: Path) -> None:
             handing = [n for n in low.graph.graph.node if n.op_type.endswith("Handoff")]
             assert ops["MatMulE4M3Handoff"] + ops["MatMulBF16Handoff"] == blocks, (name, variant)
             assert ops["LayerNormHandoff"] >= 2 * blocks and len(readers) == len(handing), (name, variant)  # and a final norm before a projection
+            # every attention hands its context over, but a last block's that a pick of rows reads first
+            assert ops["AttentionHandoff"] + ops["Attention"] == gelus and ops["AttentionHandoff"] >= blocks - 1, (name, variant)
             assert ops["LayerNormalization"] + ops["LayerNormHandoff"] == sum(n.op_type == "LayerNormalization" for n in graph.graph.node)
             assert sorted(n.input[0] for n in readers) == sorted(n.output[0] for n in handing)
             assert all(any(a.name == "activation" for a in n.attribute) for n in low.graph.graph.node if n.op_type.startswith("MatMul") and n.op_type.endswith("Handoff"))
@@ -306,7 +308,7 @@ def test_hand_over_reaches_a_layer_norm_that_one_product_alone_reads(case: str) 
         nodes.append(helper.make_node("Relu", ["h"], ["z"]))
         outputs.append("z")
     widths = {"s": 48 if case == "odd width" else 64}
-    out, handed = hand_over(named(nodes, outputs), nodes, "amx-model", lambda name: None if case == "unknown width" else widths.get(name))
+    out, handed = hand_over(named(nodes, outputs), nodes, "amx-model", lambda name: None if case == "unknown width" or name not in widths else (widths[name],))
     if case != "handed":
         assert handed == set() and out == nodes
         return
@@ -335,3 +337,40 @@ def test_the_layer_norm_op_refuses_what_it_cannot_take(case: str, message: str) 
         scale = np.ones(d - 1 if case == "short scale" else d, np.float32)
         sess.run(None, {"x": np.ones((3, d), np.float32), "s": scale, "b": scale})  # type: ignore[attr-defined]
     assert "ai.uform.LayerNormHandoff" in str(raised.value) and message in str(raised.value)
+
+
+def attention_session(lib: OpLibrary, variant: str, op: str, heads: int, width: int) -> object:
+    node = helper.make_node(op, ["qkv", "shape"], ["out"], domain="ai.uform", heads=heads, variant=VARIANTS.index(variant))
+    inputs = [helper.make_tensor_value_info("qkv", TensorProto.FLOAT, ["m", 3 * width]), helper.make_tensor_value_info("shape", TensorProto.INT64, [2])]
+    out_type = TensorProto.UINT16 if op.endswith("Handoff") else TensorProto.FLOAT
+    graph = helper.make_graph([node], "attention", inputs, [helper.make_tensor_value_info("out", out_type, None)])
+    return session(lib, helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("ai.uform", 1)]))
+
+
+@pytest.mark.parametrize("variant", sorted(BF16_PRODUCTS))
+def test_a_handed_attention_is_its_context_rounded_to_bf16(variant: str) -> None:
+    """AttentionHandoff answers uint16 [B * T + 16, W]: Attention's float32 context rounded to
+    nearest even, in the reader's layout, bit for bit (3 items of 21 tokens, 2 heads of 32)."""
+    lib = runnable(variant)
+    heads, width, items, tokens = 2, 64, 3, 21
+    qkv = np.random.default_rng(9).standard_normal((items * tokens, 3 * width)).astype(np.float32)
+    feeds = {"qkv": qkv, "shape": np.array([items, tokens], np.int64)}
+    context = attention_session(lib, variant, "Attention", heads, width).run(None, feeds)[0]  # type: ignore[attr-defined]
+    handed = attention_session(lib, variant, "AttentionHandoff", heads, width).run(None, feeds)[0]  # type: ignore[attr-defined]
+    assert handed.dtype == np.uint16 and handed.shape == (items * tokens + 16, width)
+    assert np.array_equal(unlaid(handed, items * tokens, width, variant), context.astype(ml_dtypes.bfloat16).view(np.uint16))
+
+
+@pytest.mark.parametrize(
+    "variant, width, message",
+    [
+        ("avx512", 64, "the context is handed over as BF16 only to variants whose products read x as BF16, not avx512"),
+        ("amx-model", 48, "the context is handed over as BF16 only where its width is a multiple of 32"),
+    ],
+)
+def test_the_attention_handoff_refuses_what_it_cannot_take(variant: str, width: int, message: str) -> None:
+    lib = runnable(variant)
+    with pytest.raises(Exception) as raised:  # ONNX Runtime's own error types, by the status the op answers
+        sess = attention_session(lib, variant, "AttentionHandoff", 3 if width == 48 else 2, width)
+        sess.run(None, {"qkv": np.ones((4, 3 * width), np.float32), "shape": np.array([1, 4], np.int64)})  # type: ignore[attr-defined]
+    assert "ai.uform.AttentionHandoff" in str(raised.value) and message in str(raised.value)

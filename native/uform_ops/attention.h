@@ -14,6 +14,10 @@ struct Attention {
   float* out;           // [items * tokens, heads * head_dim]
   int64_t items, tokens, heads, head_dim;  // head_dim a multiple of 16
   int64_t item;  // the item a task works on (set by the task)
+  // Where set (the kernels of the variants whose products read x as BF16, W a multiple of 32), the
+  // context goes here instead of `out`: rounded to BF16 (nearest even) in the layout the next
+  // product's kernels read x in, [items * tokens + 16, W] (the AttentionHandoff op).
+  uint16_t* handed = nullptr;
 };
 
 // Tasks [begin, end): task (item, head) = (task / heads, task % heads); tasks touch disjoint parts

@@ -81,8 +81,14 @@ void values(const Attention& a, const float* __restrict, const float* room, int6
       }
     }
     for (int r = 0; r < R; ++r) {
-      float* out = a.out + (a.item * t + i + r) * width + h * d + c0;
-      for (int u = 0; u < vectors; ++u) _mm512_storeu_ps(out + 16 * u, _mm512_mul_ps(acc[r][u], _mm512_set1_ps(inverse[r])));
+      const int64_t at = (a.item * t + i + r) * width + h * d + c0;
+      for (int u = 0; u < vectors; ++u) {
+        const __m512 value = _mm512_mul_ps(acc[r][u], _mm512_set1_ps(inverse[r]));
+        if (a.handed)  // to the next product's x, rounded as round_rows_avx512bf16 rounds it
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(a.handed + at + 16 * u), (__m256i)_mm512_cvtneps_pbh(value));
+        else
+          _mm512_storeu_ps(a.out + at + 16 * u, value);
+      }
     }
   }
 }

@@ -20,7 +20,9 @@
 // and the same bits. Every product's X is either;
 //   LayerNormHandoff(X: float[..., d], scale: float[d], bias: float[d]) -> uint16 [m + 16, d]
 // a layer norm over the last axis (attribute `epsilon`) handed to the one product that reads it,
-// the same way (attribute `variant`, d a multiple of 32); and
+// the same way (attribute `variant`, d a multiple of 32);
+//   AttentionHandoff: Attention (below) with its context handed over the same way, uint16
+// [B * T + 16, W] (W a multiple of 32); and
 //   Attention(qkv: float[B * T, 3 * W], shape: int64[2] = (B, T), mask?: float) -> float[B * T, W]
 // multi-head attention of `heads` heads over a fused qkv projection, the additive mask
 // [B, 1, 1, T] (padding) or [T, T] (causal), float32 throughout, with the optional attribute
@@ -402,6 +404,7 @@ struct AttentionKernel {
   int64_t heads;
   AttentionTasks run;  // the variant's (attention_kernel)
   std::string name = "ai.uform.Attention";
+  bool hands = false;  // the context handed to the next product as BF16 (AttentionHandoff)
 };
 
 OrtStatus* attend(AttentionKernel* op, OrtKernelContext* ctx) {
@@ -434,14 +437,18 @@ OrtStatus* attend(AttentionKernel* op, OrtKernelContext* ctx) {
     a.mask = static_cast<const float*>(data);
     a.mask_per_query = causal;
   }
-  const int64_t dims[2] = {items * tokens, width};
+  if (op->hands && width % 32 != 0) return fail(api, name + ": the context is handed over as BF16 only where its width is a multiple of 32");
+  const int64_t dims[2] = {items * tokens + (op->hands ? kXRowsPad : 0), width};
   OrtValue* out = nullptr;
   ORT_TRY(api->KernelContext_GetOutput(ctx, 0, dims, 2, &out));
   if (items * tokens == 0) return nullptr;
   ORT_TRY(api->GetTensorMutableData(const_cast<OrtValue*>(qkv), &data));
   a.qkv = static_cast<const float*>(data);
   ORT_TRY(api->GetTensorMutableData(out, &data));
-  a.out = static_cast<float*>(data);
+  if (op->hands)
+    a.handed = static_cast<uint16_t*>(data);
+  else
+    a.out = static_cast<float*>(data);
   a.items = items, a.tokens = tokens, a.heads = op->heads, a.head_dim = head_dim;
   struct Call {
     Attention a;
@@ -457,40 +464,48 @@ OrtStatus* attend(AttentionKernel* op, OrtKernelContext* ctx) {
       size_t((call.tasks + call.chunk - 1) / call.chunk), 0, &call);
 }
 
+template <bool Hands>
 struct AttentionOp : OrtCustomOp {
+  static std::string op_name() { return Hands ? "ai.uform.AttentionHandoff" : "ai.uform.Attention"; }
   AttentionOp() : OrtCustomOp{} {
     common<AttentionKernel, attend>(*this);
     CreateKernelV2 = [](const OrtCustomOp*, const OrtApi* api, const OrtKernelInfo* info, void** out) -> OrtStatus* {
+      const std::string name = op_name();
       int64_t heads = 0;
       if (OrtStatus* status = api->KernelInfoGetAttribute_int64(info, "heads", &heads)) {
         api->ReleaseStatus(status);
-        return fail(api, "ai.uform.Attention: the attribute 'heads' is missing");
+        return fail(api, name + ": the attribute 'heads' is missing");
       }
-      if (heads < 1) return fail(api, "ai.uform.Attention: heads must be positive");
-      int64_t variant = runnable(kAVX512) ? kAVX512 : kAVX2;  // optional: the kernels' variant (avx512-bf16 runs AVX-512's)
+      if (heads < 1) return fail(api, name + ": heads must be positive");
+      int64_t variant = runnable(kAVX512) ? kAVX512 : kAVX2;  // optional: the kernels' variant
       if (OrtStatus* status = api->KernelInfoGetAttribute_int64(info, "variant", &variant)) api->ReleaseStatus(status);
-      if (variant < 0 || variant >= kVariants) return fail(api, "ai.uform.Attention: variant must be 0 to 5");
+      if (variant < 0 || variant >= kVariants) return fail(api, name + ": variant must be 0 to 5");
+      if (Hands && !kernels[variant]->bf16_x)
+        return fail(api, name + ": the context is handed over as BF16 only to variants whose products read x as BF16, not " +
+                             kernels[variant]->name);
       const int needs = attention_needs(int(variant));
       if (!runnable(needs))
-        return api->CreateStatus(ORT_NOT_IMPLEMENTED, needs == kAMX          ? "ai.uform.Attention: this process cannot run the amx kernels (no tiles granted)"
-                                                      : needs == kAVX512BF16 ? "ai.uform.Attention: this CPU lacks AVX-512 BF16"
-                                                      : needs == kAVX512     ? "ai.uform.Attention: this CPU lacks AVX-512"
-                                                                             : "ai.uform.Attention: this CPU lacks AVX2 and FMA");
-      auto* kernel = new (std::nothrow) AttentionKernel{api, heads, attention_kernel(int(variant)), "ai.uform.Attention"};
+        return api->CreateStatus(ORT_NOT_IMPLEMENTED, (name + (needs == kAMX          ? ": this process cannot run the amx kernels (no tiles granted)"
+                                                               : needs == kAVX512BF16 ? ": this CPU lacks AVX-512 BF16"
+                                                               : needs == kAVX512     ? ": this CPU lacks AVX-512"
+                                                                                      : ": this CPU lacks AVX2 and FMA")).c_str());
+      auto* kernel = new (std::nothrow) AttentionKernel{api, heads, attention_kernel(int(variant)), name, Hands};
       if (!kernel) return api->CreateStatus(ORT_FAIL, "out of memory");
       *out = kernel;
       return nullptr;
     };
-    GetName = [](const OrtCustomOp*) { return "Attention"; };
+    GetName = [](const OrtCustomOp*) { return Hands ? "AttentionHandoff" : "Attention"; };
     GetInputTypeCount = [](const OrtCustomOp*) -> size_t { return 3; };
     GetInputType = [](const OrtCustomOp*, size_t i) {
       return i == 1 ? ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64 : ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
     };
     GetInputCharacteristic = [](const OrtCustomOp*, size_t i) { return i == 2 ? INPUT_OUTPUT_OPTIONAL : INPUT_OUTPUT_REQUIRED; };
+    GetOutputType = [](const OrtCustomOp*, size_t) { return Hands ? ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT16 : ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT; };
   }
 };
 
-const AttentionOp attention_op;
+const AttentionOp<false> attention_op;
+const AttentionOp<true> attention_handoff_op;
 
 }  // namespace
 }  // namespace uform
@@ -511,6 +526,7 @@ UFORM_EXPORT OrtStatus* ORT_API_CALL RegisterCustomOps(OrtSessionOptions* option
   ORT_TRY(api->CustomOpDomain_Add(domain, &matmul_bf16_handoff));
   ORT_TRY(api->CustomOpDomain_Add(domain, &matmul_e4m3_handoff));
   ORT_TRY(api->CustomOpDomain_Add(domain, &layer_norm_op));
+  ORT_TRY(api->CustomOpDomain_Add(domain, &attention_handoff_op));
   ORT_TRY(api->CustomOpDomain_Add(domain, &attention_op));
   return api->AddCustomOpDomain(options, domain);
 }

@@ -61,7 +61,7 @@ AVX512_KERNELS = "UFORM_AVX512_KERNELS"  # the same for x86-64-v4+vnni+bf16 and 
 AVX2_VARIANTS = CHOICES[CPUClass.X86_64_V3]
 FUSED_ATTENTION = frozenset(VARIANTS)  # variants whose loads run attention as one op (benchmarks/attention.py)
 FUSE_EPILOGUES = True  # GELU and residual adds inside the products (benchmarks/lowp.py --parts epilogues loads without too)
-HAND_OVER = True  # layer norms' and fc1's outputs handed to the products as BF16 where the kernels read x so (lowp.py --parts handoff loads without too)
+HAND_OVER = True  # layer norms', attentions' and fc1's outputs handed to the products as BF16 where the kernels read x so (lowp.py --parts handoff loads without too)
 COMPUTE = {
     "avx2": "float32 products of weights widened in cache (avx2 kernels)",
     "avx2-split": "float32 products of weights widened in cache (avx2-split kernels: panels staged as float32)",
@@ -159,8 +159,8 @@ def lower(
     """``graph`` with every ``Gemm(x, W, b, transB=1)`` over a checkpoint matrix made the
     library's op over ``W`` packed for ``variant`` (the blocks' matrices quantized to E4M3
     when ``quantize``), every attention one ``Attention`` op (the variant's kernel), GELUs and
-    residual adds folded into the products before them, products and layer norms read by one
-    product alone handing their output over as BF16 (:mod:`uform.plugins.oplib.handoff`), and the remaining
+    residual adds folded into the products before them, products, layer norms and attentions
+    read by one product alone handing their output over as BF16 (:mod:`uform.plugins.oplib.handoff`), and the remaining
     weights widened to float32."""
     if variant in FUSED_ATTENTION:
         graph = fuse_attention(graph, VARIANTS.index(variant))
@@ -206,7 +206,7 @@ def lower(
         nodes = fuse_epilogues(graph, nodes)
     handed: set[str] = set()
     if HAND_OVER:
-        nodes, handed = hand_over(graph, nodes, variant, lambda name: shape_of(weights, name)[0] if name in weights else None)
+        nodes, handed = hand_over(graph, nodes, variant, lambda name: shape_of(weights, name) if name in weights else None)
     initializers = {name: weights[name].astype(np.float32) for name in weights if name not in fed}
     out = lowered(graph, nodes, fed, initializers)
     kept = [v for v in out.graph.graph.value_info if v.name not in handed]  # handed values are BF16 now

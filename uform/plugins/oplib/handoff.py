@@ -7,7 +7,8 @@ x in, and the product, told the width by its ``k`` attribute, takes it as it is:
 - a product's output (a block's fc1, its GELU folded in, read by fc2) becomes
   ``MatMulBF16Handoff`` or ``MatMulE4M3Handoff``;
 - a ``LayerNormalization`` over the last axis (each block's two, read by the qkv projection and
-  by fc1) becomes ``LayerNormHandoff``, the library's layer norm.
+  by fc1) becomes ``LayerNormHandoff``, the library's layer norm;
+- an ``Attention`` (read by the output projection) becomes ``AttentionHandoff``.
 
 Before, the maker wrote float32, and the product read it, rounded it to BF16 into a buffer of
 its own and read that. A handed product gives the same bits (both round to nearest even, once);
@@ -33,14 +34,14 @@ WIDTH = 32  # a handed output's width is a multiple of this (a tile's depth)
 
 
 def hand_over(
-    graph: onnx.ModelProto, nodes: Sequence[onnx.NodeProto], variant: str, width: Callable[[str], int | None] = lambda name: None
+    graph: onnx.ModelProto, nodes: Sequence[onnx.NodeProto], variant: str, shape: Callable[[str], tuple[int, ...] | None] = lambda name: None
 ) -> tuple[list[onnx.NodeProto], set[str]]:  # fmt: skip
-    """``nodes`` (``graph``'s, lowered, epilogues folded) with every product, and every layer
-    norm, whose output a product alone reads as its x made the handing op, and that reader
+    """``nodes`` (``graph``'s, lowered, epilogues folded) with every product, layer norm and
+    attention whose output a product alone reads as its x made the handing op, and that reader
     given ``k``; and the names of the values now handed over as BF16 (their float32
-    declarations, if ``graph`` has any, no longer hold). ``width(name)``: the length of a
-    weight vector (a layer norm's scale), None where unknown. Unchanged for variants that read
-    x as float32."""
+    declarations, if ``graph`` has any, no longer hold). ``shape(name)``: a weight's shape (a
+    layer norm's scale, a product's matrix), None where unknown. Unchanged for variants that
+    read x as float32."""
     out = list(nodes)
     if variant not in BF16_PRODUCTS:
         return out, set()
@@ -63,12 +64,15 @@ def hand_over(
             n = _attribute(source, "n")
             handing = _copy(source, op_type=HANDOFF[source.op_type])
         elif _layer_norm(source):
-            n = width(source.input[1])
+            n = _dimension(shape(source.input[1]), 0)
             epsilon = next((helper.get_attribute_value(a) for a in source.attribute if a.name == "epsilon"), 1e-5)
             handing = helper.make_node(
                 "LayerNormHandoff", list(source.input), list(source.output), name=source.name, domain=DOMAIN,
                 variant=VARIANTS.index(variant), epsilon=float(epsilon),
             )  # fmt: skip
+        elif source.domain == DOMAIN and source.op_type == "Attention":
+            n = _dimension(shape(node.input[1]), 1)  # the context's width: the reader's k
+            handing = _copy(source, op_type="AttentionHandoff")
         else:
             continue
         if n is None or n % WIDTH:
@@ -87,6 +91,10 @@ def _layer_norm(node: onnx.NodeProto) -> bool:
     """ONNX's LayerNormalization over the last axis with a scale and a bias, making Y alone."""
     axis = next((helper.get_attribute_value(a) for a in node.attribute if a.name == "axis"), -1)
     return node.op_type == "LayerNormalization" and node.domain in ("", "ai.onnx") and axis == -1 and len(node.input) == 3 and len(node.output) == 1
+
+
+def _dimension(shape: tuple[int, ...] | None, axis: int) -> int | None:
+    return shape[axis] if shape is not None and len(shape) > axis else None
 
 
 def _attribute(node: onnx.NodeProto, name: str) -> int | None:
