@@ -87,11 +87,13 @@ def test_a_handed_output_gives_the_bits_of_the_float32_one(variant: str, weights
         assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), (m, np.abs(got - want).max())
 
 
-def test_a_handed_output_is_bf16_in_the_readers_layout() -> None:
-    """Alone, the handing op answers uint16 [m + 16, n]: on avx512-bf16 row by row, each value
-    its float32 output rounded to nearest even (the padding rows are the readers' to skip)."""
-    lib = runnable("avx512-bf16")
-    model, feeds = chain(lib, "avx512-bf16", False, handed=False)
+@pytest.mark.parametrize("variant", sorted(BF16_PRODUCTS))
+def test_a_handed_output_is_bf16_in_the_readers_layout(variant: str) -> None:
+    """Alone, the handing op answers uint16 [m + 16, n]: in the reader's layout (rows on
+    avx512-bf16, blocks of 16 rows on the tiles), each value its float32 output rounded to
+    nearest even (the padding rows are the readers' to skip)."""
+    lib = runnable(variant)
+    model, feeds = chain(lib, variant, False, handed=False)
     feeds = {k: v for k, v in feeds.items() if k.endswith("1")}
     inputs = [i for i in model.graph.input if i.name == "x" or i.name in feeds]
 
@@ -106,7 +108,7 @@ def test_a_handed_output_is_bf16_in_the_readers_layout() -> None:
     h = alone("MatMulBF16", TensorProto.FLOAT).run(None, {"x": x} | feeds)[0]  # type: ignore[attr-defined]
     b = alone("MatMulBF16Handoff", TensorProto.UINT16).run(None, {"x": x} | feeds)[0]  # type: ignore[attr-defined]
     assert b.dtype == np.uint16 and b.shape == (21 + 16, N1)
-    assert np.array_equal(b[:21], h.astype(ml_dtypes.bfloat16).view(np.uint16))
+    assert np.array_equal(unlaid(b, 21, N1, variant), h.astype(ml_dtypes.bfloat16).view(np.uint16))
 
 
 def named(graph_nodes: list[onnx.NodeProto], outputs: list[str]) -> onnx.ModelProto:

@@ -34,8 +34,6 @@ static void decode(const Gemm& g, int64_t j, Panel* out) {
   decode_e4m3_bf16_avx512(static_cast<const uint8_t*>(g.w) + j * count, reinterpret_cast<uint16_t*>(out), count);
 }
 
-struct Scope {};  // nothing to set up around a task (tiling.inc)
-
 // Tasks row block by row block (tiling.inc), a block of x kept in L2 while the panels stream past
 // it: BF16 panels read in place, E4M3 panels decoded once a thread into a slot each where they
 // fit (all_panels_held). Panel by panel, x was read from memory again for every panel: the four

@@ -118,7 +118,7 @@ OrtStatus* compute(OpKernel* op, OrtKernelContext* ctx) {
   ORT_TRY(element_type(api, op->name, x, handed));
   const Kernel* kern = op->kern;
   if (handed) {
-    if (!kern->bf16_x || op->k < 1 || !hands_bf16(op->k, *kern))
+    if (!hands_bf16(op->k, *kern))
       return fail(api, op->name + ": x handed over as BF16 needs the attribute k (a multiple of 32) and a variant whose products read x as BF16, not " + kern->name);
     if (xd.size() != 2 || xd[0] < kXRowsPad || xd[1] != op->k)
       return fail(api, op->name + ": x handed over as BF16 must be [m + " + std::to_string(kXRowsPad) + ", k] with k = " + std::to_string(op->k));

@@ -160,8 +160,8 @@ def lower(
     library's op over ``W`` packed for ``variant`` (the blocks' matrices quantized to E4M3
     when ``quantize``), every attention one ``Attention`` op (the variant's kernel), GELUs and
     residual adds folded into the products before them, products, layer norms and attentions
-    read by one product alone handing their output over as BF16 (:mod:`uform.plugins.oplib.handoff`), and the remaining
-    weights widened to float32."""
+    read by one product alone handing their output over as BF16
+    (:mod:`uform.plugins.oplib.handoff`), and the remaining weights widened to float32."""
     if variant in FUSED_ATTENTION:
         graph = fuse_attention(graph, VARIANTS.index(variant))
     fed: dict[str, np.ndarray] = {}
