@@ -277,6 +277,7 @@ def test_an_unknown_avx2_variant_in_the_environment_fails_the_load(monkeypatch: 
     from uform.core.errors import UnsupportedError
 
     path = v3_text
+    monkeypatch.delenv("UFORM_CPU_CLASS", raising=False)  # describe_here's words below are an uncapped machine's
     monkeypatch.setenv("UFORM_AVX2_KERNELS", "avx3")
     with pytest.raises(UnsupportedError, match=r"UFORM_AVX2_KERNELS='avx3' names no AVX2 kernels: set it to avx2 or avx2-split, or unset it"):
         uform.Model.load_ram(path, cpu_class=CPUClass.X86_64_V3)
