@@ -159,7 +159,7 @@ def _child(server: StandInHub, tmp: Path) -> dict[str, list[object] | str]:
            if not k.startswith(("HF_", "HUGGINGFACE_")) and k not in ("HTTP_PROXY", "HTTPS_PROXY")}
     env.update(HF_ENDPOINT=server.endpoint, HF_HOME=str(tmp / "hf_home"), HF_HUB_OFFLINE="0",
                HF_HUB_DISABLE_TELEMETRY="1", HF_HUB_DISABLE_PROGRESS_BARS="1", NO_PROXY="127.0.0.1",
-               PYTHONPATH=os.pathsep.join([str(ROOT), str(Path(__file__).parent)]))
+               PYTHONPATH=os.pathsep.join([str(ROOT), str(Path(__file__).parent), *filter(None, [os.environ.get("PYTHONPATH")])]))
     argv = [str(tmp / "x.npy"), str(tmp / "expected.npy"), REPO, INT8_REPO, EMPTY_REPO]
     result = subprocess.run([sys.executable, "-c", CHILD, *argv], env=env, capture_output=True,
                             text=True, timeout=240)
