@@ -1,0 +1,164 @@
+"""Where a tower's time goes, op by op, and its products in the tower against the same products alone.
+
+    python benchmarks/tower_profile.py [--towers text:base,image:base] [--runs "uform bf16,uform e4m3"] [--batch 64] [--calls 3]
+
+For each tower (a checkpoint of that preset holding it alone) and each uform run (as
+``lowp.py`` names them), the tower is loaded with ONNX Runtime's profiler on, called once to
+warm up and then ``--calls`` times on ``--batch`` items of equal length (texts of 86 bytes,
+images of the tower's size), and the profile is read back:
+
+- each op type's time per call (the warm-up call included in the profile is left out by
+  dividing by the calls made, warm-up included: a first call's extra shows as a small excess),
+  its share of the ops' time, and its nodes per call;
+- the library's products (``MatMulBF16``, ``MatMulE4M3`` and their ``...Handoff`` kinds): their
+  FLOPs (``2 m n k`` from the shapes the profile records) over their time, as GFLOP/s in the
+  tower; and the same products alone, each distinct shape run as ``lowp.py``'s kernels part
+  runs it (one node in a session of its own, weights fed, x float32: a handed-over reader's
+  rounding pass is timed alone, not in the tower), weighted by how often the tower runs it.
+
+A tower's products well below their rate alone spend the difference on what the tower adds
+around them: activations written by one op and read by the next from memory rather than cache,
+the pool's wake-ups between ops. Writes benchmarks/results/tower_profile.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import re
+import sys
+import tempfile
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).parent))
+from common import rate, save, table  # noqa: E402
+from lowp import load, pictures, texts  # noqa: E402
+
+PRODUCTS = ("MatMulBF16", "MatMulE4M3")  # the library's product ops (and their ...Handoff kinds)
+
+
+def profiled_run(run: str, path: Path, tower: str, batch: int, calls: int, prefix: str) -> list[dict[str, Any]]:
+    """The profile's node events of ``calls`` + 1 calls of ``run`` on ``batch`` items."""
+    import uform
+    from uform.plugins import cpu, e4m3
+    from uform.plugins.sessions import replicas
+
+    def options(*args: Any, **kwargs: Any) -> Any:
+        so = replicas.session_options(*args, **kwargs)
+        so.enable_profiling, so.profile_file_prefix = True, prefix
+        return so
+
+    saved = e4m3.session_options, cpu.session_options
+    e4m3.session_options = cpu.session_options = options  # uform's own backends, as they open their sessions
+    try:
+        model = load(run, path)
+    finally:
+        e4m3.session_options, cpu.session_options = saved
+    inputs = texts(batch) if tower == "text" else list(pictures(path, batch))
+    encode = model.text_encode if tower == "text" else model.image_encode_pixels
+    arena = uform.Arena()
+    for _ in range(calls + 1):
+        encode(inputs, arena)
+    compute = model.compute
+    model.close()  # ends the sessions: ONNX Runtime writes their profiles
+    events = [e for f in glob.glob(prefix + "*.json") for e in json.loads(Path(f).read_text())]
+    return [{"compute": compute}] + [e for e in events if e.get("cat") == "Node" and e["name"].endswith("_kernel_time")]
+
+
+def shape(arg: list[dict[str, list[int]]], i: int) -> list[int]:
+    return next(iter(arg[i].values()))
+
+
+def product_shape(event: dict[str, Any]) -> tuple[int, int, int, bool]:
+    """(m, n, k, E4M3) of a product node's event: a ...Handoff writes [m + 16, n]."""
+    op, args = event["args"]["op_name"], event["args"]
+    out, x = shape(args["output_type_shape"], 0), shape(args["input_type_shape"], 0)
+    m = int(np.prod(out[:-1])) - (16 if op.endswith("Handoff") else 0)
+    return m, out[-1], x[-1], op.startswith("MatMulE4M3")
+
+
+def alone(variant: str, shapes: Counter[tuple[int, int, int, bool]], seconds: float) -> float:
+    """GFLOP/s of the tower's products run alone, each shape weighted by its count."""
+    import ml_dtypes
+
+    from uform.core.executor import available_cores
+    from uform.plugins.oplib.library import library
+
+    lib, threads, rng = library(), available_cores(), np.random.default_rng(0)
+    flops = spent = 0.0
+    for (m, n, k, quantized), count in shapes.items():
+        w = (rng.standard_normal((n, k)) * 0.05).astype(ml_dtypes.bfloat16)
+        packed, scale = lib.pack(variant, w, quantized, threads)
+        session = lib.product_session(variant, quantized, n, k, packed.size, threads)
+        feeds = {"w": packed, "x": rng.standard_normal((m, k)).astype(np.float32)} | ({"scale": scale} if scale is not None else {})
+        calls = rate(lambda: session.run(None, feeds), 1, seconds)  # noqa: B023
+        flops, spent = flops + count * 2.0 * m * n * k, spent + count / calls
+    return flops / spent / 1e9
+
+
+def summary(events: list[dict[str, Any]], calls: int, seconds: float) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The op table of one profiled run, and its products in the tower and alone."""
+    compute, nodes = events[0]["compute"], events[1:]
+    times, counts, shapes = Counter[str](), Counter[str](), Counter[tuple[int, int, int, bool]]()
+    flops = product_us = 0.0
+    for e in nodes:
+        op = e["args"]["op_name"]
+        times[op] += e["dur"]
+        counts[op] += 1
+        if op.startswith(PRODUCTS):
+            m, n, k, quantized = product_shape(e)
+            flops, product_us = flops + 2.0 * m * n * k, product_us + e["dur"]
+            shapes[m, n, k, quantized] += 1
+    total = sum(times.values())
+    rows = [{"op": op, "ms a call": f"{us / 1e3 / (calls + 1):.1f}", "share": f"{100 * us / total:.1f} %", "nodes a call": f"{counts[op] / (calls + 1):g}"}
+            for op, us in times.most_common() if us / total >= 0.001]  # fmt: skip
+    found = re.search(r"\((\S+) kernels", compute)
+    products: dict[str, Any] = {"compute": compute}
+    if found and shapes:
+        per_call = Counter({s: c // (calls + 1) for s, c in shapes.items()})
+        products |= {"in the tower GFLOP/s": flops / product_us / 1e3, "alone GFLOP/s": alone(found.group(1), per_call, seconds)}
+        products["tower / alone"] = products["in the tower GFLOP/s"] / products["alone GFLOP/s"]
+    return rows, products
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--towers", default="text:base,image:base")
+    parser.add_argument("--runs", default="uform bf16,uform e4m3")
+    parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--calls", type=int, default=3)
+    parser.add_argument("--seconds", type=float, default=0.5, help="time for each product shape alone")
+    args = parser.parse_args()
+
+    from uform.core import checkpoint
+    from uform.core.host import get_host
+    from uform.plugins.cpu import machine_classes
+
+    results: dict[str, Any] = {"cpu_class": machine_classes()[-1].value, "batch": args.batch, "calls": args.calls, "runs": []}
+    print(f"cpu class: {results['cpu_class']}; batch {args.batch}, {args.calls} calls after one to warm up")
+    with tempfile.TemporaryDirectory() as tmp:
+        for spec in args.towers.split(","):
+            tower, preset = spec.split(":")
+            path = Path(tmp) / f"{tower}-{preset}.safetensors"
+            config, tensors = checkpoint.new(get_host(), preset, 0, [tower])
+            checkpoint.save(path, config, tensors)
+            del tensors
+            for i, run in enumerate(args.runs.split(",")):
+                events = profiled_run(run, path, tower, args.batch, args.calls, f"{tmp}/{tower}-{i}")
+                rows, products = summary(events, args.calls, args.seconds)
+                compute = products.pop("compute")
+                print(f"\n{spec}, {run}: {compute}")
+                print(table(rows, list(rows[0])))
+                if "alone GFLOP/s" in products:
+                    print("products: {:.0f} GFLOP/s in the tower, {:.0f} alone (the same shapes): {:.2f}x".format(*products.values()))
+                results["runs"].append({"tower": spec, "run": run, "compute": compute, "ops": rows, **products})
+    print(f"wrote {save('tower_profile', results)}")
+
+
+if __name__ == "__main__":
+    main()
