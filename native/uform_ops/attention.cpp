@@ -14,7 +14,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <vector>
 
 #include "attention.h"
 

@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "staging.h"
+
 namespace uform {
 
 struct Attention {

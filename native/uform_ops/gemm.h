@@ -19,6 +19,8 @@
 #include <cstdint>
 #include <cstdlib>
 
+#include "staging.h"
+
 namespace uform {
 
 enum WeightType : int { kBF16 = 0, kE4M3 = 1 };
@@ -189,26 +191,8 @@ struct Claims {
   }
 };
 
-// A thread's buffer for staged panels, kept from product to product and grown as needed.
-struct Staging {
-  void* data = nullptr;
-  int64_t bytes = 0;
-  ~Staging() { std::free(data); }
-  void* fit(int64_t need) {  // room for `need` bytes (a multiple of 64)
-    if (need > bytes) {
-      std::free(data);
-      data = std::aligned_alloc(64, size_t(need));
-      if (data == nullptr) std::abort();  // a panel or two: some hundreds of KiB at most
-      bytes = need;
-    }
-    return data;
-  }
-};
-
 // Which panel each slot of a thread's decoded panels holds: the product (Gemm::serial) and the
-// panel, in plain memory. Not a std::vector: a template instantiated in a kernel file is compiled
-// under its target pragma, a weak symbol the linker may keep for every file (a machine without
-// those instructions would run it); these functions are defined here, before any pragma.
+// panel, in plain memory (not a std::vector: staging.h says why).
 struct Slots {
   struct Mark {
     uint64_t serial;

@@ -23,7 +23,6 @@
 #include <cstring>
 #include <ctime>
 #include <utility>
-#include <vector>
 
 #include "gemm.h"
 
