@@ -74,20 +74,24 @@ static inline void micro(const Gemm& g, int64_t row, int64_t n0, const Panel* pa
 }  // namespace avx512bf16
 
 // E4M3 codes to BF16, 32 at a time: a normal code's exponent and mantissa move into BF16's
-// fields and rebias by 120; the 8 subnormal magnitudes (m * 2^-9) come from a table.
+// fields and rebias by 120; the 8 subnormal magnitudes (m * 2^-9) come from a table, looked up
+// into the lanes that need them; the sign goes to bit 15 in the same step as the OR (VPTERNLOG).
+// Nine operations a vector where a separate blend and sign mask made eleven: 1.07-1.09x over
+// panels in cache (Zen 5), though a 12-byte E4M3 query's latency moved within its noise (8.3 ms).
 void decode_e4m3_bf16_avx512(const uint8_t* src, uint16_t* dst, int64_t count) {
   alignas(64) uint16_t small[32] = {};
   for (int m = 0; m < 8; ++m) small[m] = e4m3_to_bf16[m];
   const __m512i table = _mm512_load_si512(small);
-  const __m512i low7 = _mm512_set1_epi16(0x7F), bias = _mm512_set1_epi16(0x3C00), signbit = _mm512_set1_epi16(0x80);
+  const __m512i low7 = _mm512_set1_epi16(0x7F), bias = _mm512_set1_epi16(0x3C00), eight = _mm512_set1_epi16(8);
+  const __m512i signbit = _mm512_set1_epi16(int16_t(0x8000));
   for (int64_t i = 0; i < count; i += 32) {
     const __m512i v = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i)));
     const __m512i magnitude = _mm512_and_si512(v, low7);
     const __m512i normal = _mm512_add_epi16(_mm512_slli_epi16(magnitude, 4), bias);
-    const __mmask32 subnormal = _mm512_cmplt_epu16_mask(magnitude, _mm512_set1_epi16(8));
-    const __m512i value = _mm512_mask_blend_epi16(subnormal, normal, _mm512_permutexvar_epi16(magnitude, table));
-    const __m512i sign = _mm512_slli_epi16(_mm512_and_si512(v, signbit), 8);
-    _mm512_storeu_si512(dst + i, _mm512_or_si512(value, sign));
+    const __mmask32 subnormal = _mm512_cmplt_epu16_mask(magnitude, eight);
+    const __m512i value = _mm512_mask_permutexvar_epi16(normal, subnormal, magnitude, table);
+    // value | (v << 8 & 0x8000): VPTERNLOG's table for a | (b & c) is 0xF8
+    _mm512_storeu_si512(dst + i, _mm512_ternarylogic_epi32(value, _mm512_slli_epi16(v, 8), signbit, 0xF8));
   }
 }
 
