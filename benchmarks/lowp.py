@@ -48,12 +48,16 @@ and the share of the variant's peak as measured here (``OpLibrary.fma_peak``: 12
 register-only FMA chains a thread for AVX2's variants, 4 TDPBF16PS chains for ``amx``, in the
 same run); beside them their peer, PyTorch's own BF16 ``linear`` (oneDNN: AMX tiles where the
 CPU has them) on the same products and rows, its share of the tile peak. And
-``--full-load``: the full base checkpoint (every tower, 823 MiB), load over read. Named
+``profile``: where each tower's time goes at batch 64 with BF16 weights, op by op, and its
+products' rate in the tower against the same shapes alone (``tower_profile.py``). And
+``full-load``: the full base checkpoint (every tower, 823 MiB), load over read. Named
 only: ``huge-pages`` (each e4m3-backend run loaded twice in one process, its packed weights in
 4 KiB pages and in huge pages) and ``epilogues`` (loaded twice, GELU and residual adds as ONNX
-Runtime's nodes and inside the products) and ``handoff`` (fc1's output to fc2 as float32 and
-handed over as BF16), each pair called in turns on the short queries, one 86-byte text (and,
-for ``epilogues`` and ``handoff``, 64 of them): the median ratio of each turn's times. Last,
+Runtime's nodes and inside the products), ``handoff`` (fc1's output to fc2 as float32 and
+handed over as BF16) and ``streaming`` (the products' outputs kept in the caches, and past them
+from 4 MiB as the ``amx`` kernels write them; run by default where those kernels run), each pair
+called in turns on the short queries, one 86-byte text (and, for ``epilogues``, ``handoff`` and
+``streaming``, 64 of them): the median ratio of each turn's times. Last,
 the AVX2 goals and, where OpenVINO ran, the AMX goals (OpenVINO, PyTorch and the float32 path
 as peers), each read from the rows that measure it fairly (``lowp_goals.py``), met or not.
 
@@ -93,6 +97,7 @@ AVX2_PEER = "torch fp32 [avx2]"  # likewise: PyTorch with its AVX-512 paths off,
 AVX2_ONLY = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"}
 QUERIES = {"12 B": [12], "8 x 12 B": [12] * 8, "52 B": [52]}  # short queries: bytes of each text of one call
 KERNEL_ROWS = (16, 87, 5568)
+PARTS = "towers,turns,queries,kernels,profile,full-load"  # the default parts
 BLOCK = {"qkv": (2304, 768), "out": (768, 768), "fc1": (3072, 768), "fc2": (768, 3072)}  # [n, k] of a base block
 TEXT_BYTES = 86
 LOADS = 3  # loads timed per run (the median is reported)
@@ -410,7 +415,7 @@ def main() -> None:
     parser.add_argument("--towers", default="text:small,text:base,image:base")
     parser.add_argument("--seconds", type=float, default=2.0)
     parser.add_argument("--runs", default=",".join(RUNS))
-    parser.add_argument("--parts", default="towers,turns,queries,kernels,full-load", help="which of towers, turns, queries, kernels, full-load, huge-pages, epilogues, handoff to run (the last three only when named)")
+    parser.add_argument("--parts", default=PARTS, help="which of towers, turns, queries, kernels, profile, full-load, huge-pages, epilogues, handoff, streaming to run (the last four only when named; streaming also by default where the amx kernels run)")
     parser.add_argument("--kernel-rows", default=",".join(map(str, KERNEL_ROWS)), help="the kernels part's rows (m), comma-separated")
     parser.add_argument("--worker", nargs=3, metavar=("RUN", "CHECKPOINT", "TOWER"), help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -435,6 +440,8 @@ def main() -> None:
     print(f"cpu class: {classes[-1].value}; threads: {uform.core.executor.available_cores()}")
     print(describe_view(cpu_view()))
     parts = set(args.parts.split(","))
+    if args.parts == PARTS and "(amx kernels)" in variant:
+        parts.add("streaming")  # whether the tiles' outputs past the caches pay inside the towers
     results: dict[str, Any] = {"variant": variant, "library": probe or "available", "cpu_class": classes[-1].value, "cpu_view": cpu_view(), "runs": []}
     runs = args.runs.split(",")
     above_v3 = uform.CPUClass.X86_64_V3 in classes[:-1]
@@ -516,6 +523,7 @@ def main() -> None:
             "huge-pages": (huge_pages, "packed weights in 4 KiB pages (UFORM_HUGE_PAGES=0) and in huge pages", "in 4 KiB pages", "in huge pages"),
             "epilogues": (epilogues, "GELU and residual adds as ONNX Runtime nodes and inside the products", "as nodes", "fused"),
             "handoff": (handoff, "fc1's output to fc2 as float32 and handed over as BF16", "float32", "handed over"),
+            "streaming": (streaming, "products' outputs kept in the caches (stream=0) and past them from 4 MiB (amx's tiles)", "kept", "past the caches"),
         }  # fmt: skip
         for part, (measure_pair, what, before, after) in pairs.items():
             if part not in parts:
@@ -526,6 +534,13 @@ def main() -> None:
             print(f"\n{part}, {spec}: each run loaded twice in one process, {what}, called in turns")
             print(f"(ms: {before}; ratio: the median over turns of the time {after} over it, quartiles)")
             print(table(results[key], list(results[key][0])))
+        if "profile" in parts:  # where the towers' time goes at batch 64, BF16 (tower_profile.py)
+            from tower_profile import profile, report
+
+            results["profile"] = [profile(spec, "uform bf16", Path(tmp), 64, 2, args.seconds / 4) for spec in args.towers.split(",")]
+            print("\nwhere the towers' time goes (ONNX Runtime's profiler), and their products in the tower against alone:")
+            for result in results["profile"]:
+                print("\n" + report(result))
         if "full-load" in parts:
             results["full_load"] = full_load(Path(tmp), runs)
             print("\nthe full base checkpoint (every tower): load over read")
@@ -715,6 +730,14 @@ def handoff(path: Path, runs: list[str], seconds: float) -> list[dict[str, Any]]
     and handed over as BF16 (:func:`switched`). Where the kernels read x as float32 nothing is
     handed over, and the ratio is 1 but for noise."""
     return switched("HAND_OVER", path, runs, seconds)
+
+
+def streaming(path: Path, runs: list[str], seconds: float) -> list[dict[str, Any]]:
+    """Products' outputs kept in the caches whatever their size (``e4m3.STREAM_Y = False``, each
+    product's ``stream`` attribute 0) and written past them from 4 MiB where the kernels do so
+    (amx's tiles: 1.2x the product alone at 5,568 rows; the op that reads y next may pay it back),
+    :func:`switched`. Elsewhere nothing streams, and the ratio is 1 but for noise."""
+    return switched("STREAM_Y", path, runs, seconds)
 
 
 def switched(flag: str, path: Path, runs: list[str], seconds: float) -> list[dict[str, Any]]:

@@ -118,12 +118,42 @@ def summary(events: list[dict[str, Any]], calls: int, seconds: float) -> tuple[l
     rows = [{"op": op, "ms a call": f"{us / 1e3 / (calls + 1):.1f}", "share": f"{100 * us / total:.1f} %", "nodes a call": f"{counts[op] / (calls + 1):g}"}
             for op, us in times.most_common() if us / total >= 0.001]  # fmt: skip
     found = re.search(r"\((\S+) kernels", compute)
-    products: dict[str, Any] = {"compute": compute}
+    products: dict[str, Any] = {"compute": compute}  # the kernels it names, and (below) the products' rates
     if found and shapes:
         per_call = Counter({s: c // (calls + 1) for s, c in shapes.items()})
         products |= {"in the tower GFLOP/s": flops / product_us / 1e3, "alone GFLOP/s": alone(found.group(1), per_call, seconds)}
         products["tower / alone"] = products["in the tower GFLOP/s"] / products["alone GFLOP/s"]
     return rows, products
+
+
+def checkpoint_of(spec: str, tmp: Path) -> Path:
+    """A checkpoint of tower:preset ``spec`` holding that tower alone, in ``tmp`` (made once)."""
+    from uform.core import checkpoint
+    from uform.core.host import get_host
+
+    tower, preset = spec.split(":")
+    path = tmp / f"{tower}-{preset}.safetensors"
+    if not path.exists():
+        config, tensors = checkpoint.new(get_host(), preset, 0, [tower])
+        checkpoint.save(path, config, tensors)
+    return path
+
+
+def profile(spec: str, run: str, tmp: Path, batch: int, calls: int, seconds: float) -> dict[str, Any]:
+    """One tower's profile under one run: its op table, and its products in the tower and alone."""
+    tower = spec.split(":")[0]
+    events = profiled_run(run, checkpoint_of(spec, tmp), tower, batch, calls, str(tmp / f"profile-{tower}-{run.replace(' ', '-')}"))
+    rows, products = summary(events, calls, seconds)
+    return {"tower": spec, "run": run, "batch": batch, "ops": rows, **products}
+
+
+def report(result: dict[str, Any]) -> str:
+    """What a reader sees of :func:`profile`'s result."""
+    lines = [f"{result['tower']}, {result['run']}, batch {result['batch']}: {result['compute']}", table(result["ops"], list(result["ops"][0]))]
+    if "alone GFLOP/s" in result:
+        lines.append("products: {:.0f} GFLOP/s in the tower, {:.0f} alone (the same shapes): {:.2f}x".format(
+            result["in the tower GFLOP/s"], result["alone GFLOP/s"], result["tower / alone"]))  # fmt: skip
+    return "\n".join(lines)
 
 
 def main() -> None:
@@ -135,28 +165,15 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=0.5, help="time for each product shape alone")
     args = parser.parse_args()
 
-    from uform.core import checkpoint
-    from uform.core.host import get_host
     from uform.plugins.cpu import machine_classes
 
-    results: dict[str, Any] = {"cpu_class": machine_classes()[-1].value, "batch": args.batch, "calls": args.calls, "runs": []}
-    print(f"cpu class: {results['cpu_class']}; batch {args.batch}, {args.calls} calls after one to warm up")
+    results: dict[str, Any] = {"cpu_class": machine_classes()[-1].value, "calls": args.calls, "runs": []}
+    print(f"cpu class: {results['cpu_class']}; {args.calls} calls after one to warm up")
     with tempfile.TemporaryDirectory() as tmp:
         for spec in args.towers.split(","):
-            tower, preset = spec.split(":")
-            path = Path(tmp) / f"{tower}-{preset}.safetensors"
-            config, tensors = checkpoint.new(get_host(), preset, 0, [tower])
-            checkpoint.save(path, config, tensors)
-            del tensors
-            for i, run in enumerate(args.runs.split(",")):
-                events = profiled_run(run, path, tower, args.batch, args.calls, f"{tmp}/{tower}-{i}")
-                rows, products = summary(events, args.calls, args.seconds)
-                compute = products.pop("compute")
-                print(f"\n{spec}, {run}: {compute}")
-                print(table(rows, list(rows[0])))
-                if "alone GFLOP/s" in products:
-                    print("products: {:.0f} GFLOP/s in the tower, {:.0f} alone (the same shapes): {:.2f}x".format(*products.values()))
-                results["runs"].append({"tower": spec, "run": run, "compute": compute, "ops": rows, **products})
+            for run in args.runs.split(","):
+                results["runs"].append(profile(spec, run, Path(tmp), args.batch, args.calls, args.seconds))
+                print("\n" + report(results["runs"][-1]))
     print(f"wrote {save('tower_profile', results)}")
 
 

@@ -8,6 +8,7 @@ kernels over a scalar model of the tile instructions) everywhere."""
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import ml_dtypes
 import numpy as np
@@ -228,3 +229,59 @@ def test_the_tile_model_gives_the_real_tiles_bits() -> None:
                 for threads in (1, 2):
                     got = lib.gemm("amx", x, real, n, real_scale, bias, threads=threads, residual=add, gelu=gelu)
                     assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), f"m={m} n={n} k={k} e4m3={quantized} gelu={gelu}"
+
+
+@needs_library
+def test_stream_zero_keeps_ys_stores_plain_with_the_same_bits(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A product's ``stream`` attribute (lowp.py's ``streaming`` part loads with 0): absent, 1
+    and 0 give the same bits on a y past kStreamBytes (4 MiB) on the tiles (or their model),
+    anything else is refused by name; ``e4m3.STREAM_Y = False`` puts 0 on every product."""
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+
+    from uform.plugins.sessions.replicas import session_options
+
+    variant = "amx" if "amx" in LIBRARY.runnable else "amx-model"  # type: ignore[union-attr]
+    lib = runnable(variant)
+    rng = np.random.default_rng(3)
+    m, n, k = 1040, 1024, 32  # y: 4.06 MiB of float32
+    w = (rng.standard_normal((n, k)) * 0.1).astype(ml_dtypes.bfloat16)
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    packed, _ = lib.pack(variant, w, False)
+
+    def run(stream: int | None) -> np.ndarray:
+        extra = {} if stream is None else {"stream": stream}
+        node = helper.make_node("MatMulBF16", ["x", "w"], ["y"], domain="ai.uform", variant=e4m3.VARIANTS.index(variant), n=n, **extra)
+        inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [m, k]), helper.make_tensor_value_info("w", TensorProto.UINT16, [packed.size])]
+        graph = helper.make_graph([node], "p", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, [m, n])])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("ai.uform", 1)])
+        options = session_options(2)
+        options.register_custom_ops_library(str(lib.path))
+        session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        return session.run(None, {"x": x, "w": packed})[0]  # type: ignore[no-any-return]
+
+    want = x.astype(ml_dtypes.bfloat16).astype(np.float64) @ w.astype(np.float64).T
+    plain = run(None)
+    np.testing.assert_allclose(plain, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+    assert np.array_equal(run(1), plain) and np.array_equal(run(0), plain)
+    with pytest.raises(Exception, match=r"ai\.uform\.MatMulBF16: stream must be 0 or 1, not 2"):
+        run(2)
+
+    from uform.core import runtime
+    from uform.core import safetensors as st
+    from uform.core.checkpoint import new, save
+    from uform.core.config import ModelConfig
+    from uform.core.host import get_host
+
+    checkpoint = tmp_path / "small.safetensors"
+    save(checkpoint, *new(get_host(), "small", 0, ["text"]))
+    container = st.parse(memoryview(checkpoint.read_bytes()))
+    config = ModelConfig.from_metadata(container.metadata)
+    for name, (modality, parsed, specs) in runtime.plan_towers(container, config, get_host()).items():
+        graph = runtime.build_graph(name, modality, parsed, config, specs)
+        weights = {key: container.array(key) for key in specs}
+        for flag, want_stream in ((True, None), (False, 0)):
+            monkeypatch.setattr(e4m3, "STREAM_Y", flag)
+            low = e4m3.lower(graph, weights, True, "amx-model", lib, 1)  # type: ignore[arg-type]
+            products = [node for node in low.graph.graph.node if node.op_type.startswith(("MatMulBF16", "MatMulE4M3"))]
+            assert products and all({a.name: a.i for a in node.attribute}.get("stream") == want_stream for node in products), name

@@ -17,11 +17,12 @@ RUNS = {  # script → (smallest arguments, keys its result file must have)
     "audio": (["--presets", "tiny", "--items", "4", "--threads", "1", "--seconds", "0.02"], {"items", "presets"}),
     "choose": (["--presets", "tiny", "--seconds", "0.02", "--examples", "200"], {"throughput", "calibration"}),
     "lowp": (
-        ["--towers", "text:tiny,image:tiny", "--seconds", "0.02", "--parts", "towers,turns,queries,kernels,huge-pages,epilogues", "--kernel-rows", "16,87",
+        ["--towers", "text:tiny,image:tiny", "--seconds", "0.02", "--parts", "towers,turns,queries,kernels,profile,huge-pages,epilogues,streaming", "--kernel-rows", "16,87",
          "--runs", "uform f32,uform bf16,uform e4m3 dql,ort int8 nbits,torch bf16 autocast,torch fp32 [avx2]"],
-        {"variant", "cpu_class", "runs", "turns", "queries", "queries_interleaved", "kernels", "huge_pages", "epilogues", "goals"},
+        {"variant", "cpu_class", "runs", "turns", "queries", "queries_interleaved", "kernels", "profile", "huge_pages", "epilogues", "streaming", "goals"},
     ),  # fmt: skip
     "attention": (["--preset", "tiny", "--seconds", "0.02"], {"cpu_class", "preset"}),
+    "tower_profile": (["--towers", "text:tiny,image:tiny", "--batch", "4", "--calls", "1", "--seconds", "0.02"], {"cpu_class", "runs"}),
     "media": (["--preset", "tiny", "--seconds", "0.02", "--images", "4", "--clips", "1"], {"images_640x480", "video_gop30", "video_gop250"}),
     "index": (["--files", "12", "--sizes", "500", "--queries", "4", "--rounds", "1"], {"folder", "search", "peers"}),
     "models": (["--tiny", "--models", "clip-b16", "--images", "2", "--seconds", "0.02"], {"parity", "speed", "conversion"}),

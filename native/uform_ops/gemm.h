@@ -49,6 +49,9 @@ struct Gemm {
   // instead: act(...) + residual rounded to BF16 as round_rows rounds x, in Gemm::xb's layout for
   // an x of k = n ([m + kXRowsPad, n] elements; the padding rows not written); y is not used.
   uint16_t* yb = nullptr;
+  // Whether the kernels may write y past the caches where it is larger than they are (amx's
+  // tiles.inc, from kStreamBytes); false keeps every store a plain one (the op's `stream` = 0).
+  bool stream = true;
 };
 
 constexpr int64_t kMaxClaims = 64;  // tasks of a product that may hand out its panels as they go (Gemm::claims)

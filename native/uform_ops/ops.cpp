@@ -56,6 +56,7 @@ struct OpKernel {
   int activation;   // attribute `activation` (kIdentity when absent)
   bool hands;       // y handed to the next product as BF16 (the ...Handoff ops)
   int64_t k;        // attribute `k`: X's width where it is handed over as BF16 (0 when absent)
+  bool stream;      // attribute `stream`: y may go past the caches (1 when absent; Gemm::stream)
 };
 
 struct Parallel {
@@ -181,6 +182,7 @@ OrtStatus* compute(OpKernel* op, OrtKernelContext* ctx) {
   g.m = m, g.n = n, g.k = k, g.kpad = k_padded(k, *kern), g.wtype = op->wtype;
   g.serial = next_serial();
   g.threads = op->threads;
+  g.stream = op->stream;
   Parallel par{&g, kern, nullptr, 64};
   if (kern->bf16_x && !handed) {
     par.xb = rounded_x(size_t(m + kXRowsPad) * size_t(g.kpad));  // the calling thread's: concurrent runs each have their own
@@ -281,8 +283,14 @@ struct Op : OrtCustomOp {
         api->ReleaseStatus(status);
         k = 0;
       }
+      int64_t stream = 1;  // optional: 0 keeps y in the caches whatever its size
+      if (OrtStatus* status = api->KernelInfoGetAttribute_int64(info, "stream", &stream)) {
+        api->ReleaseStatus(status);
+        stream = 1;
+      }
+      if (stream != 0 && stream != 1) return fail(api, name + ": stream must be 0 or 1, not " + std::to_string(stream));
       auto* kernel = new (std::nothrow)
-          OpKernel{api, kernels[variant], WType, n, name, std::max<int64_t>(threads, 0), int(activation), Hands, k};
+          OpKernel{api, kernels[variant], WType, n, name, std::max<int64_t>(threads, 0), int(activation), Hands, k, stream == 1};
       if (!kernel) return api->CreateStatus(ORT_FAIL, "out of memory");
       *out = kernel;
       return nullptr;

@@ -31,6 +31,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 import numpy as np
 import onnx
@@ -62,6 +63,7 @@ AVX2_VARIANTS = CHOICES[CPUClass.X86_64_V3]
 FUSED_ATTENTION = frozenset(VARIANTS)  # variants whose loads run attention as one op (benchmarks/attention.py)
 FUSE_EPILOGUES = True  # GELU and residual adds inside the products (benchmarks/lowp.py --parts epilogues loads without too)
 HAND_OVER = True  # layer norms', attentions' and fc1's outputs handed to the products as BF16 where the kernels read x so (lowp.py --parts handoff loads without too)
+STREAM_Y = True  # products' outputs past the caches where the kernels do so (amx, from 4 MiB); False: the attribute stream=0 on each (lowp.py --parts streaming)
 COMPUTE = {
     "avx2": "float32 products of weights widened in cache (avx2 kernels)",
     "avx2-split": "float32 products of weights widened in cache (avx2-split kernels: panels staged as float32)",
@@ -199,9 +201,9 @@ def lower(
             inputs.append(node.input[2])
         op = "MatMulE4M3" if e4m3 else "MatMulBF16"
         n = shape_of(weights, matrix)[0]
-        nodes[index] = helper.make_node(
-            op, inputs, list(node.output), name=node.name, domain=DOMAIN, variant=VARIANTS.index(variant), n=n, threads=threads
-        )  # threads: the session's, which the kernels size their tasks to
+        attrs: dict[str, Any] = {"variant": VARIANTS.index(variant), "n": n, "threads": threads} | ({} if STREAM_Y else {"stream": 0})
+        nodes[index] = helper.make_node(op, inputs, list(node.output), name=node.name, domain=DOMAIN, **attrs)
+        # threads: the session's, which the kernels size their tasks to
     if FUSE_EPILOGUES:
         nodes = fuse_epilogues(graph, nodes)
     handed: set[str] = set()
