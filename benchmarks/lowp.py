@@ -54,10 +54,11 @@ products' rate in the tower against the same shapes alone (``tower_profile.py``)
 only: ``huge-pages`` (each e4m3-backend run loaded twice in one process, its packed weights in
 4 KiB pages and in huge pages) and ``epilogues`` (loaded twice, GELU and residual adds as ONNX
 Runtime's nodes and inside the products), ``handoff`` (fc1's output to fc2 as float32 and
-handed over as BF16) and ``streaming`` (the products' outputs kept in the caches, and past them
-from 4 MiB as the ``amx`` kernels write them; run by default where those kernels run), each pair
-called in turns on the short queries, one 86-byte text (and, for ``epilogues``, ``handoff`` and
-``streaming``, 64 of them): the median ratio of each turn's times. Last,
+handed over as BF16), ``streaming`` (the products' outputs kept in the caches, and past them
+from 4 MiB as the ``amx`` kernels write them) and ``qkv`` (each block's qkv projection and
+attention as two ops, and as one op a chunk of items at a time; these two run by default where
+the ``amx`` kernels run), each pair called in turns on the short queries, one 86-byte text (and,
+for all but ``huge-pages``, 64 of them): the median ratio of each turn's times. Last,
 the AVX2 goals and, where OpenVINO ran, the AMX goals (OpenVINO, PyTorch and the float32 path
 as peers), each read from the rows that measure it fairly (``lowp_goals.py``), met or not.
 
@@ -415,7 +416,7 @@ def main() -> None:
     parser.add_argument("--towers", default="text:small,text:base,image:base")
     parser.add_argument("--seconds", type=float, default=2.0)
     parser.add_argument("--runs", default=",".join(RUNS))
-    parser.add_argument("--parts", default=PARTS, help="which of towers, turns, queries, kernels, profile, full-load, huge-pages, epilogues, handoff, streaming to run (the last four only when named; streaming also by default where the amx kernels run)")
+    parser.add_argument("--parts", default=PARTS, help="which of towers, turns, queries, kernels, profile, full-load, huge-pages, epilogues, handoff, streaming, qkv to run (the last five only when named; streaming and qkv also by default where the amx kernels run)")
     parser.add_argument("--kernel-rows", default=",".join(map(str, KERNEL_ROWS)), help="the kernels part's rows (m), comma-separated")
     parser.add_argument("--worker", nargs=3, metavar=("RUN", "CHECKPOINT", "TOWER"), help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -441,7 +442,7 @@ def main() -> None:
     print(describe_view(cpu_view()))
     parts = set(args.parts.split(","))
     if args.parts == PARTS and "(amx kernels)" in variant:
-        parts.add("streaming")  # whether the tiles' outputs past the caches pay inside the towers
+        parts |= {"streaming", "qkv"}  # whether the tiles' outputs past the caches, and qkv in chunks, pay inside the towers
     results: dict[str, Any] = {"variant": variant, "library": probe or "available", "cpu_class": classes[-1].value, "cpu_view": cpu_view(), "runs": []}
     runs = args.runs.split(",")
     above_v3 = uform.CPUClass.X86_64_V3 in classes[:-1]
@@ -524,6 +525,7 @@ def main() -> None:
             "epilogues": (epilogues, "GELU and residual adds as ONNX Runtime nodes and inside the products", "as nodes", "fused"),
             "handoff": (handoff, "fc1's output to fc2 as float32 and handed over as BF16", "float32", "handed over"),
             "streaming": (streaming, "products' outputs kept in the caches (stream=0) and past them from 4 MiB (amx's tiles)", "kept", "past the caches"),
+            "qkv": (qkv, "each block's qkv projection and attention as two ops and as one, a chunk of items at a time", "two ops", "one"),
         }  # fmt: skip
         for part, (measure_pair, what, before, after) in pairs.items():
             if part not in parts:
@@ -732,6 +734,13 @@ def handoff(path: Path, runs: list[str], seconds: float) -> list[dict[str, Any]]
     return switched("HAND_OVER", path, runs, seconds)
 
 
+def qkv(path: Path, runs: list[str], seconds: float) -> list[dict[str, Any]]:
+    """Each block's qkv projection and attention as two ops (``e4m3.FUSE_QKV = False``: the
+    float32 qkv written to memory and read back) and as one (``QKVAttention...``: a chunk of
+    items at a time, its qkv through the caches), :func:`switched`. Zen 5, 64 texts: 0.97-1.0x."""
+    return switched("FUSE_QKV", path, runs, seconds)
+
+
 def streaming(path: Path, runs: list[str], seconds: float) -> list[dict[str, Any]]:
     """Products' outputs kept in the caches whatever their size (``e4m3.STREAM_Y = False``, each
     product's ``stream`` attribute 0) and written past them from 4 MiB where the kernels do so
@@ -746,7 +755,7 @@ def switched(flag: str, path: Path, runs: list[str], seconds: float) -> list[dic
     one text of ``TEXT_BYTES`` and 64 of them: ``ms`` off, ``ratio`` the time on over it."""
     from uform.plugins import e4m3
 
-    inputs = query_inputs() | {f"64 x {TEXT_BYTES} B": (texts(64), 5)}
+    inputs = query_inputs() | {f"64 x {TEXT_BYTES} B": (texts(64), 5)}  # (epilogues, handoff, streaming, qkv)
     rows = []
     for run in (r for r in runs if r.startswith("uform") and "dql" not in r):
         pair = {}

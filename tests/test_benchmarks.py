@@ -17,9 +17,9 @@ RUNS = {  # script → (smallest arguments, keys its result file must have)
     "audio": (["--presets", "tiny", "--items", "4", "--threads", "1", "--seconds", "0.02"], {"items", "presets"}),
     "choose": (["--presets", "tiny", "--seconds", "0.02", "--examples", "200"], {"throughput", "calibration"}),
     "lowp": (
-        ["--towers", "text:tiny,image:tiny", "--seconds", "0.02", "--parts", "towers,turns,queries,kernels,profile,huge-pages,epilogues,streaming", "--kernel-rows", "16,87",
+        ["--towers", "text:tiny,image:tiny", "--seconds", "0.02", "--parts", "towers,turns,queries,kernels,profile,huge-pages,epilogues,streaming,qkv", "--kernel-rows", "16,87",
          "--runs", "uform f32,uform bf16,uform e4m3 dql,ort int8 nbits,torch bf16 autocast,torch fp32 [avx2]"],
-        {"variant", "cpu_class", "runs", "turns", "queries", "queries_interleaved", "kernels", "profile", "huge_pages", "epilogues", "streaming", "goals"},
+        {"variant", "cpu_class", "runs", "turns", "queries", "queries_interleaved", "kernels", "profile", "huge_pages", "epilogues", "streaming", "qkv", "goals"},
     ),  # fmt: skip
     "attention": (["--preset", "tiny", "--seconds", "0.02"], {"cpu_class", "preset"}),
     "tower_profile": (["--towers", "text:tiny,image:tiny", "--batch", "4", "--calls", "1", "--seconds", "0.02"], {"cpu_class", "runs"}),

@@ -50,7 +50,7 @@ void values(const Attention& a, const float* __restrict rows, const float*, int6
       }
     }
     for (int r = 0; r < R; ++r) {
-      float* out = a.out + (a.item * t + i + r) * width + h * d + c0;
+      float* out = a.out + (a.first_row + a.item * t + i + r) * width + h * d + c0;
       for (int u = 0; u < vectors; ++u) _mm512_storeu_ps(out + 16 * u, _mm512_mul_ps(acc[r][u], _mm512_set1_ps(inverse[r])));
     }
   }

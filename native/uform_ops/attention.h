@@ -20,6 +20,9 @@ struct Attention {
   // context goes here instead of `out`: rounded to BF16 (nearest even) in the layout the next
   // product's kernels read x in, [items * tokens + 16, W] (the AttentionHandoff op).
   uint16_t* handed = nullptr;
+  // The row of `out` (or `handed`) item 0's first token goes to: qkv, mask and items may be a
+  // chunk of a call's (the QKVAttention ops run theirs a chunk of items at a time).
+  int64_t first_row = 0;
 };
 
 // Tasks [begin, end): task (item, head) = (task / heads, task % heads); tasks touch disjoint parts

@@ -130,7 +130,7 @@ void values(const Attention& a, const float*, const float* __restrict vs, int64_
       }
     }
     for (int r = 0; r < R; ++r) {
-      float* out = a.out + (a.item * t + i + r) * width + h * d + c0;
+      float* out = a.out + (a.first_row + a.item * t + i + r) * width + h * d + c0;
 #pragma GCC unroll 4
       for (int u = 0; u < 4; ++u)  // constant indices: the sums stay in registers
         if (u < vectors) _mm256_storeu_ps(out + LANES * u, _mm256_mul_ps(acc[r][u], _mm256_set1_ps(inverse[r])));

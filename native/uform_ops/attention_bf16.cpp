@@ -80,7 +80,7 @@ void values(const Attention& a, const float* __restrict, const float* room, int6
       }
     }
     for (int r = 0; r < R; ++r) {
-      const int64_t at = (a.item * t + i + r) * width + h * d + c0;
+      const int64_t at = (a.first_row + a.item * t + i + r) * width + h * d + c0;
       for (int u = 0; u < vectors; ++u) {
         const __m512 value = _mm512_mul_ps(acc[r][u], _mm512_set1_ps(inverse[r]));
         if (a.handed)  // to the next product's x, rounded as round_rows_avx512bf16 rounds it

@@ -8,7 +8,7 @@
 
 namespace uform {
 
-constexpr int kAbi = 10;  // bump when an exported signature or an op's contract changes
+constexpr int kAbi = 11;  // bump when an exported signature or an op's contract changes
 const Kernel* const kernels[kVariants] = {&kernel_avx2,       &kernel_avx512, &kernel_avx512bf16,
                                           &kernel_avx2_split, &kernel_amx,    &kernel_amx_model};
 

@@ -38,8 +38,9 @@ int64_t pack_rows(const uint16_t* w, int64_t k, const Kernel& kern, int wtype, v
 // The calling thread's buffers, kept from call to call (a fresh one was paged in and zeroed on
 // every product: a quarter of a base fc2's time), page-aligned, at least `bytes` long; throws
 // std::bad_alloc. One for x rounded to BF16 (rounded_x: `elements` of them), one for the rows a
-// layer norm normalizes before rounding them (layer_norm.cpp).
-enum Scratch : int { kRoundedX = 0, kNormalized = 1, kScratches = 2 };
+// layer norm normalizes before rounding them (layer_norm.cpp), one for a chunk's qkv
+// (qkv_attention.cpp).
+enum Scratch : int { kRoundedX = 0, kNormalized = 1, kQKV = 2, kScratches = 3 };
 void* thread_scratch(Scratch which, size_t bytes);
 uint16_t* rounded_x(size_t elements);
 

@@ -29,49 +29,19 @@
 // `variant` (0 and 3: AVX2 with FMA; 1: AVX-512 F; 2: AVX-512 F scores and AVX-512 BF16 values; 4 and 5: BF16
 // tiles and their model; absent: AVX-512 F where the CPU has it). A kernel whose
 // instructions this CPU lacks is refused when the session is created, with a message;
-// nothing runs an illegal instruction.
+// nothing runs an illegal instruction. (The QKVAttention ops, a block's qkv projection and its
+// attention as one, are qkv_attention.cpp's; ops.h holds what they share with these.)
 // Work runs on ONNX Runtime's intra-op thread pool (KernelContext_ParallelFor).
-#include <onnxruntime_c_api.h>
-
 #include <mutex>
 #include <new>
 #include <string>
 #include <vector>
 
-#include "attention.h"
-#include "library.h"
+#include "ops.h"
 
 namespace uform {
-namespace {
-
-const char* const kDomain = "ai.uform";
-
-struct OpKernel {
-  const OrtApi* api;
-  const Kernel* kern;
-  int wtype;
-  int64_t n;
-  std::string name;
-  int64_t threads;  // the session's intra-op threads (attribute `threads`; 0 when absent)
-  int activation;   // attribute `activation` (kIdentity when absent)
-  bool hands;       // y handed to the next product as BF16 (the ...Handoff ops)
-  int64_t k;        // attribute `k`: X's width where it is handed over as BF16 (0 when absent)
-  bool stream;      // attribute `stream`: y may go past the caches (1 when absent; Gemm::stream)
-};
-
-struct Parallel {
-  const Gemm* g;
-  const Kernel* kern;
-  uint16_t* xb;
-  int64_t rows_per_piece;
-};
 
 OrtStatus* fail(const OrtApi* api, const std::string& msg) { return api->CreateStatus(ORT_INVALID_ARGUMENT, msg.c_str()); }
-
-#define ORT_TRY(expr)                            \
-  do {                                           \
-    if (OrtStatus* status_ = (expr)) return status_; \
-  } while (0)
 
 OrtStatus* shape_of(const OrtApi* api, const OrtValue* value, std::vector<int64_t>& dims) {
   OrtTensorTypeAndShapeInfo* info = nullptr;
@@ -85,6 +55,17 @@ OrtStatus* shape_of(const OrtApi* api, const OrtValue* value, std::vector<int64_
   api->ReleaseTensorTypeAndShapeInfo(info);
   return status;
 }
+
+namespace {
+
+const char* const kDomain = "ai.uform";
+
+struct Parallel {
+  const Gemm* g;
+  const Kernel* kern;
+  uint16_t* xb;
+  int64_t rows_per_piece;
+};
 
 // Whether `value` holds BF16 bits handed over (uint16), not float32 (any other type is refused).
 OrtStatus* element_type(const OrtApi* api, const std::string& name, const OrtValue* value, bool& bf16) {
@@ -100,22 +81,23 @@ OrtStatus* element_type(const OrtApi* api, const std::string& name, const OrtVal
   return nullptr;
 }
 
-OrtStatus* compute(OpKernel* op, OrtKernelContext* ctx) {
+}  // namespace
+
+OrtStatus* product_inputs(const OpKernel* op, OrtKernelContext* ctx, size_t scale_at, size_t bias_at, Gemm& g, bool& handed,
+                          std::vector<int64_t>& xd) {
   const OrtApi* api = op->api;
   size_t inputs = 0;
   ORT_TRY(api->KernelContext_GetInputCount(ctx, &inputs));
   const bool e4m3 = op->wtype == kE4M3;
-  const OrtValue *x = nullptr, *w = nullptr, *scale = nullptr, *bias = nullptr, *residual = nullptr;
+  const OrtValue *x = nullptr, *w = nullptr, *scale = nullptr, *bias = nullptr;
   ORT_TRY(api->KernelContext_GetInput(ctx, 0, &x));
   ORT_TRY(api->KernelContext_GetInput(ctx, 1, &w));
-  if (e4m3) ORT_TRY(api->KernelContext_GetInput(ctx, 2, &scale));
-  const size_t bias_at = e4m3 ? 3 : 2;
+  if (e4m3) ORT_TRY(api->KernelContext_GetInput(ctx, scale_at, &scale));
   if (inputs > bias_at) ORT_TRY(api->KernelContext_GetInput(ctx, bias_at, &bias));  // null when the node names none ("")
-  if (inputs > bias_at + 1) ORT_TRY(api->KernelContext_GetInput(ctx, bias_at + 1, &residual));
-  std::vector<int64_t> xd, wd, sd, bd, rd;
+  std::vector<int64_t> wd, sd, bd;
   ORT_TRY(shape_of(api, x, xd));
   ORT_TRY(shape_of(api, w, wd));
-  bool handed = false;  // x arrives as BF16 from a ...Handoff product
+  handed = false;
   ORT_TRY(element_type(api, op->name, x, handed));
   const Kernel* kern = op->kern;
   if (handed) {
@@ -142,17 +124,7 @@ OrtStatus* compute(OpKernel* op, OrtKernelContext* ctx) {
   }
   int64_t m = handed ? xd[0] - kXRowsPad : 1;
   for (size_t i = 0; !handed && i + 1 < xd.size(); ++i) m *= xd[i];
-  std::vector<int64_t> yd = handed ? std::vector<int64_t>{m, n} : xd;  // y's shape, as the residual has it
-  yd.back() = n;
-  if (residual) {
-    ORT_TRY(shape_of(api, residual, rd));
-    if (rd != yd) return fail(api, op->name + ": residual must have the output's shape [..., n]");
-  }
-  const std::vector<int64_t> out_dims = op->hands ? std::vector<int64_t>{m + kXRowsPad, n} : yd;
-  OrtValue* y = nullptr;
-  ORT_TRY(api->KernelContext_GetOutput(ctx, 0, out_dims.data(), out_dims.size(), &y));
-  if (m == 0 || n == 0) return nullptr;
-  Gemm g{};
+  g = Gemm{};
   void* data = nullptr;
   ORT_TRY(api->GetTensorMutableData(const_cast<OrtValue*>(x), &data));
   if (handed)
@@ -169,74 +141,130 @@ OrtStatus* compute(OpKernel* op, OrtKernelContext* ctx) {
     ORT_TRY(api->GetTensorMutableData(const_cast<OrtValue*>(bias), &data));
     g.bias = static_cast<const float*>(data);
   }
-  if (residual) {
-    ORT_TRY(api->GetTensorMutableData(const_cast<OrtValue*>(residual), &data));
-    g.residual = static_cast<const float*>(data);
-  }
   g.activation = op->activation;
-  ORT_TRY(api->GetTensorMutableData(y, &data));
-  if (op->hands)
-    g.yb = static_cast<uint16_t*>(data);
-  else
-    g.y = static_cast<float*>(data);
   g.m = m, g.n = n, g.k = k, g.kpad = k_padded(k, *kern), g.wtype = op->wtype;
-  g.serial = next_serial();
   g.threads = op->threads;
   g.stream = op->stream;
+  g.serial = next_serial();  // one a call: a thread's decoded panel serves every run of g's tasks in it
+  return nullptr;
+}
+
+OrtStatus* round_x(const OpKernel* op, OrtKernelContext* ctx, Gemm& g) {
+  const Kernel* kern = op->kern;
+  if (!kern->bf16_x || g.xb != nullptr || g.m == 0) return nullptr;
   Parallel par{&g, kern, nullptr, 64};
-  if (kern->bf16_x && !handed) {
-    par.xb = rounded_x(size_t(m + kXRowsPad) * size_t(g.kpad));  // the calling thread's: concurrent runs each have their own
-    g.xb = par.xb;
-    const int64_t pieces = (m + par.rows_per_piece - 1) / par.rows_per_piece;
-    ORT_TRY(api->KernelContext_ParallelFor(
-        ctx,
-        [](void* p, size_t i) {
-          auto* par = static_cast<Parallel*>(p);
-          const int64_t begin = int64_t(i) * par->rows_per_piece;
-          const int64_t end = std::min(par->g->m, begin + par->rows_per_piece);
-          par->kern->round_rows(par->g->x, par->g->k, par->xb, par->g->kpad, begin, end);
-        },
-        size_t(pieces), 0, &par));
-  }
+  par.xb = rounded_x(size_t(g.m + kXRowsPad) * size_t(g.kpad));  // the calling thread's: concurrent runs each have their own
+  const int64_t pieces = (g.m + par.rows_per_piece - 1) / par.rows_per_piece;
+  ORT_TRY(op->api->KernelContext_ParallelFor(
+      ctx,
+      [](void* p, size_t i) {
+        auto* par = static_cast<Parallel*>(p);
+        const int64_t begin = int64_t(i) * par->rows_per_piece;
+        const int64_t end = std::min(par->g->m, begin + par->rows_per_piece);
+        par->kern->round_rows(par->g->x, par->g->k, par->xb, par->g->kpad, begin, end);
+      },
+      size_t(pieces), 0, &par));
+  g.xb = par.xb;
+  return nullptr;
+}
+
+OrtStatus* product_tasks(const OpKernel* op, OrtKernelContext* ctx, Gemm& g) {
+  if (g.m == 0 || g.n == 0) return nullptr;
+  Parallel par{&g, op->kern, nullptr, 64};
   Claims claims;
   g.claims = claims.words;
-  const int64_t count = tasks(g, *kern);
-  ORT_TRY(api->KernelContext_ParallelFor(
+  const int64_t count = tasks(g, *op->kern);
+  return op->api->KernelContext_ParallelFor(
       ctx,
       [](void* p, size_t i) {
         auto* par = static_cast<Parallel*>(p);
         par->kern->task(*par->g, int64_t(i));
       },
-      size_t(count), 0, &par));
+      size_t(count), 0, &par);
+}
+
+OrtStatus* product_attributes(const OrtApi* api, const OrtKernelInfo* info, const std::string& name, int wtype, bool hands,
+                              OpKernel& out) {
+  int64_t variant = -1;
+  if (OrtStatus* status = api->KernelInfoGetAttribute_int64(info, "variant", &variant)) {
+    api->ReleaseStatus(status);
+    return fail(api, name + ": the attribute 'variant' is missing");
+  }
+  if (variant < 0 || variant >= kVariants) return fail(api, name + ": unknown variant " + std::to_string(variant));
+  int64_t n = 0;
+  if (OrtStatus* status = api->KernelInfoGetAttribute_int64(info, "n", &n)) {
+    api->ReleaseStatus(status);
+    return fail(api, name + ": the attribute 'n' is missing");
+  }
+  if (n < 1) return fail(api, name + ": n must be positive");
+  if (!runnable(int(variant)))
+    return api->CreateStatus(ORT_NOT_IMPLEMENTED, (name + ": this CPU lacks the instructions of the " + kernels[variant]->name + " kernels").c_str());
+  int64_t threads = 0;  // optional: how many threads run the product's tasks
+  if (OrtStatus* status = api->KernelInfoGetAttribute_int64(info, "threads", &threads)) {
+    api->ReleaseStatus(status);
+    threads = 0;
+  }
+  int64_t activation = kIdentity;  // optional: applied to scale * product + bias, before the residual
+  if (OrtStatus* status = api->KernelInfoGetAttribute_int64(info, "activation", &activation)) {
+    api->ReleaseStatus(status);
+    activation = kIdentity;
+  }
+  if (activation < 0 || activation >= kActivations)
+    return fail(api, name + ": unknown activation " + std::to_string(activation) + " (0: none, 1: GELU, 2: tanh GELU, 3: quick GELU)");
+  if (hands && !hands_bf16(n, *kernels[variant]))
+    return fail(api, name + ": y is handed over as BF16 only by variants whose products read x as BF16, with n a multiple of 32 (" +
+                         kernels[variant]->name + ", n = " + std::to_string(n) + ")");
+  int64_t k = 0;  // optional: x's width where it is handed over as BF16
+  if (OrtStatus* status = api->KernelInfoGetAttribute_int64(info, "k", &k)) {
+    api->ReleaseStatus(status);
+    k = 0;
+  }
+  int64_t stream = 1;  // optional: 0 keeps y in the caches whatever its size
+  if (OrtStatus* status = api->KernelInfoGetAttribute_int64(info, "stream", &stream)) {
+    api->ReleaseStatus(status);
+    stream = 1;
+  }
+  if (stream != 0 && stream != 1) return fail(api, name + ": stream must be 0 or 1, not " + std::to_string(stream));
+  out = OpKernel{api, kernels[variant], wtype, n, name, std::max<int64_t>(threads, 0), int(activation), hands, k, stream == 1};
   return nullptr;
 }
 
-// What every op of the library shares: it runs on the CPU provider, makes one float output,
-// takes no variadic arguments, and its kernels (of type K, with `api` and `name`) compute
-// through Run, an allocation that fails becoming a status that names the op.
-template <class K, OrtStatus* (*Run)(K*, OrtKernelContext*)>
-void common(OrtCustomOp& op) {
-  op.version = ORT_API_VERSION;
-  op.KernelComputeV2 = [](void* kernel, OrtKernelContext* ctx) -> OrtStatus* {
-    auto* k = static_cast<K*>(kernel);
-    try {
-      return Run(k, ctx);
-    } catch (const std::bad_alloc&) {
-      return k->api->CreateStatus(ORT_FAIL, (k->name + ": out of memory").c_str());
-    }
-  };
-  op.KernelDestroy = [](void* kernel) { delete static_cast<K*>(kernel); };
-  op.GetExecutionProviderType = [](const OrtCustomOp*) -> const char* { return "CPUExecutionProvider"; };
-  op.GetOutputTypeCount = [](const OrtCustomOp*) -> size_t { return 1; };
-  op.GetOutputType = [](const OrtCustomOp*, size_t) { return ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT; };
-  op.GetOutputCharacteristic = [](const OrtCustomOp*, size_t) { return INPUT_OUTPUT_REQUIRED; };
-  op.GetInputMemoryType = [](const OrtCustomOp*, size_t) { return OrtMemTypeDefault; };
-  op.GetVariadicInputMinArity = [](const OrtCustomOp*) { return 1; };
-  op.GetVariadicInputHomogeneity = [](const OrtCustomOp*) { return 1; };
-  op.GetVariadicOutputMinArity = [](const OrtCustomOp*) { return 1; };
-  op.GetVariadicOutputHomogeneity = [](const OrtCustomOp*) { return 1; };
-  op.GetStartVersion = [](const OrtCustomOp*) { return 1; };
-  op.GetEndVersion = [](const OrtCustomOp*) { return 1 << 30; };
+namespace {
+
+OrtStatus* compute(OpKernel* op, OrtKernelContext* ctx) {
+  const OrtApi* api = op->api;
+  Gemm g{};
+  bool handed = false;
+  std::vector<int64_t> xd, rd;
+  const bool e4m3 = op->wtype == kE4M3;
+  ORT_TRY(product_inputs(op, ctx, 2, e4m3 ? 3 : 2, g, handed, xd));
+  size_t inputs = 0;
+  ORT_TRY(api->KernelContext_GetInputCount(ctx, &inputs));
+  const size_t residual_at = e4m3 ? 4 : 3;
+  const OrtValue* residual = nullptr;
+  if (inputs > residual_at) ORT_TRY(api->KernelContext_GetInput(ctx, residual_at, &residual));
+  std::vector<int64_t> yd = handed ? std::vector<int64_t>{g.m, g.n} : xd;  // y's shape, as the residual has it
+  yd.back() = g.n;
+  if (residual) {
+    ORT_TRY(shape_of(api, residual, rd));
+    if (rd != yd) return fail(api, op->name + ": residual must have the output's shape [..., n]");
+  }
+  const std::vector<int64_t> out_dims = op->hands ? std::vector<int64_t>{g.m + kXRowsPad, g.n} : yd;
+  OrtValue* y = nullptr;
+  ORT_TRY(api->KernelContext_GetOutput(ctx, 0, out_dims.data(), out_dims.size(), &y));
+  if (g.m == 0 || g.n == 0) return nullptr;
+  void* data = nullptr;
+  if (residual) {
+    ORT_TRY(api->GetTensorMutableData(const_cast<OrtValue*>(residual), &data));
+    g.residual = static_cast<const float*>(data);
+  }
+  ORT_TRY(api->GetTensorMutableData(y, &data));
+  if (op->hands)
+    g.yb = static_cast<uint16_t*>(data);
+  else
+    g.y = static_cast<float*>(data);
+  ORT_TRY(round_x(op, ctx, g));
+  return product_tasks(op, ctx, g);
 }
 
 template <int WType, bool Hands>
@@ -247,51 +275,12 @@ struct Op : OrtCustomOp {
   Op() : OrtCustomOp{} {
     common<OpKernel, compute>(*this);
     CreateKernelV2 = [](const OrtCustomOp*, const OrtApi* api, const OrtKernelInfo* info, void** out) -> OrtStatus* {
-      const std::string name = std::string("ai.uform.") + op_name();
-      int64_t variant = -1;
-      if (OrtStatus* status = api->KernelInfoGetAttribute_int64(info, "variant", &variant)) {
-        api->ReleaseStatus(status);
-        return fail(api, name + ": the attribute 'variant' is missing");
-      }
-      if (variant < 0 || variant >= kVariants) return fail(api, name + ": unknown variant " + std::to_string(variant));
-      int64_t n = 0;
-      if (OrtStatus* status = api->KernelInfoGetAttribute_int64(info, "n", &n)) {
-        api->ReleaseStatus(status);
-        return fail(api, name + ": the attribute 'n' is missing");
-      }
-      if (n < 1) return fail(api, name + ": n must be positive");
-      if (!runnable(int(variant)))
-        return api->CreateStatus(ORT_NOT_IMPLEMENTED, (name + ": this CPU lacks the instructions of the " +
-                                                       kernels[variant]->name + " kernels").c_str());
-      int64_t threads = 0;  // optional: how many threads run the product's tasks
-      if (OrtStatus* status = api->KernelInfoGetAttribute_int64(info, "threads", &threads)) {
-        api->ReleaseStatus(status);
-        threads = 0;
-      }
-      int64_t activation = kIdentity;  // optional: applied to scale * product + bias, before the residual
-      if (OrtStatus* status = api->KernelInfoGetAttribute_int64(info, "activation", &activation)) {
-        api->ReleaseStatus(status);
-        activation = kIdentity;
-      }
-      if (activation < 0 || activation >= kActivations)
-        return fail(api, name + ": unknown activation " + std::to_string(activation) + " (0: none, 1: GELU, 2: tanh GELU, 3: quick GELU)");
-      if (Hands && !hands_bf16(n, *kernels[variant]))
-        return fail(api, name + ": y is handed over as BF16 only by variants whose products read x as BF16, with n a multiple of 32 (" +
-                             kernels[variant]->name + ", n = " + std::to_string(n) + ")");
-      int64_t k = 0;  // optional: x's width where it is handed over as BF16
-      if (OrtStatus* status = api->KernelInfoGetAttribute_int64(info, "k", &k)) {
-        api->ReleaseStatus(status);
-        k = 0;
-      }
-      int64_t stream = 1;  // optional: 0 keeps y in the caches whatever its size
-      if (OrtStatus* status = api->KernelInfoGetAttribute_int64(info, "stream", &stream)) {
-        api->ReleaseStatus(status);
-        stream = 1;
-      }
-      if (stream != 0 && stream != 1) return fail(api, name + ": stream must be 0 or 1, not " + std::to_string(stream));
-      auto* kernel = new (std::nothrow)
-          OpKernel{api, kernels[variant], WType, n, name, std::max<int64_t>(threads, 0), int(activation), Hands, k, stream == 1};
+      auto* kernel = new (std::nothrow) OpKernel{};
       if (!kernel) return api->CreateStatus(ORT_FAIL, "out of memory");
+      if (OrtStatus* status = product_attributes(api, info, std::string("ai.uform.") + op_name(), WType, Hands, *kernel)) {
+        delete kernel;
+        return status;
+      }
       *out = kernel;
       return nullptr;
     };
@@ -407,35 +396,28 @@ const LayerNormOp layer_norm_op;
 
 // -- Attention ----------------------------------------------------------------------------
 
-struct AttentionKernel {
-  const OrtApi* api;
-  int64_t heads;
-  AttentionTasks run;  // the variant's (attention_kernel)
-  std::string name = "ai.uform.Attention";
-  bool hands = false;  // the context handed to the next product as BF16 (AttentionHandoff)
-};
+}  // namespace
 
-OrtStatus* attend(AttentionKernel* op, OrtKernelContext* ctx) {
+OrtStatus* attention_inputs(const AttentionKernel* op, OrtKernelContext* ctx, size_t shape_at, size_t mask_at, int64_t rows, int64_t width3,
+                            Attention& a) {
   const OrtApi* api = op->api;
   const std::string& name = op->name;
   size_t inputs = 0;
   ORT_TRY(api->KernelContext_GetInputCount(ctx, &inputs));
-  const OrtValue *qkv = nullptr, *shape = nullptr, *mask = nullptr;
-  ORT_TRY(api->KernelContext_GetInput(ctx, 0, &qkv));
-  ORT_TRY(api->KernelContext_GetInput(ctx, 1, &shape));
-  if (inputs > 2) ORT_TRY(api->KernelContext_GetInput(ctx, 2, &mask));
-  std::vector<int64_t> qd, sd, md;
-  ORT_TRY(shape_of(api, qkv, qd));
+  const OrtValue *shape = nullptr, *mask = nullptr;
+  ORT_TRY(api->KernelContext_GetInput(ctx, shape_at, &shape));
+  if (inputs > mask_at) ORT_TRY(api->KernelContext_GetInput(ctx, mask_at, &mask));
+  std::vector<int64_t> sd, md;
   ORT_TRY(shape_of(api, shape, sd));
   if (sd.size() != 1 || sd[0] != 2) return fail(api, name + ": shape must be int64 [2] (items, tokens)");
   void* data = nullptr;
   ORT_TRY(api->GetTensorMutableData(const_cast<OrtValue*>(shape), &data));
   const int64_t items = static_cast<const int64_t*>(data)[0], tokens = static_cast<const int64_t*>(data)[1];
-  if (qd.size() != 2 || items < 0 || tokens < 0 || qd[0] != items * tokens || qd[1] % (3 * op->heads) != 0)
+  if (items < 0 || tokens < 0 || rows != items * tokens || width3 % (3 * op->heads) != 0)
     return fail(api, name + ": qkv must be [items * tokens, 3 * heads * head_dim]");
-  const int64_t width = qd[1] / 3, head_dim = width / op->heads;
+  const int64_t width = width3 / 3, head_dim = width / op->heads;
   if (head_dim % 16 != 0) return fail(api, name + ": head_dim must be a multiple of 16");
-  Attention a{};
+  a = Attention{};
   if (mask) {
     ORT_TRY(shape_of(api, mask, md));
     const bool padding = md.size() == 4 && md[0] == items && md[1] == 1 && md[2] == 1 && md[3] == tokens;
@@ -446,24 +428,18 @@ OrtStatus* attend(AttentionKernel* op, OrtKernelContext* ctx) {
     a.mask_per_query = causal;
   }
   if (op->hands && width % 32 != 0) return fail(api, name + ": the context is handed over as BF16 only where its width is a multiple of 32");
-  const int64_t dims[2] = {items * tokens + (op->hands ? kXRowsPad : 0), width};
-  OrtValue* out = nullptr;
-  ORT_TRY(api->KernelContext_GetOutput(ctx, 0, dims, 2, &out));
-  if (items * tokens == 0) return nullptr;
-  ORT_TRY(api->GetTensorMutableData(const_cast<OrtValue*>(qkv), &data));
-  a.qkv = static_cast<const float*>(data);
-  ORT_TRY(api->GetTensorMutableData(out, &data));
-  if (op->hands)
-    a.handed = static_cast<uint16_t*>(data);
-  else
-    a.out = static_cast<float*>(data);
   a.items = items, a.tokens = tokens, a.heads = op->heads, a.head_dim = head_dim;
+  return nullptr;
+}
+
+OrtStatus* run_attention(const AttentionKernel* op, OrtKernelContext* ctx, const Attention& a) {
   struct Call {
     Attention a;
     AttentionTasks run;
     int64_t tasks, chunk;  // a piece of work: `chunk` tasks (attention_chunk)
-  } call{a, op->run, items * op->heads, attention_chunk(tokens, items * op->heads)};
-  return api->KernelContext_ParallelFor(
+  } call{a, op->run, a.items * op->heads, attention_chunk(a.tokens, a.items * op->heads)};
+  if (call.tasks == 0) return nullptr;
+  return op->api->KernelContext_ParallelFor(
       ctx,
       [](void* p, size_t i) {
         const Call& c = *static_cast<const Call*>(p);
@@ -472,33 +448,67 @@ OrtStatus* attend(AttentionKernel* op, OrtKernelContext* ctx) {
       size_t((call.tasks + call.chunk - 1) / call.chunk), 0, &call);
 }
 
+OrtStatus* attention_attributes(const OrtApi* api, const OrtKernelInfo* info, const std::string& name, bool hands, AttentionKernel& out) {
+  int64_t heads = 0;
+  if (OrtStatus* status = api->KernelInfoGetAttribute_int64(info, "heads", &heads)) {
+    api->ReleaseStatus(status);
+    return fail(api, name + ": the attribute 'heads' is missing");
+  }
+  if (heads < 1) return fail(api, name + ": heads must be positive");
+  int64_t variant = runnable(kAVX512) ? kAVX512 : kAVX2;  // optional: the kernels' variant
+  if (OrtStatus* status = api->KernelInfoGetAttribute_int64(info, "variant", &variant)) api->ReleaseStatus(status);
+  if (variant < 0 || variant >= kVariants) return fail(api, name + ": variant must be 0 to 5");
+  if (hands && !kernels[variant]->bf16_x)
+    return fail(api, name + ": the context is handed over as BF16 only to variants whose products read x as BF16, not " + kernels[variant]->name);
+  const int needs = attention_needs(int(variant));
+  if (!runnable(needs))
+    return api->CreateStatus(ORT_NOT_IMPLEMENTED, (name + (needs == kAMX          ? ": this process cannot run the amx kernels (no tiles granted)"
+                                                           : needs == kAVX512BF16 ? ": this CPU lacks AVX-512 BF16"
+                                                           : needs == kAVX512     ? ": this CPU lacks AVX-512"
+                                                                                  : ": this CPU lacks AVX2 and FMA")).c_str());
+  out = AttentionKernel{api, heads, attention_kernel(int(variant)), name, hands};
+  return nullptr;
+}
+
+namespace {
+
+OrtStatus* attend(AttentionKernel* op, OrtKernelContext* ctx) {
+  const OrtApi* api = op->api;
+  const OrtValue* qkv = nullptr;
+  ORT_TRY(api->KernelContext_GetInput(ctx, 0, &qkv));
+  std::vector<int64_t> qd;
+  ORT_TRY(shape_of(api, qkv, qd));
+  if (qd.size() != 2) return fail(api, op->name + ": qkv must be [items * tokens, 3 * heads * head_dim]");
+  Attention a{};
+  ORT_TRY(attention_inputs(op, ctx, 1, 2, qd[0], qd[1], a));
+  const int64_t rows = a.items * a.tokens, width = qd[1] / 3;
+  const int64_t dims[2] = {rows + (op->hands ? kXRowsPad : 0), width};
+  OrtValue* out = nullptr;
+  ORT_TRY(api->KernelContext_GetOutput(ctx, 0, dims, 2, &out));
+  if (rows == 0) return nullptr;
+  void* data = nullptr;
+  ORT_TRY(api->GetTensorMutableData(const_cast<OrtValue*>(qkv), &data));
+  a.qkv = static_cast<const float*>(data);
+  ORT_TRY(api->GetTensorMutableData(out, &data));
+  if (op->hands)
+    a.handed = static_cast<uint16_t*>(data);
+  else
+    a.out = static_cast<float*>(data);
+  return run_attention(op, ctx, a);
+}
+
 template <bool Hands>
 struct AttentionOp : OrtCustomOp {
   static std::string op_name() { return Hands ? "ai.uform.AttentionHandoff" : "ai.uform.Attention"; }
   AttentionOp() : OrtCustomOp{} {
     common<AttentionKernel, attend>(*this);
     CreateKernelV2 = [](const OrtCustomOp*, const OrtApi* api, const OrtKernelInfo* info, void** out) -> OrtStatus* {
-      const std::string name = op_name();
-      int64_t heads = 0;
-      if (OrtStatus* status = api->KernelInfoGetAttribute_int64(info, "heads", &heads)) {
-        api->ReleaseStatus(status);
-        return fail(api, name + ": the attribute 'heads' is missing");
-      }
-      if (heads < 1) return fail(api, name + ": heads must be positive");
-      int64_t variant = runnable(kAVX512) ? kAVX512 : kAVX2;  // optional: the kernels' variant
-      if (OrtStatus* status = api->KernelInfoGetAttribute_int64(info, "variant", &variant)) api->ReleaseStatus(status);
-      if (variant < 0 || variant >= kVariants) return fail(api, name + ": variant must be 0 to 5");
-      if (Hands && !kernels[variant]->bf16_x)
-        return fail(api, name + ": the context is handed over as BF16 only to variants whose products read x as BF16, not " +
-                             kernels[variant]->name);
-      const int needs = attention_needs(int(variant));
-      if (!runnable(needs))
-        return api->CreateStatus(ORT_NOT_IMPLEMENTED, (name + (needs == kAMX          ? ": this process cannot run the amx kernels (no tiles granted)"
-                                                               : needs == kAVX512BF16 ? ": this CPU lacks AVX-512 BF16"
-                                                               : needs == kAVX512     ? ": this CPU lacks AVX-512"
-                                                                                      : ": this CPU lacks AVX2 and FMA")).c_str());
-      auto* kernel = new (std::nothrow) AttentionKernel{api, heads, attention_kernel(int(variant)), name, Hands};
+      auto* kernel = new (std::nothrow) AttentionKernel{};
       if (!kernel) return api->CreateStatus(ORT_FAIL, "out of memory");
+      if (OrtStatus* status = attention_attributes(api, info, op_name(), Hands, *kernel)) {
+        delete kernel;
+        return status;
+      }
       *out = kernel;
       return nullptr;
     };
@@ -536,5 +546,6 @@ UFORM_EXPORT OrtStatus* ORT_API_CALL RegisterCustomOps(OrtSessionOptions* option
   ORT_TRY(api->CustomOpDomain_Add(domain, &layer_norm_op));
   ORT_TRY(api->CustomOpDomain_Add(domain, &attention_handoff_op));
   ORT_TRY(api->CustomOpDomain_Add(domain, &attention_op));
+  ORT_TRY(add_qkv_attention_ops(api, domain));
   return api->AddCustomOpDomain(options, domain);
 }

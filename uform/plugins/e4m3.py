@@ -47,6 +47,7 @@ from uform.plugins.cpu import CEILING, check_domains, choose_class, domain_plan,
 from uform.plugins.oplib.epilogues import fuse_epilogues
 from uform.plugins.oplib.handoff import hand_over
 from uform.plugins.oplib.library import VARIANTS, OpLibrary, OpLibraryError, library
+from uform.plugins.oplib.qkv import fuse_qkv
 from uform.plugins.sessions.replicas import Fed, Replicas, on_cpus, ort_values, session_options
 
 DOMAIN = "ai.uform"
@@ -63,6 +64,7 @@ AVX2_VARIANTS = CHOICES[CPUClass.X86_64_V3]
 FUSED_ATTENTION = frozenset(VARIANTS)  # variants whose loads run attention as one op (benchmarks/attention.py)
 FUSE_EPILOGUES = True  # GELU and residual adds inside the products (benchmarks/lowp.py --parts epilogues loads without too)
 HAND_OVER = True  # layer norms', attentions' and fc1's outputs handed to the products as BF16 where the kernels read x so (lowp.py --parts handoff loads without too)
+FUSE_QKV = True  # each block's qkv projection and attention one op, a chunk of items at a time (lowp.py --parts qkv loads without too)
 STREAM_Y = True  # products' outputs past the caches where the kernels do so (amx, from 4 MiB); False: the attribute stream=0 on each (lowp.py --parts streaming)
 COMPUTE = {
     "avx2": "float32 products of weights widened in cache (avx2 kernels)",
@@ -209,6 +211,8 @@ def lower(
     handed: set[str] = set()
     if HAND_OVER:
         nodes, handed = hand_over(graph, nodes, variant, lambda name: shape_of(weights, name) if name in weights else None)
+    if FUSE_QKV:
+        nodes = fuse_qkv(graph, nodes)
     initializers = {name: weights[name].astype(np.float32) for name in weights if name not in fed}
     out = lowered(graph, nodes, fed, initializers)
     kept = [v for v in out.graph.graph.value_info if v.name not in handed]  # handed values are BF16 now

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-ABI = 10  # uform_ops_abi() of the library this module speaks to
+ABI = 11  # uform_ops_abi() of the library this module speaks to
 # Kernel variants, by the index the ops take. ``amx-model`` runs the amx kernels over a scalar
 # model of the tile instructions on any AVX2 machine: for tests; no load takes it.
 VARIANTS = ("avx2", "avx512", "avx512-bf16", "avx2-split", "amx", "amx-model")

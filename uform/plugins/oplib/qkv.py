@@ -1,0 +1,65 @@
+"""A block's qkv projection and its attention as one op, where that attention alone reads it.
+
+``MatMulBF16`` (or ``MatMulE4M3``) making ``qkv`` and the ``Attention`` (or ``AttentionHandoff``)
+reading it become ``QKVAttentionBF16`` (``...E4M3``, ``...Handoff``): the library's op runs the
+projection and the attention a chunk of items at a time, so that a chunk's qkv goes from the
+product to the attention through the caches, not through memory (a float32 ``[B·T, 3W]`` of
+51 MiB a block at 64 base texts). The same bits: a product's row is the same whatever rows
+beside it, and an attention task reads its own item's rows alone.
+
+Inputs ``x, W, shape, scale (E4M3), bias?, mask?``; the attributes of both ops. A projection
+with an activation or a residual, one whose output anything else reads or the graph answers,
+is left as it is."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import onnx
+from onnx import helper
+
+from uform.plugins.oplib.attention import DOMAIN
+
+FUSED = {
+    ("MatMulBF16", "Attention"): "QKVAttentionBF16",
+    ("MatMulE4M3", "Attention"): "QKVAttentionE4M3",
+    ("MatMulBF16", "AttentionHandoff"): "QKVAttentionBF16Handoff",
+    ("MatMulE4M3", "AttentionHandoff"): "QKVAttentionE4M3Handoff",
+}
+
+
+def fuse_qkv(graph: onnx.ModelProto, nodes: Sequence[onnx.NodeProto]) -> list[onnx.NodeProto]:
+    """``nodes`` (``graph``'s, lowered, handed over) with each attention and the projection that
+    alone feeds it made one op."""
+    answered = {o.name for o in graph.graph.output}
+    producer = {name: i for i, node in enumerate(nodes) for name in node.output}
+    readers: dict[str, int] = {}
+    for node in nodes:
+        for name in node.input:
+            readers[name] = readers.get(name, 0) + 1
+    out: list[onnx.NodeProto | None] = list(nodes)
+    for at, attention in enumerate(nodes):
+        if attention.domain != DOMAIN or attention.op_type not in ("Attention", "AttentionHandoff") or not attention.input:
+            continue
+        qkv = attention.input[0]
+        i = producer.get(qkv)
+        if i is None or readers.get(qkv) != 1 or qkv in answered:
+            continue
+        product = nodes[i]
+        op = FUSED.get((product.op_type, attention.op_type)) if product.domain == DOMAIN else None
+        attrs = {a.name: helper.get_attribute_value(a) for a in product.attribute}
+        if op is None or attrs.get("activation", 0) != 0:
+            continue
+        e4m3 = product.op_type == "MatMulE4M3"
+        bias_at = 3 if e4m3 else 2
+        if len(product.input) > bias_at + 1 and product.input[bias_at + 1]:  # a residual
+            continue
+        bias = product.input[bias_at] if len(product.input) > bias_at else ""
+        mask = attention.input[2] if len(attention.input) > 2 else ""
+        inputs = [product.input[0], product.input[1], attention.input[1], *([product.input[2]] if e4m3 else []), bias, mask]
+        while inputs[-1] == "":
+            inputs.pop()
+        heads = next(helper.get_attribute_value(a) for a in attention.attribute if a.name == "heads")
+        out[at] = helper.make_node(op, inputs, list(attention.output), name=attention.name, domain=DOMAIN, **attrs, heads=heads)
+        out[i] = None
+    return [node for node in out if node is not None]
