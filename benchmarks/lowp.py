@@ -90,6 +90,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).parent))
 from common import cpu_view, describe_view, latency, rate, save, table  # noqa: E402
 from lowp_goals import amx_goals, goals  # noqa: E402
+from tower_inputs import TEXT_BYTES, load, pictures, texts  # noqa: E402
 
 RUNS = ["uform f32", "uform bf16", "uform e4m3", "uform e4m3 dql", "ort int8 nbits", "torch fp32", "torch bf16 autocast", "openvino bf16", "openvino f32"]
 OPENVINO = "openvino bf16"  # the peer of the AMX goals
@@ -100,29 +101,9 @@ QUERIES = {"12 B": [12], "8 x 12 B": [12] * 8, "52 B": [52]}  # short queries: b
 KERNEL_ROWS = (16, 87, 5568)
 PARTS = "towers,turns,queries,kernels,profile,full-load"  # the default parts
 BLOCK = {"qkv": (2304, 768), "out": (768, 768), "fc1": (3072, 768), "fc2": (768, 3072)}  # [n, k] of a base block
-TEXT_BYTES = 86
 LOADS = 3  # loads timed per run (the median is reported)
 BATCHES = (1, 64)
 TURNS = 15  # turns at least, for the batch-1 rows called in turns
-
-
-def texts(n: int) -> list[bytes]:
-    rng = np.random.default_rng(0)
-    words = "a red circle moves left while two blue squares rest under the bright yellow star".split()
-    out = []
-    for _ in range(n):
-        line = " ".join(rng.choice(words, 40))
-        out.append(line[:TEXT_BYTES].ljust(TEXT_BYTES).encode())
-    return out
-
-
-def pictures(path: Path, n: int) -> np.ndarray:
-    """``n`` random pictures of the image tower's size in the checkpoint at ``path``."""
-    from uform.core.config import ModelConfig
-    from uform.core.safetensors import parse
-
-    size = int(ModelConfig.from_metadata(parse(memoryview(path.read_bytes())).metadata).towers["image"]["image_size"])
-    return np.random.default_rng(0).integers(0, 256, (n, size, size, 3), dtype=np.uint8)
 
 
 def rss_anon() -> int:
@@ -282,16 +263,6 @@ def worker(run: str, path: Path, tower: str, seconds: float) -> dict[str, Any]:
             query = [line[:n] for line, n in zip(texts(len(lengths)), lengths)]
             result[f"{name} ms"] = 1e3 * latency(lambda query=query: call(query), seconds)
     return result
-
-
-def load(run: str, path: Path) -> Any:
-    """The model a uform run (or ``ort int8 nbits``) names: its weights and, in brackets, a
-    pinned CPU class."""
-    import uform
-
-    name, _, pin = run.partition(" [")
-    quantization = {"uform f32": "f32", "uform bf16": "bf16", "ort int8 nbits": "i8"}.get(name, "e4m3")
-    return uform.Model.load_ram(path, quantization=quantization, cpu_class=uform.CPUClass(pin.rstrip("]")) if pin else None)
 
 
 def kernels(seconds: float, ms: tuple[int, ...] = KERNEL_ROWS) -> list[dict[str, Any]]:

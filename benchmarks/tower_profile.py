@@ -38,7 +38,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
 from common import rate, save, table  # noqa: E402
-from lowp import load, pictures, texts  # noqa: E402
+from tower_inputs import load, pictures, texts  # noqa: E402
 
 PRODUCTS = ("MatMulBF16", "MatMulE4M3")  # the library's product ops (and their ...Handoff kinds)
 
