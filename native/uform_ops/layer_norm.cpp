@@ -1,5 +1,5 @@
 // A layer norm whose output goes to one product as its x, rounded to BF16 in that product's
-// layout (the op LayerNormHandoff, ops.cpp): the rows normalized in float32 (layer_norm.inc) a
+// layout (the op LayerNormHandoff, layer_norm_op.cpp): the rows normalized in float32 (layer_norm.inc) a
 // block of 16 at a time into the thread's scratch, then rounded by the variant's round_rows.
 #include <cmath>
 #include <cstdlib>

@@ -1,7 +1,6 @@
-// What the library's ONNX Runtime ops share (ops.cpp: the products, the layer norm and
-// attention; qkv_attention.cpp: the qkv projection and attention as one op): their kernels'
-// state, the checks of their inputs, and the pieces of a product and of an attention that run
-// on ONNX Runtime's intra-op pool.
+// What the library's ONNX Runtime ops share (product_op.cpp, layer_norm_op.cpp, attention_op.cpp,
+// qkv_attention.cpp; ops.cpp registers them): their kernels' state, the checks of their inputs,
+// and the pieces of a product and of an attention that run on ONNX Runtime's intra-op pool.
 #pragma once
 
 #include <onnxruntime_c_api.h>
@@ -103,7 +102,12 @@ void common(OrtCustomOp& op) {
   op.GetEndVersion = [](const OrtCustomOp*) { return 1 << 30; };
 }
 
-// The qkv projection and attention as one op (qkv_attention.cpp): added to the domain.
+// Each room's ops added to the domain (ops.cpp's RegisterCustomOps): the products
+// (product_op.cpp), LayerNormHandoff (layer_norm_op.cpp), Attention and AttentionHandoff
+// (attention_op.cpp), the QKVAttention ops (qkv_attention.cpp).
+OrtStatus* add_product_ops(const OrtApi* api, OrtCustomOpDomain* domain);
+OrtStatus* add_layer_norm_op(const OrtApi* api, OrtCustomOpDomain* domain);
+OrtStatus* add_attention_ops(const OrtApi* api, OrtCustomOpDomain* domain);
 OrtStatus* add_qkv_attention_ops(const OrtApi* api, OrtCustomOpDomain* domain);
 
 }  // namespace uform
