@@ -22,6 +22,7 @@ from onnx import helper, numpy_helper
 
 from uform.core.graph import RESIDUAL_SITES
 from uform.plugins.oplib.attention import DOMAIN
+from uform.plugins.oplib.wiring import Wiring
 
 PRODUCTS = ("MatMulBF16", "MatMulE4M3")
 GELU, GELU_TANH, QUICK_GELU = 1, 2, 3  # the ops' `activation` attribute (0 or absent: none)
@@ -34,27 +35,22 @@ def fuse_epilogues(graph: onnx.ModelProto, nodes: Sequence[onnx.NodeProto]) -> l
     GELU and each recorded residual ``Add`` folded into the product that alone feeds it."""
     props = {p.key: p.value for p in graph.metadata_props}
     residuals = set(json.loads(props.get(RESIDUAL_SITES, "[]")))
-    answered = {o.name for o in graph.graph.output}
+    wiring = Wiring.of(graph, nodes)
     out: list[onnx.NodeProto | None] = list(nodes)
-    producer = {name: i for i, node in enumerate(nodes) for name in node.output}
-    readers: dict[str, int] = {}
-    for node in nodes:
-        for name in node.input:
-            readers[name] = readers.get(name, 0) + 1
     quick_factors = {t.name for t in graph.graph.initializer if _is_quick_factor(t)}
 
     def product_alone(value: str, reads: int = 1) -> tuple[int, onnx.NodeProto] | None:
         """The product making ``value`` and its place, when ``reads`` nodes alone read ``value``."""
-        i = producer.get(value)
-        if i is None or readers.get(value) != reads or value in answered:
+        i = wiring.maker(value, reads)
+        if i is None:
             return None
         node = out[i]
         return (i, node) if node is not None and node.domain == DOMAIN and node.op_type in PRODUCTS else None
 
     def alone(value: str, op_type: str) -> onnx.NodeProto | None:
         """The ``op_type`` node making ``value``, when one node alone reads it (not yet folded)."""
-        i = producer.get(value)
-        if i is None or readers.get(value) != 1 or value in answered or out[i] is None:
+        i = wiring.maker(value)
+        if i is None or out[i] is None:
             return None
         node = out[i]
         return node if node is not None and node.op_type == op_type and node.domain in ("", "ai.onnx") else None
@@ -74,7 +70,7 @@ def fuse_epilogues(graph: onnx.ModelProto, nodes: Sequence[onnx.NodeProto]) -> l
                 continue
             found = product_alone(x, reads=2)
             if found is not None and not _has(found[1], "activation"):
-                return found, [producer[gate], producer[sigmoid.input[0]]]
+                return found, [wiring.producer[gate], wiring.producer[sigmoid.input[0]]]
         return None
 
     def fold(at: int, found: tuple[int, onnx.NodeProto], inputs: list[str], **extra: int) -> None:
@@ -83,7 +79,7 @@ def fuse_epilogues(graph: onnx.ModelProto, nodes: Sequence[onnx.NodeProto]) -> l
         output = nodes[at].output[0]
         out[at] = _product(product, inputs, output, **extra)
         out[i] = None
-        producer[output] = at
+        wiring.producer[output] = at
 
     for at, node in enumerate(nodes):
         if node.op_type == "Gelu" and node.domain in ("", "ai.onnx") and _approximation(node) in GELUS:

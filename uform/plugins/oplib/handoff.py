@@ -28,6 +28,7 @@ from onnx import helper
 from uform.plugins.oplib.attention import DOMAIN
 from uform.plugins.oplib.epilogues import PRODUCTS
 from uform.plugins.oplib.library import BF16_PRODUCTS, VARIANTS
+from uform.plugins.oplib.wiring import Wiring
 
 HANDOFF = {"MatMulBF16": "MatMulBF16Handoff", "MatMulE4M3": "MatMulE4M3Handoff"}
 WIDTH = 32  # a handed output's width is a multiple of this (a tile's depth)
@@ -45,19 +46,14 @@ def hand_over(
     out = list(nodes)
     if variant not in BF16_PRODUCTS:
         return out, set()
-    answered = {o.name for o in graph.graph.output}
-    producer = {name: i for i, node in enumerate(out) for name in node.output}
-    readers: dict[str, int] = {}
-    for node in out:
-        for name in node.input:
-            readers[name] = readers.get(name, 0) + 1
+    wiring = Wiring.of(graph, out)
     handed: set[str] = set()
     for at, node in enumerate(out):
         if not _product(node) or not node.input:
             continue
         x = node.input[0]
-        i = producer.get(x)
-        if i is None or readers.get(x) != 1 or x in answered or x in node.input[1:]:
+        i = wiring.maker(x)
+        if i is None or x in node.input[1:]:
             continue
         source = out[i]
         if _product(source):

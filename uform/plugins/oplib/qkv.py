@@ -19,6 +19,7 @@ import onnx
 from onnx import helper
 
 from uform.plugins.oplib.attention import DOMAIN
+from uform.plugins.oplib.wiring import Wiring
 
 FUSED = {
     ("MatMulBF16", "Attention"): "QKVAttentionBF16",
@@ -31,19 +32,13 @@ FUSED = {
 def fuse_qkv(graph: onnx.ModelProto, nodes: Sequence[onnx.NodeProto]) -> list[onnx.NodeProto]:
     """``nodes`` (``graph``'s, lowered, handed over) with each attention and the projection that
     alone feeds it made one op."""
-    answered = {o.name for o in graph.graph.output}
-    producer = {name: i for i, node in enumerate(nodes) for name in node.output}
-    readers: dict[str, int] = {}
-    for node in nodes:
-        for name in node.input:
-            readers[name] = readers.get(name, 0) + 1
+    wiring = Wiring.of(graph, nodes)
     out: list[onnx.NodeProto | None] = list(nodes)
     for at, attention in enumerate(nodes):
         if attention.domain != DOMAIN or attention.op_type not in ("Attention", "AttentionHandoff") or not attention.input:
             continue
-        qkv = attention.input[0]
-        i = producer.get(qkv)
-        if i is None or readers.get(qkv) != 1 or qkv in answered:
+        i = wiring.maker(attention.input[0])
+        if i is None:
             continue
         product = nodes[i]
         op = FUSED.get((product.op_type, attention.op_type)) if product.domain == DOMAIN else None
