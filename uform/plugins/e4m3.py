@@ -165,7 +165,8 @@ def lower(
     when ``quantize``), every attention one ``Attention`` op (the variant's kernel), GELUs and
     residual adds folded into the products before them, products, layer norms and attentions
     read by one product alone handing their output over as BF16
-    (:mod:`uform.plugins.oplib.handoff`), and the remaining weights widened to float32."""
+    (:mod:`uform.plugins.oplib.handoff`), each attention and its qkv projection one op
+    (:mod:`uform.plugins.oplib.qkv`), and the remaining weights widened to float32."""
     if variant in FUSED_ATTENTION:
         graph = fuse_attention(graph, VARIANTS.index(variant))
     fed: dict[str, np.ndarray] = {}
@@ -203,9 +204,9 @@ def lower(
             inputs.append(node.input[2])
         op = "MatMulE4M3" if e4m3 else "MatMulBF16"
         n = shape_of(weights, matrix)[0]
+        # threads: the session's, which the kernels size their tasks to
         attrs: dict[str, Any] = {"variant": VARIANTS.index(variant), "n": n, "threads": threads} | ({} if STREAM_Y else {"stream": 0})
         nodes[index] = helper.make_node(op, inputs, list(node.output), name=node.name, domain=DOMAIN, **attrs)
-        # threads: the session's, which the kernels size their tasks to
     if FUSE_EPILOGUES:
         nodes = fuse_epilogues(graph, nodes)
     handed: set[str] = set()
