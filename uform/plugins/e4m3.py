@@ -165,7 +165,7 @@ def lower(
     when ``quantize``), every attention one ``Attention`` op (the variant's kernel), GELUs and
     residual adds folded into the products before them, products, layer norms and attentions
     read by one product alone handing their output over as BF16
-    (:mod:`uform.plugins.oplib.handoff`), each attention and its qkv projection one op
+    (:mod:`uform.plugins.oplib.handoff`), each attention and its qkv projection one op there too
     (:mod:`uform.plugins.oplib.qkv`), and the remaining weights widened to float32."""
     if variant in FUSED_ATTENTION:
         graph = fuse_attention(graph, VARIANTS.index(variant))
@@ -213,7 +213,7 @@ def lower(
     if HAND_OVER:
         nodes, handed = hand_over(graph, nodes, variant, lambda name: shape_of(weights, name) if name in weights else None)
     if FUSE_QKV:
-        nodes = fuse_qkv(graph, nodes)
+        nodes = fuse_qkv(graph, nodes, variant)
     initializers = {name: weights[name].astype(np.float32) for name in weights if name not in fed}
     out = lowered(graph, nodes, fed, initializers)
     kept = [v for v in out.graph.graph.value_info if v.name not in handed]  # handed values are BF16 now
