@@ -7,10 +7,11 @@ For each tower (a checkpoint of that preset holding it alone) and each uform run
 warm up and then ``--calls`` times on ``--batch`` items of equal length (texts of 86 bytes,
 images of the tower's size), and the profile is read back:
 
-- each op type's time per call (the warm-up call included in the profile is left out by
-  dividing by the calls made, warm-up included: a first call's extra shows as a small excess),
-  its share of the ops' time, and its nodes per call;
-- the library's products (``MatMulBF16``, ``MatMulE4M3`` and their ``...Handoff`` kinds): their
+- each op type's time per call (the profile holds the warm-up call too, and times are divided
+  by every call made: a first call's extra shows as a small excess), its share of the ops'
+  time, and its nodes per call;
+- the library's product nodes (``MatMulBF16``, ``MatMulE4M3`` and their ``...Handoff`` kinds;
+  not the qkv projections that run inside a ``QKVAttention...`` op): their
   FLOPs (``2 m n k`` from the shapes the profile records) over their time, as GFLOP/s in the
   tower; and the same products alone: each distinct node (op, attributes, input and output
   shapes) replayed in a session of its own with random inputs of the recorded types (x handed
