@@ -694,3 +694,40 @@ def test_no_weak_symbol_of_the_library_holds_vector_instructions() -> None:
         elif name in weak and WIDE.search(line):
             wide.add(name)
     assert not wide, f"weak symbols compiled for a wider instruction set than every machine runs: {sorted(wide)}"
+
+
+# What runs when the library loads, on every CPU: the files' static initialisers and what they
+# call inside the library. A TileConfig built at run time in a file compiled for AMX and AVX-512
+# (tile_config.inc) filled itself with a zmm store and stopped `uform plugins`, and every load,
+# with SIGILL on an AVX2-only Zen 3. Machines with AVX-512 never see it, so the check reads code.
+LOAD_TIME_WIDE = re.compile(r"%[yz]mm\d+|%k[0-7]\b|\b(ldtilecfg|sttilecfg|tile\w+|tdp\w+)\b")
+CALL = re.compile(r"\b(?:call|jmp)\s+[0-9a-f]+ <([^>@+]+)>")
+
+
+@needs_library
+def test_the_librarys_load_time_code_holds_no_vector_instructions() -> None:
+    assert LIBRARY is not None
+    if shutil.which("objdump") is None:
+        pytest.skip("binutils (objdump) is not installed here")
+    code = subprocess.run(["objdump", "-d", "--no-show-raw-insn", str(LIBRARY.path)], capture_output=True, text=True, check=True).stdout
+    bodies: dict[str, list[str]] = {}
+    name = ""
+    for line in code.splitlines():
+        if line.endswith(">:"):
+            name = line[line.index("<") + 1 : -2]
+            bodies[name] = []
+        elif name:
+            bodies[name].append(line)
+    roots = [n for n in bodies if n.startswith("_GLOBAL__sub_I_")]
+    assert roots, "objdump named no static initialiser (_GLOBAL__sub_I_*): the check would prove nothing"
+    seen, todo, wide = set(roots), list(roots), {}
+    while todo:
+        name = todo.pop()
+        for line in bodies.get(name, []):
+            if LOAD_TIME_WIDE.search(line):
+                wide.setdefault(name, line.strip())
+            callee = CALL.search(line)
+            if callee and callee.group(1) in bodies and callee.group(1) not in seen:
+                seen.add(callee.group(1))
+                todo.append(callee.group(1))
+    assert not wide, f"code run when the library loads holds instructions not every x86-64 CPU runs: {wide}"
