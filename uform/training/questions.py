@@ -5,7 +5,9 @@ fraction answered right.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import functools
+from collections.abc import Callable, Mapping, Sequence
+from types import MappingProxyType
 
 import numpy as np
 import torch
@@ -111,7 +113,7 @@ def packed_decoder_step(tower: DecoderTower, questions: list[g.Question], row: i
     return modelled + F.cross_entropy(last, answers), right / max(len(questions), 1)
 
 
-def decoder_accuracy(tower: DecoderTower, questions: list[g.Question]) -> float:
+def decoder_accuracy(tower: DecoderTower, questions: Sequence[g.Question]) -> float:
     """The fraction of ``questions`` whose most likely choice byte (after the question) is the right one."""
     right = 0
     with torch.no_grad():
@@ -122,7 +124,8 @@ def decoder_accuracy(tower: DecoderTower, questions: list[g.Question]) -> float:
     return right / max(len(questions), 1)
 
 
-def heldout_questions(seed: int, n: int = 400) -> dict[str, list[g.Question]]:
+@functools.lru_cache(maxsize=4)
+def heldout_questions(seed: int, n: int = 400) -> Mapping[str, tuple[g.Question, ...]]:
     """Questions of stream ``[6, seed, 1]`` (no training or calibration draws from it), for
     reading a decoder before either suite: canonical, as the first phase phrases them, as the
     decoder phase does, in the calibration's phrasings (never trained), and lettered options
@@ -130,7 +133,8 @@ def heldout_questions(seed: int, n: int = 400) -> dict[str, list[g.Question]]:
     seventh run's decoder read 0.455 of them, docs/notes/training-history.md), and of those the lists of all
     six colours (``six options in any order``: where decoders that find three options read
     0.34-0.57 and the shipped one 0.90). Each kind is drawn after the ones before it, so a
-    kind added last leaves the others' questions as they were."""
+    kind added last leaves the others' questions as they were. Drawn once a process for each
+    ``(seed, n)`` (every decoder stage reads them twice)."""
     rng = np.random.default_rng([HELDOUT_STREAM, seed, 1])
 
     def lettered(options: int = 0) -> g.Question:
@@ -143,4 +147,4 @@ def heldout_questions(seed: int, n: int = 400) -> dict[str, list[g.Question]]:
         "decoder phase": lambda: decoder_question(rng), "unseen phrasings": lambda: varied_question(rng, calibration=True),
         "options in any order": lettered, "six options in any order": lambda: lettered(6),
     }  # fmt: skip
-    return {name: [make() for _ in range(n)] for name, make in makers.items()}
+    return MappingProxyType({name: tuple(make() for _ in range(n)) for name, make in makers.items()})

@@ -4,6 +4,7 @@ its jumbles (:func:`jumbles`) and :func:`phrase`, which draws one of them."""
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -79,13 +80,15 @@ class Meaning:
     attributes: tuple[str, ...]
 
 
-def meanings(modality: str) -> list[Meaning]:
-    """Every meaning of a modality, in the canonical caption order of :mod:`uform.demo.generate`."""
+@functools.cache
+def meanings(modality: str) -> tuple[Meaning, ...]:
+    """Every meaning of a modality, in the canonical caption order of :mod:`uform.demo.generate`
+    (made once a process: every question drawn picks from it)."""
     if modality == "image":
-        return [Meaning("image", g.image_caption(c, s, n), (c, s, str(n))) for c in g.COLOURS for s in g.SHAPES for n in (1, 2, 3)]
+        return tuple(Meaning("image", g.image_caption(c, s, n), (c, s, str(n))) for c in g.COLOURS for s in g.SHAPES for n in (1, 2, 3))
     if modality == "video":
-        return [Meaning("video", g.video_caption(c, s, d), (c, s, d)) for c in g.COLOURS for s in g.SHAPES for d in g.DIRECTIONS]
-    return [Meaning("audio", c, g._parse_audio(c)) for c in g.audio_captions()]
+        return tuple(Meaning("video", g.video_caption(c, s, d), (c, s, d)) for c in g.COLOURS for s in g.SHAPES for d in g.DIRECTIONS)
+    return tuple(Meaning("audio", c, g._parse_audio(c)) for c in g.audio_captions())
 
 
 def paraphrases(m: Meaning) -> list[str]:
