@@ -134,7 +134,7 @@ def heldout_questions(seed: int, n: int = 400) -> Mapping[str, tuple[g.Question,
     six colours (``six options in any order``: where decoders that find three options read
     0.34-0.57 and the shipped one 0.90). Each kind is drawn after the ones before it, so a
     kind added last leaves the others' questions as they were. Drawn once a process for each
-    ``(seed, n)`` (every decoder stage reads them twice)."""
+    ``(seed, n)``: the decoder phase and the reading stage read the same ones."""
     rng = np.random.default_rng([HELDOUT_STREAM, seed, 1])
 
     def lettered(options: int = 0) -> g.Question:
