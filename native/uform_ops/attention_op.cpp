@@ -145,8 +145,7 @@ const AttentionOp<true> attention_handoff_op;
 }  // namespace
 
 OrtStatus* add_attention_ops(const OrtApi* api, OrtCustomOpDomain* domain) {
-  ORT_TRY(api->CustomOpDomain_Add(domain, &attention_handoff_op));
-  return api->CustomOpDomain_Add(domain, &attention_op);
+  return add_ops(api, domain, {&attention_handoff_op, &attention_op});
 }
 
 }  // namespace uform

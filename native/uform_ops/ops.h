@@ -5,6 +5,7 @@
 
 #include <onnxruntime_c_api.h>
 
+#include <initializer_list>
 #include <new>
 #include <string>
 #include <vector>
@@ -18,6 +19,12 @@ namespace uform {
   do {                                               \
     if (OrtStatus* status_ = (expr)) return status_; \
   } while (0)
+
+// Adds each of `ops` to `domain` (a file's op registrations), stopping at the first error.
+inline OrtStatus* add_ops(const OrtApi* api, OrtCustomOpDomain* domain, std::initializer_list<const OrtCustomOp*> ops) {
+  for (const OrtCustomOp* op : ops) ORT_TRY(api->CustomOpDomain_Add(domain, op));
+  return nullptr;
+}
 
 // A product op's kernel: its attributes.
 struct OpKernel {

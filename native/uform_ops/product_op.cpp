@@ -272,10 +272,7 @@ const Op<kE4M3, true> matmul_e4m3_handoff;
 }  // namespace
 
 OrtStatus* add_product_ops(const OrtApi* api, OrtCustomOpDomain* domain) {
-  for (const OrtCustomOp* op : {static_cast<const OrtCustomOp*>(&matmul_bf16), static_cast<const OrtCustomOp*>(&matmul_e4m3),
-                                static_cast<const OrtCustomOp*>(&matmul_bf16_handoff), static_cast<const OrtCustomOp*>(&matmul_e4m3_handoff)})
-    ORT_TRY(api->CustomOpDomain_Add(domain, op));
-  return nullptr;
+  return add_ops(api, domain, {&matmul_bf16, &matmul_e4m3, &matmul_bf16_handoff, &matmul_e4m3_handoff});
 }
 
 }  // namespace uform

@@ -128,10 +128,7 @@ const QKVOp<kE4M3, true> qkv_e4m3_handoff;
 }  // namespace
 
 OrtStatus* add_qkv_attention_ops(const OrtApi* api, OrtCustomOpDomain* domain) {
-  for (const OrtCustomOp* op : {static_cast<const OrtCustomOp*>(&qkv_bf16), static_cast<const OrtCustomOp*>(&qkv_e4m3),
-                                static_cast<const OrtCustomOp*>(&qkv_bf16_handoff), static_cast<const OrtCustomOp*>(&qkv_e4m3_handoff)})
-    ORT_TRY(api->CustomOpDomain_Add(domain, op));
-  return nullptr;
+  return add_ops(api, domain, {&qkv_bf16, &qkv_e4m3, &qkv_bf16_handoff, &qkv_e4m3_handoff});
 }
 
 }  // namespace uform
