@@ -246,6 +246,47 @@ def test_shapes_that_disagree_with_the_config(clip_dir: Path, tmp_path: Path) ->
     refused(d, tmp_path, "hidden_act 'relu' is not supported")
 
 
+@pytest.mark.parametrize(
+    ("section", "key", "value", "match"),
+    [
+        ("vision_config", "patch_size", 0, r"config.json vision_config: field 'patch_size' is 0, not a positive integer"),
+        ("vision_config", "num_attention_heads", 0, r"vision_config: field 'num_attention_heads' is 0, not a positive integer"),
+        ("text_config", "hidden_size", 64.5, r"text_config: field 'hidden_size' is 64.5, not a positive integer"),
+        ("text_config", "num_hidden_layers", -1, r"text_config: field 'num_hidden_layers' is -1, not a positive integer"),
+        ("text_config", "layer_norm_eps", "abc", r"text_config: field 'layer_norm_eps' is 'abc', not a positive number"),
+        ("text_config", "hidden_act", ["gelu"], r"text_config: hidden_act \['gelu'\] is not supported"),
+        ("vision_config", "image_size", 4, r"vision_config.image_size 4 is not a multiple of patch_size 8"),
+        ("", "text_config", [64], r"config.json: field 'text_config' is \[64\], not an object"),
+    ],
+)
+def test_config_fields_of_the_wrong_kind_are_refused_by_name(clip_dir: Path, tmp_path: Path, section: str, key: str, value: Any, match: str) -> None:
+    d = copy(clip_dir, tmp_path)
+    edit_config(d, lambda c: (c[section] if section else c).update({key: value}))
+    refused(d, tmp_path, match)
+
+
+def test_what_a_load_would_refuse_is_refused_before_writing(clip_dir: Path, tmp_path: Path) -> None:
+    """Fields inside the source's own bounds but outside a uform file's: the converted config
+    and tensors pass the load's own checks before a byte is written."""
+    from uform.core import safetensors
+
+    d = copy(clip_dir, tmp_path)
+    path = d / "preprocessor_config.json"
+    cfg = json.loads(path.read_text())
+    path.write_text(json.dumps(cfg | {"image_std": [0, 0.2, 0.2]}))
+    refused(d, tmp_path, r"image_std \[0, 0.2, 0.2\] is not a list of 3 finite numbers above 0")
+    path.write_text(json.dumps(cfg | {"image_std": [1e-7, 0.2, 0.2]}))
+    refused(d, tmp_path, r"the converted file would not load \(config field towers.image.std: 1e-07 is not a number in \[1e-06, 1000.0\]\); nothing was written")
+    path.write_text(json.dumps(cfg))
+    edit_config(d, lambda c: c["text_config"].update(layer_norm_eps=0.5))
+    refused(d, tmp_path, r"would not load \(config field towers.text.layer_norm_eps: expected a number in \[1e-12, 0.01\], got 0.5\)")
+    edit_config(d, lambda c: c["text_config"].update(layer_norm_eps=1e-5))
+    with safetensors_file(d / "model.safetensors") as tensors:
+        tensors["logit_scale"] = np.full_like(tensors["logit_scale"], 800.0)
+        safetensors.write(d / "model.safetensors", tensors, {"format": "pt"})
+    refused(d, tmp_path, r"tensor 'logit_scale' holds 800, whose exp \(the labels' scale\) is past 1e\+06")
+
+
 def test_nan_weights_are_refused(clip_dir: Path, tmp_path: Path) -> None:
     from uform.core import safetensors
 
@@ -392,6 +433,18 @@ def test_open_clip_variants_are_refused_by_field(tmp_path: Path) -> None:
     cfg["model_cfg"]["vision_cfg"]["layers"] = [3, 4, 6, 3]
     path.write_text(json.dumps(cfg))
     refused(d, tmp_path, r"a ResNet tower is not supported")
+    for edit, match in [
+        (lambda m: m["vision_cfg"].update(layers=2, patch_size=0), r"patch_size 0, width 64, head_width 16 are not supported"),
+        (lambda m: m["text_cfg"].update(mlp_ratio="4"), r"text_cfg: field 'mlp_ratio' is '4', not a positive number"),
+        (lambda m: m.update(text_cfg="wide"), r"model_cfg: field 'text_cfg' is 'wide', not an object"),
+    ]:
+        changed = json.loads(json.dumps(cfg))
+        changed["model_cfg"]["vision_cfg"]["layers"] = 2
+        edit(changed["model_cfg"])
+        path.write_text(json.dumps(changed))
+        refused(d, tmp_path, match)
+    path.write_text(json.dumps(cfg | {"model_cfg": {**cfg["model_cfg"], "vision_cfg": {**cfg["model_cfg"]["vision_cfg"], "layers": 2}}, "preprocess_cfg": {"mean": ["a", 1, 2]}}))
+    refused(d, tmp_path, r"preprocess_cfg: mean \['a', 1, 2\] is not a list of 3 finite numbers")
 
 
 def test_the_streamed_file_is_what_the_core_writer_writes(clip_file: Path, clip_dir: Path, tmp_path: Path) -> None:

@@ -22,6 +22,11 @@ import numpy as np
 
 from uform.core import files
 from uform.core.checkpoint import is_checkpoint_file
+from uform.core.config import ModelConfig
+from uform.core.errors import CheckpointError
+from uform.core.host import get_host
+from uform.core.runtime import plan_towers
+from uform.core.safetensors import DTYPE_NAMES, Container, Entry
 
 from .common import Converted
 from .sources import ConvertError, Weights, read_json, resolve, weights
@@ -80,7 +85,8 @@ def convert(
 
     Raises :class:`ConvertError` naming the file, tensor or field (a missing file, an unsupported
     architecture, a tensor whose shape disagrees with the config, NaN weights, a tokenizer that
-    does not parse), :class:`uform.core.files.OutputError` (an ``OSError``) naming ``out`` where it
+    does not parse, a field of the wrong kind, a value the load of a uform file would refuse),
+    :class:`uform.core.files.OutputError` (an ``OSError``) naming ``out`` where it
     cannot be written (a missing or read-only folder, a read-only file, a device, a full disk, a
     file size limit); either way ``out`` is untouched and no temporary file is left.
     """
@@ -97,6 +103,11 @@ def convert(
     record_name = name or found_name
     with files.Outputs() as outs, outs.open(target) as f:  # made now: an unwritable place fails before any work
         converted, held = _convert(directory, record_name, frames)
+        try:
+            _check_loads(directory, converted, DTYPES[dtype])
+        except BaseException:
+            held.close()
+            raise
         metadata = {
             "uform": json.dumps(converted.config, sort_keys=True, separators=(",", ":")),
             "tokenizer": converted.tokenizer,
@@ -167,6 +178,18 @@ def _convert(directory: Path, name: str, frames: int) -> tuple[Converted, Weight
     except BaseException:
         held.close()
         raise
+
+
+def _check_loads(directory: Path, converted: Converted, dtype: np.dtype[Any]) -> None:
+    """The file about to be written passes the checks a load makes (its config's fields, each
+    tower's tensors by name and shape), so that a source uform cannot run is refused now, naming
+    the field, not at the converted file's first load."""
+    entries = {name: Entry(name, DTYPE_NAMES[dtype], shape_of(t), 0, 0) for name, t in converted.tensors.items()}
+    try:
+        config = ModelConfig.from_dict(converted.config, {"tokenizer": converted.tokenizer})
+        plan_towers(Container({}, entries, memoryview(b"")), config, get_host())
+    except CheckpointError as exc:
+        raise ConvertError(f"{directory}: the converted file would not load ({exc}); nothing was written") from None
 
 
 def _siglip_family(directory: Path) -> str:

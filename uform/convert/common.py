@@ -3,12 +3,15 @@ transformer stacks renamed to uform's blocks, the image preprocessing, the outpu
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from uform.core.config import MAX_LABEL_SCALE
 
 from .sources import ConvertError, Weights, read_json
 from .write import Ref, Tensor
@@ -83,16 +86,47 @@ class Taker:
         return ", ".join(str(p) for p in self.weights.files)
 
 
-def number(cfg: Mapping[str, Any], key: str, where: str, default: Any = None) -> Any:
-    """A config value that must be there (or have a default); errors name the file's field."""
-    value = cfg.get(key, default)
+def section(cfg: Mapping[str, Any], key: str, where: str) -> dict[str, Any]:
+    """A nested object field (``text_config``, ``vision_cfg``): ``{}`` where absent or null."""
+    value = cfg.get(key)
     if value is None:
-        raise ConvertError(f"{where}: field {key!r} is missing")
+        return {}
+    if not isinstance(value, dict):
+        raise ConvertError(f"{where}: field {key!r} is {value!r}, not an object")
     return value
 
 
+def integer(cfg: Mapping[str, Any], key: str, where: str, default: int | None = None) -> int:
+    """A positive integer field (``default`` where absent); errors name the file's field."""
+    value = cfg.get(key, default)
+    if value is None:
+        raise ConvertError(f"{where}: field {key!r} is missing")
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ConvertError(f"{where}: field {key!r} is {value!r}, not a positive integer")
+    return value
+
+
+def positive(cfg: Mapping[str, Any], key: str, where: str, default: float) -> float:
+    """A positive finite number field (``default`` where absent): an epsilon, a ratio."""
+    value = cfg.get(key, default)
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not (math.isfinite(value) and value > 0):
+        raise ConvertError(f"{where}: field {key!r} is {value!r}, not a positive number")
+    return float(value)
+
+
+def triple(value: Any, where: str, key: str, low: float) -> list[float]:
+    """A list of 3 finite numbers, each above ``low`` (-inf: any): an image mean or std."""
+    if not (
+        isinstance(value, list) and len(value) == 3
+        and all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > low for v in value)
+    ):  # fmt: skip
+        bound = "" if low == -math.inf else f" above {low:g}"
+        raise ConvertError(f"{where}: {key} {value!r} is not a list of 3 finite numbers{bound}")
+    return [float(v) for v in value]
+
+
 def activation(name: Any, where: str) -> str:
-    if name not in ACTIVATIONS:
+    if not isinstance(name, str) or name not in ACTIVATIONS:
         raise ConvertError(f"{where}: hidden_act {name!r} is not supported; supported: {', '.join(sorted(ACTIVATIONS))}")
     return ACTIVATIONS[name]
 
@@ -142,13 +176,13 @@ def vision(cfg: Mapping[str, Any], where: str, patch: int) -> Vision:
     by name where uform cannot take it (not RGB, an image size that is not a multiple of the patch)."""
     at = where + " vision_config"
     v = Vision(
-        int(number(cfg, "hidden_size", at, 768)), int(number(cfg, "num_hidden_layers", at, 12)),
-        int(number(cfg, "num_attention_heads", at, 12)), int(number(cfg, "intermediate_size", at, 3072)),
-        int(number(cfg, "image_size", at, 224)), int(number(cfg, "patch_size", at, patch)),
+        integer(cfg, "hidden_size", at, 768), integer(cfg, "num_hidden_layers", at, 12),
+        integer(cfg, "num_attention_heads", at, 12), integer(cfg, "intermediate_size", at, 3072),
+        integer(cfg, "image_size", at, 224), integer(cfg, "patch_size", at, patch),
     )  # fmt: skip
-    if int(cfg.get("num_channels", 3)) != 3:
+    if integer(cfg, "num_channels", at, 3) != 3:
         raise ConvertError(f"{where}: vision_config.num_channels {cfg.get('num_channels')} is not supported (uform's images are RGB)")
-    if v.size % v.patch:
+    if v.size < v.patch or v.size % v.patch:
         raise ConvertError(f"{where}: vision_config.image_size {v.size} is not a multiple of patch_size {v.patch}")
     return v
 
@@ -175,16 +209,13 @@ def preprocessing(directory: Path, family: str, image_size: int, notes: list[str
     resample = cfg.get("resample", 3)
     if resample not in RESAMPLE:
         raise ConvertError(f"{where}: resample {resample!r} is not supported; supported: 2 (bilinear), 3 (bicubic)")
-    if cfg.get("do_rescale", True) and abs(float(cfg.get("rescale_factor", 1 / 255)) - 1 / 255) > 1e-9:
+    if cfg.get("do_rescale", True) and abs(positive(cfg, "rescale_factor", where, 1 / 255) - 1 / 255) > 1e-9:
         raise ConvertError(f"{where}: rescale_factor {cfg.get('rescale_factor')!r} is not supported; supported: 1/255")
     if not cfg.get("do_resize", True):
         raise ConvertError(f"{where}: do_resize false is not supported (uform resizes every image to the tower's size)")
     mean, std = (cfg.get("image_mean", defaults["mean"]), cfg.get("image_std", defaults["std"])) if cfg.get("do_normalize", True) else ([0.0] * 3, [1.0] * 3)
-    for key, value in (("image_mean", mean), ("image_std", std)):
-        if not (isinstance(value, list) and len(value) == 3 and all(isinstance(v, (int, float)) for v in value)):
-            raise ConvertError(f"{where}: {key} {value!r} is not a list of 3 numbers")
     size = cfg.get("size")
-    out: dict[str, Any] = {"interpolation": RESAMPLE[resample], "mean": [float(v) for v in mean], "std": [float(v) for v in std]}
+    out: dict[str, Any] = {"interpolation": RESAMPLE[resample], "mean": triple(mean, where, "image_mean", -math.inf), "std": triple(std, where, "image_std", 0.0)}
     if square:
         height, width = _hw(size, where, "size")
         if (height, width) != (image_size, image_size) or cfg.get("do_center_crop"):
@@ -216,7 +247,18 @@ def scalar(t: Taker, name: str, why: str) -> float:
     if int(np.prod(shape)) != 1:
         raise ConvertError(f"{t._files()}: tensor {name!r} has shape {list(shape)}, expected one value ({why})")
     t.taken.add(name)
-    return float(np.asarray(t.weights.get(name), np.float32).reshape(-1)[0])
+    value = float(np.asarray(t.weights.get(name), np.float32).reshape(-1)[0])
+    if not math.isfinite(value):
+        raise ConvertError(f"{t._files()}: tensor {name!r} holds {value} ({why})")
+    return value
+
+
+def logit_scale(t: Taker) -> float:
+    """The labels' scale: exp of the source's ``logit_scale`` tensor (a uform config holds at most 1e6)."""
+    value = scalar(t, "logit_scale", "the model's logit scale")
+    if value > math.log(MAX_LABEL_SCALE):
+        raise ConvertError(f"{t._files()}: tensor 'logit_scale' holds {value:g}, whose exp (the labels' scale) is past {MAX_LABEL_SCALE:g}")
+    return math.exp(value)
 
 
 def config(dimensions: int, context: int, towers: dict[str, Any], source: dict[str, str], labels: dict[str, Any]) -> dict[str, Any]:

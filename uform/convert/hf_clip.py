@@ -9,13 +9,12 @@ Labels: softmax over ``exp(logit_scale)`` x cosine.
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from .common import Converted, Taker, activation, config, geometry, hf_stack, norm, number, preprocessing, scalar, vision
+from .common import Converted, Taker, activation, config, geometry, hf_stack, integer, logit_scale, norm, positive, preprocessing, section, vision
 from .sources import ConvertError, Weights
 from .tokenizer import tokenizer_json
 
@@ -24,18 +23,18 @@ IGNORED = ("text_model.embeddings.position_ids", "vision_model.embeddings.positi
 
 def convert(directory: Path, cfg: dict[str, Any], weights: Weights, source: dict[str, str], frames: int) -> Converted:
     where = str(directory / "config.json")
-    text_cfg, vision_cfg = cfg.get("text_config") or {}, cfg.get("vision_config") or {}
-    dimensions = int(number(cfg, "projection_dim", where, 512))
+    text_cfg, vision_cfg = section(cfg, "text_config", where), section(cfg, "vision_config", where)
+    dimensions = integer(cfg, "projection_dim", where, 512)
     t = Taker(weights, ignore=lambda n: n in IGNORED)
     notes: list[str] = []
 
     # text
-    tw = int(number(text_cfg, "hidden_size", where + " text_config", 512))
-    td = int(number(text_cfg, "num_hidden_layers", where + " text_config", 12))
-    th = int(number(text_cfg, "num_attention_heads", where + " text_config", 8))
-    tm = int(number(text_cfg, "intermediate_size", where + " text_config", 2048))
-    vocab = int(number(text_cfg, "vocab_size", where + " text_config", 49408))
-    context = int(number(text_cfg, "max_position_embeddings", where + " text_config", 77))
+    tw = integer(text_cfg, "hidden_size", where + " text_config", 512)
+    td = integer(text_cfg, "num_hidden_layers", where + " text_config", 12)
+    th = integer(text_cfg, "num_attention_heads", where + " text_config", 8)
+    tm = integer(text_cfg, "intermediate_size", where + " text_config", 2048)
+    vocab = integer(text_cfg, "vocab_size", where + " text_config", 49408)
+    context = integer(text_cfg, "max_position_embeddings", where + " text_config", 77)
     why = "config.json text_config"
     t.take("text.embed.weight", "text_model.embeddings.token_embedding.weight", (vocab, tw), why + ".vocab_size, hidden_size")
     t.take("text.pos.weight", "text_model.embeddings.position_embedding.weight", (context, tw), why + ".max_position_embeddings, hidden_size")
@@ -46,7 +45,7 @@ def convert(directory: Path, cfg: dict[str, Any], weights: Weights, source: dict
     text = geometry(tw, td, th, tm, where + " text_config") | {
         "token_width": 0,
         "activation": activation(text_cfg.get("hidden_act", "quick_gelu"), where + " text_config"),
-        "layer_norm_eps": float(text_cfg.get("layer_norm_eps", 1e-5)),
+        "layer_norm_eps": positive(text_cfg, "layer_norm_eps", where + " text_config", 1e-5),
         "class_token": False,
         "pooling": "last_token",
         "projection": "linear",
@@ -74,7 +73,7 @@ def convert(directory: Path, cfg: dict[str, Any], weights: Weights, source: dict
     t.take("image.projection.weight", "visual_projection.weight", (dimensions, vw), "config.json projection_dim, vision_config.hidden_size")
     image = geometry(vw, vd, vh, vm, where + " vision_config") | {
         "activation": activation(vision_cfg.get("hidden_act", "quick_gelu"), where + " vision_config"),
-        "layer_norm_eps": float(vision_cfg.get("layer_norm_eps", 1e-5)),
+        "layer_norm_eps": positive(vision_cfg, "layer_norm_eps", where + " vision_config", 1e-5),
         "class_token": True,
         "ln_pre": True,
         "pooling": "class",
@@ -83,7 +82,7 @@ def convert(directory: Path, cfg: dict[str, Any], weights: Weights, source: dict
         "patch_size": patch,
     } | preprocessing(directory, "clip", size, notes)
 
-    scale = math.exp(scalar(t, "logit_scale", "the model's logit scale"))
+    scale = logit_scale(t)
     tensors = t.finish()
     towers = {"text": text, "image": image, "video": {"from": "image", "frames": frames}}
     out = config(dimensions, context, towers, source, {"kind": "softmax", "scale": scale, "bias": 0.0})

@@ -11,11 +11,10 @@ Labels: ``sigmoid(exp(logit_scale) x cosine + logit_bias)`` per label.
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any
 
-from .common import Converted, Taker, activation, config, geometry, hf_stack, norm, number, preprocessing, scalar, vision
+from .common import Converted, Taker, activation, config, geometry, hf_stack, integer, logit_scale, norm, positive, preprocessing, scalar, section, vision
 from .sources import ConvertError, Weights, read_json
 from .tokenizer import tokenizer_json
 
@@ -24,18 +23,18 @@ IGNORED = ("text_model.embeddings.position_ids", "vision_model.embeddings.positi
 
 def convert(directory: Path, cfg: dict[str, Any], weights: Weights, source: dict[str, str], frames: int) -> Converted:
     where = str(directory / "config.json")
-    text_cfg, vision_cfg = cfg.get("text_config") or {}, cfg.get("vision_config") or {}
+    text_cfg, vision_cfg = section(cfg, "text_config", where), section(cfg, "vision_config", where)
     t = Taker(weights, ignore=lambda n: n in IGNORED)
     notes: list[str] = []
 
     # text
-    tw = int(number(text_cfg, "hidden_size", where + " text_config", 768))
-    td = int(number(text_cfg, "num_hidden_layers", where + " text_config", 12))
-    th = int(number(text_cfg, "num_attention_heads", where + " text_config", 12))
-    tm = int(number(text_cfg, "intermediate_size", where + " text_config", 3072))
-    vocab = int(number(text_cfg, "vocab_size", where + " text_config", 32000))
-    context = int(number(text_cfg, "max_position_embeddings", where + " text_config", 64))
-    dimensions = int(text_cfg.get("projection_size") or tw)
+    tw = integer(text_cfg, "hidden_size", where + " text_config", 768)
+    td = integer(text_cfg, "num_hidden_layers", where + " text_config", 12)
+    th = integer(text_cfg, "num_attention_heads", where + " text_config", 12)
+    tm = integer(text_cfg, "intermediate_size", where + " text_config", 3072)
+    vocab = integer(text_cfg, "vocab_size", where + " text_config", 32000)
+    context = integer(text_cfg, "max_position_embeddings", where + " text_config", 64)
+    dimensions = integer(text_cfg, "projection_size", where + " text_config") if text_cfg.get("projection_size") is not None else tw
     why = "config.json text_config"
     t.take("text.embed.weight", "text_model.embeddings.token_embedding.weight", (vocab, tw), why + ".vocab_size, hidden_size")
     t.take("text.pos.weight", "text_model.embeddings.position_embedding.weight", (context, tw), why + ".max_position_embeddings, hidden_size")
@@ -52,7 +51,7 @@ def convert(directory: Path, cfg: dict[str, Any], weights: Weights, source: dict
     text = geometry(tw, td, th, tm, where + " text_config") | {
         "token_width": 0,
         "activation": activation(text_cfg.get("hidden_act", "gelu_pytorch_tanh"), where + " text_config"),
-        "layer_norm_eps": float(text_cfg.get("layer_norm_eps", 1e-6)),
+        "layer_norm_eps": positive(text_cfg, "layer_norm_eps", where + " text_config", 1e-6),
         "class_token": False,
         "pooling": "final_position",
         "projection": "linear_bias",
@@ -95,7 +94,7 @@ def convert(directory: Path, cfg: dict[str, Any], weights: Weights, source: dict
     t.take("image.pool.mlp.fc2.bias", f"{h}.mlp.fc2.bias", (vw,), why + ".hidden_size")
     image = geometry(vw, vd, vh, vm, where + " vision_config") | {
         "activation": activation(vision_cfg.get("hidden_act", "gelu_pytorch_tanh"), where + " vision_config"),
-        "layer_norm_eps": float(vision_cfg.get("layer_norm_eps", 1e-6)),
+        "layer_norm_eps": positive(vision_cfg, "layer_norm_eps", where + " vision_config", 1e-6),
         "class_token": False,
         "ln_pre": False,
         "pooling": "attention",
@@ -104,7 +103,7 @@ def convert(directory: Path, cfg: dict[str, Any], weights: Weights, source: dict
         "patch_size": patch,
     } | preprocessing(directory, "siglip", size, notes)
 
-    scale = math.exp(scalar(t, "logit_scale", "the model's logit scale"))
+    scale = logit_scale(t)
     bias = scalar(t, "logit_bias", "the model's logit bias")
     tensors = t.finish()
     towers = {"text": text, "image": image, "video": {"from": "image", "frames": frames}}

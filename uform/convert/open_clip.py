@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from .common import CLIP_MEAN, CLIP_STD, Converted, Taker, config, geometry, norm, scalar
+from .common import CLIP_MEAN, CLIP_STD, Converted, Taker, config, geometry, integer, logit_scale, norm, positive, section, triple
 from .sources import ConvertError, Weights
 from .tokenizer import parse
 
@@ -41,7 +41,9 @@ MODEL_PLAIN: dict[str, Any] = {"init_logit_bias": None, "multimodal_cfg": None}
 
 def architecture(cfg: dict[str, Any]) -> str:
     model = cfg.get("model_cfg")
-    vision = (model.get("vision_cfg") if isinstance(model, dict) else None) or {}
+    vision = model.get("vision_cfg") if isinstance(model, dict) else None
+    if not isinstance(vision, dict):
+        vision = {}
     return f"open_clip ViT (width {vision.get('width', '?')}, patch {vision.get('patch_size', '?')}, {vision.get('layers', '?')} layers)"
 
 
@@ -51,33 +53,26 @@ def _plain(cfg: dict[str, Any], plain: dict[str, Any], where: str) -> None:
             raise ConvertError(f"{where}.{key} = {cfg[key]!r} is not supported (uform converts open_clip's plain CLIP, {key} = {value!r})")
 
 
-def _int(cfg: dict[str, Any], key: str, where: str, default: int) -> int:
-    value = cfg.get(key, default)
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ConvertError(f"{where}.{key} = {value!r} is not supported (expected a positive integer)")
-    return value
-
-
 def convert(directory: Path, cfg: dict[str, Any], weights: Weights, source: dict[str, str], frames: int) -> Converted:
     where = str(directory / "open_clip_config.json")
     model = cfg.get("model_cfg")
     if not isinstance(model, dict):
         raise ConvertError(f"{where}: has no model_cfg object")
-    vision, text = model.get("vision_cfg") or {}, model.get("text_cfg") or {}
+    vision, text = section(model, "vision_cfg", where + " model_cfg"), section(model, "text_cfg", where + " model_cfg")
     _plain(model, MODEL_PLAIN, where + " model_cfg")
     _plain(vision, VISION_PLAIN, where + " model_cfg.vision_cfg")
     _plain(text, TEXT_PLAIN, where + " model_cfg.text_cfg")
     act = "quick_gelu" if model.get("quick_gelu") else "gelu"
-    dimensions = _int(model, "embed_dim", where + " model_cfg", 512)
+    dimensions = integer(model, "embed_dim", where + " model_cfg", 512)
     notes: list[str] = []
     prefix = "text." if any(n.startswith("text.token_embedding") for n in weights.names()) else ""  # custom_text
     t = Taker(weights, ignore=lambda n: n in (f"{prefix}attn_mask", "attn_mask"))
 
     # text
-    tw, td = _int(text, "width", where + " text_cfg", 512), _int(text, "layers", where + " text_cfg", 12)
-    th = _int(text, "heads", where + " text_cfg", 8)
-    tm = int(tw * float(text.get("mlp_ratio", 4.0)))
-    vocab, context = _int(text, "vocab_size", where + " text_cfg", 49408), _int(text, "context_length", where + " text_cfg", 77)
+    tw, td = integer(text, "width", where + " text_cfg", 512), integer(text, "layers", where + " text_cfg", 12)
+    th = integer(text, "heads", where + " text_cfg", 8)
+    tm = int(tw * positive(text, "mlp_ratio", where + " text_cfg", 4.0))
+    vocab, context = integer(text, "vocab_size", where + " text_cfg", 49408), integer(text, "context_length", where + " text_cfg", 77)
     why = "open_clip_config.json text_cfg"
     t.take("text.embed.weight", f"{prefix}token_embedding.weight", (vocab, tw), why + ".vocab_size, width")
     t.take("text.pos.weight", f"{prefix}positional_embedding", (context, tw), why + ".context_length, width")
@@ -94,13 +89,14 @@ def convert(directory: Path, cfg: dict[str, Any], weights: Weights, source: dict
     # image
     if not isinstance(vision.get("layers", 12), int):
         raise ConvertError(f"{where} model_cfg.vision_cfg.layers = {vision.get('layers')!r}: a ResNet tower is not supported (ViT only)")
-    vw, vd = _int(vision, "width", where + " vision_cfg", 768), _int(vision, "layers", where + " vision_cfg", 12)
-    head_width = _int(vision, "head_width", where + " vision_cfg", 64)
-    vm = int(vw * float(vision.get("mlp_ratio", 4.0)))
+    vw, vd = integer(vision, "width", where + " vision_cfg", 768), integer(vision, "layers", where + " vision_cfg", 12)
+    head_width = integer(vision, "head_width", where + " vision_cfg", 64)
+    vm = int(vw * positive(vision, "mlp_ratio", where + " vision_cfg", 4.0))
     size, patch = vision.get("image_size", 224), vision.get("patch_size", 16)
     if isinstance(size, list) and len(size) == 2 and size[0] == size[1]:
         size = size[0]
-    if not isinstance(size, int) or not isinstance(patch, int) or size % patch or vw % head_width:
+    bad = not isinstance(size, int) or not isinstance(patch, int) or isinstance(patch, bool) or patch < 1 or size < patch
+    if bad or size % patch or vw % head_width:
         raise ConvertError(f"{where} model_cfg.vision_cfg: image_size {size!r}, patch_size {patch!r}, width {vw}, head_width {head_width} are not supported (a square image of whole patches, heads dividing the width)")
     grid = size // patch
     why = "open_clip_config.json vision_cfg"
@@ -115,9 +111,9 @@ def convert(directory: Path, cfg: dict[str, Any], weights: Weights, source: dict
     image = geometry(vw, vd, vw // head_width, vm, where + " vision_cfg") | {
         "activation": act, "layer_norm_eps": 1e-5, "class_token": True, "ln_pre": True, "pooling": "class", "projection": "linear",
         "image_size": size, "patch_size": patch,
-    } | _preprocess(cfg.get("preprocess_cfg") or {}, where)  # fmt: skip
+    } | _preprocess(section(cfg, "preprocess_cfg", where), where)  # fmt: skip
 
-    scale = math.exp(scalar(t, "logit_scale", "the model's logit scale"))
+    scale = logit_scale(t)
     tensors = t.finish()
     towers = {"text": text_tower, "image": image, "video": {"from": "image", "frames": frames}}
     out = config(dimensions, context, towers, source, {"kind": "softmax", "scale": scale, "bias": 0.0})
@@ -142,11 +138,9 @@ def _preprocess(cfg: dict[str, Any], where: str) -> dict[str, Any]:
     if interpolation not in ("bicubic", "bilinear") or resize is None:
         raise ConvertError(f"{where} preprocess_cfg: interpolation {interpolation!r} / resize_mode {cfg.get('resize_mode')!r} are not supported (bicubic or bilinear; shortest or squash)")
     mean, std = cfg.get("mean", CLIP_MEAN), cfg.get("std", CLIP_STD)
-    for key, value in (("mean", mean), ("std", std)):
-        if not (isinstance(value, list) and len(value) == 3):
-            raise ConvertError(f"{where} preprocess_cfg.{key} = {value!r} is not a list of 3 numbers")
     rounding = {"resize_rounding": "floor"} if resize == "shorter_side_crop" else {}  # torchvision: int(S * long / short)
-    return rounding | {"resize": resize, "interpolation": interpolation, "mean": [float(v) for v in mean], "std": [float(v) for v in std]}
+    at = where + " preprocess_cfg"
+    return rounding | {"resize": resize, "interpolation": interpolation, "mean": triple(mean, at, "mean", -math.inf), "std": triple(std, at, "std", 0.0)}
 
 
 def _tokenizer(directory: Path, text: dict[str, Any], vocab: int, notes: list[str]) -> tuple[str, int]:

@@ -81,8 +81,8 @@ def _pad_id(directory: Path, tokenizer: Any, family: str) -> int:
         found = tokenizer.token_to_id(token)
         if found is not None:
             return int(found)
-    text_cfg = read_json(directory / "config.json").get("text_config") or {} if (directory / "config.json").is_file() else {}
-    pad = text_cfg.get("pad_token_id")
+    text_cfg = read_json(directory / "config.json").get("text_config") if (directory / "config.json").is_file() else None
+    pad = text_cfg.get("pad_token_id") if isinstance(text_cfg, dict) else None
     if isinstance(pad, int) and pad >= 0:
         return pad
     if family == "siglip":

@@ -36,6 +36,7 @@ MAX_DEPTH = 256
 MAX_HEADS = 256
 MAX_CONTEXT = 65536
 MAX_DIMENSIONS = 65536
+MAX_LABEL_SCALE = 1e6  # labels.scale: what multiplies a cosine before the softmax or sigmoid
 
 
 def _path(where: str, key: str) -> str:
@@ -266,7 +267,7 @@ def _check_labels(labels: Any) -> None:
     if not isinstance(labels, dict):
         raise CheckpointError(f"config field labels: expected an object, got {labels!r}")
     choice(labels, "kind", "labels", ("softmax", "sigmoid"), "")
-    number(labels, "scale", "labels", 0.0, 1e6)
+    number(labels, "scale", "labels", 0.0, MAX_LABEL_SCALE)
     if "bias" in labels:
         number(labels, "bias", "labels", -1e6, 1e6)
 
