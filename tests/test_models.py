@@ -131,17 +131,24 @@ def test_bf16_stored_file_loads_within_the_bf16_bound(clip: tuple[Path, Path], c
 @pytest.mark.parametrize("family", ["clip", "siglip"])
 def test_token_ids_equal_the_family_tokenizer(family: str, request: pytest.FixtureRequest) -> None:
     """The held tokenizer (as text_encode runs it) gives the Hugging Face tokenizer's ids,
-    truncated at the context, over punctuation, Unicode, emoji, whitespace runs and long texts;
-    text_encode's stats count tokens and truncation in those ids."""
+    truncated at the context, over punctuation, Unicode, emoji, whitespace runs and long texts,
+    and each text's length before truncation (counted from the pieces truncation cut, across
+    many pieces too); text_encode's stats count tokens and truncation in those ids."""
+    from transformers import AutoTokenizer
+
     from uform.core.safetensors import parse
     from uform.plugins.media.text import read
 
-    _, path = request.getfixturevalue(family)
+    directory, path = request.getfixturevalue(family)
     _, _, ids, _ = request.getfixturevalue(f"{family}_reference")
     container = parse(memoryview(path.read_bytes()))
     cfg = json.loads(container.metadata["uform"])["towers"]["text"]
-    held = read(container.metadata, cfg["context"], cfg["vocab_size"], "towers.text").encode(hf_models.CORPUS)
+    tokenizer = read(container.metadata, cfg["context"], cfg["vocab_size"], "towers.text")
+    held = tokenizer.encode(hf_models.CORPUS)
     assert [list(map(int, row)) for row in held.ids] == ids
+    texts = hf_models.CORPUS + [text * 37 for text in hf_models.CORPUS[:12]] + ["word " * 3000, "日本" * 900]
+    whole = AutoTokenizer.from_pretrained(directory)(texts, truncation=False)["input_ids"]
+    assert tokenizer.encode(texts).full.tolist() == [len(row) for row in whole]
     stats = uform.TextEncodeStats()
     with uform.Model.load_ram(path, quantization=Scalar.F32) as m:
         m.text_encode(hf_models.CORPUS, Arena(), stats=stats)
