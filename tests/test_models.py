@@ -202,6 +202,8 @@ def test_labels_refused_without_labels(tiny_model: uform.Model, tmp_path: Path, 
         tiny_model.label_probabilities(np.zeros((1, tiny_model.describe().dimensions), np.float32), ["a"])
     assert main(["labels", str(tmp_path), "--labels", "a,b"]) == 2
     assert "has no labels" in capsys.readouterr().err
+    assert main(["labels", str(tmp_path), "--labels", "a,b, a", "--label", "b"]) == 2
+    assert "label texts given more than once: 'a', 'b'" in capsys.readouterr().err
 
 
 def test_load_ram_buffer_describe_and_what_a_family_cannot_do(clip: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:

@@ -59,6 +59,9 @@ def _labels(args: argparse.Namespace) -> int:
     texts = [t.strip() for t in (args.labels or "").split(",") if t.strip()] + list(args.label)
     if not texts:
         raise ValueError("give the label texts with --labels 'a cat,a dog' or --label TEXT (repeatable)")
+    twice = sorted({t for t in texts if texts.count(t) > 1})
+    if twice:  # one row each: a softmax would split the label's probability between its copies
+        raise ValueError(f"label texts given more than once: {', '.join(map(repr, twice))}")
     if args.top < 0:
         raise ValueError(f"--top must be 0 (all) or more; got {args.top}")
     failures: list[Failure] = []
