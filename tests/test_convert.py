@@ -6,6 +6,7 @@ refusal writing nothing."""
 from __future__ import annotations
 
 import json
+import re
 import os
 import shutil
 import struct
@@ -546,3 +547,10 @@ def test_sharded_safetensors_convert_to_the_same_file(clip_dir: Path, clip_file:
     assert out.read_bytes() == clip_file.read_bytes()
     (d / "model-00002-of-00002.safetensors").unlink()
     refused(d, tmp_path, "model-00002-of-00002.safetensors: missing")
+    # a shard outside the directory (another model's file, the user's own) is never read
+    outside = tmp_path / "elsewhere.safetensors"
+    outside.write_bytes((d / "model-00001-of-00002.safetensors").read_bytes())
+    for shard in ("../elsewhere.safetensors", str(outside), "..", 7):
+        table = {n: shard if s.startswith("model-00002") else s for s, part in shards.items() for n in part}
+        (d / "model.safetensors.index.json").write_text(json.dumps({"weight_map": table}))
+        refused(d, tmp_path, rf"model.safetensors.index.json: weight_map gives '.*' the shard {re.escape(repr(shard))}, not a file name in")

@@ -235,7 +235,9 @@ def weights(directory: Path, prefix: str = "") -> Weights:
             raise ConvertError(f"{index}: has no weight_map object")
         shards: dict[Path, list[str]] = {}
         for name, shard in table.items():
-            shards.setdefault(directory / str(shard), []).append(name)
+            if not isinstance(shard, str) or Path(shard).name != shard or shard in ("", ".", ".."):
+                raise ConvertError(f"{index}: weight_map gives {name!r} the shard {shard!r}, not a file name in {directory}")
+            shards.setdefault(directory / shard, []).append(name)
         return _safetensors({p: set(n) for p, n in shards.items()})
     if binary.is_file():
         return _torch_bin(binary)
