@@ -156,6 +156,28 @@ def norm(t: Taker, target: str, source: str, width: int, why: str) -> None:
 
 
 @dataclass(frozen=True)
+class Text:
+    """A Hugging Face ``text_config``'s geometry: width, depth, heads, MLP width, vocabulary, context."""
+
+    width: int
+    depth: int
+    heads: int
+    mlp: int
+    vocab: int
+    context: int
+
+
+def text_geometry(cfg: Mapping[str, Any], where: str, defaults: Text) -> Text:
+    """``cfg`` (a ``text_config``) read with transformers' defaults for the family (``defaults``)."""
+    at = where + " text_config"
+    return Text(
+        integer(cfg, "hidden_size", at, defaults.width), integer(cfg, "num_hidden_layers", at, defaults.depth),
+        integer(cfg, "num_attention_heads", at, defaults.heads), integer(cfg, "intermediate_size", at, defaults.mlp),
+        integer(cfg, "vocab_size", at, defaults.vocab), integer(cfg, "max_position_embeddings", at, defaults.context),
+    )  # fmt: skip
+
+
+@dataclass(frozen=True)
 class Vision:
     """A Hugging Face ``vision_config``'s geometry: width, depth, heads, MLP width, image and patch size."""
 

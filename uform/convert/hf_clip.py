@@ -14,10 +14,11 @@ from typing import Any
 
 import numpy as np
 
-from .common import Converted, Taker, activation, config, geometry, hf_stack, integer, logit_scale, norm, positive, preprocessing, section, vision
+from .common import Converted, Taker, Text, activation, config, geometry, hf_stack, integer, logit_scale, norm, positive, preprocessing, section, text_geometry, vision
 from .sources import ConvertError, Weights
 from .tokenizer import tokenizer_json
 
+TEXT_DEFAULTS = Text(width=512, depth=12, heads=8, mlp=2048, vocab=49408, context=77)  # transformers' CLIPTextConfig
 IGNORED = ("text_model.embeddings.position_ids", "vision_model.embeddings.position_ids")
 
 
@@ -29,12 +30,8 @@ def convert(directory: Path, cfg: dict[str, Any], weights: Weights, source: dict
     notes: list[str] = []
 
     # text
-    tw = integer(text_cfg, "hidden_size", where + " text_config", 512)
-    td = integer(text_cfg, "num_hidden_layers", where + " text_config", 12)
-    th = integer(text_cfg, "num_attention_heads", where + " text_config", 8)
-    tm = integer(text_cfg, "intermediate_size", where + " text_config", 2048)
-    vocab = integer(text_cfg, "vocab_size", where + " text_config", 49408)
-    context = integer(text_cfg, "max_position_embeddings", where + " text_config", 77)
+    g = text_geometry(text_cfg, where, TEXT_DEFAULTS)
+    tw, td, th, tm, vocab, context = g.width, g.depth, g.heads, g.mlp, g.vocab, g.context
     why = "config.json text_config"
     t.take("text.embed.weight", "text_model.embeddings.token_embedding.weight", (vocab, tw), why + ".vocab_size, hidden_size")
     t.take("text.pos.weight", "text_model.embeddings.position_embedding.weight", (context, tw), why + ".max_position_embeddings, hidden_size")

@@ -14,10 +14,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .common import Converted, Taker, activation, config, geometry, hf_stack, integer, logit_scale, norm, positive, preprocessing, scalar, section, vision
+from .common import Converted, Taker, Text, activation, config, geometry, hf_stack, integer, logit_scale, norm, positive, preprocessing, scalar, section, text_geometry, vision
 from .sources import ConvertError, Weights, read_json
 from .tokenizer import tokenizer_json
 
+TEXT_DEFAULTS = Text(width=768, depth=12, heads=12, mlp=3072, vocab=32000, context=64)  # transformers' SiglipTextConfig
 IGNORED = ("text_model.embeddings.position_ids", "vision_model.embeddings.position_ids")
 
 
@@ -28,12 +29,8 @@ def convert(directory: Path, cfg: dict[str, Any], weights: Weights, source: dict
     notes: list[str] = []
 
     # text
-    tw = integer(text_cfg, "hidden_size", where + " text_config", 768)
-    td = integer(text_cfg, "num_hidden_layers", where + " text_config", 12)
-    th = integer(text_cfg, "num_attention_heads", where + " text_config", 12)
-    tm = integer(text_cfg, "intermediate_size", where + " text_config", 3072)
-    vocab = integer(text_cfg, "vocab_size", where + " text_config", 32000)
-    context = integer(text_cfg, "max_position_embeddings", where + " text_config", 64)
+    g = text_geometry(text_cfg, where, TEXT_DEFAULTS)
+    tw, td, th, tm, vocab, context = g.width, g.depth, g.heads, g.mlp, g.vocab, g.context
     dimensions = integer(text_cfg, "projection_size", where + " text_config") if text_cfg.get("projection_size") is not None else tw
     why = "config.json text_config"
     t.take("text.embed.weight", "text_model.embeddings.token_embedding.weight", (vocab, tw), why + ".vocab_size, hidden_size")
