@@ -29,6 +29,8 @@ def read_config(path: str | os.PathLike[str]) -> dict[str, Any]:
         raise ArtifactReadError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start}), so not a config.json") from None
     except json.JSONDecodeError as e:
         raise ArtifactReadError(f"{path}: not JSON ({e.msg} at line {e.lineno} column {e.colno})") from None
+    except RecursionError:
+        raise ArtifactReadError(f"{path}: JSON nested too deeply, so not a config.json") from None
     if not isinstance(config, dict):
         raise ArtifactReadError(f"{path}: holds a JSON {type(config).__name__}, not the object of "
                                 "source, source_kwargs, modules, recipe and provenance")

@@ -183,6 +183,11 @@ def test_out_never_replaces_a_file_encode_did_not_write(tmp_path: Path, tiny_tex
     assert one_error(capsys) == (f"uform: error: {tmp_path}/captions.jsonl: exists and is not a file of an earlier "
                                  f"`uform encode --out {tmp_path}/captions`; not replaced (--force replaces it)")  # fmt: skip
     assert snapshot(tmp_path) == {"captions.jsonl": captions}
+    deep = ("[" * 100_000 + "]" * 100_000).encode()  # a manifest-named file nested past the stack: not ours, not a crash
+    (tmp_path / "captions.json").write_bytes(deep)
+    assert encode(tiny_text, tmp_path / "captions.json", "a text") == 2
+    assert one_error(capsys).startswith(f"uform: error: {tmp_path}/captions.json")
+    (tmp_path / "captions.json").unlink()
     assert encode(tiny_text, tmp_path / "captions.json", "a text", extra=("--force",)) == 0
     assert [r["text"] for r in read_saved(tmp_path / "captions").rows] == ["a text"]
 
@@ -281,10 +286,11 @@ def test_export_replaces_only_an_earlier_export_whole(checkpoints: dict[str, Pat
     assert sorted(os.listdir(out)) == ["text.json", "text.onnx"]
     assert main(["export", str(checkpoints["good"]), str(out), "--quantization", "bf16", "-q"]) == 0
     assert json.loads((out / "text.json").read_text())["weights"] == "bf16"
-    (out / "text.json").write_text("{}")  # not an export's description now: its tower's files are not ours
-    capsys.readouterr()
-    assert main(["export", str(checkpoints["good"]), str(out), "-q"]) == 2
-    assert "text.onnx: exists and is not a file of an earlier `uform export`; not replaced (--force replaces it)" in one_error(capsys)
+    for description in ("{}", "[" * 100_000 + "]" * 100_000):  # not an export's description now: its tower's files are not ours
+        (out / "text.json").write_text(description)
+        capsys.readouterr()
+        assert main(["export", str(checkpoints["good"]), str(out), "-q"]) == 2
+        assert "text.onnx: exists and is not a file of an earlier `uform export`; not replaced (--force replaces it)" in one_error(capsys)
     assert main(["export", str(checkpoints["good"]), str(out), "-q", "--force"]) == 0
 
 

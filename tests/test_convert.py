@@ -231,6 +231,12 @@ def test_hub_id_offline_not_cached(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     refused("nobody-here/no-such-model", tmp_path, "not in the local Hugging Face cache, and HF_HUB_OFFLINE forbids a download")
 
 
+def test_a_config_nested_past_the_stack_is_refused_by_name(clip_dir: Path, tmp_path: Path) -> None:
+    d = copy(clip_dir, tmp_path)
+    (d / "config.json").write_text("[" * 100_000 + "]" * 100_000)
+    refused(d, tmp_path, r"config.json: cannot be read as JSON \(nested too deeply\)")
+
+
 def test_unsupported_architectures_are_named(clip_dir: Path, tmp_path: Path) -> None:
     d = copy(clip_dir, tmp_path)
     edit_config(d, lambda c: c.update(model_type="blip", architectures=["BlipModel"]))

@@ -173,10 +173,12 @@ def test_texts_index_the_same_way(tmp_path: Path, ckpt: Path, model: uform.Model
     notes = tmp_path / "notes.txt"
     notes.write_text("a red circle\n\nthree blue squares\n")
     lines = tmp_path / "captions.jsonl"
-    lines.write_text('{"text": "a green triangle"}\n"a bare string"\n{"caption": "from a caption"}\n{"nothing": 1}\n')
+    deep = "[" * 100_000 + "]" * 100_000  # deeper than the interpreter's stack: a bad line, not a crash
+    lines.write_text('{"text": "a green triangle"}\n"a bare string"\n{"caption": "from a caption"}\n{"nothing": 1}\n' + deep + "\n")
     with Index(tmp_path / "idx", checkpoint=ckpt) as ix:
         first = ix.update([notes, lines, Text("mine-1", "a text of my own")])
-        assert first.added == 6 and [f.value for f in first.failed] == [f"{lines}:4"]
+        assert first.added == 6 and [(f.value, f.reason) for f in first.failed][1:] == [(f"{lines}:5", "not a JSON line (nested too deeply)")]
+        assert first.failed[0].value == f"{lines}:4"
         query = np.array(model.text_encode(["three blue squares"], uform.Arena()).embeddings[0])
         top = ix.search_embedding(query, 1)[0]
         assert (top.path, top.modality, top.text) == (f"{notes}:3", "text", "three blue squares")

@@ -42,7 +42,7 @@ def members(prefix: Path, scales: bool) -> list[Path]:
 def _old_manifest(prefix: Path) -> dict[str, Any] | None:
     try:
         manifest = json.loads(Path(f"{prefix}.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return None
     return manifest if isinstance(manifest, dict) and manifest.get("format") == FORMAT else None
 

@@ -214,6 +214,8 @@ def read_json(path: Path) -> dict[str, Any]:
         raise ConvertError(f"{path}: missing") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ConvertError(f"{path}: cannot be read as JSON ({exc})") from None
+    except RecursionError:
+        raise ConvertError(f"{path}: cannot be read as JSON (nested too deeply)") from None
     if not isinstance(value, dict):
         raise ConvertError(f"{path}: expected a JSON object")
     return value

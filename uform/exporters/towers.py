@@ -153,7 +153,7 @@ def _exported(out: Path, name: str) -> bool:
     """Whether ``out/{name}.json`` is the description an export writes (so the tower's files are ours)."""
     try:
         info = json.loads((out / f"{name}.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return False
     return isinstance(info, dict) and info.get("tower") == name and str(info.get("spec", "")).startswith(DOC)
 

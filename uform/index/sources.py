@@ -74,6 +74,9 @@ def text_lines(path: str) -> tuple[list[tuple[str, str]], list[Failure]]:
                 except ValueError as exc:
                     bad.append(Failure("text", key, f"not a JSON line ({exc})"))
                     continue
+                except RecursionError:
+                    bad.append(Failure("text", key, "not a JSON line (nested too deeply)"))
+                    continue
                 text = value if isinstance(value, str) else value.get("text", value.get("caption")) if isinstance(value, dict) else None
                 if not isinstance(text, str):
                     bad.append(Failure("text", key, 'expected a JSON string, or an object with a "text" (or "caption") string'))
