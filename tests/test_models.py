@@ -197,6 +197,24 @@ def test_siglip_labels_are_sigmoids_with_the_bias(siglip: tuple[Path, Path], tmp
     assert row["modality"] == "image" and row["labels"] == {t: pytest.approx(float(p), abs=1e-5) for t, p in zip(labels, got[0])}
 
 
+def test_label_probabilities_at_the_config_bounds_are_exact_limits_without_warnings() -> None:
+    """A file's labels may hold a scale up to 1e6 and a bias of ±1e6: the softmax and the sigmoids
+    stay finite there, at their limits, and say nothing (no overflow warning)."""
+    import warnings
+
+    from uform.core.labels import probabilities
+
+    items = np.array([[1.0, 0.0], [0.0, 1.0]])
+    texts = np.array([[1.0, 0.0], [0.6, 0.8], [-1.0, 0.0]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        soft = probabilities({"kind": "softmax", "scale": 1e6}, items, texts)
+        sig = probabilities({"kind": "sigmoid", "scale": 1e6, "bias": -1e6}, items, texts)
+    np.testing.assert_array_equal(soft, [[1, 0, 0], [0, 1, 0]])
+    np.testing.assert_array_equal(sig, [[0.5, 0, 0], [0, 0, 0]])  # 1e6 * 1 - 1e6 = 0; 1e6 * 0.8 - 1e6 < -709: exp past float64
+    assert probabilities({"kind": "sigmoid", "scale": 10.0, "bias": -5.0}, items, texts)[0, 0] == np.float32(1 / (1 + np.exp(-5.0)))
+
+
 def test_labels_refused_without_labels(tiny_model: uform.Model, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(uform.UnsupportedError, match="this model has no labels"):
         tiny_model.label_probabilities(np.zeros((1, tiny_model.describe().dimensions), np.float32), ["a"])

@@ -59,5 +59,6 @@ def probabilities(labels: Mapping[str, Any], items: np.ndarray, texts: np.ndarra
         logits -= logits.max(axis=1, keepdims=True)
         e = np.exp(logits)
         return np.asarray(e / e.sum(axis=1, keepdims=True), np.float32)
-    out = 1.0 / (1.0 + np.exp(-(logits + float(labels.get("bias", 0.0)))))
+    with np.errstate(over="ignore"):  # exp(-x) past float64 for x < -709: 1 / inf is the sigmoid's 0, exactly
+        out = 1.0 / (1.0 + np.exp(-(logits + float(labels.get("bias", 0.0)))))
     return np.asarray(out, np.float32)
