@@ -223,8 +223,8 @@ def token_feeds(ids: Sequence[np.ndarray], lengths: np.ndarray, width: int | Non
     a row to pool even where a tokenizer without special tokens gave none)."""
     rows = lengths[indices]
     out = np.full((len(indices), max(1, int(rows.max(initial=0))) if width is None else width), pad_id, np.int64)
-    for row, i in enumerate(indices):
-        out[row, : len(ids[i])] = ids[i]
+    if len(indices):
+        out[np.arange(out.shape[1])[None, :] < rows[:, None]] = np.concatenate([ids[i] for i in indices])
     return Batch(indices, {"bytes": out, "lengths": rows.astype(np.int64)}, token_counts=rows)
 
 
