@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections import Counter
 from typing import Any
 
 from .common import Bar, add_model, failed, load, printable, say
@@ -59,7 +60,7 @@ def _labels(args: argparse.Namespace) -> int:
     texts = [t.strip() for t in (args.labels or "").split(",") if t.strip()] + list(args.label)
     if not texts:
         raise ValueError("give the label texts with --labels 'a cat,a dog' or --label TEXT (repeatable)")
-    twice = sorted({t for t in texts if texts.count(t) > 1})
+    twice = sorted(t for t, n in Counter(texts).items() if n > 1)
     if twice:  # one row each: a softmax would split the label's probability between its copies
         raise ValueError(f"label texts given more than once: {', '.join(map(repr, twice))}")
     if args.top < 0:
