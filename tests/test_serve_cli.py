@@ -75,6 +75,13 @@ def test_model_nice_0_leaves_every_threads_priority_and_a_bad_value_is_refused(c
     for bad in ("-1", "20"):
         assert main(["serve", "--model-nice", bad]) == 2
         assert f"--model-nice must be 0-19, got {bad}" in capsys.readouterr().err
+    for port in ("70000", "-1"):  # 70000 was taken modulo 65536: the server listened on 4464
+        assert main(["serve", "--port", port]) == 2
+        assert f"--port must be 0-65535 (0 picks a free one), got {port}" in capsys.readouterr().err
+    from uform.serve.run import serve
+
+    with pytest.raises(ValueError, match=r"port must be 0-65535 \(0 picks a free one\), got 65536"):
+        serve(None, None, host="127.0.0.1", port=65536)  # type: ignore[arg-type]  # refused before the model or config is read
 
 
 def test_the_drain_deadline_holds_during_a_long_call() -> None:

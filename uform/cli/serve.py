@@ -55,6 +55,8 @@ def _serve(args: argparse.Namespace) -> int:
         raise ValueError(f"--threads must be 0 or more, got {args.threads}")
     if not 0 <= args.model_nice <= 19:
         raise ValueError(f"--model-nice must be 0-19, got {args.model_nice}")
+    if not 0 <= args.port <= 65535:  # the resolver would take 70000 as 4464 and listen there
+        raise ValueError(f"--port must be 0-65535 (0 picks a free one), got {args.port}")
     name = args.model_name or model_path(args).name.removesuffix(".safetensors")
     config = ServeConfig(
         model_id=name, api_key=api_key_from(args.api_key), media_root=args.media_root, max_request_bytes=args.max_request_bytes,

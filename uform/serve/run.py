@@ -78,6 +78,8 @@ def serve(model: Model, config: ServeConfig, *, host: str, port: int, access_log
     one ``model`` was loaded with, is closed after it. Every thread of the process but this one
     (the event loop's) gets ``model_nice`` added to its nice value, and so do the lanes'
     threads as they start (``ServeConfig.model_nice``)."""
+    if not 0 <= port <= 65535:  # getaddrinfo takes a port modulo 65536 (70000: 4464), before anything changes
+        raise ValueError(f"port must be 0-65535 (0 picks a free one), got {port}")
     import dataclasses
     import threading
 
