@@ -78,10 +78,26 @@ def test_model_nice_0_leaves_every_threads_priority_and_a_bad_value_is_refused(c
     for port in ("70000", "-1"):  # 70000 was taken modulo 65536: the server listened on 4464
         assert main(["serve", "--port", port]) == 2
         assert f"--port must be 0-65535 (0 picks a free one), got {port}" in capsys.readouterr().err
+    for flag, value in (("--batch-window-ms", "nan"), ("--drain-seconds", "inf"), ("--drain-seconds", "-1")):
+        assert main(["serve", flag, value]) == 2  # NaN was taken, inf ended in an OverflowError traceback
+        assert f"{flag[2:]} must be a finite number of 0 or more, got {float(value)}" in capsys.readouterr().err
     from uform.serve.run import serve
 
     with pytest.raises(ValueError, match=r"port must be 0-65535 \(0 picks a free one\), got 65536"):
         serve(None, None, host="127.0.0.1", port=65536)  # type: ignore[arg-type]  # refused before the model or config is read
+
+
+def test_a_host_that_does_not_resolve_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    import socket
+
+    from uform.serve import run
+
+    def unknown(*args: object, **kwargs: object) -> None:  # the resolver's answer, without asking a network
+        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+    monkeypatch.setattr(socket, "getaddrinfo", unknown)
+    with pytest.raises(OSError, match=r"cannot listen on nosuchhost.invalid:8000: the host does not resolve \(Name or service not known\)"):
+        run._listen("nosuchhost.invalid", 8000)
 
 
 def test_the_drain_deadline_holds_during_a_long_call() -> None:

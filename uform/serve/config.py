@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,8 +60,10 @@ class ServeConfig:
                 raise ValueError(f"{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
         if not 0 <= self.model_nice <= 19:
             raise ValueError(f"model-nice must be 0-19, got {self.model_nice}")
-        if self.batch_window_ms < 0 or self.drain_seconds < 0:
-            raise ValueError("batch-window-ms and drain-seconds must not be negative")
+        for name in ("batch_window_ms", "drain_seconds"):  # NaN compares false to everything; inf overflows the drain's deadline
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0):
+                raise ValueError(f"{name.replace('_', '-')} must be a finite number of 0 or more, got {value}")
         if self.media_root is not None and not self.media_root.is_dir():
             raise ValueError(f"media-root {self.media_root} is not a folder")
         if self.api_key is not None and not self.api_key:

@@ -91,9 +91,9 @@ def serve(model: Model, config: ServeConfig, *, host: str, port: int, access_log
 
     config = dataclasses.replace(config, model_nice=model_nice)
     # the threads made so far are ONNX Runtime's (and uvloop's); the lanes' lower their own as they start
+    sock = _listen(host, port)  # bound here (before anything changes), so that the line below names the port 0 picked
     loop_thread = threading.get_native_id()
     lower_priority([t for t in _threads() if t != loop_thread], config.model_nice)
-    sock = _listen(host, port)  # bound here, so that the line below names the port 0 picked
     bound = sock.getsockname()
     where = f"http://{'[' + bound[0] + ']' if ':' in bound[0] else bound[0]}:{bound[1]}"
     line = f"uform serve: listening on {where} (model {config.model_id!r}: {', '.join(model.served.modalities)})"
@@ -158,7 +158,10 @@ def _ignore(sig: int, frame: FrameType | None) -> None:
 
 def _listen(host: str, port: int) -> socket.socket:
     """A listening TCP socket on ``host`` and ``port`` (0: a free one), as uvicorn binds its own."""
-    family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+    except socket.gaierror as exc:
+        raise OSError(exc.errno, f"cannot listen on {host}:{port}: the host does not resolve ({exc.strerror})") from None
     sock = socket.socket(family, kind, proto)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
