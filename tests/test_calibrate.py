@@ -147,4 +147,7 @@ def test_bad_choices_in_examples_and_groups(path: Path, tmp_path: Path) -> None:
         cal.calibrate(path, [])
     with pytest.raises(ValueError, match=r"holdout must be in \[0, 1\)"):
         cal.calibrate(path, [cal.Example("q", "AB", 0)], holdout=1.0)
+    for name, value in (("bins", 0), ("bins", -3), ("groups", 0)):  # numpy's own bincount errors, before
+        with pytest.raises(ValueError, match=rf"{name} must be an integer of 1 or more, got {value}"):
+            cal.calibrate(path, [cal.Example("q", "AB", 0)], **{name: value})
     assert main(["calibrate", str(path), str(tmp_path / "missing.jsonl"), "--out", str(tmp_path / "x")]) == 2

@@ -260,6 +260,9 @@ def calibrate(
         raise ValueError("no examples to calibrate on")
     if not 0 <= holdout < 1:
         raise ValueError(f"holdout must be in [0, 1), got {holdout}")
+    for name, value in (("bins", bins), ("groups", groups)):
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+            raise ValueError(f"{name} must be an integer of 1 or more, got {value!r}")
     model = Model.load_ram(checkpoint)
     previous = model.served.choice_temperatures
     count = groups if groups is not None else max(len(previous), 1 + max(e.group for e in items))
