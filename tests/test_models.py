@@ -379,8 +379,13 @@ def test_siglip2_with_a_gemma_tokenizer_json(tmp_path: Path) -> None:
     container = parse(memoryview(out.read_bytes()))
     cfg = json.loads(container.metadata["uform"])["towers"]["text"]
     assert cfg["pad_id"] == 0
-    held = read(container.metadata, cfg["context"], cfg["vocab_size"], "towers.text").encode(hf_models.CORPUS)
+    tokenizer = read(container.metadata, cfg["context"], cfg["vocab_size"], "towers.text")
+    held = tokenizer.encode(hf_models.CORPUS)
     assert [list(map(int, row)) for row in held.ids] == ids
+    from transformers import AutoTokenizer  # lengths before the cut, counted from its pieces (no special tokens here)
+
+    texts = hf_models.CORPUS + ["word " * 300, "日本" * 90]
+    assert tokenizer.encode(texts).full.tolist() == [len(row) for row in AutoTokenizer.from_pretrained(d)(texts, truncation=False)["input_ids"]]
     with uform.Model.load_ram(out, quantization=Scalar.F32) as m:
         assert cosines(m.text_encode(hf_models.CORPUS, Arena()).embeddings, text).min() >= 0.99999
         assert cosines(m.image_encode_pixels(list(px), Arena()).embeddings, image).min() >= 0.99999
