@@ -222,6 +222,8 @@ def test_labels_refused_without_labels(tiny_model: uform.Model, tmp_path: Path, 
     assert "has no labels" in capsys.readouterr().err
     assert main(["labels", str(tmp_path), "--labels", "a,b, a", "--label", "b"]) == 2
     assert "label texts given more than once: 'a', 'b'" in capsys.readouterr().err
+    assert main(["labels", str(tmp_path), "--labels", "a", "--label", "  "]) == 2
+    assert "--label: a label text is empty (or only spaces)" in capsys.readouterr().err
 
 
 def test_load_ram_buffer_describe_and_what_a_family_cannot_do(clip: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:

@@ -58,6 +58,8 @@ def _labels(args: argparse.Namespace) -> int:
     from uform.inputs import Failure, encode, gather
 
     texts = [t.strip() for t in (args.labels or "").split(",") if t.strip()] + list(args.label)
+    if any(not t.strip() for t in args.label):
+        raise ValueError("--label: a label text is empty (or only spaces); give each label some words")
     if not texts:
         raise ValueError("give the label texts with --labels 'a cat,a dog' or --label TEXT (repeatable)")
     twice = sorted(t for t, n in Counter(texts).items() if n > 1)
