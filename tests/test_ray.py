@@ -158,6 +158,9 @@ def test_scalars_matryoshka_and_tokens_equal_model(checkpoint: Path, model: ufor
         Encoder(checkpoint, "text", "t", dimensions=10_000, threads=1)
     with pytest.raises(ValueError, match="modality"):
         Encoder(checkpoint, "smell", "t", threads=1)
+    for bad in (0, 1025, True):
+        with pytest.raises(ValueError, match=rf"threads must be an int from 1 to 1024 or None; got {bad!r}"):
+            Encoder(checkpoint, "text", "t", threads=bad)
 
 
 @needs_ray

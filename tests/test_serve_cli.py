@@ -116,13 +116,15 @@ def test_the_drain_deadline_holds_during_a_long_call() -> None:
         sender.join(10)
 
 
-def test_threads_and_batches_at_once() -> None:
+def test_threads_and_batches_at_once(capsys: pytest.CaptureFixture[str]) -> None:
     """The library's own threading (--threads 0, one batch at a time) serves the same rows; bad
     values are refused before the model loads."""
     with subprocess_server(["--threads", "0", "--batches-at-once", "1"]) as server:
         got = httpx.post(server.url + "/v1/embeddings", json={"input": ["a red circle", "a blue square"]}).json()
         assert [d["index"] for d in got["data"]] == [0, 1] and len(got["data"][0]["embedding"]) == 64
-    assert main(["serve", "--threads", "-1"]) == 2
+    for bad in ("-1", "1025"):
+        assert main(["serve", "--threads", bad]) == 2
+        assert f"--threads must be 0-1024 (0: every core), got {bad}" in capsys.readouterr().err
     assert main(["serve", "--batches-at-once", "0"]) == 2
 
 

@@ -23,7 +23,7 @@ import ray  # the one module of uform that imports ray (the optional extra uform
 
 from .core.arena import Arena, Encoded
 from .core.errors import InputError
-from .core.executor import Executor, available_cores
+from .core.executor import MAX_THREADS, Executor, available_cores
 from .core.scalars import coerce, layout, store
 from .core.types import Outputs, Scalar
 from .index.parquet import index_rows  # encode_dataset's output as rows of an index's Parquet schema
@@ -82,8 +82,8 @@ class Encoder:
             raise ValueError(f"dimensions must be a positive int (a Matryoshka prefix) or None; got {dimensions!r}")
         if placement not in ("auto", "ram", "vram"):
             raise ValueError(f"placement must be 'auto', 'ram' or 'vram'; got {placement!r}")
-        if threads is not None and not (isinstance(threads, int) and threads > 0):
-            raise ValueError(f"threads must be a positive int or None; got {threads!r}")
+        if threads is not None and not (isinstance(threads, int) and not isinstance(threads, bool) and 0 < threads <= MAX_THREADS):
+            raise ValueError(f"threads must be an int from 1 to {MAX_THREADS} or None; got {threads!r}")
         self._args: dict[str, Any] = dict(
             checkpoint=checkpoint, modality=modality, column=column, outputs=outputs, outputs_scalar=outputs_scalar,
             dimensions=dimensions, sample_rate=sample_rate, quantization=quantization, placement=placement,

@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from ..core.executor import MAX_THREADS
 from .common import add_model, model_path
 
 
@@ -51,8 +52,8 @@ def _serve(args: argparse.Namespace) -> int:
     except ImportError as exc:
         raise ValueError(f"uform serve needs the serve extra: pip install 'uform[serve]' ({exc})") from None
     devices = [int(d) for d in args.devices.split(",") if d.strip()] if args.devices else None
-    if args.threads < 0:
-        raise ValueError(f"--threads must be 0 or more, got {args.threads}")
+    if not 0 <= args.threads <= MAX_THREADS:
+        raise ValueError(f"--threads must be 0-{MAX_THREADS} (0: every core), got {args.threads}")
     if not 0 <= args.model_nice <= 19:
         raise ValueError(f"--model-nice must be 0-19, got {args.model_nice}")
     if not 0 <= args.port <= 65535:  # the resolver would take 70000 as 4464 and listen there

@@ -19,11 +19,22 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 
+MAX_THREADS = 1024
+"""The most ``threads`` (and ``calls``) an :class:`Executor` takes: more than any CPU has cores.
+ONNX Runtime's spinning intra-op threads past it made a load take seconds and its close hang
+(4,096 threads on 2 cores: minutes)."""
+
+
 def available_cores() -> int:
     try:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
         return os.cpu_count() or 1
+
+
+def _check_count(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_THREADS:
+        raise ValueError(f"Executor {name} must be an integer from 1 to {MAX_THREADS}, got {value!r}")
 
 
 class Executor:
@@ -35,10 +46,9 @@ class Executor:
     """
 
     def __init__(self, threads: int | None = None, *, calls: int = 1) -> None:
-        if threads is not None and (not isinstance(threads, int) or threads < 1):
-            raise ValueError(f"Executor threads must be a positive integer, got {threads!r}")
-        if not isinstance(calls, int) or calls < 1:
-            raise ValueError(f"Executor calls must be a positive integer, got {calls!r}")
+        if threads is not None:
+            _check_count("threads", threads)
+        _check_count("calls", calls)
         self.threads = threads or available_cores()
         self.calls = calls
         self._lock = threading.Lock()
