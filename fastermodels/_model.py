@@ -105,6 +105,37 @@ class FasterModel(nn.Module, PyTorchModelHubMixin,
         fm.load_state_dict({f"net.{k}": v for k, v in model.state_dict().items()})
         return fm.eval()
 
+    def save_pretrained(self, save_directory: str | Path, *, config: Any = None, repo_id: str | None = None,
+                        push_to_hub: bool = False, model_card_kwargs: dict[str, Any] | None = None,
+                        **push_to_hub_kwargs: Any) -> str | None:
+        """The mixin's ``save_pretrained``, its files written whole or not at all: the mixin writes
+        them into a hidden folder inside ``save_directory``, and only when every one is written are
+        they renamed into place, ``config.json`` last (``uform.core.files``). The mixin on its own
+        removes the old ``config.json`` first and writes the weights in place, so a save that failed
+        (a full disk, a size limit, Ctrl-C) left the old artifact without its config, unloadable.
+        A failed save raises ``OutputError`` naming the folder and leaves every old file as it was. As
+        the mixin, a ``README.md`` already there is kept, and ``push_to_hub=True`` pushes afterwards."""
+        from uform.core.files import OutputError, Outputs
+
+        directory = Path(save_directory)
+        with Outputs() as out:
+            out.folder(directory)
+            scratch = out.scratch(directory)
+            try:
+                super().save_pretrained(scratch, config=config, model_card_kwargs=model_card_kwargs)
+            except (OSError, safetensors.SafetensorError) as e:
+                raise OutputError(f"{directory}: not saved ({e}); every old file is as it was") from None
+            written = sorted(scratch.iterdir(), key=lambda p: (p.name == CONFIG_FILE, p.name))
+            for path in written:
+                if path.name != "README.md" or not (directory / path.name).exists():
+                    out.adopt(path, directory / path.name)
+        if not push_to_hub:
+            return None
+        kwargs = dict(push_to_hub_kwargs)
+        if config is not None:
+            kwargs["config"] = config
+        return self.push_to_hub(repo_id=repo_id or directory.name, model_card_kwargs=model_card_kwargs, **kwargs)
+
     def _save_pretrained(self, save_directory: Path) -> None:
         """model.safetensors through the mixin; config.json from the attributes, as the mixin writes it."""
         try:

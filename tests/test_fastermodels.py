@@ -232,6 +232,61 @@ def test_save_pretrained_refuses_a_config_that_is_not_json(fm: FasterModel, tmp_
         odd.save_pretrained(tmp_path)
 
 
+SAVE_LIMITED = """
+import resource, sys, torch
+from fastermodels import FasterModel
+from uform.core.files import OutputError
+sys.path.insert(0, sys.argv[2])
+from test_fastermodels_nets import RESNET_KWARGS, RESNET_SOURCE, pruned_resnet18
+torch.manual_seed(1)
+fm = FasterModel.wrap(pruned_resnet18(), RESNET_SOURCE, RESNET_KWARGS)
+resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+try:
+    fm.save_pretrained(sys.argv[1])
+except OutputError as e:
+    print(e)
+"""
+
+
+def files_of(directory: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in directory.iterdir()}
+
+
+def test_a_failed_save_leaves_the_old_artifact_whole(saved: Path, tmp_path: Path) -> None:
+    """The mixin's own save removed the old config.json before writing, and wrote the weights in
+    place: a save that failed left the artifact without its config (unloadable) or with half its
+    weights. Now the old files stay as they were, and nothing is left beside them."""
+    import shutil
+    import subprocess
+
+    artifact = tmp_path / "artifact"
+    shutil.copytree(saved, artifact)
+    before = files_of(artifact)
+    odd = FasterModel(MLP_SOURCE, MLP_KWARGS, recipe={"step": object()})
+    with pytest.raises(TypeError, match="config.json must be JSON"):
+        odd.save_pretrained(artifact)
+    assert files_of(artifact) == before
+    run = subprocess.run([sys.executable, "-c", SAVE_LIMITED, str(artifact), str(Path(__file__).parent)],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.startswith(f"{artifact}: not saved (") and "File too large" in run.stdout, run.stdout
+    assert run.stdout.rstrip().endswith("; every old file is as it was")
+    assert files_of(artifact) == before  # no .partial file or folder left either
+    assert state_hash(FasterModel.from_pretrained(artifact)) == state_hash(load_file(saved / "model.safetensors"))
+
+
+def test_a_save_replaces_every_file_and_keeps_a_card_of_its_own(fm: FasterModel, tmp_path: Path) -> None:
+    other = FasterModel.wrap(pruned_mlp(), MLP_SOURCE, MLP_KWARGS)
+    other.save_pretrained(tmp_path)
+    (tmp_path / "README.md").write_text("my own card")
+    fm.save_pretrained(tmp_path)
+    assert sorted(files_of(tmp_path)) == ["README.md", "config.json", "model.safetensors"]
+    assert (tmp_path / "README.md").read_text() == "my own card"  # as the mixin: a card there is kept
+    assert state_hash(FasterModel.from_pretrained(tmp_path)) == state_hash(fm)
+    fm.save_pretrained(tmp_path / "new" / "deeper")  # folders made as the mixin makes them
+    assert sorted(files_of(tmp_path / "new" / "deeper")) == ["README.md", "config.json", "model.safetensors"]
+
+
 # -- load --------------------------------------------------------------------------------
 
 def test_load_without_an_artifact_names_the_three_files(tmp_path: Path) -> None:

@@ -24,7 +24,7 @@ from torch import nn  # noqa: E402
 from fastermodels import FasterModel, export_artifact, load, state_hash  # noqa: E402
 from test_fastermodels_nets import (MLP_KWARGS, MLP_SOURCE, RESNET_KWARGS,  # noqa: E402
                                     RESNET_SOURCE, pruned_mlp, pruned_resnet18)
-from uform.exporters import ARTIFACT_FILES, INT8_RECIPE, ExportReport  # noqa: E402
+from uform.exporters import ARTIFACT_FILES, INT8_RECIPE, ExportMismatchError, ExportReport  # noqa: E402
 from uform.exporters.torch_forms import ATOL, RTOL  # noqa: E402
 
 EXAMPLE = torch.randn(1, 3, 64, 64, generator=torch.Generator().manual_seed(2))
@@ -166,6 +166,30 @@ def test_a_bare_module_exports_torchscript_and_onnx(tmp_path: Path) -> None:
     assert not (tmp_path / "config.json").exists()
     with pytest.raises(TypeError, match="safetensors form needs a FasterModel"):
         export_artifact(net, tmp_path, ("safetensors",), example_input=torch.randn(2, 16))
+
+
+class _Noisy(nn.Module):
+    """A net no written form reproduces: every run draws new noise."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + torch.rand_like(x)
+
+
+@pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning")  # the trace's own check sees the noise too
+def test_a_failed_export_leaves_the_artifact_as_it_was(tmp_path: Path) -> None:
+    """A form that failed its check used to stay in the artifact beside the good ones (and an
+    exporter's error left what was written before it): now nothing is renamed in until every
+    form is written and checked."""
+    fm = FasterModel.wrap(pruned_mlp(), MLP_SOURCE, MLP_KWARGS)
+    export_artifact(fm, tmp_path, example_input=torch.randn(2, 16))
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    assert set(before) == {"config.json", "model.safetensors", "model.torchscript.pt", "model.onnx", "README.md"}
+    with pytest.raises(ExportMismatchError, match=r"model.torchscript.pt: max abs diff .* nothing was written"):
+        export_artifact(_Noisy(), tmp_path, ("torchscript", "onnx"), example_input=torch.randn(2, 16))
+    with pytest.raises(ExportMismatchError, match=r"model.onnx: max abs diff .* nothing was written"):
+        export_artifact(_Noisy(), tmp_path / "fresh", ("onnx",), example_input=torch.randn(2, 16))
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before  # no .partial left, no folder made
+    assert load(tmp_path, trust_remote_code=True).spec == fm.spec
 
 
 def test_export_restores_the_training_flag(tmp_path: Path) -> None:

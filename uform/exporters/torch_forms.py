@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from uform.core.files import Outputs
+
 if TYPE_CHECKING:
     import torch
 
@@ -176,6 +178,11 @@ def export_artifact(model: torch.nn.Module, directory: str | Path,
     in eval mode and its training flag restored; a FasterModel's TorchScript and ONNX hold its
     ``net`` (names without the ``net.`` prefix). With ``verify``, each written file is run on
     ``example_input`` and an FP32 form outside ``ATOL``/``RTOL`` raises `ExportMismatchError`.
+
+    The forms are written whole or not at all (``uform.core.files``): each into a hidden folder
+    inside ``directory``, checked there, and only when every one is written and verified are they
+    renamed into place, ``config.json`` last. A failed export (a mismatch, an exporter's error, a
+    full disk) leaves every old file of ``directory`` as it was.
     """
     import torch
 
@@ -189,7 +196,6 @@ def export_artifact(model: torch.nn.Module, directory: str | Path,
         raise TypeError("the safetensors form needs a FasterModel (FasterModel.wrap(net, source, ...)):"
                         " a bare module cannot be rebuilt without its source and spec")
     out = Path(directory)
-    out.mkdir(parents=True, exist_ok=True)
     args = _as_tuple(example_input)
     report = ExportReport(out, int8)
     was_training = model.training
@@ -197,27 +203,33 @@ def export_artifact(model: torch.nn.Module, directory: str | Path,
     try:
         with torch.no_grad():
             reference = _as_tuple(model(*args))
-        for form in forms:
-            path = out / ARTIFACT_FILES[form]
-            if form == "safetensors":
-                model.save_pretrained(out)  # type: ignore[operator]
-            elif form == "torchscript":
-                export_torchscript(_unwrapped(model), path, args, mode=torchscript_mode)
-            elif int8:
-                with tempfile.TemporaryDirectory() as tmp:
-                    fp32 = export_onnx(_unwrapped(model), Path(tmp) / "fp32.onnx", args, opset=opset)
-                    quantize_int8(fp32, path)
-            else:
-                export_onnx(_unwrapped(model), path, args, opset=opset)
-            report.files[form] = path
-            if verify and form != "safetensors":
-                diff, close = _max_abs_diff(form, path, args, reference)
-                report.max_abs_diff[form] = diff
-                if not close and not int8:
-                    raise ExportMismatchError(f"{path.name}: max abs diff {diff:.3g} to eager PyTorch "
-                                              f"exceeds atol={ATOL}, rtol={RTOL}")
-        if "safetensors" not in forms:
-            _write_config(model, out, int8)
+        with Outputs() as files:  # every form written and checked first; then all renamed in, config.json last
+            files.folder(out)
+            scratch = files.scratch(out)
+            for form in forms:
+                path = scratch / ARTIFACT_FILES[form]
+                if form == "safetensors":
+                    model.save_pretrained(scratch)  # type: ignore[operator]
+                elif form == "torchscript":
+                    export_torchscript(_unwrapped(model), path, args, mode=torchscript_mode)
+                elif int8:
+                    with tempfile.TemporaryDirectory() as tmp:
+                        fp32 = export_onnx(_unwrapped(model), Path(tmp) / "fp32.onnx", args, opset=opset)
+                        quantize_int8(fp32, path)
+                else:
+                    export_onnx(_unwrapped(model), path, args, opset=opset)
+                report.files[form] = out / path.name
+                if verify and form != "safetensors":
+                    diff, close = _max_abs_diff(form, path, args, reference)
+                    report.max_abs_diff[form] = diff
+                    if not close and not int8:
+                        raise ExportMismatchError(f"{path.name}: max abs diff {diff:.3g} to eager PyTorch "
+                                                  f"exceeds atol={ATOL}, rtol={RTOL}; nothing was written")
+            if "safetensors" not in forms:
+                _write_config(model, scratch, int8)
+            for written in sorted(scratch.iterdir(), key=lambda p: (p.name == "config.json", p.name)):
+                if written.name != "README.md" or not (out / written.name).exists():  # a card there is kept
+                    files.adopt(written, out / written.name)
     finally:
         model.train(was_training)
     return report
