@@ -12,6 +12,7 @@ from huggingface_hub import PyTorchModelHubMixin, hf_hub_download
 from torch import nn
 
 from fastermodels._errors import ArtifactNotFoundError, ArtifactReadError
+from uform.core import jsontext
 from fastermodels._spec import rebuild, resolve, spec_from
 from fastermodels._strict import check_state_dict
 from fastermodels._trust import check_source
@@ -22,15 +23,12 @@ CONFIG_FILE = "config.json"
 
 def read_config(path: str | os.PathLike[str]) -> dict[str, Any]:
     """An artifact's config.json as a dict; ArtifactReadError names the file and why it is not one."""
+    with open(path, "rb") as f:
+        text = f.read()
     try:
-        with open(path, encoding="utf-8") as f:
-            config = json.load(f)
-    except UnicodeDecodeError as e:
-        raise ArtifactReadError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start}), so not a config.json") from None
-    except json.JSONDecodeError as e:
-        raise ArtifactReadError(f"{path}: not JSON ({e.msg} at line {e.lineno} column {e.colno})") from None
-    except RecursionError:
-        raise ArtifactReadError(f"{path}: JSON nested too deeply, so not a config.json") from None
+        config = jsontext.loads(text)
+    except jsontext.NotJSON as e:
+        raise ArtifactReadError(f"{path}: not JSON ({e}), so not a config.json") from None
     if not isinstance(config, dict):
         raise ArtifactReadError(f"{path}: holds a JSON {type(config).__name__}, not the object of "
                                 "source, source_kwargs, modules, recipe and provenance")
@@ -156,9 +154,9 @@ class FasterModel(nn.Module, PyTorchModelHubMixin,
             read_config(os.path.join(model_id, CONFIG_FILE))
         try:
             return super().from_pretrained(pretrained_model_name_or_path, **kwargs)
-        except json.JSONDecodeError as e:
-            raise ArtifactReadError(f"{model_id}/{CONFIG_FILE}: not JSON ({e.msg} at line {e.lineno} "
-                                    f"column {e.colno})") from None
+        except (json.JSONDecodeError, RecursionError) as e:  # a Hub config.json, read by the mixin
+            raise ArtifactReadError(f"{model_id}/{CONFIG_FILE}: not JSON ({jsontext.reason(e)}), "
+                                    "so not a config.json") from None
 
     @classmethod
     def _from_pretrained(cls, *, model_id: str, revision: str | None,

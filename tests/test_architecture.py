@@ -305,6 +305,40 @@ def test_the_rename_and_sync_check_bites() -> None:
     assert renames_and_syncs(source) == [2, 3, 4, 5, 6, 7, 8]
 
 
+JSONTEXT = "uform/core/jsontext.py"
+OWN_JSON = {  # JSON these modules read is not from outside, or is read by another rule
+    "uform/serve/requests.py": "orjson first, with its own depth limit; serve imports uform's public names alone",
+    "uform/plugins/oplib/epilogues.py": "the graph's own metadata, written by the same load",
+    "uform/plugins/oplib/attention.py": "the graph's own metadata, written by the same load",
+}
+
+
+def json_reads(source: str) -> list[int]:
+    """Lines of ``source`` that call ``json.loads`` or ``json.load`` (also imported by name)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and node.module == "json" and any(a.name in ("load", "loads") for a in node.names):
+            found.append(node.lineno)
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Name):
+            if node.func.value.id == "json" and node.func.attr in ("load", "loads"):
+                found.append(node.lineno)
+    return found
+
+
+def test_outside_json_is_read_in_one_room() -> None:
+    """JSON someone else wrote fails three ways (not JSON, not UTF-8, nested past the stack:
+    ``RecursionError``, no ``ValueError``); ``uform.core.jsontext.loads`` turns each into one
+    error, and every module reads such JSON through it."""
+    found = []
+    for path in sources():
+        rel = path.relative_to(ROOT).as_posix()
+        if rel != JSONTEXT and rel not in OWN_JSON:
+            found += [f"{rel}:{line}" for line in json_reads(path.read_text())]
+    assert found == [], "read outside JSON with uform.core.jsontext.loads:\n" + "\n".join(found)
+    assert all(json_reads((ROOT / rel).read_text()) for rel in [JSONTEXT, *OWN_JSON])  # each exception still reads JSON
+    assert json_reads("import json\nfrom json import loads\njson.load(f)\njson.loads(t)\njson.dumps(x)\norjson.loads(b)\n") == [2, 3, 4]
+
+
 # -- the check can fail ------------------------------------------------------------------
 
 WRONG = {

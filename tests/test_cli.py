@@ -79,7 +79,7 @@ def test_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert main(["similarity", str(bad), "a"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("uform: error: ") and err.count("\n") == 1
-    assert err.endswith("not a valid safetensors checkpoint: header is not JSON (Expecting property name enclosed in double quotes: line 1 column 2 (char 1))\n")
+    assert err.endswith("not a valid safetensors checkpoint: header is not JSON (Expecting property name enclosed in double quotes at column 2)\n")
     assert main(["new", str(tmp_path / "x.safetensors"), "--modalities", "smell"]) == 2
     assert "no installed plugin provides the modalities ['smell']" in capsys.readouterr().err
     assert main(["describe", "--model", str(tmp_path / "missing.safetensors")]) == 2

@@ -61,7 +61,7 @@ def drop(key: str) -> object:
         ("json", drop("npy"), "{d}/out.json: the manifest's 'npy' is missing"),
         ("json", drop("index"), "{d}/out.json: the manifest's 'index' is missing"),
         ("json", lambda b: b.replace(b'"scalar"', b'"sc\xffalar"'), "{d}/out.json:4: not UTF-8 (byte 0xff, byte 6 of the line)"),
-        ("json", lambda b: b.replace(b'"rows": 3,', b'"rows": 3,,'), "{d}/out.json:3: not JSON (Expecting property name enclosed in double quotes at column 13)"),
+        ("json", lambda b: b.replace(b'"rows": 3,', b'"rows": 3,,'), "{d}/out.json: not JSON (Expecting property name enclosed in double quotes at line 3 column 13)"),
         ("jsonl", lambda b: b.replace(b'"text": "two"', b'"pth": "two"'), "{d}/out.jsonl:2: expected an object with a modality and a path (or a text)"),
         ("jsonl", lambda b: b.replace(b"three", b"thr\xffe"), "{d}/out.jsonl:3: not UTF-8 (byte 0xff, byte 60 of the line)"),
         ("jsonl", lambda b: b.replace(b'{"row": 1', b'{row: 1'), "{d}/out.jsonl:2: not JSON (Expecting property name enclosed in double quotes at column 2)"),
@@ -89,7 +89,7 @@ def test_calibrate_names_the_line_of_json_nested_too_deeply(tmp_path: Path, caps
     examples = tmp_path / "examples.jsonl"
     examples.write_text('{"text": "q", "choices": "ab", "answer": "a"}\n' + "[" * 100_000 + "\n")
     assert main(["calibrate", str(examples), "--out", str(tmp_path / "out.safetensors"), "-q"]) == 2
-    assert error_line(capsys) == f"uform: error: {examples}:2: JSON nested too deeply"
+    assert error_line(capsys) == f"uform: error: {examples}:2: not JSON (nested too deeply)"
 
 
 def test_printable_names() -> None:

@@ -34,6 +34,7 @@ from test_fastermodels_nets import RESNET_KWARGS, RESNET_SOURCE, pruned_resnet18
 
 ROOT = Path(__file__).resolve().parents[1]
 REPO, INT8_REPO, EMPTY_REPO = "local-org/pruned-resnet18", "local-org/pruned-resnet18-int8", "local-org/empty"
+DEEP_REPO = "local-org/deep-config"  # a config.json nested past Python's stack
 TREE = re.compile(r"^/api/models/(?P<repo>[^/]+/[^/]+)/tree/(?P<rev>[^/]+)/?$")
 RESOLVE = re.compile(r"^/(?P<repo>[^/]+/[^/]+)/resolve/(?P<rev>[^/]+)/(?P<name>.+)$")
 
@@ -96,7 +97,7 @@ class _Handler(BaseHTTPRequestHandler):
 CHILD = """
 import json, sys
 import numpy as np, onnxruntime as ort, torch
-from fastermodels import ArtifactNotFoundError, FasterModel, load, state_hash
+from fastermodels import ArtifactNotFoundError, ArtifactReadError, FasterModel, load, state_hash
 
 x, expected = torch.from_numpy(np.load(sys.argv[1])), np.load(sys.argv[2])
 out = {}
@@ -117,6 +118,10 @@ try:
     load(sys.argv[5])
 except ArtifactNotFoundError as e:
     out["empty"] = str(e)
+try:
+    load(sys.argv[6])
+except ArtifactReadError as e:
+    out["deep"] = str(e)
 
 import socket  # offline: from the cache alone, with every connection refused
 def refuse(*args, **kwargs):
@@ -140,11 +145,14 @@ def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[StandInHub, 
     export_artifact(fm, tmp / "int8", example_input=example, int8=True)
     (tmp / "empty").mkdir()
     (tmp / "empty" / "README.md").write_text("no artifact")
+    (tmp / "deep").mkdir()
+    (tmp / "deep" / "config.json").write_text("[" * 100_000 + "]" * 100_000)
+    (tmp / "deep" / "model.safetensors").write_bytes((tmp / "full" / "model.safetensors").read_bytes())
     x = torch.randn(2, 3, 64, 64, generator=torch.Generator().manual_seed(5))
     with torch.no_grad():
         np.save(tmp / "x.npy", x.numpy())
         np.save(tmp / "expected.npy", pruned(x).numpy())
-    server = StandInHub({REPO: tmp / "full", INT8_REPO: tmp / "int8", EMPTY_REPO: tmp / "empty"})
+    server = StandInHub({REPO: tmp / "full", INT8_REPO: tmp / "int8", EMPTY_REPO: tmp / "empty", DEEP_REPO: tmp / "deep"})
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
@@ -160,7 +168,7 @@ def _child(server: StandInHub, tmp: Path) -> dict[str, list[object] | str]:
     env.update(HF_ENDPOINT=server.endpoint, HF_HOME=str(tmp / "hf_home"), HF_HUB_OFFLINE="0",
                HF_HUB_DISABLE_TELEMETRY="1", HF_HUB_DISABLE_PROGRESS_BARS="1", NO_PROXY="127.0.0.1",
                PYTHONPATH=os.pathsep.join([str(ROOT), str(Path(__file__).parent), *filter(None, [os.environ.get("PYTHONPATH")])]))
-    argv = [str(tmp / "x.npy"), str(tmp / "expected.npy"), REPO, INT8_REPO, EMPTY_REPO]
+    argv = [str(tmp / "x.npy"), str(tmp / "expected.npy"), REPO, INT8_REPO, EMPTY_REPO, DEEP_REPO]
     result = subprocess.run([sys.executable, "-c", CHILD, *argv], env=env, capture_output=True,
                             text=True, timeout=240)
     assert result.returncode == 0, result.stderr[-4000:]
@@ -187,6 +195,7 @@ def test_load_from_a_hub_repo_id(hub: tuple[StandInHub, Path, str],
     assert out["int8"][0].startswith(cache)
     for name in ("model.safetensors", "model.torchscript.pt", "model.onnx"):
         assert name in out["empty"]
+    assert out["deep"] == f"{DEEP_REPO}/config.json: not JSON (nested too deeply), so not a config.json"  # was a RecursionError
     assert f"GET /api/models/{REPO}/tree/main" in server.seen
     assert f"GET /{REPO}/resolve/main/model.safetensors" in server.seen
     assert f"GET /{INT8_REPO}/resolve/main/model.onnx" in server.seen

@@ -15,7 +15,6 @@ per row, which a softmax ignores. Probabilities that underflow float32 are clipp
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -23,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .core import files, safetensors
+from .core import files, jsontext, safetensors
 from .core.checkpoint import map_file
 from .core.config import ModelConfig
 from .core.progress import ProgressHandler
@@ -85,11 +84,9 @@ def read_examples(path: str | os.PathLike[str]) -> list[Example]:
 
 def _example(line: str, where: str) -> Example:
     try:
-        raw = json.loads(line)
-    except json.JSONDecodeError as exc:
+        raw = jsontext.loads(line)
+    except jsontext.NotJSON as exc:
         raise ValueError(f"{where}: not JSON ({exc})") from None
-    except RecursionError:
-        raise ValueError(f"{where}: JSON nested too deeply") from None
     if not isinstance(raw, dict):
         raise ValueError(f"{where}: expected an object with text, choices and answer")
     text, choices, answer, group = raw.get("text"), raw.get("choices"), raw.get("answer"), raw.get("group", 0)

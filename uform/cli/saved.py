@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from uform.core import jsontext
 from uform.core.files import Outputs, check_replaceable, refuse_foreign
 from uform.inputs import Failure, Item
 
@@ -41,8 +42,8 @@ def members(prefix: Path, scales: bool) -> list[Path]:
 
 def _old_manifest(prefix: Path) -> dict[str, Any] | None:
     try:
-        manifest = json.loads(Path(f"{prefix}.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError):
+        manifest = jsontext.loads(Path(f"{prefix}.json").read_bytes())
+    except (OSError, jsontext.NotJSON):
         return None
     return manifest if isinstance(manifest, dict) and manifest.get("format") == FORMAT else None
 
@@ -177,21 +178,17 @@ def _lines(path: Path) -> list[tuple[int, str]]:
 
 def _json(text: str, where: str) -> Any:
     try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{where}: not JSON ({exc.msg} at column {exc.colno})") from None
-    except RecursionError:
-        raise ValueError(f"{where}: JSON nested too deeply") from None
+        return jsontext.loads(text)
+    except jsontext.NotJSON as exc:
+        raise ValueError(f"{where}: not JSON ({exc})") from None
 
 
 def _manifest(path: Path) -> dict[str, Any]:
     text = "".join(line for _, line in _lines(path))
     try:
-        manifest = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{path}:{exc.lineno}: not JSON ({exc.msg} at column {exc.colno})") from None
-    except RecursionError:
-        raise ValueError(f"{path}: JSON nested too deeply") from None
+        manifest = jsontext.loads(text)
+    except jsontext.NotJSON as exc:
+        raise ValueError(f"{path}: not JSON ({exc})") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         got = manifest.get("format") if isinstance(manifest, dict) else type(manifest).__name__
         raise ValueError(f"{path} is not a uform encode output (format {got!r}, expected {FORMAT!r})")

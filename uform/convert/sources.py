@@ -11,7 +11,6 @@ file (a conversion reads each tensor once: the map saves copying it into a buffe
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 from collections.abc import Callable, Mapping
@@ -22,7 +21,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from uform.core import safetensors
+from uform.core import jsontext, safetensors
 from uform.core.checkpoint import map_file
 from uform.core.errors import CheckpointError
 
@@ -209,13 +208,11 @@ def _has_weights(directory: Path) -> bool:
 def read_json(path: Path) -> dict[str, Any]:
     """A JSON object file; errors name the file."""
     try:
-        value = json.loads(path.read_text(encoding="utf-8"))
+        value = jsontext.loads(path.read_bytes())
     except FileNotFoundError:
         raise ConvertError(f"{path}: missing") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (OSError, jsontext.NotJSON) as exc:
         raise ConvertError(f"{path}: cannot be read as JSON ({exc})") from None
-    except RecursionError:
-        raise ConvertError(f"{path}: cannot be read as JSON (nested too deeply)") from None
     if not isinstance(value, dict):
         raise ConvertError(f"{path}: expected a JSON object")
     return value

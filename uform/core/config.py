@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import jsontext
 from .errors import CheckpointError
 
 FORMAT = "uform"
@@ -200,11 +201,9 @@ class ModelConfig:
         if text is None:
             raise CheckpointError(f'checkpoint has no config: __metadata__["{METADATA_KEY}"] is missing')
         try:
-            raw = json.loads(text)
-        except json.JSONDecodeError as exc:
+            raw = jsontext.loads(text)
+        except jsontext.NotJSON as exc:
             raise CheckpointError(f'config in __metadata__["{METADATA_KEY}"] is not JSON ({exc})') from None
-        except RecursionError:
-            raise CheckpointError(f'config in __metadata__["{METADATA_KEY}"] is nested too deeply') from None
         if not isinstance(raw, dict):
             raise CheckpointError("config is not a JSON object")
         return cls.from_dict(raw, {k: v for k, v in metadata.items() if k != METADATA_KEY})

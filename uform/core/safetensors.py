@@ -17,6 +17,7 @@ from typing import Any, BinaryIO, ClassVar
 import ml_dtypes
 import numpy as np
 
+from . import jsontext
 from .errors import CheckpointError
 
 MAX_HEADER_BYTES = 100 * 1024 * 1024
@@ -115,11 +116,9 @@ def header(size: int, read: Callable[[int, int], bytes]) -> tuple[dict[str, str]
     if 8 + header_len > size:
         raise _fail(f"header length {header_len} runs past the end of the {size}-byte file")
     try:
-        parsed = json.loads(read(8, 8 + header_len).decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        parsed = jsontext.loads(read(8, 8 + header_len))
+    except jsontext.NotJSON as exc:
         raise _fail(f"header is not JSON ({exc})") from None
-    except RecursionError:
-        raise _fail("header JSON is nested too deeply") from None
     if not isinstance(parsed, dict):
         raise _fail("header is not a JSON object")
     metadata = parsed.pop("__metadata__", None) or {}

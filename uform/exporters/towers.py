@@ -19,7 +19,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from uform.core import files, safetensors
+from uform.core import files, jsontext, safetensors
 from uform.core.checkpoint import map_file
 from uform.core.config import ModelConfig
 from uform.core.errors import CheckpointError
@@ -152,8 +152,8 @@ def export_towers(
 def _exported(out: Path, name: str) -> bool:
     """Whether ``out/{name}.json`` is the description an export writes (so the tower's files are ours)."""
     try:
-        info = json.loads((out / f"{name}.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError):
+        info = jsontext.loads((out / f"{name}.json").read_bytes())
+    except (OSError, jsontext.NotJSON):
         return False
     return isinstance(info, dict) and info.get("tower") == name and str(info.get("spec", "")).startswith(DOC)
 

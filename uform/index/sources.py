@@ -6,12 +6,12 @@ folder, which is never among them."""
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import stat
 from collections.abc import Iterable
 from typing import NamedTuple
 
+from ..core import jsontext
 from ..inputs import Failure
 
 TEXT_FILES = (".txt", ".jsonl")
@@ -70,12 +70,9 @@ def text_lines(path: str) -> tuple[list[tuple[str, str]], list[Failure]]:
             key = f"{path}:{number}"
             if path.lower().endswith(".jsonl"):
                 try:
-                    value = json.loads(line)
-                except ValueError as exc:
+                    value = jsontext.loads(line)
+                except jsontext.NotJSON as exc:
                     bad.append(Failure("text", key, f"not a JSON line ({exc})"))
-                    continue
-                except RecursionError:
-                    bad.append(Failure("text", key, "not a JSON line (nested too deeply)"))
                     continue
                 text = value if isinstance(value, str) else value.get("text", value.get("caption")) if isinstance(value, dict) else None
                 if not isinstance(text, str):

@@ -1,0 +1,39 @@
+"""uform.core.jsontext: every way outside JSON fails, as one error whose text is the reason."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from uform.core.jsontext import NotJSON, loads, reason
+
+
+@pytest.mark.parametrize(
+    "text, why",
+    [
+        ("{oops", "Expecting property name enclosed in double quotes at column 2"),
+        ('{"a": 1,\n "b": 2,\n "c" 3}', "Expecting ':' delimiter at line 3 column 6"),
+        ("", "Expecting value at column 1"),
+        ("[" * 100_000 + "]" * 100_000, "nested too deeply"),  # a RecursionError, no ValueError, before
+        (b'{"a": "\xff"}', "not UTF-8: byte 0xff at offset 7"),
+        ('{"a": 1}'.encode("utf-16"), "not UTF-8: byte 0xff at offset 0"),  # json.loads itself takes UTF-16
+        (b'\xef\xbb\xbf{"a": 1}', "Unexpected UTF-8 BOM (decode using utf-8-sig) at column 1"),
+    ],
+)
+def test_each_failure_is_not_json_with_its_reason(text: str | bytes, why: str) -> None:
+    with pytest.raises(NotJSON) as err:
+        loads(text)
+    assert str(err.value) == why and isinstance(err.value, ValueError)
+
+
+def test_json_reads_as_json_does() -> None:
+    doc = '{"a": [1, 2.5, "é", null, true], "b": {"c": "\\ud83d\\ude00"}}'
+    assert loads(doc) == loads(doc.encode()) == json.loads(doc)
+
+
+def test_reason_words_another_readers_failure_the_same_way() -> None:
+    with pytest.raises(json.JSONDecodeError) as err:
+        json.loads("[1,\n2,,]")
+    assert reason(err.value) == "Expecting value at line 2 column 3"
+    assert reason(RecursionError()) == "nested too deeply"

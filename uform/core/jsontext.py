@@ -1,0 +1,41 @@
+"""JSON from outside uform, read in one place.
+
+A file, a line or a header someone else wrote can fail ``json.loads`` three ways: text that is
+not JSON (``JSONDecodeError``), bytes that are not UTF-8 (``UnicodeDecodeError``), and JSON
+nested past Python's stack (``RecursionError``, which is no ``ValueError`` and escaped every
+``except ValueError`` before it had a room). :func:`loads` turns all three into
+:class:`NotJSON`, a ``ValueError`` whose text is the reason alone, for the caller to put in an
+error of its own that names the item. Every module reads outside JSON through it
+(tests/test_architecture.py holds them to it); uform's own metadata, which uform wrote a moment
+before, and the server's orjson reading are the exceptions the test names.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+
+class NotJSON(ValueError):
+    """What :func:`loads` raises; ``str()`` is the reason alone (``"Expecting value at column 1"``,
+    ``"Expecting ',' delimiter at line 3 column 13"``, ``"nested too deeply"``)."""
+
+
+def loads(text: str | bytes) -> Any:
+    """``json.loads(text)``, bytes read as UTF-8 alone (``json.loads`` would take UTF-16 and 32
+    too, which no format uform reads allows); :class:`NotJSON` for text that is not JSON, bytes
+    that are not UTF-8, or JSON nested too deeply."""
+    try:
+        return json.loads(text.decode("utf-8") if isinstance(text, bytes) else text)
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
+        raise NotJSON(reason(exc)) from None
+
+
+def reason(exc: json.JSONDecodeError | UnicodeDecodeError | RecursionError) -> str:
+    """Why a reading of JSON failed, in :class:`NotJSON`'s words: for a caller whose JSON another
+    library reads (huggingface_hub's ``from_pretrained``)."""
+    if isinstance(exc, json.JSONDecodeError):  # one line's place needs no line number
+        return f"{exc.msg} at " + (f"column {exc.colno}" if exc.lineno == 1 else f"line {exc.lineno} column {exc.colno}")
+    if isinstance(exc, UnicodeDecodeError):
+        return f"not UTF-8: byte 0x{exc.object[exc.start]:02x} at offset {exc.start}"
+    return "nested too deeply"
