@@ -353,6 +353,8 @@ def test_bad_samples(model: uform.Model) -> None:
         assert caught.value.index == 1
     with pytest.raises(TypeError, match="wrap one buffer in a list"):
         model.audio_encode_samples(ok, R, uform.Arena())
+    with pytest.raises(TypeError, match="samples must be a sequence, got a frozenset, whose order is its own"):
+        model.audio_encode_samples(frozenset([ok.tobytes()]), R, uform.Arena())  # type: ignore[arg-type]
     for rate in (0, -5, 44100.0, True, 10**7):
         with pytest.raises(ValueError, match="sample_rate"):
             model.audio_encode_samples([ok], rate, uform.Arena())  # type: ignore[arg-type]

@@ -232,6 +232,9 @@ def test_bad_pixels(model: uform.Model) -> None:
         model.image_encode_pixels(np.zeros((4, 4, 3), np.uint8), uform.Arena())  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="wrap it in a list"):
         model.image_encode("picture.jpg", uform.Arena())  # type: ignore[arg-type]
+    for name, call in (("files", model.image_encode), ("pixels", model.image_encode_pixels)):
+        with pytest.raises(TypeError, match=rf"{name} must be a sequence, got a dict: pass list\(d.values\(\)\)"):
+            call({"a.jpg": np.zeros((4, 4, 3), np.uint8)}, uform.Arena())  # type: ignore[operator]
 
 
 def test_stats(model: uform.Model, tmp_path: Path) -> None:

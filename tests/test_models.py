@@ -173,6 +173,9 @@ def test_clip_labels_are_softmax_over_scaled_cosines(clip: tuple[Path, Path], tm
     want = out.logits_per_image.softmax(dim=1).numpy()
     assert got.shape == (2, 3) and np.allclose(got.sum(1), 1, atol=1e-6)
     np.testing.assert_allclose(got, want, atol=2e-4)
+    with uform.Model.load_ram(clip[1], quantization=Scalar.F32) as m:  # a set's order is its own: no column would be sure
+        with pytest.raises(TypeError, match="labels must be a sequence, got a set, whose order is its own"):
+            m.label_probabilities(np.zeros((1, m.describe().dimensions), np.float32), set(labels))  # type: ignore[arg-type]
 
 
 def test_siglip_labels_are_sigmoids_with_the_bias(siglip: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

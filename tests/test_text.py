@@ -156,6 +156,8 @@ def test_empty_call(tiny_model: uform.Model) -> None:
     ("texts", "error", "pattern"),
     [
         ("just a string", TypeError, "got a single str; wrap it in a list"),
+        ({"id-1": "a red circle"}, TypeError, r"texts must be a sequence, got a dict: pass list\(d.values\(\)\)"),  # embedded "id-1" before
+        ({"b", "a"}, TypeError, r"texts must be a sequence, got a set, whose order is its own"),
         (["fine", 42], uform.InputError, "item 1: expected str or bytes, got int"),
         (["fine", "bad \ud800 surrogate"], uform.InputError, "item 1: text is not encodable as UTF-8"),
     ],

@@ -14,12 +14,14 @@ from typing import Any
 import numpy as np
 
 from .errors import UnsupportedError
+from .pipeline import check_batch
 
 
 def label_texts(labels: Any) -> list[str]:
     """``labels`` checked: a non-empty sequence of strings (a bare string is refused, not split)."""
     if isinstance(labels, (str, bytes)):
         raise TypeError(f"labels must be a sequence of label texts, got a single {type(labels).__name__}; wrap it in a list")
+    check_batch(labels, "labels")
     out = list(labels)
     if not out:
         raise ValueError("labels: give one label text at least")

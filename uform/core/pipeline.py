@@ -10,7 +10,7 @@ requested scalar. However the call ends, the look-ahead is cancelled or waited f
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypedDict
 
@@ -110,6 +110,16 @@ class EncodeOptions(TypedDict, total=False):
     outputs_scalar: Scalar | str
     progress: ProgressHandler | None
     progress_steps: int
+
+
+def check_batch(items: object, name: str) -> None:
+    """TypeError for a mapping or a set given as a verb's items: iterating a dict yields its keys
+    (a text verb would embed the keys) and a set an order of its own, so the rows would answer
+    other items than the caller meant, without an error."""
+    if isinstance(items, Mapping):
+        raise TypeError(f"{name} must be a sequence, got a {type(items).__name__}: pass list(d.values()) for its values or list(d) for its keys")
+    if isinstance(items, (set, frozenset)):
+        raise TypeError(f"{name} must be a sequence, got a {type(items).__name__}, whose order is its own: pass sorted(s) or list(s) and keep that list")
 
 
 def check_stats(stats: object, kind: type[EncodeStats]) -> None:

@@ -17,7 +17,7 @@ from uform.core.arena import Arena, Encoded
 from uform.core.config import TOKEN_FIELDS, Geometry, Head, ModelConfig, refuse_fields
 from uform.core.graph import GraphBuilder
 from uform.core.hookspecs import hookimpl
-from uform.core.pipeline import EncodeOptions, check_stats, encode
+from uform.core.pipeline import EncodeOptions, check_batch, check_stats, encode
 from uform.core.plugin import Modality, TensorSpec, Tower, stack_tensors
 from uform.core.prepare import ItemBatches
 from uform.core.runtime import Call
@@ -133,6 +133,7 @@ def image_encode_pixels(
 ) -> Encoded:
     if isinstance(pixels, np.ndarray) and pixels.ndim == 3:
         raise TypeError("pixels must be a sequence of [height, width, 3] buffers, got a single array; wrap it in a list")
+    check_batch(pixels, "pixels")
     arrays = [as_pixels(i, p) for i, p in enumerate(pixels)]
 
     def prepare(i: int, size: int) -> Prepared:

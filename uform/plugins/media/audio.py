@@ -17,6 +17,7 @@ import numpy as np
 
 from uform.core.arena import RowsTape
 from uform.core.errors import InputError, check_not_released
+from uform.core.pipeline import check_batch
 
 from .files import Source, falls_short
 
@@ -276,6 +277,7 @@ def buffers(samples: Any) -> list[np.ndarray]:
     else:
         if isinstance(samples, (str, bytes, bytearray, memoryview)) or (isinstance(samples, np.ndarray) and samples.ndim < 2):
             raise TypeError("samples must be a sequence of 1-D float32 buffers or a RowsTape; wrap one buffer in a list")
+        check_batch(samples, "samples")
         rows = []
         for i, item in enumerate(samples):
             check_not_released(i, item)

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, BinaryIO
 
 from uform.core.errors import InputError, check_not_released
+from uform.core.pipeline import check_batch
 
 # a recording or clip that ends more than this short of what its container declares is truncated
 TRUNCATION_SLACK_SECONDS, TRUNCATION_SLACK_SHARE = 0.25, 0.05
@@ -84,6 +85,7 @@ def sources(files: Iterable[Any], what: str) -> list[Source]:
     """Each item as a :class:`Source`; paths are checked here, before anything is decoded."""
     if isinstance(files, (str, bytes, bytearray, memoryview, os.PathLike)) or hasattr(files, "read"):
         raise TypeError(f"files must be a sequence of {what}, got a single {type(files).__name__}; wrap it in a list")
+    check_batch(files, "files")
     return _read_repeated([_source(i, item) for i, item in enumerate(files)])
 
 

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from uform.core.errors import CheckpointError, InputError, UnsupportedError, check_not_released
+from uform.core.pipeline import check_batch
 
 METADATA_KEY = "tokenizer"
 EXTRA = "models"  # the extra that installs the tokenizers library
@@ -79,6 +80,7 @@ def as_bytes(texts: Any) -> list[bytes]:
     """Each text as bytes (``str`` as UTF-8); InputError names the first bad item."""
     if isinstance(texts, (str, bytes, bytearray, memoryview)):
         raise TypeError(f"texts must be a sequence of str or bytes, got a single {type(texts).__name__}; wrap it in a list")
+    check_batch(texts, "texts")
     out = []
     for i, text in enumerate(texts):
         if isinstance(text, str):
