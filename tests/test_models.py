@@ -274,6 +274,43 @@ def test_search_index_and_search_index_on_a_folder(clip: tuple[Path, Path], tmp_
     assert [r["path"].rsplit("/", 1)[1] for r in indexed] == [r["path"].rsplit("/", 1)[1] for r in ranked]
 
 
+def test_recordings_in_the_folders_are_passed_over_not_failed(clip: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A CLIP has no audio tower: the music beside the photos was a failure per file (exit 1,
+    and every index run listed each again); now one line, exit 0, and a recording named on the
+    command line still fails with the verb's reason."""
+    import wave
+
+    from PIL import Image
+
+    monkeypatch.chdir(tmp_path)
+    folder = tmp_path / "home"
+    folder.mkdir()
+    for i, p in enumerate(pictures(2, 64, seed=3)):
+        Image.fromarray(p).save(folder / f"p{i}.png")
+    for name in ("a.wav", "b.wav"):
+        with wave.open(str(folder / name), "wb") as w:
+            w.setnchannels(1), w.setsampwidth(2), w.setframerate(16000), w.writeframes(np.zeros(1600, np.int16).tobytes())
+    model = ["-m", str(clip[1]), "--quantization", "f32"]
+    line = "uform: passed over 2 recordings in the folders: the model has no audio tower\n"
+    assert main(["search", "a cat", "home", "--json", *model]) == 0
+    out = capsys.readouterr()
+    assert out.err == line and sorted(r["path"] for r in json.loads(out.out)) == ["home/p0.png", "home/p1.png"]
+    assert main(["labels", "home", "--labels", "a cat,a dog", "--json", *model]) == 0
+    out = capsys.readouterr()
+    assert out.err == line and len(json.loads(out.out)) == 2
+    assert main(["encode", "home", "--out", "enc", *model]) == 0
+    assert "passed over 2 recordings in the folders: the model has no audio tower (listed in enc.json)" in capsys.readouterr().out
+    assert {"path": "home/a.wav", "reason": "the model has no audio tower"} in json.loads(Path("enc.json").read_text())["skipped"]
+    for _ in range(2):  # the second run reads the recorded pass-over: no line per file, no failure
+        assert main(["index", "home", "--into", "idx", *model]) == 0
+        out = capsys.readouterr()
+        assert out.err == line and "0 failed, 0 failed before" in out.out
+    assert main(["search", "a cat", "home", "--modalities", "audio", *model]) == 2
+    assert capsys.readouterr().err == "uform: error: nothing to search: passed over 2 recordings in the folders: the model has no audio tower\n"
+    assert main(["search", "a cat", "home/a.wav", "home/p0.png", *model]) == 1  # named: the verb's reason, as before
+    assert "failed: file home/a.wav: audio_encode needs the 'audio' tower" in capsys.readouterr().err
+
+
 def test_serve_names_the_model_and_ray_encodes_it(clip: tuple[Path, Path]) -> None:
     pytest.importorskip("uvicorn")
     import httpx

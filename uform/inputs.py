@@ -5,6 +5,7 @@ a bad item reported and left out instead of ending the run."""
 from __future__ import annotations
 
 import os
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, Protocol
@@ -73,6 +74,7 @@ class Item:
 
     modality: Modality
     value: str  # the text, or the path as given or as found under a folder
+    walked: bool = field(default=False, compare=False)  # found inside a folder, not named by the caller
 
     @property
     def kind(self) -> Literal["text", "file"]:
@@ -155,7 +157,35 @@ def _walk(folder: str, out: Gathered, fail: Callable[[Failure], None]) -> None:
         if modality is None:
             out.skipped.append((path, "unknown extension"))
         else:
-            out.items.append(Item(modality, path))
+            out.items.append(Item(modality, path, walked=True))
+
+
+def unserved_reason(modality: str) -> str:
+    """Why a file found inside a folder was passed over (an index records it so, as it records a
+    failure, and does not read the file again while it is unchanged)."""
+    return f"the model has no {modality} tower"
+
+
+def is_unserved(reason: str) -> bool:
+    """Whether ``reason`` is :func:`unserved_reason`'s."""
+    return any(reason == unserved_reason(m) for m in PLURAL)
+
+
+def pass_over_unserved(items: Sequence[Item], model: Model) -> tuple[list[Item], list[Item]]:
+    """The items ``model`` can encode, and those passed over: files found inside folders whose
+    modality the model has no tower for (a folder of photos and music searched with a converted
+    CLIP: the music is not the search's, and no failure). A file named by the caller is kept,
+    and fails with the verb's reason."""
+    served = model.served.modalities
+    return [i for i in items if i.modality in served or not i.walked], [i for i in items if i.modality not in served and i.walked]
+
+
+def unserved(passed: Sequence[Item]) -> tuple[list[tuple[str, str]], str]:
+    """The ``skipped`` entries of the items :func:`pass_over_unserved` passed over, and one line
+    saying so (``passed over 8 recordings in the folders: the model has no audio tower``)."""
+    counts = Counter(i.modality for i in passed)
+    line = f"passed over {', '.join(counted(n, m) for m, n in counts.items())} in the folders: {unserved_reason(' or '.join(counts))}"
+    return [(i.value, unserved_reason(i.modality)) for i in passed], line
 
 
 @dataclass

@@ -55,7 +55,7 @@ def _convert(args: argparse.Namespace) -> int:
 
 def _labels(args: argparse.Namespace) -> int:
     from uform import Scalar
-    from uform.inputs import Failure, encode, gather
+    from uform.inputs import Failure, encode, gather, pass_over_unserved, unserved
 
     texts = [t.strip() for t in (args.labels or "").split(",") if t.strip()] + list(args.label)
     if any(not t.strip() for t in args.label):
@@ -78,6 +78,9 @@ def _labels(args: argparse.Namespace) -> int:
     model = load(args)
     if model.labels is None:
         raise ValueError(f"{args.model or 'the default model'} has no labels: zero-shot labels need a converted CLIP or SigLIP (uform convert, docs/models.md)")
+    media.items, passed = pass_over_unserved(media.items, model)
+    if passed:
+        say(f"uform: {unserved(passed)[1]}")
     rows: list[dict[str, Any]] = []
     if media.items:
         with Bar("encoding", quiet=args.quiet, total=len(media.items)) as bar:

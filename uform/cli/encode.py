@@ -15,7 +15,7 @@ from typing import Any
 
 from .common import Bar, add_force, add_model, failed, load, model_path, printable, say
 from .saved import FORMAT, SCALARS, SUFFIXES, Saved, check_writable, read_saved, saved_prefix, sha256, write_saved
-from uform.inputs import PLURAL, Failure, Item, counted, encode, gather
+from uform.inputs import PLURAL, Failure, Item, counted, encode, gather, pass_over_unserved, unserved
 
 __all__ = ["FORMAT", "Saved", "add_parser", "out_prefix", "read_saved", "run", "saved_prefix", "sha256", "write_saved"]
 
@@ -64,6 +64,10 @@ def run(args: argparse.Namespace) -> int:
         raise FileNotFoundError(f"--out {args.out}: no such folder {prefix.parent}")
     check_writable(prefix, args.outputs_scalar == "i8", args.force)
     model = load(args)
+    found.items, passed = pass_over_unserved(found.items, model)
+    entries, line = unserved(passed)
+    if passed and not found.items and not found.failures:
+        raise ValueError(f"nothing to encode: {line}")
     full = model.describe().dimensions
     if args.dimensions is not None and not 1 <= args.dimensions <= full:
         raise ValueError(f"--dimensions must be between 1 and the model's {full}; got {args.dimensions}")
@@ -72,13 +76,15 @@ def run(args: argparse.Namespace) -> int:
         result = encode(model, found.items, scalar=scalar, dimensions=args.dimensions, bar=bar, report=report)
     dimensions = args.dimensions or full
     written = write_saved(prefix, result.items, result.embeddings, result.scales, scalar.value, dimensions, full,
-                          model_path(args), failures, found.skipped)  # fmt: skip
+                          model_path(args), failures, found.skipped + entries)  # fmt: skip
     counts = {m: sum(1 for i in result.items if i.modality == m) for m in PLURAL}
     what = ", ".join(counted(n, m) for m, n in counts.items() if n) or "no rows"
     print(f"wrote {', '.join(printable(str(p)) for p in written)}: {len(result.items)} rows of {dimensions} {scalar.value} ({what})")
     if found.skipped:
         n = len(found.skipped)
         print(f"passed over {n} {'entry' if n == 1 else 'entries'} of the folders (files of unknown type, links to folders; listed in {printable(str(written[-1]))})")
+    if passed:
+        print(f"{line} (listed in {printable(str(written[-1]))})")
     if failures:
         print(f"{len(failures)} failed (reported above, and listed in {printable(str(written[-1]))})")
         return 1

@@ -9,7 +9,7 @@ import os
 from typing import Any
 
 from .common import QUANTIZATIONS, Bar, failed, printable, say
-from uform.inputs import Failure, counted
+from uform.inputs import Failure, counted, unserved
 
 SCALARS = ("f32", "f16", "bf16", "i8", "b1")
 TEXT_SHOWN = 200  # characters of a text hit printed (a text line may be megabytes)
@@ -69,6 +69,8 @@ def run(args: argparse.Namespace) -> int:
                 result = index.update(args.paths, progress=bar.handler(), report=report)
             for f in result.still_failed:
                 say(f"{failed(f)} (unchanged since it failed; not tried again)")
+            if result.unserved:
+                say(f"uform: {unserved(result.unserved)[1]}")
         counts = index.counts()
         what = ", ".join(counted(n, m) for m, n in counts.items() if n) or "no items"
         print(f"index {args.into}: {sum(counts.values())} items ({what}) of {index.identity.describe()}")

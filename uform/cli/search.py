@@ -10,7 +10,7 @@ import numpy as np
 
 from .common import Bar, add_model, failed, load, model_path, printable, say
 from .saved import read_saved, row_key, saved_prefix, sha256
-from uform.inputs import PLURAL, Failure, Gathered, encode, gather
+from uform.inputs import PLURAL, Failure, Gathered, encode, gather, pass_over_unserved, unserved
 
 
 def add_parser(sub: Any) -> None:
@@ -80,6 +80,12 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"nothing to search: no {kinds} under {', '.join(args.paths)}")
 
     model = load(args)
+    media.items, passed = pass_over_unserved(media.items, model)
+    if passed:
+        line = unserved(passed)[1]
+        if not media.items and not any(r["modality"] in wanted for s in saved for r in s.rows):
+            raise ValueError(f"nothing to search: {line}")
+        say(f"uform: {line}")
     query = np.array(model.text_encode([args.query], Arena()).embeddings[0])
     paths: list[str] = []
     modalities: list[str] = []

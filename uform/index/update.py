@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
-from ..inputs import CHUNK, Failure, Item, encode, gather
+from ..inputs import CHUNK, Failure, Item, encode, gather, is_unserved, modality_of, pass_over_unserved, unserved_reason
 from ..core.errors import CancelledError
 from ..core.scalars import store as cast
 from ..core.types import Scalar
@@ -49,6 +49,7 @@ class UpdateReport:
     failed: list[Failure] = field(default_factory=list)  # failed in this run
     still_failed: list[Failure] = field(default_factory=list)  # failed before, unchanged since: not retried
     skipped: list[tuple[str, str]] = field(default_factory=list)  # folder entries passed over, as encode's
+    unserved: list[Item] = field(default_factory=list)  # files in folders of a modality the model has no tower for (this run or before)
 
     @property
     def embedded(self) -> int:
@@ -114,6 +115,7 @@ class Updater:
                 files.append(path)
         found = gather(files, texts=False, report=lambda f: self.fail(f))
         self.result.skipped = found.skipped
+        self.walked = {item.value for item in found.items if item.walked}
         todo: list[Item] = []
         for item in found.items:
             if not storable(item.value):
@@ -144,7 +146,10 @@ class Updater:
             return True
         before = self.failed_before.get(path)
         if before is not None and (before.size, before.mtime) == (st.st_size, st.st_mtime_ns):
-            self.result.still_failed.append(Failure("file", path, before.reason))
+            if is_unserved(before.reason) and path in self.walked:
+                self.result.unserved.append(Item(modality_of(path) or "text", path, walked=True))
+            else:
+                self.result.still_failed.append(Failure("file", path, before.reason))
             return True
         return False
 
@@ -247,6 +252,8 @@ class Updater:
         store = self.store
         to_encode = [n for n in pending.new if n.payload is not None]
         if to_encode:
+            to_encode = self._pass_over_unserved(to_encode, pending)
+        if to_encode:
             items = [Item(MODALITIES[n.insert.kind], n.insert.path) for n in to_encode]  # type: ignore[arg-type]
             refused: dict[str, str] = {}
             encoded = encode(self._model(), items, scalar=Scalar.F32, dimensions=None, bar=self._bar,
@@ -277,6 +284,22 @@ class Updater:
         self.done += count
         if self._progress is not None and self._progress(self.done, self.total) is False:
             raise CancelledError("the update was cancelled by its progress handler; what was committed stays")
+
+    def _pass_over_unserved(self, to_encode: list[_New], pending: _Pending) -> list[_New]:
+        """Files found in folders whose modality the model has no tower for are passed over, not
+        failed: recorded as failures are (so they are not read again while unchanged), reported in
+        ``unserved``. Files named by the caller stay, and fail with the verb's reason."""
+        items = [Item(MODALITIES[n.insert.kind], n.insert.path, walked=n.insert.path in self.walked) for n in to_encode]  # type: ignore[arg-type]
+        _, passed = pass_over_unserved(items, self._model())
+        if not passed:
+            return to_encode
+        gone = {i.value for i in passed}
+        for n, item in zip(to_encode, items):
+            if item.value in gone:
+                ins = n.insert
+                pending.failures.append(Failed(ins.path, ins.size, ins.mtime or 0, unserved_reason(item.modality)))
+                self.result.unserved.append(item)
+        return [n for n in to_encode if n.insert.path not in gone]
 
     def _prune(self, roots: list[str]) -> None:
         """Rows (and failures) of paths under the roots that were not found leave the index."""
