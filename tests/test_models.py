@@ -250,6 +250,12 @@ def test_load_ram_buffer_describe_and_what_a_family_cannot_do(clip: tuple[Path, 
     assert main(["describe", "-m", str(clip[1]), "--json"]) == 0
     info = json.loads(capsys.readouterr().out)
     assert info["dimensions"] == 48 and "image" in info["modalities"] and "video" in info["modalities"]
+    for suite in ("own", "foreign"):  # refused before any work (it failed at the recordings, after the pictures and clips)
+        assert main(["evaluate", "-m", str(clip[1]), "--suite", suite]) == 2
+        assert capsys.readouterr().err == (
+            "uform: error: the evaluation measures text_encode, image_encode, video_encode, audio_encode, text_choose; this model "
+            "lacks audio_encode, text_choose (it has the towers image, text, video): it is for models trained by uform's recipe\n"
+        )
 
 
 def test_search_index_and_search_index_on_a_folder(clip: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:

@@ -116,6 +116,23 @@ def clip_direction(model: Model, media: np.ndarray, clips: list[tuple[str, str, 
     return float(np.mean([g.DIRECTIONS[int(i)] == d for i, (_, _, d) in zip(guessed, clips)]))
 
 
+NEEDS = ("text_encode", "image_encode", "video_encode", "audio_encode", "text_choose")  # what both suites measure
+
+
+def check_verbs(model: Model) -> None:
+    """``UnsupportedError`` naming every verb an evaluation needs and ``model`` lacks, before any
+    work (a converted CLIP has no audio tower and no byte decoder: it failed at the recordings,
+    after the pictures and clips were encoded)."""
+    from uform import UnsupportedError
+
+    missing = [verb for verb in NEEDS if verb not in model.served.verbs]
+    if missing:
+        raise UnsupportedError(
+            f"the evaluation measures {', '.join(NEEDS)}; this model lacks {', '.join(missing)} "
+            f"(it has the towers {', '.join(model.served.towers)}): it is for models trained by uform's recipe"
+        )
+
+
 def evaluate(
     model: Model,
     *,
@@ -134,6 +151,7 @@ def evaluate(
     questions = 4 * count if questions is None else questions
     if count < 1 or questions < 1:
         raise ValueError(f"count and questions must be at least 1, got {count} and {questions}")
+    check_verbs(model)
     start = time.perf_counter()
     rng = np.random.default_rng([EVALUATION_STREAM, seed])
     total = 4

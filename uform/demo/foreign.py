@@ -553,11 +553,12 @@ def evaluate(
     from uform import Arena
     from uform.calibrate import ece
 
-    from .evaluate import Evaluation, group
+    from .evaluate import Evaluation, check_verbs, group
 
     questions = 4 * count if questions is None else questions
     if count < 1 or questions < 1:
         raise ValueError(f"count and questions must be at least 1, got {count} and {questions}")
+    check_verbs(model)
     start = time.perf_counter()
     rng = np.random.default_rng([FOREIGN_STREAM, seed])
 
