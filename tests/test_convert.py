@@ -158,7 +158,9 @@ def test_siglip_tokenizer_json_gives_siglip_tokenizer_ids(siglip_file: Path, sig
     slow = AutoTokenizer.from_pretrained(siglip_dir)
     rng = np.random.default_rng(0)
     alphabet = list("abc XYZ.,!?;:'\"-_()[]{}\t\n éüß日本🐱😀▁ＡＢ！") + ["  ", "   ", "\u3000"]
-    texts = hf_models.CORPUS + ["".join(rng.choice(alphabet, size=int(rng.integers(0, 40)))) for _ in range(200)]
+    alphabet += ["\ufeff", "\u200b", "\u00ad", "\x01", "\x7f"]  # what SentencePiece's normaliser removes
+    dropped = ["\ufeffa photo of a cat", "\u200b dog", "\x01 \x7f", "a\u200b \ufeff"]  # removed at the start: no space left before the text
+    texts = hf_models.CORPUS + dropped + ["".join(rng.choice(alphabet, size=int(rng.integers(0, 40)))) for _ in range(200)]
     for text in texts:
         assert made.encode(text).ids == slow(text)["input_ids"], text
 

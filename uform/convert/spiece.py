@@ -78,7 +78,7 @@ def siglip_tokenizer(directory: Path, notes: list[str]) -> str:
     charsmap = proto.normalizer_spec.precompiled_charsmap
     if charsmap:
         steps.append(normalizers.Precompiled(charsmap))
-    steps += [normalizers.Replace(Regex(" +$"), ""), normalizers.Replace(Regex(" {2,}"), " "), normalizers.Replace(" ", "▁"), normalizers.Prepend("▁")]
+    steps += [normalizers.Replace(Regex("^ +| +$"), ""), normalizers.Replace(Regex(" {2,}"), " "), normalizers.Replace(" ", "▁"), normalizers.Prepend("▁")]
     tok.normalizer = normalizers.Sequence(steps)
     tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="never", split=True)
     eos = slow.eos_token
