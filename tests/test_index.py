@@ -189,6 +189,24 @@ def test_texts_index_the_same_way(tmp_path: Path, ckpt: Path, model: uform.Model
         assert ix.counts()["text"] == 7
 
 
+def test_a_text_file_s_bad_line_fails_alone_and_one_not_readable_says_why(tmp_path: Path, ckpt: Path) -> None:
+    notes = tmp_path / "notes.txt"
+    notes.write_bytes(b"a red circle\nnot \xff utf-8\r\nthree blue squares\r\n")
+    fifo, gone = tmp_path / "fifo.txt", tmp_path / "gone.jsonl"
+    os.mkfifo(fifo)
+    gone.symlink_to(tmp_path / "nowhere.jsonl")
+    with Index(tmp_path / "idx", checkpoint=ckpt) as ix:
+        got = ix.update([notes, fifo, gone])
+        assert [(f.kind, f.value, f.reason) for f in got.failed] == [
+            ("text", f"{notes}:2", "not UTF-8 (byte 0xff, byte 5 of the line)"),  # the line, not the whole file
+            ("file", str(fifo), "is not a regular file"),  # not "unknown file type '.txt'"
+            ("file", str(gone), "no such file"),
+        ]
+        assert sorted((e.path, e.text) for e in ix.entries()) == [(f"{notes}:1", "a red circle"), (f"{notes}:3", "three blue squares")]
+        again = ix.update([notes])
+        assert (again.added, again.unchanged) == (0, 2) and [f.value for f in again.still_failed] == [f"{notes}:2"]
+
+
 def test_two_writers_the_second_is_refused(tmp_path: Path, ckpt: Path) -> None:
     root = photos(tmp_path / "photos", 2)
     with Index(tmp_path / "idx", checkpoint=ckpt) as first:

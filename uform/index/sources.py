@@ -58,28 +58,45 @@ def digest(data: bytes) -> bytes:
     return hashlib.blake2b(data, digest_size=16).digest()
 
 
-def text_lines(path: str) -> tuple[list[tuple[str, str]], list[Failure]]:
-    """``(key, text)`` of a text file, a line an item (``FILE:LINE``): a ``.txt`` line as it is, a
-    ``.jsonl`` line a JSON string or an object's ``"text"`` (or ``"caption"``); blank lines skipped."""
+def text_lines(path: str) -> tuple[list[tuple[str, str]], list[Failure]] | str:
+    """``(key, text)`` of a text file, a line an item (``FILE:LINE``, lines ended by ``\\n``): a
+    ``.txt`` line as it is, a ``.jsonl`` line a JSON string or an object's ``"text"`` (or
+    ``"caption"``); blank lines skipped; a line that is not UTF-8 (or, in a ``.jsonl``, not one of
+    those) a failure of its own. Or the reason the file cannot be read, in ``encode``'s words."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # a FIFO put in its place does not block
+    except FileNotFoundError:
+        return "no such file"
+    except OSError as exc:
+        return f"cannot read the file ({exc.strerror})"
     out, bad = [], []
-    with open(path, encoding="utf-8", errors="strict") as f:
-        for number, line in enumerate(f, 1):
-            line = line.rstrip("\r\n")
-            if not line.strip():
-                continue
-            key = f"{path}:{number}"
-            if path.lower().endswith(".jsonl"):
+    try:
+        with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return "is not a regular file"
+            for number, raw in enumerate(f, 1):
+                key = f"{path}:{number}"
                 try:
-                    value = jsontext.loads(line)
-                except jsontext.NotJSON as exc:
-                    bad.append(Failure("text", key, f"not a JSON line ({exc})"))
+                    line = raw.decode("utf-8").rstrip("\r\n")
+                except UnicodeDecodeError as exc:
+                    bad.append(Failure("text", key, f"not UTF-8 (byte 0x{raw[exc.start]:02x}, byte {exc.start + 1} of the line)"))
                     continue
-                text = value if isinstance(value, str) else value.get("text", value.get("caption")) if isinstance(value, dict) else None
-                if not isinstance(text, str):
-                    bad.append(Failure("text", key, 'expected a JSON string, or an object with a "text" (or "caption") string'))
+                if not line.strip():
                     continue
-                line = text
-            out.append((key, line))
+                if path.lower().endswith(".jsonl"):
+                    try:
+                        value = jsontext.loads(line)
+                    except jsontext.NotJSON as exc:
+                        bad.append(Failure("text", key, f"not a JSON line ({exc})"))
+                        continue
+                    text = value if isinstance(value, str) else value.get("text", value.get("caption")) if isinstance(value, dict) else None
+                    if not isinstance(text, str):
+                        bad.append(Failure("text", key, 'expected a JSON string, or an object with a "text" (or "caption") string'))
+                        continue
+                    line = text
+                out.append((key, line))
+    except OSError as exc:
+        return f"cannot read the file ({exc.strerror})"
     return out, bad
 
 

@@ -109,7 +109,7 @@ class Updater:
                 continue
             path = os.path.abspath(os.fspath(s))
             roots.append(path)
-            if path.lower().endswith(TEXT_FILES) and os.path.isfile(path):
+            if path.lower().endswith(TEXT_FILES) and not os.path.isdir(path):  # a FIFO or a dangling link too: _text_file says why
                 texts += self._text_file(path)
             else:
                 files.append(path)
@@ -176,7 +176,11 @@ class Updater:
         if not storable(path):
             self._not_utf8(path)
             return []
-        st = os.stat(path)
+        try:
+            st = os.stat(path)
+        except OSError as exc:
+            self.fail(Failure("file", path, "no such file" if isinstance(exc, FileNotFoundError) else f"cannot read the file ({exc.strerror})"))
+            return []
         stamp = (st.st_size, st.st_mtime_ns)
         prefix = path + ":"
         if self.text_files.get(path) == stamp:
@@ -187,11 +191,11 @@ class Updater:
                     self.seen.add(key)
                     self.result.still_failed.append(Failure("text", key, before.reason))
             return []
-        try:
-            lines, bad = text_lines(path)
-        except (OSError, UnicodeDecodeError) as exc:
-            self.fail(Failure("file", path, f"cannot read the text file ({getattr(exc, 'strerror', None) or exc})"))
+        got = text_lines(path)
+        if isinstance(got, str):
+            self.fail(Failure("file", path, got))
             return []
+        lines, bad = got
         good = []
         for key, line in lines:
             if storable(line):
