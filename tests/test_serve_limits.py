@@ -55,12 +55,34 @@ def test_request_size_queue_and_item_limits(model: uform.Model) -> None:
         assert httpx.post(url + "/v1/embeddings", json={"input": ["a"] * 3}).status_code == 200
         too_many = httpx.post(url + "/v1/embeddings", json={"input": ["a"] * 4})
         assert too_many.status_code == 400 and too_many.json()["error"]["code"] == "too_many_items"
-    config = ServeConfig(model_id="default", max_queue_items=4)
-    with thread_server(model, config) as (url, _):
-        full = httpx.post(url + "/v1/embeddings", json={"input": ["a"] * 5})
+    # a worker waiting out its batch window holds what comes next in the queue
+    config = ServeConfig(model_id="default", max_queue_items=4, batch_window_ms=5000)
+    with thread_server(model, config) as (url, state):
+        # more items than the queue holds could never be queued: a 400, not a 429 to retry forever
+        never = httpx.post(url + "/v1/embeddings", json={"input": ["a"] * 5})
+        assert never.status_code == 400 and never.json()["error"]["code"] == "too_many_items", never.text
+        assert never.json()["error"]["message"] == "'input' holds 5 items, more than the queue holds (4, --max-queue-items); send fewer a request"
+        answers: list[httpx.Response] = []
+
+        def post(texts: list[str]) -> threading.Thread:
+            thread = threading.Thread(target=lambda: answers.append(httpx.post(url + "/v1/embeddings", json={"input": texts}, timeout=60)))
+            thread.start()
+            return thread
+
+        posted = [post(["a"])]
+        while state.batcher is None or not state.batcher.lanes["text"].running:  # the worker took it and waits its window
+            time.sleep(0.002)
+        lane = state.batcher.lanes["text"]
+        posted.append(post(["b", "c", "d"]))
+        while lane.queued_items < 3:
+            time.sleep(0.002)
+        full = httpx.post(url + "/v1/embeddings", json={"input": ["e", "f"]})
+        assert lane.queued_items == 3, "the window ended before the queue was full; lengthen it"
         assert full.status_code == 429 and full.headers["retry-after"] == "1"
         assert full.json()["error"]["type"] == "rate_limit_error"
-        assert httpx.post(url + "/v1/embeddings", json={"input": ["a"] * 4}).status_code == 200
+        for thread in posted:
+            thread.join(60)
+        assert sorted(len(a.json()["data"]) for a in answers) == [1, 3]
 
 
 def test_api_key(model: uform.Model) -> None:
