@@ -214,6 +214,27 @@ def test_a_file_path_that_is_not_utf8_is_named_escaped(served: tuple[str, Path])
     assert error["param"] == "input[0]" and "c\\ud800.png is not a file name" in error["message"], error
 
 
+@pytest.mark.parametrize(
+    "route, body",
+    [  # orjson reads no integer past a double, so the standard library reads it, which converts at most 4,300 digits
+        ("/v1/embeddings", b'{"input": "x", "dimensions": ' + b"9" * 5000 + b"}"),
+        ("/v1/embeddings", b'{"input": [' + b"1" * 5000 + b"]}"),
+        ("/v1/choose", b'{"input": "x", "choices": "yn", "temperature_groups": [' + b"9" * 5000 + b"]}"),
+    ],
+    ids=["dimensions", "token-id", "temperature-group"],
+)
+def test_an_integer_too_long_to_convert_is_a_400_not_a_500(served: tuple[str, Path], route: str, body: bytes) -> None:
+    answer = post(served[0], body, route)
+    error = error_of(answer)
+    assert answer.status_code == 400 and error["code"] == "invalid_json", error
+    assert error["message"] == "the body holds an integer of more than 4300 digits, longer than this server reads"
+
+
+def test_a_long_integer_under_the_limit_is_not_written_out_whole(served: tuple[str, Path]) -> None:
+    error = error_of(post(served[0], b'{"input": "x", "dimensions": ' + b"9" * 1000 + b"}"))
+    assert error["message"] == "'dimensions' is a huge integer, but this model's embeddings have 64", error
+
+
 @pytest.mark.parametrize("tokens", [[[True, True]], [[104, True]], [[104, 105], [False]]])
 def test_booleans_are_never_token_ids(served: tuple[str, Path], tokens: list[Any]) -> None:
     answer = post(served[0], json.dumps({"input": tokens}).encode())

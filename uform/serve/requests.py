@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import json
+import sys
 
 import orjson
 from collections.abc import Sequence
@@ -61,6 +62,9 @@ def loads(body: bytes) -> dict[str, Any]:
             raise ApiError(400, f"the body is not valid JSON ({exc})", code="invalid_json") from None
         except RecursionError:
             raise ApiError(400, "the body is not valid JSON: nested too deep to read", code="invalid_json") from None
+        except ValueError:  # an integer longer than Python converts (sys.get_int_max_str_digits)
+            raise ApiError(400, f"the body holds an integer of more than {sys.get_int_max_str_digits()} digits, longer than this server reads",
+                           code="invalid_json") from None  # fmt: skip
     if not isinstance(doc, dict):
         raise ApiError(400, f"the body must be a JSON object, not {type(doc).__name__}", code="invalid_json")
     return doc

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from .errors import ApiError
+from .errors import ApiError, shown
 
 
 def assemble(parts: Sequence[tuple[np.ndarray, np.ndarray]], count: int, dimensions: int) -> np.ndarray:
@@ -25,7 +25,7 @@ def assemble(parts: Sequence[tuple[np.ndarray, np.ndarray]], count: int, dimensi
 
 def check_dimensions(dimensions: int | None, model_dimensions: int) -> None:
     if dimensions is not None and dimensions > model_dimensions:
-        raise ApiError(400, f"'dimensions' is {dimensions}, but this model's embeddings have {model_dimensions}", param="dimensions", code="invalid_value")
+        raise ApiError(400, f"'dimensions' is {shown(dimensions)}, but this model's embeddings have {model_dimensions}", param="dimensions", code="invalid_value")
 
 
 def prefix(rows: np.ndarray, dimensions: int | None, model_dimensions: int) -> np.ndarray:
