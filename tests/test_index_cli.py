@@ -73,6 +73,28 @@ def test_failures_and_errors(tmp_path: Path, ckpt: Path, capsys: pytest.CaptureF
     assert main(["index", "--into", "idx"]) == 2
 
 
+def test_an_empty_path_is_not_the_current_folder(tmp_path: Path, ckpt: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """``uform index --remove "$UNSET"`` removed every item under the current folder, and
+    ``uform index "$UNSET"`` indexed it; an empty ``--into`` was named as "the index  or inside it"."""
+    monkeypatch.chdir(tmp_path)
+    photos(tmp_path / "photos", 3)
+    index = ["--into", "idx", "-m", str(ckpt)]
+    assert main(["index", "photos", *index]) == 0
+    capsys.readouterr()
+    assert main(["index", "--remove", "", *index]) == 2
+    assert capsys.readouterr().err == "uform: error: a path to remove is empty; it names no item (pass '.' to remove every item under the current folder)\n"
+    assert main(["index", "", *index]) == 1
+    captured = capsys.readouterr()
+    assert captured.err == "uform: failed: file : no such file or folder (the path is empty)\n"
+    assert "index idx: 3 items (3 images)" in captured.out and "0 embedded, 0 unchanged" in captured.out  # photos/ untouched, nothing else walked
+    assert main(["index", "photos", "--into", "", "-m", str(ckpt)]) == 2
+    assert capsys.readouterr().err == "uform: error: --into is empty: name the index folder\n"
+    assert main(["search", "x", "--index", "", "-m", str(ckpt)]) == 2
+    assert capsys.readouterr().err == "uform: error: the index path is empty; name the index folder\n"
+    with Index("idx", checkpoint=ckpt, read_only=True) as ix:
+        assert len(ix) == 3
+
+
 def test_a_full_disk_stops_the_run_with_the_index_intact(tmp_path: Path, ckpt: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import uform.index.update as update
 

@@ -49,6 +49,8 @@ def open_index(args: argparse.Namespace, path: str, *, read_only: bool, scalar: 
 def run(args: argparse.Namespace) -> int:
     if not (args.paths or args.remove or args.export_parquet or args.import_parquet):
         raise ValueError("nothing to do: give PATHs to index (or --remove, --import-parquet, --export-parquet)")
+    if not args.into:
+        raise ValueError("--into is empty: name the index folder")
     failures: list[Failure] = []
 
     def report(f: Failure) -> None:

@@ -51,6 +51,8 @@ class Index:
 
         if model is not None and checkpoint is None:
             raise ValueError("Index(model=...) needs checkpoint=, the file the model was loaded from: its SHA-256 is the index's model identity")
+        if not os.fspath(path):
+            raise ValueError("the index path is empty; name the index folder")
         self.path = Path(path)
         self.checkpoint = Path(checkpoint) if checkpoint is not None else default_checkpoint()
         self._model, self._owns_model, self._executor = model, False, executor
@@ -133,8 +135,11 @@ class Index:
         """Remove the items of ``paths`` (a folder: every item under it; a text file: its lines); answer how many."""
         from .sources import in_scope
 
+        named = [os.fspath(p) for p in paths]
+        if "" in named:
+            raise ValueError("a path to remove is empty; it names no item (pass '.' to remove every item under the current folder)")
         store = self._writer()
-        roots = [os.path.abspath(os.fspath(p)) for p in paths]
+        roots = [os.path.abspath(p) for p in named]
         return store.remove(lambda p, text: in_scope(p, roots) or in_scope(p, roots, text=text), lambda p: in_scope(p, roots))
 
     def compact(self, *, only_if_worth: bool = False) -> int:

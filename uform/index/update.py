@@ -107,6 +107,9 @@ class Updater:
                 else:
                     self.fail(Failure("text", s.key, "not valid UTF-8 (a lone surrogate in its key or text)"))
                 continue
+            if not os.fspath(s):  # not the current folder (abspath's reading): an unset shell variable, say
+                self.fail(Failure("file", "", "no such file or folder (the path is empty)"))
+                continue
             path = os.path.abspath(os.fspath(s))
             roots.append(path)
             if path.lower().endswith(TEXT_FILES) and not os.path.isdir(path):  # a FIFO or a dangling link too: _text_file says why
