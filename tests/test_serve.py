@@ -9,6 +9,7 @@ import asyncio
 import base64
 import json
 import os
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +22,7 @@ import pytest
 import media as media_module
 import uform
 from serving import Conn, Proc, host_port, subprocess_server
+from uform.cli import main
 from uform.demo import write_media
 
 IMAGE = media_module.encode_image(media_module.pattern(48, 64), "PNG")
@@ -210,6 +212,23 @@ def test_models_health_metrics_and_timing_headers(server: Proc) -> None:
     while not any('"POST /v1/embeddings" 200 ' in line for line in server.lines) and time.monotonic() < deadline:
         time.sleep(0.02)
     assert any('"POST /v1/embeddings" 200 ' in line for line in server.lines)
+
+
+def test_the_documented_curl_examples_run_as_written(server: Proc, tmp_path: Path) -> None:
+    """docs/serve.md's curl examples, word for word but for the server's address, in a folder
+    where ``uform demo-media demo`` wrote its media (the ``file:///srv/media`` one is left out:
+    it needs that folder)."""
+    page = (Path(__file__).parent.parent / "docs" / "serve.md").read_text()
+    block = page.split("## Examples", 1)[1].split("```sh\n", 1)[1].split("```", 1)[0]
+    commands = [c for c in block.split("\n\n") if "file:///srv/media" not in c]
+    assert len(commands) == 4, commands
+    assert main(["demo-media", str(tmp_path / "demo")]) == 0
+    script = "\n\n".join(commands).replace("http://127.0.0.1:8000", server.url)
+    ran = subprocess.run(["bash", "-eo", "pipefail", "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert ran.returncode == 0 and not ran.stderr, ran.stderr
+    assert '"error"' not in ran.stdout and ran.stdout.count('{"object":"list","data":[') == 3, ran.stdout[:2000]
+    assert ran.stdout.count('"object":"embedding"') == 5 and '"object":"choice_probabilities"' in ran.stdout
+    assert 'uform_batch_items_count{verb="audio_encode"} ' in ran.stdout
 
 
 def test_embeddings_response_on_the_wire(server: Proc, model: uform.Model) -> None:
