@@ -134,3 +134,27 @@ def cut(path: Path, keep: float, suffix: str = ".cut") -> Path:
     target = path.with_name(path.name + suffix + path.suffix)
     target.write_bytes(data[: int(len(data) * keep)])
     return target
+
+
+def garbled_mp3(source: Path, path: Path, intact: int = 3) -> Path:
+    """``source`` (an MP3) remuxed with every frame after the first ``intact`` kept whole in its
+    header and 0xff in all its other bytes: frames the demuxer finds and mp3float refuses."""
+    with av.open(str(source)) as inp, av.open(str(path), "w", format="mp3") as out:
+        stream = out.add_stream_from_template(inp.streams.audio[0])
+        for i, packet in enumerate(inp.demux(inp.streams.audio[0])):
+            if packet.size == 0:
+                continue
+            data = bytes(packet) if i < intact else bytes(packet)[:4] + b"\xff" * (packet.size - 4)
+            garbled = av.Packet(data)
+            garbled.pts, garbled.dts, garbled.time_base, garbled.duration = packet.pts, packet.dts, packet.time_base, packet.duration
+            garbled.stream = stream
+            out.mux(garbled)
+    return path
+
+
+def unknown_codec_webm(source: Path, path: Path) -> Path:
+    """``source`` (an Opus WebM) with its codec id renamed to one no decoder has (same length)."""
+    data = source.read_bytes()
+    assert data.count(b"A_OPUS") == 1
+    path.write_bytes(data.replace(b"A_OPUS", b"A_XYZS"))
+    return path

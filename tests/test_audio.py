@@ -279,6 +279,14 @@ def test_undecodable_packets_are_skipped_and_counted(model: uform.Model, clips: 
     assert np.isfinite(got).all() and stats.skipped_packets >= 1
 
 
+def test_a_run_of_undecodable_packets_is_refused_by_its_own_reason(clips: dict[str, Path], tower: audio.AudioTower, tmp_path: Path) -> None:
+    garbled = media.garbled_mp3(clips["mp3"], tmp_path / "garbled.mp3")
+    with pytest.raises(uform.InputError) as caught:
+        decode_item(4, garbled, tower)
+    assert caught.value.reason == f"is corrupt: {recordings.MAX_FAILED_PACKETS + 1} packets in a row fail to decode"
+    assert str(caught.value) == f"item 4 ({garbled}): {caught.value.reason}"
+
+
 # -- bad input ------------------------------------------------------------------------------
 
 
@@ -319,6 +327,7 @@ def bad_items(d: Path, clips: dict[str, Path]) -> dict[str, tuple[Any, str]]:
         "truncated wav header": (header_says_2s, "truncated"),
         **{f"truncated {n}": (media.cut(clips[n], 0.3), "truncated") for n in ("wav", "flac", "mp3", "opus-webm")},
         "truncated ogg": (media.cut(clips["opus-ogg"], 0.3), "truncated"),
+        "unknown codec": (media.unknown_codec_webm(clips["opus-webm"], d / "unknown.webm"), "holds audio in a codec this FFmpeg cannot decode"),
         "not a file": (3.5, "expected a path, bytes or a binary file object, got float"),
     }
 

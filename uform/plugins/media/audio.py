@@ -218,6 +218,8 @@ def decode(source: Source, rate: int, samples: int) -> Recording:
         if not container.streams.audio:
             raise InputError(index, "holds no audio stream", path)
         stream = container.streams.audio[0]
+        if stream.codec_context is None:  # FFmpeg demuxes it but has no decoder for its codec
+            raise InputError(index, "holds audio in a codec this FFmpeg cannot decode", path)
         window = Window(rate, samples)
         skipped = in_row = 0
         ended = True
@@ -237,6 +239,8 @@ def decode(source: Source, rate: int, samples: int) -> Recording:
                     ended = False
                     break
             window_samples = window.finish()
+        except InputError:
+            raise
         except (av.FFmpegError, ValueError) as exc:
             raise InputError(index, f"cannot be decoded past {window.seconds:.3f} s ({_reason(exc)})", path) from None
         if window.seconds == 0:
