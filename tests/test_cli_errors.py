@@ -76,6 +76,18 @@ def test_a_damaged_encode_output_names_the_file_and_line(
     assert (code, error_line(capsys)) == (2, "uform: error: " + message.format(d=tmp_path))
 
 
+@pytest.mark.parametrize("query", ["", " \t"])
+def test_an_empty_query_is_refused(saved: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], query: str) -> None:
+    """``uform search "$UNSET" photos/`` ranked every item by an empty text's embedding, scores that mean nothing."""
+    model = ["-m", str(saved / "tiny.safetensors"), "-q"]
+    Image.fromarray(np.full((32, 32, 3), 200, np.uint8)).save(tmp_path / "grey.png")
+    assert main(["index", str(tmp_path / "grey.png"), "--into", str(tmp_path / "idx"), *model]) == 0
+    capsys.readouterr()
+    expected = f"uform: error: QUERY '{printable(query)}' is empty: give the text to search for"
+    assert (main(["search", query, str(tmp_path / "grey.png"), *model]), error_line(capsys)) == (2, expected)
+    assert (main(["search", query, "--index", str(tmp_path / "idx"), *model]), error_line(capsys)) == (2, expected)
+
+
 def test_calibrate_names_the_line_of_a_byte_that_is_not_utf8(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     examples = tmp_path / "examples.jsonl"
     line = '{"text": "q", "choices": "ab", "answer": "a"}\n'

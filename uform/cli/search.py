@@ -38,6 +38,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.top < 0:
         raise ValueError(f"--top must be 0 (all) or more; got {args.top}")
+    if args.query is not None and not args.query.strip():  # an unset shell variable: every score would mean nothing
+        raise ValueError(f"QUERY '{args.query}' is empty: give the text to search for")
     if args.index is not None:
         from .index import search as search_index
 
