@@ -231,6 +231,18 @@ def test_the_documented_curl_examples_run_as_written(server: Proc, tmp_path: Pat
     assert 'uform_batch_items_count{verb="audio_encode"} ' in ran.stdout
 
 
+def test_a_path_cannot_write_lines_or_escapes_into_the_access_log(server: Proc) -> None:
+    forged = '127.0.0.1:1 "POST /v1/embeddings" 200 0.01ms'
+    assert httpx.get(server.url + "/v1/models/x%0A" + forged.replace(" ", "%20").replace('"', "%22")).status_code == 404
+    assert httpx.get(server.url + "/nowhere%1B%5B31m%C3%A9").status_code == 404
+    wanted = ['"GET /v1/models/x%0A127.0.0.1%3A1%20%22POST%20/v1/embeddings%22%20200%200.01ms" 404 ', '"GET /nowhere%1B%5B31m%C3%A9" 404 ']
+    deadline = time.monotonic() + 5  # a line per request, written every 0.1 s
+    while not all(any(w in line for line in server.lines) for w in wanted) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert all(any(w in line for line in server.lines) for w in wanted), server.lines[-5:]
+    assert not any(line.startswith(forged) or "\x1b" in line for line in server.lines)
+
+
 def test_embeddings_response_on_the_wire(server: Proc, model: uform.Model) -> None:
     """A 200 from /v1/embeddings on the wire: uvicorn's head (date and server first, then
     content-type, length and the timing headers), the body byte for byte what orjson writes

@@ -18,6 +18,7 @@ import sys
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TextIO
+from urllib.parse import quote
 
 from .errors import ApiError
 from .metrics import FOLD, Metrics
@@ -52,9 +53,16 @@ class AccessLog:
     def flush(self) -> None:
         lines, self.lines = self.lines, []
         if lines:
-            self.stream.write("".join([f'{c[0]}:{c[1]} "{m} {p}" {s} {t * 1000:.2f}ms\n' if c else f'- "{m} {p}" {s} {t * 1000:.2f}ms\n'
+            self.stream.write("".join([f'{c[0]}:{c[1]} "{m} {logged(p)}" {s} {t * 1000:.2f}ms\n' if c else f'- "{m} {logged(p)}" {s} {t * 1000:.2f}ms\n'
                                        for c, m, p, s, t in lines]))  # fmt: skip
             self.stream.flush()
+
+
+def logged(path: str) -> str:
+    """``path`` as the access log writes it: as it is when it is printable ASCII without a quote,
+    else percent-encoded as uvicorn's own access log writes it (a decoded ``%0A`` would start a
+    line of the client's making, ``%1B`` a terminal's escape)."""
+    return path if path.isascii() and path.isprintable() and '"' not in path else quote(path)
 
 
 class App:
