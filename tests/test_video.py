@@ -152,6 +152,7 @@ def test_a_cut_file_that_declares_no_duration_encodes_what_it_holds(model: uform
 
 def _bad_inputs(tmp_path: Path) -> dict[str, tuple[object, str]]:
     good = clip(frames=10)
+    fragmented = clip(frames=40, gop=5, options={"movflags": "frag_keyframe+empty_moov"})  # as browsers and streams record
     (tmp_path / "empty.mp4").write_bytes(b"")
     (tmp_path / "dir.webm").mkdir()
     return {
@@ -161,7 +162,9 @@ def _bad_inputs(tmp_path: Path) -> dict[str, tuple[object, str]]:
         "directory": (tmp_path / "dir.webm", "is a directory"),
         "random bytes": (np.random.default_rng(0).bytes(5000), "not an MP4 or WebM file"),
         "random after an mp4 box": (b"\x00\x00\x00\x18ftypmp42" + np.random.default_rng(1).bytes(3000), "cannot decode the video"),
-        "truncated mp4": (good[: len(good) // 2], "cannot decode the video"),
+        "truncated mp4": (good[: len(good) // 2], "item 9: cannot decode the video: Invalid data found when processing input$"),
+        "truncated fragmented mp4": (fragmented[: len(fragmented) // 2], "item 9: is truncated: it ends before its headers do$"),
+        "unknown codec": (clip("libvpx", "webm", frames=10).replace(b"V_VP8", b"V_XY8"), "item 9: the video stream is in a codec this FFmpeg cannot decode$"),
         "truncated mp4, index first": (cut(clip(frames=40, options={"movflags": "faststart"})), "is truncated or corrupt: its container declares 1.33 s"),
         "truncated webm": (cut(clip("libvpx-vp9", "webm", frames=40)), "is truncated or corrupt: its container declares 1.33 s, its packets end at 0."),
         "truncated webm with sound": (cut(clip("libvpx", "webm", frames=40, audio=True)), "is truncated or corrupt: its container declares 1.33 s"),
@@ -176,7 +179,7 @@ def _bad_inputs(tmp_path: Path) -> dict[str, tuple[object, str]]:
 @pytest.mark.parametrize(
     "case",
     ["empty bytes", "empty file", "missing", "directory", "random bytes", "random after an mp4 box", "truncated mp4",
-     "truncated mp4, index first", "truncated webm", "truncated webm with sound", "image", "audio-only mp4", "audio-only webm",
+     "truncated fragmented mp4", "unknown codec", "truncated mp4, index first", "truncated webm", "truncated webm with sound", "image", "audio-only mp4", "audio-only webm",
      "no frames", "no frames mp4"],
 )  # fmt: skip
 def test_bad_files_name_item_path_and_reason_and_write_nothing(model: uform.Model, tmp_path: Path, case: str) -> None:

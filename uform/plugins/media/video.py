@@ -82,6 +82,8 @@ def video_stream(container: Any, source: Source) -> Any:
         others = ", ".join(sorted({s.type for s in container.streams}))
         raise source.fail(f"the file has no video stream (streams: {others})")
     stream = streams[0]
+    if stream.codec_context is None:  # FFmpeg demuxes it but has no decoder for its codec
+        raise source.fail("the video stream is in a codec this FFmpeg cannot decode")
     width, height = stream.codec_context.width, stream.codec_context.height
     if width * height > MAX_FRAME_PIXELS:
         raise source.fail(f"frames are {width}x{height}, over the limit of {MAX_FRAME_PIXELS} pixels (uform.plugins.media.video.MAX_FRAME_PIXELS)")
@@ -255,6 +257,10 @@ def sample(source: Source, count: int, size: int, seeking: bool = True) -> tuple
         raise
     except _NoFrames:
         raise source.fail("the video stream has no decodable frames") from None
+    except av.error.EOFError:  # FFmpeg met the end of the file while reading its container
+        raise source.fail("is truncated: it ends before its headers do") from None
+    except av.FFmpegError as exc:  # its own words, without the errno and PyAV's '<none>' file name
+        raise source.fail(f"cannot decode the video: {exc.strerror or exc}") from None
     except Exception as exc:  # noqa: BLE001 - whatever FFmpeg says, it is this item's fault
         raise source.fail(f"cannot decode the video: {type(exc).__name__}: {exc}") from None
     c.seconds, c.bytes_read = p.seconds, nbytes
