@@ -60,6 +60,21 @@ def png_header_only(width: int, height: int) -> bytes:
     return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(b"\x00" * 64)) + chunk(b"IEND", b"")
 
 
+def webp_claiming(width: int, height: int, chunk: str) -> bytes:
+    """A small WebP whose first chunk (``VP8 ``, ``VP8L`` or ``VP8X``) claims ``width × height``
+    (a bomb's header; up to 16383 a side, 2^24 for ``VP8X``'s canvas)."""
+    picture = Image.new("RGBA" if chunk == "VP8X" else "RGB", (16, 16), (1, 2, 3, 4))
+    data = bytearray(encode_image(picture, "WEBP", **({"quality": 50} if chunk != "VP8L" else {"lossless": True})))
+    assert data[12:16] == chunk.encode()
+    if chunk == "VP8X":
+        data[24:30] = (width - 1).to_bytes(3, "little") + (height - 1).to_bytes(3, "little")
+    elif chunk == "VP8L":
+        data[21:25] = ((width - 1) | (height - 1) << 14 | (int.from_bytes(data[21:25], "little") & ~0xFFFFFFF)).to_bytes(4, "little")
+    else:
+        data[26:30] = width.to_bytes(2, "little") + height.to_bytes(2, "little")
+    return bytes(data)
+
+
 def png16(array: np.ndarray) -> bytes:
     """A 16-bit RGB (``[h, w, 3]``) or RGBA (``[h, w, 4]``) PNG, written by hand (Pillow cannot)."""
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from media import OneWay, encode_image, pattern, png16, png_header_only, with_orientation
+from media import OneWay, encode_image, pattern, png16, png_header_only, webp_claiming, with_orientation
 from PIL import Image
 
 import uform
@@ -189,14 +189,17 @@ def _bad_inputs(tmp_path: Path) -> dict[str, tuple[object, str]]:
         "gif": (encode_image(pattern(8, 8), "GIF"), "a GIF"),
         "video": (b"\x00\x00\x00\x20ftypisom" + b"\x00" * 40, "an MP4/MOV file"),
         "bomb": (png_header_only(30000, 30000), "decompression bombs"),
+        **{f"webp bomb {chunk}": (webp_claiming(16383, 16383, chunk), rf"^item 35: the image is 16383x16383 = 268402689 pixels, over the limit of {pictures.MAX_PIXELS} ") for chunk in ("VP8 ", "VP8L")},
+        "webp bomb VP8X": (webp_claiming(1 << 24, 1 << 24, "VP8X"), rf"^item 35: the image is 16777216x16777216 = {1 << 48} pixels, over the limit"),
         "not a file": (12, "expected a path, bytes or a binary file object"),
     }
 
 
 @pytest.mark.parametrize(
     "case",
-    ["empty bytes", "empty file", "missing", "directory", "truncated jpeg", "truncated png", "random bytes", "gif", "video", "bomb", "not a file"],
-)
+    ["empty bytes", "empty file", "missing", "directory", "truncated jpeg", "truncated png", "random bytes", "gif", "video", "bomb",
+     "webp bomb VP8 ", "webp bomb VP8L", "webp bomb VP8X", "not a file"],
+)  # fmt: skip
 def test_bad_files_name_item_path_and_reason_and_write_nothing(model: uform.Model, tmp_path: Path, case: str) -> None:
     bad, reason = _bad_inputs(tmp_path)[case]
     good = encode_image(pattern(40, 40), "PNG")
@@ -210,6 +213,18 @@ def test_bad_files_name_item_path_and_reason_and_write_nothing(model: uform.Mode
         assert info.value.path == str(bad) and str(bad) in str(info.value)
     assert arena.generation == generation
     np.testing.assert_array_equal(before.embeddings, kept)
+
+
+@pytest.mark.parametrize("size", [(1, 1), (37, 5), (16383, 2), (300, 200)])
+def test_the_webp_size_read_from_its_header_is_pillows(size: tuple[int, int]) -> None:
+    """The size uform checks against MAX_PIXELS before Pillow reads a WebP (VP8, VP8L, VP8X)."""
+    seen = set()
+    for mode in ("RGB", "RGBA"):
+        for options in ({"lossless": True}, {"quality": 50}):
+            data = encode_image(Image.new(mode, size, (1, 2, 3, 4)), "WEBP", **options)
+            seen.add(data[12:16])
+            assert pictures.webp_size(data[:32]) == Image.open(io.BytesIO(data)).size == size
+    assert seen == {b"VP8 ", b"VP8L", b"VP8X"}
 
 
 def test_one_way_and_text_streams(model: uform.Model, tmp_path: Path) -> None:

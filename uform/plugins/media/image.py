@@ -71,6 +71,20 @@ def png_bit_depth(head: bytes) -> int:
     return head[24] if len(head) > 25 and head[12:16] == b"IHDR" else 8
 
 
+def webp_size(head: bytes) -> tuple[int, int] | None:
+    """``(width, height)`` a WebP's first chunk states (``VP8X`` canvas, ``VP8L`` or ``VP8 ``
+    header: all within the first 30 bytes), or None if it states none uform can read."""
+    kind = head[12:16]
+    if kind == b"VP8X" and len(head) >= 30:
+        return 1 + int.from_bytes(head[24:27], "little"), 1 + int.from_bytes(head[27:30], "little")
+    if kind == b"VP8L" and len(head) >= 25 and head[20] == 0x2F:
+        bits = int.from_bytes(head[21:25], "little")
+        return 1 + (bits & 0x3FFF), 1 + ((bits >> 14) & 0x3FFF)
+    if kind == b"VP8 " and len(head) >= 30 and head[23:26] == b"\x9d\x01\x2a":
+        return int.from_bytes(head[26:28], "little") & 0x3FFF, int.from_bytes(head[28:30], "little") & 0x3FFF
+    return None
+
+
 def to_rgb(image: Image.Image) -> Image.Image:
     """8-bit RGB: 16-bit samples cut to their high byte, alpha composited over white, palette,
     grayscale and CMYK converted (CMYK: ``round((255 − c)(255 − k) / 255)``, Pillow's rule).
@@ -243,6 +257,9 @@ def _pillow(source: Source, stream: BinaryIO, size: int) -> tuple[Image.Image, i
         stream.seek(0)
         head = stream.read(32)
         kind = _sniffed(source, io.BytesIO(head))
+        stated = webp_size(head) if kind == "WEBP" else None
+        if stated is not None:  # before Pillow's WebP reader, which refuses 2 x MAX_IMAGE_PIXELS in its own words
+            _check_size(source, *stated)
         stream.seek(0)
         # The plugin class itself, not Image.open: no other decoder is tried, and the size
         # check below is ours (Pillow's own warns, or raises a non-OSError, at other sizes).
