@@ -165,6 +165,19 @@ def test_wav_at_the_tower_rate_is_exactly_its_samples(model: uform.Model, tmp_pa
     np.testing.assert_array_equal(embed(model, [path]), embed_samples(model, [pcm], R))
 
 
+@pytest.mark.parametrize(("n", "padded", "truncated"), [(N - 1, 1, 0), (N, 0, 0), (N + 1, 0, 1)])
+def test_a_recording_of_exactly_the_window_is_neither_padded_nor_cut(model: uform.Model, tmp_path: Path, n: int, padded: int, truncated: int) -> None:
+    """Files and buffers count alike: one of exactly N samples at the tower's rate is not "longer"."""
+    signal = media.tone(n / R, R, (300.0,))
+    path = media.wav(tmp_path / "exact.wav", signal, R)
+    counted = []
+    for encode in (lambda s: model.audio_encode([path], uform.Arena(), stats=s), lambda s: model.audio_encode_samples([media.pcm16(signal)[:, 0] / np.float32(32768)], R, uform.Arena(), stats=s)):
+        stats = uform.AudioEncodeStats()
+        encode(stats)
+        counted.append((stats.padded_items, stats.truncated_items))
+    assert counted == [(padded, truncated)] * 2
+
+
 def test_stereo_is_the_mean_of_channels_and_resampling_keeps_the_tail(model: uform.Model, tower: audio.AudioTower, tmp_path: Path) -> None:
     left = media.tone(0.5, 44100, (1000.0,), amplitude=0.8)[0]
     path = media.wav(tmp_path / "left-only.wav", np.stack([left, np.zeros_like(left)]), 44100)

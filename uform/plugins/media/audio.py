@@ -190,6 +190,16 @@ def _wav_seconds(head: bytes) -> float | None:
     return None
 
 
+def _flushes_samples(packet: Any) -> bool:
+    """Whether the decoder, flushed by demux's last (empty) packet, still holds samples."""
+    import av
+
+    try:
+        return any(frame.samples for frame in packet.decode())
+    except av.FFmpegError:
+        return False
+
+
 def declared_seconds(container: Any, stream: Any, source: Source) -> float | None:
     """How long the container says the audio is: the stream's duration, else the
     container's, or what a WAV header's ``data`` chunk declares when that is longer."""
@@ -225,6 +235,11 @@ def decode(source: Source, rate: int, samples: int) -> Recording:
         ended = True
         try:
             for packet in container.demux(stream):
+                if window.full:  # filled to the sample by what came before: is there more?
+                    if packet.size or _flushes_samples(packet):
+                        ended = False
+                        break
+                    continue
                 try:
                     frames = packet.decode()
                 except av.FFmpegError:
@@ -235,7 +250,7 @@ def decode(source: Source, rate: int, samples: int) -> Recording:
                 in_row = 0
                 for frame in frames:
                     window.add(mono(frame), frame.sample_rate)
-                if window.full:
+                if window.produced > samples:
                     ended = False
                     break
             window_samples = window.finish()
