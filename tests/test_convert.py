@@ -562,3 +562,52 @@ def test_sharded_safetensors_convert_to_the_same_file(clip_dir: Path, clip_file:
         table = {n: shard if s.startswith("model-00002") else s for s, part in shards.items() for n in part}
         (d / "model.safetensors.index.json").write_text(json.dumps({"weight_map": table}))
         refused(d, tmp_path, rf"model.safetensors.index.json: weight_map gives '.*' the shard {re.escape(repr(shard))}, not a file name in")
+
+
+def test_a_cache_with_the_weights_alone_asks_the_hub_for_the_rest(clip_dir: Path, tmp_path: Path) -> None:
+    """``CLIPModel.from_pretrained`` caches config.json and the weights only: where a download
+    is allowed, ``uform convert`` asks the Hub for the tokenizer and preprocessing the snapshot
+    lacks (a local server stands for the Hub here and answers 404, so the conversion then names
+    the missing tokenizer); a snapshot holding them is read without asking."""
+    pytest.importorskip("huggingface_hub")
+    import http.server
+    import threading
+
+    asked: list[str] = []
+
+    class Hub(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - the standard library's name
+            asked.append(self.path)
+            self.send_error(404)
+
+        do_HEAD = do_GET  # noqa: N815
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hub)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    repo = tmp_path / "hub" / "models--openai--clip-vit-base-patch32"
+    snapshot = repo / "snapshots" / ("0" * 40)
+    snapshot.mkdir(parents=True)
+    for name in ("config.json", "model.safetensors"):
+        shutil.copy(clip_dir / name, snapshot / name)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("0" * 40)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
+    env |= {"HF_HUB_CACHE": str(tmp_path / "hub"), "HF_ENDPOINT": f"http://127.0.0.1:{server.server_address[1]}", "HF_HUB_DISABLE_TELEMETRY": "1"}
+    run = [sys.executable, "-c", "import sys; from uform.cli import main; sys.exit(main(sys.argv[1:]))", "convert", "openai/clip-vit-base-patch32"]
+    try:
+        partial = subprocess.run(run + [str(tmp_path / "a.safetensors")], env=env, capture_output=True, text=True, timeout=300)
+        assert partial.returncode != 0 and "no tokenizer" in partial.stderr, partial.stderr
+        assert any("openai/clip-vit-base-patch32" in path for path in asked), asked
+        asked.clear()
+        for f in clip_dir.iterdir():
+            if f.is_file() and not (snapshot / f.name).exists():
+                shutil.copy(f, snapshot / f.name)
+        whole = subprocess.run(run + [str(tmp_path / "b.safetensors")], env=env, capture_output=True, text=True, timeout=300)
+        assert whole.returncode == 0, whole.stderr
+        assert asked == []
+    finally:
+        server.shutdown()
+        server.server_close()

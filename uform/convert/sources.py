@@ -183,7 +183,7 @@ def _hub(repo: str) -> Path:
     cache = os.environ.get("HF_HUB_CACHE") or (os.path.join(home, "hub") if home else None)  # read now, not at import
     try:
         found = Path(snapshot_download(repo, allow_patterns=HUB_PATTERNS, local_files_only=True, cache_dir=cache))
-        if _has_weights(found):
+        if _has_weights(found) and (offline or _complete(found)):  # offline, the conversion names what is missing
             return found
     except LocalEntryNotFoundError:
         pass
@@ -198,6 +198,18 @@ def _hub(repo: str) -> Path:
     except Exception as exc:  # noqa: BLE001
         raise ConvertError(f"{repo}: cannot download it from the Hugging Face Hub ({type(exc).__name__}: {exc})") from None
     return found
+
+
+def _complete(directory: Path) -> bool:
+    """Whether a cached snapshot holds the rest of what a conversion reads, not the weights
+    alone (``CLIPModel.from_pretrained`` caches only config.json and the weights): open_clip's
+    config, or config.json with a tokenizer and ``preprocessor_config.json``."""
+    if (directory / "open_clip_config.json").is_file():
+        return True
+    tokenizer = any((directory / n).is_file() for n in ("tokenizer.json", "spiece.model")) or all(
+        (directory / n).is_file() for n in ("vocab.json", "merges.txt")
+    )
+    return tokenizer and all((directory / n).is_file() for n in ("config.json", "preprocessor_config.json"))
 
 
 def _has_weights(directory: Path) -> bool:
