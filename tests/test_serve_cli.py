@@ -126,6 +126,9 @@ def test_threads_and_batches_at_once(capsys: pytest.CaptureFixture[str]) -> None
         assert main(["serve", "--threads", bad]) == 2
         assert f"--threads must be 0-1024 (0: every core), got {bad}" in capsys.readouterr().err
     assert main(["serve", "--batches-at-once", "0"]) == 2
+    for bad in ("abc", "0,x", ",,", "", "-1"):  # 'abc' said only "invalid literal for int()", ',,' served from RAM
+        assert main(["serve", "--devices", bad]) == 2
+        assert f"--devices must be GPU ids of 0 or more separated by commas (0,1), got {bad!r}" in capsys.readouterr().err
 
 
 def test_describe_lists_modalities_and_verbs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -51,7 +51,7 @@ def _serve(args: argparse.Namespace) -> int:
         import uvicorn  # noqa: F401
     except ImportError as exc:
         raise ValueError(f"uform serve needs the serve extra: pip install 'uform[serve]' ({exc})") from None
-    devices = [int(d) for d in args.devices.split(",") if d.strip()] if args.devices else None
+    devices = _devices(args.devices)
     if not 0 <= args.threads <= MAX_THREADS:
         raise ValueError(f"--threads must be 0-{MAX_THREADS} (0: every core), got {args.threads}")
     if not 0 <= args.model_nice <= 19:
@@ -69,3 +69,17 @@ def _serve(args: argparse.Namespace) -> int:
     model, executor = load(args.model, args.quantization, devices, args.threads or None)
     return serve(model, config, host=args.host, port=args.port, access_log=not args.no_access_log, executor=executor,
                  model_nice=args.model_nice)
+
+
+def _devices(text: str | None) -> list[int] | None:
+    """``--devices 0,1`` as GPU ids (None without the flag); refused by name when an entry is not
+    an id of 0 or more, or when it names none."""
+    if text is None:
+        return None
+    try:
+        devices = [int(d) for d in text.split(",") if d.strip()]
+    except ValueError:
+        devices = []
+    if not devices or min(devices) < 0:
+        raise ValueError(f"--devices must be GPU ids of 0 or more separated by commas (0,1), got {text!r}")
+    return devices
