@@ -221,6 +221,26 @@ def test_encode_reports_an_unreadable_file(tiny_all: Path, folder: Path, tmp_pat
     assert len(read_saved(tmp_path / "e").rows) == 1
 
 
+def test_a_folder_deeper_than_python_s_recursion_is_walked(tiny_all: Path, folder: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """1,200 levels (2,400 characters of path, under PATH_MAX): os.walk's recursion raised RecursionError, a traceback."""
+    deep = bottom = tmp_path / "deep"
+    deep.mkdir()
+    for _ in range(1200):  # os.makedirs recurses too
+        bottom = bottom / "d"
+        bottom.mkdir()
+    bottom = bottom / "red.png"
+    bottom.write_bytes((folder / "pictures" / "red.png").read_bytes())
+    (deep / "d" / "top.jpg").write_bytes((folder / "pictures" / "blue.jpg").read_bytes())
+    try:
+        assert main(["search", "red", str(deep), "-m", str(tiny_all), "--json", "-k", "0"]) == 0
+        assert sorted(r["path"] for r in json.loads(capsys.readouterr().out)) == [str(bottom), str(deep / "d" / "top.jpg")]
+    finally:  # bottom up: shutil.rmtree (pytest's clean-up) recurses as well
+        bottom.unlink()
+        (deep / "d" / "top.jpg").unlink()
+        for level in [bottom.parent, *bottom.parent.parents][:1200]:
+            level.rmdir()
+
+
 def test_encode_many_bad_items_fall_back_to_one_at_a_time(tiny_all: Path, folder: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     good = [str(folder / m) for m in MEDIA[2:5]]
     corrupt = []

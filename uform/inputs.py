@@ -145,13 +145,30 @@ def gather(arguments: Iterable[str], *, texts: bool, report: Callable[[Failure],
 
 
 def _walk(folder: str, out: Gathered, fail: Callable[[Failure], None]) -> None:
-    def unreadable(exc: OSError) -> None:
-        fail(Failure("folder", exc.filename or folder, f"cannot list the folder ({exc.strerror or exc})"))
-
+    """``folder``'s files, recursively, in the order of their paths; with a stack of its own, not
+    ``os.walk``'s recursion, so a folder any number of levels deep is walked (os.walk raised
+    RecursionError past about 1,000)."""
     found: list[str] = []
-    for root, dirs, files in os.walk(folder, onerror=unreadable):
-        found += [os.path.join(root, name) for name in files]
-        out.skipped += [(p, "a symbolic link to a folder (not followed)") for p in (os.path.join(root, d) for d in dirs) if os.path.islink(p)]
+    pending = [folder]
+    while pending:
+        root = pending.pop()
+        try:
+            with os.scandir(root) as listing:
+                entries = list(listing)
+        except OSError as exc:
+            fail(Failure("folder", exc.filename or root, f"cannot list the folder ({exc.strerror or exc})"))
+            continue
+        for entry in entries:
+            try:
+                is_dir = entry.is_dir()  # follows a link, as os.walk does
+            except OSError:
+                is_dir = False
+            if not is_dir:
+                found.append(entry.path)
+            elif entry.is_symlink():
+                out.skipped.append((entry.path, "a symbolic link to a folder (not followed)"))
+            else:
+                pending.append(entry.path)
     for path in sorted(found):  # in the order of their paths
         modality = modality_of(path)
         if modality is None:
