@@ -155,6 +155,33 @@ def test_a_read_only_folder_stops_the_run_with_the_index_intact(tmp_path: Path, 
         assert len(ix) == 3 and ix.update([root]).added == 2
 
 
+def test_a_folder_that_cannot_be_listed_keeps_its_items(tmp_path: Path, ckpt: Path) -> None:
+    """Its files were not looked for, so they are not gone: a run while it was unreadable removed
+    its items, and the next run embedded them all again. Root runs without the capability that
+    overrides the folder's mode (``setpriv``), as above."""
+    drop = ["setpriv", "--bounding-set=-dac_override,-dac_read_search", "--inh-caps=-dac_override,-dac_read_search"]
+    if os.geteuid() == 0 and shutil.which("setpriv") is None:
+        pytest.skip("running as root without setpriv: permission bits cannot be made to bind")
+    root = photos(tmp_path / "photos", 2)
+    locked = root / "locked"
+    locked.mkdir()
+    for i in range(3):
+        Image.fromarray(np.random.default_rng(10 + i).integers(0, 255, (20, 20, 3), dtype=np.uint8)).save(locked / f"q{i}.png")
+    with Index(tmp_path / "idx", checkpoint=ckpt) as ix:
+        ix.update([root])
+    locked.chmod(0)
+    try:
+        run = subprocess.run([*(drop if os.geteuid() == 0 else []), sys.executable, "-m", "uform.cli", "index", "photos", "--into", "idx",
+                              "-m", str(ckpt)], capture_output=True, text=True, cwd=tmp_path)  # fmt: skip
+    finally:
+        locked.chmod(0o755)
+    assert (run.returncode, run.stderr) == (1, f"uform: failed: folder {locked}: cannot list the folder (Permission denied)\n")
+    assert "index idx: 5 items (5 images)" in run.stdout and "0 embedded, 2 unchanged, 0 read again unchanged, 0 moved, 0 copied, 0 removed, 1 failed" in run.stdout
+    with Index(tmp_path / "idx", checkpoint=ckpt) as ix:
+        again = ix.update([root])
+        assert (again.added, again.unchanged, again.removed, len(ix)) == (0, 5, 0, 5)
+
+
 PARQUET_LIMITED = """
 import resource, sys
 from uform.cli import main

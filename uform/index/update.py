@@ -117,6 +117,7 @@ class Updater:
             else:
                 files.append(path)
         found = gather(files, texts=False, report=lambda f: self.fail(f))
+        self.unlisted = [escape(f.value) for f in found.failures if f.kind == "folder"]  # what is under them is not known gone
         self.result.skipped = found.skipped
         self.walked = {item.value for item in found.items if item.walked}
         todo: list[Item] = []
@@ -129,8 +130,7 @@ class Updater:
                 todo.append(item)
         self.total = len(todo) + len(texts)
         self.seen.update(key for key, _ in texts)  # a text's key is never both gone and given: its old row is replaced, not moved
-        gone = [p for p, r in self.rows.items() if p not in self.seen and in_scope(p, roots, text=r.text)]
-        self.missing = {self.rows[p].hash: p for p in gone}
+        self.missing = {self.rows[p].hash: p for p in self._gone(roots)}
         for start in range(0, len(todo), CHUNK):
             self._chunk_files(todo[start : start + CHUNK])
         for start in range(0, len(texts), CHUNK):
@@ -308,11 +308,17 @@ class Updater:
                 self.result.unserved.append(item)
         return [n for n in to_encode if n.insert.path not in gone]
 
+    def _gone(self, roots: list[str]) -> list[str]:
+        """Paths of rows under the roots that were not found; not those under a folder that could
+        not be listed (a permission, a mount away): their files were not looked for."""
+        return [p for p, r in self.rows.items() if p not in self.seen and in_scope(p, roots, text=r.text) and (r.text or not in_scope(p, self.unlisted))]
+
     def _prune(self, roots: list[str]) -> None:
         """Rows (and failures) of paths under the roots that were not found leave the index."""
-        gone = [p for p, r in self.rows.items() if p not in self.seen and in_scope(p, roots, text=r.text)]
+        gone = self._gone(roots)
         named = [escape(r) for r in roots]  # failures are recorded under escaped names (a root's own may not be UTF-8)
-        failed = [p for p in self.failed_before if p not in self.seen and (in_scope(p, named) or in_scope(p, named, text=True))]
+        failed = [p for p in self.failed_before if p not in self.seen and not in_scope(p, self.unlisted)
+                  and (in_scope(p, named) or in_scope(p, named, text=True))]  # fmt: skip
         stale = {p.rsplit(":", 1)[0] for p in gone if self.rows[p].text}  # a text file whose lines left is read in full next time
         self.store.prune(gone, failed, stale, self.text_stamps, self.late)
         self.result.removed = len(gone)
