@@ -244,6 +244,22 @@ def test_outputs_are_read_only_views(tiny_model: uform.Model) -> None:
         enc.embeddings[0, 0] = 1.0
 
 
+def test_progress_is_called_at_each_step_passed_for_any_count_of_steps(tiny_model: uform.Model) -> None:
+    from uform.core.progress import Progress
+
+    seen: list[tuple[int, int]] = []
+    tracker = Progress(lambda d, t: seen.append((d, t)), 4, 300)
+    for _ in range(5):
+        tracker.advance(64)  # 64, 128, 192, 256, 320: the marks 75, 150, 225 and 300 passed at 128, 192, 256, 320
+    assert seen == [(128, 300), (192, 300), (256, 300), (320, 300)]
+    # More steps than items: every advance reports; 10**30 steps looped over each one (a hang).
+    seen.clear()
+    tiny_model.text_encode(["a", "bb", "ccc"], Arena(), progress=lambda d, t: seen.append((d, t)), progress_steps=10**30)
+    assert seen[-1] == (3, 3) and len(seen) <= 3
+    with pytest.raises(ValueError, match="progress_steps must be a non-negative integer, got True"):
+        tiny_model.text_encode(["a"], Arena(), progress_steps=True)
+
+
 def test_progress_and_cancellation_write_nothing(tiny_model: uform.Model) -> None:
     texts = [f"text number {i}" * (i % 5 + 1) for i in range(300)]
     seen: list[tuple[int, int]] = []

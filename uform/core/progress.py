@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
 from .errors import CancelledError
@@ -18,7 +17,7 @@ class Progress:
     """
 
     def __init__(self, handler: ProgressHandler | None, steps: int, total: int) -> None:
-        if not isinstance(steps, int) or steps < 0:
+        if not isinstance(steps, int) or isinstance(steps, bool) or steps < 0:
             raise ValueError(f"progress_steps must be a non-negative integer, got {steps!r}")
         if handler is not None and not callable(handler):
             raise TypeError(f"progress must be callable as progress(done, total), got {type(handler).__name__}")
@@ -30,11 +29,12 @@ class Progress:
         self.done += n
         if self.handler is None:
             return
-        if self.steps:
-            mark = math.ceil((self._step + 1) * self.total / self.steps) if self.total else 0
-            if self.done < mark and self.done < self.total:
+        if self.steps and self.done < self.total:
+            # Step s is due once done reaches ceil(s * total / steps); the steps passed are
+            # floor(done * steps / total), in integers (any count of steps, no loop over them).
+            passed = min(self.steps, self.done * self.steps // self.total)
+            if passed <= self._step:
                 return
-            while self._step < self.steps and math.ceil((self._step + 1) * self.total / self.steps) <= self.done:
-                self._step += 1
+            self._step = passed
         if self.handler(self.done, self.total) is False:
             raise CancelledError(f"cancelled by the progress handler at {self.done} of {self.total}; nothing was written")
