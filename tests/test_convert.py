@@ -416,14 +416,17 @@ class safetensors_file:
         pass
 
 
-def test_a_pytorch_bin_source_converts_to_the_same_file(clip_dir: Path, clip_file: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("zipped", [True, False], ids=["zip", "legacy"])
+def test_a_pytorch_bin_source_converts_to_the_same_file(clip_dir: Path, clip_file: Path, tmp_path: Path, zipped: bool) -> None:
     """``pytorch_model.bin`` (read by torch with weights_only=True) gives the same tensors as
-    model.safetensors."""
+    model.safetensors, in torch's zip format (mapped) and in its legacy format (torch < 1.6,
+    or ``_use_new_zipfile_serialization=False``: torch cannot map it, so it is read whole)."""
     import torch
 
     d = copy(clip_dir, tmp_path)
     with safetensors_file(d / "model.safetensors") as tensors:
-        torch.save({k: torch.from_numpy(v) for k, v in tensors.items()}, d / "pytorch_model.bin")
+        state = {k: torch.from_numpy(v) for k, v in tensors.items()}
+        torch.save(state, d / "pytorch_model.bin", _use_new_zipfile_serialization=zipped)
     (d / "model.safetensors").unlink()
     out = tmp_path / "bin.safetensors"
     convert(d, out, dtype="f32", name="tiny-clip")

@@ -281,8 +281,10 @@ def _torch_bin(path: Path) -> Weights:
         import torch
     except ImportError:
         raise ConvertError(f"{path}: reading a .bin source needs torch (pip install torch), or convert it from model.safetensors") from None
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    import zipfile
+
+    try:  # mapped where torch can map it: the zip format of torch >= 1.6 (the legacy format is read whole)
+        state = torch.load(path, map_location="cpu", weights_only=True, mmap=zipfile.is_zipfile(path))
     except Exception as exc:  # noqa: BLE001 - torch's errors vary; the message names the file
         raise ConvertError(f"{path}: cannot be read as a PyTorch state dict ({type(exc).__name__}: {exc})") from None
     if isinstance(state, dict) and "state_dict" in state and isinstance(state["state_dict"], dict):
