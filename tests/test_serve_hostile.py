@@ -235,6 +235,27 @@ def test_a_long_integer_under_the_limit_is_not_written_out_whole(served: tuple[s
     assert error["message"] == "'dimensions' is a huge integer, but this model's embeddings have 64", error
 
 
+@pytest.mark.parametrize("scheme", ["file:", "FILE:", "\\u0066ile:"])
+def test_a_file_url_is_read_off_the_event_loop_however_it_is_spelled(served: tuple[str, Path], scheme: str,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    from uform.serve import parts
+
+    url, root = served
+    (root / "read.png").write_bytes(media_module.encode_image(media_module.pattern(40, 50), "PNG"))
+    readers: list[str] = []
+
+    def read_under(path: str, media_root: Path, limit: int) -> bytes:  # the server's own reading, its thread noted
+        readers.append(threading.current_thread().name)
+        return original(path, media_root, limit)
+
+    original = parts.read_under
+    monkeypatch.setattr(parts, "read_under", read_under)
+    body = b'{"input": [{"type": "image_url", "image_url": {"url": "' + scheme.encode() + b"//" + str(root).encode() + b'/read.png"}}]}'
+    answer = post(url, body)
+    assert answer.status_code == 200, answer.text
+    assert len(readers) == 1 and readers[0].startswith("uform-serve"), readers  # a thread of the server's pool, not the loop's
+
+
 @pytest.mark.parametrize("tokens", [[[True, True]], [[104, True]], [[104, 105], [False]]])
 def test_booleans_are_never_token_ids(served: tuple[str, Path], tokens: list[Any]) -> None:
     answer = post(served[0], json.dumps({"input": tokens}).encode())

@@ -88,7 +88,7 @@ class Routes:
         began = time.perf_counter()
         c = self.config
         body = await read_body(receive, c.max_request_bytes)
-        if len(body) <= c.inline_json_bytes and b"file:" not in body:
+        if len(body) <= c.inline_json_bytes and not (c.media_root is not None and _may_name_files(body)):
             req = requests.embeddings(body, max_items=c.max_items_per_request, media_root=c.media_root, limit=c.max_request_bytes)
         else:  # large, or naming files: parsed (base64 decoded, files read) on a thread
             parse = functools.partial(requests.embeddings, body, max_items=c.max_items_per_request, media_root=c.media_root, limit=c.max_request_bytes)
@@ -156,6 +156,12 @@ class Routes:
         except TimeoutError:
             pass
         self.pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _may_name_files(body: bytes) -> bool:
+    """Whether a body might hold a ``file://`` URL: ``file:`` in any case (``FILE:`` is one too), or a
+    JSON escape that may spell it (``\\u0066ile:``)."""
+    return b"\\u" in body or b"file:" in body.lower()
 
 
 def _embeddings_body(req: requests.EmbeddingsRequest, jobs: Jobs, results: list[Any], dims: int, model_id: str, tokens: int) -> bytes:
