@@ -338,6 +338,9 @@ def test_on_and_deferred_run_on_the_executor(tiny_model: uform.Model) -> None:
             failing.result()
         with pytest.raises(AttributeError, match="not a Model verb"):
             tiny_model.on(ex).load_ram  # noqa: B018
+    # closed: its threads joined; used again, it starts them anew
+    assert np.array_equal(tiny_model.deferred(ex).text_encode(TEXTS, Arena()).result(timeout=60).embeddings, want)
+    ex.close()
     for name, bad in (("threads", 0), ("threads", True), ("threads", 1025), ("calls", 0), ("calls", 10**6)):
         with pytest.raises(ValueError, match=rf"Executor {name} must be an integer from 1 to 1024, got {bad!r}"):
             uform.Executor(**{name: bad})  # 4,096 threads made a load take seconds on 2 cores and its close hang
