@@ -433,6 +433,24 @@ def test_a_pytorch_bin_source_converts_to_the_same_file(clip_dir: Path, clip_fil
     assert out.read_bytes() == clip_file.read_bytes()
 
 
+def test_an_open_clip_training_checkpoint_converts_as_its_weights(tmp_path: Path) -> None:
+    """open_clip's training writes ``epoch_N.pt``: the weights under ``state_dict``, named
+    ``module.…`` where it ran under DistributedDataParallel, beside the optimizer's state.
+    Saved as open_clip_pytorch_model.bin it converts to the bytes its bare weights give."""
+    pytest.importorskip("open_clip")
+    import torch
+
+    d, model = hf_models.make_open_clip(tmp_path / "oc")
+    plain = tmp_path / "plain.safetensors"
+    convert(d, plain, dtype="f32", name="oc")
+    state = {f"module.{k}": v for k, v in model.state_dict().items()}
+    optimizer = torch.optim.AdamW(model.parameters()).state_dict()
+    torch.save({"epoch": 3, "name": "run", "state_dict": state, "optimizer": optimizer}, d / "open_clip_pytorch_model.bin")
+    trained = tmp_path / "trained.safetensors"
+    convert(d, trained, dtype="f32", name="oc")
+    assert trained.read_bytes() == plain.read_bytes()
+
+
 def test_open_clip_variants_are_refused_by_field(tmp_path: Path) -> None:
     pytest.importorskip("open_clip")
     d, _ = hf_models.make_open_clip(tmp_path / "oc")

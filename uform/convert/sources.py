@@ -288,9 +288,11 @@ def _torch_bin(path: Path) -> Weights:
     except Exception as exc:  # noqa: BLE001 - torch's errors vary; the message names the file
         raise ConvertError(f"{path}: cannot be read as a PyTorch state dict ({type(exc).__name__}: {exc})") from None
     if isinstance(state, dict) and "state_dict" in state and isinstance(state["state_dict"], dict):
-        state = state["state_dict"]
+        state = state["state_dict"]  # a training checkpoint (open_clip's epoch_N.pt): its model's weights
     if not isinstance(state, dict):
         raise ConvertError(f"{path}: expected a state dict (a mapping of names to tensors), got {type(state).__name__}")
+    if state and all(isinstance(k, str) and k.startswith("module.") for k in state):  # saved from DistributedDataParallel
+        state = {k.removeprefix("module."): v for k, v in state.items()}
     arrays: dict[str, np.ndarray] = {}
     for name, tensor in state.items():
         if not isinstance(tensor, torch.Tensor):
