@@ -363,6 +363,18 @@ def test_demo_media_then_encode(tiny_all: Path, tmp_path: Path, capsys: pytest.C
     assert main(["demo-media", str(demo), "--per-modality", "0"]) == 2
 
 
+def test_demo_media_and_evaluate_name_a_bad_seed_and_an_empty_dir(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """--seed -1 was numpy's "expected non-negative integer", naming no option; DIR '' wrote the media into the current folder."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["demo-media", "demo", "--seed", "-1"]) == 2
+    assert capsys.readouterr().err == "uform: error: --seed must be 0 or more; got -1\n"
+    assert main(["evaluate", "--model", "missing.safetensors", "--seed", "-1"]) == 2  # refused before the model is loaded
+    assert capsys.readouterr().err == "uform: error: --seed must be 0 or more; got -1\n"
+    assert main(["demo-media", "", "--per-modality", "1"]) == 2
+    assert capsys.readouterr().err == "uform: error: DIR is empty: name the folder to write into\n"
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_evaluate(tiny_all: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["evaluate", "--model", str(tiny_all), "--count", "3", "--questions", "4", "--json"]) == 0
     figures = json.loads(capsys.readouterr().out)

@@ -34,7 +34,9 @@ def add_parsers(sub: Any) -> None:
 def _demo_media(args: argparse.Namespace) -> int:
     from uform import demo
 
-    options: dict[str, Any] = {"seed": args.seed}
+    if not args.dir:  # an unset shell variable: not the current folder
+        raise ValueError("DIR is empty: name the folder to write into")
+    options: dict[str, Any] = {"seed": seed(args)}
     if args.per_modality is not None:
         if args.per_modality < 1:
             raise ValueError(f"--per-modality must be 1 or more; got {args.per_modality}")
@@ -49,14 +51,20 @@ def _demo_media(args: argparse.Namespace) -> int:
 SUITES = ("own", "foreign", "both")
 
 
+def seed(args: argparse.Namespace) -> int:
+    """``--seed``, refused by name below 0 (numpy's generators take no negative seed)."""
+    if args.seed < 0:
+        raise ValueError(f"--seed must be 0 or more; got {args.seed}")
+    return int(args.seed)
+
+
 def _evaluate(args: argparse.Namespace) -> int:
     from uform import demo
     from uform.demo import foreign
 
-    model = load(args)
     options: dict[str, Any] = {}
     if args.seed is not None:
-        options["seed"] = args.seed
+        options["seed"] = seed(args)
     if args.count is not None:
         if args.count < 1:
             raise ValueError(f"--count must be 1 or more; got {args.count}")
@@ -65,6 +73,7 @@ def _evaluate(args: argparse.Namespace) -> int:
         if args.questions < 1:
             raise ValueError(f"--questions must be 1 or more; got {args.questions}")
         options["questions"] = args.questions
+    model = load(args)  # after the options' checks
     suites = ("own", "foreign") if args.suite == "both" else (args.suite,)
     runs = {"own": demo.evaluate, "foreign": foreign.evaluate}
     results: dict[str, dict[str, Any]] = {}
