@@ -95,6 +95,31 @@ def test_an_empty_path_is_not_the_current_folder(tmp_path: Path, ckpt: Path, cap
         assert len(ix) == 3
 
 
+NO_PYARROW = """
+import sys
+sys.modules["pyarrow"] = None  # as where it is not installed
+from uform.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_a_parquet_export_that_cannot_be_written_is_refused_before_any_work(tmp_path: Path, ckpt: Path, capsys: pytest.CaptureFixture[str],
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """The update ran whole, then the export was refused (status 2); without pyarrow, a traceback."""
+    monkeypatch.chdir(tmp_path)
+    photos(tmp_path / "photos", 2)
+    assert main(["index", "photos", "--into", "idx", "-m", str(ckpt), "--export-parquet", "/dev/full"]) == 2
+    assert capsys.readouterr() == ("", "uform: error: /dev/full: not a regular file (/dev/full); not replaced\n")
+    assert not (tmp_path / "idx").exists()
+    for option in ("--export-parquet", "--import-parquet"):
+        assert main(["index", "--into", "idx", option, ""]) == 2
+        assert capsys.readouterr().err.startswith(f"uform: error: {option} is empty: name the Parquet file")
+    run = subprocess.run([sys.executable, "-c", NO_PYARROW, "index", "photos", "--into", "idx", "-m", str(ckpt), "--export-parquet", "x.parquet"],
+                         capture_output=True, text=True, cwd=tmp_path)  # fmt: skip
+    assert (run.returncode, run.stdout, run.stderr) == (2, "", "uform: error: Parquet needs pyarrow: pip install 'uform[index]' (or pyarrow)\n")
+    assert not (tmp_path / "idx").exists()
+
+
 def test_a_full_disk_stops_the_run_with_the_index_intact(tmp_path: Path, ckpt: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import uform.index.update as update
 

@@ -47,10 +47,15 @@ def open_index(args: argparse.Namespace, path: str, *, read_only: bool, scalar: 
 
 
 def run(args: argparse.Namespace) -> int:
-    if not (args.paths or args.remove or args.export_parquet or args.import_parquet):
+    if not (args.paths or args.remove or args.export_parquet is not None or args.import_parquet is not None):
         raise ValueError("nothing to do: give PATHs to index (or --remove, --import-parquet, --export-parquet)")
-    if not args.into:
-        raise ValueError("--into is empty: name the index folder")
+    named = (("--into", args.into, "the index folder"), ("--export-parquet", args.export_parquet, "the Parquet file to write"),
+             ("--import-parquet", args.import_parquet, "the Parquet file or folder to read"))  # fmt: skip
+    for option, value, what in named:
+        if value == "":  # an unset shell variable: not the current folder
+            raise ValueError(f"{option} is empty: name {what}")
+    if args.export_parquet is not None or args.import_parquet is not None:
+        parquet_ready(args.export_parquet)
     failures: list[Failure] = []
 
     def report(f: Failure) -> None:
@@ -87,6 +92,19 @@ def run(args: argparse.Namespace) -> int:
         if result is not None and (result.failed or result.still_failed):
             return 1
     return 0
+
+
+def parquet_ready(export: str | None) -> None:
+    """Before any work, as for every file uform writes: pyarrow is there, and ``export`` can be written."""
+    from uform.core.files import check_replaceable
+    from uform.index.parquet import arrow
+
+    try:
+        arrow()
+    except ImportError as exc:
+        raise ValueError(str(exc)) from None
+    if export is not None:
+        check_replaceable(export)
 
 
 def search(args: argparse.Namespace) -> int:
