@@ -242,7 +242,7 @@ def test_another_model_is_refused(tmp_path: Path, ckpt: Path, other_ckpt: Path) 
         Index(tmp_path / "idx", checkpoint=other_ckpt)
     with pytest.raises(IndexModelError, match="bf16 weights.*e4m3 weights"):
         Index(tmp_path / "idx", checkpoint=ckpt, quantization="e4m3")
-    with pytest.raises(IndexModelError, match="f32 vectors.*i8 vectors"):
+    with pytest.raises(IndexModelError, match=r"f32 vectors.*i8 vectors.*--quantization bf16 --outputs-scalar f32, or no --outputs-scalar\)"):
         Index(tmp_path / "idx", checkpoint=ckpt, outputs_scalar="i8")
     with Index(tmp_path / "idx", checkpoint=ckpt, read_only=True) as ix:  # untouched by the refusals
         assert len(ix) == 2

@@ -80,7 +80,8 @@ class Index:
             self._store.close()
             raise IndexModelError(
                 f"{self.path} was made by {mine.describe()}; this is {theirs.describe()}: its vectors cannot be mixed or compared. "
-                f"pass that model (on the command line: --model {mine.checkpoint} --quantization {mine.quantization}), or index into another folder"
+                f"pass that model (on the command line: --model {mine.checkpoint} --quantization {mine.quantization}"
+                f"{f' --outputs-scalar {mine.scalar}, or no --outputs-scalar' if mine.scalar != theirs.scalar else ''}), or index into another folder"
             )  # fmt: skip
         self.identity = mine
         self._cache: tuple[int, int, np.ndarray, np.ndarray] | None = None
