@@ -88,6 +88,15 @@ def test_an_empty_query_is_refused(saved: Path, tmp_path: Path, capsys: pytest.C
     assert (main(["search", query, "--index", str(tmp_path / "idx"), *model]), error_line(capsys)) == (2, expected)
 
 
+def test_a_query_that_is_not_utf8_is_named(saved: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A QUERY in another encoding was "item 0: text is not encodable as UTF-8 (surrogates not allowed at 2)"."""
+    model = ["-m", str(saved / "tiny.safetensors"), "-q"]
+    Image.fromarray(np.full((32, 32, 3), 200, np.uint8)).save(tmp_path / "grey.png")
+    query = os.fsdecode(b"ab\xffc")  # as Python gives such an argument
+    expected = "uform: error: QUERY 'ab\\xffc' is not valid UTF-8 (a command-line argument in another encoding)"
+    assert (main(["search", query, str(tmp_path / "grey.png"), *model]), error_line(capsys)) == (2, expected)
+
+
 def test_calibrate_names_the_line_of_a_byte_that_is_not_utf8(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     examples = tmp_path / "examples.jsonl"
     line = '{"text": "q", "choices": "ab", "answer": "a"}\n'
