@@ -70,6 +70,10 @@ def test_failures_and_errors(tmp_path: Path, ckpt: Path, capsys: pytest.CaptureF
     assert "give a QUERY or --like FILE" in capsys.readouterr().err
     assert main(["search", "x", "--index", "nowhere", "-m", str(ckpt)]) == 2
     assert "no such index" in capsys.readouterr().err
+    (tmp_path / "empty.png").write_bytes(b"")
+    for like, reason in (("missing.png", "no such file"), ("empty.png", "the file is empty")):  # not the API's "item 0 (PATH): ..."
+        assert main(["search", "--like", like, "--index", "idx", "-m", str(ckpt)]) == 2
+        assert capsys.readouterr().err == f"uform: error: --like {like}: {reason}\n"
     assert main(["index", "--into", "idx"]) == 2
 
 

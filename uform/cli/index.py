@@ -118,7 +118,12 @@ def search(args: argparse.Namespace) -> int:
         raise ValueError(f"--modalities must name text, image, video or audio, comma-separated; got {args.modalities!r}")
     with open_index(args, args.index, read_only=True) as index:
         if args.like is not None:
-            hits = index.search_file(args.like, args.top, modalities=wanted)
+            from uform import InputError
+
+            try:
+                hits = index.search_file(args.like, args.top, modalities=wanted)
+            except InputError as exc:  # the API's "item 0 (PATH): ...": here the one file is --like's
+                raise ValueError(f"--like {args.like}: {exc.reason}") from None
         else:
             hits = index.search(args.query, args.top, modalities=wanted)
     cwd = os.getcwd() + os.sep
