@@ -121,6 +121,8 @@ CASES = {
     "header not object": (lambda p: struct.pack("<Q", 2) + b"[]", "not a JSON object"),
     "header nested too deeply": (lambda p: _deep_header(), r"header is not JSON \(nested too deeply\)"),
     "config nested too deeply": (lambda p: _with_config_text(p, "[" * 10**5 + "]" * 10**5), r"config in __metadata__\[\"uform\"\] is not JSON \(nested too deeply\)"),
+    "header integer too long": (lambda p: struct.pack("<Q", 5006) + b'{"a":' + b"9" * 5000 + b"}", r"header is not JSON \(an integer of more than 4300 digits\)"),
+    "config integer too long": (lambda p: _with_config_text(p, '{"dim": ' + "9" * 5000 + "}"), r"config in __metadata__\[\"uform\"\] is not JSON \(an integer of more than 4300 digits\)"),
     "offsets outside": (lambda p: _with_entry(p, "text.cls", data_offsets=[0, 1 << 40]), "'text.cls'.*outside"),
     "offsets vs shape": (lambda p: _with_entry(p, "text.cls", shape=[65]), "'text.cls'.*needs"),
     "negative shape": (lambda p: _with_entry(p, "text.cls", shape=[-64]), "'text.cls'.*shape"),

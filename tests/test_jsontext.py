@@ -19,6 +19,7 @@ from uform.core.jsontext import NotJSON, loads, reason
         (b'{"a": "\xff"}', "not UTF-8: byte 0xff at offset 7"),
         ('{"a": 1}'.encode("utf-16"), "not UTF-8: byte 0xff at offset 0"),  # json.loads itself takes UTF-16
         (b'\xef\xbb\xbf{"a": 1}', "Unexpected UTF-8 BOM (decode using utf-8-sig) at column 1"),
+        pytest.param('{"a": ' + "9" * 5000 + "}", "an integer of more than 4300 digits", id="integer-too-long"),  # a bare ValueError, before
     ],
 )
 def test_each_failure_is_not_json_with_its_reason(text: str | bytes, why: str) -> None:

@@ -1,9 +1,10 @@
 """JSON from outside uform, read in one place.
 
-A file, a line or a header someone else wrote can fail ``json.loads`` three ways: text that is
-not JSON (``JSONDecodeError``), bytes that are not UTF-8 (``UnicodeDecodeError``), and JSON
+A file, a line or a header someone else wrote can fail ``json.loads`` four ways: text that is
+not JSON (``JSONDecodeError``), bytes that are not UTF-8 (``UnicodeDecodeError``), JSON
 nested past Python's stack (``RecursionError``, which is no ``ValueError`` and escaped every
-``except ValueError`` before it had a room). :func:`loads` turns all three into
+``except ValueError`` before it had a room), and an integer longer than Python converts
+(a bare ``ValueError`` in Python's words). :func:`loads` turns all four into
 :class:`NotJSON`, a ``ValueError`` whose text is the reason alone, for the caller to put in an
 error of its own that names the item. Every module reads outside JSON through it
 (tests/test_architecture.py holds them to it); uform's own metadata, which uform wrote a moment
@@ -13,22 +14,26 @@ before, and the server's orjson reading are the exceptions the test names.
 from __future__ import annotations
 
 import json
+import sys
 from typing import Any
 
 
 class NotJSON(ValueError):
     """What :func:`loads` raises; ``str()`` is the reason alone (``"Expecting value at column 1"``,
-    ``"Expecting ',' delimiter at line 3 column 13"``, ``"nested too deeply"``)."""
+    ``"Expecting ',' delimiter at line 3 column 13"``, ``"nested too deeply"``, ``"an integer of
+    more than 4300 digits"``)."""
 
 
 def loads(text: str | bytes) -> Any:
     """``json.loads(text)``, bytes read as UTF-8 alone (``json.loads`` would take UTF-16 and 32
     too, which no format uform reads allows); :class:`NotJSON` for text that is not JSON, bytes
-    that are not UTF-8, or JSON nested too deeply."""
+    that are not UTF-8, JSON nested too deeply, or an integer longer than Python converts."""
     try:
         return json.loads(text.decode("utf-8") if isinstance(text, bytes) else text)
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
         raise NotJSON(reason(exc)) from None
+    except ValueError:  # int()'s limit on digits (sys.get_int_max_str_digits), the one ValueError left
+        raise NotJSON(f"an integer of more than {sys.get_int_max_str_digits()} digits") from None
 
 
 def reason(exc: json.JSONDecodeError | UnicodeDecodeError | RecursionError) -> str:
