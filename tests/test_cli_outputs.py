@@ -233,6 +233,18 @@ def test_new_refuses_a_file_that_is_not_a_checkpoint(tmp_path: Path, capsys: pyt
     assert main(["new", str(notes), "-q", "--seed", "1"]) == 0  # a checkpoint now: replaced without --force
 
 
+def test_new_and_calibrate_refuse_an_out_that_names_a_folder_or_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """'out/' was written as the file 'out' (pathlib drops the slash); '' read as '.'."""
+    folder = f"{tmp_path / 'out'}/"
+    assert main(["new", folder, "-q"]) == 2
+    assert one_error(capsys) == f"uform: error: {folder} names a folder (it ends in '/'): name the .safetensors file to write"
+    assert main(["new", "", "-q"]) == 2
+    assert one_error(capsys) == "uform: error: the checkpoint path is empty: name the .safetensors file to write"
+    assert main(["calibrate", "examples.jsonl", "--out", folder, "-q"]) == 2
+    assert "names a folder" in one_error(capsys)
+    assert not (tmp_path / "out").exists()
+
+
 def test_new_under_a_file_size_limit_keeps_the_old_checkpoint(under_limits: dict[str, tuple[int, str, Path, dict[str, bytes]]]) -> None:
     code, err, folder, before = under_limits["new"]
     assert (code, err) == (2, "uform: error: partial.safetensors: not written (File too large); the old file is as it was\n")

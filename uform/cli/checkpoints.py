@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from typing import Any
 
 import numpy as np
@@ -193,5 +194,9 @@ def writable_checkpoint(path: str, force: bool) -> None:
     from uform.core.checkpoint import is_checkpoint_file
     from uform.core.files import check_replaceable, refuse_foreign
 
+    if not path:
+        raise ValueError("the checkpoint path is empty: name the .safetensors file to write")
+    if path.endswith(("/", os.sep)):  # pathlib drops the slash: 'out/' was written as the file 'out'
+        raise ValueError(f"{printable(path)} names a folder (it ends in '/'): name the .safetensors file to write")
     refuse_foreign(path, is_checkpoint_file, force, "a uform checkpoint")
     check_replaceable(path)
