@@ -49,8 +49,8 @@ def write_media(directory: str | os.PathLike[str], *, seed: int = 0, per_modalit
     missing), plus ``captions.jsonl`` (one ``{"path", "modality", "caption"}`` a line, paths
     relative to ``directory``); answer the items in that order.
 
-    File names say what they hold: ``image-00-red-circle.png``, ``video-03-blue-square-moving-up.webm``,
-    ``audio-05-steady-low-tone.wav``. Pictures are 128 x 128, alternately PNG and JPEG; clips
+    File names say what they hold: ``image-00-red-circle.png``, ``video-03-purple-circle-moving-up.webm``,
+    ``audio-04-slowly-pulsing-low-tone.wav``. Pictures are 128 x 128, alternately PNG and JPEG; clips
     64 x 64, eight frames at 8 fps, alternately MP4 (H.264) and WebM (VP8); recordings one
     second of 16-bit mono at 16 kHz, alternately WAV and FLAC. The first ``min(3,
     per_modality)`` pictures are red circles (so a search for "a red circle" has several right
