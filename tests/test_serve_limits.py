@@ -61,7 +61,7 @@ def test_request_size_queue_and_item_limits(model: uform.Model) -> None:
         # more items than the queue holds could never be queued: a 400, not a 429 to retry forever
         never = httpx.post(url + "/v1/embeddings", json={"input": ["a"] * 5})
         assert never.status_code == 400 and never.json()["error"]["code"] == "too_many_items", never.text
-        assert never.json()["error"]["message"] == "'input' holds 5 items, more than the queue holds (4, --max-queue-items); send fewer a request"
+        assert never.json()["error"]["message"] == "'input' holds 5 items, more than the queue holds (4, --max-queue-items); send fewer items a request"
         answers: list[httpx.Response] = []
 
         def post(texts: list[str]) -> threading.Thread:

@@ -85,7 +85,7 @@ class Batcher:
             raise ApiError(503, "the server is shutting down and takes no new requests", code="draining")
         if len(payloads) > self.config.max_queue_items:  # would never fit: retrying cannot help
             raise ApiError(400, f"'input' holds {len(payloads)} items, more than the queue holds ({self.config.max_queue_items}, "
-                                "--max-queue-items); send fewer a request", param="input", code="too_many_items")  # fmt: skip
+                                "--max-queue-items); send fewer items a request", param="input", code="too_many_items")  # fmt: skip
         if self.depth.items + len(payloads) > self.config.max_queue_items:
             raise ApiError(429, f"the queue is full ({self.config.max_queue_items} items); retry shortly", code="queue_full",
                            headers={"Retry-After": str(self.config.retry_after_seconds)})  # fmt: skip
