@@ -33,6 +33,12 @@ def photos(root: Path, count: int = 4) -> Path:
     return root
 
 
+def test_one_item_is_one_item(tmp_path: Path, ckpt: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "note.txt").write_text("a red circle\n")
+    assert main(["index", str(tmp_path / "note.txt"), "--into", str(tmp_path / "idx"), "-m", str(ckpt)]) == 0
+    assert f"index {tmp_path / 'idx'}: 1 item (1 text) of " in capsys.readouterr().out  # was '1 items'
+
+
 def test_index_then_search(tmp_path: Path, ckpt: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     photos(tmp_path / "photos")

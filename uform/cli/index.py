@@ -80,7 +80,8 @@ def run(args: argparse.Namespace) -> int:
                 say(f"uform: {unserved(result.unserved)[1]}")
         counts = index.counts()
         what = ", ".join(counted(n, m) for m, n in counts.items() if n) or "no items"
-        print(f"index {args.into}: {sum(counts.values())} items ({what}) of {index.identity.describe()}")
+        total = sum(counts.values())
+        print(f"index {args.into}: {total} item{'' if total == 1 else 's'} ({what}) of {index.identity.describe()}")
         if result is not None:
             print(f"this run: {result.added} embedded, {result.unchanged} unchanged, {result.touched} read again unchanged, "
                   f"{result.moved} moved, {result.copied} copied, {result.removed + removed} removed, "
