@@ -70,11 +70,13 @@ def test_request_size_queue_and_item_limits(model: uform.Model) -> None:
             return thread
 
         posted = [post(["a"])]
-        while state.batcher is None or not state.batcher.lanes["text"].running:  # the worker took it and waits its window
-            time.sleep(0.002)
+        deadline = time.monotonic() + 30
+        while (state.batcher is None or not state.batcher.lanes["text"].running) and time.monotonic() < deadline:
+            time.sleep(0.002)  # until the worker took it and waits its window
+        assert state.batcher is not None and state.batcher.lanes["text"].running, "the worker never took the first request"
         lane = state.batcher.lanes["text"]
         posted.append(post(["b", "c", "d"]))
-        while lane.queued_items < 3:
+        while lane.queued_items < 3 and time.monotonic() < deadline:
             time.sleep(0.002)
         full = httpx.post(url + "/v1/embeddings", json={"input": ["e", "f"]})
         assert lane.queued_items == 3, "the window ended before the queue was full; lengthen it"
