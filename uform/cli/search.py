@@ -40,11 +40,10 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--top must be 0 (all) or more; got {args.top}")
     if args.query is not None and not args.query.strip():  # an unset shell variable: every score would mean nothing
         raise ValueError(f"QUERY '{args.query}' is empty: give the text to search for")
-    if args.query is not None and not args.query.isascii():
-        try:
-            args.query.encode("utf-8")
-        except UnicodeEncodeError:  # bytes of another encoding, which Python's argv escapes
-            raise ValueError(f"QUERY '{args.query}' is not valid UTF-8 (a command-line argument in another encoding)") from None
+    try:
+        (args.query or "").encode("utf-8")
+    except UnicodeEncodeError:  # bytes of another encoding, which Python's argv escapes
+        raise ValueError(f"QUERY '{args.query}' is not valid UTF-8 (a command-line argument in another encoding)") from None
     if args.index is not None:
         from .index import search as search_index
 
