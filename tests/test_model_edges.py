@@ -110,3 +110,34 @@ def media_png() -> bytes:
     out = io.BytesIO()
     Image.new("RGB", (8, 8), (200, 10, 10)).save(out, format="PNG")
     return out.getvalue()
+
+
+def _huge(height: int, width: int) -> np.ndarray:
+    """A [height, width, 3] uint8 view of one pixel: no memory, however large it says it is."""
+    return np.broadcast_to(np.full((1, 1, 3), 7, np.uint8), (height, width, 3))
+
+
+@pytest.mark.parametrize(("height", "width"), [(60000, 60000), (10001, 10000), (1, 100_000_001)])
+def test_pixels_over_max_pixels_are_refused_naming_the_item_before_anything_is_written(
+    model: uform.Model, height: int, width: int
+) -> None:
+    arena = uform.Arena()
+    before = model.image_encode_pixels([np.zeros((8, 8, 3), np.uint8)], arena)
+    kept, generation = np.array(before.embeddings), arena.generation
+    with pytest.raises(uform.InputError) as info:
+        model.image_encode_pixels([np.zeros((8, 8, 3), np.uint8), _huge(height, width)], arena)
+    assert info.value.index == 1
+    assert str(info.value) == (
+        f"item 1: the image is {width}x{height} = {width * height} pixels, over the limit of 100000000 "
+        "(uform.plugins.media.image.MAX_PIXELS) that files are held to as well; resize it before encoding it"
+    )
+    assert arena.generation == generation and np.array_equal(np.array(before.embeddings), kept)
+
+
+def test_pixels_at_max_pixels_are_encoded(model: uform.Model, monkeypatch: pytest.MonkeyPatch) -> None:
+    from uform.plugins.media import image as pictures
+
+    monkeypatch.setattr(pictures, "MAX_PIXELS", 40 * 30)
+    assert len(model.image_encode_pixels([_huge(30, 40), _huge(40, 30)], uform.Arena())) == 2
+    with pytest.raises(uform.InputError, match=r"item 0: the image is 41x30 = 1230 pixels, over the limit of 1200 "):
+        model.image_encode_pixels([_huge(30, 41)], uform.Arena())

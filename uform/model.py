@@ -308,7 +308,7 @@ class Model:
         progress_steps: int = 0,
         stats: ImageEncodeStats | None = None,
     ) -> Encoded:
-        """Encodes [height, width, 3] uint8 images of any size."""
+        """Encodes [height, width, 3] uint8 images of up to ``MAX_PIXELS`` pixels, the limit files are held to."""
         return self._verb(  # type: ignore[no-any-return]
             "image_encode_pixels", pixels, arena, outputs=outputs, outputs_scalar=outputs_scalar,
             progress=progress, progress_steps=progress_steps, stats=stats,

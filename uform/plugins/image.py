@@ -15,6 +15,7 @@ import numpy as np
 
 from uform.core.arena import Arena, Encoded
 from uform.core.config import TOKEN_FIELDS, Geometry, Head, ModelConfig, refuse_fields
+from uform.core.errors import InputError
 from uform.core.graph import GraphBuilder
 from uform.core.hookspecs import hookimpl
 from uform.core.pipeline import EncodeOptions, check_batch, check_stats, encode
@@ -24,6 +25,7 @@ from uform.core.runtime import Call
 from uform.core.stats import EncodeStats
 
 from .media import frames
+from .media import image as pictures
 from .media.frames import Pixels
 from .media.image import as_pixels, decode
 from .media.files import sources
@@ -134,12 +136,25 @@ def image_encode_pixels(
     if isinstance(pixels, np.ndarray) and pixels.ndim == 3:
         raise TypeError("pixels must be a sequence of [height, width, 3] buffers, got a single array; wrap it in a list")
     check_batch(pixels, "pixels")
-    arrays = [as_pixels(i, p) for i, p in enumerate(pixels)]
+    arrays = [_within_limit(i, as_pixels(i, p)) for i, p in enumerate(pixels)]
 
     def prepare(i: int, size: int) -> Prepared:
         return frames.fit(frames.from_array(arrays[i]), size), arrays[i].shape[0] * arrays[i].shape[1], 0, 0
 
     return _run(call, len(arrays), prepare, arena, stats, options)
+
+
+def _within_limit(index: int, array: np.ndarray) -> np.ndarray:
+    """``array`` when it holds at most ``MAX_PIXELS`` pixels, the limit files are held to; an
+    ``InputError`` naming its size before anything is copied (a view's copy would be whole)."""
+    height, width = array.shape[:2]
+    if width * height > pictures.MAX_PIXELS:
+        raise InputError(
+            index,
+            f"the image is {width}x{height} = {width * height} pixels, over the limit of {pictures.MAX_PIXELS} "
+            "(uform.plugins.media.image.MAX_PIXELS) that files are held to as well; resize it before encoding it",
+        )
+    return array
 
 
 @hookimpl
