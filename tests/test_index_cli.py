@@ -130,6 +130,29 @@ def test_a_parquet_export_that_cannot_be_written_is_refused_before_any_work(tmp_
     assert not (tmp_path / "idx").exists()
 
 
+def test_an_export_replaces_only_an_earlier_export_unless_forced(tmp_path: Path, ckpt: Path, capsys: pytest.CaptureFixture[str],
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """--export-parquet FILE replaced any file at FILE (a user's notes, their own Parquet data) without a word."""
+    pq = pytest.importorskip("pyarrow.parquet")
+    import pyarrow as pa
+
+    monkeypatch.chdir(tmp_path)
+    photos(tmp_path / "photos", 2)
+    Path("notes.parquet").write_bytes(b"my notes")
+    pq.write_table(pa.table({"x": [1, 2]}), "data.parquet")  # Parquet, but not an export
+    data = Path("data.parquet").read_bytes()
+    for name in ("notes.parquet", "data.parquet"):
+        assert main(["index", "photos", "--into", "idx", "-m", str(ckpt), "--export-parquet", name]) == 2
+        assert capsys.readouterr() == ("", f"uform: error: {name}: exists and is not a Parquet export of an index; not replaced (--force replaces it)\n")
+    assert (Path("notes.parquet").read_bytes(), Path("data.parquet").read_bytes()) == (b"my notes", data)
+    assert not Path("idx").exists()  # refused before any work
+    assert main(["index", "photos", "--into", "idx", "-m", str(ckpt), "--export-parquet", "notes.parquet", "--force"]) == 0
+    assert "wrote notes.parquet: 2 rows" in capsys.readouterr().out
+    assert main(["index", "--into", "idx", "-m", str(ckpt), "--export-parquet", "notes.parquet"]) == 0  # an earlier export: replaced
+    assert "wrote notes.parquet: 2 rows" in capsys.readouterr().out
+    assert pq.read_table("notes.parquet").num_rows == 2 and sorted(p.name for p in tmp_path.iterdir()) == ["data.parquet", "idx", "notes.parquet", "photos"]
+
+
 def test_a_full_disk_stops_the_run_with_the_index_intact(tmp_path: Path, ckpt: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import uform.index.update as update
 
@@ -232,11 +255,11 @@ def test_an_export_not_written_keeps_the_old_file_and_leaves_nothing(tmp_path: P
     pytest.importorskip("pyarrow")
     drop = ["setpriv", "--bounding-set=-dac_override,-dac_read_search", "--inh-caps=-dac_override,-dac_read_search"]
     (tmp_path / "texts.txt").write_text("".join(f"text number {i}\n" for i in range(2000)))  # a Parquet file of 300 KB
-    with Index(tmp_path / "idx", checkpoint=ckpt) as ix:
-        ix.update([tmp_path / "texts.txt"])
     (tmp_path / "out").mkdir()
     old = tmp_path / "out" / "old.parquet"
-    old.write_bytes(b"an earlier export")
+    with Index(tmp_path / "idx", checkpoint=ckpt) as ix:
+        ix.update([tmp_path / "texts.txt"])
+        ix.export_parquet(old)  # an earlier export: replaced without --force
     (tmp_path / "out" / "full.parquet").symlink_to("/dev/full")
     before = {p.name: p.read_bytes() for p in (tmp_path / "out").iterdir() if not p.is_symlink()}
     export = ["index", "--into", "idx", "-m", str(ckpt), "--export-parquet"]

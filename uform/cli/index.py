@@ -8,7 +8,7 @@ import json
 import os
 from typing import Any
 
-from .common import QUANTIZATIONS, Bar, failed, printable, say
+from .common import QUANTIZATIONS, Bar, add_force, failed, printable, say
 from uform.inputs import Failure, counted, unserved
 
 SCALARS = ("f32", "f16", "bf16", "i8", "b1")
@@ -29,6 +29,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--remove", action="append", default=[], metavar="PATH", help="remove the items of PATH (a folder: all under it); repeatable")
     p.add_argument("--export-parquet", metavar="FILE", help="write every item to a Parquet file after the update (needs pyarrow)")
     p.add_argument("--import-parquet", metavar="PATH", help="add the rows of a Parquet file or folder (an export, or uform.ray.index_rows)")
+    add_force(p, "a file at --export-parquet FILE that is not a Parquet export of an index")
     add_model_options(p)
     p.set_defaults(run=run)
 
@@ -55,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
         if value == "":  # an unset shell variable: not the current folder
             raise ValueError(f"{option} is empty: name {what}")
     if args.export_parquet is not None or args.import_parquet is not None:
-        parquet_ready(args.export_parquet)
+        parquet_ready(args.export_parquet, args.force)
     failures: list[Failure] = []
 
     def report(f: Failure) -> None:
@@ -95,10 +96,11 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def parquet_ready(export: str | None) -> None:
-    """Before any work, as for every file uform writes: pyarrow is there, and ``export`` can be written."""
-    from uform.core.files import check_replaceable
-    from uform.index.parquet import arrow
+def parquet_ready(export: str | None, force: bool) -> None:
+    """Before any work, as for every file uform writes: pyarrow is there, and ``export`` can be
+    written: nothing is there, or an earlier export (any other file only with ``force``)."""
+    from uform.core.files import check_replaceable, refuse_foreign
+    from uform.index.parquet import arrow, is_export
 
     try:
         arrow()
@@ -106,6 +108,7 @@ def parquet_ready(export: str | None) -> None:
         raise ValueError(str(exc)) from None
     if export is not None:
         check_replaceable(export)
+        refuse_foreign(export, is_export, force, "a Parquet export of an index")
 
 
 def search(args: argparse.Namespace) -> int:

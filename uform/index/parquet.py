@@ -49,6 +49,17 @@ def schema(dimensions: int, scalar: Scalar | str = Scalar.F32) -> pa.Schema:
     ], metadata={"uform.format": FORMAT, "uform.dimensions": str(dimensions), "uform.scalar": Scalar(scalar).value})  # fmt: skip
 
 
+def is_export(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is a Parquet file of this schema (an export, or ``index_rows`` output):
+    its footer's metadata names ``uform.format``. Only the footer is read."""
+    pa = arrow()
+    try:
+        metadata = pa.parquet.read_schema(path).metadata or {}
+    except (OSError, ValueError, pa.ArrowException):  # not Parquet, or unreadable
+        return False
+    return b"uform.format" in metadata
+
+
 def table(paths: list[str], modalities: list[str], hashes: list[str], model: str, quantization: str,
           embeddings: np.ndarray, texts: list[str | None], scalar: Scalar | str = Scalar.F32) -> pa.Table:  # fmt: skip
     """Rows of the schema; ``embeddings`` float32 ``[n, dimensions]`` (B1: packed uint8 ``[n, bytes]``)."""
