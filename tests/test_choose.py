@@ -173,6 +173,40 @@ def test_bad_input_names_the_text(model: uform.Model, choices: object, groups: o
     assert arena.generation == 1 and first[0].shape == (2,)  # nothing written: the earlier tape stays readable
 
 
+def _released(raw: bytes) -> memoryview:
+    view = memoryview(raw)
+    view.release()
+    return view
+
+
+def test_a_released_memoryview_as_choices_is_an_error_naming_the_text(model: uform.Model) -> None:
+    arena = Arena()
+    first = model.text_choose(["a"], "AB", arena)
+    released = "the memoryview was released (memoryview.release() or the end of its with block)"
+    with pytest.raises(InputError, match="item 1: ") as info:
+        model.text_choose(["q1", "q2"], [b"AB", _released(b"AB")], arena)
+    assert info.value.index == 1 and released in str(info.value)
+    with pytest.raises(InputError, match="item 0: ") as info:
+        model.text_choose(["q1", "q2"], _released(b"AB"), arena)  # one shared by every text
+    assert released in str(info.value)
+    assert arena.generation == 1 and first[0].shape == (2,)
+
+
+@pytest.mark.parametrize(
+    ("choices", "groups", "message"),
+    [
+        ({"AB", "ABC"}, None, "choices must be a sequence, got a set, whose order is its own"),
+        ({"AB": 0, "ABC": 1}, None, "choices must be a sequence, got a dict: pass list(d.values())"),
+        ("AB", {0, 1}, "temperature_groups must be a sequence, got a set, whose order is its own"),
+        ("AB", {0: 1, 1: 0}, "temperature_groups must be a sequence, got a dict: pass list(d.values())"),
+    ],
+)
+def test_a_dict_or_set_of_choices_or_groups_is_refused(model: uform.Model, choices: object, groups: object, message: str) -> None:
+    with pytest.raises(TypeError) as info:  # a set's order is its own, a dict iterates its keys: rows would answer other choices
+        model.text_choose(["q1", "q2"], choices, Arena(), temperature_groups=groups)  # type: ignore[arg-type]
+    assert message in str(info.value)
+
+
 def test_bad_text_and_cancel(model: uform.Model) -> None:
     arena = Arena()
     with pytest.raises(InputError, match="item 1: expected str or bytes, got int"):

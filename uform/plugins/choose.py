@@ -21,10 +21,10 @@ from onnx import TensorProto
 
 from uform.core.arena import Arena, RowsTape, carve, lease
 from uform.core.config import STACK_ONLY, Geometry, ModelConfig, refuse_fields
-from uform.core.errors import InputError
+from uform.core.errors import InputError, check_not_released
 from uform.core.graph import GraphBuilder
 from uform.core.hookspecs import hookimpl
-from uform.core.pipeline import Batch, check_stats, count_call, run_batches
+from uform.core.pipeline import Batch, check_batch, check_stats, count_call, run_batches
 from uform.core.plugin import Modality, TensorSpec, Tower, stack_tensors
 from uform.core.progress import Progress, ProgressHandler
 from uform.core.runtime import Call
@@ -105,6 +105,7 @@ def _choice_set(index: int, choice: Any) -> bytes:
             )  # fmt: skip
         raw = choice.encode("ascii")
     elif isinstance(choice, (bytes, bytearray, memoryview)):
+        check_not_released(index, choice)
         raw = bytes(choice)
     else:
         raise InputError(index, f"choices must be a str or bytes of single-byte choices (e.g. 'ABCD'), got {type(choice).__name__}")
@@ -125,6 +126,7 @@ def choice_sets(choices: Any, count: int) -> tuple[np.ndarray, np.ndarray]:
         raw = _choice_set(0, choices)
         flat = np.tile(np.frombuffer(raw, np.uint8), count)
         return flat, np.arange(count + 1, dtype=np.int64) * len(raw)
+    check_batch(choices, "choices")
     try:
         items = list(choices)
     except TypeError:
@@ -158,6 +160,7 @@ def group_indices(groups: Sequence[int] | None, count: int, available: int) -> n
     if isinstance(groups, np.ndarray) and groups.ndim == 1 and groups.dtype.kind in "iu":
         items: Sequence[Any] = groups
     else:
+        check_batch(groups, "temperature_groups")
         try:
             if isinstance(groups, (str, bytes)):
                 raise TypeError
