@@ -9,6 +9,7 @@ from typing import Any
 import safetensors
 import safetensors.torch
 from huggingface_hub import PyTorchModelHubMixin, hf_hub_download
+from huggingface_hub.errors import HfHubHTTPError
 from torch import nn
 
 from fastermodels._errors import ArtifactNotFoundError, ArtifactReadError
@@ -21,18 +22,31 @@ WEIGHTS_FILE = "model.safetensors"
 CONFIG_FILE = "config.json"
 
 
-def read_config(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """An artifact's config.json as a dict; ArtifactReadError names the file and why it is not one."""
+def read_config(path: str | os.PathLike[str], name: str | None = None) -> dict[str, Any]:
+    """An artifact's config.json as a dict; ArtifactReadError names the file (``name``, default
+    ``path``: a Hub file is named ``<repo id>/config.json``, not its cache path) and why it is not one."""
+    name = os.fspath(path) if name is None else name
     with open(path, "rb") as f:
         text = f.read()
     try:
         config = jsontext.loads(text)
     except jsontext.NotJSON as e:
-        raise ArtifactReadError(f"{path}: not JSON ({e}), so not a config.json") from None
+        raise ArtifactReadError(f"{name}: not JSON ({e}), so not a config.json") from None
     if not isinstance(config, dict):
-        raise ArtifactReadError(f"{path}: holds a JSON {type(config).__name__}, not the object of "
+        raise ArtifactReadError(f"{name}: holds a JSON {type(config).__name__}, not the object of "
                                 "source, source_kwargs, modules, recipe and provenance")
     return config
+
+
+def _hub_config(model_id: str, kwargs: Mapping[str, Any]) -> str | None:
+    """The cached path of a Hub repo's config.json, fetched as the mixin fetches it; None when the
+    Hub has none (the mixin then reads no config, and ``_from_pretrained`` says so)."""
+    hub = {k: kwargs[k] for k in ("revision", "cache_dir", "force_download", "token", "local_files_only")
+           if k in kwargs}
+    try:
+        return str(hf_hub_download(repo_id=model_id, filename=CONFIG_FILE, **hub))
+    except HfHubHTTPError:
+        return None
 
 
 def read_weights(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -147,16 +161,20 @@ class FasterModel(nn.Module, PyTorchModelHubMixin,
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path: str | Path,
                         **kwargs: Any) -> "FasterModel":
-        """The mixin's ``from_pretrained``, with a local config.json checked first (ArtifactReadError
-        naming it when it is not a JSON object) and a Hub one's JSON errors naming it too."""
+        """The mixin's ``from_pretrained``, with the config.json read by :func:`read_config` first,
+        a local one or a Hub one: ArtifactReadError names it when it is not a UTF-8 JSON object
+        (the mixin's ``json.load`` would raise Python's bare ValueError, UnicodeDecodeError or
+        RecursionError, or AttributeError for a list). The mixin then reads the file checked."""
         model_id = os.fspath(pretrained_model_name_or_path)
-        if os.path.isdir(model_id) and os.path.isfile(os.path.join(model_id, CONFIG_FILE)):
-            read_config(os.path.join(model_id, CONFIG_FILE))
-        try:
-            return super().from_pretrained(pretrained_model_name_or_path, **kwargs)
-        except (json.JSONDecodeError, RecursionError) as e:  # a Hub config.json, read by the mixin
-            raise ArtifactReadError(f"{model_id}/{CONFIG_FILE}: not JSON ({jsontext.reason(e)}), "
-                                    "so not a config.json") from None
+        if os.path.isdir(model_id):
+            config = os.path.join(model_id, CONFIG_FILE)
+            if os.path.isfile(config):
+                read_config(config)
+        else:
+            fetched = _hub_config(model_id, kwargs)
+            if fetched is not None:
+                read_config(fetched, f"{model_id}/{CONFIG_FILE}")
+        return super().from_pretrained(pretrained_model_name_or_path, **kwargs)
 
     @classmethod
     def _from_pretrained(cls, *, model_id: str, revision: str | None,

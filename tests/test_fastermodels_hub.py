@@ -35,6 +35,12 @@ from test_fastermodels_nets import RESNET_KWARGS, RESNET_SOURCE, pruned_resnet18
 ROOT = Path(__file__).resolve().parents[1]
 REPO, INT8_REPO, EMPTY_REPO = "local-org/pruned-resnet18", "local-org/pruned-resnet18-int8", "local-org/empty"
 DEEP_REPO = "local-org/deep-config"  # a config.json nested past Python's stack
+# config.json files the mixin's json.load would raise bare errors on: an integer past Python's
+# 4,300-digit limit (ValueError), bytes that are not UTF-8 (UnicodeDecodeError), a JSON list
+# (AttributeError: no .items())
+BAD_CONFIGS = {"local-org/long-int": '{"source": "torchvision.models.resnet18", "x": 1' + "0" * 5000 + "}",
+               "local-org/latin-1": b'{"source": "torchvision.models.resnet18", "x": "\xe9"}',
+               "local-org/list": "[1, 2]"}
 TREE = re.compile(r"^/api/models/(?P<repo>[^/]+/[^/]+)/tree/(?P<rev>[^/]+)/?$")
 RESOLVE = re.compile(r"^/(?P<repo>[^/]+/[^/]+)/resolve/(?P<rev>[^/]+)/(?P<name>.+)$")
 
@@ -122,6 +128,11 @@ try:
     load(sys.argv[6])
 except ArtifactReadError as e:
     out["deep"] = str(e)
+for repo in sys.argv[7:]:
+    try:
+        load(repo)
+    except Exception as e:
+        out[repo] = f"{type(e).__name__}: {e}"
 
 import socket  # offline: from the cache alone, with every connection refused
 def refuse(*args, **kwargs):
@@ -148,11 +159,19 @@ def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[StandInHub, 
     (tmp / "deep").mkdir()
     (tmp / "deep" / "config.json").write_text("[" * 100_000 + "]" * 100_000)
     (tmp / "deep" / "model.safetensors").write_bytes((tmp / "full" / "model.safetensors").read_bytes())
+    bad_repos = {}
+    for repo, text in BAD_CONFIGS.items():
+        folder = tmp / repo.split("/")[1]
+        folder.mkdir()
+        (folder / "config.json").write_bytes(text if isinstance(text, bytes) else text.encode())
+        (folder / "model.safetensors").write_bytes((tmp / "full" / "model.safetensors").read_bytes())
+        bad_repos[repo] = folder
     x = torch.randn(2, 3, 64, 64, generator=torch.Generator().manual_seed(5))
     with torch.no_grad():
         np.save(tmp / "x.npy", x.numpy())
         np.save(tmp / "expected.npy", pruned(x).numpy())
-    server = StandInHub({REPO: tmp / "full", INT8_REPO: tmp / "int8", EMPTY_REPO: tmp / "empty", DEEP_REPO: tmp / "deep"})
+    server = StandInHub({REPO: tmp / "full", INT8_REPO: tmp / "int8", EMPTY_REPO: tmp / "empty", DEEP_REPO: tmp / "deep",
+                         **bad_repos})
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
@@ -168,7 +187,7 @@ def _child(server: StandInHub, tmp: Path) -> dict[str, list[object] | str]:
     env.update(HF_ENDPOINT=server.endpoint, HF_HOME=str(tmp / "hf_home"), HF_HUB_OFFLINE="0",
                HF_HUB_DISABLE_TELEMETRY="1", HF_HUB_DISABLE_PROGRESS_BARS="1", NO_PROXY="127.0.0.1",
                PYTHONPATH=os.pathsep.join([str(ROOT), str(Path(__file__).parent), *filter(None, [os.environ.get("PYTHONPATH")])]))
-    argv = [str(tmp / "x.npy"), str(tmp / "expected.npy"), REPO, INT8_REPO, EMPTY_REPO, DEEP_REPO]
+    argv = [str(tmp / "x.npy"), str(tmp / "expected.npy"), REPO, INT8_REPO, EMPTY_REPO, DEEP_REPO, *BAD_CONFIGS]
     result = subprocess.run([sys.executable, "-c", CHILD, *argv], env=env, capture_output=True,
                             text=True, timeout=240)
     assert result.returncode == 0, result.stderr[-4000:]
@@ -196,6 +215,11 @@ def test_load_from_a_hub_repo_id(hub: tuple[StandInHub, Path, str],
     for name in ("model.safetensors", "model.torchscript.pt", "model.onnx"):
         assert name in out["empty"]
     assert out["deep"] == f"{DEEP_REPO}/config.json: not JSON (nested too deeply), so not a config.json"  # was a RecursionError
+    for repo, reason in (("local-org/long-int", "an integer of more than 4300 digits"),
+                         ("local-org/latin-1", "not UTF-8: byte 0xe9 at offset 48")):
+        assert out[repo] == f"ArtifactReadError: {repo}/config.json: not JSON ({reason}), so not a config.json"
+    assert out["local-org/list"] == ("ArtifactReadError: local-org/list/config.json: holds a JSON list, not the "
+                                     "object of source, source_kwargs, modules, recipe and provenance")
     assert f"GET /api/models/{REPO}/tree/main" in server.seen
     assert f"GET /{REPO}/resolve/main/model.safetensors" in server.seen
     assert f"GET /{INT8_REPO}/resolve/main/model.onnx" in server.seen
