@@ -129,13 +129,50 @@ def test_cli_and_examples_file(path: Path, examples: list[cal.Example], tmp_path
         ('{"text": "q", "choices": "AB", "answer": "C"}', "ex.jsonl:2: answer 'C' is not one of the choices 'AB'"),
         ('{"text": "q", "choices": "", "answer": 0}', "ex.jsonl:2: choices must be a non-empty string"),
         ('{"text": 3, "choices": "AB", "answer": 0}', "ex.jsonl:2: text must be a string"),
-        ('{"text": "q", "choices": "AB", "answer": 0, "group": -1}', "ex.jsonl:2: group must be a non-negative integer"),
+        ('{"text": "q", "choices": "AB", "answer": 0, "group": -1}', "ex.jsonl:2: group must be an integer from 0 to 4095"),
+        ('{"text": "q", "choices": "AB", "answer": 0, "group": 100000000000}', "ex.jsonl:2: group must be an integer from 0 to 4095"),
+        ('{"text": "q", "choices": "ABA", "answer": 0}', "ex.jsonl:2: choice 'A' appears twice in 'ABA'"),
+        ('{"text": "q", "choices": "A\u00e9", "answer": 0}', "ex.jsonl:2: choice 'é' is not a single byte: choices must be ASCII"),
+        ('{"text": "q\\ud800", "choices": "AB", "answer": 0}', "ex.jsonl:2: text is not encodable as UTF-8"),
     ],
 )
 def test_bad_examples_name_the_line(tmp_path: Path, line: str, message: str) -> None:
     (tmp_path / "ex.jsonl").write_text('{"text": "q", "choices": "AB", "answer": "A"}\n' + line + "\n")
     with pytest.raises(ValueError, match=message):
         cal.read_examples(tmp_path / "ex.jsonl")
+
+
+def test_a_bad_line_after_a_blank_one_is_named_by_its_line(path: Path, tmp_path: Path) -> None:
+    (tmp_path / "ex.jsonl").write_text('{"text": "q", "choices": "AB", "answer": "A"}\n\n{"text": "q", "choices": "AA", "answer": 0}\n')
+    with pytest.raises(ValueError, match="ex.jsonl:3: choice 'A' appears twice in 'AA'"):  # it was 'example 1: ...'
+        cal.calibrate(path, tmp_path / "ex.jsonl")
+
+
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [
+        (cal.Example("q", "AB", 2), "example 3: answer 2 is not the index of one of its 2 choices 'AB'"),
+        (cal.Example("q", "AB", 5), "example 3: answer 5 is not the index of one of its 2 choices 'AB'"),
+        (cal.Example("q", b"AB", -1), "example 3: answer -1 is not the index of one of its 2 choices b'AB'"),
+        (cal.Example("q", "AB", 0, -1), "example 3: group must be an integer from 0 to 4095 (uform.calibrate.MAX_GROUPS), got -1"),
+        (cal.Example("q", "AB", 0, 10**11), "example 3: group must be an integer from 0 to 4095 (uform.calibrate.MAX_GROUPS), got 100000000000"),
+    ],
+)
+def test_examples_given_as_objects_are_checked_by_name(path: Path, bad: cal.Example, message: str) -> None:
+    # an answer past its row read another row's logit (a wrong fit, or an IndexError), a huge group allocated a temperature each
+    fine = [cal.Example("q1", "AB", 0), cal.Example("q2", "AB", 1), cal.Example("q3", "yn", 1)]
+    with pytest.raises(ValueError) as info:
+        cal.calibrate(path, [*fine, bad])
+    assert str(info.value) == message
+
+
+def test_examples_may_be_any_iterable_and_seed_groups_are_bounded(path: Path) -> None:
+    examples = [cal.Example(f"q{i}", "AB", i % 2) for i in range(8)]
+    assert cal.calibrate(path, iter(examples)) == cal.calibrate(path, examples)
+    with pytest.raises(ValueError, match="seed must be a non-negative integer, got -1"):
+        cal.calibrate(path, examples, seed=-1)
+    with pytest.raises(ValueError, match=r"groups must be at most 4096 \(uform.calibrate.MAX_GROUPS\), got 4097"):
+        cal.calibrate(path, examples, groups=4097)
 
 
 def test_bad_choices_in_examples_and_groups(path: Path, tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ per row, which a softmax ignores. Probabilities that underflow float32 are clipp
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 
 T_MIN, T_MAX = 1e-3, 1e3
 ITERATIONS = 64  # bisection steps on log(1/T): 2^-64 of a 13.8-wide bracket
+MAX_GROUPS = 4096  # question groups a calibration fits: each is a temperature in the checkpoint's header
 
 
 @dataclass(frozen=True)
@@ -92,17 +93,42 @@ def _example(line: str, where: str) -> Example:
     text, choices, answer, group = raw.get("text"), raw.get("choices"), raw.get("answer"), raw.get("group", 0)
     if not isinstance(text, str):
         raise ValueError(f"{where}: text must be a string, got {text!r}")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"{where}: text is not encodable as UTF-8 ({exc.reason} at {exc.start})") from None
     if not isinstance(choices, str) or not choices:
         raise ValueError(f"{where}: choices must be a non-empty string of single-byte choices, got {choices!r}")
+    wide = next((c for c in choices if ord(c) > 0x7F), None)
+    if wide is not None:
+        raise ValueError(f"{where}: choice {wide!r} is not a single byte: choices must be ASCII characters")
+    twice = next((c for k, c in enumerate(choices) if c in choices[:k]), None)
+    if twice is not None:
+        raise ValueError(f"{where}: choice {twice!r} appears twice in {choices!r}")
     if isinstance(answer, str) and len(answer) == 1 and answer in choices:
         index = choices.index(answer)
     elif isinstance(answer, int) and not isinstance(answer, bool) and 0 <= answer < len(choices):
         index = answer
     else:
         raise ValueError(f"{where}: answer {answer!r} is not one of the choices {choices!r} (or its index)")
-    if not isinstance(group, int) or isinstance(group, bool) or group < 0:
-        raise ValueError(f"{where}: group must be a non-negative integer, got {group!r}")
-    return Example(text, choices, index, group)
+    return Example(text, choices, index, _group(group, where))
+
+
+def _group(group: object, where: str) -> int:
+    """``group`` when it is an integer from 0 to ``MAX_GROUPS - 1``; ValueError naming ``where``."""
+    if not isinstance(group, int) or isinstance(group, bool) or not 0 <= group < MAX_GROUPS:
+        raise ValueError(f"{where}: group must be an integer from 0 to {MAX_GROUPS - 1} (uform.calibrate.MAX_GROUPS), got {group!r}")
+    return group
+
+
+def _check(examples: Sequence[Example]) -> None:
+    """ValueError naming the first example whose answer is not an index of its choices or
+    whose group is out of range (``read_examples`` checks these; ``Example`` itself does not)."""
+    for i, e in enumerate(examples):
+        size = len(e.choices) if isinstance(e.choices, (str, bytes)) else None
+        if size is not None and (not isinstance(e.answer, int) or isinstance(e.answer, bool) or not 0 <= e.answer < size):
+            raise ValueError(f"example {i}: answer {e.answer!r} is not the index of one of its {size} choices {e.choices!r}")
+        _group(e.group, f"example {i}")
 
 
 # -- the math, on ragged rows (values flat, offsets [rows + 1]) --------------------------
@@ -236,7 +262,7 @@ def write_temperatures(checkpoint: str | os.PathLike[str], temperatures: Sequenc
 
 def calibrate(
     checkpoint: str | os.PathLike[str],
-    examples: str | os.PathLike[str] | Sequence[Example],
+    examples: str | os.PathLike[str] | Iterable[Example],
     out: str | os.PathLike[str] | None = None,
     *,
     holdout: float = 0.25,
@@ -252,7 +278,7 @@ def calibrate(
     ``smoothing`` as in :func:`fit_temperatures`."""
     from . import Model
 
-    items: Sequence[Example] = read_examples(examples) if isinstance(examples, (str, os.PathLike)) else examples
+    items: Sequence[Example] = read_examples(examples) if isinstance(examples, (str, os.PathLike)) else list(examples)
     if not items:
         raise ValueError("no examples to calibrate on")
     if not 0 <= holdout < 1:
@@ -260,12 +286,17 @@ def calibrate(
     for name, value in (("bins", bins), ("groups", groups)):
         if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
             raise ValueError(f"{name} must be an integer of 1 or more, got {value!r}")
-    model = Model.load_ram(checkpoint)
-    previous = model.served.choice_temperatures
-    count = groups if groups is not None else max(len(previous), 1 + max(e.group for e in items))
-    if any(e.group >= count for e in items):
-        raise ValueError(f"an example names group {max(e.group for e in items)}, beyond the {count} groups asked for")
-    logits, offsets = choice_logits(model, items, progress)
+    if groups is not None and groups > MAX_GROUPS:
+        raise ValueError(f"groups must be at most {MAX_GROUPS} (uform.calibrate.MAX_GROUPS), got {groups}")
+    if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
+        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+    _check(items)
+    with Model.load_ram(checkpoint) as model:
+        previous = model.served.choice_temperatures
+        count = groups if groups is not None else max(len(previous), 1 + max(e.group for e in items))
+        if any(e.group >= count for e in items):
+            raise ValueError(f"an example names group {max(e.group for e in items)}, beyond the {count} groups asked for")
+        logits, offsets = choice_logits(model, items, progress)
     answers = np.array([e.answer for e in items], np.int64)
     group_of = np.array([e.group for e in items], np.int64)
     order = np.random.default_rng(seed).permutation(len(items))
