@@ -184,10 +184,10 @@ def test_a_released_memoryview_as_choices_is_an_error_naming_the_text(model: ufo
     first = model.text_choose(["a"], "AB", arena)
     released = "the memoryview was released (memoryview.release() or the end of its with block)"
     with pytest.raises(InputError, match="item 1: ") as info:
-        model.text_choose(["q1", "q2"], [b"AB", _released(b"AB")], arena)
+        model.text_choose(["q1", "q2"], [b"AB", _released(b"AB")], arena)  # type: ignore[list-item]
     assert info.value.index == 1 and released in str(info.value)
     with pytest.raises(InputError, match="item 0: ") as info:
-        model.text_choose(["q1", "q2"], _released(b"AB"), arena)  # one shared by every text
+        model.text_choose(["q1", "q2"], _released(b"AB"), arena)  # type: ignore[arg-type]  # one shared by every text
     assert released in str(info.value)
     assert arena.generation == 1 and first[0].shape == (2,)
 
