@@ -141,3 +141,14 @@ def test_pixels_at_max_pixels_are_encoded(model: uform.Model, monkeypatch: pytes
     assert len(model.image_encode_pixels([_huge(30, 40), _huge(40, 30)], uform.Arena())) == 2
     with pytest.raises(uform.InputError, match=r"item 0: the image is 41x30 = 1230 pixels, over the limit of 1200 "):
         model.image_encode_pixels([_huge(30, 41)], uform.Arena())
+
+
+def test_an_empty_checkpoint_path_is_named_as_empty(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.chdir(tmp_path)  # '' was read as '.', the current folder: '.: is a directory, not a checkpoint file'
+    with pytest.raises(FileNotFoundError, match="^the checkpoint path is empty: name a .safetensors file, or pass None for the default model$"):
+        uform.Model.load_ram("")  # Path('') is Path('.') already: only the str can be told apart
+
+
+def test_a_released_memoryview_as_the_checkpoint_buffer_is_named(ckpt: Path) -> None:
+    with pytest.raises(ValueError, match=r"^the checkpoint buffer is a released memoryview \(memoryview.release\(\) or the end of its with block\)"):
+        uform.Model.load_ram_buffer(_released(ckpt.read_bytes()))  # it was Python's 'operation forbidden on released memoryview object'

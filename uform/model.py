@@ -396,6 +396,8 @@ class Model:
 def _from_file(cls: type[Model], path: _PathLike | None, placement: str, executor: Executor | None, **options: Any) -> Model:
     """A model loaded from ``path`` (None: the default checkpoint), read by ``CheckpointFile``
     (header, then each tensor when a backend asks; no map); nothing refers to it afterwards."""
+    if path is not None and not os.fspath(path):  # pathlib reads '' as '.', the current folder
+        raise FileNotFoundError("the checkpoint path is empty: name a .safetensors file, or pass None for the default model")
     with CheckpointFile(default_checkpoint() if path is None else path) as source:
         runtime = Runtime.load(source, placement=placement, executor=executor, **options)
     return cls(runtime, owns_executor=executor is None)
@@ -410,6 +412,12 @@ def runtime_of(model: Model) -> Runtime:
 
 def _runtime(buffer: Buffer, **options: Any) -> Runtime:
     """The runtime loaded from a checkpoint's bytes; the caller's buffer is not held after."""
+    if isinstance(buffer, memoryview):
+        try:
+            buffer.nbytes
+        except ValueError:
+            raise ValueError("the checkpoint buffer is a released memoryview (memoryview.release() or the end of its with block): "
+                             "nothing can be read from it") from None
     view = as_buffer(buffer)
     try:
         return Runtime.load(view, **options)
