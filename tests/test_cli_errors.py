@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -177,3 +178,52 @@ def test_ctrl_c_while_the_command_loads(entry: str, module: str) -> None:
     run = subprocess.run([sys.executable, "-c", HOOK.format(module=module, entry=entry)], cwd=ROOT, capture_output=True, text=True,
                          env=os.environ | {"PYTHONPATH": str(ROOT)})  # fmt: skip
     assert (run.returncode, run.stderr, run.stdout) == (130, "uform: interrupted\n", "")
+
+
+def strict_json(data: bytes) -> Any:
+    """``data`` parsed as a reader other than Python's takes it: UTF-8, and no string holding a
+    lone surrogate (which Rust's serde_json refuses and jq turns into U+FFFD)."""
+    value = json.loads(data.decode("utf-8"))
+    json.dumps(value, ensure_ascii=False).encode("utf-8")  # raises on a lone surrogate
+    return value
+
+
+def test_encode_writes_names_that_are_not_utf8_as_valid_json_that_reads_back(saved: Path, oddly_named: Path, capsys: pytest.CaptureFixture[str],
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """OUT.jsonl and OUT.json held such a name as the lone surrogate "\\udcff": JSON no other reader
+    could take back to the file."""
+    monkeypatch.chdir(saved)
+    odd = saved / "odd-more"
+    odd.mkdir()
+    (odd / os.fsdecode(b"\xfe.txt")).write_text("passed over")
+    (odd / os.fsdecode(b"\xfdbad.png")).write_bytes(b"not a picture")
+    text = os.fsdecode(b"caf\xe9")  # a Latin-1 argument
+    out = saved / "odd-emb"
+    assert main(["encode", "odd", "odd-more", text, "--out", str(out), "-m", str(saved / "tiny.safetensors"), "-q"]) == 1
+    capsys.readouterr()
+    rows = [strict_json(line) for line in Path(f"{out}.jsonl").read_bytes().splitlines()]
+    named = [r for r in rows if "path_hex" in r]
+    assert named == [{"row": named[0]["row"], "kind": "file", "modality": "image", "path": "odd/r\\xffd.png", "path_hex": b"odd/r\xffd.png".hex()}]
+    manifest = strict_json(Path(f"{out}.json").read_bytes())
+    assert isinstance(manifest, dict)
+    failed = {f.get("path", f.get("text")): f for f in manifest["failed"]}
+    assert failed["odd-more/\\xfdbad.png"]["path_hex"] == b"odd-more/\xfdbad.png".hex()
+    assert failed["caf\\xe9"]["text_hex"] == b"caf\xe9".hex() and failed["caf\\xe9"]["kind"] == "text"
+    assert manifest["skipped"] == [{"path": "odd-more/\\xfe.txt", "path_hex": b"odd-more/\xfe.txt".hex(), "reason": "unknown extension"}]
+    from uform.cli.encode import read_saved
+
+    back = [r["path"] for r in read_saved(out).rows if r["kind"] == "file"]
+    assert sorted(back) == sorted(["odd/plain.png", "odd/two\nlines.png", "odd/" + NOT_UTF8]) and os.path.isfile(saved / back[back.index("odd/" + NOT_UTF8)])
+    assert main(["search", "red", str(out), "-m", str(saved / "tiny.safetensors"), "-k", "0", "--json", "-q"]) == 0
+    assert sorted(r["path"] for r in json.loads(capsys.readouterr().out)) == ["odd/plain.png", "odd/r\\xffd.png", "odd/two\\nlines.png"]
+
+
+def test_describe_names_a_checkpoint_that_is_not_utf8_escaped(saved: Path) -> None:
+    """describe printed such a path as the lone surrogate "\\udcfe" in --json, and failed on a strict stdout ('utf-8' codec can't encode)."""
+    (saved / os.fsdecode(b"m\xfe.safetensors")).write_bytes((saved / "tiny.safetensors").read_bytes())
+    env = os.environ | {"PYTHONIOENCODING": "utf-8", "PYTHONPATH": str(ROOT)}
+    describe = [sys.executable, "-m", "uform.cli", "describe", "-m", os.fsdecode(b"m\xfe.safetensors")]
+    plain = subprocess.run(describe, cwd=saved, env=env, capture_output=True, text=True)
+    assert (plain.returncode, plain.stderr, plain.stdout.splitlines()[0].split()) == (0, "", ["model", "m\\xfe.safetensors"])
+    as_json = subprocess.run([*describe, "--json"], cwd=saved, env=env, capture_output=True)
+    assert as_json.returncode == 0 and strict_json(as_json.stdout)["model"] == "m\\xfe.safetensors"

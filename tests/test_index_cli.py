@@ -301,3 +301,20 @@ def test_export_during_a_writers_run_and_search_lines(tmp_path: Path, ckpt: Path
     assert len(lines) == 4 and any(line.endswith("  photos/two\\nlines.png") for line in lines), lines
     text = next(line for line in lines if "long.txt:1" in line)
     assert text.endswith(" circle a red… (5,200 characters)") and len(text) < 260, text
+
+
+def test_names_that_are_not_utf8_print_escaped(tmp_path: Path, ckpt: Path) -> None:
+    """An INDEX, FILE or checkpoint named in another encoding: the run embedded, then failed to print
+    its summary on a strict UTF-8 stdout ('utf-8' codec can't encode ...; status 2), and a
+    checkpoint so named made no index at all (the same error, from SQLite's meta)."""
+    pytest.importorskip("pyarrow")
+    photos(tmp_path / "photos", 1)
+    shutil.copy(ckpt, tmp_path / os.fsdecode(b"m\xfe.safetensors"))
+    args = ["index", "photos", "--into", os.fsdecode(b"i\xffdx"), "-m", os.fsdecode(b"m\xfe.safetensors"), "--export-parquet", os.fsdecode(b"e\xfd.parquet")]
+    run = subprocess.run([sys.executable, "-m", "uform.cli", *args], capture_output=True, text=True, cwd=tmp_path,
+                         env=os.environ | {"PYTHONIOENCODING": "utf-8"})  # fmt: skip
+    assert (run.returncode, run.stderr) == (0, ""), run.stderr
+    lines = run.stdout.splitlines()
+    assert lines[0].startswith(f"index i\\xffdx: 1 item (1 image) of {tmp_path}/m\\xfe.safetensors (sha256 ") and lines[-1] == "wrote e\\xfd.parquet: 1 rows"
+    with Index(tmp_path / os.fsdecode(b"i\xffdx"), checkpoint=ckpt, read_only=True) as index:
+        assert [e.path for e in index.entries()] == [str(tmp_path / "photos" / "p0.png")]

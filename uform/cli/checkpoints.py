@@ -86,7 +86,7 @@ def description(args: argparse.Namespace) -> dict[str, Any]:
     with model:
         d = model.describe()
         fields = {k: (v.value if hasattr(v, "value") else v) for k, v in d._asdict().items()}
-        info = {"model": str(model_path(args)), **fields, "backend": model.backend, "compute": model.compute}
+        info = {"model": printable(str(model_path(args))), **fields, "backend": model.backend, "compute": model.compute}
         source = {"source": model.source} if model.source is not None else {}  # a converted model's (format version 2)
         return info | source | {"modalities": dict(model.served.modalities)}
 

@@ -84,7 +84,7 @@ def _evaluate(args: argparse.Namespace) -> int:
         print(json.dumps(results[suites[0]] if len(suites) == 1 else results, indent=2))
         return 0
     first = results[suites[0]]
-    print(f"model {model_path(args)} ({first.get('quantization', args.quantization)} weights, {model.backend} backend)")
+    print(f"model {printable(str(model_path(args)))} ({first.get('quantization', args.quantization)} weights, {model.backend} backend)")
     print("\n".join(table(results[suite]) for suite in suites))
     return 0
 

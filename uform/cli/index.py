@@ -69,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
     only_export = not (args.paths or args.remove or args.import_parquet)  # export only reads: no writer's lock, no write permission
     with open_index(args, args.into, read_only=only_export, scalar=args.outputs_scalar) as index:
         if args.import_parquet:
-            print(f"imported {args.import_parquet}: {index.import_parquet(args.import_parquet)} rows")
+            print(f"imported {printable(args.import_parquet)}: {index.import_parquet(args.import_parquet)} rows")
         removed = index.remove(args.remove) if args.remove else 0
         result = None
         if args.paths:
@@ -82,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
         counts = index.counts()
         what = ", ".join(counted(n, m) for m, n in counts.items() if n) or "no items"
         total = sum(counts.values())
-        print(f"index {args.into}: {total} item{'' if total == 1 else 's'} ({what}) of {index.identity.describe()}")
+        print(f"index {printable(args.into)}: {total} item{'' if total == 1 else 's'} ({what}) of {index.identity.describe()}")
         if result is not None:
             print(f"this run: {result.added} embedded, {result.unchanged} unchanged, {result.touched} read again unchanged, "
                   f"{result.moved} moved, {result.copied} copied, {result.removed + removed} removed, "
@@ -90,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
         elif removed:
             print(f"this run: {removed} removed")
         if args.export_parquet:
-            print(f"wrote {args.export_parquet}: {index.export_parquet(args.export_parquet)} rows")
+            print(f"wrote {printable(args.export_parquet)}: {index.export_parquet(args.export_parquet)} rows")
         if result is not None and (result.failed or result.still_failed):
             return 1
     return 0

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from .common import printable
 from uform.core import jsontext
 from uform.core.files import Outputs, check_replaceable, refuse_foreign
 from uform.inputs import Failure, Item
@@ -46,6 +47,36 @@ def _old_manifest(prefix: Path) -> dict[str, Any] | None:
     except (OSError, jsontext.NotJSON):
         return None
     return manifest if isinstance(manifest, dict) and manifest.get("format") == FORMAT else None
+
+
+def json_record(record: dict[str, Any]) -> dict[str, Any]:
+    """``record`` as valid UTF-8 JSON can hold it: a string that is not UTF-8 (a file name's bytes
+    that are not, which Python holds as lone surrogates) is written as it prints
+    (:func:`~uform.cli.common.printable`: ``r\\xffd.png``), and its exact bytes as hex beside it
+    under the key ``KEY_hex`` (``"path_hex": "72ff642e706e67"``), which :func:`record_name` reads back."""
+    out: dict[str, Any] = {}
+    for key, value in record.items():
+        if isinstance(value, str) and not value.isascii():
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                out[key], out[f"{key}_hex"] = printable(value), value.encode("utf-8", "surrogateescape").hex()
+                continue
+        out[key] = value
+    return out
+
+
+def record_name(row: dict[str, Any], key: str, where: str) -> str | None:
+    """The name ``row[key]`` as the file system gives it: from ``KEY_hex`` where :func:`json_record`
+    wrote one (a name that is not UTF-8), else the string itself; None when neither is a string."""
+    exact = row.get(f"{key}_hex")
+    if exact is None:
+        value = row.get(key)
+        return value if isinstance(value, str) else None
+    try:
+        return bytes.fromhex(exact).decode("utf-8", "surrogateescape") if isinstance(exact, str) else None
+    except ValueError:
+        raise ValueError(f"{where}: {key}_hex is not hex digits") from None
 
 
 def check_writable(prefix: Path, scales: bool, force: bool) -> None:
@@ -85,12 +116,12 @@ def write_saved(
     with Outputs() as out:
         for path, write in ((npy, lambda f: np.save(f, np.ascontiguousarray(stored))),
                             *(((paths[1], lambda f: np.save(f, scales.astype(np.float32))),) if scales is not None else ()),
-                            (index, lambda f: f.writelines(json.dumps({"row": row, **item.record()}).encode() + b"\n"
+                            (index, lambda f: f.writelines(json.dumps(json_record({"row": row, **item.record()})).encode() + b"\n"
                                                            for row, item in enumerate(items)))):  # fmt: skip
             with out.open(path) as f:
                 write(f)
             digests[path.name] = {"bytes": os.path.getsize(f.name), "sha256": sha256(f.name)}
-        info = {
+        info = json_record({
             "format": FORMAT,
             "rows": len(items),
             "scalar": scalar,
@@ -104,9 +135,9 @@ def write_saved(
             "model": os.fspath(model.resolve()),
             "model_sha256": sha256(model),
             "uform": __version__,
-            "failed": [f.record() for f in failures],
-            "skipped": [{"path": p, "reason": why} for p, why in skipped],
-        }
+            "failed": [json_record(f.record()) for f in failures],
+            "skipped": [json_record({"path": p, "reason": why}) for p, why in skipped],
+        })
         with out.open(manifest) as f:
             f.write((json.dumps(info, indent=2) + "\n").encode())
         if old is not None and old.get("scales") and scales is None:  # the old set's scales: not of this set
@@ -244,9 +275,10 @@ def read_saved(prefix: str | os.PathLike[str]) -> Saved:
             continue
         where_line = f"{named['index']}:{number}"
         row = _json(line, where_line)
-        if not isinstance(row, dict) or not isinstance(row.get("modality"), str) or not isinstance(row.get(row_key(row)), str):
+        name = record_name(row, row_key(row), where_line) if isinstance(row, dict) else None
+        if not isinstance(row, dict) or not isinstance(row.get("modality"), str) or name is None:
             raise ValueError(f"{where_line}: expected an object with a modality and a path (or a text)")
-        rows.append(row)
+        rows.append({**row, row_key(row): name})
     if len(rows) != len(embeddings) or len(rows) != manifest["rows"] or (scales is not None and scales.shape != (len(rows),)):
         raise ValueError(f"{base}: the index holds {len(rows)} rows, the embeddings {len(embeddings)}, the manifest says {manifest['rows']}"
                          + ("" if scales is None else f", the scales {scales.shape}"))  # fmt: skip

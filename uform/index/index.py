@@ -15,7 +15,7 @@ from . import ivf, scoring
 from .scoring import Hit
 from .identity import MODALITIES, Entry, Identity, IndexModelError, checkpoint_digest, kind_of
 from .store import Store, refuse_foreign
-from .sources import Text, refuse_inside
+from .sources import Text, escape, refuse_inside
 from .update import UpdateReport, Updater
 
 if TYPE_CHECKING:
@@ -66,7 +66,7 @@ class Index:
         if not exists and not read_only:
             refuse_foreign(self.path)  # before a model is loaded for it
             dims = self._load().describe().dimensions
-            identity = Identity(sha, os.path.abspath(self.checkpoint), asked_q, dims, asked_s or Scalar.F32.value)
+            identity = Identity(sha, escape(os.path.abspath(self.checkpoint)), asked_q, dims, asked_s or Scalar.F32.value)
         try:
             self._store = Store(self.path, write=not read_only, identity=identity)
         except BaseException:
@@ -75,7 +75,7 @@ class Index:
         mine = self._store.identity
         if given_q is None and model is None:  # no quantization asked: the index's own
             asked_q = self.quantization = mine.quantization
-        theirs = Identity(sha, os.path.abspath(self.checkpoint), asked_q, 0, asked_s or mine.scalar)
+        theirs = Identity(sha, escape(os.path.abspath(self.checkpoint)), asked_q, 0, asked_s or mine.scalar)
         if (mine.checkpoint_sha256, mine.quantization, mine.scalar) != (theirs.checkpoint_sha256, theirs.quantization, theirs.scalar):
             self._store.close()
             raise IndexModelError(
