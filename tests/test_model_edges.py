@@ -152,3 +152,19 @@ def test_an_empty_checkpoint_path_is_named_as_empty(monkeypatch: pytest.MonkeyPa
 def test_a_released_memoryview_as_the_checkpoint_buffer_is_named(ckpt: Path) -> None:
     with pytest.raises(ValueError, match=r"^the checkpoint buffer is a released memoryview \(memoryview.release\(\) or the end of its with block\)"):
         uform.Model.load_ram_buffer(_released(ckpt.read_bytes()))  # it was Python's 'operation forbidden on released memoryview object'
+
+
+@pytest.mark.parametrize("items", [None, 5])
+def test_items_that_are_not_iterable_are_named_by_the_argument(model: uform.Model, items: Any) -> None:
+    arena = uform.Arena()  # each was Python's "'NoneType' object is not iterable", naming no argument
+    kind = type(items).__name__
+    calls = {
+        "texts": lambda: model.text_encode(items, arena),
+        "files": lambda: model.image_encode(items, arena),
+        "pixels": lambda: model.image_encode_pixels(items, arena),
+        "samples": lambda: model.audio_encode_samples(items, R, arena),
+    }
+    for name, call in calls.items():
+        with pytest.raises(TypeError, match=f"^{name} must be a sequence, got {kind}$"):
+            call()
+    assert arena.generation == 0

@@ -115,11 +115,16 @@ class EncodeOptions(TypedDict, total=False):
 def check_batch(items: object, name: str) -> None:
     """TypeError for a mapping or a set given as a verb's items: iterating a dict yields its keys
     (a text verb would embed the keys) and a set an order of its own, so the rows would answer
-    other items than the caller meant, without an error."""
+    other items than the caller meant, without an error; and for items that are no iterable at
+    all (``None``), named as ``name``."""
     if isinstance(items, Mapping):
         raise TypeError(f"{name} must be a sequence, got a {type(items).__name__}: pass list(d.values()) for its values or list(d) for its keys")
     if isinstance(items, (set, frozenset)):
         raise TypeError(f"{name} must be a sequence, got a {type(items).__name__}, whose order is its own: pass sorted(s) or list(s) and keep that list")
+    try:
+        iter(items)  # type: ignore[call-overload]
+    except TypeError:  # None, a number: Python's own words would not name the argument
+        raise TypeError(f"{name} must be a sequence, got {type(items).__name__}") from None
 
 
 def check_stats(stats: object, kind: type[EncodeStats]) -> None:

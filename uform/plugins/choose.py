@@ -126,11 +126,12 @@ def choice_sets(choices: Any, count: int) -> tuple[np.ndarray, np.ndarray]:
         raw = _choice_set(0, choices)
         flat = np.tile(np.frombuffer(raw, np.uint8), count)
         return flat, np.arange(count + 1, dtype=np.int64) * len(raw)
-    check_batch(choices, "choices")
     try:
-        items = list(choices)
+        iter(choices)
     except TypeError:
         raise TypeError(f"choices must be a str or bytes shared by all texts, or one per text; got {type(choices).__name__}") from None
+    check_batch(choices, "choices")
+    items = list(choices)
     if len(items) != count:
         raise InputError(
             min(len(items), count), f"choices has {len(items)} entries for {count} texts; "
@@ -160,13 +161,14 @@ def group_indices(groups: Sequence[int] | None, count: int, available: int) -> n
     if isinstance(groups, np.ndarray) and groups.ndim == 1 and groups.dtype.kind in "iu":
         items: Sequence[Any] = groups
     else:
-        check_batch(groups, "temperature_groups")
         try:
             if isinstance(groups, (str, bytes)):
                 raise TypeError
-            items = list(groups)
+            iter(groups)
         except TypeError:
             raise TypeError(f"temperature_groups must be a sequence of ints, one per text, or None; got {type(groups).__name__}") from None
+        check_batch(groups, "temperature_groups")
+        items = list(groups)
         for i, g in enumerate(items):
             if isinstance(g, bool) or not isinstance(g, (int, np.integer)):
                 raise InputError(i, f"temperature group must be an int, got {type(g).__name__} {g!r}")
