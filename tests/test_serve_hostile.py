@@ -324,8 +324,52 @@ def _huge_head() -> str:
                 f"{time.monotonic() - began:.2f} s, {cpu() - cpu0:.2f} s of its CPU, RSS {rss0:.0f} -> {rss():.0f} MB")
 
 
-if __name__ == "__main__":  # python tests/test_serve_hostile.py [COUNT [same-bytes] | head]: the figures of docs/serve.md
+def _slow_bodies(clients: int = 8, sent: int = 29 << 20, declared: int = 30 << 20, args: tuple[str, ...] = ()) -> str:
+    """What ``clients`` clients cost ``uform serve`` (the default model, default limits and
+    ``args``) when each sends ``sent`` bytes of a ``declared``-byte body and waits: RSS before,
+    while they wait, and the answers they got."""
+    with subprocess_server(list(args)) as server:
+        pid = server.proc.pid
+
+        def rss() -> float:
+            return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 1e6
+
+        assert httpx.post(server.url + "/v1/embeddings", json={"input": "warm up"}).status_code == 200
+        before = rss()
+        head = (f"POST /v1/embeddings HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {declared}\r\n\r\n").encode()
+        chunk = b'{"input": ["' + b"x" * ((1 << 20) - 12)
+        socks, answers = [], []
+        for _ in range(clients):
+            s = socket.create_connection(host_port(server.url), timeout=30)
+            s.sendall(head)
+            try:
+                for at in range(0, sent, 1 << 20):
+                    s.sendall(chunk if at == 0 else b"x" * min(1 << 20, sent - at))
+            except OSError:  # refused and closed
+                pass
+            socks.append(s)
+        time.sleep(2)  # everything sent has been read
+        held = rss()
+        for s in socks:
+            s.settimeout(0.5)
+            try:
+                got = s.recv(65536)
+            except (TimeoutError, OSError):
+                got = b""
+            answers.append(got.split(b" ", 2)[1].decode() if got.startswith(b"HTTP/1.1 ") else "none yet")
+            s.close()
+        time.sleep(1)
+        after = rss()
+    return (f"{clients} clients each sending {sent / 2**20:.0f} MiB of a {declared / 2**20:.0f} MiB body and waiting"
+            f"{' (' + ' '.join(args) + ')' if args else ''}: RSS {before:.0f} MB before, {held:.0f} MB while they wait "
+            f"(+{held - before:.0f} MB), {after:.0f} MB after they closed; answers: {', '.join(answers)}")
+
+
+if __name__ == "__main__":  # python tests/test_serve_hostile.py [COUNT [same-bytes] | head | slow [ARGS]]: the figures of docs/serve.md
     import sys
 
     what = sys.argv[1] if len(sys.argv) > 1 else "1"
-    print(_huge_head() if what == "head" else _server_memory(int(what), sys.argv[2:] == ["same-bytes"]))
+    if what == "slow":
+        print(_slow_bodies(args=tuple(sys.argv[2:])))
+    else:
+        print(_huge_head() if what == "head" else _server_memory(int(what), sys.argv[2:] == ["same-bytes"]))

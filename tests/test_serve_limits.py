@@ -5,6 +5,8 @@ items are queued (they are dropped, never computed)."""
 
 from __future__ import annotations
 
+import json
+import re
 import socket
 import threading
 import time
@@ -179,3 +181,69 @@ def test_a_future_resolved_by_the_disconnect_drops_queued_jobs(model: uform.Mode
 
     dropped, left = asyncio.run(scenario())
     assert dropped == 3 and left == 0
+
+
+def _answer(s: socket.socket) -> tuple[int, dict[str, str], dict[str, object]]:
+    """The answer on ``s`` (read until the server closes it): status, headers, JSON body."""
+    s.settimeout(30)
+    got = b""
+    while chunk := s.recv(65536):
+        got += chunk
+    head, _, body = got.partition(b"\r\n\r\n")
+    lines = head.decode().split("\r\n")
+    headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
+    return int(lines[0].split()[1]), headers, json.loads(body)
+
+
+def test_bodies_still_arriving_are_bounded_over_all_connections_and_in_time(model: uform.Model) -> None:
+    """Slow clients hold at most ``max_pending_body_bytes`` of unfinished bodies between them
+    (the next is a 503 with Retry-After, its connection closed), and a body not whole within
+    ``body_seconds`` is a 408; a body that arrives whole is never refused for what others hold."""
+    config = ServeConfig(model_id="default", max_request_bytes=4096, max_pending_body_bytes=5000, body_seconds=2.0)
+    head = b"POST /v1/embeddings HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 4000\r\n\r\n"
+    part = b'{"input": ["' + b"x" * 2988
+    with thread_server(model, config) as (url, state):
+        deadline = time.monotonic() + 30
+
+        def held(n: int) -> None:
+            while state.bodies.held != n:
+                assert time.monotonic() < deadline, f"the server holds {state.bodies.held} bytes of bodies, not {n}"
+                time.sleep(0.002)
+
+        with socket.create_connection(host_port(url)) as slow, socket.create_connection(host_port(url)) as late:
+            slow.sendall(head + part)  # 3000 of 4000 bytes, then nothing
+            held(3000)
+            whole = httpx.post(url + "/v1/embeddings", json={"input": "a red circle"})
+            assert whole.status_code == 200, whole.text
+            late.sendall(head + part)  # 3000 more would hold 6000
+            status, headers, body = _answer(late)
+            assert (status, headers["retry-after"], headers["connection"]) == (503, "1", "close")
+            error = body["error"]
+            assert isinstance(error, dict) and (error["type"], error["code"]) == ("server_error", "server_busy")
+            assert re.fullmatch(r"the server holds (3000|[3-5]\d{3}) bytes of request bodies still arriving, and this one's would pass the "
+                                r"limit of 5000 \(--max-pending-body-bytes\); retry shortly", error["message"]), error  # fmt: skip
+            held(3000)
+            status, headers, body = _answer(slow)  # the rest never came
+            assert (status, headers["connection"]) == (408, "close")
+            assert body["error"] == {"message": "the request body did not arrive whole within 2 s (--body-timeout)", "type": "invalid_request_error",
+                                     "param": None, "code": "body_timeout"}  # fmt: skip
+        held(0)
+        chunked = httpx.post(url + "/v1/embeddings", content=iter([b'{"input": ["' + b"y" * 2988, b'"]}']), headers={"content-type": "application/json"})
+        assert chunked.status_code == 200, chunked.text
+        assert state.bodies.held == 0
+        requests = state.metrics.registry.get_sample_value
+        assert requests("uform_requests_total", {"route": "/v1/embeddings", "status": "503"}) == 1
+        assert requests("uform_requests_total", {"route": "/v1/embeddings", "status": "408"}) == 1
+
+
+def test_the_pending_body_limit_and_the_body_timeout_are_checked(capsys: pytest.CaptureFixture[str]) -> None:
+    from uform.cli import main
+
+    assert ServeConfig().pending_body_bytes == 64 << 20
+    assert ServeConfig(max_request_bytes=100 << 20).pending_body_bytes == 200 << 20  # one body of the largest size always fits
+    assert main(["serve", "--max-pending-body-bytes", "1000"]) == 2  # refused before the model loads
+    assert ("max-pending-body-bytes (1000) must be at least max-request-bytes (33554432): a body of the largest size could never be read"
+            in capsys.readouterr().err)  # fmt: skip
+    for value in ("0", "-1", "nan", "inf"):
+        assert main(["serve", "--body-timeout", value]) == 2
+        assert f"body-timeout must be a finite number of seconds over 0, got {float(value)}" in capsys.readouterr().err

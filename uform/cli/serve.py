@@ -20,6 +20,11 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' on every route but /health (default: $UFORM_API_KEY, else none)")
     p.add_argument("--media-root", type=Path, default=None, metavar="DIR", help="serve file:// URLs of files inside DIR (default: refused)")
     p.add_argument("--max-request-bytes", type=int, default=32 << 20, help="largest request body (default 32 MiB; 413 beyond)")
+    p.add_argument("--max-pending-body-bytes", type=int, default=None, metavar="N",
+                   help="most bytes of request bodies still arriving held at once, over every connection (default 64 MiB, or twice "
+                        "--max-request-bytes where that is more; 503 with Retry-After beyond)")  # fmt: skip
+    p.add_argument("--body-timeout", type=float, default=60.0, metavar="S",
+                   help="seconds a request's body may take to arrive whole (default 60; 408 beyond)")
     p.add_argument("--max-header-bytes", type=int, default=64 << 10, help="largest request line and headers together (default 64 KiB; 431 beyond)")
     p.add_argument("--max-url-bytes", type=int, default=8 << 10, help="largest URL (default 8 KiB; 414 beyond)")
     p.add_argument("--max-items", type=int, default=2048, help="most items one request may hold (default 2048)")
@@ -61,6 +66,7 @@ def _serve(args: argparse.Namespace) -> int:
     name = args.model_name or model_path(args).name.removesuffix(".safetensors")
     config = ServeConfig(
         model_id=name, api_key=api_key_from(args.api_key), media_root=args.media_root, max_request_bytes=args.max_request_bytes,
+        max_pending_body_bytes=args.max_pending_body_bytes, body_seconds=args.body_timeout,
         max_header_bytes=args.max_header_bytes, max_url_bytes=args.max_url_bytes, max_items_per_request=args.max_items, max_queue_items=args.max_queue_items, max_batch_items=args.max_batch_items,
         max_batch_tokens=args.max_batch_tokens, max_batch_pixels=args.max_batch_pixels, max_batch_bytes=args.max_batch_bytes,
         batch_window_ms=args.batch_window_ms, batching=not args.no_batching, drain_seconds=args.drain_seconds,

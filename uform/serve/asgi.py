@@ -5,6 +5,9 @@ each HTTP request: refused without the API key (401) or over the size limit (413
 two ASGI messages, counted by route and status, and logged; :meth:`App.refused` counts and logs
 the same way what the guard in front refused (414, 431).
 
+Handlers read bodies through :func:`read_body`, which bounds what they hold (:class:`Bodies`:
+413 past a body's size, 503 past what every body still arriving holds, 408 past a body's time).
+
 A handler is ``async (scope, receive) -> Answer``; it raises :class:`ApiError` for an answer
 in OpenAI's error shape and ``ConnectionError`` when the client went away (nothing is sent:
 counted as 499)."""
@@ -186,30 +189,97 @@ async def answer(send: Send, exc: Exception) -> int:
     return exc.status
 
 
-async def read_body(receive: Receive, limit: int) -> bytes:
-    """The body from ASGI messages; refused with 413 once more than ``limit`` bytes arrived
-    (a chunked body: a declared length was checked by :class:`App`), ``ConnectionError``
-    when the client left first."""
-    message = await receive()
-    if message["type"] == "http.disconnect":
-        raise ConnectionError("the client went away")
-    body: bytes = message.get("body", b"")
-    if len(body) > limit:
-        raise too_large(limit)
-    if not message.get("more_body", False):
-        return body  # a body that arrived whole: this one message
-    chunks, size = [body], len(body)
-    while True:
+class Bodies:
+    """What request bodies may take: ``each`` bytes a body (413 beyond), ``pending`` bytes of
+    bodies still arriving held at once over every connection (``held``; 503 beyond), and
+    ``seconds`` from the start of its reading to a body's last byte (408 beyond).
+
+    The time is kept by one timer for every body being read, not one a request (a timer a
+    request cost more than the rest of the reading): while any is read, every ``TICK`` seconds
+    it cancels the tasks reading a body past its deadline, which answer 408 (so a body gets
+    ``seconds`` and at most ``TICK`` more)."""
+
+    TICK = 0.5
+
+    __slots__ = ("each", "pending", "seconds", "held", "reading", "expired", "timer")
+
+    def __init__(self, each: int, pending: int, seconds: float) -> None:
+        self.each, self.pending, self.seconds = each, pending, seconds
+        self.held = 0
+        self.reading: dict[asyncio.Task[Any], float] = {}  # the tasks reading a body, and their deadlines
+        self.expired: set[asyncio.Task[Any]] = set()  # those cancelled for passing it
+        self.timer: asyncio.TimerHandle | None = None
+
+    def start(self) -> asyncio.Task[Any]:
+        """The current task starts reading a body: its deadline is from now."""
+        task = asyncio.current_task()
+        assert task is not None
+        self.reading[task] = time.monotonic() + self.seconds
+        if self.timer is None:
+            self.timer = asyncio.get_running_loop().call_later(self.TICK, self.sweep)
+        return task
+
+    def sweep(self) -> None:
+        now = time.monotonic()
+        for task, deadline in self.reading.items():
+            if deadline <= now and task not in self.expired:
+                self.expired.add(task)
+                task.cancel()
+        self.timer = asyncio.get_running_loop().call_later(self.TICK, self.sweep) if self.reading else None
+
+
+async def read_body(receive: Receive, bodies: Bodies) -> bytes:
+    """The body from ASGI messages; refused with 413 once more than ``bodies.each`` bytes arrived
+    (a chunked body: a declared length was checked by :class:`App`), 503 when what it holds
+    would take the bodies still arriving past ``bodies.pending``, 408 when it is not whole by
+    its deadline (:class:`Bodies`); ``ConnectionError`` when the client left first. A refusal
+    closes the connection (the rest of the body is never read)."""
+    size = 0  # what this body adds to bodies.held
+    task = bodies.start()
+    try:
         message = await receive()
         if message["type"] == "http.disconnect":
             raise ConnectionError("the client went away")
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > limit:
-            raise too_large(limit)
-        chunks.append(chunk)
+        body: bytes = message.get("body", b"")
+        if len(body) > bodies.each:
+            raise too_large(bodies.each)
         if not message.get("more_body", False):
-            return b"".join(chunks)
+            return body  # a body that arrived whole: this one message
+        chunks = [body]
+        hold(bodies, len(body))
+        size = len(body)
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                raise ConnectionError("the client went away")
+            chunk = message.get("body", b"")
+            if size + len(chunk) > bodies.each:
+                raise too_large(bodies.each)
+            hold(bodies, len(chunk))
+            size += len(chunk)
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                return b"".join(chunks)
+    except asyncio.CancelledError:
+        if task not in bodies.expired:
+            raise
+        bodies.expired.discard(task)
+        task.uncancel()
+        raise ApiError(408, f"the request body did not arrive whole within {bodies.seconds:g} s (--body-timeout)", code="body_timeout",
+                       headers={"Connection": "close"}) from None  # fmt: skip
+    finally:
+        bodies.held -= size
+        del bodies.reading[task]
+
+
+def hold(bodies: Bodies, n: int) -> None:
+    """Count ``n`` more bytes of a body still arriving; a 503 (``Retry-After``) when they would
+    take what bodies hold past ``bodies.pending``."""
+    if bodies.held + n > bodies.pending:
+        raise ApiError(503, f"the server holds {bodies.held} bytes of request bodies still arriving, and this one's would pass "
+                            f"the limit of {bodies.pending} (--max-pending-body-bytes); retry shortly", code="server_busy",
+                       headers={"Retry-After": "1", "Connection": "close"})  # fmt: skip
+    bodies.held += n
 
 
 async def gone(receive: Receive) -> Message:

@@ -7,6 +7,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+DEFAULT_PENDING_BODY_BYTES = 64 << 20
+
 
 @dataclass(frozen=True)
 class ServeConfig:
@@ -20,6 +22,9 @@ class ServeConfig:
     ``batching=False`` makes one verb call per request (the benchmark's baseline).
     ``batches_at_once``: verb calls each lane runs at the same time (default 1: one call at a
     time, which on CPUs runs on every core's ONNX Runtime thread).
+    Bodies: each at most ``max_request_bytes``; those still arriving hold at most
+    ``pending_body_bytes`` between them (503 beyond), and each gets ``body_seconds`` to
+    arrive whole (408 beyond): slow clients hold a bounded part of memory for a bounded time.
     ``model_nice``: added to the nice value of the threads that run verbs (the lanes' and
     every thread they start); 0 leaves them as they are. ``uform serve`` sets it
     (``run.MODEL_NICE``) and raises ONNX Runtime's threads made at load by as much, so that
@@ -30,6 +35,10 @@ class ServeConfig:
     api_key: str | None = None
     media_root: Path | None = None
     max_request_bytes: int = 32 << 20
+    # bytes of bodies still arriving held over every connection at once (503 beyond); None:
+    # 64 MiB, or twice max_request_bytes where that is more (see pending_body_bytes)
+    max_pending_body_bytes: int | None = None
+    body_seconds: float = 60.0  # from the start of a body's reading to its last byte (408 beyond)
     max_header_bytes: int = 64 << 10  # a request's line and headers together (431 beyond; serve.guard)
     max_url_bytes: int = 8 << 10  # its URL (414 beyond)
     max_items_per_request: int = 2048
@@ -47,6 +56,13 @@ class ServeConfig:
     inline_json_bytes: int = 64 << 10  # bodies up to this are parsed on the event loop; larger on a thread
     inline_response_values: int = 1 << 15  # responses up to this many scalars are written on the loop
 
+    @property
+    def pending_body_bytes(self) -> int:
+        """The bytes of bodies still arriving the server holds at once (``max_pending_body_bytes``)."""
+        if self.max_pending_body_bytes is not None:
+            return self.max_pending_body_bytes
+        return max(DEFAULT_PENDING_BODY_BYTES, 2 * self.max_request_bytes)
+
     def budget(self, kind: str) -> int:
         """The cost budget of one batch of ``kind`` items (text, image, video, audio, choose)."""
         if kind in ("text", "choose"):
@@ -60,6 +76,11 @@ class ServeConfig:
                 raise ValueError(f"{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
         if not 0 <= self.model_nice <= 19:
             raise ValueError(f"model-nice must be 0-19, got {self.model_nice}")
+        if self.pending_body_bytes < self.max_request_bytes:
+            raise ValueError(f"max-pending-body-bytes ({self.pending_body_bytes}) must be at least max-request-bytes ({self.max_request_bytes}): "
+                             "a body of the largest size could never be read")  # fmt: skip
+        if not (math.isfinite(self.body_seconds) and self.body_seconds > 0):
+            raise ValueError(f"body-timeout must be a finite number of seconds over 0, got {self.body_seconds}")
         for name in ("batch_window_ms", "drain_seconds"):  # NaN compares false to everything; inf overflows the drain's deadline
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0):

@@ -20,7 +20,7 @@ from . import respond as respond_
 from .batcher import Batcher
 from .config import ServeConfig
 from .errors import ApiError
-from .asgi import JSON, Answer, App, AccessLog, Receive, Scope, gone, read_body
+from .asgi import JSON, Answer, App, AccessLog, Bodies, Receive, Scope, gone, read_body
 from .lane import Job, Lane
 from .metrics import CONTENT_TYPE, Metrics
 
@@ -44,6 +44,7 @@ class Routes:
         self.draining = False
         self.drain_ends: float | None = None  # time.monotonic() when the drain's time runs out (set on SIGTERM)
         self.announce = announce
+        self.bodies = Bodies(config.max_request_bytes, config.pending_body_bytes, config.body_seconds)
         self.pool = cf.ThreadPoolExecutor(4, thread_name_prefix="uform-serve")  # parsing and writing large bodies
         self.metrics = Metrics(lambda: float(self.batcher.queued_items()) if self.batcher else 0.0)
 
@@ -87,7 +88,7 @@ class Routes:
     async def embeddings(self, scope: Scope, receive: Receive) -> Answer:
         began = time.perf_counter()
         c = self.config
-        body = await read_body(receive, c.max_request_bytes)
+        body = await read_body(receive, self.bodies)
         if len(body) <= c.inline_json_bytes and not (c.media_root is not None and _may_name_files(body)):
             req = requests.embeddings(body, max_items=c.max_items_per_request, media_root=c.media_root, limit=c.max_request_bytes)
         else:  # large, or naming files: parsed (base64 decoded, files read) on a thread
@@ -109,7 +110,7 @@ class Routes:
     async def choose(self, scope: Scope, receive: Receive) -> Answer:
         began = time.perf_counter()
         c = self.config
-        body = await read_body(receive, c.max_request_bytes)
+        body = await read_body(receive, self.bodies)
         parse = functools.partial(requests.choose, body, max_items=c.max_items_per_request, groups=self.description.choice_temperature_groups)
         req = parse() if len(body) <= c.inline_json_bytes else await asyncio.get_running_loop().run_in_executor(self.pool, parse)
         self.check_model(req.model)
