@@ -20,7 +20,7 @@ from uform.verbs import CHOOSE_VERB, ITEM_VERBS
 
 from .config import ServeConfig
 from .errors import ApiError
-from .lane import Budget, Depth, Job, Lane
+from .lane import Budget, Counted, Depth, Job, Lane
 from .metrics import Metrics
 
 if TYPE_CHECKING:
@@ -32,6 +32,30 @@ def _encoder(model: Model, verb: str) -> Any:
 
     def call(payloads: list[Any], arena: Arena) -> np.ndarray:
         return np.array(method(payloads, arena).embeddings)  # copied out of the arena
+
+    return call
+
+
+def tokenizer_of(model: Model) -> Any:
+    """The text tower's own tokenizer (a converted CLIP or SigLIP: ``HeldTokenizer``), or None
+    for a byte-level tower or a model without one."""
+    from uform.model import runtime_of
+
+    tower = runtime_of(model).towers.get("text")
+    return getattr(tower.parsed, "tokenizer", None) if tower is not None else None
+
+
+def _text_encoder(model: Model) -> Any:
+    """``text_encode``'s call; for a model with its own tokenizer, the rows with each text's
+    tokens (counted on the lane's thread, after the call: the texts were checked by it)."""
+    tokenizer = tokenizer_of(model)
+    if tokenizer is None:
+        return _encoder(model, "text_encode")
+    method = model.text_encode
+
+    def call(payloads: list[bytes], arena: Arena) -> Counted:
+        rows = np.array(method(payloads, arena).embeddings)
+        return Counted(rows, tokenizer.encode([p.decode() for p in payloads]).kept)
 
     return call
 
@@ -69,7 +93,7 @@ class Batcher:
                 continue
             items = config.max_batch_items if config.batching else 1
             budget = Budget(items, config.budget(kind) if config.batching else 1, window if config.batching else 0.0)
-            call = _chooser(model) if kind == "choose" else _encoder(model, verb)
+            call = _chooser(model) if kind == "choose" else _text_encoder(model) if kind == "text" else _encoder(model, verb)
             self.lanes[kind] = Lane(verb, call, budget, metrics, workers, param="input", depth=self.depth, nice=config.model_nice)
 
     def busy(self) -> bool:

@@ -30,6 +30,16 @@ from .metrics import Metrics
 Verb = Callable[[list[Any], Arena], Any]
 
 
+class Counted:
+    """Rows of texts and each text's tokens in the model's own tokenizer (what ``usage`` counts
+    for a model that has one; a byte-level model's tokens are the bytes, counted from the request)."""
+
+    __slots__ = ("rows", "tokens")
+
+    def __init__(self, rows: np.ndarray, tokens: np.ndarray) -> None:
+        self.rows, self.tokens = rows, tokens
+
+
 class Job:
     """One request's items for one verb; ``positions`` are their indices in the request."""
 
@@ -243,7 +253,10 @@ def lower_priority(threads: Sequence[int], nice: int) -> None:
 
 
 def split(result: Any, start: int, stop: int) -> Any:
-    """Rows ``start:stop`` of a batch's copied result (an array, or a choose ``(values, offsets)``)."""
+    """Rows ``start:stop`` of a batch's copied result (an array, texts' rows with their tokens
+    (:class:`Counted`), or a choose ``(values, offsets)``)."""
+    if isinstance(result, Counted):
+        return Counted(result.rows[start:stop], result.tokens[start:stop])
     if isinstance(result, tuple):
         values, offsets = result
         return values[offsets[start] : offsets[stop]], offsets[start : stop + 1] - offsets[start]

@@ -1,5 +1,6 @@
 """Rows to OpenAI's responses: ``float`` lists or ``base64`` float32 little-endian, Matryoshka
-``dimensions`` (a prefix made unit again), ``usage`` in tokens (UTF-8 bytes of the texts)."""
+``dimensions`` (a prefix made unit again), ``usage`` in the model's tokens (the
+routes count them: UTF-8 bytes, or a converted model's own tokenizer's)."""
 
 from __future__ import annotations
 

@@ -21,7 +21,7 @@ from .batcher import Batcher
 from .config import ServeConfig
 from .errors import ApiError
 from .asgi import JSON, Answer, App, AccessLog, Bodies, Receive, Scope, gone, read_body
-from .lane import Job, Lane
+from .lane import Counted, Job, Lane
 from .metrics import CONTENT_TYPE, Metrics
 
 if TYPE_CHECKING:
@@ -101,8 +101,13 @@ class Routes:
         kinds = [item.kind for item in items]
         payloads: list[Any] = [item.payload for item in items]
         jobs, results = await self.run_jobs(receive, kinds, payloads, [item.cost for item in items])
-        context = self.description.context
-        tokens = sum([min(len(p), context) for k, p in zip(kinds, payloads) if k == "text"])
+        counted = [r.tokens for r in results if isinstance(r, Counted)]  # the model's own tokenizer's
+        if counted:
+            tokens = int(sum(t.sum() for t in counted))
+            results = [r.rows if isinstance(r, Counted) else r for r in results]
+        else:  # a byte a token, up to the context
+            context = self.description.context
+            tokens = sum([min(len(p), context) for k, p in zip(kinds, payloads) if k == "text"])
         write = functools.partial(_embeddings_body, req, jobs, results, dims, c.model_id, tokens)
         out = write() if len(items) * dims <= c.inline_response_values else await asyncio.get_running_loop().run_in_executor(self.pool, write)
         return 200, out, self.timing(jobs, began), JSON
