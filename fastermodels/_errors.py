@@ -2,7 +2,8 @@
 
 
 class SpecError(ValueError):
-    """A rebuild spec that does not fit its source model (unknown module, type or argument)."""
+    """A source and rebuild spec that do not build: the factory refuses its source_kwargs, or the spec
+    does not fit the source model (unknown module, type or argument)."""
 
 
 class WeightsMismatchError(RuntimeError):

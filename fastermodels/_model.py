@@ -8,11 +8,12 @@ from typing import Any
 
 import safetensors
 import safetensors.torch
+import torch
 from huggingface_hub import PyTorchModelHubMixin, hf_hub_download
 from huggingface_hub.errors import HfHubHTTPError
 from torch import nn
 
-from fastermodels._errors import ArtifactNotFoundError, ArtifactReadError
+from fastermodels._errors import ArtifactNotFoundError, ArtifactReadError, SpecError, WeightsMismatchError
 from uform.core import jsontext
 from fastermodels._spec import rebuild, resolve, spec_from
 from fastermodels._strict import check_state_dict
@@ -77,7 +78,13 @@ class FasterModel(nn.Module, PyTorchModelHubMixin,
         super().__init__()
         self.source, self.source_kwargs, self.spec = source, source_kwargs, modules
         self.recipe, self.provenance = recipe, provenance
-        self.net = rebuild(resolve(source)(**(source_kwargs or {})), modules or {})
+        factory = resolve(source)
+        try:
+            net = factory(**(source_kwargs or {}))
+        except (TypeError, ValueError, RuntimeError) as e:
+            raise SpecError(f"{source} cannot be built from source_kwargs {source_kwargs!r} "
+                            f"({type(e).__name__}: {e})") from e
+        self.net = rebuild(net, modules or {})
 
     @property
     def config(self) -> dict[str, Any]:
@@ -203,6 +210,27 @@ class FasterModel(nn.Module, PyTorchModelHubMixin,
                                       cache_dir=cache_dir, force_download=force_download,
                                       token=token, local_files_only=local_files_only)
         state = read_weights(weights)
+        try:
+            model = cls._rebuilt(model_kwargs, state)
+        except (SpecError, WeightsMismatchError) as e:
+            raise type(e)(f"{model_id}: {e}") from e
+        return model.to(map_location).eval()
+
+    @classmethod
+    def _rebuilt(cls, model_kwargs: dict[str, Any], state: Mapping[str, Any]) -> "FasterModel":
+        """The model config.json describes, loaded with ``state``. Its keys and shapes are checked
+        first on an outline built on the meta device, which allocates nothing: a config.json whose
+        sizes disagree with the weights (``"num_classes": 10**9``, a spec entry of a million
+        features) raises WeightsMismatchError instead of allocating and initialising its layers.
+        A builder that cannot run on meta (torchvision's regnets read tensor values) skips the outline,
+        as does a config.json the factory refuses: the real build raises its SpecError."""
+        try:
+            with torch.device("meta"):
+                outline: FasterModel | None = cls(**model_kwargs)
+        except Exception:  # noqa: BLE001 - not buildable on meta: the real build below raises or builds
+            outline = None
+        if outline is not None:
+            check_state_dict(outline, state)
         model = cls(**model_kwargs)
         model.load_state_dict(state)
-        return model.to(map_location).eval()
+        return model

@@ -62,23 +62,34 @@ def spec_from(model: nn.Module) -> dict[str, dict[str, Any]]:
     return spec
 
 
-def _build(name: str, entry: Mapping[str, Any]) -> nn.Module:
-    """A fresh module from one spec entry."""
+def _build(name: str, entry: Any) -> nn.Module:
+    """A fresh module from one spec entry: ``type`` and the arguments :func:`spec_from` records."""
+    if not isinstance(entry, Mapping):
+        raise SpecError(f"module {name!r}: its spec entry is a {type(entry).__name__}, not an object "
+                        "of constructor arguments")
     kwargs = dict(entry)
     kind = kwargs.pop("type", None)
-    if kind not in LAYER_TYPES:
+    if not isinstance(kind, str) or kind not in LAYER_TYPES:
         raise SpecError(f"module {name!r}: type {kind!r} is not one of {', '.join(LAYER_TYPES)}")
+    recorded = _ARGS[kind] + (("bias",) if kind in ("Conv2d", "Linear") else ())
+    extra = [k for k in kwargs if k not in recorded]
+    if extra:
+        raise SpecError(f"module {name!r}: {', '.join(map(repr, extra))} is not among the arguments "
+                        f"a spec records for {kind} ({', '.join(recorded)})")
     try:
         return LAYER_TYPES[kind](**kwargs)
-    except (TypeError, ValueError) as e:
+    except (TypeError, ValueError, RuntimeError) as e:
         raise SpecError(f"module {name!r}: cannot build {kind} from {kwargs}: {e}") from e
 
 
-def rebuild(net: nn.Module, modules: Mapping[str, Mapping[str, Any]]) -> nn.Module:
+def rebuild(net: nn.Module, modules: Any) -> nn.Module:
     """Replace each leaf the spec names by a freshly built module of its recorded arguments.
 
     Returns ``net`` (or the rebuilt root, for a spec entry named ``''``).
     """
+    if not isinstance(modules, Mapping):
+        raise SpecError(f"modules is a {type(modules).__name__}, not an object of module name → "
+                        "constructor arguments (spec_from)")
     for name, entry in modules.items():
         fresh = _build(name, entry)
         if name == "":

@@ -216,3 +216,55 @@ def test_a_bad_config_json_names_the_file(tmp_path: Path, text: str, why: str) -
         with pytest.raises(ArtifactReadError, match=r"cfg/" + why) as info:
             attempt()
         assert isinstance(info.value, ValueError)
+
+
+# -- a config.json that does not build names the artifact, and allocates nothing it disagrees on --
+
+
+@pytest.fixture(scope="module")
+def resnet_artifact(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    directory = tmp_path_factory.mktemp("resnet") / "art"
+    FasterModel.wrap(fastermodels.resolve(RESNET_SOURCE)(**RESNET_KWARGS), RESNET_SOURCE,
+                     RESNET_KWARGS).save_pretrained(directory)
+    return directory
+
+
+@pytest.mark.parametrize(
+    ("edit", "error", "why"),
+    [
+        # each was a bare error from torch or Python that named neither the artifact nor config.json
+        (lambda c: c["source_kwargs"].update(num_classes="ten"), fastermodels.SpecError,
+         r"art: torchvision\.models\.resnet18 cannot be built from source_kwargs \{'num_classes': 'ten', "
+         r"'weights': None\} \(TypeError: empty\(\)"),
+        (lambda c: c["source_kwargs"].update(num_classes=-1), fastermodels.SpecError,
+         r"art: torchvision\.models\.resnet18 cannot be built .*\(RuntimeError: Trying to create tensor with negative"),
+        (lambda c: c.update(modules=["fc"]), fastermodels.SpecError,
+         r"art: modules is a list, not an object of module name → constructor arguments"),
+        (lambda c: c["modules"].update(fc="Linear"), fastermodels.SpecError,
+         r"art: module 'fc': its spec entry is a str, not an object of constructor arguments"),
+        (lambda c: c["modules"]["fc"].update(type=["Linear"]), fastermodels.SpecError,
+         r"art: module 'fc': type \['Linear'\] is not one of Conv2d, Linear"),
+        # a constructor argument no spec records: device='meta' left the net without data
+        (lambda c: c["modules"]["fc"].update(device="meta"), fastermodels.SpecError,
+         r"art: module 'fc': 'device' is not among the arguments a spec records for Linear "
+         r"\(in_features, out_features, bias\)"),
+        # 400 TB of weights declared: refused on the meta outline (it tried to allocate them)
+        (lambda c: c["modules"]["fc"].update(in_features=10**7, out_features=10**7), fastermodels.WeightsMismatchError,
+         r"art: the weights disagree .* net\.fc\.weight \(weights \(10, 512\), model \(10000000, 10000000\)\)"),
+        (lambda c: c["modules"]["layer1.0.bn1"].update(num_features=10**14), fastermodels.WeightsMismatchError,
+         r"art: the weights disagree .* net\.layer1\.0\.bn1\.bias \(weights \(64,\), model \(100000000000000,\)\)"),
+    ],
+    ids=["kwargs-str", "kwargs-negative", "modules-list", "entry-str", "type-list", "entry-device", "fc-400TB",
+         "bn-400TB"],
+)
+def test_a_config_json_that_does_not_build_names_the_artifact(resnet_artifact: Path, tmp_path: Path, edit: Any,
+                                                              error: type[Exception], why: str) -> None:
+    artifact = tmp_path / "art"
+    artifact.mkdir()
+    (artifact / "model.safetensors").write_bytes((resnet_artifact / "model.safetensors").read_bytes())
+    config = json.loads((resnet_artifact / "config.json").read_text())
+    edit(config)
+    (artifact / "config.json").write_text(json.dumps(config))
+    for attempt in (lambda: load(artifact), lambda: FasterModel.from_pretrained(artifact)):
+        with pytest.raises(error, match=why):
+            attempt()
