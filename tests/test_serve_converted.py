@@ -1,6 +1,7 @@
 """``uform serve`` with a converted CLIP (random weights, a word-level tokenizer of its own),
 over loopback: ``usage`` counts each text's tokens in the model's tokenizer, per request,
-also for requests coalesced into one call, and a token-id array that is not UTF-8 is named."""
+also for requests coalesced into one call, and a token-id array that is not UTF-8 is named
+before anything is queued."""
 
 from __future__ import annotations
 
@@ -45,7 +46,7 @@ def test_usage_counts_the_models_own_tokens_in_each_coalesced_request(clip: ufor
     second = ["red blue sky !", "the " * 40]  # 40 words: cut at the context
     assert [tokens(t) for t in first + second] == [7, 3, 6, CONTEXT]
     expected = np.array(clip.text_encode(first + second, uform.Arena()).embeddings)
-    with thread_server(clip, ServeConfig(model_id="clip", batch_window_ms=1000)) as (url, _):
+    with thread_server(clip, ServeConfig(model_id="clip", batch_window_ms=1000)) as (url, state):
 
         async def both() -> list[httpx.Response]:
             async with httpx.AsyncClient(timeout=60) as client:
@@ -60,5 +61,8 @@ def test_usage_counts_the_models_own_tokens_in_each_coalesced_request(clip: ufor
         ids = httpx.post(url + "/v1/embeddings", json={"input": [list(b"dog"), [255, 1]]})
         assert ids.status_code == 400 and ids.json()["error"]["param"] == "input[1]", ids.text
         assert ids.json()["error"]["message"] == "input[1]: bytes are not UTF-8 (invalid start byte at byte 0); this model's tokenizer reads text"
+        # refused as the request was read, before anything was queued: no verb call refused it
+        assert state.metrics.registry.get_sample_value("uform_failed_items_total", {"verb": "text_encode"}) is None
+        assert state.metrics.registry.get_sample_value("uform_called_items_total", {"verb": "text_encode"}) == 4
         one = httpx.post(url + "/v1/embeddings", json={"input": list(b"dog")})  # token ids are UTF-8 bytes, tokenized as text
         assert one.json()["usage"]["prompt_tokens"] == 3

@@ -247,3 +247,37 @@ def test_the_pending_body_limit_and_the_body_timeout_are_checked(capsys: pytest.
     for value in ("0", "-1", "nan", "inf"):
         assert main(["serve", "--body-timeout", value]) == 2
         assert f"body-timeout must be a finite number of seconds over 0, got {float(value)}" in capsys.readouterr().err
+
+
+def test_bad_items_of_several_requests_in_one_call_cost_a_bounded_number_of_calls(model: uform.Model) -> None:
+    """Four requests each holding a corrupt picture, coalesced with a good one into one call:
+    each bad request is a 400 naming its item, the good one gets the library's rows, and the
+    items handed to the verb (``uform_called_items_total``) are the batch whole twice (the
+    second time without the first bad request), then each request left alone: 16 + 14 + 12,
+    where calling again without each bad request in turn handed 16 + 14 + 12 + 10 + 8."""
+    import asyncio
+    import base64
+
+    import media as media_module
+
+    picture = media_module.encode_image(media_module.pattern(48, 64), "PNG")
+    good = {"type": "image_url", "image_url": {"url": "data:image/png;base64," + base64.b64encode(picture).decode()}}
+    corrupt = {"type": "image_url", "image_url": {"url": "data:image/png;base64," + base64.b64encode(b"\x89PNG\r\n\x1a\n" + bytes(64)).decode()}}
+    docs = [{"input": [good] * 8}] + [{"input": [good, corrupt]} for _ in range(4)]
+    expected = np.array(model.image_encode([picture] * 8, uform.Arena()).embeddings)
+    with thread_server(model, ServeConfig(model_id="default", batch_window_ms=1500)) as (url, state):
+
+        async def all_at_once() -> list[httpx.Response]:
+            async with httpx.AsyncClient(timeout=60) as client:
+                return list(await asyncio.gather(*(client.post(url + "/v1/embeddings", json=doc) for doc in docs)))
+
+        answers = asyncio.run(all_at_once())
+        assert [a.status_code for a in answers] == [200, 400, 400, 400, 400], [a.text for a in answers]
+        assert answers[0].headers["x-uform-batch-items"] == "16", "the requests were not coalesced into one call; lengthen the window"
+        np.testing.assert_array_equal(np.array([d["embedding"] for d in answers[0].json()["data"]], np.float32), expected)
+        for bad in answers[1:]:
+            assert bad.json()["error"]["param"] == "input[1]" and bad.json()["error"]["code"] == "invalid_item", bad.text
+        sample = state.metrics.registry.get_sample_value
+        assert sample("uform_failed_items_total", {"verb": "image_encode"}) == 4
+        assert sample("uform_called_items_total", {"verb": "image_encode"}) == 16 + 14 + 12
+        assert f'uform_called_items_total{{verb="image_encode"}} {16 + 14 + 12:.1f}' in httpx.get(url + "/metrics").text

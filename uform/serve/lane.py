@@ -3,7 +3,8 @@
 A worker takes what is queued when it is free, up to the item and cost budgets (a job larger
 than a budget runs alone), so an idle server adds no wait. The call runs on the worker's own
 thread with its own arena, and its rows are copied out before any job's future is set. A
-bad item (``InputError``) fails only the job holding it, and the rest is called again.
+bad item (``InputError``) fails only the job holding it: the rest is called again together
+once, and past a second bad job each on its own (so a good item is computed at most 3 times).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from uform import Arena, InputError
 from .errors import ApiError, bad_item
 from .metrics import Metrics
 
+WHOLE_CALLS = 2  # calls of a batch's good jobs together; past them, each job is called alone
 # rows of every item of a batch in one array, or a choose batch's (values, offsets)
 Verb = Callable[[list[Any], Arena], Any]
 
@@ -216,29 +218,41 @@ class Lane:
         self._metrics.batch(self.verb, items, len(jobs), finished - started, waited)
 
     def _outcomes(self, jobs: Sequence[Job], arena: Arena) -> list[Any]:
+        """Each job's rows, or its failure. A call refused for a bad item fails the job holding
+        it; the others are called again whole once, and past a second bad job each on its own, so
+        a good item is computed at most ``WHOLE_CALLS + 1`` times however many jobs are bad."""
         outcomes: list[Any] = [None] * len(jobs)
         alive = list(range(len(jobs)))
-        while alive:
-            sizes = [len(jobs[j].payloads) for j in alive]
-            starts = np.concatenate([[0], np.cumsum(sizes)]).tolist()
-            payloads = jobs[alive[0]].payloads if len(alive) == 1 else list(chain.from_iterable([jobs[j].payloads for j in alive]))
-            try:
-                result = self._call(payloads, arena)
-            except InputError as exc:
-                at = bisect.bisect_right(starts, exc.index) - 1
-                job = jobs[alive[at]]
-                outcomes[alive.pop(at)] = bad_item(int(job.positions[exc.index - starts[at]]), exc.reason, param=self._param)
-                self._metrics.failed.labels(self.verb).inc()
-                continue
-            except Exception as exc:  # noqa: BLE001 - an error of the verb fails its batch's requests, not the server
-                failure = ApiError(500, f"{self.verb} failed: {type(exc).__name__}: {exc}", code="verb_failed")
-                for j in alive:
-                    outcomes[j] = failure
-                break
-            for j, start, stop in zip(alive, starts[:-1], starts[1:]):
-                outcomes[j] = split(result, start, stop)
-            break
+        for _ in range(WHOLE_CALLS):
+            if not alive or self._call_jobs(jobs, alive, arena, outcomes):
+                return outcomes
+        for j in alive:  # past the second bad job: each alone, its bad item failing only itself
+            self._call_jobs(jobs, [j], arena, outcomes)
         return outcomes
+
+    def _call_jobs(self, jobs: Sequence[Job], alive: list[int], arena: Arena, outcomes: list[Any]) -> bool:
+        """One verb call of the jobs ``alive`` (indices into ``jobs``), their outcomes set; False
+        when it was refused for a bad item: its job is failed and taken out of ``alive``."""
+        sizes = [len(jobs[j].payloads) for j in alive]
+        starts = np.concatenate([[0], np.cumsum(sizes)]).tolist()
+        payloads = jobs[alive[0]].payloads if len(alive) == 1 else list(chain.from_iterable([jobs[j].payloads for j in alive]))
+        self._metrics.called_items.labels(self.verb).inc(len(payloads))
+        try:
+            result = self._call(payloads, arena)
+        except InputError as exc:
+            at = bisect.bisect_right(starts, exc.index) - 1
+            job = jobs[alive[at]]
+            outcomes[alive.pop(at)] = bad_item(int(job.positions[exc.index - starts[at]]), exc.reason, param=self._param)
+            self._metrics.failed.labels(self.verb).inc()
+            return False
+        except Exception as exc:  # noqa: BLE001 - an error of the verb fails its batch's requests, not the server
+            failure = ApiError(500, f"{self.verb} failed: {type(exc).__name__}: {exc}", code="verb_failed")
+            for j in alive:
+                outcomes[j] = failure
+            return True
+        for j, start, stop in zip(alive, starts[:-1], starts[1:]):
+            outcomes[j] = split(result, start, stop)
+        return True
 
 
 def lower_priority(threads: Sequence[int], nice: int) -> None:

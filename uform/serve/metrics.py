@@ -113,8 +113,8 @@ class _Collector:
 
 class Metrics:
     """Requests by route and status, items by modality, batch sizes, queue depth, queue and
-    inference time; one instance per application. Updated on the event loop only (``failed``,
-    a ``prometheus_client`` counter, from the verbs' threads too)."""
+    inference time; one instance per application. Updated on the event loop only (``failed``
+    and ``called_items``, ``prometheus_client`` counters, from the verbs' threads too)."""
 
     def __init__(self, queue_depth: Callable[[], float]) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
@@ -123,6 +123,8 @@ class Metrics:
         self.items = Counts("uform_items", "items received in requests, by modality", ["modality"])
         self.dropped = Counter("uform_dropped_items", "queued items dropped because their client went away", ["verb"], registry=r)
         self.failed = Counter("uform_failed_items", "items refused by a verb (the request got a 400)", ["verb"], registry=r)
+        self.called_items = Counter("uform_called_items", "items handed to verb calls (an item again in each call made again after a bad item)",
+                                    ["verb"], registry=r)  # fmt: skip
         self.batch_items = Tally("uform_batch_items", "items in one verb call", "verb", _SIZES)
         self.batch_requests = Tally("uform_batch_requests", "requests coalesced into one verb call", "verb", _SIZES)
         self.queue_seconds = Tally("uform_queue_seconds", "time an item waited before its verb call began", "verb", _SECONDS)

@@ -70,7 +70,9 @@ def loads(body: bytes) -> dict[str, Any]:
     return doc
 
 
-def embeddings(body: bytes, *, max_items: int, media_root: Path | None, limit: int) -> EmbeddingsRequest:
+def embeddings(body: bytes, *, max_items: int, media_root: Path | None, limit: int, utf8: bool = False) -> EmbeddingsRequest:
+    """``utf8``: the model tokenizes texts (a converted CLIP or SigLIP), so a token-id array
+    must be UTF-8 text (its tokenizer reads text), refused here rather than by the verb."""
     doc = loads(body)
     raw = doc.get("input")
     if raw is None:
@@ -83,7 +85,7 @@ def embeddings(body: bytes, *, max_items: int, media_root: Path | None, limit: i
         raise ApiError(400, "'input' is empty", param="input", code="empty_input")
     if len(raw) > max_items:
         raise ApiError(400, f"'input' holds {len(raw)} items, over the limit of {max_items} a request", param="input", code="too_many_items")
-    items = [_item(i, x, media_root, limit) for i, x in enumerate(raw)]
+    items = [_item(i, x, media_root, limit, utf8) for i, x in enumerate(raw)]
     fmt = doc.get("encoding_format", "float")
     if fmt is None:
         fmt = "float"
@@ -95,7 +97,7 @@ def embeddings(body: bytes, *, max_items: int, media_root: Path | None, limit: i
     return EmbeddingsRequest(items, fmt, dims, _model(doc))
 
 
-def _item(index: int, x: Any, media_root: Path | None, limit: int) -> Item:
+def _item(index: int, x: Any, media_root: Path | None, limit: int, utf8: bool) -> Item:
     if isinstance(x, str):
         return _text(index, x)
     if isinstance(x, list):
@@ -107,6 +109,11 @@ def _item(index: int, x: Any, media_root: Path | None, limit: int) -> Item:
             raise bad_item(index, "a token-id array must hold integers 0-255 (tokens are UTF-8 bytes), not booleans or other values") from None
         if not data:
             raise bad_item(index, "the token-id array is empty")
+        if utf8:
+            try:
+                data.decode()
+            except UnicodeDecodeError as exc:  # the verb's own words (uform.plugins.media.text.as_texts)
+                raise bad_item(index, f"bytes are not UTF-8 ({exc.reason} at byte {exc.start}); this model's tokenizer reads text") from None
         return Item("text", data, len(data))
     if isinstance(x, dict):
         if x.get("type") == "text":

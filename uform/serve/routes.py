@@ -17,7 +17,7 @@ import orjson
 
 from . import requests
 from . import respond as respond_
-from .batcher import Batcher
+from .batcher import Batcher, tokenizer_of
 from .config import ServeConfig
 from .errors import ApiError
 from .asgi import JSON, Answer, App, AccessLog, Bodies, Receive, Scope, gone, read_body
@@ -39,6 +39,7 @@ class Routes:
         self.config = config
         self.description = model.describe()
         self.modalities = model.served.modalities  # each served modality and its verbs, by name
+        self.utf8 = tokenizer_of(model) is not None  # its texts are tokenized: token-id arrays must be UTF-8
         self.batcher: Batcher | None = None
         self.watcher: Watcher | None = None
         self.draining = False
@@ -90,9 +91,10 @@ class Routes:
         c = self.config
         body = await read_body(receive, self.bodies)
         if len(body) <= c.inline_json_bytes and not (c.media_root is not None and _may_name_files(body)):
-            req = requests.embeddings(body, max_items=c.max_items_per_request, media_root=c.media_root, limit=c.max_request_bytes)
+            req = requests.embeddings(body, max_items=c.max_items_per_request, media_root=c.media_root, limit=c.max_request_bytes, utf8=self.utf8)
         else:  # large, or naming files: parsed (base64 decoded, files read) on a thread
-            parse = functools.partial(requests.embeddings, body, max_items=c.max_items_per_request, media_root=c.media_root, limit=c.max_request_bytes)
+            parse = functools.partial(requests.embeddings, body, max_items=c.max_items_per_request, media_root=c.media_root, limit=c.max_request_bytes,
+                                      utf8=self.utf8)  # fmt: skip
             req = await asyncio.get_running_loop().run_in_executor(self.pool, parse)
         self.check_model(req.model)
         dims = self.description.dimensions
