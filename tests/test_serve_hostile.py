@@ -86,6 +86,14 @@ def test_a_head_over_the_limit_is_431_before_it_is_read_whole(limited: Proc) -> 
     assert status == 431, doc
 
 
+@pytest.mark.parametrize("length", [b"-5", b"+5", b"0x10", b"5, 5"])
+def test_a_content_length_that_is_not_a_number_is_uvicorns_plain_400(limited: Proc, length: bytes) -> None:
+    """As docs/serve.md says: not valid HTTP, answered by uvicorn's parser (not in OpenAI's shape), the connection closed."""
+    _, raw = exchange(limited.url, b"POST /v1/embeddings HTTP/1.1\r\nHost: x\r\nContent-Length: " + length + b'\r\n\r\n"abc"')
+    head, _, body = raw.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400 ") and b"connection: close" in head.lower() and body == b"Invalid HTTP request received.", raw
+
+
 def test_a_url_over_the_limit_is_414(limited: Proc) -> None:
     status, doc = answer_of(exchange(limited.url, b"GET /health?" + b"q" * 2000 + b" HTTP/1.1\r\nHost: x\r\n\r\n")[1])
     assert status == 414 and doc["error"]["code"] == "url_too_long" and "--max-url-bytes" in doc["error"]["message"]
