@@ -118,10 +118,14 @@ class FasterModel(nn.Module, PyTorchModelHubMixin,
         """Wrap an optimized model, reading its rebuild spec off its layers; returned in eval mode.
 
         The net is rebuilt from ``source`` and the spec and loaded strictly with ``model``'s
-        weights, so what is published is proven to rebuild.
+        weights, so what is published is proven to rebuild. Each tensor keeps its dtype (an fp16 or
+        bf16 net is published as fp16 or bf16); the weights are copied, onto the CPU.
         """
         fm = cls(source, source_kwargs, spec_from(model), recipe, provenance)
-        fm.load_state_dict({f"net.{k}": v for k, v in model.state_dict().items()})
+        # assign: each tensor keeps its dtype (an fp16, bf16 or fp64 net is published as it is,
+        # not copied into the factory's fp32); copies on the CPU, so `model` shares no memory with it
+        fm.load_state_dict({f"net.{k}": v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()},
+                           assign=True)
         return fm.eval()
 
     def save_pretrained(self, save_directory: str | Path, *, config: Any = None, repo_id: str | None = None,
@@ -232,5 +236,5 @@ class FasterModel(nn.Module, PyTorchModelHubMixin,
         if outline is not None:
             check_state_dict(outline, state)
         model = cls(**model_kwargs)
-        model.load_state_dict(state)
+        model.load_state_dict(state, assign=True)  # the weights' dtypes: an fp16 artifact loads as fp16
         return model

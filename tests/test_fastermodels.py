@@ -166,6 +166,28 @@ def test_pruned_mlp_with_batchnorm1d_round_trips(tmp_path: Path) -> None:
         assert torch.equal(back(x), net(x))
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float64])
+def test_wrap_and_load_keep_the_dtype_of_the_weights(dtype: torch.dtype, tmp_path: Path) -> None:
+    net = pruned_mlp().to(dtype)
+    if dtype != torch.float64:
+        net[1].to(torch.float32)  # a mixed net: an fp32 BatchNorm between low-precision Linears
+    fm = FasterModel.wrap(net, MLP_SOURCE, MLP_KWARGS)  # was cast to the factory's fp32
+    assert {k: v.dtype for k, v in fm.net.state_dict().items()} == {k: v.dtype for k, v in net.state_dict().items()}
+    assert state_hash(fm.net) == state_hash(net)
+    x = torch.randn(5, 16, generator=torch.Generator().manual_seed(3)).to(dtype)
+    with torch.no_grad():
+        assert fm.net[0].weight.requires_grad and torch.equal(fm(x), net(x))  # was: mat1 and mat2 must have the same dtype
+        fm.net[0].weight.add_(1)
+    assert state_hash(fm.net) != state_hash(net)  # a copy: the net it came from is left as it was
+    fm = FasterModel.wrap(net, MLP_SOURCE, MLP_KWARGS)
+    fm.save_pretrained(tmp_path)
+    assert load_file(str(tmp_path / "model.safetensors"))["net.0.weight"].dtype == dtype
+    back = load(tmp_path, trust_remote_code=True)
+    assert isinstance(back, FasterModel) and state_hash(back) == state_hash(fm)  # was loaded as fp32
+    with torch.no_grad():
+        assert torch.equal(back(x), net(x))
+
+
 def test_a_spec_that_disagrees_with_the_weights_raises(saved: Path, tmp_path: Path) -> None:
     for name in ("config.json", "model.safetensors"):
         (tmp_path / name).write_bytes((saved / name).read_bytes())
