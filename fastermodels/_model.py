@@ -2,6 +2,7 @@
 
 import json
 import os
+from itertools import chain
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -56,6 +57,34 @@ def read_weights(path: str | os.PathLike[str]) -> dict[str, Any]:
         return safetensors.torch.load_file(path)
     except (safetensors.SafetensorError, OSError) as e:
         raise ArtifactReadError(f"{path}: not a readable safetensors file ({e})") from None
+
+
+def _take_dtypes(model: nn.Module, state: Mapping[str, Any]) -> None:
+    """Give each parameter and buffer of ``model`` the dtype of its entry in ``state``, in place, so
+    that loading copies the weights as they are instead of casting them to the factory's fp32. A
+    parameter two modules share stays one parameter (a tied embedding stays tied)."""
+    for key, tensor in chain(model.named_parameters(remove_duplicate=False),
+                             model.named_buffers(remove_duplicate=False)):
+        incoming = state.get(key)
+        if isinstance(incoming, torch.Tensor) and incoming.dtype != tensor.dtype:
+            tensor.data = tensor.data.to(incoming.dtype)
+
+
+def _with_tied(model: nn.Module, state: Mapping[str, Any]) -> dict[str, Any]:
+    """``state`` with the entries it lacks for tensors ``model`` shares (a tied embedding): the
+    mixin's ``save_model`` writes a shared tensor once, under one of its names, as safetensors
+    allows no aliasing; ``safetensors.torch.load_model`` restores the others the same way."""
+    names: dict[int, list[str]] = {}
+    for key, tensor in chain(model.named_parameters(remove_duplicate=False),
+                             model.named_buffers(remove_duplicate=False)):
+        names.setdefault(id(tensor), []).append(key)
+    filled = dict(state)
+    for group in names.values():
+        present = [k for k in group if k in state]
+        for key in group:
+            if present and key not in filled:
+                filled[key] = state[present[0]]
+    return filled
 
 
 class FasterModel(nn.Module, PyTorchModelHubMixin,
@@ -119,13 +148,12 @@ class FasterModel(nn.Module, PyTorchModelHubMixin,
 
         The net is rebuilt from ``source`` and the spec and loaded strictly with ``model``'s
         weights, so what is published is proven to rebuild. Each tensor keeps its dtype (an fp16 or
-        bf16 net is published as fp16 or bf16); the weights are copied, onto the CPU.
+        bf16 net is published as fp16 or bf16); the weights are copied.
         """
         fm = cls(source, source_kwargs, spec_from(model), recipe, provenance)
-        # assign: each tensor keeps its dtype (an fp16, bf16 or fp64 net is published as it is,
-        # not copied into the factory's fp32); copies on the CPU, so `model` shares no memory with it
-        fm.load_state_dict({f"net.{k}": v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()},
-                           assign=True)
+        state = {f"net.{k}": v for k, v in model.state_dict().items()}
+        _take_dtypes(fm, state)
+        fm.load_state_dict(state)
         return fm.eval()
 
     def save_pretrained(self, save_directory: str | Path, *, config: Any = None, repo_id: str | None = None,
@@ -234,7 +262,9 @@ class FasterModel(nn.Module, PyTorchModelHubMixin,
         except Exception:  # noqa: BLE001 - not buildable on meta: the real build below raises or builds
             outline = None
         if outline is not None:
-            check_state_dict(outline, state)
+            check_state_dict(outline, _with_tied(outline, state))
         model = cls(**model_kwargs)
-        model.load_state_dict(state, assign=True)  # the weights' dtypes: an fp16 artifact loads as fp16
+        state = _with_tied(model, state)
+        _take_dtypes(model, state)  # an fp16 artifact loads as fp16
+        model.load_state_dict(state)
         return model

@@ -23,7 +23,7 @@ import fastermodels  # noqa: E402
 from fastermodels import (ArtifactNotFoundError, FasterModel, SpecError,  # noqa: E402
                           WeightsMismatchError, load, resolve, spec_from, state_hash)
 from test_fastermodels_nets import (MLP_KEEP, MLP_KWARGS, MLP_SOURCE, RESNET_KWARGS,  # noqa: E402
-                                    RESNET_SOURCE, pruned_mlp, pruned_resnet18)
+                                    RESNET_SOURCE, pruned_mlp, pruned_resnet18, tied_embeddings)
 
 X = torch.randn(2, 3, 64, 64, generator=torch.Generator().manual_seed(1))
 RECIPE = {"prune": "layer1/layer2 inner convs to odd widths, L1 norm"}
@@ -186,6 +186,18 @@ def test_wrap_and_load_keep_the_dtype_of_the_weights(dtype: torch.dtype, tmp_pat
     assert isinstance(back, FasterModel) and state_hash(back) == state_hash(fm)  # was loaded as fp32
     with torch.no_grad():
         assert torch.equal(back(x), net(x))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_tied_weights_round_trip_tied(dtype: torch.dtype, tmp_path: Path) -> None:
+    net = tied_embeddings().to(dtype)
+    fm = FasterModel.wrap(net, "test_fastermodels_nets.tied_embeddings", {})
+    assert fm.net[0].weight is fm.net[1].weight and state_hash(fm.net) == state_hash(net)
+    fm.save_pretrained(tmp_path)
+    assert list(load_file(str(tmp_path / "model.safetensors"))) == ["net.0.weight"]  # written once, as safetensors must
+    back = load(tmp_path, trust_remote_code=True)  # was WeightsMismatchError: missing (1): net.1.weight
+    assert isinstance(back, FasterModel) and back.net[0].weight is back.net[1].weight
+    assert state_hash(back) == state_hash(fm)
 
 
 def test_a_spec_that_disagrees_with_the_weights_raises(saved: Path, tmp_path: Path) -> None:

@@ -26,6 +26,13 @@ def mlp_bn(in_features: int = 16, hidden: int = 32, out_features: int = 4) -> nn
                          nn.Linear(hidden, out_features))
 
 
+def tied_embeddings(vocab: int = 10, dim: int = 8) -> nn.Sequential:
+    """A model factory whose two embeddings share one weight, as an encoder and decoder's do."""
+    net = nn.Sequential(nn.Embedding(vocab, dim), nn.Embedding(vocab, dim))
+    net[1].weight = net[0].weight
+    return net
+
+
 def randomize_batchnorms(net: nn.Module, seed: int) -> None:
     """Give every BatchNorm non-default statistics and affine weights, so eval mode matters."""
     g = torch.Generator().manual_seed(seed)
