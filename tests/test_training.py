@@ -588,6 +588,45 @@ def test_the_command_line_takes_the_media_tower_phases_and_their_variant(capsys:
         assert said in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["--seed", "-1"], "--seed is an integer of 0 or more, got -1"),  # numpy's 'expected non-negative integer', a traceback
+        (["--phase", "pictures", "--from", "c", "--variant", "-2"], "--variant is an integer of 0 or more, got -2"),
+        (["--decoder-seed", "-1"], "--decoder-seed is an integer of 0 or more, got -1"),
+        (["--steps", "-5"], "--steps is an integer of 1 or more, got -5"),
+        (["--steps", "0"], "--steps is an integer of 1 or more, got 0"),
+        (["--batch", "0"], "--batch is an integer of 1 or more, got 0"),  # it made the pools and ran on
+        (["--image-factor", "0"], "--image-factor is an integer of 1 or more, got 0"),
+        (["--text-groups", "0"], "--text-groups is an integer of 1 or more, got 0"),
+        (["--decoder-row", "-3"], "--decoder-row is an integer of 0 or more, got -3"),
+        (["--image-pool", "0"], "--image-pool is an integer of 1 or more, got 0"),
+        (["--video-pool", "-1"], "--video-pool is an integer of 1 or more, got -1"),
+        (["--audio-pool", "0"], "--audio-pool is an integer of 1 or more, got 0"),
+        (["--threads", "-2"], "--threads is an integer of 1 or more, got -2"),  # torch's RuntimeError, a traceback
+        (["--minutes", "0"], "--minutes is a time, more than 0, got 0.0"),
+        (["--minutes", "nan"], "--minutes is a time, more than 0, got nan"),
+    ],
+)
+def test_the_command_line_refuses_counts_and_seeds_out_of_range_before_any_work(
+    argv: list[str], said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from uform.training.__main__ import main
+
+    with pytest.raises(SystemExit) as info:
+        main(["--out", "x.safetensors", "--no-evaluate", *argv])
+    assert info.value.code == 2 and said in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("out", ["", "trained/"])
+def test_the_command_line_refuses_an_out_that_names_no_file(out: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from uform.training.__main__ import main
+
+    with pytest.raises(SystemExit) as info:  # '' was written as '.', 'trained/' as the file 'trained', after the whole run
+        main(["--out", out, "--no-evaluate"])
+    assert info.value.code == 2 and f"--out names the checkpoint file to write, got {out!r}" in capsys.readouterr().err
+
+
 def test_bf16_autocast_is_refused_where_pytorchs_bf16_products_are_not_native() -> None:
     """On a CPU where oneDNN has no BF16 products (held to AVX2 here, as an AVX2-only CPU is),
     the option would make the recipe several times slower: the command says so and stops."""

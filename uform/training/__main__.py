@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict
@@ -102,6 +103,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     for flag, value in (("--decoder-steps", args.decoder_steps), ("--reading-steps", args.reading_steps)):
         if value < 0:
             parser.error(f"{flag} is a count of steps, 0 or more, got {value}")
+    for flag, value, least in (("--seed", args.seed, 0), ("--variant", args.variant, 0), ("--decoder-seed", args.decoder_seed, 0),
+                               ("--decoder-row", args.decoder_row, 0), ("--steps", args.steps, 1), ("--batch", args.batch, 1),
+                               ("--image-factor", args.image_factor, 1), ("--text-groups", args.text_groups, 1),
+                               ("--image-pool", args.image_pool, 1), ("--video-pool", args.video_pool, 1),
+                               ("--audio-pool", args.audio_pool, 1), ("--threads", args.threads, 1)):  # fmt: skip
+        if value is not None and value < least:  # before the pools are made: a seed of -1 failed in numpy minutes in, a batch of 0 ran on
+            parser.error(f"{flag} is an integer of {least} or more, got {value}")
+    if args.minutes is not None and not args.minutes > 0:
+        parser.error(f"--minutes is a time, more than 0, got {args.minutes}")
+    if not args.out or args.out.endswith(("/", os.sep)):
+        parser.error(f"--out names the checkpoint file to write, got {args.out!r}")
     if args.voice_partials < 1:
         parser.error(f"--voice-partials is a count of partials, 1 or more, got {args.voice_partials}")
     if args.voice_partials != defaults.voice_partials and args.phase not in ("all", "sounds"):
