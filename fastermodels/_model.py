@@ -209,6 +209,8 @@ class FasterModel(nn.Module, PyTorchModelHubMixin,
             config = os.path.join(model_id, CONFIG_FILE)
             if os.path.isfile(config):
                 read_config(config)
+            elif os.path.lexists(config):  # the mixin would open it: IsADirectoryError
+                raise ArtifactReadError(f"{config}: not a file, so not a config.json")
         else:
             fetched = _hub_config(model_id, kwargs)
             if fetched is not None:

@@ -268,3 +268,11 @@ def test_a_config_json_that_does_not_build_names_the_artifact(resnet_artifact: P
     for attempt in (lambda: load(artifact), lambda: FasterModel.from_pretrained(artifact)):
         with pytest.raises(error, match=why):
             attempt()
+
+
+def test_a_config_json_that_is_a_folder_names_it(tmp_path: Path) -> None:
+    (tmp_path / "config.json").mkdir()
+    save_file({"x": torch.zeros(1)}, str(tmp_path / "model.safetensors"))
+    for attempt in (lambda: load(tmp_path), lambda: FasterModel.from_pretrained(tmp_path)):
+        with pytest.raises(ArtifactReadError, match=r"config\.json: not a file, so not a config\.json"):
+            attempt()  # was IsADirectoryError from the mixin's open
