@@ -168,3 +168,16 @@ def test_items_that_are_not_iterable_are_named_by_the_argument(model: uform.Mode
         with pytest.raises(TypeError, match=f"^{name} must be a sequence, got {kind}$"):
             call()
     assert arena.generation == 0
+
+
+def test_a_progress_handler_answering_numpys_false_cancels(model: uform.Model, ckpt: Path) -> None:
+    limit = np.float64(0.5)  # a handler comparing numpy values answers np.False_, which went on as "any other answer"
+    arena = uform.Arena()
+    kept = np.array(model.text_encode(["keep"], arena).embeddings)
+    with pytest.raises(uform.CancelledError, match="cancelled by the progress handler at 2 of 2; nothing was written"):
+        model.text_encode(["a", "b"], arena, progress=lambda done, total: done / total < limit)
+    assert arena.generation == 1 and np.array_equal(np.array(model.text_encode(["keep"], uform.Arena()).embeddings), kept)
+    with pytest.raises(uform.CancelledError):
+        uform.Model.load_ram(ckpt, progress=lambda done, total: np.bool_(False))
+    for answer in (0, None, np.True_):  # only False cancels
+        assert len(model.text_encode(["a"], uform.Arena(), progress=lambda done, total: answer)) == 1

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import numpy as np
+
 from .errors import CancelledError
 
 ProgressHandler = Callable[[int, int], "bool | None"]
@@ -12,8 +14,8 @@ ProgressHandler = Callable[[int, int], "bool | None"]
 class Progress:
     """Calls ``handler(done, total)`` about ``steps`` times (every advance when ``steps`` is 0).
 
-    A handler that returns ``False`` cancels: :meth:`advance` raises
-    :class:`~uform.CancelledError`. Any other answer, ``None`` included, goes on.
+    A handler that returns ``False`` (or numpy's ``False``) cancels: :meth:`advance` raises
+    :class:`~uform.CancelledError`. Any other answer, ``None`` and ``0`` included, goes on.
     """
 
     def __init__(self, handler: ProgressHandler | None, steps: int, total: int) -> None:
@@ -36,5 +38,6 @@ class Progress:
             if passed <= self._step:
                 return
             self._step = passed
-        if self.handler(self.done, self.total) is False:
+        answer = self.handler(self.done, self.total)
+        if answer is False or (isinstance(answer, np.bool_) and not answer):  # numpy's False too: `elapsed < limit` of numpy values
             raise CancelledError(f"cancelled by the progress handler at {self.done} of {self.total}; nothing was written")
