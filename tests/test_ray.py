@@ -161,6 +161,11 @@ def test_scalars_matryoshka_and_tokens_equal_model(checkpoint: Path, model: ufor
     for bad in (0, 1025, True):
         with pytest.raises(ValueError, match=rf"threads must be an int from 1 to 1024 or None; got {bad!r}"):
             Encoder(checkpoint, "text", "t", threads=bad)
+    for bad in (0, True, 2.0):  # True was taken as 1: rows of one value, or recordings read at 1 Hz
+        with pytest.raises(ValueError, match=rf"dimensions must be a positive int \(a Matryoshka prefix\) or None; got {bad!r}"):
+            Encoder(checkpoint, "text", "t", dimensions=bad, threads=1)
+        with pytest.raises(ValueError, match=rf"modality 'audio_samples' needs sample_rate, a positive int; got {bad!r}"):
+            Encoder(checkpoint, "audio_samples", "s", sample_rate=bad, threads=1)
 
 
 @needs_ray

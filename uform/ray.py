@@ -76,9 +76,9 @@ class Encoder:
     ) -> None:
         if modality not in MODALITIES:
             raise ValueError(f"modality must be one of {', '.join(MODALITIES)}; got {modality!r}")
-        if modality == "audio_samples" and not (isinstance(sample_rate, int) and sample_rate > 0):
+        if modality == "audio_samples" and not (isinstance(sample_rate, int) and not isinstance(sample_rate, bool) and sample_rate > 0):
             raise ValueError(f"modality 'audio_samples' needs sample_rate, a positive int; got {sample_rate!r}")
-        if dimensions is not None and not (isinstance(dimensions, int) and dimensions > 0):
+        if dimensions is not None and not (isinstance(dimensions, int) and not isinstance(dimensions, bool) and dimensions > 0):
             raise ValueError(f"dimensions must be a positive int (a Matryoshka prefix) or None; got {dimensions!r}")
         if placement not in ("auto", "ram", "vram"):
             raise ValueError(f"placement must be 'auto', 'ram' or 'vram'; got {placement!r}")
