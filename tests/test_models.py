@@ -58,13 +58,16 @@ def pictures(count: int, size: int, seed: int = 0) -> np.ndarray:
     return np.clip(smooth + rng.normal(0, 30, smooth.shape), 0, 255).astype(np.uint8)
 
 
-def reference(family: str, directory: Path, texts: list[str], pixels: np.ndarray, mean: list[float], std: list[float]) -> tuple[np.ndarray, np.ndarray, list[list[int]]]:
-    """transformers' text and image features (float32) and the family tokenizer's ids."""
+def reference(
+    family: str, directory: Path, texts: list[str], pixels: np.ndarray, mean: list[float], std: list[float], tokenizer: Any = None
+) -> tuple[np.ndarray, np.ndarray, list[list[int]]]:
+    """transformers' text and image features (float32) and the family tokenizer's ids
+    (``tokenizer``'s where given, else AutoTokenizer's)."""
     import torch
     from transformers import AutoModel, AutoTokenizer
 
     model = AutoModel.from_pretrained(directory).eval()
-    tok = AutoTokenizer.from_pretrained(directory)
+    tok = tokenizer if tokenizer is not None else AutoTokenizer.from_pretrained(directory)
     tok.padding_side = "right"  # as SigLIP was trained (a Gemma tokenizer defaults to the left: docs/models.md)
     context = model.config.text_config.max_position_embeddings
     padding: Any = "max_length" if family == "siglip" else True
@@ -414,13 +417,17 @@ def test_the_readme_converts_a_clip_from_the_cache_and_searches_a_folder(clip: t
 
 
 def test_siglip2_with_a_gemma_tokenizer_json(tmp_path: Path) -> None:
-    """SigLIP 2 at a fixed resolution: model_type "siglip" with a Gemma tokenizer.json (taken as
-    it is; the family recorded as siglip2): ids equal the Gemma tokenizer's, embeddings transformers'."""
+    """SigLIP 2 at a fixed resolution: model_type "siglip" with a Gemma tokenizer.json (lower-cased
+    first, as SigLIP 2 was trained; the family recorded as siglip2): ids equal transformers'
+    Siglip2Tokenizer's, embeddings transformers'."""
+    from transformers import Siglip2Tokenizer
+
     d = hf_models.make_siglip(tmp_path / "tiny-siglip2", gemma=True)
     out = tmp_path / "siglip2.safetensors"
     assert convert(d, out, dtype="f32").family == "siglip2"
     px = pictures(3, 32, seed=2)
-    text, image, ids = reference("siglip", d, hf_models.CORPUS, px, [0.5] * 3, [0.5] * 3)
+    siglip2 = Siglip2Tokenizer.from_pretrained(d)
+    text, image, ids = reference("siglip", d, hf_models.CORPUS, px, [0.5] * 3, [0.5] * 3, siglip2)
     from uform.core.safetensors import parse
     from uform.plugins.media.text import read
 
@@ -430,10 +437,9 @@ def test_siglip2_with_a_gemma_tokenizer_json(tmp_path: Path) -> None:
     tokenizer = read(container.metadata, cfg["context"], cfg["vocab_size"], "towers.text")
     held = tokenizer.encode(hf_models.CORPUS)
     assert [list(map(int, row)) for row in held.ids] == ids
-    from transformers import AutoTokenizer  # lengths before the cut, counted from its pieces (no special tokens here)
-
-    texts = hf_models.CORPUS + ["word " * 300, "日本" * 90]
-    assert tokenizer.encode(texts).full.tolist() == [len(row) for row in AutoTokenizer.from_pretrained(d)(texts, truncation=False)["input_ids"]]
+    texts = hf_models.CORPUS + ["word " * 300, "日本" * 90]  # lengths before the cut, counted from its pieces (no special tokens here)
+    full = tokenizer.encode(texts).full
+    assert full is not None and full.tolist() == [len(row) for row in siglip2(texts, truncation=False)["input_ids"]]
     with uform.Model.load_ram(out, quantization=Scalar.F32) as m:
         assert cosines(m.text_encode(hf_models.CORPUS, Arena()).embeddings, text).min() >= 0.99999
         assert cosines(m.image_encode_pixels(list(px), Arena()).embeddings, image).min() >= 0.99999

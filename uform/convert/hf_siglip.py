@@ -2,7 +2,8 @@
 holds as ``model_type: "siglip"`` with a Gemma ``tokenizer.json``) as a uform file.
 
 Text: every text padded with the pad token to the full context (as trained), nothing masked,
-``final_layer_norm``, the context's last position, projected by ``text_model.head`` (with bias).
+``final_layer_norm``, the context's last position, projected by ``text_model.head`` (with bias);
+SigLIP 2's Gemma tokenizer lower-cases the text first, as SigLIP 2 was trained.
 Image: the patch convolution (with bias), positions without a class token, the stack,
 ``post_layernorm``, then the multi-head attention pooling head; no projection (the pooled
 state is the embedding, so the text's projection width must equal the image tower's width).
@@ -16,7 +17,7 @@ from typing import Any
 
 from .common import Converted, Taker, Text, activation, config, geometry, hf_stack, integer, logit_scale, norm, positive, preprocessing, scalar, section, text_geometry, vision
 from .sources import ConvertError, Weights, read_json
-from .tokenizer import tokenizer_json
+from .tokenizer import lowercased, tokenizer_json
 
 TEXT_DEFAULTS = Text(width=768, depth=12, heads=12, mlp=3072, vocab=32000, context=64)  # transformers' SiglipTextConfig
 IGNORED = ("text_model.embeddings.position_ids", "vision_model.embeddings.position_ids")
@@ -43,6 +44,9 @@ def convert(directory: Path, cfg: dict[str, Any], weights: Weights, source: dict
     tokenizer_config = directory / "tokenizer_config.json"
     tok_cfg = read_json(tokenizer_config) if tokenizer_config.is_file() else {}
     gemma = str(tok_cfg.get("tokenizer_class", "")).startswith("Gemma")  # transformers' Gemma tokenizer pads on the left by default
+    if gemma:  # SigLIP 2 was trained on lower-cased texts: transformers' Siglip2Tokenizer lower-cases, its GemmaTokenizer does not
+        tokenizer = lowercased(tokenizer, str(directory / "tokenizer.json"))
+        notes.append("texts are lower-cased before the Gemma tokenizer, as SigLIP 2 was trained and transformers' Siglip2Tokenizer does (AutoTokenizer gives GemmaTokenizer here, which does not)")
     if tok_cfg.get("padding_side", "left" if gemma else "right") == "left":
         notes.append("the source's tokenizer pads on the left; uform pads after the text, as SigLIP was trained (tokenizer(..., padding_side='right') gives the same)")
     text = geometry(tw, td, th, tm, where + " text_config") | {

@@ -53,6 +53,17 @@ def parse(text: str, where: str) -> Any:
         raise ConvertError(f"{where}: the tokenizer does not parse ({exc})") from None
 
 
+def lowercased(text: str, where: str) -> str:
+    """``text``'s tokenizer with the text lower-cased before its own normalizer, as transformers'
+    ``Siglip2Tokenizer`` makes SigLIP 2's Gemma tokenizer."""
+    from tokenizers import normalizers
+
+    tokenizer = parse(text, where)
+    own = tokenizer.normalizer
+    tokenizer.normalizer = normalizers.Sequence([normalizers.Lowercase(), own]) if own is not None else normalizers.Lowercase()
+    return str(tokenizer.to_str())
+
+
 def _from_transformers(directory: Path) -> str:
     try:
         from transformers import AutoTokenizer

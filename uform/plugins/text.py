@@ -232,14 +232,14 @@ def _encode_tokens(
     call: Call, tower: TextTower, tokenizer: tokens.HeldTokenizer, texts: Iterable[str | bytes], arena: Arena, stats: TextEncodeStats | None, options: EncodeOptions
 ) -> Encoded:
     """``text_encode`` through the checkpoint's own tokenizer (version 2)."""
-    encoded = tokenizer.encode(tokens.as_texts(texts))
+    encoded = tokenizer.encode(tokens.as_texts(texts), count=stats is not None)  # counting the cut reads each text whole
     kept = encoded.kept
     width = tower.context if tower.pad_to_context else None
     planned = np.full_like(kept, tower.context) if width is not None else kept - (1 - tower.head.first)  # plan() counts a class token
     batches = plan(planned, call.rows(MAX_ROWS), call.rows(TOKEN_BUDGET), call.rows(RUN_TOKENS))
     thunks = [functools.partial(token_feeds, encoded.ids, kept, width, tower.pad_id, idx) for idx in batches]
     result = encode(call, len(kept), thunks, arena, stats=stats, **options)
-    if stats is not None:
+    if stats is not None and encoded.full is not None:
         stats.tokens += int(kept.sum())
         stats.truncated_items += int((encoded.full > kept).sum())
         stats.truncated_tokens += int((encoded.full - kept).sum())

@@ -5,6 +5,7 @@ JSON text; the ``tokenizers`` library (Rust) runs it, imported only when such a 
 Any truncation or padding settings inside the file are ignored: texts are encoded with their
 special tokens, truncated to the tower's ``context`` tokens by the library (specials kept, as
 ``truncation=True, max_length=context`` does in transformers), and padded by the text plugin.
+A long text is read only as far as its kept tokens need (:meth:`HeldTokenizer.encode`).
 """
 
 from __future__ import annotations
@@ -22,20 +23,22 @@ METADATA_KEY = "tokenizer"
 EXTRA = "models"  # the extra that installs the tokenizers library
 
 
+READ = 16  # a long text's first read, in characters per token of the context
+GROWTH = 4  # each further read is this many times longer
+
+
 @dataclass(frozen=True)
 class Tokens:
-    """Texts as token ids: each row truncated to ``context``, and every row's length before."""
+    """Texts as token ids: each row truncated to ``context``, and (when counted) every row's
+    length before."""
 
     ids: list[np.ndarray]
     kept: np.ndarray
-    full: np.ndarray
+    full: np.ndarray | None
 
 
 class HeldTokenizer:
-    """The tokenizer of a checkpoint, truncating at ``context``: what truncation cut is counted,
-    in the model's tokens, from the pieces it cut (each carries the post-processor's special
-    tokens again), so a long text is encoded once (a second encoding without truncation took as
-    long again: 2 s a MB of text on a Zen 1)."""
+    """The tokenizer of a checkpoint, truncating at ``context``."""
 
     def __init__(self, text: str, context: int, vocab_size: int, where: str) -> None:
         try:
@@ -56,8 +59,37 @@ class HeldTokenizer:
         self._specials = self._cut.num_special_tokens_to_add(False)  # a piece's special tokens
         self.context = context
 
-    def encode(self, texts: Sequence[str]) -> Tokens:
-        """Every text's ids (int64, specials included, at most ``context``) and full lengths."""
+    def encode(self, texts: Sequence[str], count: bool = True) -> Tokens:
+        """Every text's ids (int64, specials included, at most ``context``) and, with ``count``,
+        its full length.
+
+        Counting reads every text whole: what truncation cut is counted, in the model's tokens,
+        from the pieces it cut (each carries the post-processor's special tokens again). Without
+        ``count``, a text longer than ``READ`` characters a context token is read in prefixes,
+        each ``GROWTH`` times the last, until two in a row give the same kept ids and the first
+        of them already had tokens past the context (so the cut at its end changed none that
+        are kept), or a prefix is the whole text: a 1 MB text costs a few kilobytes' reading."""
+        if count:
+            return self._counted(texts)
+        first = READ * self.context
+        reads = [min(len(t), first) for t in texts]
+        cut = self._cut.encode_batch([t[:n] for t, n in zip(texts, reads)])
+        pending = [i for i, t in enumerate(texts) if reads[i] < len(t)]
+        while pending:
+            again = self._cut.encode_batch([texts[i][: reads[i] * GROWTH] for i in pending])
+            still = []
+            for i, e in zip(pending, again):
+                settled = bool(cut[i].overflowing) and e.ids == cut[i].ids
+                reads[i] *= GROWTH
+                if not settled:
+                    cut[i] = e
+                    if reads[i] < len(texts[i]):
+                        still.append(i)
+            pending = still
+        ids = [np.asarray(e.ids, np.int64) for e in cut]
+        return Tokens(ids, np.fromiter((len(i) for i in ids), np.int64, len(ids)), None)
+
+    def _counted(self, texts: Sequence[str]) -> Tokens:
         cut = self._cut.encode_batch(list(texts))
         ids = [np.asarray(e.ids, np.int64) for e in cut]
         kept = np.fromiter((len(i) for i in ids), np.int64, len(ids))

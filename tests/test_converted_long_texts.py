@@ -1,0 +1,135 @@
+"""Converted CLIP, SigLIP and SigLIP 2 tokenizers on long texts and mixed case: the ids equal
+transformers' (``truncation=True, max_length=context``) for texts of up to a megabyte, and a
+long text is read only as far as its kept tokens need (docs/models.md, "Texts")."""
+
+from __future__ import annotations
+
+import functools
+import json
+import random
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import uform
+from uform import Arena, Scalar
+
+pytest.importorskip("transformers")
+pytest.importorskip("sentencepiece")
+pytest.importorskip("tokenizers")
+
+import hf_models  # noqa: E402
+
+from uform.convert import convert  # noqa: E402
+from uform.core.safetensors import parse  # noqa: E402
+from uform.plugins.media.text import HeldTokenizer, read  # noqa: E402
+
+FAMILIES = ["clip", "siglip", "siglip2"]
+
+
+@pytest.fixture(scope="module", params=FAMILIES)
+def converted(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path, Path]:
+    family = request.param
+    d = tmp_path_factory.mktemp(family) / "source"
+    if family == "clip":
+        hf_models.make_clip(d)
+    else:
+        hf_models.make_siglip(d, gemma=family == "siglip2")
+    out = d.parent / f"{family}.safetensors"
+    assert convert(d, out, dtype="f32").family == family
+    return family, d, out
+
+
+def reference(family: str, directory: Path) -> Any:
+    """transformers' tokenizer of the family: SigLIP 2's is Siglip2Tokenizer (lower-casing)."""
+    from transformers import AutoTokenizer, Siglip2Tokenizer
+
+    return Siglip2Tokenizer.from_pretrained(directory) if family == "siglip2" else AutoTokenizer.from_pretrained(directory)
+
+
+def held(path: Path) -> HeldTokenizer:
+    container = parse(memoryview(path.read_bytes()))
+    cfg = json.loads(container.metadata["uform"])["towers"]["text"]
+    return read(container.metadata, cfg["context"], cfg["vocab_size"], "towers.text")
+
+
+@functools.cache
+def long_texts() -> list[str]:
+    """Random words, CJK, emoji, whitespace runs and punctuation, from 1 KB to 100 KB, and texts
+    whose tokens come late or never (a long run of spaces or of what SigLIP removes), and one word
+    of a megabyte."""
+    rng = random.Random(5)
+    pieces = [
+        lambda: rng.choice(["the", "Quick", "brown", "FOX", "café", "naïve", "Dog's", "running"]),
+        lambda: "".join(chr(rng.randint(0x4E00, 0x9FFF)) for _ in range(rng.randint(1, 6))),
+        lambda: rng.choice(["🐱", "👍🏽", "👨‍👩‍👧", "🎉"]),
+        lambda: rng.choice([" " * rng.randint(2, 40), "\t\n", "\u3000", "\u00a0", "\r\n\r\n"]),
+        lambda: rng.choice(["!?", "...", "-", "(x)", "ＦＵＬＬ"]),
+    ]
+    texts = []
+    for size in (1_000, 1_300, 2_500, 5_000, 20_000, 100_000):
+        out, length = [], 0
+        while length < size:
+            out.append(rng.choice(pieces)() + (" " if rng.random() < 0.6 else ""))
+            length += len(out[-1])
+        texts.append("".join(out))
+    return texts + [" " * 100_000 + "a Dog", "!?" * 20_000 + " a cat", "日本" * 30_000, "🐱" * 25_000, "x " * 50_000, "abcdefghij" * 100_000]
+
+
+class Reads:
+    """A held tokenizer's library tokenizer, counting the characters it is given."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner, self.chars = inner, 0
+
+    def encode_batch(self, texts: Sequence[str]) -> Any:
+        self.chars += sum(map(len, texts))
+        return self.inner.encode_batch(texts)
+
+
+def test_long_texts_give_transformers_ids_reading_what_is_kept(converted: tuple[str, Path, Path]) -> None:
+    family, directory, path = converted
+    tokenizer = held(path)
+    texts = long_texts()
+    want = reference(family, directory)(texts, truncation=True, max_length=tokenizer.context)["input_ids"]
+    spy = Reads(tokenizer._cut)
+    tokenizer._cut = spy
+    got = tokenizer.encode(texts, count=False)
+    assert [row.tolist() for row in got.ids] == want
+    assert got.kept.tolist() == [len(row) for row in want]
+    assert [row.tolist() for row in tokenizer.encode(texts[-1:] * 2, count=False).ids] == want[-1:] * 2
+    # the megabyte word is read in its first prefixes only: 16 and 64 characters a context token
+    spy.chars = 0
+    tokenizer.encode([texts[-1]], count=False)
+    assert spy.chars == (16 + 64) * tokenizer.context
+
+
+def test_a_long_text_embeds_as_read_whole(converted: tuple[str, Path, Path]) -> None:
+    """Without stats the text is read as far as its kept tokens; with stats (which count the
+    tokens cut) it is read whole: the same ids, the same embeddings."""
+    _, _, path = converted
+    texts = long_texts()[2:5] + ["a dog", "Ünïcödé " * 2000]
+    with uform.Model.load_ram(path, quantization=Scalar.F32) as m:
+        bounded = m.text_encode(texts, Arena()).embeddings
+        stats = uform.TextEncodeStats()
+        whole = m.text_encode(texts, Arena(), stats=stats).embeddings
+    assert np.array_equal(bounded, whole)
+    assert stats.truncated_items == 4 and stats.truncated_tokens > 2000
+
+
+def test_mixed_case_texts_are_lower_cased_as_the_family_tokenizer_does(converted: tuple[str, Path, Path]) -> None:
+    """SigLIP 2 was trained on lower-cased texts: its file lower-cases as transformers'
+    Siglip2Tokenizer does (AutoTokenizer gives GemmaTokenizer, which does not); SigLIP (v1)
+    lower-cases too; CLIP's BPE lower-cases in its normalizer."""
+    family, directory, path = converted
+    texts = ["A Photo Of A DOG", "ÀÉÎÕÜ Straße", "MiXeD cAsE wItH 123", "ΑΘΗΝΑ и МОСКВА"]
+    tokenizer = held(path)
+    want = reference(family, directory)(texts, truncation=True, max_length=tokenizer.context)["input_ids"]
+    assert [row.tolist() for row in tokenizer.encode(texts).ids] == want
+    with uform.Model.load_ram(path, quantization=Scalar.F32) as m:
+        upper = m.text_encode(texts, Arena()).embeddings
+        lower = m.text_encode([t.lower() for t in texts], Arena()).embeddings
+    assert np.array_equal(upper, lower)
