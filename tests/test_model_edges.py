@@ -181,3 +181,19 @@ def test_a_progress_handler_answering_numpys_false_cancels(model: uform.Model, c
         uform.Model.load_ram(ckpt, progress=lambda done, total: np.bool_(False))
     for answer in (0, None, np.True_):  # only False cancels
         assert len(model.text_encode(["a"], uform.Arena(), progress=lambda done, total: answer)) == 1
+
+
+def test_a_tape_refuses_offsets_that_are_not_integers_and_scales_of_another_length(model: uform.Model) -> None:
+    values = np.arange(3, dtype=np.float32)
+    with pytest.raises(TypeError, match="^offsets must be integers, got float64$"):
+        uform.RowsTape.from_numpy(values, np.array([0, 1.9, 3]))  # cut to [0, 1, 3]: the first row lost its second value
+    with pytest.raises(ValueError, match=r"^scales must hold one value per row of values \(3\), got 7$"):
+        uform.RowsTape.from_numpy(values, [0, 1, 3], scales=np.ones(7, np.float32))
+    tape = uform.RowsTape.from_numpy(values, [0, 1, 3])
+    assert tape[np.int64(1)].tolist() == [1.0, 2.0] and len(uform.RowsTape.from_numpy(values[:0], [0])) == 0
+    with pytest.raises(TypeError, match="^a tape's rows are indexed by an int, got slice"):
+        tape[0:1]  # type: ignore[index]
+    tokens = model.text_encode(["ab", "c"], uform.Arena(), outputs=uform.Outputs.TOKENS, outputs_scalar=uform.Scalar.I8).tokens
+    assert tokens is not None  # the verbs' own I8 tapes hold a scale per token row
+    again = uform.RowsTape.from_numpy(*tokens.to_numpy(), scales=np.array(tokens.scales))
+    assert again.lengths.tolist() == [2, 1] and np.array_equal(again[0], tokens[0])

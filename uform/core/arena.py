@@ -119,13 +119,18 @@ class RowsTape:
             raise ValueError("offsets must be 1-D, start at 0 and end at len(values)")
         if np.any(np.diff(offsets) < 0):
             raise ValueError("offsets must not decrease")
+        if scales is not None and len(scales) != len(values):
+            raise ValueError(f"scales must hold one value per row of values ({len(values)}), got {len(scales)}")
         self._values, self._offsets, self._scales = values, offsets, scales
         self._arena, self._generation = arena, generation
 
     @classmethod
     def from_numpy(cls, values: np.ndarray, offsets: np.ndarray, scales: np.ndarray | None = None) -> RowsTape:
         """A tape over numpy arrays (no arena), e.g. the ``to_numpy()`` of another tape."""
-        return cls(np.asarray(values), np.asarray(offsets, dtype=np.int64), scales)
+        given = np.asarray(offsets)
+        if given.size and given.dtype.kind not in "iu":  # 1.9 would be cut to 1, silently moving a row's end
+            raise TypeError(f"offsets must be integers, got {given.dtype}")
+        return cls(np.asarray(values), given.astype(np.int64), scales)
 
     def _live(self) -> None:
         if self._arena is not None:
@@ -155,6 +160,8 @@ class RowsTape:
         return len(self._offsets) - 1
 
     def __getitem__(self, i: int) -> np.ndarray:
+        if not isinstance(i, (int, np.integer)):
+            raise TypeError(f"a tape's rows are indexed by an int, got {type(i).__name__}; to_numpy() gives values and offsets to slice")
         n = len(self)
         if not -n <= i < n:
             raise IndexError(f"row {i} out of range for {n} rows")
