@@ -192,6 +192,19 @@ def test_cli_convert_writes_and_says_what(clip_dir: Path, tmp_path: Path, capsys
 # -- refusals: a clear error each, nothing written ------------------------------------------
 
 
+@pytest.mark.parametrize("name", ["", "  ", "a\nb", "evil\x1b[31m", 7])
+def test_a_name_that_is_empty_or_not_printable_is_refused(clip_dir: Path, tmp_path: Path, name: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    """--name '' was taken as no name (the directory's recorded), a control character recorded and
+    printed as it is (an escape sequence reached the terminal of whoever ran uform describe)."""
+    out = tmp_path / "c.safetensors"
+    with pytest.raises(ValueError, match="name must be some printable text .*, got " + re.escape(repr(name))):
+        convert(clip_dir, out, name=name)
+    if isinstance(name, str):
+        assert main(["convert", str(clip_dir), str(out), "--name", name]) == 2
+        assert "name must be some printable text" in capsys.readouterr().err
+    assert not out.exists()
+
+
 def copy(src: Path, tmp_path: Path) -> Path:
     dst = tmp_path / src.name
     shutil.copytree(src, dst)

@@ -79,7 +79,8 @@ def convert(
     Hugging Face Hub id (``openai/clip-vit-base-patch32``: the local cache first; a download
     only where ``HF_HUB_OFFLINE`` is unset). ``dtype``: the stored weights, ``"bf16"``
     (default, half the size), ``"f16"`` or ``"f32"`` (the float32 path's exact weights).
-    ``name``: what the file records as its source (default: the Hub id or directory name).
+    ``name``: what the file records as its source (default: the Hub id or directory name); an
+    empty one, or one holding a line break or another control character, is refused.
     ``frames``: the frames ``video_encode`` samples and averages through the image tower.
     ``out`` may replace a uform checkpoint; any other file there is refused unless ``force``.
 
@@ -94,6 +95,8 @@ def convert(
         raise ValueError(f"dtype {dtype!r} is not one of {', '.join(DTYPES)}")
     if not isinstance(frames, int) or isinstance(frames, bool) or not 1 <= frames <= 256:
         raise ValueError(f"frames must be an integer in [1, 256], got {frames!r}")
+    if name is not None and (not isinstance(name, str) or not name.strip() or not name.isprintable()):
+        raise ValueError(f"name must be some printable text (what the file records as its source), got {name!r}")
     target = Path(out)
     if target.is_dir():
         raise ConvertError(f"{target}: is a directory; give the path of the .safetensors file to write")
