@@ -133,3 +133,24 @@ def test_mixed_case_texts_are_lower_cased_as_the_family_tokenizer_does(converted
         upper = m.text_encode(texts, Arena()).embeddings
         lower = m.text_encode([t.lower() for t in texts], Arena()).embeddings
     assert np.array_equal(upper, lower)
+
+
+def test_a_siglip2_tokenizer_save_converts_as_siglip2(tmp_path: Path) -> None:
+    """A SigLIP 2 directory whose tokenizer transformers' Siglip2Tokenizer saved (tokenizer_class
+    Siglip2Tokenizer, its tokenizer.json lower-casing already) is SigLIP 2: recorded as such, the
+    left-padding note given, lower-cased once, ids equal Siglip2Tokenizer's (it was recorded as
+    siglip and its padding went unmentioned)."""
+    from transformers import Siglip2Tokenizer
+
+    d = hf_models.make_siglip(tmp_path / "source", gemma=True)
+    Siglip2Tokenizer.from_pretrained(d).save_pretrained(d)
+    assert json.loads((d / "tokenizer_config.json").read_text())["tokenizer_class"] == "Siglip2Tokenizer"
+    done = convert(d, tmp_path / "s2.safetensors", dtype="f32")
+    assert done.family == "siglip2"
+    assert [n for n in done.notes if "lower-cased" in n] == [] and any("pads on the left" in n for n in done.notes)
+    container = parse(memoryview((tmp_path / "s2.safetensors").read_bytes()))
+    assert json.loads(container.metadata["tokenizer"])["normalizer"] == json.loads((d / "tokenizer.json").read_text())["normalizer"]
+    texts = ["A Photo Of A DOG", "MiXeD cAsE wItH 123"]
+    tokenizer = held(tmp_path / "s2.safetensors")
+    want = Siglip2Tokenizer.from_pretrained(d)(texts, truncation=True, max_length=tokenizer.context)["input_ids"]
+    assert [row.tolist() for row in tokenizer.encode(texts).ids] == want

@@ -202,7 +202,9 @@ def _check_loads(directory: Path, converted: Converted, dtype: np.dtype[Any]) ->
 
 
 def _siglip_family(directory: Path) -> str:
-    """``siglip2`` where the tokenizer is Gemma's (SigLIP 2's), else ``siglip``."""
+    """``siglip2`` where the tokenizer is Gemma's (SigLIP 2's, or transformers' Siglip2Tokenizer), else ``siglip``."""
     path = directory / "tokenizer_config.json"
     tokenizer_class = read_json(path).get("tokenizer_class") if path.is_file() else None
-    return "siglip2" if isinstance(tokenizer_class, str) and tokenizer_class.startswith("Gemma") else "siglip"
+    from .hf_siglip import GEMMA
+
+    return "siglip2" if isinstance(tokenizer_class, str) and tokenizer_class.startswith(GEMMA) else "siglip"

@@ -21,6 +21,7 @@ from .tokenizer import lowercased, tokenizer_json
 
 TEXT_DEFAULTS = Text(width=768, depth=12, heads=12, mlp=3072, vocab=32000, context=64)  # transformers' SiglipTextConfig
 IGNORED = ("text_model.embeddings.position_ids", "vision_model.embeddings.position_ids")
+GEMMA = ("Gemma", "Siglip2")  # SigLIP 2's tokenizer classes: the Hub's, and transformers' Siglip2Tokenizer's saves
 
 
 def convert(directory: Path, cfg: dict[str, Any], weights: Weights, source: dict[str, str], frames: int) -> Converted:
@@ -43,10 +44,15 @@ def convert(directory: Path, cfg: dict[str, Any], weights: Weights, source: dict
     tokenizer, pad_id = tokenizer_json(directory, "siglip", vocab, notes)
     tokenizer_config = directory / "tokenizer_config.json"
     tok_cfg = read_json(tokenizer_config) if tokenizer_config.is_file() else {}
-    gemma = str(tok_cfg.get("tokenizer_class", "")).startswith("Gemma")  # transformers' Gemma tokenizer pads on the left by default
+    gemma = str(tok_cfg.get("tokenizer_class", "")).startswith(GEMMA)  # transformers' Gemma tokenizer pads on the left by default
     if gemma:  # SigLIP 2 was trained on lower-cased texts: transformers' Siglip2Tokenizer lower-cases, its GemmaTokenizer does not
+        own = tokenizer
         tokenizer = lowercased(tokenizer, str(directory / "tokenizer.json"))
-        notes.append("texts are lower-cased before the Gemma tokenizer, as SigLIP 2 was trained and transformers' Siglip2Tokenizer does (AutoTokenizer gives GemmaTokenizer here, which does not)")
+        if tokenizer != own:
+            notes.append(
+                "texts are lower-cased before the Gemma tokenizer, as SigLIP 2 was trained and transformers' Siglip2Tokenizer does "
+                "(its GemmaTokenizer, which AutoTokenizer gives for this directory, does not)"
+            )
     if tok_cfg.get("padding_side", "left" if gemma else "right") == "left":
         notes.append("the source's tokenizer pads on the left; uform pads after the text, as SigLIP was trained (tokenizer(..., padding_side='right') gives the same)")
     text = geometry(tw, td, th, tm, where + " text_config") | {

@@ -11,6 +11,7 @@ gives the slow tokenizer's ids on a corpus, else the conversion is refused.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -59,8 +60,11 @@ def lowercased(text: str, where: str) -> str:
     from tokenizers import normalizers
 
     tokenizer = parse(text, where)
-    own = tokenizer.normalizer
-    tokenizer.normalizer = normalizers.Sequence([normalizers.Lowercase(), own]) if own is not None else normalizers.Lowercase()
+    own = json.loads(text).get("normalizer")
+    if isinstance(own, dict) and (own.get("type") == "Lowercase" or (own.get("normalizers") or [{}])[0].get("type") == "Lowercase"):
+        return text  # lower-cased already (Siglip2Tokenizer's save_pretrained)
+    normalizer = tokenizer.normalizer
+    tokenizer.normalizer = normalizers.Sequence([normalizers.Lowercase(), normalizer]) if normalizer is not None else normalizers.Lowercase()
     return str(tokenizer.to_str())
 
 
