@@ -363,3 +363,27 @@ def test_an_index_opened_without_a_quantization_uses_its_own(tmp_path: Path, ckp
     with Index(tmp_path / "idx", checkpoint=ckpt) as ix:
         assert ix.quantization == "e4m3" and ix.model.describe().quantization is uform.Scalar.E4M3
         assert ix.search_file(root / "p0.png", 1)[0].path == str(root / "p0.png")
+
+
+def test_items_are_found_by_path_through_an_index_of_paths(tmp_path: Path, ckpt: Path) -> None:
+    """Each insert, move and removal looks its path up: without an index on ``items.path`` that
+    was a scan of the table, so a run grew quadratic (40,000 texts took 110 s; now 4.7 s). A writer
+    gives an index made before this its path index; a compaction keeps it."""
+    db = tmp_path / "idx" / "index.sqlite"
+
+    def plan() -> str:
+        with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
+            return str(conn.execute("EXPLAIN QUERY PLAN DELETE FROM items WHERE path = ?", ("k",)).fetchall()[-1][-1])
+
+    with Index(tmp_path / "idx", checkpoint=ckpt) as ix:
+        ix.update([Text(f"/k{i}", f"text {i}") for i in range(8)])
+    assert plan() == "SEARCH items USING INDEX items_path (path=?)"
+    conn = sqlite3.connect(db)
+    conn.execute("DROP INDEX items_path")  # as an index made before it
+    conn.close()
+    assert plan() == "SCAN items"
+    with Index(tmp_path / "idx", checkpoint=ckpt) as ix:
+        assert plan() == "SEARCH items USING INDEX items_path (path=?)"
+        assert ix.remove(["/k0", "/k1", "/k2", "/k3", "/k4"]) == 5 and ix.compact() == 5
+        assert [e.path for e in ix.entries()] == ["/k5", "/k6", "/k7"]
+    assert (tmp_path / "idx" / "vectors-1.bin").exists() and plan() == "SEARCH items USING INDEX items_path (path=?)"

@@ -43,6 +43,7 @@ ITEMS = "(slot INTEGER PRIMARY KEY, path TEXT NOT NULL, size INTEGER, mtime INTE
 SCHEMA = f"""
 CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
 CREATE TABLE items{ITEMS};
+CREATE INDEX items_path ON items(path);
 CREATE TABLE failed(path TEXT PRIMARY KEY, size INTEGER, mtime INTEGER, reason TEXT NOT NULL) WITHOUT ROWID;
 CREATE TABLE texts(path TEXT PRIMARY KEY, size INTEGER NOT NULL, mtime INTEGER NOT NULL) WITHOUT ROWID;
 """
@@ -116,6 +117,7 @@ class Store:
                 if not self._has_meta():
                     raise self.damaged(f"{DATABASE} holds no meta table")
                 self._check()
+                self._index_paths()
             else:
                 if not db.is_file():
                     what = "is not a uform index (no index.sqlite in it)" if self.folder.is_dir() else "no such index"
@@ -188,6 +190,12 @@ class Store:
         found = [r[0] for r in self._db.execute("PRAGMA quick_check(3)").fetchall()]
         if found != ["ok"]:
             raise self.damaged(f"{DATABASE} fails SQLite's check ({'; '.join(map(str, found))})")
+
+    @guarded
+    def _index_paths(self) -> None:
+        """Items are found by path in O(log n) (each insert, move and removal looks its path up: a
+        scan of the table, quadratic in a run, without it); an index made before it gets it here."""
+        self._db.execute("CREATE INDEX IF NOT EXISTS items_path ON items(path)")
 
     def _create(self, db: Path, identity: Identity) -> None:
         """Make the database under a name of its own (``index.sqlite.new``), whole, then rename it:
@@ -443,6 +451,7 @@ class Store:
             c.execute("INSERT INTO items_new SELECT remap.new, path, size, mtime, hash, text FROM items JOIN remap ON items.slot = remap.old")
             c.execute("DROP TABLE items")
             c.execute("ALTER TABLE items_new RENAME TO items")
+            c.execute("CREATE INDEX items_path ON items(path)")  # the old table's went with it
             c.executemany("UPDATE meta SET value = ? WHERE key = ?", ((str(new), "generation"), (str(len(live)), "slots")))
             c.execute("DELETE FROM meta WHERE key = 'ivf'")  # lists name one generation's order
             if lists is not None:
