@@ -37,8 +37,7 @@ def loads(text: str | bytes) -> Any:
 
 
 def reason(exc: json.JSONDecodeError | UnicodeDecodeError | RecursionError) -> str:
-    """Why a reading of JSON failed, in :class:`NotJSON`'s words: for a caller whose JSON another
-    library reads (huggingface_hub's ``from_pretrained``)."""
+    """Why a reading of JSON failed, in :class:`NotJSON`'s words."""
     if isinstance(exc, json.JSONDecodeError):  # one line's place needs no line number
         return f"{exc.msg} at " + (f"column {exc.colno}" if exc.lineno == 1 else f"line {exc.lineno} column {exc.colno}")
     if isinstance(exc, UnicodeDecodeError):
