@@ -289,3 +289,135 @@ def test_plugins_cli_table(capsys: pytest.CaptureFixture[str]) -> None:
     assert "backend" in rows["cpu"] and "ok" in rows["cpu"]
     assert "modality" in rows["text"] and "ok" in rows["text"]
     assert "  cpu (ram): available" in lines
+
+
+BACKEND = "import uform\nfrom uform.core.plugin import Backend, Modality, Tower\nfrom uform.plugins import text\n@uform.hookimpl\n"
+
+
+@pytest.mark.parametrize(
+    ("hook", "reason"),
+    [
+        (
+            "def uform_modalities():\n    yield Modality('bad', None, {})\n",
+            "uform_modalities yielded the Modality 'bad' whose tower is None, not a Tower",
+        ),
+        (
+            "def uform_modalities():\n    t = next(iter(text.uform_modalities())).tower\n"
+            "    yield Modality('odd', Tower('odd', t.read, t.tensors, t.graph, t.presets), {'odd_encode': 'fn', '_hidden': print})\n",
+            "uform_modalities yielded the Modality 'odd' whose verbs['odd_encode'] is 'fn', not callable; "
+            "a verb's name is '_hidden', not an identifier that does not start with '_'",
+        ),
+        (
+            "def uform_backends():\n    yield Backend('gpu0', 'gpu', lambda: None, lambda r: None, priority='high')\n",
+            "uform_backends yielded the Backend 'gpu0' whose placement is 'gpu', not 'ram' or 'vram'; priority is 'high', not an int",
+        ),
+        (
+            "def uform_backends():\n    b = Backend('twice', 'ram', lambda: None, lambda r: None)\n    return [b, b]\n",
+            "uform_backends yielded the backend 'twice' twice; each name is one record",
+        ),
+        (
+            "def uform_modalities():\n    return next(iter(text.uform_modalities()))\n",
+            "uform_modalities returned Modality, not an iterable of records",
+        ),
+        ("def uform_backends():\n    raise RuntimeError('no licence')\n", "uform_backends raised RuntimeError: no licence"),
+        ("def uform_backends():\n    raise SystemExit('gave up')\n", "uform_backends raised SystemExit: gave up"),
+    ],
+    ids=["tower-none", "verbs", "placement", "duplicate", "not-iterable", "raises", "exits"],
+)
+def test_a_malformed_record_fails_its_plugin_not_uform(site: Path, hook: str, reason: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """Before, a Modality without a Tower was a traceback of every load and of `uform plugins`, a
+    Backend of placement 'gpu' was listed as available and never used, duplicates went unnoticed."""
+    install(site, "uform-broken", "odd = uform_broken", {"uform_broken/__init__.py": BACKEND + hook})
+    with pytest.warns(RuntimeWarning, match="uform plugin 'odd' from uform-broken 0.1 is unusable"):
+        host = get_host()
+    record = next(r for r in host.records if r.name == "odd")
+    assert (record.status, record.error) == ("failed", reason)
+    assert {"text", "cpu"} <= set(host.modalities) | set(host.backends)
+    assert main(["plugins"]) == 0
+    assert f"failed  {reason}" in capsys.readouterr().out
+
+
+def test_a_plugin_exiting_at_import_is_skipped(site: Path, tiny_text: Path) -> None:
+    install(site, "uform-broken", "quits = uform_broken", {"uform_broken/__init__.py": "import sys\nsys.exit('no licence file')\n"})
+    with pytest.warns(RuntimeWarning, match="'quits' from uform-broken 0.1 is unusable and was skipped: import failed: SystemExit: no licence file"):
+        get_host()
+    assert uform.Model.load_ram(tiny_text).text_encode(["ok"], uform.Arena()).embeddings.shape == (1, 32)
+
+
+@pytest.mark.parametrize(
+    ("probe", "reason"),
+    [
+        ("raise RuntimeError('driver exploded')", "its probe raised RuntimeError: driver exploded"),
+        ("return False", "its probe answered False, not None (available) or a reason (str)"),
+    ],
+    ids=["raises", "answers-bool"],
+)
+def test_a_broken_probe_passes_its_backend_over(
+    site: Path, tiny_text: Path, probe: str, reason: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A probe that raises was a traceback of every load_ram and of `uform plugins`; one answering
+    False was taken as available."""
+    source = BACKEND + f"def uform_backends():\n    def probe():\n        {probe}\n    def place(r):\n        raise AssertionError('never opened')\n"
+    source += "    yield Backend('boom', 'ram', probe, place, priority=50)\n"
+    install(site, "uform-broken", "boom = uform_broken", {"uform_broken/__init__.py": source})
+    model = uform.Model.load_ram(tiny_text)
+    assert model.backend in ("e4m3", "cpu")
+    fix = "uform-broken 0.1 (plugin 'boom') has a bug: report it there, or block it with UFORM_BLOCK_PLUGINS=boom"
+    assert get_host().probe(get_host().backends["boom"]) == f"{reason}; {fix}"
+    assert main(["plugins"]) == 0
+    assert f"  boom (ram): unavailable: {reason}; {fix}" in capsys.readouterr().out.splitlines()
+
+
+def test_two_distributions_may_share_an_entry_point_name(site: Path, tiny_text: Path) -> None:
+    """A third-party entry point named 'text' made the built-in text plugin fail ('Plugin name
+    already registered', pluggy's table of every plugin) and text_encode disappear."""
+    install(site, "uform-rival", "text = uform_rival", {"uform_rival/__init__.py": BACKEND + "def uform_backends():\n    return []\n"})
+    host = get_host()
+    records = [(r.distribution, r.status, r.provides) for r in host.records if r.name == "text"]
+    assert sorted(records) == [("uform", "ok", ("text",)), ("uform-rival", "ok", ())]
+    assert uform.Model.load_ram(tiny_text).text_encode(["ok"], uform.Arena()).embeddings.shape == (1, 32)
+
+
+def test_two_plugins_of_one_name_and_one_claim_say_blocking_blocks_both(site: Path) -> None:
+    install(site, "uform-rival", "text = uform_rival", {"uform_rival/__init__.py": RIVAL_TEXT})
+    (conflict,) = get_host().conflicts
+    assert conflict.message().endswith("neither claim is used. Uninstall one (UFORM_BLOCK_PLUGINS=text would block both)")
+
+
+def test_one_module_declared_twice_is_one_plugin(site: Path) -> None:
+    source = BACKEND + "def uform_backends():\n    yield Backend('twin', 'ram', lambda: 'never here', lambda r: None)\n"
+    install(site, "uform-broken", "one = uform_broken\nanother = uform_broken", {"uform_broken/__init__.py": source})
+    with pytest.warns(RuntimeWarning, match="'one' from uform-broken 0.1 is unusable"):
+        host = get_host()
+    records = {r.name: r for r in host.records}
+    assert records["one"].error == (
+        "its module 'uform_broken' is registered already, as plugin 'another'; a module is one plugin: declare one entry point for it"
+    )
+    assert (records["another"].status, records["another"].provides) == ("ok", ("twin",))
+    assert host.manager.get_plugin("another") is sys.modules["uform_broken"]  # it stays registered
+
+
+def test_plugins_table_prints_an_error_on_one_line(site: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    install(site, "uform-broken", "odd = uform_broken", {"uform_broken/__init__.py": "raise ImportError('line one\\nline two \\x1b[31m')\n"})
+    with pytest.warns(RuntimeWarning):
+        assert main(["plugins"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("odd"))
+    assert line.endswith("failed  import failed: ImportError: line one\\nline two \\x1b[31m")
+
+
+def test_blocked_backends_are_named_when_none_is_left(site: Path, tiny_text: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("UFORM_BLOCK_PLUGINS", "cpu,e4m3")
+    message = "cannot place a model in RAM: no backend plugin of that kind is installed; blocked plugins (UFORM_BLOCK_PLUGINS or Host(blocked=...)): cpu, e4m3"
+    with pytest.raises(uform.UnsupportedError, match=f"^{re.escape(message)}$"):
+        uform.Model.load_ram(tiny_text)
+
+
+def test_plugins_lists_backends_under_a_ceiling_that_names_no_class(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """`uform plugins` stopped at 'backends:' with 'uform: error: UFORM_CPU_CLASS=...' (e4m3's detail raised)."""
+    monkeypatch.setenv("UFORM_CPU_CLASS", "bogus")
+    assert main(["plugins"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    e4m3 = next(x for x in lines if x.startswith("  e4m3 (ram): "))
+    if get_host().probe(get_host().backends["e4m3"]) is None:  # the op library runs here: its detail is listed
+        assert "available (loads fail: UFORM_CPU_CLASS='bogus' names no CPU class: set it to one of x86-64-v2" in e4m3
+    assert "  cpu (ram): available" in lines

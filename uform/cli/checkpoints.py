@@ -116,21 +116,27 @@ def _plugins(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([r.__dict__ | {"provides": list(r.provides)} for r in records], indent=2))
         return 0
-    rows = [("name", "version", "kind", "status", "provides / error")]
-    for r in records:
-        rows.append((r.name, f"{r.distribution} {r.version}", r.kind or "-", r.status, r.error or ", ".join(r.provides)))
+    rows: list[tuple[str, ...]] = [("name", "version", "kind", "status", "provides / error")]
+    for r in records:  # a plugin's names and errors are its own text: one printable line each
+        cells = (r.name, f"{r.distribution} {r.version}", r.kind or "-", r.status, r.error or ", ".join(r.provides))
+        rows.append(tuple(printable(c) for c in cells))
     widths = [max(len(row[i]) for row in rows) for i in range(4)]
     for row in rows:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[4])
     if host.conflicts:
         print("\nconflicts:")
         for conflict in host.conflicts:
-            print(f"  {conflict.message()}")
+            print(f"  {printable(conflict.message())}")
     print("\nbackends:")
     for backend in sorted(host.backends.values(), key=lambda b: (b.placement, -b.priority)):
-        reason = backend.probe()
-        detail = f" ({backend.detail()})" if reason is None and backend.detail is not None else ""
-        print(f"  {backend.name} ({backend.placement}): {'available' + detail if reason is None else 'unavailable: ' + reason}")
+        reason = host.probe(backend)  # a probe that raises is its reason, naming the plugin
+        state = "available" if reason is None else f"unavailable: {reason}"
+        if reason is None and backend.detail is not None:
+            try:
+                state += f" ({backend.detail()})"
+            except Exception as exc:  # noqa: BLE001 - what it runs is unknown; the rest is listed still
+                state += f" (its detail raised {type(exc).__name__}: {exc})"
+        print(f"  {printable(f'{backend.name} ({backend.placement}): {state}')}")
     return 0
 
 

@@ -23,7 +23,7 @@ import logging
 import os
 import threading
 import warnings
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,7 +31,7 @@ import pluggy
 
 from . import hookspecs
 from .errors import PluginConflictError, UnsupportedError
-from .plugin import Backend, Modality
+from .plugin import Backend, Modality, Tower
 
 log = logging.getLogger("uform.plugins")
 
@@ -85,6 +85,9 @@ class Conflict:
         who = " and ".join(str(c) for c in self.claimants)
         parts = [f"the {kind} {name!r}" for kind, name in self.names]
         what = ", ".join(parts[:-1]) + " and " + parts[-1] if len(parts) > 1 else parts[0]
+        names = list(dict.fromkeys(c.plugin for c in self.claimants))
+        if len(names) < len(self.claimants):  # two distributions' entry points of one name: blocking it blocks both
+            return f"{who} both claim {what}; neither claim is used. Uninstall one ({BLOCK_ENV}={names[0]} would block both)"
         fix = " or ".join(f"{BLOCK_ENV}={c.plugin}" for c in self.claimants)
         return f"{who} both claim {what}; neither claim is used. Uninstall one, or block one with {fix}"
 
@@ -109,6 +112,54 @@ class _Refused(Exception):
     """A plugin refused at registration; the message is the whole reason."""
 
 
+def _is_name(value: Any) -> bool:
+    return isinstance(value, str) and bool(value.strip())
+
+
+def _is_verb(value: Any) -> bool:
+    return isinstance(value, str) and value.isidentifier() and not value.startswith("_")
+
+
+def _shown(value: Any) -> str:
+    return repr(value) if value is None or isinstance(value, (str, int, float)) else type(value).__name__
+
+
+_Check = tuple[str, Any, Callable[[Any], bool], str]  # field, its value, whether it is right, what it should be
+
+
+def _wrong_fields(record: Modality | Backend) -> list[str]:
+    """The fields of ``record`` that are not what docs/plugins.md says they are ([] when none)."""
+    checks: list[_Check] = []
+    if isinstance(record, Modality):
+        tower, verbs = record.tower, record.verbs
+        checks += [("name", record.name, _is_name, "a non-empty str"), ("tower", tower, lambda v: isinstance(v, Tower), "a Tower")]
+        if isinstance(tower, Tower):
+            checks += [
+                ("tower.name", tower.name, _is_name, "a non-empty str"),
+                ("tower.presets", tower.presets, lambda v: isinstance(v, Mapping), "a mapping"),
+            ]  # fmt: skip
+            checks += [(f"tower.{f}", getattr(tower, f), callable, "callable") for f in ("read", "tensors", "graph")]
+        checks.append(("verbs", verbs, lambda v: isinstance(v, Mapping), "a mapping of verb name to function"))
+        if isinstance(verbs, Mapping):
+            for verb, fn in verbs.items():
+                checks += [
+                    ("a verb's name", verb, _is_verb, "an identifier that does not start with '_'"),
+                    (f"verbs[{verb!r}]", fn, callable, "callable"),
+                ]  # fmt: skip
+        checks.append(("describe", record.describe, lambda v: v is None or callable(v), "None or callable"))
+    else:
+        checks += [
+            ("name", record.name, _is_name, "a non-empty str"),
+            ("placement", record.placement, lambda v: v in ("ram", "vram"), "'ram' or 'vram'"),
+        ]  # fmt: skip
+        checks += [(f, getattr(record, f), callable, "callable") for f in ("probe", "open", "accepts")]
+        checks += [
+            ("priority", record.priority, lambda v: isinstance(v, int) and not isinstance(v, bool), "an int"),
+            ("detail", record.detail, lambda v: v is None or callable(v), "None or callable"),
+        ]  # fmt: skip
+    return [f"{field} is {_shown(value)}, not {expected}" for field, value, right, expected in checks if not right(value)]
+
+
 class Host:
     """The loaded plugins: modalities by name and by tower, verbs, and backends."""
 
@@ -126,6 +177,7 @@ class Host:
         self._withheld: dict[tuple[str, str], Conflict] = {}  # contested (kind, name) → its conflict
         self._withheld_modalities: list[tuple[Modality, Conflict]] = []
         self._withheld_backends: list[tuple[Backend, Conflict]] = []
+        self._backend_owners: dict[str, Claimant] = {}
 
     # -- discovery -----------------------------------------------------------------------
 
@@ -141,7 +193,7 @@ class Host:
                 continue
             try:
                 plugin = ep.load()
-            except Exception as exc:  # noqa: BLE001 - a broken plugin must not break the rest
+            except (Exception, SystemExit) as exc:  # noqa: BLE001 - a broken plugin must not break the rest
                 self._failed(ep.name, dist, version, f"import failed: {type(exc).__name__}: {exc}")
                 continue
             self.add(plugin, ep.name, dist, version)
@@ -156,7 +208,14 @@ class Host:
         if name in self.blocked:
             self._record(PluginRecord(name, distribution, version, "", "blocked", (), f"blocked by {BLOCK_ENV} or Host(blocked=...)"))
             return
+        registered = False
         try:
+            other = self.manager.get_name(plugin)
+            if other is not None:
+                raise _Refused(
+                    f"its module {getattr(plugin, '__name__', plugin)!r} is registered already, as plugin {other!r}; "
+                    "a module is one plugin: declare one entry point for it"
+                )
             unmarked = self._unmarked_hooks(plugin)
             if unmarked:
                 raise _Refused(
@@ -166,21 +225,18 @@ class Host:
             extra = self._unknown_arguments(plugin)
             if extra:
                 raise _Refused(extra)
-            self.manager.register(plugin, name=name)
+            self.manager.register(plugin, name=self._unused_name(name, distribution))
+            registered = True
             try:
                 self.manager.check_pending()
             except pluggy.PluginValidationError:
                 raise _Refused(self._unknown_hooks(plugin)) from None
             modalities = self._hook(plugin, "uform_modalities")
             backends = self._hook(plugin, "uform_backends")
-            for m in modalities:
-                if not isinstance(m, Modality):
-                    raise TypeError(f"uform_modalities yielded {type(m).__name__}, not Modality")
-            for b in backends:
-                if not isinstance(b, Backend):
-                    raise TypeError(f"uform_backends yielded {type(b).__name__}, not Backend")
-        except Exception as exc:  # noqa: BLE001
-            if self.manager.is_registered(plugin):
+            self._check_records("uform_modalities", modalities, Modality)
+            self._check_records("uform_backends", backends, Backend)
+        except (Exception, SystemExit) as exc:  # noqa: BLE001
+            if registered:
                 self.manager.unregister(plugin)
             refused = isinstance(exc, (_Refused, pluggy.PluginValidationError))
             reason = " ".join(str(exc).split()) if refused else f"{type(exc).__name__}: {exc}"
@@ -189,11 +245,46 @@ class Host:
         self._entries.append(_Loaded(Claimant(name, distribution, version), tuple(modalities), tuple(backends)))
         self._resolve()
 
+    def _unused_name(self, name: str, distribution: str) -> str:
+        """``name``, or where another distribution's entry point of that name is registered
+        already, ``name`` qualified by ``distribution`` (pluggy names a plugin once)."""
+        unused, n = name, 1
+        while self.manager.has_plugin(unused):
+            unused, n = f"{name} ({distribution}{'' if n == 1 else f' {n}'})", n + 1
+        return unused
+
     def _hook(self, plugin: Any, hook: str) -> list[Any]:
-        """What ``plugin``'s implementation of ``hook`` yields, called through the manager."""
+        """What ``plugin``'s implementation of ``hook`` yields, called through the manager;
+        _Refused naming the hook when it raises or answers something that is not iterable."""
         others = [p for p in self.manager.get_plugins() if p is not plugin]
         caller = self.manager.subset_hook_caller(hook, remove_plugins=others)
-        return [item for result in caller() for item in (result or ())]
+        try:
+            items = []
+            for result in caller():
+                if result is not None and not isinstance(result, Iterable):
+                    raise _Refused(f"{hook} returned {type(result).__name__}, not an iterable of records")
+                items += list(result or ())
+            return items
+        except _Refused:
+            raise
+        except (Exception, SystemExit) as exc:  # noqa: BLE001 - the plugin's failure, named
+            raise _Refused(f"{hook} raised {type(exc).__name__}: {exc}") from exc
+
+    @staticmethod
+    def _check_records(hook: str, records: list[Any], kind: type[Modality] | type[Backend]) -> None:
+        """_Refused naming the first record of ``hook`` that is not a well-formed ``kind``, or a
+        name (modality, tower, verb, backend) it yields twice."""
+        for r in records:
+            if not isinstance(r, kind):
+                raise _Refused(f"{hook} yielded {type(r).__name__}, not {kind.__name__}")
+            wrong = _wrong_fields(r)
+            if wrong:
+                raise _Refused(f"{hook} yielded the {kind.__name__} {_shown(r.name)} whose {'; '.join(wrong)}")
+        claims = [k for r in records for k in (_claims(r) if isinstance(r, Modality) else [("backend", r.name)])]
+        twice = list(dict.fromkeys(k for k in claims if claims.count(k) > 1))
+        if twice:
+            what = ", ".join(f"the {kind} {name!r}" for kind, name in twice)
+            raise _Refused(f"{hook} yielded {what} twice; each name is one record")
 
     def _specs(self) -> list[str]:
         return sorted(n for n, c in vars(self.manager.hook).items() if not n.startswith("_") and c.has_spec())
@@ -250,6 +341,7 @@ class Host:
         self._withheld = contested
         self.modalities, self.backends, self.records = {}, {}, []
         self._withheld_modalities, self._withheld_backends = [], []
+        self._backend_owners = {b.name: e.who for e in loaded for b in e.backends}
         for entry in self._entries:
             if isinstance(entry, PluginRecord):
                 self.records.append(entry)
@@ -316,6 +408,26 @@ class Host:
                 raise PluginConflictError(f"placing in {placement.upper()}: {conflict.message()}")
         found = [b for b in self.backends.values() if b.placement == placement]
         return sorted(found, key=lambda b: -b.priority)
+
+    def probe(self, backend: Backend) -> str | None:
+        """``backend.probe()``: None when it can run here, else why not. A probe that raises,
+        or answers something other than None or a reason (a str), is a reason too, naming its
+        plugin: a broken backend is passed over, never fatal to a load or `uform plugins`."""
+        who = self._backend_owners.get(backend.name)
+        fix = f"{who} has a bug: report it there, or block it with {BLOCK_ENV}={who.plugin}" if who else "a bug of its plugin"
+        try:
+            reason = backend.probe()
+        except Exception as exc:  # noqa: BLE001
+            return f"its probe raised {type(exc).__name__}: {exc}; {fix}"
+        if reason is not None and not isinstance(reason, str):
+            return f"its probe answered {_shown(reason)}, not None (available) or a reason (str); {fix}"
+        return reason
+
+    def no_backend(self, placement: str) -> str:
+        """Why no backend of ``placement`` is there: none is installed, or the blocked plugins."""
+        blocked = [r.name for r in self.records if r.status == "blocked"]
+        also = f"; blocked plugins ({BLOCK_ENV} or Host(blocked=...)): {', '.join(blocked)}" if blocked else ""
+        return f"no backend plugin of that kind is installed{also}"
 
 
 _host: Host | None = None

@@ -175,11 +175,11 @@ def _open(host: Host, placement: str, request: LoadRequest) -> Placement:
     """The placement of the first backend, best first, that runs here and accepts the load."""
     reasons = []
     for backend in host.backends_for(placement):
-        reason = backend.probe() or backend.accepts(request)
+        reason = host.probe(backend) or backend.accepts(request)
         if reason is None:
             return replace(backend.open(request), backend=backend.name)
         reasons.append(f"{backend.name}: {reason}")
-    detail = "; ".join(reasons) if reasons else "no backend plugin of that kind is installed"
+    detail = "; ".join(reasons) if reasons else host.no_backend(placement)
     raise UnsupportedError(f"cannot place a model in {placement.upper()}: {detail}")
 
 

@@ -147,7 +147,10 @@ def compute_of(cpu_class: CPUClass, variant: str) -> str:
 
 def describe_here() -> str:
     """The kernels a load on this machine would run, in words (for ``uform plugins``)."""
-    best = choose_class(None, machine_classes())
+    try:
+        best = choose_class(None, machine_classes())
+    except UnsupportedError as exc:  # UFORM_CPU_CLASS names no class of this machine: what a load would say
+        return f"loads fail: {exc}; library {library().path}"
     best_note = f"{best}, capped by {CEILING}" if os.environ.get(CEILING, "").strip() else str(best)
     try:
         variant = variant_of(best)
