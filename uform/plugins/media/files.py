@@ -4,7 +4,8 @@
 directory, a FIFO (which would block a reader forever) or an empty item fails the call
 up front, naming its index and path. A file object listed more than once in one call is
 read once, there, and each of its items decodes those bytes, so two worker threads never
-read one file object at once.
+read one file object at once. A file object may answer a read with fewer bytes than asked
+(a raw stream may): uform reads on until it has them or the file ends.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import stat
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, cast
 
 from uform.core.errors import InputError, check_not_released
 from uform.core.pipeline import check_batch
@@ -50,12 +51,22 @@ class Source:
             assert self.path is not None
             return open(self.path, "rb")
         if not self._seekable():
-            data = self.stream.read()
-            if not isinstance(data, (bytes, bytearray)):
-                raise self.fail(f"the file object gave {type(data).__name__}, not bytes; open it with 'rb'")
-            return io.BytesIO(data)
+            return io.BytesIO(self.read_all())
         self.stream.seek(0)
-        return self.stream
+        return cast(BinaryIO, FullReads(self.stream))  # read, seek and tell: all a decoder asks of it
+
+    def read_all(self) -> bytes:
+        """The file object's bytes (from its start when it seeks); InputError if reading fails."""
+        assert self.stream is not None
+        try:
+            if self._seekable():
+                self.stream.seek(0)
+            data = self.stream.read()
+        except Exception as exc:  # noqa: BLE001 - whatever the caller's object raises, it is this item's fault
+            raise self.fail(f"cannot read the file object ({type(exc).__name__}: {exc})") from None
+        if not isinstance(data, (bytes, bytearray)):
+            raise self.fail(f"the file object gave {type(data).__name__}, not bytes; open it with 'rb'")
+        return bytes(data)
 
     def target(self) -> str | BinaryIO:
         """What a streaming reader (PyAV) takes: the path, or a stream read from its start."""
@@ -81,6 +92,45 @@ class Source:
             return False
 
 
+class FullReads(io.RawIOBase):
+    """A seekable file object read whole-heartedly: ``read(n)`` gives ``n`` bytes unless the
+    file ends first, however few each read of the object underneath answers (decoders take a
+    short read for the end of the file). Closing it leaves the caller's object open."""
+
+    def __init__(self, inner: BinaryIO) -> None:
+        super().__init__()
+        self.inner = inner
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        return self.inner.seek(offset, whence)
+
+    def tell(self) -> int:
+        return self.inner.tell()
+
+    def read(self, size: int | None = -1) -> bytes:
+        if size is None or size < 0:
+            return self.inner.read()
+        parts, left = [], size
+        while left > 0:
+            part = self.inner.read(left)
+            if not part:
+                break
+            parts.append(part)
+            left -= len(part)
+        return b"".join(parts)
+
+    def readinto(self, buffer: Any) -> int:
+        data = self.read(len(memoryview(buffer).cast("B")))
+        memoryview(buffer).cast("B")[: len(data)] = data
+        return len(data)
+
+
 def sources(files: Iterable[Any], what: str) -> list[Source]:
     """Each item as a :class:`Source`; paths are checked here, before anything is decoded."""
     if isinstance(files, (str, bytes, bytearray, memoryview, os.PathLike)) or hasattr(files, "read"):
@@ -98,12 +148,7 @@ def _read_repeated(items: list[Source]) -> list[Source]:
         if s.stream is not None and counts[id(s.stream)] > 1:
             key = id(s.stream)
             if key not in read:
-                if s._seekable():
-                    s.stream.seek(0)
-                data = s.stream.read()
-                if not isinstance(data, (bytes, bytearray)):
-                    raise s.fail(f"the file object gave {type(data).__name__}, not bytes; open it with 'rb'")
-                read[key] = bytes(data)
+                read[key] = s.read_all()
             if not read[key]:
                 raise s.fail("the file object is empty")
             s = dataclasses.replace(s, data=read[key], stream=None)
@@ -140,5 +185,7 @@ def _source(i: int, item: Any) -> Source:
         name = name if isinstance(name, str) else None
         if isinstance(item, io.TextIOBase):
             raise InputError(i, "the file object is in text mode; open it with 'rb'", name)
+        if getattr(item, "closed", False) is True:
+            raise InputError(i, "the file object is closed", name)
         return Source(i, name, stream=item)
     raise InputError(i, f"expected a path, bytes or a binary file object, got {type(item).__name__}")

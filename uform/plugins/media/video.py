@@ -201,9 +201,7 @@ def _opener(source: Source) -> tuple[Callable[[], Any], bytes, int]:
         with open(path, "rb") as f:
             head, size = f.read(16), f.seek(0, 2)
         return (lambda: path), head, size
-    data = source.data if source.data is not None else source.open().read()
-    if not isinstance(data, bytes):
-        raise source.fail(f"the file object gave {type(data).__name__}, not bytes; open it with 'rb'")
+    data = source.data if source.data is not None else source.read_all()
     return (lambda: io.BytesIO(data)), data[:16], len(data)
 
 

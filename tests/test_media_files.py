@@ -1,0 +1,104 @@
+"""File objects as the file verbs (image, video, audio) read them: closed ones, ones that
+raise while read, ones that answer a read with fewer bytes than asked; and MP4s whose
+sample tables declare more samples than FFmpeg's index should hold."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any
+
+import media
+import media_audio
+import numpy as np
+import pytest
+
+import uform
+from ckpt import make_checkpoint
+
+VERBS = ("image_encode", "video_encode", "audio_encode")
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory: pytest.TempPathFactory) -> uform.Model:
+    path = make_checkpoint(tmp_path_factory.mktemp("files") / "tiny.safetensors", "tiny", 11, ["image", "video", "audio"])
+    return uform.Model.load_ram(path, executor=uform.Executor(2), quantization=uform.Scalar.F32)
+
+
+@pytest.fixture(scope="module")
+def items(tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
+    """One small valid file for each verb."""
+    d = tmp_path_factory.mktemp("media")
+    return {
+        "image_encode": media.encode_image(media.pattern(48, 64), "PNG"),
+        "video_encode": media.clip(frames=6),
+        "audio_encode": media_audio.write_format(d, "wav", media_audio.tone(1.5, 44100)).read_bytes(),
+    }
+
+
+def embed(model: uform.Model, verb: str, files: list[Any]) -> np.ndarray:
+    return np.array(getattr(model, verb)(files, uform.Arena()).embeddings)
+
+
+class Trickle(io.RawIOBase):
+    """A file object answering every read with at most 3 bytes (a raw stream may), seekable
+    or not; after ``fail_at`` bytes its reads raise ``error``."""
+
+    def __init__(self, data: bytes, seekable: bool = True, fail_at: int | None = None, error: Exception | None = None) -> None:
+        self.inner, self.can_seek, self.fail_at, self.error = io.BytesIO(data), seekable, fail_at, error
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return self.can_seek
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        if not self.can_seek:
+            raise io.UnsupportedOperation("seek")
+        return self.inner.seek(offset, whence)
+
+    def tell(self) -> int:
+        return self.inner.tell()
+
+    def readinto(self, buffer: Any) -> int:
+        if self.fail_at is not None and self.inner.tell() >= self.fail_at:
+            assert self.error is not None
+            raise self.error
+        data = self.inner.read(min(len(buffer), 3))
+        buffer[: len(data)] = data
+        return len(data)
+
+
+@pytest.mark.parametrize("verb", VERBS)
+def test_a_closed_file_object_is_refused_by_name(model: uform.Model, items: dict[str, bytes], verb: str, tmp_path: Path) -> None:
+    path = tmp_path / "item.bin"
+    path.write_bytes(items[verb])
+    with open(path, "rb") as f:
+        pass
+    with pytest.raises(uform.InputError) as caught:
+        embed(model, verb, [items[verb], f])
+    assert (caught.value.index, caught.value.path, caught.value.reason) == (1, str(path), "the file object is closed")
+
+
+@pytest.mark.parametrize("verb", ("image_encode", "video_encode"))
+def test_a_file_object_raising_while_read_whole_names_the_item(model: uform.Model, items: dict[str, bytes], verb: str) -> None:
+    """Images read a one-way stream whole first, video every file object: whatever it raises is the item's error."""
+    for seekable in (False, True) if verb == "video_encode" else (False,):
+        broken = Trickle(items[verb], seekable=seekable, fail_at=12, error=RuntimeError("the share went away"))
+        with pytest.raises(uform.InputError) as caught:
+            embed(model, verb, [items[verb], broken])
+        assert caught.value.index == 1
+        assert caught.value.reason == "cannot read the file object (RuntimeError: the share went away)"
+
+
+@pytest.mark.parametrize("verb", VERBS)
+@pytest.mark.parametrize("seekable", [True, False])
+def test_short_reads_give_the_same_embedding(model: uform.Model, items: dict[str, bytes], verb: str, seekable: bool) -> None:
+    data = items[verb]
+    assert np.array_equal(embed(model, verb, [Trickle(data, seekable)]), embed(model, verb, [data]))
+
+
+def test_a_seekable_jpeg_read_3_bytes_at_a_time_decodes(model: uform.Model) -> None:
+    data = media.encode_image(media.pattern(40, 56), "JPEG")
+    assert np.array_equal(embed(model, "image_encode", [Trickle(data)]), embed(model, "image_encode", [data]))
