@@ -198,9 +198,9 @@ def test_a_text_file_s_bad_line_fails_alone_and_one_not_readable_says_why(tmp_pa
     with Index(tmp_path / "idx", checkpoint=ckpt) as ix:
         got = ix.update([notes, fifo, gone])
         assert [(f.kind, f.value, f.reason) for f in got.failed] == [
-            ("text", f"{notes}:2", "not UTF-8 (byte 0xff, byte 5 of the line)"),  # the line, not the whole file
             ("file", str(fifo), "is not a regular file"),  # not "unknown file type '.txt'"
             ("file", str(gone), "no such file"),
+            ("text", f"{notes}:2", "not UTF-8 (byte 0xff, byte 5 of the line)"),  # the line, not the whole file; as it is read
         ]
         assert sorted((e.path, e.text) for e in ix.entries()) == [(f"{notes}:1", "a red circle"), (f"{notes}:3", "three blue squares")]
         again = ix.update([notes])
@@ -387,3 +387,21 @@ def test_items_are_found_by_path_through_an_index_of_paths(tmp_path: Path, ckpt:
         assert ix.remove(["/k0", "/k1", "/k2", "/k3", "/k4"]) == 5 and ix.compact() == 5
         assert [e.path for e in ix.entries()] == ["/k5", "/k6", "/k7"]
     assert (tmp_path / "idx" / "vectors-1.bin").exists() and plan() == "SEARCH items USING INDEX items_path (path=?)"
+
+
+def test_a_text_file_is_read_a_chunk_at_a_time(tmp_path: Path, ckpt: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A .txt/.jsonl file was read whole, every line held in memory, before the first chunk was
+    committed (a file of gigabytes took as much memory again); its lines now go in as they are
+    read: the first chunk is committed before a bad line past it is reached, and its keys alone
+    are gathered first."""
+    monkeypatch.setattr(update, "CHUNK", 4)
+    notes = tmp_path / "notes.jsonl"
+    notes.write_bytes(b"".join(b'{"text": "line %d"}\n' % i for i in range(1, 7)) + b"\n{not json\n" + b'"line 9"\n')
+    events: list[object] = []
+    with Index(tmp_path / "idx", checkpoint=ckpt) as ix:
+        got = ix.update([notes], progress=lambda done, total: events.append((done, total)), report=lambda f: events.append(f.value))
+        assert events == [(4, 8), f"{notes}:8", (8, 8)] and (got.added, len(got.failed)) == (7, 1)
+        assert sorted(e.path for e in ix.entries()) == sorted(f"{notes}:{n}" for n in (1, 2, 3, 4, 5, 6, 9))
+        notes.write_bytes(notes.read_bytes().replace(b"line 3", b"line three"))  # one line changed: the rest read again, not embedded
+        again = ix.update([notes])
+        assert (again.added, again.touched, [f.value for f in again.failed]) == (1, 6, [f"{notes}:8"])

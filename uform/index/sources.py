@@ -8,8 +8,8 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
-from collections.abc import Iterable
-from typing import NamedTuple
+from collections.abc import Iterable, Iterator
+from typing import BinaryIO, NamedTuple
 
 from ..core import jsontext
 from ..inputs import Failure
@@ -58,46 +58,82 @@ def digest(data: bytes) -> bytes:
     return hashlib.blake2b(data, digest_size=16).digest()
 
 
-def text_lines(path: str) -> tuple[list[tuple[str, str]], list[Failure]] | str:
-    """``(key, text)`` of a text file, a line an item (``FILE:LINE``, lines ended by ``\\n``): a
-    ``.txt`` line as it is, a ``.jsonl`` line a JSON string or an object's ``"text"`` (or
-    ``"caption"``); blank lines skipped; a line that is not UTF-8 (or, in a ``.jsonl``, not one of
-    those) a failure of its own. Or the reason the file cannot be read, in ``encode``'s words."""
+def open_text(path: str) -> BinaryIO | str:
+    """A text file open for reading, or the reason it cannot be read, in ``encode``'s words."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # a FIFO put in its place does not block
     except FileNotFoundError:
         return "no such file"
     except OSError as exc:
         return f"cannot read the file ({exc.strerror})"
-    out, bad = [], []
+    f = os.fdopen(fd, "rb")
     try:
-        with os.fdopen(fd, "rb") as f:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                return "is not a regular file"
-            for number, raw in enumerate(f, 1):
-                key = f"{path}:{number}"
-                try:
-                    line = raw.decode("utf-8").rstrip("\r\n")
-                except UnicodeDecodeError as exc:
-                    bad.append(Failure("text", key, f"not UTF-8 (byte 0x{raw[exc.start]:02x}, byte {exc.start + 1} of the line)"))
-                    continue
-                if not line.strip():
-                    continue
-                if path.lower().endswith(".jsonl"):
-                    try:
-                        value = jsontext.loads(line)
-                    except jsontext.NotJSON as exc:
-                        bad.append(Failure("text", key, f"not a JSON line ({exc})"))
-                        continue
-                    text = value if isinstance(value, str) else value.get("text", value.get("caption")) if isinstance(value, dict) else None
-                    if not isinstance(text, str):
-                        bad.append(Failure("text", key, 'expected a JSON string, or an object with a "text" (or "caption") string'))
-                        continue
-                    line = text
-                out.append((key, line))
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            f.close()
+            return "is not a regular file"
+    except OSError as exc:
+        f.close()
+        return f"cannot read the file ({exc.strerror})"
+    return f
+
+
+def line_keys(path: str) -> list[str] | str:
+    """The keys of a text file's lines that are not blank (``FILE:LINE``), read without keeping
+    the lines; or the reason it cannot be read."""
+    f = open_text(path)
+    if isinstance(f, str):
+        return f
+    try:
+        with f:
+            return [f"{path}:{number}" for number, raw in enumerate(f, 1) if raw.decode("utf-8", "replace").strip()]
     except OSError as exc:
         return f"cannot read the file ({exc.strerror})"
-    return out, bad
+
+
+def text_lines(path: str) -> Iterator[tuple[str, str] | Failure] | str:
+    """``(key, text)`` of a text file, a line an item (``FILE:LINE``, lines ended by ``\\n``), as
+    they are read (a file of gigabytes is never held whole): a ``.txt`` line as it is, a
+    ``.jsonl`` line a JSON string or an object's ``"text"`` (or ``"caption"``); blank lines
+    skipped; a line that is not UTF-8 (or, in a ``.jsonl``, not one of those) a :class:`Failure`
+    of its own, and a read that fails midway the file's. Or the reason the file cannot be read,
+    in ``encode``'s words."""
+    f = open_text(path)
+    return f if isinstance(f, str) else _lines(f, path)
+
+
+def _lines(f: BinaryIO, path: str) -> Iterator[tuple[str, str] | Failure]:
+    jsonl = path.lower().endswith(".jsonl")
+    with f:
+        number = 0
+        while True:
+            try:
+                raw = f.readline()
+            except OSError as exc:
+                yield Failure("file", path, f"cannot read the file ({exc.strerror})")
+                return
+            if not raw:
+                return
+            number += 1
+            key = f"{path}:{number}"
+            try:
+                line = raw.decode("utf-8").rstrip("\r\n")
+            except UnicodeDecodeError as exc:
+                yield Failure("text", key, f"not UTF-8 (byte 0x{raw[exc.start]:02x}, byte {exc.start + 1} of the line)")
+                continue
+            if not line.strip():
+                continue
+            if jsonl:
+                try:
+                    value = jsontext.loads(line)
+                except jsontext.NotJSON as exc:
+                    yield Failure("text", key, f"not a JSON line ({exc})")
+                    continue
+                text = value if isinstance(value, str) else value.get("text", value.get("caption")) if isinstance(value, dict) else None
+                if not isinstance(text, str):
+                    yield Failure("text", key, 'expected a JSON string, or an object with a "text" (or "caption") string')
+                    continue
+                line = text
+            yield key, line
 
 
 NOT_UTF8 = "its name is not valid UTF-8, and an index stores names as UTF-8: rename it to index it"

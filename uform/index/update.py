@@ -26,7 +26,7 @@ from ..core.scalars import store as cast
 from ..core.types import Scalar
 from .identity import MODALITIES
 from .records import Chunk, Failed, Insert, Known, Move
-from .sources import NOT_UTF8, TEXT_FILES, Text, digest, escape, in_scope, read, storable, text_lines
+from .sources import NOT_UTF8, TEXT_FILES, Text, digest, escape, in_scope, line_keys, read, storable, text_lines
 from .store import Store
 
 if TYPE_CHECKING:
@@ -90,6 +90,7 @@ class Updater:
         self.text_stamps: list[tuple[str, int, int]] = []  # text files read in full: recorded at the end
         self.late: list[Failed] = []  # failures recorded at the end: lines of text files, names that are not UTF-8
         self.done = self.total = 0
+        self.text_lines = 0  # lines of the text files to read, not blank
 
     def fail(self, f: Failure, *, record: tuple[str, int, int] | None = None, pending: _Pending | None = None) -> None:
         self.result.failed.append(f)
@@ -100,6 +101,7 @@ class Updater:
 
     def run(self, sources: Iterable[str | os.PathLike[str] | Text]) -> UpdateReport:
         files, texts, roots = [], [], []
+        text_files: list[tuple[str, tuple[int, int]]] = []  # read a chunk at a time, after the files
         for s in sources:
             if isinstance(s, Text):
                 if storable(s.key) and storable(s.text):
@@ -113,7 +115,9 @@ class Updater:
             path = os.path.abspath(os.fspath(s))
             roots.append(path)
             if path.lower().endswith(TEXT_FILES) and not os.path.isdir(path):  # a FIFO or a dangling link too: _text_file says why
-                texts += self._text_file(path)
+                stamp = self._text_file(path)
+                if stamp is not None:
+                    text_files.append((path, stamp))
             else:
                 files.append(path)
         found = gather(files, texts=False, report=lambda f: self.fail(f))
@@ -128,13 +132,15 @@ class Updater:
             self.seen.add(item.value)
             if not self._unchanged(item.value):
                 todo.append(item)
-        self.total = len(todo) + len(texts)
+        self.total = len(todo) + len(texts) + self.text_lines
         self.seen.update(key for key, _ in texts)  # a text's key is never both gone and given: its old row is replaced, not moved
         self.missing = {self.rows[p].hash: p for p in self._gone(roots)}
         for start in range(0, len(todo), CHUNK):
             self._chunk_files(todo[start : start + CHUNK])
         for start in range(0, len(texts), CHUNK):
             self._chunk_texts(texts[start : start + CHUNK])
+        for path, stamp in text_files:
+            self._stream_text_file(path, stamp)
         self._prune(roots)
         return self.result
 
@@ -173,17 +179,19 @@ class Updater:
         self.fail(Failure("file", path, NOT_UTF8))
         self.late.append(Failed(key, st.st_size, st.st_mtime_ns, NOT_UTF8))
 
-    def _text_file(self, path: str) -> list[tuple[str, str]]:
-        """The lines of a text file to index: none when it is as recorded (its failed lines
-        reported again), else all of them, each bad line a failure recorded with the file's stamp."""
+    def _text_file(self, path: str) -> tuple[int, int] | None:
+        """The stamp of a text file to read, or None when it is as recorded (its failed lines
+        reported again) or cannot be read (reported). Its lines' keys are seen now (a key given
+        is never also gone: its old row is replaced, not moved), the lines read later, a chunk at
+        a time (:meth:`_stream_text_file`)."""
         if not storable(path):
             self._not_utf8(path)
-            return []
+            return None
         try:
             st = os.stat(path)
         except OSError as exc:
             self.fail(Failure("file", path, "no such file" if isinstance(exc, FileNotFoundError) else f"cannot read the file ({exc.strerror})"))
-            return []
+            return None
         stamp = (st.st_size, st.st_mtime_ns)
         prefix = path + ":"
         if self.text_files.get(path) == stamp:
@@ -193,24 +201,42 @@ class Updater:
                 if key.startswith(prefix) and (before.size, before.mtime) == stamp:
                     self.seen.add(key)
                     self.result.still_failed.append(Failure("text", key, before.reason))
-            return []
+            return None
+        keys = line_keys(path)
+        if isinstance(keys, str):
+            self.fail(Failure("file", path, keys))
+            return None
+        self.seen.update(keys)
+        self.text_lines += len(keys)
+        return stamp
+
+    def _stream_text_file(self, path: str, stamp: tuple[int, int]) -> None:
+        """Index a text file's lines as they are read, a chunk at a time; each bad line a failure
+        recorded with the file's stamp. The file is recorded read in full only when it was."""
         got = text_lines(path)
         if isinstance(got, str):
             self.fail(Failure("file", path, got))
-            return []
-        lines, bad = got
-        good = []
-        for key, line in lines:
-            if storable(line):
-                good.append((key, line))
-            else:
-                bad.append(Failure("text", key, "not valid UTF-8 (a lone surrogate in its text)"))
-        for f in bad:
-            self.fail(f)
-            self.seen.add(f.value)
-            self.late.append(Failed(f.value, *stamp, f.reason))
+            return
+        good: list[tuple[str, str]] = []
+        for line in got:
+            if isinstance(line, Failure) and line.kind == "file":  # a read that failed midway: what was committed stays
+                self.fail(line)
+                return
+            if not isinstance(line, Failure) and not storable(line[1]):
+                line = Failure("text", line[0], "not valid UTF-8 (a lone surrogate in its text)")
+            if isinstance(line, Failure):
+                self.fail(line)
+                self.seen.add(line.value)
+                self.late.append(Failed(line.value, *stamp, line.reason))
+                self.done += 1
+                continue
+            good.append(line)
+            if len(good) == CHUNK:
+                self._chunk_texts(good)
+                good = []
+        if good:
+            self._chunk_texts(good)
         self.text_stamps.append((path, *stamp))
-        return good
 
     def _place(self, pending: _Pending, path: str, size: int | None, mtime: int | None, h: bytes, text: str | None,
                kind: int, payload: str | bytes) -> None:  # fmt: skip
