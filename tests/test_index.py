@@ -405,3 +405,14 @@ def test_a_text_file_is_read_a_chunk_at_a_time(tmp_path: Path, ckpt: Path, monke
         notes.write_bytes(notes.read_bytes().replace(b"line 3", b"line three"))  # one line changed: the rest read again, not embedded
         again = ix.update([notes])
         assert (again.added, again.touched, [f.value for f in again.failed]) == (1, 6, [f"{notes}:8"])
+
+
+def test_a_text_item_is_removed_by_its_key(tmp_path: Path, ckpt: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """remove(["note-1"]) of Text("note-1", ...) removed nothing (the key was made a path under the
+    current folder), so such an item could not be removed at all; a file of that name's items stay."""
+    monkeypatch.chdir(tmp_path)
+    photos(tmp_path / "note-2", 1)
+    with Index(tmp_path / "idx", checkpoint=ckpt) as ix:
+        ix.update([Text("note-1", "a red circle"), Text("note-2", "blue squares"), "note-2"])
+        assert ix.remove(["note-1"]) == 1 and sorted(e.path for e in ix.entries()) == sorted(["note-2", str(tmp_path / "note-2" / "p0.png")])
+        assert ix.remove(["note-2"]) == 2 and len(ix) == 0
