@@ -191,3 +191,31 @@ def no_frames(fmt: str = "webm", codec: str = "libvpx") -> bytes:
         sound = container.add_stream("libopus" if fmt == "webm" else "aac", rate=48000)
         _write_tone(container, sound, 0.3)
     return buf.getvalue()
+
+
+def _boxes(data: bytes | bytearray, start: int, end: int) -> list[tuple[bytes, int, int]]:
+    """``(kind, offset, size)`` of every box of an MP4 under ``moov`` down to the sample tables."""
+    found, pos = [], start
+    while pos + 8 <= end:
+        size, kind = struct.unpack(">I4s", data[pos : pos + 8])
+        found.append((kind, pos, size))
+        if kind in (b"moov", b"trak", b"mdia", b"minf", b"stbl"):
+            found += _boxes(data, pos + 8, pos + size)
+        pos += size
+    return found
+
+
+def mp4_declaring(samples: int, mp4: bytes | None = None) -> bytes:
+    """A 10-frame H.264 MP4 (2 KB; or the one-track ``mp4`` given) whose tables declare ``samples``
+    samples of one constant size (``stsz``, one ``stts`` entry, one chunk of them all in ``stsc``):
+    FFmpeg indexes them all."""
+    data = bytearray(clip(frames=10) if mp4 is None else mp4)
+    box = {kind: (pos, size) for kind, pos, size in _boxes(data, 0, len(data))}
+    pos, size = box[b"stsz"]
+    first = struct.unpack(">I", data[pos + 20 : pos + 24])[0]
+    data[pos : pos + size] = struct.pack(">I4sIII", 20, b"stsz", 0, first, samples) + struct.pack(">I4s", size - 20, b"free") + bytes(size - 28)
+    pos, size = box[b"stts"]
+    data[pos + 12 : pos + size] = struct.pack(">III", 1, samples, 512) + bytes(size - 24)
+    pos, size = box[b"stsc"]
+    data[pos + 12 : pos + 28] = struct.pack(">IIII", 1, 1, samples, 1)
+    return bytes(data)

@@ -19,6 +19,7 @@ from uform.core.arena import RowsTape
 from uform.core.errors import InputError, check_not_released
 from uform.core.pipeline import check_batch
 
+from . import mp4
 from .files import Source, falls_short
 
 CHUNK = 1 << 14  # source samples gathered before one resampler call
@@ -218,6 +219,13 @@ def decode(source: Source, rate: int, samples: int) -> Recording:
     import av
 
     index, path = source.index, source.path
+    if source.stream is None or source._seekable():  # a one-way stream is read by FFmpeg alone
+        f = source.open()
+        try:
+            mp4.check(source, f)
+        finally:
+            if source.stream is None:
+                f.close()
     try:
         container: Any = av.open(source.target(), metadata_errors="replace", options=OPEN_OPTIONS)
     except av.error.EOFError:

@@ -19,7 +19,7 @@ import numpy as np
 
 from uform.core.errors import InputError
 
-from . import frames
+from . import frames, mp4
 from .files import Source, falls_short
 
 MAX_FRAME_PIXELS = 40_000_000  # width × height of a frame (8K UHD is 33.2 M)
@@ -230,6 +230,10 @@ def sample(source: Source, count: int, size: int, seeking: bool = True) -> tuple
     kind = sniff(head)
     if kind is None:
         raise source.fail(f"not an MP4 or WebM file (first bytes {head[:8].hex(' ')})" if head else "the file is empty")
+    if kind == "mp4":
+        target = opener()
+        with open(target, "rb") if isinstance(target, str) else target as f:
+            mp4.check(source, f)
     out = np.empty((count, size, size, 3), np.uint8)
     last: list[Any] = [None]
 

@@ -1,0 +1,128 @@
+"""How many index entries an MP4/MOV makes FFmpeg hold, read from its boxes before FFmpeg opens it.
+
+FFmpeg's mov demuxer builds one index entry (about 70 bytes with its side tables) for every
+sample a track's tables declare, as it opens the file, and for every sample of a fragment's
+``trun`` as it reaches it. A count costs four bytes of the file whatever it says: a 1.8 KB
+MP4 whose ``stsz`` declared 6·10⁷ samples of one constant size took 4.2 GB and 13 s to be
+refused as truncated. :func:`declared_entries` sums what the tables declare, walking box
+headers only (a few reads per box, no table but ``stsc`` read), so a file declaring more
+than ``MAX_ENTRIES`` is refused before FFmpeg sees it (docs/media.md, "Limits").
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import BinaryIO
+
+import numpy as np
+
+from .files import Source
+
+MAX_ENTRIES = 4_000_000  # index entries over all tracks: about 280 MB of FFmpeg's index
+MAX_DEPTH = 12  # boxes nested deeper are not walked (FFmpeg's own limit is 10)
+# boxes FFmpeg reads as lists of boxes, whose tables it takes for the last track it met
+_NESTED = {b"moov", b"trak", b"mdia", b"minf", b"stbl", b"edts", b"dinf", b"mvex", b"tref", b"udta", b"moof", b"traf", b"sinf", b"schi", b"wave"}
+# FFmpeg indexes a chunk of uncompressed audio in pieces of up to 1024 samples, of at least
+# 160 whatever the sample description says (512 or more for frames under 160 samples, the frame for GSM's 160)
+_LEAST_PIECE = 160
+_PIECE_ROWS = 4096  # stsc rows read at a time
+
+
+def is_mp4(head: bytes) -> bool:
+    """Whether the first bytes are an MP4/MOV box (``ftyp``, ``moov``, ``mdat``, ``free``, ``skip``, ``wide``)."""
+    return head[4:8] in (b"ftyp", b"moov", b"mdat", b"free", b"skip", b"wide")
+
+
+class _Track:
+    def __init__(self) -> None:
+        self.audio = False
+        self.samples = 0  # stsz / stz2 sample count
+        self.one_tick = False  # stts: a single entry of duration 1 (FFmpeg indexes chunks, not samples)
+        self.chunks = 0  # stco / co64 entry count
+        self.most_per_chunk = 0  # the largest samples-per-chunk of stsc
+
+    def entries(self) -> int:
+        if self.audio and self.one_tick:  # uncompressed audio: its chunks, each split in pieces
+            return self.chunks * -(-self.most_per_chunk // _LEAST_PIECE)
+        return self.samples
+
+
+def declared_entries(f: BinaryIO) -> int:
+    """Index entries the sample tables of every track and fragment declare, summed
+    (an upper bound of what FFmpeg's index holds for the file)."""
+    end = f.seek(0, 2)
+    tracks: list[_Track] = []
+    fragments = 0
+
+    def u32(data: bytes, at: int) -> int:
+        return int.from_bytes(data[at : at + 4], "big") if len(data) >= at + 4 else 0
+
+    def walk(start: int, stop: int, depth: int, track: _Track | None) -> None:
+        nonlocal fragments
+        pos = start
+        while pos + 8 <= stop:
+            f.seek(pos)
+            header = f.read(16)
+            if len(header) < 8:
+                return
+            size, kind = struct.unpack(">I4s", header[:8])
+            skip = 8
+            if size == 1:
+                if len(header) < 16:
+                    return
+                size, skip = int.from_bytes(header[8:16], "big"), 16
+            elif size == 0:
+                size = stop - pos
+            if size < skip:
+                return
+            inside, after = pos + skip, min(pos + size, stop)
+            if kind in _NESTED and depth < MAX_DEPTH:
+                if kind == b"trak":
+                    track = _Track()
+                    tracks.append(track)
+                walk(inside, after, depth + 1, track)
+            elif kind == b"trun":
+                f.seek(inside)
+                fragments += u32(f.read(8), 4)
+            elif track is not None and kind in (b"hdlr", b"stsz", b"stz2", b"stts", b"stco", b"co64"):
+                f.seek(inside)
+                body = f.read(20)
+                if kind == b"hdlr":
+                    track.audio = track.audio or body[8:12] == b"soun"  # a MOV has a second, of its data: "alis"
+                elif kind in (b"stsz", b"stz2"):
+                    track.samples = max(track.samples, u32(body, 8))
+                elif kind == b"stts":
+                    track.one_tick = u32(body, 4) == 1 and u32(body, 12) == 1
+                else:
+                    track.chunks = max(track.chunks, u32(body, 4))
+            elif track is not None and kind == b"stsc":
+                f.seek(inside)
+                left = min(u32(f.read(8), 4), (after - inside - 8) // 12)  # rows of (first chunk, samples, description)
+                while left > 0:
+                    rows = np.frombuffer(f.read(12 * min(left, _PIECE_ROWS)), ">u4")
+                    if len(rows) < 3:
+                        break
+                    track.most_per_chunk = max(track.most_per_chunk, int(rows[: len(rows) // 3 * 3].reshape(-1, 3)[:, 1].max()))
+                    left -= len(rows) // 3
+            pos += size
+
+    walk(0, end, 0, None)
+    return sum(t.entries() for t in tracks) + fragments
+
+
+def check(source: Source, f: BinaryIO) -> None:
+    """Refuse ``source`` (read through ``f``, seekable) when it is an MP4/MOV whose tables
+    declare over ``MAX_ENTRIES`` index entries; any other file passes after one read of 8 bytes."""
+    try:
+        f.seek(0)
+        if not is_mp4(f.read(8)):
+            return
+        entries = declared_entries(f)
+        f.seek(0)
+    except Exception as exc:  # noqa: BLE001 - a read that fails, of a path or of the caller's object
+        raise source.fail(f"cannot read the file ({type(exc).__name__}: {exc})") from None
+    if entries > MAX_ENTRIES:
+        raise source.fail(
+            f"its MP4 tables declare {entries} samples, over the limit of {MAX_ENTRIES} "
+            "(uform.plugins.media.mp4.MAX_ENTRIES) that FFmpeg's index is held to"
+        )
