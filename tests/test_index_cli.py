@@ -4,6 +4,7 @@ a read-only folder and a full disk stop a run with the index intact."""
 from __future__ import annotations
 
 import errno
+import importlib.util
 import json
 import os
 import shutil
@@ -37,6 +38,11 @@ def test_one_item_is_one_item(tmp_path: Path, ckpt: Path, capsys: pytest.Capture
     (tmp_path / "note.txt").write_text("a red circle\n")
     assert main(["index", str(tmp_path / "note.txt"), "--into", str(tmp_path / "idx"), "-m", str(ckpt)]) == 0
     assert f"index {tmp_path / 'idx'}: 1 item (1 text) of " in capsys.readouterr().out  # was '1 items'
+    assert main(["encode", "a red circle", "--out", str(tmp_path / "one"), "-m", str(ckpt)]) == 0
+    assert ": 1 row of 32 f32 (1 text)" in capsys.readouterr().out  # was '1 rows'
+    if importlib.util.find_spec("pyarrow") is not None:
+        assert main(["index", "--into", str(tmp_path / "idx"), "--export-parquet", str(tmp_path / "one.parquet"), "-m", str(ckpt)]) == 0
+        assert capsys.readouterr().out.endswith(f"wrote {tmp_path / 'one.parquet'}: 1 row\n")
 
 
 def test_index_then_search(tmp_path: Path, ckpt: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
@@ -315,6 +321,6 @@ def test_names_that_are_not_utf8_print_escaped(tmp_path: Path, ckpt: Path) -> No
                          env=os.environ | {"PYTHONIOENCODING": "utf-8"})  # fmt: skip
     assert (run.returncode, run.stderr) == (0, ""), run.stderr
     lines = run.stdout.splitlines()
-    assert lines[0].startswith(f"index i\\xffdx: 1 item (1 image) of {tmp_path}/m\\xfe.safetensors (sha256 ") and lines[-1] == "wrote e\\xfd.parquet: 1 rows"
+    assert lines[0].startswith(f"index i\\xffdx: 1 item (1 image) of {tmp_path}/m\\xfe.safetensors (sha256 ") and lines[-1] == "wrote e\\xfd.parquet: 1 row"  # not '1 rows'
     with Index(tmp_path / os.fsdecode(b"i\xffdx"), checkpoint=ckpt, read_only=True) as index:
         assert [e.path for e in index.entries()] == [str(tmp_path / "photos" / "p0.png")]

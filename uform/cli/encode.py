@@ -79,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
                           model_path(args), failures, found.skipped + entries)  # fmt: skip
     counts = {m: sum(1 for i in result.items if i.modality == m) for m in PLURAL}
     what = ", ".join(counted(n, m) for m, n in counts.items() if n) or "no rows"
-    print(f"wrote {', '.join(printable(str(p)) for p in written)}: {len(result.items)} rows of {dimensions} {scalar.value} ({what})")
+    print(f"wrote {', '.join(printable(str(p)) for p in written)}: {len(result.items)} row{'' if len(result.items) == 1 else 's'} of {dimensions} {scalar.value} ({what})")
     if found.skipped:
         n = len(found.skipped)
         print(f"passed over {n} {'entry' if n == 1 else 'entries'} of the folders (files of unknown type, links to folders; listed in {printable(str(written[-1]))})")

@@ -69,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
     only_export = not (args.paths or args.remove or args.import_parquet)  # export only reads: no writer's lock, no write permission
     with open_index(args, args.into, read_only=only_export, scalar=args.outputs_scalar) as index:
         if args.import_parquet:
-            print(f"imported {printable(args.import_parquet)}: {index.import_parquet(args.import_parquet)} rows")
+            print(f"imported {printable(args.import_parquet)}: {rows(index.import_parquet(args.import_parquet))}")
         removed = index.remove(args.remove) if args.remove else 0
         result = None
         if args.paths:
@@ -90,10 +90,15 @@ def run(args: argparse.Namespace) -> int:
         elif removed:
             print(f"this run: {removed} removed")
         if args.export_parquet:
-            print(f"wrote {printable(args.export_parquet)}: {index.export_parquet(args.export_parquet)} rows")
+            print(f"wrote {printable(args.export_parquet)}: {rows(index.export_parquet(args.export_parquet))}")
         if result is not None and (result.failed or result.still_failed):
             return 1
     return 0
+
+
+def rows(n: int) -> str:
+    """``"1 row"``, ``"48 rows"``."""
+    return f"{n} row{'' if n == 1 else 's'}"
 
 
 def parquet_ready(export: str | None, force: bool) -> None:
