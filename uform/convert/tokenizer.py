@@ -11,9 +11,10 @@ gives the slow tokenizer's ids on a corpus, else the conversion is refused.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
+
+from uform.core import jsontext
 
 from .sources import ConvertError, read_json
 
@@ -60,7 +61,7 @@ def lowercased(text: str, where: str) -> str:
     from tokenizers import normalizers
 
     tokenizer = parse(text, where)
-    own = json.loads(text).get("normalizer")
+    own = jsontext.loads(text).get("normalizer")  # parsed above: JSON already
     if isinstance(own, dict) and (own.get("type") == "Lowercase" or (own.get("normalizers") or [{}])[0].get("type") == "Lowercase"):
         return text  # lower-cased already (Siglip2Tokenizer's save_pretrained)
     normalizer = tokenizer.normalizer
