@@ -1,0 +1,43 @@
+"""docs/cli.md names every option of every command: each ``--option`` that ``uform COMMAND
+--help`` prints appears in that command's section of the page, or in "What every command
+shares" (``--model``, ``--quiet``): an option added to a parser and not to the page fails here."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from uform.cli import main
+
+PAGE = Path(__file__).resolve().parents[1] / "docs" / "cli.md"
+
+
+def sections() -> dict[str, str]:
+    """Each ``## `uform COMMAND` `` section of docs/cli.md, by command."""
+    parts = re.split(r"^## `uform ([a-z-]+)`\s*$", PAGE.read_text(), flags=re.M)
+    return dict(zip(parts[1::2], parts[2::2]))
+
+
+def shared() -> str:
+    """The page's "What every command shares" section."""
+    return PAGE.read_text().split("## What every command shares", 1)[1].split("\n## ", 1)[0]
+
+
+def options(text: str) -> set[str]:
+    return set(re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", text))
+
+
+def test_the_page_has_a_section_for_every_command(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--help"]) == 0
+    listed = re.findall(r"^    ([a-z][a-z-]*)\b", capsys.readouterr().out, flags=re.M)  # the commands under COMMAND
+    assert sorted(listed) == sorted(sections())
+
+
+@pytest.mark.parametrize("command", sorted(sections()))
+def test_every_option_of_a_command_is_on_its_section(command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([command, "--help"]) == 0
+    printed = options(capsys.readouterr().out) - {"--help"}
+    assert printed, f"uform {command} --help printed no options"
+    assert sorted(printed - options(sections()[command]) - options(shared())) == []
