@@ -95,3 +95,24 @@ def test_all_installed_towers_are_exported(exported: tuple[Path, Path]) -> None:
     _, root = exported
     towers = {m.tower.name for m in get_host().modalities.values()}
     assert {p.stem for p in (root / "f32").glob("*.onnx")} == towers
+
+
+def test_external_weights_are_as_readable_as_their_model(tiny_text: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tower past 512 MiB keeps its weights in {tower}.onnx.data, which onnx writes owner-only
+    (0600) while {tower}.onnx is 0644: a server running as another user read the model and failed
+    on its weights. The data file now has its model's permissions."""
+    import onnxruntime as ort
+
+    from uform.exporters import towers
+
+    monkeypatch.setattr(towers, "EXTERNAL_ABOVE", 0)  # every tower's weights beside it
+    written = towers.export_towers(tiny_text, tmp_path / "out")
+    assert written and all((tmp_path / "out" / f"{t}.onnx.data").exists() for t in written)
+    for tower, path in written.items():
+        data = path.with_name(f"{tower}.onnx.data")
+        assert data.stat().st_mode & 0o777 == path.stat().st_mode & 0o777, tower
+    monkeypatch.setattr(towers, "EXTERNAL_ABOVE", 512 << 20)
+    inside = towers.export_towers(tiny_text, tmp_path / "inside")
+    feeds = {"bytes": np.array([list(b"a cat"), list(b"dog\0\0")], np.int64), "lengths": np.array([5, 3], np.int64)}
+    run = [ort.InferenceSession(str(p["text"]), providers=["CPUExecutionProvider"]).run(["embeddings"], feeds)[0] for p in (written, inside)]
+    np.testing.assert_array_equal(run[0], run[1])

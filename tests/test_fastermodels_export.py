@@ -215,3 +215,70 @@ def test_importing_uform_exporters_does_not_import_torch() -> None:
     env = {**os.environ, "PYTHONPATH": str(root)}
     result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_a_half_precision_net_is_published_with_fp32_forms(tmp_path: Path, dtype: torch.dtype) -> None:
+    """An fp16 net's ONNX was traced in fp16 and refused against its own eager output
+    (ExportMismatchError, 1.2e-4 on this MLP), a bf16 net's was "TypeError: Got unsupported
+    ScalarType BFloat16" (and its ONNX no runtime loads): both forms are FP32, as documented."""
+    net = pruned_mlp().to(dtype)
+    fm = FasterModel.wrap(net, MLP_SOURCE, MLP_KWARGS)
+    report = export_artifact(fm, tmp_path, example_input=torch.randn(2, 16, dtype=dtype))
+    assert report.max_abs_diff["torchscript"] == 0.0 and report.max_abs_diff["onnx"] <= 1e-5
+    x = torch.randn(5, 16)
+    with torch.no_grad():
+        wide = pruned_mlp().eval()
+        wide.load_state_dict({k: v.float() for k, v in net.state_dict().items()})
+        expected = wide(x).numpy()
+        assert np.allclose(net.eval()(x.to(dtype)).float().numpy(), expected, atol=0.05)  # the same net
+    session = _session(load(tmp_path, form="onnx"))
+    assert [i.type for i in session.get_inputs()] == ["tensor(float)"]
+    assert np.allclose(session.run(None, {"input": x.numpy()})[0], expected, atol=ATOL, rtol=RTOL)
+    module = load(tmp_path, form="torchscript", trust_remote_code=True)
+    assert {p.dtype for p in module.parameters()} == {torch.float32}
+    with torch.no_grad():
+        assert np.array_equal(module(x).numpy(), expected)
+    back = load(tmp_path, trust_remote_code=True)  # the safetensors form keeps the net's own dtype
+    assert state_hash(back) == state_hash(fm) and {p.dtype for p in back.parameters()} == {dtype}
+    assert {p.dtype for p in net.parameters()} == {dtype}  # the net is left as it was
+
+
+def test_weights_past_2gib_are_gathered_in_one_data_file(tmp_path: Path) -> None:
+    """Past protobuf's 2 GiB torch's exporter writes each weight beside model.onnx in a file
+    named after it ('2.weight', 'onnx__MatMul_8': measured on a 2.0 GiB MLP), which load's Hub
+    route (model.onnx.*) never fetched and which replaced any file of that name in the artifact:
+    export_onnx gathers them into model.onnx.data, readable as model.onnx is (onnx writes 0600)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    from uform.exporters.torch_forms import _gathered
+
+    rng = np.random.default_rng(0)
+    weights = [numpy_helper.from_array(rng.standard_normal((32, 32)).astype(np.float32), n) for n in ("2.weight", "onnx__MatMul_8")]
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["input", "2.weight"], ["h"]), helper.make_node("MatMul", ["h", "onnx__MatMul_8"], ["output"])],
+        "g", [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["batch", 32])],
+        [helper.make_tensor_value_info("output", TensorProto.FLOAT, ["batch", 32])], weights)
+    exported = tmp_path / "torch" / "model.onnx"
+    exported.parent.mkdir()
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(exported),
+              save_as_external_data=True, all_tensors_to_one_file=False, size_threshold=0)  # as torch writes it
+    assert {p.name for p in exported.parent.iterdir()} == {"model.onnx", "2.weight", "onnx__MatMul_8"}
+    artifact = tmp_path / "artifact"
+    artifact.mkdir()
+    (artifact / "model.onnx.data").write_bytes(b"an earlier export's weights")
+    _gathered(exported, artifact / "model.onnx")
+    assert {p.name for p in artifact.iterdir()} == {"model.onnx", "model.onnx.data"}
+    assert os.path.getsize(artifact / "model.onnx.data") == 2 * 32 * 32 * 4
+    mode = (artifact / "model.onnx").stat().st_mode & 0o777
+    assert (artifact / "model.onnx.data").stat().st_mode & 0o777 == mode and mode & 0o044 == 0o044
+    x = rng.standard_normal((3, 32)).astype(np.float32)
+    want = _session(exported).run(None, {"input": x})[0]
+    assert np.array_equal(_session(artifact / "model.onnx").run(None, {"input": x})[0], want)
+
+
+def test_a_model_onnx_data_of_an_earlier_export_goes_with_its_model_onnx(tmp_path: Path) -> None:
+    (tmp_path / "model.onnx.data").write_bytes(b"weights an earlier, larger model.onnx named")
+    (tmp_path / "notes.txt").write_bytes(b"the user's")
+    export_artifact(pruned_mlp(), tmp_path, ("onnx",), example_input=torch.randn(2, 16))
+    assert {p.name for p in tmp_path.iterdir()} == {"model.onnx", "notes.txt"}

@@ -12,8 +12,11 @@ are feed-forward, with no data-dependent control flow for a trace to freeze. Pas
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
+import os
+import stat
 import tempfile
 import warnings
 from collections.abc import Iterator, Sequence
@@ -22,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from uform.core.files import Outputs
+from uform.core.files import PARTIAL, Outputs
 
 if TYPE_CHECKING:
     import torch
@@ -81,6 +84,19 @@ def _unwrapped(model: torch.nn.Module) -> torch.nn.Module:
     return net if hasattr(model, "save_pretrained") and isinstance(net, torch.nn.Module) else model
 
 
+def _widened(net: torch.nn.Module, args: tuple[Any, ...]) -> tuple[torch.nn.Module, tuple[Any, ...]]:
+    """``net`` and ``args`` for the FP32 forms: where either holds float16 or bfloat16 tensors, a copy
+    of ``net`` widened to float32 (exactly: every half value is a float32 one) and ``args`` widened
+    alike; otherwise both as they are. ``net`` itself is left as it was."""
+    import torch
+
+    half = (torch.float16, torch.bfloat16)
+    if not any(isinstance(t, torch.Tensor) and t.dtype in half for t in (*net.parameters(), *net.buffers(), *args)):
+        return net, args
+    wide = [a.float() if isinstance(a, torch.Tensor) and a.dtype in half else a for a in args]
+    return copy.deepcopy(net).float(), tuple(wide)
+
+
 def export_torchscript(model: torch.nn.Module, path: str | Path, example_input: Any,
                        *, mode: str = "trace") -> Path:
     """Write ``model`` (in eval mode) as TorchScript: traced on ``example_input``, or scripted."""
@@ -108,12 +124,45 @@ def export_onnx(model: torch.nn.Module, path: str | Path, example_input: Any,
     with torch.no_grad():
         n_out = len(_as_tuple(model(*args)))
     inputs, outputs = _names("input", len(args)), _names("output", n_out)
-    with quiet_torch_deprecations():
-        torch.onnx.export(model, args, str(path), dynamo=False, opset_version=opset,
-                          input_names=inputs, output_names=outputs,
-                          dynamic_axes={n: {0: "batch"} for n in inputs + outputs})
+    path = Path(path)
+    # past protobuf's 2 GiB the exporter writes each weight to a file named after it, beside the
+    # model: it writes into a folder of its own, and the weights are gathered into one `.data`
+    with tempfile.TemporaryDirectory(prefix=".", suffix=PARTIAL, dir=path.parent) as tmp:
+        exported = Path(tmp) / path.name
+        with quiet_torch_deprecations():
+            torch.onnx.export(model, args, str(exported), dynamo=False, opset_version=opset,
+                              input_names=inputs, output_names=outputs,
+                              dynamic_axes={n: {0: "batch"} for n in inputs + outputs})
+        _gathered(exported, path)
     onnx.checker.check_model(str(path))
-    return Path(path)
+    return path
+
+
+def _gathered(exported: Path, path: Path) -> None:
+    """Save ``exported``, alone in its folder but for the weight files torch's exporter writes
+    beside a model past 2 GiB (one a tensor, named after it), as ``path``: its weights inside,
+    or, where it had such files, all in one ``model.onnx.data`` beside ``path``."""
+    import onnx
+
+    external = any(f != exported for f in exported.parent.iterdir())
+    data = path.parent / external_data_name(path)
+    if external:  # onnx appends to a data file that is there
+        data.unlink(missing_ok=True)
+    onnx.save(onnx.load(str(exported)), str(path), save_as_external_data=external,
+              all_tensors_to_one_file=True, location=data.name)
+    if data.exists():
+        readable_as(data, path)
+
+
+def readable_as(data: Path, model: Path) -> None:
+    """Give ``data`` the permissions of ``model`` beside it: onnx writes external data owner-only
+    (0600), so a model file others may read would name weights they could not."""
+    os.chmod(data, stat.S_IMODE(os.stat(model).st_mode))
+
+
+def external_data_name(path: str | Path) -> str:
+    """The file beside ``path`` that holds an ONNX model's weights past 2 GiB: ``model.onnx.data``."""
+    return f"{Path(path).name}.data"
 
 
 class _DropPreprocessHint(logging.Filter):
@@ -127,10 +176,14 @@ def quantize_int8(src: str | Path, dst: str | Path) -> Path:
 
     hint = _DropPreprocessHint()
     logging.getLogger().addFilter(hint)
+    external = (Path(src).parent / external_data_name(src)).exists()  # past 2 GiB: so is its INT8 form, maybe
     try:
-        quantize_dynamic(Path(src), Path(dst), weight_type=QuantType.QInt8, per_channel=True)
+        quantize_dynamic(Path(src), Path(dst), weight_type=QuantType.QInt8, per_channel=True,
+                         use_external_data_format=external)
     finally:
         logging.getLogger().removeFilter(hint)
+    if (Path(dst).parent / external_data_name(dst)).exists():
+        readable_as(Path(dst).parent / external_data_name(dst), Path(dst))
     return Path(dst)
 
 
@@ -176,8 +229,11 @@ def export_artifact(model: torch.nn.Module, directory: str | Path,
     ``forms`` defaults to all three, or to ``("onnx",)`` when ``int8``: an INT8 variant is
     published as ``model.onnx`` alone, without ``model.safetensors``. The model is exported
     in eval mode and its training flag restored; a FasterModel's TorchScript and ONNX hold its
-    ``net`` (names without the ``net.`` prefix). With ``verify``, each written file is run on
-    ``example_input`` and an FP32 form outside ``ATOL``/``RTOL`` raises `ExportMismatchError`.
+    ``net`` (names without the ``net.`` prefix). The TorchScript and ONNX forms are FP32: a net
+    holding float16 or bfloat16 tensors is exported as a float32 copy (its own weights, widened
+    exactly), traced on ``example_input`` widened alike; the safetensors form keeps its dtypes.
+    With ``verify``, each written file is run on ``example_input`` and an FP32 form outside
+    ``ATOL``/``RTOL`` of eager PyTorch (of that copy) raises `ExportMismatchError`.
 
     The forms are written whole or not at all (``uform.core.files``): each into a hidden folder
     inside ``directory``, checked there, and only when every one is written and verified are they
@@ -196,13 +252,13 @@ def export_artifact(model: torch.nn.Module, directory: str | Path,
         raise TypeError("the safetensors form needs a FasterModel (FasterModel.wrap(net, source, ...)):"
                         " a bare module cannot be rebuilt without its source and spec")
     out = Path(directory)
-    args = _as_tuple(example_input)
     report = ExportReport(out, int8)
     was_training = model.training
     model.eval()
     try:
+        net, args = _widened(_unwrapped(model), _as_tuple(example_input))  # the forms are FP32
         with torch.no_grad():
-            reference = _as_tuple(model(*args))
+            reference = _as_tuple(net(*args))
         with Outputs() as files:  # every form written and checked first; then all renamed in, config.json last
             files.folder(out)
             scratch = files.scratch(out)
@@ -211,13 +267,13 @@ def export_artifact(model: torch.nn.Module, directory: str | Path,
                 if form == "safetensors":
                     model.save_pretrained(scratch)  # type: ignore[operator]
                 elif form == "torchscript":
-                    export_torchscript(_unwrapped(model), path, args, mode=torchscript_mode)
+                    export_torchscript(net, path, args, mode=torchscript_mode)
                 elif int8:
-                    with tempfile.TemporaryDirectory() as tmp:
-                        fp32 = export_onnx(_unwrapped(model), Path(tmp) / "fp32.onnx", args, opset=opset)
+                    with tempfile.TemporaryDirectory(dir=scratch) as tmp:
+                        fp32 = export_onnx(net, Path(tmp) / "fp32.onnx", args, opset=opset)
                         quantize_int8(fp32, path)
                 else:
-                    export_onnx(_unwrapped(model), path, args, opset=opset)
+                    export_onnx(net, path, args, opset=opset)
                 report.files[form] = out / path.name
                 if verify and form != "safetensors":
                     diff, close = _max_abs_diff(form, path, args, reference)
@@ -230,6 +286,9 @@ def export_artifact(model: torch.nn.Module, directory: str | Path,
             for written in sorted(scratch.iterdir(), key=lambda p: (p.name == "config.json", p.name)):
                 if written.name != "README.md" or not (out / written.name).exists():  # a card there is kept
                     files.adopt(written, out / written.name)
+            data = external_data_name(ARTIFACT_FILES["onnx"])
+            if "onnx" in forms and not (scratch / data).exists():  # an earlier model.onnx's weights
+                files.remove(out / data)
     finally:
         model.train(was_training)
     return report

@@ -27,6 +27,7 @@ from uform.core.host import get_host
 from uform.core.progress import Progress, ProgressHandler
 from uform.core.runtime import build_graph, plan_towers
 from uform.core.weights import embed
+from uform.exporters.torch_forms import readable_as
 
 EXTERNAL_ABOVE = 512 * 1024 * 1024
 QUANTIZATIONS = ("f32", "bf16")
@@ -163,6 +164,7 @@ def _save(model: onnx.ModelProto, outputs: files.Outputs, out: Path, name: str) 
     if model.ByteSize() > EXTERNAL_ABOVE:  # onnx writes the weights beside the model by name
         scratch = outputs.scratch(out)
         onnx.save(model, str(scratch / path.name), save_as_external_data=True, location=data.name)
+        readable_as(scratch / data.name, scratch / path.name)
         outputs.adopt(scratch / data.name, data)
         outputs.adopt(scratch / path.name, path)
     else:
