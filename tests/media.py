@@ -219,3 +219,24 @@ def mp4_declaring(samples: int, mp4: bytes | None = None) -> bytes:
     pos, size = box[b"stsc"]
     data[pos + 12 : pos + 28] = struct.pack(">IIII", 1, 1, samples, 1)
     return bytes(data)
+
+
+def webm_of_packets(count: int) -> bytes:
+    """A 64x48 VP8 WebM of one keyframe and ``count - 1`` 3-byte packets a millisecond apart
+    (never decoded by the demux-only pass: 9 bytes of file a packet)."""
+    import av
+    from fractions import Fraction
+
+    out_bytes = io.BytesIO()
+    with av.open(out_bytes, "w", format="webm") as out:
+        stream = out.add_stream("libvpx", rate=1000)
+        stream.width, stream.height, stream.pix_fmt = 64, 48, "yuv420p"
+        stream.codec_context.time_base = Fraction(1, 1000)
+        frame = av.VideoFrame.from_ndarray(np.full((48, 64, 3), 100, np.uint8), format="rgb24")
+        frame.pts = 0
+        out.mux((list(stream.encode(frame)) + list(stream.encode(None)))[0])
+        for i in range(1, count):
+            packet = av.Packet(b"\x01\x00\x00")
+            packet.stream, packet.pts, packet.dts, packet.time_base = stream, i, i, Fraction(1, 1000)
+            out.mux(packet)
+    return out_bytes.getvalue()
