@@ -227,3 +227,27 @@ def test_describe_names_a_checkpoint_that_is_not_utf8_escaped(saved: Path) -> No
     assert (plain.returncode, plain.stderr, plain.stdout.splitlines()[0].split()) == (0, "", ["model", "m\\xfe.safetensors"])
     as_json = subprocess.run([*describe, "--json"], cwd=saved, env=env, capture_output=True)
     assert as_json.returncode == 0 and strict_json(as_json.stdout)["model"] == "m\\xfe.safetensors"
+
+
+def test_an_output_named_in_another_encoding_is_written_read_and_replaced(saved: Path, capsys: pytest.CaptureFixture[str],
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """--out of a name that is not UTF-8: the manifest names its members as they print, with their
+    bytes beside them, and search, read_saved and the next encode find them by those bytes."""
+    monkeypatch.chdir(saved)
+    out, model = os.fsdecode(b"\xffemb"), ["-m", "tiny.safetensors", "-q"]
+    assert main(["encode", "one", "two", "--out", out, "--outputs-scalar", "i8", *model]) == 0
+    manifest = strict_json(Path(f"{out}.json").read_bytes())
+    assert (manifest["npy"], manifest["npy_hex"], manifest["scales"], manifest["index_hex"]) == ("\\xffemb.npy", b"\xffemb.npy".hex(), "\\xffemb.scales.npy", b"\xffemb.jsonl".hex())
+    assert sorted(manifest["files"]) == ["\\xffemb.jsonl", "\\xffemb.npy", "\\xffemb.scales.npy"]
+    capsys.readouterr()
+    assert main(["encode", "one", "two", "--out", out, *model]) == 0  # its own earlier output: replaced without --force
+    assert capsys.readouterr().out.startswith("wrote \\xffemb.npy, \\xffemb.jsonl, \\xffemb.json: 2 rows")
+    assert not Path(f"{out}.scales.npy").exists()
+    from uform.cli.encode import read_saved
+
+    back = read_saved(out)
+    assert (back.manifest["npy"], [r["text"] for r in back.rows], back.embeddings.shape[0]) == (f"{out}.npy", ["one", "two"], 2)
+    bad = Path(f"{out}.json").read_text().replace(b"\xffemb.npy".hex(), "2e2e2f656d622e6e7079")  # ../emb.npy
+    Path(f"{out}.json").write_text(bad)
+    with pytest.raises(ValueError, match=r"the manifest's 'npy' must name a file beside it; got '\.\./emb\.npy'"):
+        read_saved(out)

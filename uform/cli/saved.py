@@ -29,6 +29,7 @@ SCALARS = ("f32", "f16", "bf16", "e4m3", "e5m2", "i8", "b1")
 # .npy has no BF16 or FP8 dtypes (numpy reads them back as opaque void): their bits are saved
 _BITS = {"bf16": np.uint16, "e4m3": np.uint8, "e5m2": np.uint8}
 SUFFIXES = (".npy", ".jsonl", ".json")
+MEMBERS = ("npy", "index", "scales")  # the manifest's fields that name the set's other files
 
 
 def sha256(path: str | os.PathLike[str]) -> str:
@@ -46,7 +47,21 @@ def _old_manifest(prefix: Path) -> dict[str, Any] | None:
         manifest = jsontext.loads(Path(f"{prefix}.json").read_bytes())
     except (OSError, jsontext.NotJSON):
         return None
-    return manifest if isinstance(manifest, dict) and manifest.get("format") == FORMAT else None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        return None
+    try:
+        return {**manifest, **{k: record_name(manifest, k, str(prefix)) for k in MEMBERS}}
+    except ValueError:
+        return None
+
+
+def json_name(name: str) -> str:
+    """``name`` as a JSON key: itself, or as it prints when it is not UTF-8 (:func:`json_record`)."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return printable(name)
+    return name
 
 
 def json_record(record: dict[str, Any]) -> dict[str, Any]:
@@ -120,7 +135,7 @@ def write_saved(
                                                            for row, item in enumerate(items)))):  # fmt: skip
             with out.open(path) as f:
                 write(f)
-            digests[path.name] = {"bytes": os.path.getsize(f.name), "sha256": sha256(f.name)}
+            digests[json_name(path.name)] = {"bytes": os.path.getsize(f.name), "sha256": sha256(f.name)}
         info = json_record({
             "format": FORMAT,
             "rows": len(items),
@@ -227,15 +242,17 @@ def _manifest(path: Path) -> dict[str, Any]:
         value = manifest.get(key)
         if not isinstance(value, kinds) or isinstance(value, bool):
             raise ValueError(f"{path}: the manifest's {key!r} is {'missing' if key not in manifest else repr(value)}")
-        if isinstance(value, str) and key in ("npy", "index", "scales") and (value in ("", ".", "..") or value != Path(value).name):
-            raise ValueError(f"{path}: the manifest's {key!r} must name a file beside it; got {value!r}")
+        if key in MEMBERS and isinstance(value, str):
+            value = manifest[key] = record_name(manifest, key, str(path))  # a name that is not UTF-8: from its hex
+            if value is None or value in ("", ".", "..") or value != Path(value).name:
+                raise ValueError(f"{path}: the manifest's {key!r} must name a file beside it; got {printable(str(value))!r}")
     if manifest["scalar"] not in SCALARS:
         raise ValueError(f"{path}: the manifest's scalar {manifest['scalar']!r} is not one of {', '.join(SCALARS)}")
     return manifest
 
 
 def _check_member(path: Path, manifest: dict[str, Any], where: Path) -> None:
-    expected = (manifest.get("files") or {}).get(path.name) if isinstance(manifest.get("files"), dict) else None
+    expected = (manifest.get("files") or {}).get(json_name(path.name)) if isinstance(manifest.get("files"), dict) else None
     if not path.is_file():
         raise ValueError(f"{path}: missing (named by {where})")
     if isinstance(expected, dict) and (expected.get("bytes") != path.stat().st_size or expected.get("sha256") != sha256(path)):
