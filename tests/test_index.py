@@ -234,6 +234,16 @@ def test_a_reader_sees_each_committed_chunk_whole(tmp_path: Path, ckpt: Path, mo
     assert seen == [(2, 2), (4, 4), (6, 6), (7, 7)]
 
 
+@pytest.mark.parametrize("stop", [False, np.False_], ids=["False", "numpy-False"])
+def test_a_progress_handler_answering_false_cancels_and_committed_chunks_stay(tmp_path: Path, ckpt: Path, monkeypatch: pytest.MonkeyPatch, stop: Any) -> None:
+    root = photos(tmp_path / "photos", 5)
+    monkeypatch.setattr(update, "CHUNK", 2)
+    with Index(tmp_path / "idx", checkpoint=ckpt) as ix:
+        with pytest.raises(uform.CancelledError, match="cancelled by its progress handler; what was committed stays"):
+            ix.update([root], progress=lambda done, total: stop if done >= 4 else None)
+        assert len(ix) == 4
+
+
 def test_another_model_is_refused(tmp_path: Path, ckpt: Path, other_ckpt: Path) -> None:
     root = photos(tmp_path / "photos", 2)
     with Index(tmp_path / "idx", checkpoint=ckpt) as ix:

@@ -39,5 +39,11 @@ class Progress:
                 return
             self._step = passed
         answer = self.handler(self.done, self.total)
-        if answer is False or (isinstance(answer, np.bool_) and not answer):  # numpy's False too: `elapsed < limit` of numpy values
+        if cancels(answer):
             raise CancelledError(f"cancelled by the progress handler at {self.done} of {self.total}; nothing was written")
+
+
+def cancels(answer: object) -> bool:
+    """Whether a progress handler's answer cancels: ``False``, or numpy's ``False`` (what
+    ``elapsed < limit`` of numpy values answers); ``None``, ``0`` and the rest go on."""
+    return answer is False or (isinstance(answer, np.bool_) and not answer)

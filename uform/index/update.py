@@ -22,6 +22,7 @@ import numpy as np
 
 from ..inputs import CHUNK, Failure, Item, encode, gather, is_unserved, modality_of, pass_over_unserved, unserved_reason
 from ..core.errors import CancelledError
+from ..core.progress import cancels
 from ..core.scalars import store as cast
 from ..core.types import Scalar
 from .identity import MODALITIES
@@ -315,7 +316,7 @@ class Updater:
             self.rows.pop(f.path, None)
         self.result.added += sum(1 for n in keep if n.copy_of is None)
         self.done += count
-        if self._progress is not None and self._progress(self.done, self.total) is False:
+        if self._progress is not None and cancels(self._progress(self.done, self.total)):
             raise CancelledError("the update was cancelled by its progress handler; what was committed stays")
 
     def _pass_over_unserved(self, to_encode: list[_New], pending: _Pending) -> list[_New]:
