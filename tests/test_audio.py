@@ -360,6 +360,22 @@ def test_bad_files_name_index_path_and_reason_and_write_nothing(model: uform.Mod
     np.testing.assert_array_equal(good.embeddings, before)  # still readable: nothing was written
 
 
+def test_a_cut_wav_is_refused_whatever_carries_it(model: uform.Model, clips: dict[str, Path]) -> None:
+    """FFmpeg clamps a WAV's data size to the file, so only its header tells a cut one: the
+    header is read for file objects too (a seekable one put back, a one-way one kept as it
+    is read; both encoded the cut file, padded, while its path and bytes were refused)."""
+    from media import OneWay
+
+    cut = media.cut(clips["wav"], 0.3)
+    data = cut.read_bytes()
+    reason = "is truncated or corrupt: its container declares 2.00 s of audio, only 0.60 s decode"
+    with open(cut, "rb") as f:
+        for item, where in ((cut, str(cut)), (data, None), (f, str(cut)), (io.BytesIO(data), None), (OneWay(data), None)):
+            with pytest.raises(uform.InputError) as caught:
+                model.audio_encode([clips["wav"], item], uform.Arena())
+            assert (caught.value.index, caught.value.path, caught.value.reason) == (1, where, reason)
+
+
 def test_bad_samples(model: uform.Model) -> None:
     ok = np.zeros(100, np.float32)
     cases = [

@@ -20,7 +20,7 @@ from uform.core.errors import InputError, check_not_released
 from uform.core.pipeline import check_batch
 
 from . import mp4
-from .files import Source, falls_short
+from .files import HeadKept, Source, falls_short
 
 CHUNK = 1 << 14  # source samples gathered before one resampler call
 TAIL = 64  # periods of zeros fed to the resampler before its flush
@@ -201,15 +201,16 @@ def _flushes_samples(packet: Any) -> bool:
         return False
 
 
-def declared_seconds(container: Any, stream: Any, source: Source) -> float | None:
+def declared_seconds(container: Any, stream: Any, head: bytes) -> float | None:
     """How long the container says the audio is: the stream's duration, else the
-    container's, or what a WAV header's ``data`` chunk declares when that is longer."""
+    container's, or what a WAV header's ``data`` chunk declares (in ``head``, the file's
+    first bytes) when that is longer."""
     found = None
     if stream.duration and stream.time_base:
         found = float(stream.duration * stream.time_base)
     elif container.duration:
         found = container.duration / 1_000_000
-    wav = _wav_seconds(source.head()) if container.format.name == "wav" else None
+    wav = _wav_seconds(head) if container.format.name == "wav" else None
     return max(found or 0.0, wav or 0.0) or None
 
 
@@ -226,8 +227,11 @@ def decode(source: Source, rate: int, samples: int) -> Recording:
         finally:
             if source.stream is None:
                 f.close()
+    target: Any = source.target()
+    if not isinstance(target, str) and source.data is None and not source._seekable():
+        target = HeadKept(target)  # its first bytes, for a WAV header's sizes
     try:
-        container: Any = av.open(source.target(), metadata_errors="replace", options=OPEN_OPTIONS)
+        container: Any = av.open(target, metadata_errors="replace", options=OPEN_OPTIONS)
     except av.error.EOFError:
         raise InputError(index, "is truncated: it ends before its headers do", path) from None
     except Exception as exc:  # noqa: BLE001 - FFmpeg, OS and metadata errors all mean "cannot open"
@@ -269,7 +273,8 @@ def decode(source: Source, rate: int, samples: int) -> Recording:
         if window.seconds == 0:
             failed = f" ({skipped} packets failed to decode)" if skipped else ""
             raise InputError(index, f"holds no decodable audio{failed}", path)
-        declared = declared_seconds(container, stream, source) if ended else None
+        head = target.head if isinstance(target, HeadKept) else source.head()
+        declared = declared_seconds(container, stream, head) if ended else None
         if declared is not None and falls_short(window.seconds, declared):
             raise InputError(
                 index, f"is truncated or corrupt: its container declares {declared:.2f} s of audio, "

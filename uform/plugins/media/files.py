@@ -77,12 +77,20 @@ class Source:
         return self.path if self.data is None and self.path is not None else self.open()
 
     def head(self, size: int = 4096) -> bytes:
-        """The item's first bytes, for a path or bytes; empty for a file object (never moved)."""
+        """The item's first bytes (a file object that seeks is put back where it stood); empty
+        for one that cannot seek, whose first bytes :class:`HeadKept` keeps as it is read."""
         if self.data is not None:
             return self.data[:size]
         if self.stream is None and self.path is not None:
             with open(self.path, "rb") as f:
                 return f.read(size)
+        if self._seekable():
+            assert self.stream is not None
+            at = self.stream.tell()
+            self.stream.seek(0)
+            head = FullReads(self.stream).read(size)
+            self.stream.seek(at)
+            return head
         return b""
 
     def _seekable(self) -> bool:
@@ -129,6 +137,20 @@ class FullReads(io.RawIOBase):
         data = self.read(len(memoryview(buffer).cast("B")))
         memoryview(buffer).cast("B")[: len(data)] = data
         return len(data)
+
+
+class HeadKept:
+    """A file object that cannot seek, read through for a streaming reader (PyAV), keeping its
+    first ``size`` bytes in ``head`` (a WAV header's sizes, judged once the reader is done)."""
+
+    def __init__(self, inner: BinaryIO, size: int = 4096) -> None:
+        self.inner, self.size, self.head = inner, size, b""
+
+    def read(self, n: int = -1) -> bytes:
+        data = self.inner.read(n)
+        if len(self.head) < self.size and data:
+            self.head += bytes(data[: self.size - len(self.head)])
+        return data
 
 
 def sources(files: Iterable[Any], what: str) -> list[Source]:
