@@ -116,3 +116,15 @@ def test_external_weights_are_as_readable_as_their_model(tiny_text: Path, tmp_pa
     feeds = {"bytes": np.array([list(b"a cat"), list(b"dog\0\0")], np.int64), "lengths": np.array([5, 3], np.int64)}
     run = [ort.InferenceSession(str(p["text"]), providers=["CPUExecutionProvider"]).run(["embeddings"], feeds)[0] for p in (written, inside)]
     np.testing.assert_array_equal(run[0], run[1])
+
+
+def test_an_empty_output_folder_is_refused(tiny_text: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """`uform export CK ""` (an unset "$OUT") wrote every tower into the working folder."""
+    from uform.exporters.towers import export_towers
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match="the output folder is empty: name the folder to write the towers to"):
+        export_towers(tiny_text, "")
+    assert main(["export", str(tiny_text), "", "-q"]) == 2
+    assert capsys.readouterr().err == "uform: error: the output folder is empty: name the folder to write the towers to\n"
+    assert list(tmp_path.iterdir()) == []

@@ -282,3 +282,10 @@ def test_a_model_onnx_data_of_an_earlier_export_goes_with_its_model_onnx(tmp_pat
     (tmp_path / "notes.txt").write_bytes(b"the user's")
     export_artifact(pruned_mlp(), tmp_path, ("onnx",), example_input=torch.randn(2, 16))
     assert {p.name for p in tmp_path.iterdir()} == {"model.onnx", "notes.txt"}
+
+
+def test_an_empty_artifact_directory_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)  # Path('') is the working folder: the forms were written there
+    with pytest.raises(ValueError, match="the artifact directory is empty: name the folder to write the forms to"):
+        export_artifact(pruned_mlp(), "", ("onnx",), example_input=torch.randn(2, 16))
+    assert list(tmp_path.iterdir()) == []

@@ -251,6 +251,8 @@ def export_artifact(model: torch.nn.Module, directory: str | Path,
     if "safetensors" in forms and not hasattr(model, "save_pretrained"):
         raise TypeError("the safetensors form needs a FasterModel (FasterModel.wrap(net, source, ...)):"
                         " a bare module cannot be rebuilt without its source and spec")
+    if not os.fspath(directory):  # Path('') is the working folder
+        raise ValueError("the artifact directory is empty: name the folder to write the forms to")
     out = Path(directory)
     report = ExportReport(out, int8)
     was_training = model.training

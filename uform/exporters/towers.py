@@ -104,6 +104,8 @@ def export_towers(
     the towers' weights (False cancels: ``CancelledError``)."""
     if quantization not in QUANTIZATIONS:
         raise ValueError(f"quantization must be one of {', '.join(QUANTIZATIONS)}; got {quantization!r}")
+    if not os.fspath(outdir):  # Path('') is the working folder: `uform export CK "$UNSET"` wrote the towers there
+        raise ValueError("the output folder is empty: name the folder to write the towers to")
     out = Path(outdir)
     if out.exists() and not out.is_dir():
         raise files.OutputError(f"{out}: not a folder")
