@@ -251,3 +251,11 @@ def test_an_output_named_in_another_encoding_is_written_read_and_replaced(saved:
     Path(f"{out}.json").write_text(bad)
     with pytest.raises(ValueError, match=r"the manifest's 'npy' must name a file beside it; got '\.\./emb\.npy'"):
         read_saved(out)
+
+
+@pytest.mark.parametrize("argv", [["describe"], ["similarity", "a", "b"], ["index", "notes.txt", "--into", "idx"]], ids=["describe", "similarity", "index"])
+def test_an_empty_model_path_is_refused_by_name(argv: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)  # Path('') is the current folder: nothing here may be read as a checkpoint
+    assert main([*argv, "--model", ""]) == 2
+    assert "argument -m/--model: the checkpoint path is empty" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []

@@ -91,9 +91,16 @@ def add_force(p: argparse.ArgumentParser, what: str) -> None:
     p.add_argument("--force", action="store_true", help=f"replace {what} (refused without it)")
 
 
+def checkpoint_path(value: str) -> str:
+    """``--model``'s value: any path but the empty one (which ``Path`` reads as the current folder)."""
+    if not value:
+        raise argparse.ArgumentTypeError("the checkpoint path is empty")
+    return value
+
+
 def add_model(p: argparse.ArgumentParser, *, quantization: bool = True) -> None:
     """``--model PATH`` (default: the checkpoint shipped with uform) and ``--quantization``."""
-    p.add_argument("-m", "--model", default=None, metavar="PATH", help="checkpoint to load (default: the model shipped with uform, uform.default_checkpoint())")
+    p.add_argument("-m", "--model", type=checkpoint_path, default=None, metavar="PATH", help="checkpoint to load (default: the model shipped with uform, uform.default_checkpoint())")
     if quantization:
         p.add_argument(
             "--quantization", choices=QUANTIZATIONS, default="bf16",

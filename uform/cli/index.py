@@ -8,7 +8,7 @@ import json
 import os
 from typing import Any
 
-from .common import QUANTIZATIONS, Bar, add_force, failed, printable, say
+from .common import QUANTIZATIONS, Bar, add_force, checkpoint_path, failed, printable, say
 from uform.inputs import Failure, counted, unserved
 
 SCALARS = ("f32", "f16", "bf16", "i8", "b1")
@@ -35,7 +35,7 @@ def add_parser(sub: Any) -> None:
 
 
 def add_model_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("-m", "--model", default=None, metavar="PATH", help="checkpoint (default: the model shipped with uform)")
+    p.add_argument("-m", "--model", type=checkpoint_path, default=None, metavar="PATH", help="checkpoint (default: the model shipped with uform)")
     p.add_argument("--quantization", choices=QUANTIZATIONS, default=None, help="the weights' scalar (default: the index's, else bf16)")
     p.add_argument("-q", "--quiet", action="store_true", help="draw no progress bars")
 
