@@ -124,6 +124,16 @@ def test_source_is_shown(clip: tuple[Any, Path], tiny_text: Path, capsys: pytest
     assert "source                     clip random-clip (CLIPModel), converted by tests/v2ckpt.py" in capsys.readouterr().out
 
 
+def test_a_source_name_that_is_not_printable_is_shown_escaped(clip: tuple[Any, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from uform.cli import main
+
+    path = clip_file(clip[0], tmp_path / "odd.safetensors", name="x\x1b[2J\nsource  forged")  # a file from someone else
+    assert main(["describe", "--model", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "source                     clip x\\x1b[2J\\nsource  forged (CLIPModel)" in out
+    assert "\x1b" not in out and "\nsource  forged" not in out
+
+
 def test_siglip_float32_equals_transformers(siglip: tuple[Any, Path]) -> None:
     model, path = siglip
     m = uform.Model.load_ram(path, quantization=Scalar.F32)

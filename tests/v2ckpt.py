@@ -51,7 +51,7 @@ def _geometry(c: Any) -> dict[str, Any]:
 ACTIVATIONS = {"quick_gelu": "quick_gelu", "gelu": "gelu", "gelu_pytorch_tanh": "gelu_tanh"}
 
 
-def clip_file(model: Any, path: Path, dtype: Any = np.float32, frames: int = 2) -> Path:
+def clip_file(model: Any, path: Path, dtype: Any = np.float32, frames: int = 2, name: str = "random-clip") -> Path:
     """A transformers ``CLIPModel`` as a version-2 uform file (text, image, video from image)."""
     sd = {k: v.detach().float().numpy() for k, v in model.state_dict().items()}
     tc, vc = model.config.text_config, model.config.vision_config
@@ -83,7 +83,7 @@ def clip_file(model: Any, path: Path, dtype: Any = np.float32, frames: int = 2) 
         "image_size": vc.image_size, "patch_size": vc.patch_size, "resize_rounding": "floor",
         "mean": [0.48145466, 0.4578275, 0.40821073], "std": [0.26862954, 0.26130258, 0.27577711],
     }  # fmt: skip
-    source = {"family": "clip", "name": "random-clip", "architecture": "CLIPModel", "converter": "tests/v2ckpt.py"}
+    source = {"family": "clip", "name": name, "architecture": "CLIPModel", "converter": "tests/v2ckpt.py"}
     labels = {"kind": "softmax", "scale": float(np.exp(sd["logit_scale"]))}
     config = make_config(
         model.config.projection_dim, tc.max_position_embeddings, {"text": text, "image": image, "video": {"from": "image", "frames": frames}},

@@ -103,7 +103,7 @@ def _describe(args: argparse.Namespace) -> int:
         elif key == "source":  # clip openai/clip-vit-base-patch32 (CLIPModel), converted by uform 4.0.0rc1
             arch = f" ({value['architecture']})" if value.get("architecture") else ""
             by = f", converted by {value['converter']}" if value.get("converter") else ""
-            value = f"{value.get('family', '')} {value.get('name', '')}{arch}{by}"
+            value = printable(f"{value.get('family', '')} {value.get('name', '')}{arch}{by}")  # the file's words: no escapes reach the terminal
         print(f"{key.ljust(width)}  {'-' if value is None else value}")
     return 0
 
