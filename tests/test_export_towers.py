@@ -128,3 +128,16 @@ def test_an_empty_output_folder_is_refused(tiny_text: Path, tmp_path: Path, monk
     assert main(["export", str(tiny_text), "", "-q"]) == 2
     assert capsys.readouterr().err == "uform: error: the output folder is empty: name the folder to write the towers to\n"
     assert list(tmp_path.iterdir()) == []
+
+
+def test_an_export_over_an_earlier_one_leaves_one_models_towers(exported: tuple[Path, Path], tiny_text: Path, tmp_path: Path) -> None:
+    """Exporting a text-only checkpoint over an export of five towers kept the other model's
+    image, video, audio and decoder beside the new text tower: a folder of two embedding spaces."""
+    path, _ = exported
+    out = tmp_path / "out"
+    assert main(["export", str(path), str(out), "-q"]) == 0
+    (out / "notes.txt").write_text("the user's")
+    (out / "mine.json").write_text("{}")
+    assert main(["export", str(tiny_text), str(out), "-q"]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["mine.json", "notes.txt", "text.json", "text.onnx"]
+    assert json.loads((out / "text.json").read_text())["tower"] == "text"

@@ -99,7 +99,8 @@ def export_towers(
     The files are one set, written whole or not at all (:mod:`uform.core.files`): a bad
     checkpoint, a failed write or a cancel leaves ``outdir`` as it was (not made, when it was
     missing). A file of a tower's names in ``outdir`` that an export did not write (no
-    ``{tower}.json`` of this format beside it) is not replaced unless ``force``.
+    ``{tower}.json`` of this format beside it) is not replaced unless ``force``. The files of an
+    earlier export's tower that this checkpoint lacks go, so that ``outdir`` holds one model's towers.
     ``progress(done, total)`` is called as each tower is made, counting the stored bytes of
     the towers' weights (False cancels: ``CancelledError``)."""
     if quantization not in QUANTIZATIONS:
@@ -143,6 +144,10 @@ def export_towers(
                 _describe(model, outputs, out, name, config, quantization)
                 del weights, model
                 done.advance(sizes[name])
+            for stale in _earlier_towers(out, set(planned)):  # an earlier export's tower this checkpoint lacks
+                for path in (out / f"{stale}.onnx", out / f"{stale}.onnx.data", out / f"{stale}.tokenizer.json", out / f"{stale}.json"):
+                    if path.is_file() or path.is_symlink():
+                        outputs.remove(path)
     finally:
         container = None
         try:
@@ -150,6 +155,13 @@ def export_towers(
         except BufferError:
             pass
     return written
+
+
+def _earlier_towers(out: Path, towers: set[str]) -> list[str]:
+    """Towers of an earlier export in ``out`` (their ``{tower}.json`` an export's) other than ``towers``."""
+    if not out.is_dir():
+        return []
+    return sorted(p.stem for p in out.glob("*.json") if p.stem not in towers and "." not in p.stem and _exported(out, p.stem))
 
 
 def _exported(out: Path, name: str) -> bool:
