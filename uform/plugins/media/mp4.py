@@ -28,9 +28,17 @@ _LEAST_PIECE = 160
 _PIECE_ROWS = 4096  # stsc rows read at a time
 
 
-def is_mp4(head: bytes) -> bool:
-    """Whether the first bytes are an MP4/MOV box (``ftyp``, ``moov``, ``mdat``, ``free``, ``skip``, ``wide``)."""
-    return head[4:8] in (b"ftyp", b"moov", b"mdat", b"free", b"skip", b"wide")
+def boxed(head: bytes) -> bool:
+    """Whether the first bytes can be an MP4/MOV box: a size and four printable letters.
+
+    FFmpeg takes a file for a MOV by boxes it knows anywhere in its first bytes (``junk``,
+    ``pnot``, ``uuid`` … first will do), so every file that starts like a box is walked; a
+    WAV, FLAC, MP3, Ogg or WebM does not (their magic is no size followed by letters).
+    """
+    if len(head) < 8:
+        return False
+    size = int.from_bytes(head[:4], "big")
+    return (size in (0, 1) or size >= 8) and all(0x20 <= c < 0x7F for c in head[4:8])
 
 
 class _Track:
@@ -115,7 +123,7 @@ def check(source: Source, f: BinaryIO) -> None:
     declare over ``MAX_ENTRIES`` index entries; any other file passes after one read of 8 bytes."""
     try:
         f.seek(0)
-        if not is_mp4(f.read(8)):
+        if not boxed(f.read(8)):
             return
         entries = declared_entries(f)
         f.seek(0)
