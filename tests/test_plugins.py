@@ -305,7 +305,13 @@ BACKEND = "import uform\nfrom uform.core.plugin import Backend, Modality, Tower\
             "def uform_modalities():\n    t = next(iter(text.uform_modalities())).tower\n"
             "    yield Modality('odd', Tower('odd', t.read, t.tensors, t.graph, t.presets), {'odd_encode': 'fn', '_hidden': print})\n",
             "uform_modalities yielded the Modality 'odd' whose verbs['odd_encode'] is 'fn', not callable; "
-            "a verb's name is '_hidden', not an identifier that does not start with '_'",
+            "a verb's name is '_hidden', not an identifier that does not start with '_' and is not a name of Model's own (describe, close, ...)",
+        ),
+        (
+            "def uform_modalities():\n    t = next(iter(text.uform_modalities())).tower\n"
+            "    yield Modality('odd', Tower('odd', t.read, t.tensors, t.graph, t.presets), {'describe': print})\n",
+            "uform_modalities yielded the Modality 'odd' whose a verb's name is 'describe', not an identifier that does not start with '_' "
+            "and is not a name of Model's own (describe, close, ...)",
         ),
         (
             "def uform_backends():\n    yield Backend('gpu0', 'gpu', lambda: None, lambda r: None, priority='high')\n",
@@ -322,7 +328,7 @@ BACKEND = "import uform\nfrom uform.core.plugin import Backend, Modality, Tower\
         ("def uform_backends():\n    raise RuntimeError('no licence')\n", "uform_backends raised RuntimeError: no licence"),
         ("def uform_backends():\n    raise SystemExit('gave up')\n", "uform_backends raised SystemExit: gave up"),
     ],
-    ids=["tower-none", "verbs", "placement", "duplicate", "not-iterable", "raises", "exits"],
+    ids=["tower-none", "verbs", "model-name", "placement", "duplicate", "not-iterable", "raises", "exits"],
 )
 def test_a_malformed_record_fails_its_plugin_not_uform(site: Path, hook: str, reason: str, capsys: pytest.CaptureFixture[str]) -> None:
     """Before, a Modality without a Tower was a traceback of every load and of `uform plugins`, a
@@ -421,3 +427,13 @@ def test_plugins_lists_backends_under_a_ceiling_that_names_no_class(monkeypatch:
     if get_host().probe(get_host().backends["e4m3"]) is None:  # the op library runs here: its detail is listed
         assert "available (loads fail: UFORM_CPU_CLASS='bogus' names no CPU class: set it to one of x86-64-v2" in e4m3
     assert "  cpu (ram): available" in lines
+
+
+def test_the_names_a_verb_may_not_take_are_models_own() -> None:
+    """core.plugin.MODEL_NAMES is every public name of Model but its verbs (a plugin verb named
+    ``describe`` was listed in ``served.verbs`` and never reachable: ``model.describe`` is Model's)."""
+    from uform.core.plugin import MODEL_NAMES
+    from uform.verbs import CHOOSE_VERB, ENCODE_VERBS
+
+    public = {n for n in dir(uform.Model) if not n.startswith("_")}
+    assert MODEL_NAMES == public - set(ENCODE_VERBS.values()) - {CHOOSE_VERB}

@@ -31,7 +31,7 @@ import pluggy
 
 from . import hookspecs
 from .errors import PluginConflictError, UnsupportedError
-from .plugin import Backend, Modality, Tower
+from .plugin import MODEL_NAMES, Backend, Modality, Tower
 
 log = logging.getLogger("uform.plugins")
 
@@ -117,7 +117,7 @@ def _is_name(value: Any) -> bool:
 
 
 def _is_verb(value: Any) -> bool:
-    return isinstance(value, str) and value.isidentifier() and not value.startswith("_")
+    return isinstance(value, str) and value.isidentifier() and not value.startswith("_") and value not in MODEL_NAMES
 
 
 def _shown(value: Any) -> str:
@@ -143,7 +143,7 @@ def _wrong_fields(record: Modality | Backend) -> list[str]:
         if isinstance(verbs, Mapping):
             for verb, fn in verbs.items():
                 checks += [
-                    ("a verb's name", verb, _is_verb, "an identifier that does not start with '_'"),
+                    ("a verb's name", verb, _is_verb, "an identifier that does not start with '_' and is not a name of Model's own (describe, close, ...)"),
                     (f"verbs[{verb!r}]", fn, callable, "callable"),
                 ]  # fmt: skip
         checks.append(("describe", record.describe, lambda v: v is None or callable(v), "None or callable"))

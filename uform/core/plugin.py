@@ -89,6 +89,15 @@ class Tower:
     presets: Mapping[str, Mapping[str, Any]]
 
 
+MODEL_NAMES = frozenset({
+    "backend", "close", "compute", "deferred", "describe", "image_labels", "label_probabilities", "labels",
+    "load_ram", "load_ram_buffer", "load_vram", "load_vram_buffer", "on", "served", "source",
+})  # fmt: skip
+"""``uform.Model``'s own names that are not verbs: a verb so named could never be called as
+``model.NAME`` (the Model's own attribute answers), so the host refuses it (core does not import
+``uform.model``; ``tests/test_plugins.py`` holds this set to the class)."""
+
+
 @dataclass(frozen=True)
 class Modality:
     """A modality: the tower it runs and the verbs it adds to ``Model``.
