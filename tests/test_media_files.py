@@ -135,8 +135,8 @@ def test_an_mp4_declaring_more_samples_than_the_limit_is_refused_before_ffmpeg_o
     path = tmp_path / "over.mp4"
     path.write_bytes(over)
     items: list[tuple[Any, str | None]] = [(over, None), (str(path), str(path)), (io.BytesIO(over), None)]
-    if verb == "audio_encode":  # FFmpeg's probe takes a file starting with a 'junk' box for a MOV as well
-        items.append((over[:4] + b"junk" + over[8:], None))
+    if verb == "audio_encode":  # FFmpeg's probe takes these for a MOV as well: a 'junk' box first, an unknown one
+        items += [(over[:4] + b"junk" + over[8:], None), (b"\0\0\0\x10\x01\x02\x03\x04" + bytes(8) + over, None)]
     for item, where in items:
         with pytest.raises(uform.InputError) as caught:
             embed(model, verb, [item])

@@ -29,16 +29,13 @@ _PIECE_ROWS = 4096  # stsc rows read at a time
 
 
 def boxed(head: bytes) -> bool:
-    """Whether the first bytes can be an MP4/MOV box: a size and four printable letters.
+    """Whether the first bytes can be an MP4/MOV box: a size of 8 or more (or 0, 1).
 
-    FFmpeg takes a file for a MOV by boxes it knows anywhere in its first bytes (``junk``,
-    ``pnot``, ``uuid`` … first will do), so every file that starts like a box is walked; a
-    WAV, FLAC, MP3, Ogg or WebM does not (their magic is no size followed by letters).
+    FFmpeg's probe takes a file for a MOV by any box it knows among the boxes its first bytes
+    chain (an unknown box first will do), so every such file is walked; a WAV, FLAC, MP3, Ogg
+    or WebM read this way is one box larger than the file, and the walk ends at once.
     """
-    if len(head) < 8:
-        return False
-    size = int.from_bytes(head[:4], "big")
-    return (size in (0, 1) or size >= 8) and all(0x20 <= c < 0x7F for c in head[4:8])
+    return len(head) >= 8 and int.from_bytes(head[:4], "big") not in range(2, 8)
 
 
 class _Track:
