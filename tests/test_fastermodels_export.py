@@ -200,6 +200,7 @@ def test_export_restores_the_training_flag(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("kwargs, error", [
     ({"forms": ("pickle",)}, "unknown form"),
+    ({"forms": ()}, r"forms is empty: name at least one of safetensors, torchscript, onnx \(or leave it out for all\)"),
     ({"forms": ("torchscript", "onnx"), "int8": True}, "INT8 variant is ONNX only"),
     ({"forms": ("onnx",), "opset": 13}, "opset must be at least 17"),
     ({"forms": ("torchscript",), "torchscript_mode": "compile"}, "'trace' or 'script'"),
@@ -289,3 +290,9 @@ def test_an_empty_artifact_directory_is_refused(tmp_path: Path, monkeypatch: pyt
     with pytest.raises(ValueError, match="the artifact directory is empty: name the folder to write the forms to"):
         export_artifact(pruned_mlp(), "", ("onnx",), example_input=torch.randn(2, 16))
     assert list(tmp_path.iterdir()) == []
+
+
+def test_forms_given_as_a_string_is_refused_by_name(tmp_path: Path) -> None:
+    with pytest.raises(TypeError, match=r"forms takes a sequence of forms, e.g. \('onnx',\), not the string 'onnx'"):
+        export_artifact(pruned_mlp(), tmp_path / "a", "onnx", example_input=torch.randn(2, 16))
+    assert not (tmp_path / "a").exists()

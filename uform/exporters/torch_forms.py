@@ -242,7 +242,11 @@ def export_artifact(model: torch.nn.Module, directory: str | Path,
     """
     import torch
 
+    if isinstance(forms, str):  # a str is a sequence of letters: 'onnx' was "unknown form(s) ['o', 'n', 'n', 'x']"
+        raise TypeError(f"forms takes a sequence of forms, e.g. ({forms!r},), not the string {forms!r}")
     forms = tuple(forms) if forms is not None else (("onnx",) if int8 else tuple(ARTIFACT_FILES))
+    if not forms:  # it wrote a config.json alone, an artifact load() refuses
+        raise ValueError(f"forms is empty: name at least one of {', '.join(ARTIFACT_FILES)} (or leave it out for all)")
     unknown = [f for f in forms if f not in ARTIFACT_FILES]
     if unknown:
         raise ValueError(f"unknown form(s) {unknown}; valid forms: {', '.join(ARTIFACT_FILES)}")
