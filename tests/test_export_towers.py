@@ -141,3 +141,35 @@ def test_an_export_over_an_earlier_one_leaves_one_models_towers(exported: tuple[
     assert main(["export", str(tiny_text), str(out), "-q"]) == 0
     assert sorted(p.name for p in out.iterdir()) == ["mine.json", "notes.txt", "text.json", "text.onnx"]
     assert json.loads((out / "text.json").read_text())["tower"] == "text"
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_the_pytorch_reference_runs_in_half_precision(exported: tuple[Path, Path], dtype: str) -> None:
+    """ReferenceModel.from_checkpoint(path, dtype=torch.bfloat16) built, then failed on every text
+    and decoder call ('expected m1 and m2 to have the same dtype, but got: float != c10::BFloat16':
+    the float32 attention mask widened the scores) and on audio (float32 log-mel into bf16 weights)."""
+    torch = pytest.importorskip("torch")
+    from uform.exporters.reference import ReferenceModel
+
+    path, _ = exported
+    models = {d: ReferenceModel.from_checkpoint(path, dtype=getattr(torch, d)) for d in ("float32", dtype)}
+    rng = np.random.default_rng(0)
+    cfg = models["float32"].config.towers
+    image, video = cfg["image"]["image_size"], cfg["video"]["image_size"]
+    inputs = {
+        "text": lambda t: t.encode([b"a red circle", b"", b"x" * 300])[0],
+        "image": lambda t: t(torch.from_numpy(rng.integers(0, 256, (2, image, image, 3), dtype=np.uint8))),
+        "video": lambda t: t(torch.from_numpy(rng.integers(0, 256, (2, cfg["video"]["frames"], video, video, 3), dtype=np.uint8))),
+        "audio": lambda t: t.encode(torch.from_numpy(rng.standard_normal((2, cfg["audio"]["samples"])).astype(np.float32))),
+        "decoder": lambda t: t.logits([b"a cat", b""]),
+    }
+    assert set(inputs) == set(models["float32"].towers)
+    for name, run in inputs.items():
+        with torch.no_grad():
+            state = rng.bit_generator.state
+            want = run(models["float32"].towers[name])
+            rng.bit_generator.state = state  # the same pixels and samples for both
+            got = run(models[dtype].towers[name])
+        assert got.dtype == getattr(torch, dtype), name
+        scale = float(want.abs().max())
+        assert float((got.float() - want).abs().max()) <= 0.02 * scale, name

@@ -74,6 +74,7 @@ class AudioTower(Stack):
         logmel = self.logmel(samples)[:, :, : t * q]  # trailing frames dropped
         # token j flattens logmel[:, jQ:(j+1)Q] in (mel, frame) order
         patches = logmel.reshape(b, self.n_mels, t, q).permute(0, 2, 1, 3).reshape(b, t, self.n_mels * q)
+        patches = patches.to(self.patch.weight.dtype)  # float32 samples into a bf16 or fp16 reference
         x = self.patch(patches) + self.pos.weight[1 : t + 1]
         hidden = self.run(with_class_token(x, self.cls, self.pos.weight[0]))
         return normalize(self.projection(hidden[:, 0]))

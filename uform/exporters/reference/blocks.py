@@ -34,7 +34,7 @@ class Attention(nn.Module):
         scores = (q / math.sqrt(self.head_dim)) @ k.transpose(-1, -2)
         if mask is not None:
             scores = scores + mask
-        context = scores.softmax(-1) @ v
+        context = scores.softmax(-1).to(v.dtype) @ v  # a bf16 or fp16 model's scores were widened by the float32 mask
         return self.out(context.transpose(1, 2).reshape(b, q.shape[2], w))
 
 
