@@ -252,7 +252,7 @@ def test_weights_past_2gib_are_gathered_in_one_data_file(tmp_path: Path) -> None
     export_onnx gathers them into model.onnx.data, readable as model.onnx is (onnx writes 0600)."""
     from onnx import TensorProto, helper, numpy_helper
 
-    from uform.exporters.torch_forms import _gathered
+    from uform.exporters.torch_forms import gathered
 
     rng = np.random.default_rng(0)
     weights = [numpy_helper.from_array(rng.standard_normal((32, 32)).astype(np.float32), n) for n in ("2.weight", "onnx__MatMul_8")]
@@ -268,7 +268,7 @@ def test_weights_past_2gib_are_gathered_in_one_data_file(tmp_path: Path) -> None
     artifact = tmp_path / "artifact"
     artifact.mkdir()
     (artifact / "model.onnx.data").write_bytes(b"an earlier export's weights")
-    _gathered(exported, artifact / "model.onnx")
+    gathered(exported, artifact / "model.onnx")
     assert {p.name for p in artifact.iterdir()} == {"model.onnx", "model.onnx.data"}
     assert os.path.getsize(artifact / "model.onnx.data") == 2 * 32 * 32 * 4
     mode = (artifact / "model.onnx").stat().st_mode & 0o777

@@ -133,12 +133,12 @@ def export_onnx(model: torch.nn.Module, path: str | Path, example_input: Any,
             torch.onnx.export(model, args, str(exported), dynamo=False, opset_version=opset,
                               input_names=inputs, output_names=outputs,
                               dynamic_axes={n: {0: "batch"} for n in inputs + outputs})
-        _gathered(exported, path)
+        gathered(exported, path)
     onnx.checker.check_model(str(path))
     return path
 
 
-def _gathered(exported: Path, path: Path) -> None:
+def gathered(exported: Path, path: Path) -> None:
     """Save ``exported``, alone in its folder but for the weight files torch's exporter writes
     beside a model past 2 GiB (one a tensor, named after it), as ``path``: its weights inside,
     or, where it had such files, all in one ``model.onnx.data`` beside ``path``."""
