@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -253,9 +254,14 @@ def test_an_output_named_in_another_encoding_is_written_read_and_replaced(saved:
         read_saved(out)
 
 
-@pytest.mark.parametrize("argv", [["describe"], ["similarity", "a", "b"], ["index", "notes.txt", "--into", "idx"]], ids=["describe", "similarity", "index"])
+@pytest.mark.parametrize(
+    "argv",
+    [["describe", "--model", ""], ["similarity", "a", "b", "--model", ""], ["index", "notes.txt", "--into", "idx", "--model", ""],
+     ["export", "", "out"], ["calibrate", "", "examples.jsonl", "--out", "new.safetensors"]],
+    ids=["describe", "similarity", "index", "export", "calibrate"],
+)  # fmt: skip
 def test_an_empty_model_path_is_refused_by_name(argv: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.chdir(tmp_path)  # Path('') is the current folder: nothing here may be read as a checkpoint
-    assert main([*argv, "--model", ""]) == 2
-    assert "argument -m/--model: the checkpoint path is empty" in capsys.readouterr().err
+    assert main(argv) == 2
+    assert re.search(r"argument (-m/--model|checkpoint): the checkpoint path is empty", capsys.readouterr().err)
     assert list(tmp_path.iterdir()) == []

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from .common import Bar, add_force, add_model, add_quiet, load, model_path, printable
+from .common import Bar, add_force, add_model, add_quiet, checkpoint_path, load, model_path, printable
 
 
 def add_parsers(sub: Any) -> None:
@@ -34,7 +34,7 @@ def add_parsers(sub: Any) -> None:
     p.set_defaults(run=_plugins)
 
     p = sub.add_parser("export", help="write each tower as a standalone .onnx plus a JSON of its inputs, outputs and preprocessing")
-    p.add_argument("checkpoint", nargs="?", default=None, help="the checkpoint (default: the model shipped with uform)")
+    p.add_argument("checkpoint", nargs="?", type=checkpoint_path, default=None, help="the checkpoint (default: the model shipped with uform)")
     p.add_argument("outdir")
     p.add_argument("--quantization", choices=["f32", "bf16"], default="f32", help="weights in the .onnx files (default f32)")
     add_force(p, "files of the towers' names in OUTDIR that an earlier export did not write")
@@ -51,7 +51,7 @@ def add_parsers(sub: Any) -> None:
     p.set_defaults(run=_similarity)
 
     p = sub.add_parser("calibrate", help="fit text_choose temperatures per question group; write a calibrated checkpoint")
-    p.add_argument("checkpoint", nargs="?", default=None, help="the checkpoint (default: the model shipped with uform)")
+    p.add_argument("checkpoint", nargs="?", type=checkpoint_path, default=None, help="the checkpoint (default: the model shipped with uform)")
     p.add_argument("examples", help="JSON lines: {\"text\", \"choices\", \"answer\", \"group\"?} (docs/choose.md)")
     p.add_argument("--out", required=True, help="path of the calibrated checkpoint to write")
     p.add_argument("--holdout", type=float, default=0.25, help="fraction held out to measure ECE (default 0.25)")
