@@ -232,6 +232,51 @@ def test_labels_refused_without_labels(tiny_model: uform.Model, tmp_path: Path, 
     assert "--label: a label text is empty (or only spaces)" in capsys.readouterr().err
 
 
+def test_labels_the_model_reads_as_one_text_are_refused_by_name(
+    clip: tuple[Path, Path], siglip: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Both families lower-case a text: 'A cat' beside 'a cat' is a copy, whose softmax split the
+    cat's probability in two (0.367, 0.367 against 0.266 for a dog) where it was refused only
+    spelled alike; a label that is not UTF-8 is named, before any media is encoded."""
+    from PIL import Image
+
+    path = tmp_path / "p.png"
+    Image.fromarray(pictures(1, 32, seed=7)[0]).save(path)
+    for model in (clip[1], siglip[1]):
+        assert main(["labels", str(path), "--labels", "A cat,a dog", "--label", "a cat", "-m", str(model)]) == 2
+        assert capsys.readouterr().err == "uform: error: label texts 'A cat' and 'a cat' are the same text to this model (the same tokens); give one of them\n"
+    assert main(["labels", str(path), "--labels", "a cat,a dog", "--label", "caf\udce9", "-m", str(clip[1])]) == 2
+    assert capsys.readouterr().err == "uform: error: label 'caf\\xe9' is not valid UTF-8 (a command-line argument in another encoding)\n"
+    with uform.Model.load_ram(clip[1]) as m:
+        with pytest.raises(ValueError, match=r"^labels\[1\]: text is not encodable as UTF-8 \(surrogates not allowed at 3\)$"):
+            m.image_labels([str(path)], ["a dog", "caf\udce9"])
+
+
+def test_labels_names_print_as_names_do_with_their_bytes_in_json(
+    clip: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A file name that is not UTF-8, or holds a line break, prints escaped ("Names printed"), with
+    its exact bytes as path_hex in --json (valid UTF-8 JSON); a label's line break prints as \\n."""
+    from PIL import Image
+
+    monkeypatch.chdir(tmp_path)
+    os_name = b"odd/r\xffd.png".decode("utf-8", "surrogateescape")
+    Path("odd").mkdir()
+    Image.fromarray(pictures(1, 32, seed=8)[0]).save("odd/a.png")
+    for name in (os_name, "odd/two\nlines.png"):
+        Path(name).write_bytes(Path("odd/a.png").read_bytes())
+    model = ["-m", str(clip[1]), "--quantization", "f32"]
+    assert main(["labels", "odd", "--labels", "a cat,a dog", "--json", *model]) == 0
+    rows = json.loads(capsys.readouterr().out.encode("utf-8"))
+    assert [(r["path"], r.get("path_hex")) for r in rows] == [
+        ("odd/a.png", None), ("odd/r\\xffd.png", "6f64642f72ff642e706e67"), ("odd/two\\nlines.png", "6f64642f74776f0a6c696e65732e706e67")
+    ]  # fmt: skip
+    assert rows[0]["labels"] == rows[1]["labels"] == rows[2]["labels"]
+    assert main(["labels", "odd/a.png", "--label", "a cat", "--label", "two\nlines", "-k", "0", *model]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "odd/a.png  (softmax)" and sorted(line.split("  ")[-1] for line in out[1:]) == ["a cat", "two\\nlines"]
+
+
 def test_load_ram_buffer_describe_and_what_a_family_cannot_do(clip: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
     data = clip[1].read_bytes()
     with uform.Model.load_ram(clip[1]) as a, uform.Model.load_ram_buffer(data) as b:

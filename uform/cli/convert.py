@@ -54,7 +54,10 @@ def _convert(args: argparse.Namespace) -> int:
 
 
 def _labels(args: argparse.Namespace) -> int:
-    from uform import Scalar
+    import numpy as np
+
+    from uform import Arena, Scalar
+    from uform.core import labels as zero_shot
     from uform.inputs import Failure, encode, gather, pass_over_unserved, unserved
 
     texts = [t.strip() for t in (args.labels or "").split(",") if t.strip()] + list(args.label)
@@ -62,9 +65,14 @@ def _labels(args: argparse.Namespace) -> int:
         raise ValueError("--label: a label text is empty (or only spaces); give each label some words")
     if not texts:
         raise ValueError("give the label texts with --labels 'a cat,a dog' or --label TEXT (repeatable)")
+    for text in texts:
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:  # bytes of another encoding, which Python's argv escapes
+            raise ValueError(f"label '{text}' is not valid UTF-8 (a command-line argument in another encoding)") from None
     twice = sorted(t for t, n in Counter(texts).items() if n > 1)
     if twice:  # one row each: a softmax would split the label's probability between its copies
-        raise ValueError(f"label texts given more than once: {', '.join(map(repr, twice))}")
+        raise ValueError("label texts given more than once: '" + "', '".join(twice) + "'")
     if args.top < 0:
         raise ValueError(f"--top must be 0 (all) or more; got {args.top}")
     failures: list[Failure] = []
@@ -78,6 +86,13 @@ def _labels(args: argparse.Namespace) -> int:
     model = load(args)
     if model.labels is None:
         raise ValueError(f"{args.model or 'the default model'} has no labels: zero-shot labels need a converted CLIP or SigLIP (uform convert, docs/models.md)")
+    spec = zero_shot.spec(model.labels)
+    label_rows = np.array(model.text_encode(texts, Arena()).embeddings)  # before the media: a refused label costs no encoding
+    first: dict[bytes, str] = {}
+    for text, row in zip(texts, label_rows):
+        same = first.setdefault(row.tobytes(), text)
+        if same != text:  # the same tokens (the tokenizer lower-cases, folds spaces ...): as a copy, it splits a softmax
+            raise ValueError(f"label texts '{same}' and '{text}' are the same text to this model (the same tokens); give one of them")
     media.items, passed = pass_over_unserved(media.items, model)
     if passed:
         say(f"uform: {unserved(passed)[1]}")
@@ -85,11 +100,14 @@ def _labels(args: argparse.Namespace) -> int:
     if media.items:
         with Bar("encoding", quiet=args.quiet, total=len(media.items)) as bar:
             result = encode(model, media.items, scalar=Scalar.F32, dimensions=None, bar=bar, report=report)
-        if result.items:
-            probs = model.label_probabilities(result.embeddings, texts)
+        if result.items:  # Model.label_probabilities' math, on the label rows encoded once above
+            probs = zero_shot.probabilities(spec, zero_shot.rows(result.embeddings, model.describe().dimensions), label_rows)
             for item, p in zip(result.items, probs):
                 order = sorted(range(len(texts)), key=lambda j: -float(p[j]))
-                rows.append({"path": printable(item.value), "modality": item.modality, "labels": {texts[j]: round(float(p[j]), 6) for j in order}})
+                shown = printable(item.value)  # and the exact name's bytes where it prints otherwise (not UTF-8, a line break ...)
+                exact = {} if shown == item.value else {"path_hex": item.value.encode("utf-8", "surrogateescape").hex()}
+                labelled = {texts[j]: round(float(p[j]), 6) for j in order}
+                rows.append({"path": shown, **exact, "modality": item.modality, "labels": labelled})
     if args.json:
         print(json.dumps(rows, indent=2, ensure_ascii=False))
     else:
@@ -97,7 +115,7 @@ def _labels(args: argparse.Namespace) -> int:
         for r in rows:
             print(f"{r['path']}  ({kind})")
             for text, prob in list(r["labels"].items())[: args.top or None]:
-                print(f"  {prob:6.3f}  {text}")
+                print(f"  {prob:6.3f}  {printable(text)}")
     if failures:
         say(f"uform: {len(failures)} failed (reported above)")
         return 1

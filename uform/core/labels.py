@@ -28,6 +28,10 @@ def label_texts(labels: Any) -> list[str]:
     for i, label in enumerate(out):
         if not isinstance(label, str):
             raise TypeError(f"labels[{i}]: expected str, got {type(label).__name__}")
+        try:
+            label.encode("utf-8")
+        except UnicodeEncodeError as exc:  # a lone surrogate: text_encode would name it "item i", an item of its own call
+            raise ValueError(f"labels[{i}]: text is not encodable as UTF-8 ({exc.reason} at {exc.start})") from None
     return out
 
 
