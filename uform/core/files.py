@@ -2,7 +2,10 @@
 
 The rule (docs/cli.md, "Files uform writes"): every output is written under a temporary name in
 its own folder (``.NAME.XXXXXXXX.partial``), flushed, fsynced and checked to hold every byte
-written, and only then renamed over the old file. A *set* of files (an encode output, an export)
+written, and only then renamed over the old file. The temporary's name says who writes it (its
+machine, process id and that process's start time: :func:`writer`), so that a later write into
+the same folder removes the temporaries a killed writer left (:func:`sweep`), never one whose
+writer may still run. A *set* of files (an encode output, an export)
 is written the same way, all of it first; only when every member is written are they renamed
 into place one after another, the member that names the others (the manifest) last, so that a
 reader who checks the members against the manifest never takes a mixed set for a whole one. A
@@ -20,8 +23,11 @@ that keeps its own files open and grows them in place (the index's row files) sy
 
 from __future__ import annotations
 
+import functools
 import glob
+import hashlib
 import os
+import re
 import secrets
 import shutil
 import stat
@@ -34,6 +40,10 @@ from typing import BinaryIO
 from .errors import UformError
 
 PARTIAL = ".partial"
+NAME_MAX = 255  # the longest name of a file most file systems take, in bytes
+# a temporary uform names after its writer: .NAME.MACHINE-PID-START-RANDOM.partial, or a scratch
+# folder's .MACHINE-PID-START-RANDOM.partial (MACHINE: 8 hex digits; START: clock ticks since boot)
+_OWNED = re.compile(r"\.(?:.*\.)?([0-9a-f]{8})-([1-9][0-9]{0,9})-([0-9]{1,20})-[0-9a-f]{8}" + re.escape(PARTIAL), re.S)
 
 
 class OutputError(UformError, OSError):
@@ -101,6 +111,7 @@ class Outputs:
         self._made: list[Path] = []
         self._remove: list[Path] = []
         self._scratch: list[Path] = []
+        self._swept: set[Path] = set()  # folders whose killed writers' temporaries were removed
 
     def folder(self, path: str | os.PathLike[str]) -> Path:
         p = Path(path)
@@ -118,9 +129,15 @@ class Outputs:
         """A temporary name beside ``path`` for a writer that takes a name; renamed at the end."""
         check_replaceable(path)
         real = target(path)
-        temporary = real.parent / f".{real.name}.{secrets.token_hex(4)}{PARTIAL}"
+        self._sweep(real.parent)
+        temporary = real.parent / f".{_stem(real.name)}.{_token()}{PARTIAL}"
         self._pending.append((temporary, real, Path(path)))
         return temporary
+
+    def _sweep(self, folder: Path) -> None:
+        if folder not in self._swept:
+            self._swept.add(folder)
+            sweep(folder)
 
     @contextmanager
     def open(self, path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
@@ -141,8 +158,9 @@ class Outputs:
     def scratch(self, folder: str | os.PathLike[str]) -> Path:
         """A hidden empty folder inside ``folder`` for a writer that makes several files by name
         (their ``adopt``-ed names inside it are renamed out); removed when the set ends."""
+        self._sweep(target(folder))
         try:
-            made = Path(folder) / f".{secrets.token_hex(4)}{PARTIAL}"
+            made = Path(folder) / f".{_token()}{PARTIAL}"
             made.mkdir()
         except OSError as exc:
             raise OutputError(f"{folder}: cannot be written ({_reason(exc)})") from None
@@ -274,7 +292,96 @@ def move(written: str | os.PathLike[str], path: str | os.PathLike[str]) -> None:
 def leftovers(path: str | os.PathLike[str]) -> list[Path]:
     """The temporary files a writer of ``path`` killed before its rename left beside it."""
     real = target(path)
-    return sorted(real.parent.glob(f".{glob.escape(real.name)}.*{PARTIAL}"))
+    return sorted(real.parent.glob(f".{glob.escape(_stem(real.name))}.*{PARTIAL}"))
+
+
+def _stem(name: str) -> str:
+    """``name`` as its temporary holds it: cut (whole characters) so that the temporary's name,
+    with the longest middle :func:`_token` makes, stays within :data:`NAME_MAX` bytes."""
+    room = NAME_MAX - len(f"..{'f' * 8}-{'9' * 10}-{'9' * 20}-{'f' * 8}{PARTIAL}")
+    while len(os.fsencode(name)) > room:
+        name = name[:-1]
+    return name
+
+
+def _token() -> str:
+    """The middle of a new temporary's name: its writer (:func:`writer`) and 8 random hex digits."""
+    me = writer()
+    return f"{me[0]}-{me[1]}-{me[2]}-{secrets.token_hex(4)}" if me else secrets.token_hex(4)
+
+
+@functools.cache
+def _machine() -> str | None:
+    """8 hex digits naming this boot of this machine and this process-id namespace (Linux), so
+    that a process id is only compared among the processes it can name; None elsewhere."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id", "rb") as f:
+            boot = f.read().strip()
+        namespace = os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return None
+    return hashlib.sha256(boot + b"\0" + os.fsencode(namespace)).hexdigest()[:8]
+
+
+def _started(pid: int) -> int | None:
+    """When process ``pid`` started, in clock ticks since boot (``/proc/PID/stat``); None when unknown."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        return int(fields[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def writer() -> tuple[str, int, int] | None:
+    """Who writes a temporary made now: (machine, process id, its start time); None where that
+    cannot be told (not Linux), and then no temporary is ever taken for a killed writer's."""
+    machine, pid = _machine(), os.getpid()
+    start = _started(pid) if machine else None
+    return None if machine is None or start is None else (machine, pid, start)
+
+
+def _gone(pid: int, start: int) -> bool:
+    """True only when process ``pid`` that started at ``start`` is provably not running: no such
+    process, or one that started at another time (its id taken again)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except (OSError, OverflowError):  # there, but not ours to signal (another user's); or no id at all
+        pass
+    started = _started(pid)
+    return started is not None and started != start
+
+
+def sweep(folder: str | os.PathLike[str]) -> list[Path]:
+    """Remove the temporaries in ``folder`` that a killed uform writer left (the files, and the
+    scratch folders of a set), and return them: only names uform makes, of this machine's
+    processes (:func:`writer`), whose writer is provably gone (:func:`_gone`); a temporary of a
+    writer still running, of another machine, or of a name uform does not make stays."""
+    me = writer()
+    if me is None:
+        return []
+    try:
+        entries = [e for e in os.scandir(folder) if e.name.startswith(".") and e.name.endswith(PARTIAL)]
+    except OSError:
+        return []
+    removed = []
+    for entry in entries:
+        owned = _OWNED.fullmatch(entry.name)
+        if not owned or owned[1] != me[0] or not _gone(int(owned[2]), int(owned[3])):
+            continue
+        try:
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path)
+            elif entry.is_file(follow_symlinks=False):
+                os.unlink(entry.path)
+            else:  # a link, a FIFO: uform makes none
+                continue
+        except OSError:  # another writer removed it first, or it is not ours to remove
+            continue
+        removed.append(Path(entry.path))
+    return removed
 
 
 def write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
