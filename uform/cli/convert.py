@@ -45,7 +45,7 @@ def _convert(args: argparse.Namespace) -> int:
 
     done = convert(args.source, args.out, dtype=args.dtype, name=args.name, frames=args.frames, force=args.force)
     print(
-        f"wrote {done.out}: {done.family} ({done.architecture}) from {done.name}, {done.tensors} tensors, "
+        f"wrote {printable(str(done.out))}: {done.family} ({done.architecture}) from {done.name}, {done.tensors} tensors, "
         f"{done.parameters:,} parameters, {done.dtype}, {done.bytes / 2**20:.1f} MiB"
     )
     for note in done.notes:

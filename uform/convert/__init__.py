@@ -103,6 +103,8 @@ def convert(
     if target.exists() and not force and not is_checkpoint_file(target):
         raise ConvertError(f"{target}: exists and is not a uform checkpoint; refused (force=True, uform convert --force, replaces it)")
     directory, found_name = resolve(source)
+    if name is None and not found_name.isprintable():  # a line break, a control character, a byte not UTF-8
+        raise ConvertError(f"{directory}: its name is not printable text, which the file would record as its source; give one (name=..., uform convert --name)")
     record_name = name or found_name
     with files.Outputs() as outs, outs.open(target) as f:  # made now: an unwritable place fails before any work
         converted, held = _convert(directory, record_name, frames)

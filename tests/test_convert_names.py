@@ -1,0 +1,44 @@
+"""``uform convert``'s names: a source directory whose name is not printable text (a byte not
+UTF-8, a line break) is refused by name rather than recorded as the file's source, and the
+summary line prints ``OUT`` as names print (docs/cli.md "Names printed")."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("transformers")
+
+import hf_models  # noqa: E402
+
+from uform.cli import main  # noqa: E402
+from uform.convert import ConvertError, convert  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def clip_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return hf_models.make_clip(tmp_path_factory.mktemp("clip") / "tiny-clip")
+
+
+def test_a_directory_name_that_is_not_printable_is_refused_unless_named(clip_dir: Path, tmp_path: Path) -> None:
+    for odd in (b"tiny\xffclip".decode("utf-8", "surrogateescape"), "tiny\nclip"):
+        source = tmp_path / odd
+        shutil.copytree(clip_dir, source)
+        out = tmp_path / "out.safetensors"
+        with pytest.raises(ConvertError, match=r"its name is not printable text, which the file would record as its source; give one \(name=\.\.\., uform convert --name\)$"):
+            convert(source, out)
+        assert not out.exists()
+        assert convert(source, out, name="tiny-clip").name == "tiny-clip"
+        out.unlink()
+
+
+def test_the_summary_prints_out_as_names_print(clip_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    out = b"y\xff\n.safetensors".decode("utf-8", "surrogateescape")
+    assert main(["convert", str(clip_dir), out, "--dtype", "f32"]) == 0
+    line = capsys.readouterr().out
+    assert line.startswith("wrote y\\xff\\n.safetensors: clip (CLIPModel) from tiny-clip, ") and line.count("\n") == 1
+    line.encode("utf-8")  # a strict UTF-8 stdout takes it (a lone surrogate failed there, after the file was written)
+    assert Path(out).is_file()
