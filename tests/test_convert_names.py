@@ -1,6 +1,7 @@
 """``uform convert``'s names: a source directory whose name is not printable text (a byte not
 UTF-8, a line break) is refused by name rather than recorded as the file's source, and the
-summary line prints ``OUT`` as names print (docs/cli.md "Names printed")."""
+summary line prints ``OUT`` as names print (docs/cli.md "Names printed"); an ``OUT`` that is the
+source's own weights is refused, ``force`` or not."""
 
 from __future__ import annotations
 
@@ -42,3 +43,15 @@ def test_the_summary_prints_out_as_names_print(clip_dir: Path, tmp_path: Path, m
     assert line.startswith("wrote y\\xff\\n.safetensors: clip (CLIPModel) from tiny-clip, ") and line.count("\n") == 1
     line.encode("utf-8")  # a strict UTF-8 stdout takes it (a lone surrogate failed there, after the file was written)
     assert Path(out).is_file()
+
+
+def test_out_that_is_the_sources_weights_is_refused_even_forced(clip_dir: Path, tmp_path: Path) -> None:
+    source = tmp_path / "src"
+    shutil.copytree(clip_dir, source)
+    (source / "link.safetensors").symlink_to("model.safetensors")
+    before = (source / "model.safetensors").read_bytes()
+    for out in ("model.safetensors", "link.safetensors"):  # it was replaced by the converted file, the source lost
+        with pytest.raises(ConvertError, match=rf"^{source / out}: is the source's own weights, which this conversion reads; give another OUT$"):
+            convert(source, source / out, force=True)
+    assert (source / "model.safetensors").read_bytes() == before and sorted(p.name for p in source.iterdir()) == sorted([*(p.name for p in clip_dir.iterdir()), "link.safetensors"])
+    assert convert(source, source / "beside.safetensors").out == source / "beside.safetensors"

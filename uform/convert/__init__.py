@@ -109,6 +109,8 @@ def convert(
     with files.Outputs() as outs, outs.open(target) as f:  # made now: an unwritable place fails before any work
         converted, held = _convert(directory, record_name, frames)
         try:
+            if target.exists() and any(os.path.samefile(target, read) for read in held.files):  # force or not: it would be lost
+                raise ConvertError(f"{target}: is the source's own weights, which this conversion reads; give another OUT")
             _check_loads(directory, converted, DTYPES[dtype])
         except BaseException:
             held.close()
