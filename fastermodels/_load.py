@@ -2,8 +2,9 @@
 
 import os
 import re
-from pathlib import Path
-from typing import Any
+from collections.abc import Iterator
+from pathlib import Path, PureWindowsPath
+from typing import TYPE_CHECKING, Any
 
 import torch
 from huggingface_hub import constants, hf_hub_download, list_repo_files, try_to_load_from_cache
@@ -11,6 +12,9 @@ from huggingface_hub import constants, hf_hub_download, list_repo_files, try_to_
 from fastermodels._errors import ArtifactNotFoundError, ArtifactReadError, UntrustedSourceError
 from fastermodels._model import FasterModel
 from uform.exporters import ARTIFACT_FILES, quiet_torch_deprecations
+
+if TYPE_CHECKING:
+    import onnx
 
 FORMS: dict[str, str] = dict(ARTIFACT_FILES)  # form → file, in the order `load` looks for them
 _HUB_KEYS = ("revision", "token", "cache_dir", "force_download", "local_files_only")
@@ -85,6 +89,82 @@ def _load_torchscript(path: Path, map_location: Any) -> "torch.jit.ScriptModule"
     return module.eval()  # type: ignore[no-any-return]
 
 
+def _tensors(graph: "onnx.GraphProto") -> "Iterator[onnx.TensorProto]":
+    """Every tensor ``graph`` holds: its initializers (sparse ones too) and its nodes' tensor
+    attributes (a Constant's value), in its subgraphs (an If's branches, a Loop's body) too."""
+    import onnx
+
+    yield from graph.initializer
+    for sparse in graph.sparse_initializer:
+        yield from (sparse.values, sparse.indices)
+    for node in graph.node:
+        for attribute in node.attribute:
+            if attribute.type == onnx.AttributeProto.TENSOR:
+                yield attribute.t
+            elif attribute.type == onnx.AttributeProto.SPARSE_TENSOR:
+                yield from (attribute.sparse_tensor.values, attribute.sparse_tensor.indices)
+            yield from attribute.tensors
+            for sub in (*attribute.graphs, *([attribute.g] if attribute.HasField("g") else [])):
+                yield from _tensors(sub)
+
+
+def _outside(location: str, folder: Path, within: list[Path]) -> str | None:
+    """Why ``location`` (an external-data entry of a model in ``folder``) is not a file of the
+    artifact, or None when it is: named inside ``folder``, and, its links followed, in one of
+    the folders ``within`` (the artifact's; for a Hub download also the cache's blobs)."""
+    if not location or "\0" in location:
+        return "not a file name"
+    if os.path.isabs(location) or PureWindowsPath(location).anchor:
+        return "an absolute path"
+    if ".." in re.split(r"[/\\]", location):
+        return "a path through '..'"
+    real = os.path.realpath(folder / location)
+    if any(os.path.commonpath([real, inside]) == inside for inside in map(os.path.realpath, within)):
+        return None
+    return f"a link leading outside the artifact's folder, to {real}"
+
+
+def _mentions(path: Path, word: bytes, chunk: int = 1 << 20) -> bool:
+    """Whether the bytes of ``path`` hold ``word`` (an external-data entry's key is stored as
+    written), read a chunk at a time; True when the file cannot be read (let the parse say why)."""
+    try:
+        with open(path, "rb") as f:
+            tail = b""
+            while block := f.read(chunk):
+                if word in tail + block[: len(word) - 1] or word in block:
+                    return True
+                tail = block[-(len(word) - 1) :]
+    except OSError:
+        return True
+    return False
+
+
+def _check_external_data(path: Path, within: list[Path]) -> None:
+    """Raise :class:`ArtifactReadError` unless every external-data location ``path`` names is a
+    file in its own folder (:func:`_outside`; ONNX Runtime reads each as the model's weights);
+    only the graph is parsed, and only when the file holds an external-data entry at all."""
+    import onnx
+
+    if not _mentions(path, b"location"):  # no tensor names a file: the graph (and its weights) need not be parsed
+        return
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except Exception as e:  # noqa: BLE001 - protobuf's DecodeError and onnx's own: say the file is not ONNX
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ArtifactReadError(f"{path}: not a readable ONNX model ({reason})") from None
+    if not model.HasField("graph"):
+        raise ArtifactReadError(f"{path}: not a readable ONNX model (it holds no graph)")
+    for tensor in _tensors(model.graph):
+        if tensor.data_location != onnx.TensorProto.EXTERNAL:
+            continue
+        location = next((e.value for e in tensor.external_data if e.key == "location"), "")
+        why = _outside(location, path.parent, within)
+        if why is not None:
+            raise ArtifactReadError(
+                f"{path}: tensor {tensor.name!r} keeps its data in {location!r}, {why}; an ONNX artifact's "
+                "external data are files in its folder; nothing was read")
+
+
 def load(repo_id: str | os.PathLike[str], form: str = "auto",
          **kw: Any) -> "FasterModel | torch.jit.ScriptModule | Path":
     """Load the form a repo publishes: a FasterModel, a TorchScript module, or the ONNX file's path.
@@ -126,6 +206,8 @@ def load(repo_id: str | os.PathLike[str], form: str = "auto",
         path = _fetch(repo, FORMS[f], local, files, hub)
         if f == "torchscript":
             return _load_torchscript(path, kw.get("map_location", "cpu"))
+        # in the Hub's cache a snapshot's files are links to the repo's blobs/ (models--ns--name/snapshots/REV/FILE)
+        _check_external_data(path, [path.parent] if local else [path.parent, path.parent.parent.parent / "blobs"])
         return path  # onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
     wanted = ", ".join(FORMS.values()) if form == "auto" else FORMS[form]
     raise ArtifactNotFoundError(f"{repo} publishes none of {wanted}"

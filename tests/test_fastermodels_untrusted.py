@@ -5,15 +5,18 @@ file (a corrupt TorchScript or safetensors, a config.json that is not a JSON obj
 from __future__ import annotations
 
 import json
+import os
 import socket
 import struct
 import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
+onnx = pytest.importorskip("onnx")
 pytest.importorskip("torchvision")
 pytest.importorskip("huggingface_hub")
 sys.path.insert(0, str(Path(__file__).parent))
@@ -276,3 +279,130 @@ def test_a_config_json_that_is_a_folder_names_it(tmp_path: Path) -> None:
     for attempt in (lambda: load(tmp_path), lambda: FasterModel.from_pretrained(tmp_path)):
         with pytest.raises(ArtifactReadError, match=r"config\.json: not a file, so not a config\.json"):
             attempt()  # was IsADirectoryError from the mixin's open
+
+
+# -- a model.onnx whose external data lie outside the artifact's folder is refused before any runtime reads it --
+
+WEIGHTS = np.arange(4, dtype=np.float32)  # what the crafted models add to their input
+
+
+def _external(tensor: Any, location: str) -> Any:
+    tensor.ClearField("raw_data")
+    tensor.data_location = onnx.TensorProto.EXTERNAL
+    for key, value in (("location", location), ("offset", "0"), ("length", "16")):
+        entry = tensor.external_data.add()
+        entry.key, entry.value = key, value
+    return tensor
+
+
+def _onnx(directory: Path, location: str, where: str = "initializer") -> Path:
+    """An artifact whose model.onnx adds a weight kept in ``location``: an initializer's, a
+    Constant node's value, or an initializer of an If's branch."""
+    from onnx import helper, numpy_helper
+
+    directory.mkdir(parents=True, exist_ok=True)
+    weight = _external(numpy_helper.from_array(WEIGHTS, "w"), location)
+    x = helper.make_tensor_value_info("input", onnx.TensorProto.FLOAT, [4])
+    y = helper.make_tensor_value_info("output", onnx.TensorProto.FLOAT, [4])
+    add = helper.make_node("Add", ["input", "w"], ["output"])
+    if where == "initializer":
+        graph = helper.make_graph([add], "g", [x], [y], [weight])
+    elif where == "constant":
+        graph = helper.make_graph([helper.make_node("Constant", [], ["w"], value=weight), add], "g", [x], [y])
+    else:
+        branch = helper.make_graph([helper.make_node("Identity", ["w"], ["b"])], "branch", [],
+                                   [helper.make_tensor_value_info("b", onnx.TensorProto.FLOAT, [4])], [weight])
+        flag = helper.make_tensor_value_info("flag", onnx.TensorProto.BOOL, [])
+        graph = helper.make_graph([helper.make_node("If", ["flag"], ["output"], then_branch=branch, else_branch=branch)],
+                                  "g", [x, flag], [y])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    (directory / "model.onnx").write_bytes(model.SerializeToString())
+    return directory
+
+
+def _run(path: Path) -> Any:
+    import onnxruntime
+
+    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    return session.run(None, {"input": np.ones(4, np.float32)})[0]
+
+
+@pytest.mark.parametrize(
+    ("location", "where", "why"),
+    [
+        ("../secret.bin", "initializer", "a path through '..'"),
+        ("sub/../../secret.bin", "initializer", "a path through '..'"),
+        ("..\\secret.bin", "initializer", "a path through '..'"),
+        ("{secret}", "initializer", "an absolute path"),
+        ("C:\\secret.bin", "initializer", "an absolute path"),
+        ("", "initializer", "not a file name"),
+        ("../secret.bin", "constant", "a path through '..'"),
+        ("../secret.bin", "branch", "a path through '..'"),
+    ],
+    ids=["dotdot", "sub-dotdot", "backslash-dotdot", "absolute", "drive", "empty", "constant", "if-branch"],
+)
+def test_external_data_named_outside_the_artifact_is_refused(tmp_path: Path, location: str, where: str, why: str) -> None:
+    (tmp_path / "secret.bin").write_bytes(np.full(4, 7, np.float32).tobytes())
+    location = location.format(secret=tmp_path / "secret.bin")
+    artifact = _onnx(tmp_path / "art", location, where)
+    message = (f"{artifact / 'model.onnx'}: tensor 'w' keeps its data in {location!r}, {why}; an ONNX artifact's "
+               "external data are files in its folder; nothing was read")
+    for form in ("onnx", "auto"):
+        with pytest.raises(ArtifactReadError) as info:
+            load(artifact, form=form)
+        assert str(info.value) == message
+
+
+@pytest.mark.parametrize("link", ["file", "folder"])
+def test_external_data_through_a_link_leading_outside_is_refused(tmp_path: Path, link: str) -> None:
+    (tmp_path / "w.bin").write_bytes(np.full(4, 7, np.float32).tobytes())
+    artifact = _onnx(tmp_path / "art", "model.onnx.data" if link == "file" else "d/w.bin")
+    if link == "file":
+        (artifact / "model.onnx.data").symlink_to(tmp_path / "w.bin")
+    else:
+        (artifact / "d").symlink_to(tmp_path)
+    with pytest.raises(ArtifactReadError) as info:
+        load(artifact)
+    location = "model.onnx.data" if link == "file" else "d/w.bin"
+    assert str(info.value) == (f"{artifact / 'model.onnx'}: tensor 'w' keeps its data in {location!r}, a link leading "
+                               f"outside the artifact's folder, to {os.path.realpath(tmp_path / 'w.bin')}; an ONNX "
+                               "artifact's external data are files in its folder; nothing was read")
+
+
+def test_external_data_inside_the_artifact_loads_and_runs(tmp_path: Path) -> None:
+    flat = _onnx(tmp_path / "flat", "model.onnx.data")
+    (flat / "model.onnx.data").write_bytes(WEIGHTS.tobytes())
+    nested = _onnx(tmp_path / "nested", "./weights/w.bin")
+    (nested / "weights").mkdir()
+    (nested / "weights" / "w.bin").write_bytes(WEIGHTS.tobytes())
+    linked = _onnx(tmp_path / "linked", "model.onnx.data")  # a link to a file of the artifact's own
+    (linked / "kept.bin").write_bytes(WEIGHTS.tobytes())
+    (linked / "model.onnx.data").symlink_to("kept.bin")
+    for artifact in (flat, nested, linked):
+        path = load(artifact)
+        assert path == artifact / "model.onnx"
+        assert _run(path).tolist() == [1.0, 2.0, 3.0, 4.0]
+
+
+def test_external_data_in_the_hub_cache_are_its_blobs(tmp_path: Path) -> None:
+    """A Hub download's files are links from snapshots/REV/ to the repo's blobs/: those load;
+    a link elsewhere does not."""
+    cache, revision = tmp_path / "cache", "0" * 40
+    repo = cache / "models--local-org--onnx"
+    snapshot = repo / "snapshots" / revision
+    _onnx(repo / "blobs" / "m", "model.onnx.data")
+    (repo / "blobs" / "m" / "model.onnx").rename(repo / "blobs" / "b1")
+    (repo / "blobs" / "b2").write_bytes(WEIGHTS.tobytes())
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(revision)
+    snapshot.mkdir(parents=True)
+    (snapshot / "model.onnx").symlink_to("../../blobs/b1")
+    (snapshot / "model.onnx.data").symlink_to("../../blobs/b2")
+    path = load("local-org/onnx", cache_dir=str(cache), local_files_only=True)
+    assert path == snapshot / "model.onnx" and _run(path).tolist() == [1.0, 2.0, 3.0, 4.0]
+    (tmp_path / "secret.bin").write_bytes(WEIGHTS.tobytes())
+    (snapshot / "model.onnx.data").unlink()
+    (snapshot / "model.onnx.data").symlink_to(tmp_path / "secret.bin")
+    with pytest.raises(ArtifactReadError, match=r"a link leading outside the artifact's folder, to .*secret\.bin"):
+        load("local-org/onnx", cache_dir=str(cache), local_files_only=True)
