@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
 from ckpt import make_checkpoint
+
+# PyTorch's OpenMP threads spin between parallel regions by default: with the README's `-n auto`
+# (a process a CPU), each process's spinning threads took the CPUs another process's threads were
+# waiting for, and torch's tests ran slower on two processes than on one (tests/test_training.py:
+# 69 s alone, 117 s with -n 2). Waiting threads sleep instead; the thread counts are as they were.
+# Set here, before any test imports torch, and inherited by the Pythons the tests start.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
 @pytest.fixture(scope="session")
