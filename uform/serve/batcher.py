@@ -55,7 +55,7 @@ def _text_encoder(model: Model) -> Any:
 
     def call(payloads: list[bytes], arena: Arena) -> Counted:
         rows = np.array(method(payloads, arena).embeddings)
-        return Counted(rows, tokenizer.encode([p.decode() for p in payloads]).kept)
+        return Counted(rows, tokenizer.encode([p.decode() for p in payloads], count=False).kept)  # kept tokens only: a long text is not read whole
 
     return call
 
