@@ -31,7 +31,7 @@ import pluggy
 
 from . import hookspecs
 from .errors import PluginConflictError, UnsupportedError
-from .plugin import MODEL_NAMES, Backend, Modality, Tower
+from .plugin import MODEL_NAMES, Backend, LoadRequest, Modality, Tower
 
 log = logging.getLogger("uform.plugins")
 
@@ -178,16 +178,25 @@ class Host:
         self._withheld_modalities: list[tuple[Modality, Conflict]] = []
         self._withheld_backends: list[tuple[Backend, Conflict]] = []
         self._backend_owners: dict[str, Claimant] = {}
+        self._groups: set[str] = set()  # the entry-point groups discover() has read
+        self._discovered: set[tuple[str, str, str, str]] = set()  # (group, name, value, distribution) taken
 
     # -- discovery -----------------------------------------------------------------------
 
     def discover(self, group: str = hookspecs.PROJECT) -> None:
-        """Load every entry point of ``group``; record failures instead of raising them."""
+        """Load every entry point of ``group``; record failures instead of raising them. Called
+        again, it loads only the entry points it has not seen (one installed since): a plugin
+        is loaded once, and an unknown blocked name is warned of once."""
         seen = set()
+        again = group in self._groups
+        self._groups.add(group)
         for ep in sorted(metadata.entry_points(group=group), key=lambda e: e.name):
             dist = ep.dist.name if ep.dist else "<unknown>"
             version = ep.dist.version if ep.dist else ""
             seen.add(ep.name)
+            if (group, ep.name, ep.value, dist) in self._discovered:
+                continue
+            self._discovered.add((group, ep.name, ep.value, dist))
             if ep.name in self.blocked:
                 self._record(PluginRecord(ep.name, dist, version, "", "blocked", (), f"blocked by {BLOCK_ENV} or Host(blocked=...)"))
                 continue
@@ -198,7 +207,7 @@ class Host:
                 continue
             self.add(plugin, ep.name, dist, version)
         unknown = sorted(self.blocked - seen)
-        if unknown:
+        if unknown and not again:
             msg = f"{BLOCK_ENV} names {', '.join(map(repr, unknown))}, which no installed uform plugin is called; `uform plugins` lists their names"
             log.warning(msg)
             warnings.warn(msg, RuntimeWarning, stacklevel=2)
@@ -413,15 +422,28 @@ class Host:
         """``backend.probe()``: None when it can run here, else why not. A probe that raises,
         or answers something other than None or a reason (a str), is a reason too, naming its
         plugin: a broken backend is passed over, never fatal to a load or `uform plugins`."""
+        return self._asked(backend, "probe", backend.probe)
+
+    def accepts(self, backend: Backend, request: LoadRequest) -> str | None:
+        """``backend.accepts(request)``: None when it serves this load, else why not; one that
+        raises or answers something other than None or a str is a reason naming its plugin (and
+        a warning in the log), so that the load goes on to the next backend as after a probe's."""
+        return self._asked(backend, "accepts", lambda: backend.accepts(request))
+
+    def _asked(self, backend: Backend, what: str, ask: Callable[[], Any]) -> str | None:
         who = self._backend_owners.get(backend.name)
         fix = f"{who} has a bug: report it there, or block it with {BLOCK_ENV}={who.plugin}" if who else "a bug of its plugin"
         try:
-            reason = backend.probe()
-        except Exception as exc:  # noqa: BLE001
-            return f"its probe raised {type(exc).__name__}: {exc}; {fix}"
-        if reason is not None and not isinstance(reason, str):
-            return f"its probe answered {_shown(reason)}, not None (available) or a reason (str); {fix}"
-        return reason
+            reason = ask()
+        except Exception as exc:  # noqa: BLE001 - the plugin's failure, named
+            wrong = f"its {what} raised {type(exc).__name__}: {exc}; {fix}"
+        else:
+            if reason is None or isinstance(reason, str):
+                return reason
+            wrong = f"its {what} answered {_shown(reason)}, not None ({'available' if what == 'probe' else 'accepted'}) or a reason (str); {fix}"
+        if what != "probe":  # a probe is asked by `uform plugins` too: its reason is listed there
+            log.warning("backend %r: %s", backend.name, wrong)
+        return wrong
 
     def no_backend(self, placement: str) -> str:
         """Why no backend of ``placement`` is there: none is installed, or the blocked plugins."""

@@ -175,7 +175,7 @@ def _open(host: Host, placement: str, request: LoadRequest) -> Placement:
     """The placement of the first backend, best first, that runs here and accepts the load."""
     reasons = []
     for backend in host.backends_for(placement):
-        reason = host.probe(backend) or backend.accepts(request)
+        reason = host.probe(backend) or host.accepts(backend, request)
         if reason is None:
             return replace(backend.open(request), backend=backend.name)
         reasons.append(f"{backend.name}: {reason}")

@@ -1,0 +1,108 @@
+"""The plugin host's own calls: discovery run again, and a backend's accepts hook that fails."""
+
+from __future__ import annotations
+
+import logging
+import sys
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import uform
+from uform.core.host import Host, get_host, reset_host
+
+
+def install(root: Path, dist: str, entry: str, source: str) -> None:
+    """A distribution as pip leaves it: one module plus a *.dist-info with entry_points.txt."""
+    (root / "uform_broken").mkdir()
+    (root / "uform_broken" / "__init__.py").write_text(source)
+    info = root / f"{dist.replace('-', '_')}-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(f"[uform]\n{entry}\n")
+
+
+@pytest.fixture
+def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    root = tmp_path / "site"
+    root.mkdir()
+    sys.path.insert(0, str(root))
+    monkeypatch.delenv("UFORM_BLOCK_PLUGINS", raising=False)
+    reset_host()
+    try:
+        yield root
+    finally:
+        sys.path.remove(str(root))
+        for name in [m for m in sys.modules if m.startswith("uform_broken")]:
+            del sys.modules[name]
+        reset_host()
+
+
+def test_discover_twice_is_discover_once() -> None:
+    """A second discover() registered every plugin again: each one 'is registered already' and
+    failed (16 records, 8 of them failed, and a warning each)."""
+    host = Host()
+    host.discover()
+    before = [(r.name, r.distribution, r.status, r.provides) for r in host.records]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        host.discover()
+    assert [(r.name, r.distribution, r.status, r.provides) for r in host.records] == before
+    assert all(r.status == "ok" for r in host.records)
+    assert {"text", "cpu"} <= set(host.modalities) | set(host.backends)
+
+
+def test_discover_again_takes_a_plugin_installed_since(site: Path) -> None:
+    host = Host()
+    host.discover()
+    install(site, "uform-broken", "late = uform_broken", BACKEND + "def uform_backends():\n    yield Backend('late', 'ram', lambda: 'never here', lambda r: None)\n")
+    host.discover()
+    assert [(r.name, r.status, r.provides) for r in host.records if r.distribution == "uform-broken"] == [("late", "ok", ("late",))]
+    assert not [r for r in host.records if r.status == "failed"]
+
+
+def test_blocking_an_unknown_name_warns_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    host = Host(blocked=["nosuch"])
+    with pytest.warns(RuntimeWarning, match="names 'nosuch'"):
+        host.discover()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        host.discover()
+
+
+BACKEND = "import uform\nfrom uform.core.plugin import Backend\n@uform.hookimpl\n"
+
+
+@pytest.mark.parametrize(
+    ("accepts", "reason"),
+    [
+        ("raise KeyError('quantization')", "its accepts raised KeyError: 'quantization'"),
+        ("return True", "its accepts answered True, not None (accepted) or a reason (str)"),
+    ],
+    ids=["raises", "answers-bool"],
+)
+def test_a_broken_accepts_passes_its_backend_over(
+    site: Path, tiny_text: Path, accepts: str, reason: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An accepts hook that raised was a traceback of every load_ram (KeyError: 'quantization'),
+    whichever backend would have taken the load; one answering True was a reason 'True'."""
+    source = BACKEND + f"def uform_backends():\n    def accepts(request):\n        {accepts}\n    def place(r):\n        raise AssertionError('never opened')\n"
+    source += "    yield Backend('boom', 'ram', lambda: None, place, priority=50, accepts=accepts)\n"
+    install(site, "uform-broken", "boom = uform_broken", source)
+    with caplog.at_level(logging.WARNING, logger="uform.plugins"):
+        model = uform.Model.load_ram(tiny_text)
+    assert model.backend in ("e4m3", "cpu")
+    fix = "uform-broken 0.1 (plugin 'boom') has a bug: report it there, or block it with UFORM_BLOCK_PLUGINS=boom"
+    assert f"backend 'boom': {reason}; {fix}" in caplog.messages
+    assert get_host().records[[r.name for r in get_host().records].index("boom")].status == "ok"
+
+
+def test_a_broken_accepts_is_named_when_no_backend_is_left(site: Path, tiny_text: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("UFORM_BLOCK_PLUGINS", "cpu,e4m3")
+    source = BACKEND + "def uform_backends():\n    def accepts(request):\n        raise ValueError('bad')\n"
+    source += "    yield Backend('boom', 'ram', lambda: None, lambda r: None, accepts=accepts)\n"
+    install(site, "uform-broken", "boom = uform_broken", source)
+    with pytest.raises(uform.UnsupportedError, match=r"^cannot place a model in RAM: boom: its accepts raised ValueError: bad; uform-broken 0\.1 \(plugin 'boom'\) has a bug"):
+        uform.Model.load_ram(tiny_text)
