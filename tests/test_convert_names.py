@@ -55,3 +55,17 @@ def test_out_that_is_the_sources_weights_is_refused_even_forced(clip_dir: Path, 
             convert(source, source / out, force=True)
     assert (source / "model.safetensors").read_bytes() == before and sorted(p.name for p in source.iterdir()) == sorted([*(p.name for p in clip_dir.iterdir()), "link.safetensors"])
     assert convert(source, source / "beside.safetensors").out == source / "beside.safetensors"
+
+
+def test_out_that_is_another_file_the_source_reads_is_refused_even_forced(clip_dir: Path, tmp_path: Path) -> None:
+    source = tmp_path / "src"
+    shutil.copytree(clip_dir, source)
+    (source / "link.json").symlink_to("tokenizer.json")
+    before = {p.name: p.read_bytes() for p in source.iterdir()}
+    for out, what in (("config.json", "config.json"), ("tokenizer.json", "tokenizer.json"), ("preprocessor_config.json", "preprocessor_config.json"), ("link.json", "tokenizer.json")):
+        # --force replaced it by the converted file: a source with a safetensors file for its config no longer converts
+        with pytest.raises(ConvertError, match=rf"^{source / out}: is the source's own {what}, which this conversion reads; give another OUT$"):
+            convert(source, source / out, force=True)
+    assert {p.name: p.read_bytes() for p in source.iterdir()} == before
+    assert main(["convert", str(source), str(source / "config.json"), "--force"]) == 2
+    assert {p.name: p.read_bytes() for p in source.iterdir()} == before

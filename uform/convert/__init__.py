@@ -11,6 +11,7 @@ file holds.
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import os
 from dataclasses import dataclass
@@ -29,7 +30,7 @@ from uform.core.runtime import plan_towers
 from uform.core.safetensors import DTYPE_NAMES, Container, Entry
 
 from .common import Converted
-from .sources import ConvertError, Weights, read_json, resolve, weights
+from .sources import HUB_BIN_PATTERNS, HUB_PATTERNS, ConvertError, Weights, read_json, resolve, weights
 from .write import shape_of, stream
 
 __all__ = ["Conversion", "ConvertError", "convert", "SUPPORTED", "DTYPES"]
@@ -106,6 +107,7 @@ def convert(
     if name is None and not found_name.isprintable():  # a line break, a control character, a byte not UTF-8
         raise ConvertError(f"{directory}: its name is not printable text, which the file would record as its source; give one (name=..., uform convert --name)")
     record_name = name or found_name
+    _refuse_a_source_file(target, directory)
     with files.Outputs() as outs, outs.open(target) as f:  # made now: an unwritable place fails before any work
         converted, held = _convert(directory, record_name, frames)
         try:
@@ -185,6 +187,18 @@ def _convert(directory: Path, name: str, frames: int) -> tuple[Converted, Weight
     except BaseException:
         held.close()
         raise
+
+
+def _refuse_a_source_file(target: Path, directory: Path) -> None:
+    """``target`` being one of the files a conversion reads in ``directory`` (its config, tokenizer,
+    preprocessing, weights; or a link to one) is refused, ``force`` or not: replacing it would
+    leave a source that no longer converts."""
+    if not target.exists():
+        return
+    for read in directory.iterdir():
+        if any(fnmatch.fnmatchcase(read.name, p) for p in HUB_PATTERNS + HUB_BIN_PATTERNS) and read.is_file() and os.path.samefile(target, read):
+            what = "weights" if read.suffix in (".safetensors", ".bin") else read.name
+            raise ConvertError(f"{target}: is the source's own {what}, which this conversion reads; give another OUT")
 
 
 # A tokenizer.json of no tokens: the load's checks of the tokenizer (it parses, its tokens fit the
