@@ -17,7 +17,6 @@ import json
 import logging
 import os
 import stat
-import tempfile
 import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -25,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from uform.core.files import PARTIAL, Outputs
+from uform.core.files import Outputs
 
 if TYPE_CHECKING:
     import torch
@@ -126,15 +125,26 @@ def export_onnx(model: torch.nn.Module, path: str | Path, example_input: Any,
     inputs, outputs = _names("input", len(args)), _names("output", n_out)
     path = Path(path)
     # past protobuf's 2 GiB the exporter writes each weight to a file named after it, beside the
-    # model: it writes into a folder of its own, and the weights are gathered into one `.data`
-    with tempfile.TemporaryDirectory(prefix=".", suffix=PARTIAL, dir=path.parent) as tmp:
-        exported = Path(tmp) / path.name
+    # model: it writes into a folder of its own, and the weights are gathered into one `.data`;
+    # both folders are in a scratch folder named after this process (a killed export's is swept
+    # by the next write there), and the files are renamed into place only once checked
+    with Outputs() as files:
+        scratch = files.scratch(path.parent)
+        (scratch / "exported").mkdir()
+        (scratch / "gathered").mkdir()
+        exported, kept = scratch / "exported" / path.name, scratch / "gathered" / path.name
         with quiet_torch_deprecations():
             torch.onnx.export(model, args, str(exported), dynamo=False, opset_version=opset,
                               input_names=inputs, output_names=outputs,
                               dynamic_axes={n: {0: "batch"} for n in inputs + outputs})
-        gathered(exported, path)
-    onnx.checker.check_model(str(path))
+        gathered(exported, kept)
+        onnx.checker.check_model(str(kept))
+        data = external_data_name(path)
+        if (kept.parent / data).exists():
+            files.adopt(kept.parent / data, path.parent / data)
+        elif (path.parent / data).is_file():  # an earlier model's weights: this one has none
+            files.remove(path.parent / data)
+        files.adopt(kept, path)  # last: it names its data file
     return path
 
 
@@ -275,9 +285,8 @@ def export_artifact(model: torch.nn.Module, directory: str | Path,
                 elif form == "torchscript":
                     export_torchscript(net, path, args, mode=torchscript_mode)
                 elif int8:
-                    with tempfile.TemporaryDirectory(dir=scratch) as tmp:
-                        fp32 = export_onnx(net, Path(tmp) / "fp32.onnx", args, opset=opset)
-                        quantize_int8(fp32, path)
+                    fp32 = export_onnx(net, files.scratch(out) / "fp32.onnx", args, opset=opset)
+                    quantize_int8(fp32, path)
                 else:
                     export_onnx(net, path, args, opset=opset)
                 report.files[form] = out / path.name
