@@ -10,6 +10,7 @@ container declares (docs/media.md, "Audio"). The audio plugin maps :func:`decode
 
 from __future__ import annotations
 
+from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,7 +20,7 @@ from uform.core.arena import RowsTape
 from uform.core.errors import InputError, check_not_released
 from uform.core.pipeline import check_batch
 
-from . import mp4
+from . import id3, mp4
 from .files import HeadKept, Source, falls_short
 
 CHUNK = 1 << 14  # source samples gathered before one resampler call
@@ -217,19 +218,30 @@ def declared_seconds(container: Any, stream: Any, head: bytes) -> float | None:
 def decode(source: Source, rate: int, samples: int) -> Recording:
     """Decode ``source`` packet by packet until the window (``samples`` at ``rate``) is full;
     InputError naming the item if it is bad."""
+    with ExitStack() as held:
+        return _decode(source, _target(source, held), rate, samples)
+
+
+def _target(source: Source, held: ExitStack) -> Any:
+    """What FFmpeg reads of ``source``: from where its leading ID3v2 tags end (never read whole
+    by FFmpeg), after its MP4 tables are checked; files uform opens are closed by ``held``."""
+    if source.stream is not None and not source._seekable():  # a one-way stream is read by FFmpeg alone
+        return HeadKept(id3.Dropped(source.stream))  # its first bytes kept, for a WAV header's sizes
+    f = source.open()
+    if source.stream is None:
+        held.callback(f.close)
+    mp4.check(source, f)
+    try:
+        start = id3.tags_end(f)
+    except Exception as exc:  # noqa: BLE001 - a read that fails, of a path or of the caller's object
+        raise source.fail(f"cannot read the file ({type(exc).__name__}: {exc})") from None
+    return id3.After(f, start) if start else source.target()
+
+
+def _decode(source: Source, target: Any, rate: int, samples: int) -> Recording:
     import av
 
     index, path = source.index, source.path
-    if source.stream is None or source._seekable():  # a one-way stream is read by FFmpeg alone
-        f = source.open()
-        try:
-            mp4.check(source, f)
-        finally:
-            if source.stream is None:
-                f.close()
-    target: Any = source.target()
-    if not isinstance(target, str) and source.data is None and not source._seekable():
-        target = HeadKept(target)  # its first bytes, for a WAV header's sizes
     try:
         container: Any = av.open(target, metadata_errors="replace", options=OPEN_OPTIONS)
     except av.error.EOFError:
