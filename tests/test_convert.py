@@ -490,6 +490,34 @@ def test_open_clip_variants_are_refused_by_field(tmp_path: Path) -> None:
     refused(d, tmp_path, r"preprocess_cfg: mean \['a', 1, 2\] is not a list of 3 finite numbers")
 
 
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"clean": "canonicalize"}, r"tokenizer_kwargs.clean = 'canonicalize' is not supported \(uform converts open_clip's default SimpleTokenizer: clean = 'lower', reduction_mask = ''\)$"),
+        ({"clean": "whitespace"}, r"tokenizer_kwargs.clean = 'whitespace' is not supported"),
+        ({"reduction_mask": "simple"}, r"tokenizer_kwargs.reduction_mask = 'simple' is not supported"),
+        ({"context_length": 32}, r"tokenizer_kwargs.context_length = 32 is not supported"),
+        ({"additional_special_tokens": ["<x>"]}, r"tokenizer_kwargs.additional_special_tokens = \['<x>'\] is not supported"),
+        ("lower", r"model_cfg.text_cfg.tokenizer_kwargs = 'lower' is not an object$"),
+    ],
+)
+def test_open_clip_tokenizer_kwargs_other_than_the_default_are_refused(tmp_path: Path, kwargs: Any, match: str) -> None:
+    """open_clip's tokenizer cleans the text as ``text_cfg.tokenizer_kwargs`` says (``clean``
+    'canonicalize' removes punctuation, 'whitespace' keeps the case): the file's tokenizer.json
+    does what the default ('lower') does, so another value was converted into other ids than
+    open_clip's; each is refused by name, the default converts."""
+    pytest.importorskip("open_clip")
+    d, _ = hf_models.make_open_clip(tmp_path / "oc")
+    path = d / "open_clip_config.json"
+    cfg = json.loads(path.read_text())
+    cfg["model_cfg"]["text_cfg"]["tokenizer_kwargs"] = kwargs
+    path.write_text(json.dumps(cfg))
+    refused(d, tmp_path, match)
+    cfg["model_cfg"]["text_cfg"]["tokenizer_kwargs"] = {"clean": "lower", "reduction_mask": ""}
+    path.write_text(json.dumps(cfg))
+    assert convert(d, tmp_path / "default.safetensors", name="oc").family == "open_clip"
+
+
 def test_the_streamed_file_is_what_the_core_writer_writes(clip_file: Path, clip_dir: Path, tmp_path: Path) -> None:
     """The conversion writes tensor by tensor; its bytes are those uform.core.safetensors.write
     gives the same tensors and metadata (so the container needs no second writer's rules)."""

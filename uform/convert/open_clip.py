@@ -62,6 +62,7 @@ def convert(directory: Path, cfg: dict[str, Any], weights: Weights, source: dict
     _plain(model, MODEL_PLAIN, where + " model_cfg")
     _plain(vision, VISION_PLAIN, where + " model_cfg.vision_cfg")
     _plain(text, TEXT_PLAIN, where + " model_cfg.text_cfg")
+    _tokenizer_kwargs(text, where + " model_cfg.text_cfg")
     act = "quick_gelu" if model.get("quick_gelu") else "gelu"
     dimensions = integer(model, "embed_dim", where + " model_cfg", 512)
     notes: list[str] = []
@@ -141,6 +142,24 @@ def _preprocess(cfg: dict[str, Any], where: str) -> dict[str, Any]:
     rounding = {"resize_rounding": "floor"} if resize == "shorter_side_crop" else {}  # torchvision: int(S * long / short)
     at = where + " preprocess_cfg"
     return rounding | {"resize": resize, "interpolation": interpolation, "mean": triple(mean, at, "mean", -math.inf), "std": triple(std, at, "std", 0.0)}
+
+
+def _tokenizer_kwargs(text: dict[str, Any], where: str) -> None:
+    """open_clip's tokenizer takes ``text_cfg.tokenizer_kwargs`` (``clean``, ``reduction_mask``,
+    ``strip_sep_token``, ...); uform converts its defaults only, each other value refused by name."""
+    kwargs = text.get("tokenizer_kwargs")
+    if kwargs is None:
+        kwargs = {}
+    if not isinstance(kwargs, dict):
+        raise ConvertError(f"{where}.tokenizer_kwargs = {kwargs!r} is not an object")
+    hf = bool(text.get("hf_tokenizer_name"))  # open_clip's HFTokenizer, else its SimpleTokenizer (CLIP's BPE)
+    default: dict[str, Any] = {"clean": "whitespace", "strip_sep_token": False, "language": None} if hf else {"clean": "lower", "reduction_mask": ""}
+    for key, value in kwargs.items():
+        if key not in default or value != default[key] and not (key == "reduction_mask" and value is None):
+            accepted = ", ".join(f"{k} = {v!r}" for k, v in default.items())
+            raise ConvertError(f"{where}.tokenizer_kwargs.{key} = {value!r} is not supported (uform converts open_clip's default {'HFTokenizer' if hf else 'SimpleTokenizer'}: {accepted})")
+    if text.get("tokenizer_mode") is not None:
+        raise ConvertError(f"{where}.tokenizer_mode = {text['tokenizer_mode']!r} is not supported (uform converts open_clip's default tokenizer)")
 
 
 def _tokenizer(directory: Path, text: dict[str, Any], vocab: int, notes: list[str]) -> tuple[str, int]:
