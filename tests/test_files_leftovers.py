@@ -60,8 +60,8 @@ def test_a_killed_writers_temporaries_go_with_the_next_write_into_its_folder(tmp
     proc = _writing(tmp_path)
     proc.send_signal(signal.SIGKILL)
     assert proc.wait(timeout=60) == -signal.SIGKILL
-    left = _temporaries(tmp_path)
-    assert len(left) == 2 and (tmp_path / left[0]).stat().st_size == 1_000_000  # .big.bin.*.partial, then the scratch folder
+    left = sorted(_temporaries(tmp_path), key=lambda n: not n.startswith(".big.bin."))  # .big.bin.*.partial, then the scratch folder
+    assert len(left) == 2 and (tmp_path / left[0]).stat().st_size == 1_000_000
     assert left[0].startswith(".big.bin.") and (tmp_path / left[1] / "weights.data").stat().st_size == 1000
     me = files.writer()
     assert me is not None
@@ -124,3 +124,46 @@ def test_a_name_of_255_bytes_is_written(tmp_path: Path) -> None:
     name = "é" * 125 + "a.npy"  # 255 bytes: as long as a name may be
     files.write_bytes(tmp_path / name, b"whole")
     assert [p.name for p in tmp_path.iterdir()] == [name] and (tmp_path / name).read_bytes() == b"whole"
+
+
+KILLED_LOAD = """
+import os, signal, sys
+import onnxruntime as ort
+import uform
+
+def killed(*args, **kwargs):  # the float32 weights are written: killed before a session reads them
+    os.kill(os.getpid(), signal.SIGKILL)
+
+ort.InferenceSession = killed
+uform.Model.load_ram(sys.argv[1], quantization=uform.Scalar.F32)
+"""
+
+
+def test_a_killed_loads_float32_weights_go_with_the_next_load(tiny_text: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The cpu backend's float32 weights (tempfile.mkdtemp's uform-text-XXXXXXXX) stayed in the
+    temporary folder for good after a kill -9 (a base text tower: 329 MB per killed load)."""
+    import tempfile
+
+    import uform
+
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    run = subprocess.run([sys.executable, "-c", KILLED_LOAD, str(tiny_text)], env={**os.environ, "TMPDIR": str(temp)}, check=False)
+    assert run.returncode == -signal.SIGKILL
+    (left,) = _temporaries(temp)  # beside it, onnxruntime's own .ses file may be there
+    assert left.startswith(".uform-text.")
+    assert sorted(os.listdir(temp / left)) == ["tower.onnx", "weights.bin"]
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    model = uform.Model.load_ram(tiny_text, quantization=uform.Scalar.F32)
+    assert model.backend == "cpu"
+    assert _temporaries(temp) == [] and not [n for n in os.listdir(temp) if "uform" in n]
+
+
+def test_an_own_folder_names_its_writer_and_sweeps_a_killed_ones(tmp_path: Path) -> None:
+    gone = tmp_path / f".uform-text.{files.writer()[0]}-{2**22 + 1}-1-00000000{files.PARTIAL}"  # type: ignore[index]
+    gone.mkdir()
+    (gone / "weights.bin").write_bytes(b"w")
+    made = files.own_folder(tmp_path, "uform-a/b c")
+    assert os.listdir(tmp_path) == [made.name]
+    assert made.name.startswith(".uform-a_b_c.") and files.sweep(tmp_path) == []
+    assert made.stat().st_mode & 0o777 == 0o700

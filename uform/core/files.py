@@ -384,6 +384,22 @@ def sweep(folder: str | os.PathLike[str]) -> list[Path]:
     return removed
 
 
+def own_folder(parent: str | os.PathLike[str], label: str) -> Path:
+    """A new empty folder in ``parent`` (mode 0700) for files a process keeps a while and then
+    removes itself (a backend's float32 weights in the system's temporary folder), named after
+    its writer: ``.LABEL.MACHINE-PID-START-RANDOM.partial`` (``label`` with characters other than
+    letters, digits, ``-`` and ``_`` as ``_``). The folders killed writers left in ``parent``
+    are removed first (:func:`sweep`), so a kill -9 leaves its folder only until the next one."""
+    sweep(parent)
+    name = _stem(re.sub(r"[^A-Za-z0-9_-]", "_", label) or "uform")
+    made = Path(parent) / f".{name}.{_token()}{PARTIAL}"
+    try:
+        made.mkdir(mode=0o700)
+    except OSError as exc:
+        raise OutputError(f"{parent}: cannot be written ({_reason(exc)})") from None
+    return made
+
+
 def write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
     """Write ``data`` to ``path`` whole or not at all."""
     with Outputs() as out, out.open(path) as f:

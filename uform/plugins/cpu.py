@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from uform.core.errors import UnsupportedError
+from uform.core.files import own_folder
 from uform.core.hookspecs import hookimpl
 from uform.core.plugin import Backend, LoadRequest, Placement, Runner, TowerPlan
 from uform.core.types import CPUClass, Scalar
@@ -249,7 +250,7 @@ def _widened(name: str, tower: TowerPlan, plan: Plan, advance: Callable[[int], N
     """Sessions over float32 weights that ONNX Runtime reads from a temporary file and packs."""
     import onnxruntime as ort
 
-    directory = Path(tempfile.mkdtemp(prefix=f"uform-{name}-"))
+    directory = own_folder(tempfile.gettempdir(), f"uform-{name}")
     try:
         path = bind_external(tower.graph, tower.weights, directory, _widen, advance)
 

@@ -35,6 +35,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from uform.core.errors import UnsupportedError
+from uform.core.files import own_folder
 from uform.core.hookspecs import hookimpl
 from uform.core.plugin import Backend, LoadRequest, Placement, Runner, TowerPlan
 from uform.core.types import GPUClass, Scalar
@@ -289,7 +290,7 @@ def _float_sessions(name: str, tower: TowerPlan, devices: list[int], options: An
     def convert(stored: np.ndarray) -> np.ndarray:
         return _halve(stored) if id(stored) in half_ids else _widen(stored)
 
-    directory = Path(tempfile.mkdtemp(prefix=f"uform-{name}-"))
+    directory = own_folder(tempfile.gettempdir(), f"uform-{name}")
     try:
         path = bind_external(graph, tower.weights, directory, convert, advance)
         sessions = [start_session(path, options, d) for d in devices]
