@@ -109,3 +109,150 @@ def test_a_100_mb_id3_frame_costs_no_memory(mp3: bytes, tmp_path: Path, how: str
     path.write_bytes(id3_tag(100_000_000) + mp3)
     done = subprocess.run([sys.executable, "-c", _PEAK, str(path), how], capture_output=True, text=True, check=True)
     assert int(done.stdout) < 40, done.stdout  # MB over the process's peak before decoding
+
+
+# -- JPEG: what Pillow's reader holds, or steps through, before the picture ----------------
+
+
+@pytest.fixture(scope="module")
+def jpeg() -> bytes:
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.fromarray(np.random.default_rng(0).integers(0, 256, (48, 64, 3), np.uint8)).save(out, "JPEG")
+    return out.getvalue()
+
+
+def segment(marker: int, payload: int) -> bytes:
+    return bytes([0xFF, marker]) + (payload + 2).to_bytes(2, "big") + b"x" * payload
+
+
+def picture(item: Any) -> np.ndarray:
+    from uform.plugins.media import image as pictures
+
+    return pictures.decode(sources.sources([item], "images")[0], 32)[0]
+
+
+@pytest.mark.parametrize(
+    "insert, reason",
+    [
+        # 257 APP3 segments of 65533 bytes: 16.8 MB that Pillow's applist held (5,000 of them: +316 MB)
+        (lambda: segment(0xE3, 65533) * 257, r"its JPEG metadata \(APPn and COM segments before the picture\) holds over 16777216 bytes, the limit of uform.plugins.media.jpeg.MAX_METADATA_BYTES"),
+        (lambda: segment(0xFE, 65533) * 257, r"holds over 16777216 bytes"),  # COM too
+        # 10,001 empty APP3 segments, 40 KB (1,000,000 of them: +132 MB, 7 s)
+        (lambda: segment(0xE3, 0) * 10_001, r"it has over 10000 JPEG segments before the picture, the limit of uform.plugins.media.jpeg.MAX_SEGMENTS"),
+        # 70,000 fill bytes, stepped through a byte a read (10 MB of them: 22.6 s)
+        (lambda: b"\xff" * 70_000, r"it has over 65536 stray bytes \(fill or junk\) between its JPEG segments, the limit of uform.plugins.media.jpeg.MAX_STRAY_BYTES"),
+        (lambda: segment(0xFE, 2) + b"\x01" * 70_000, r"over 65536 stray bytes"),  # junk after a segment
+    ],
+)
+def test_a_jpeg_s_segments_before_the_picture_are_bounded(jpeg: bytes, insert: Any, reason: str, tmp_path: Path) -> None:
+    data = jpeg[:2] + insert() + jpeg[2:]
+    path = tmp_path / "bomb.jpg"
+    path.write_bytes(data)
+    for item in (data, str(path), io.BytesIO(data)):
+        with pytest.raises(InputError, match=r"^item 0( \(.*\))?: .*" + reason):
+            picture(item)
+
+
+def test_a_jpeg_within_the_limits_reads_as_pillow_reads_it(jpeg: bytes) -> None:
+    plain = picture(jpeg)
+    within = segment(0xE3, 65533) * 250 + segment(0xE3, 0) * 9_000 + b"\xff" * 60_000 + segment(0xFE, 3) + b"\x01" * 5_000
+    np.testing.assert_array_equal(picture(jpeg[:2] + within + jpeg[2:]), plain)
+
+
+
+# -- video: the frame size the container declares, checked before FFmpeg's probe ------------
+
+
+def clip(width: int, height: int, container: str, codec: str, frames: int = 2) -> bytes:
+    """A clip of ``frames`` black frames, encoded with PyAV."""
+    import av
+
+    out = io.BytesIO()
+    with av.open(out, "w", format=container) as c:
+        stream = c.add_stream(codec, rate=25)
+        stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
+        stream.options = {"preset": "ultrafast"} if codec == "libx264" else {"deadline": "realtime", "cpu-used": "8"}
+        for i in range(frames):
+            frame = av.VideoFrame.from_ndarray(np.zeros((height, width, 3), np.uint8), format="rgb24")
+            frame.pts = i
+            for packet in stream.encode(frame):
+                c.mux(packet)
+        for packet in stream.encode(None):
+            c.mux(packet)
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("container, codec", [("mp4", "libx264"), ("webm", "libvpx")])
+def test_a_clip_s_declared_frame_size_is_refused_before_ffmpeg_opens_it(container: str, codec: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # measured: an 8000x6000 H.264 clip (142 KB) took +114 MB and 0.32 s of FFmpeg's probe to be refused
+    import av
+
+    from uform.plugins.media import video
+
+    data = clip(64, 48, container, codec)
+    path = tmp_path / f"clip.{container}"
+    path.write_bytes(data)
+    monkeypatch.setattr(video, "MAX_FRAME_PIXELS", 64 * 48 - 1)
+    opened: list[Any] = []
+    real_open = av.open
+    monkeypatch.setattr(av, "open", lambda *a, **kw: opened.append(a) or real_open(*a, **kw))
+    for item in (str(path), data, io.BytesIO(data)):
+        with pytest.raises(InputError, match=r"^item 0( \(.*\))?: frames are 64x48, over the limit of 3071 pixels \(uform.plugins.media.video.MAX_FRAME_PIXELS\)$"):
+            video.sample(sources.sources([item], "clips")[0], 2, 16)
+    assert opened == []
+    monkeypatch.setattr(video, "MAX_FRAME_PIXELS", 64 * 48)
+    assert video.sample(sources.sources([data], "clips")[0], 2, 16)[0].shape == (2, 16, 16, 3)
+
+
+# -- python tests/test_media_bombs.py [--unchecked]: each bomb's peak RSS growth and seconds --------
+
+_MEASURE = """
+import sys, time
+from uform.plugins.media import audio, files, id3, image, jpeg, mp4, video, webm
+def hwm():
+    return next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM")) // 1024
+if sys.argv[2] == "--unchecked":  # the checks this file guards lifted: what the bombs cost without them
+    id3.tags_end = lambda f: 0
+    jpeg.MAX_METADATA_BYTES = jpeg.MAX_SEGMENTS = jpeg.MAX_STRAY_BYTES = 1 << 62
+    webm.declared_frame, check = (lambda f: None), mp4.check
+    mp4.check = lambda source, f: check(source, f) and None
+import av, PIL.Image, numpy
+base, start = hwm(), time.perf_counter()
+source = files.sources([sys.argv[1]], "x")[0]
+kind = sys.argv[1].rsplit(".", 1)[1]
+try:
+    {"mp3": lambda: audio.decode(source, 16000, 16000), "jpg": lambda: image.decode(source, 224), "mp4": lambda: video.sample(source, 8, 224), "webm": lambda: video.sample(source, 8, 224)}[kind]()
+    said = "decoded"
+except Exception as exc:
+    said = str(exc)
+print(f"+{hwm() - base} MB peak RSS, {time.perf_counter() - start:.2f} s: {said[:100]}")
+"""
+
+
+def _bombs(d: Path) -> dict[str, bytes]:
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.fromarray(np.random.default_rng(0).integers(0, 256, (48, 64, 3), np.uint8)).save(out, "JPEG")
+    j = out.getvalue()
+    mp3_bytes = media_audio.write_format(d, "mp3", media_audio.tone(2.0, 44100, (440.0, 660.0))).read_bytes()
+    return {
+        "id3-100MB.mp3": id3_tag(100_000_000) + mp3_bytes,
+        "app3-5000x64KB.jpg": j[:2] + segment(0xE3, 65533) * 5000 + j[2:],
+        "app3-1Mx0.jpg": j[:2] + segment(0xE3, 0) * 1_000_000 + j[2:],
+        "fill-10MB.jpg": j[:2] + b"\xff" * 10_000_000 + j[2:],
+        "8000x6000.mp4": clip(8000, 6000, "mp4", "libx264"),
+        "8000x6000.webm": clip(8000, 6000, "webm", "libvpx"),
+    }
+
+
+if __name__ == "__main__":
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, data in _bombs(Path(tmp)).items():
+            (Path(tmp) / name).write_bytes(data)
+            said = subprocess.run([sys.executable, "-c", _MEASURE, str(Path(tmp) / name), *(sys.argv[1:2] or ["-"])], capture_output=True, text=True)
+            print(f"{name} ({len(data) / 1e6:.1f} MB): {said.stdout.strip() or said.stderr.strip()[-300:]}")

@@ -25,7 +25,7 @@ import numpy as np
 
 from uform.core.errors import InputError, check_not_released
 
-from . import frames, png
+from . import frames, jpeg, png
 from .files import Source
 from .rowfit import RowFit
 from .rowfit import vertical_first as vertical_first  # Pillow's pass order, named here by docs/media.md and the tests
@@ -260,6 +260,8 @@ def _pillow(source: Source, stream: BinaryIO, size: int) -> tuple[Image.Image, i
         stated = webp_size(head) if kind == "WEBP" else None
         if stated is not None:  # before Pillow's WebP reader, which refuses 2 x MAX_IMAGE_PIXELS in its own words
             _check_size(source, *stated)
+        if kind == "JPEG":  # before Pillow's reader, which holds every APPn segment
+            jpeg.check(source, stream)
         stream.seek(0)
         # The plugin class itself, not Image.open: no other decoder is tried, and the size
         # check below is ours (Pillow's own warns, or raises a non-OSError, at other sizes).
