@@ -6,7 +6,9 @@ sample a track's tables declare, as it opens the file, and for every sample of a
 MP4 whose ``stsz`` declared 6·10⁷ samples of one constant size took 4.2 GB and 13 s to be
 refused as truncated. :func:`declared_entries` sums what the tables declare, walking box
 headers only (a few reads per box, no table but ``stsc`` read), so a file declaring more
-than ``MAX_ENTRIES`` is refused before FFmpeg sees it (docs/media.md, "Limits").
+than ``MAX_ENTRIES`` is refused before FFmpeg sees it (docs/media.md, "Limits"). The same
+walk reads a video track's frame size from its sample description, which the video reader
+checks before FFmpeg's probe decodes a frame of it.
 """
 
 from __future__ import annotations
@@ -45,6 +47,8 @@ class _Track:
         self.one_tick = False  # stts: a single entry of duration 1 (FFmpeg indexes chunks, not samples)
         self.chunks = 0  # stco / co64 entry count
         self.most_per_chunk = 0  # the largest samples-per-chunk of stsc
+        self.video = False
+        self.frame = (0, 0)  # width, height of the first sample description (a video track's)
 
     def entries(self) -> int:
         if self.audio and self.one_tick:  # uncompressed audio: its chunks, each split in pieces
@@ -55,6 +59,12 @@ class _Track:
 def declared_entries(f: BinaryIO) -> int:
     """Index entries the sample tables of every track and fragment declare, summed
     (an upper bound of what FFmpeg's index holds for the file)."""
+    return declared(f)[0]
+
+
+def declared(f: BinaryIO) -> tuple[int, tuple[int, int] | None]:
+    """Index entries, as :func:`declared_entries`, and the largest frame (width, height) a video
+    track's sample description declares (None without one)."""
     end = f.seek(0, 2)
     tracks: list[_Track] = []
     fragments = 0
@@ -89,11 +99,15 @@ def declared_entries(f: BinaryIO) -> int:
             elif kind == b"trun":
                 f.seek(inside)
                 fragments += u32(f.read(8), 4)
-            elif track is not None and kind in (b"hdlr", b"stsz", b"stz2", b"stts", b"stco", b"co64"):
+            elif track is not None and kind in (b"hdlr", b"stsz", b"stz2", b"stts", b"stco", b"co64", b"stsd"):
                 f.seek(inside)
-                body = f.read(20)
+                body = f.read(44 if kind == b"stsd" else 20)
                 if kind == b"hdlr":
                     track.audio = track.audio or body[8:12] == b"soun"  # a MOV has a second, of its data: "alis"
+                    track.video = track.video or body[8:12] == b"vide"
+                elif kind == b"stsd":  # its first entry: a visual sample entry's width and height
+                    if len(body) == 44 and u32(body, 4):
+                        track.frame = (int.from_bytes(body[40:42], "big"), int.from_bytes(body[42:44], "big"))
                 elif kind in (b"stsz", b"stz2"):
                     track.samples = max(track.samples, u32(body, 8))
                 elif kind == b"stts":
@@ -112,17 +126,19 @@ def declared_entries(f: BinaryIO) -> int:
             pos += size
 
     walk(0, end, 0, None)
-    return sum(t.entries() for t in tracks) + fragments
+    frames = [t.frame for t in tracks if t.video]
+    return sum(t.entries() for t in tracks) + fragments, max(frames, key=lambda wh: wh[0] * wh[1]) if frames else None
 
 
-def check(source: Source, f: BinaryIO) -> None:
+def check(source: Source, f: BinaryIO) -> tuple[int, int] | None:
     """Refuse ``source`` (read through ``f``, seekable) when it is an MP4/MOV whose tables
-    declare over ``MAX_ENTRIES`` index entries; any other file passes after one read of 8 bytes."""
+    declare over ``MAX_ENTRIES`` index entries; any other file passes after one read of 8 bytes.
+    Gives the largest frame (width, height) a video track declares, None without one."""
     try:
         f.seek(0)
         if not boxed(f.read(8)):
-            return
-        entries = declared_entries(f)
+            return None
+        entries, frame = declared(f)
         f.seek(0)
     except Exception as exc:  # noqa: BLE001 - a read that fails, of a path or of the caller's object
         raise source.fail(f"cannot read the file ({type(exc).__name__}: {exc})") from None
@@ -131,3 +147,4 @@ def check(source: Source, f: BinaryIO) -> None:
             f"its MP4 tables declare {entries} samples, over the limit of {MAX_ENTRIES} "
             "(uform.plugins.media.mp4.MAX_ENTRIES) that FFmpeg's index is held to"
         )
+    return frame

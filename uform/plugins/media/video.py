@@ -20,7 +20,7 @@ import numpy as np
 
 from uform.core.errors import InputError
 
-from . import frames, mp4
+from . import frames, mp4, webm
 from .files import Source, falls_short
 
 MAX_FRAME_PIXELS = 40_000_000  # width × height of a frame (8K UHD is 33.2 M)
@@ -85,10 +85,14 @@ def video_stream(container: Any, source: Source) -> Any:
     stream = streams[0]
     if stream.codec_context is None:  # FFmpeg demuxes it but has no decoder for its codec
         raise source.fail("the video stream is in a codec this FFmpeg cannot decode")
-    width, height = stream.codec_context.width, stream.codec_context.height
+    frame_size(source, stream.codec_context.width, stream.codec_context.height)
+    return stream
+
+
+def frame_size(source: Source, width: int, height: int) -> None:
+    """Refuse frames over ``MAX_FRAME_PIXELS``, as the container or the codec declares them."""
     if width * height > MAX_FRAME_PIXELS:
         raise source.fail(f"frames are {width}x{height}, over the limit of {MAX_FRAME_PIXELS} pixels (uform.plugins.media.video.MAX_FRAME_PIXELS)")
-    return stream
 
 
 def plan(container: Any, stream: Any, source: Source) -> Plan:
@@ -233,10 +237,9 @@ def sample(source: Source, count: int, size: int, seeking: bool = True) -> tuple
     kind = sniff(head)
     if kind is None:
         raise source.fail(f"not an MP4 or WebM file (first bytes {head[:8].hex(' ')})" if head else "the file is empty")
-    if kind == "mp4":
-        target = opener()
-        with open(target, "rb") if isinstance(target, str) else target as f:
-            mp4.check(source, f)
+    target = opener()
+    with open(target, "rb") if isinstance(target, str) else target as f:  # before FFmpeg's probe decodes a frame
+        frame_size(source, *(mp4.check(source, f) if kind == "mp4" else webm.declared_frame(f)) or (0, 0))
     out = np.empty((count, size, size, 3), np.uint8)
     last: list[Any] = [None]
 
