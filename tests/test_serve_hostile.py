@@ -128,6 +128,61 @@ def test_the_guards_refusals_are_counted_and_logged(limited: Proc) -> None:
     assert any(line.split('"')[1].startswith("GET /pppp") and line.split('"')[1].endswith("...") for line in logged), logged
 
 
+def read_all(s: socket.socket) -> bytes:
+    """What the server sends on ``s`` until it closes it (waiting up to 30 s a read)."""
+    s.settimeout(30)
+    got = b""
+    try:
+        while part := s.recv(65536):
+            got += part
+    except ConnectionResetError:
+        pass
+    return got
+
+
+def test_a_connection_past_max_connections_is_503_and_the_next_one_after_a_close_is_served() -> None:
+    """Connections are counted: with three open (silent), a fourth is answered 503 at once and
+    closed; once one of the three closes, a new client is served."""
+    with subprocess_server(["--max-connections", "3", "--header-timeout", "600"]) as server:
+        held = [socket.create_connection(host_port(server.url), timeout=30) for _ in range(3)]
+        with socket.create_connection(host_port(server.url), timeout=30) as extra:
+            raw = read_all(extra)
+        status, doc = answer_of(raw)
+        assert status == 503 and doc["error"]["code"] == "too_many_connections", raw
+        assert "--max-connections" in doc["error"]["message"] and b"retry-after: 1" in raw.lower(), raw
+        held.pop().close()
+        for _ in range(100):  # the server sees the close when it next reads; until then a client is turned away
+            with socket.create_connection(host_port(server.url), timeout=30) as s:
+                s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                raw = read_all(s)
+            if not raw.startswith(b"HTTP/1.1 503"):
+                break
+            time.sleep(0.1)
+        assert raw.startswith(b"HTTP/1.1 200") and raw.endswith(b'"queued_items":0}'), raw
+        for s in held:
+            s.close()
+
+
+def test_a_head_that_never_arrives_whole_is_408_and_a_kept_alive_connection_closes() -> None:
+    """A client that connects and sends nothing, or part of a head, was held for good (uvicorn
+    times only connections kept alive after an answer): now each is answered 408 and closed
+    after --header-timeout; one kept alive after an answer closes after --keep-alive-seconds."""
+    with subprocess_server(["--header-timeout", "1", "--keep-alive-seconds", "1"]) as server:
+        silent = socket.create_connection(host_port(server.url), timeout=30)
+        partial = socket.create_connection(host_port(server.url), timeout=30)
+        partial.sendall(b"POST /v1/embeddings HTTP/1.1\r\nHost: x\r\nX-Pad: " + b"y" * 1000)
+        kept = socket.create_connection(host_port(server.url), timeout=30)
+        kept.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        for s in (silent, partial):
+            status, doc = answer_of(read_all(s))
+            assert status == 408 and doc["error"]["code"] == "header_timeout" and "--header-timeout" in doc["error"]["message"], doc
+            s.close()
+        raw = read_all(kept)  # the answer, then the close
+        assert raw.startswith(b"HTTP/1.1 200") and raw.endswith(b'"queued_items":0}'), raw
+        kept.close()
+        assert httpx.get(server.url + "/health").status_code == 200
+
+
 def test_the_drain_deadline_closes_what_still_runs_without_a_500_or_a_traceback() -> None:
     args = ["--drain-seconds", "0.5", "--max-items", "16384", "--max-queue-items", "16384", "--max-batch-items", "16384", "--max-batch-tokens", "100000000"]
     with subprocess_server(args) as server:
@@ -373,11 +428,52 @@ def _slow_bodies(clients: int = 8, sent: int = 29 << 20, declared: int = 30 << 2
             f"(+{held - before:.0f} MB), {after:.0f} MB after they closed; answers: {', '.join(answers)}")
 
 
-if __name__ == "__main__":  # python tests/test_serve_hostile.py [COUNT [same-bytes] | head | slow [ARGS]]: the figures of docs/serve.md
+def _idle_connections(count: int = 2000, wait: float = 15, args: tuple[str, ...] = ()) -> str:
+    """What ``count`` idle connections cost ``uform serve`` (the default model, default limits and
+    ``args``): a third silent, a third with 60 KB of a head, a third kept alive after an answer;
+    RSS before and while they are open, and how many the server closed within ``wait`` s."""
+    with subprocess_server(list(args)) as server:
+        pid = server.proc.pid
+
+        def rss() -> float:
+            return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 1e6
+
+        assert httpx.post(server.url + "/v1/embeddings", json={"input": "warm up"}).status_code == 200
+        before = rss()
+        kinds: dict[str, list[socket.socket]] = {"silent": [], "part of a head": [], "kept alive": []}
+        for i in range(count):
+            kind, s = list(kinds)[i % 3], socket.create_connection(host_port(server.url), timeout=30)
+            s.sendall(b"" if kind == "silent" else b"GET /health HTTP/1.1\r\nHost: x\r\n" + (b"X-Pad: " + b"y" * 60000 if kind != "kept alive" else b"\r\n"))
+            kinds[kind].append(s)
+        time.sleep(1)
+        held = rss()
+        time.sleep(wait)
+        closed = {}
+        for kind, socks in kinds.items():
+            gone = 0
+            for s in socks:
+                s.setblocking(False)
+                try:
+                    while part := s.recv(1 << 20):  # an answer, then the close
+                        pass
+                    gone += 1
+                except BlockingIOError:
+                    pass
+                except OSError:
+                    gone += 1
+                s.close()
+            closed[kind] = f"{gone}/{len(socks)}"
+    return (f"{count} idle connections{' (' + ' '.join(args) + ')' if args else ''}: RSS {before:.0f} MB before, {held:.0f} MB while open "
+            f"(+{held - before:.0f} MB); closed by the server within {wait:g} s: " + ", ".join(f"{k} {v}" for k, v in closed.items()))
+
+
+if __name__ == "__main__":  # python tests/test_serve_hostile.py [COUNT [same-bytes] | head | slow [ARGS] | idle [ARGS]]: the figures of docs/serve.md
     import sys
 
     what = sys.argv[1] if len(sys.argv) > 1 else "1"
     if what == "slow":
         print(_slow_bodies(args=tuple(sys.argv[2:])))
+    elif what == "idle":
+        print(_idle_connections(args=tuple(sys.argv[2:])))
     else:
         print(_huge_head() if what == "head" else _server_memory(int(what), sys.argv[2:] == ["same-bytes"]))

@@ -41,6 +41,9 @@ class ServeConfig:
     body_seconds: float = 60.0  # from the start of a body's reading to its last byte (408 beyond)
     max_header_bytes: int = 64 << 10  # a request's line and headers together (431 beyond; serve.guard)
     max_url_bytes: int = 8 << 10  # its URL (414 beyond)
+    max_connections: int = 1024  # connections open at once (one more is answered 503; serve.guard)
+    header_seconds: float = 10.0  # for a head to arrive whole, from the connection's start or the head's first byte (408 beyond)
+    keep_alive_seconds: int = 5  # an idle connection kept alive after an answer is closed after this (uvicorn's timeout_keep_alive)
     max_items_per_request: int = 2048
     max_queue_items: int = 8192
     max_batch_items: int = 256
@@ -70,7 +73,7 @@ class ServeConfig:
         return self.max_batch_pixels if kind == "image" else self.max_batch_bytes
 
     def __post_init__(self) -> None:
-        for name in ("max_request_bytes", "max_header_bytes", "max_url_bytes", "max_items_per_request", "max_queue_items", "max_batch_items", "max_batch_tokens",
+        for name in ("max_request_bytes", "max_header_bytes", "max_url_bytes", "max_connections", "keep_alive_seconds", "max_items_per_request", "max_queue_items", "max_batch_items", "max_batch_tokens",
                      "max_batch_pixels", "max_batch_bytes", "batches_at_once"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
@@ -81,6 +84,8 @@ class ServeConfig:
                              "a body of the largest size could never be read")  # fmt: skip
         if not (math.isfinite(self.body_seconds) and self.body_seconds > 0):
             raise ValueError(f"body-timeout must be a finite number of seconds over 0, got {self.body_seconds}")
+        if not (math.isfinite(self.header_seconds) and self.header_seconds > 0):
+            raise ValueError(f"header-timeout must be a finite number of seconds over 0, got {self.header_seconds}")
         for name in ("batch_window_ms", "drain_seconds"):  # NaN compares false to everything; inf overflows the drain's deadline
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0):

@@ -1,5 +1,6 @@
 """A guard in front of uvicorn's HTTP protocol: every request's head (its request line and
-headers) bounded in size, and the connections still open when the drain time runs out closed.
+headers) bounded in size and in time, the connections open at once bounded in number, and the
+connections still open when the drain time runs out closed.
 
 uvicorn's httptools protocol reads a head of any size (a 96 MB header was read, for 11.7 s of
 the event loop, and answered 200), and its one limit on heads, ``h11_max_incomplete_event_size``,
@@ -21,6 +22,18 @@ is measured from its first byte when it starts a read (a new connection, a clien
 for its answer); a head that starts in the middle of a read, after a pipelined request, is
 measured from the next read, so it may run one read (at most 256 KiB) over before it is
 refused. Malformed HTTP is left to uvicorn's parser, which answers it 400.
+
+uvicorn closes a connection kept alive after an answer once it has been idle
+``timeout_keep_alive`` seconds, but never one that has not sent a whole head: a client that
+connects and sends nothing, or part of a head, held its connection (and the head so far) for
+good, and any number of them were held (2,000 such connections: +55 MB, none ever closed;
+uvicorn's ``limit_concurrency`` only answers 503 to heads that arrived whole). So
+:class:`Connections` counts the guarded connections: one past ``limit`` is answered 503 at
+once and closed, and a head still incomplete ``head_seconds`` after the connection was made
+(its first request) or after its first byte (later ones) is answered 408 and closed. One timer
+keeps that time for every connection (``TICK``: a head gets ``head_seconds`` and at most
+``TICK`` more); a connection uvicorn stopped reading (a pipelined request waiting for the one
+before it) has its clock started again, as that wait is the server's, not the client's.
 """
 
 from __future__ import annotations
@@ -36,7 +49,8 @@ from .errors import ApiError
 END_OF_HEAD = b"\r\n\r\n"
 LINGER_BYTES = 1 << 20  # read and dropped after a refusal before the connection is closed
 LINGER_SECONDS = 2.0
-REASONS = {414: b"URI Too Long", 431: b"Request Header Fields Too Large"}
+REASONS = {408: b"Request Timeout", 414: b"URI Too Long", 431: b"Request Header Fields Too Large", 503: b"Service Unavailable"}
+TICK = 0.5  # seconds between two looks at the heads still arriving
 
 
 class Refused(Exception):
@@ -47,9 +61,26 @@ class Refused(Exception):
 
 @dataclass
 class Connections:
-    """The guarded connections open now; :meth:`close_all` ends them (the drain's deadline)."""
+    """The guarded connections open now, at most ``limit`` (one more is answered 503), each
+    head given ``head_seconds`` to arrive whole (408 beyond); :meth:`close_all` ends them (the
+    drain's deadline)."""
 
+    limit: int = 1024
+    head_seconds: float = 10.0
     open: set[Guard] = field(default_factory=set)
+    timer: asyncio.TimerHandle | None = None
+
+    def watch(self) -> None:
+        """Keep the heads' time while any connection is open."""
+        if self.timer is None:
+            self.timer = asyncio.get_running_loop().call_later(TICK, self.sweep)
+
+    def sweep(self) -> None:
+        now = time.perf_counter()
+        late = now - self.head_seconds
+        for guard in [g for g in self.open if 0 < g.waiting <= late]:
+            guard.overdue(now)
+        self.timer = asyncio.get_running_loop().call_later(TICK, self.sweep) if self.open else None
 
     def close_all(self) -> int:
         """Close every connection still open (each had a request in flight: uvicorn closes idle
@@ -98,6 +129,8 @@ class Guard(asyncio.Protocol):
         self.done = False  # refused, or the parser failed: the rest goes through unread (or nowhere)
         self.refused = False
         self.linger = 0  # bytes still to drop after a refusal
+        self.waiting = 0.0  # since when a head is awaited (perf_counter), 0 while none is
+        self.turned_away = False  # over Connections.limit: never handed to the inner protocol
 
     # -- httptools' callbacks --------------------------------------------------------------
 
@@ -106,6 +139,8 @@ class Guard(asyncio.Protocol):
         self.url = 0
         self.begun += 1
         self.began = time.perf_counter()
+        if not self.waiting:  # a connection's first head is timed from its start
+            self.waiting = self.began
 
     def on_url(self, url: bytes) -> None:
         self.target = self.target + url if self.url else url
@@ -116,6 +151,7 @@ class Guard(asyncio.Protocol):
     def on_headers_complete(self) -> None:
         self.in_head = False
         self.heads_ended += 1
+        self.waiting = 0.0
 
     def on_message_complete(self) -> None:
         self.in_message = False
@@ -124,21 +160,44 @@ class Guard(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's is one without deriving from it
-        self.connections.open.add(self)
+        self.began = self.waiting = time.perf_counter()
+        connections = self.connections
+        if len(connections.open) >= connections.limit:
+            self.turned_away = True
+            self.refuse(Refused(503, f"the server has {connections.limit} connections open, its limit (--max-connections); retry shortly",
+                                "too_many_connections"))  # fmt: skip
+            return
+        connections.open.add(self)
+        connections.watch()
         self.inner.connection_made(transport)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.connections.open.discard(self)
-        self.inner.connection_lost(exc)
+        if not self.turned_away:
+            self.inner.connection_lost(exc)
 
     def eof_received(self) -> bool | None:
-        return self.inner.eof_received()
+        return None if self.turned_away else self.inner.eof_received()
 
     def pause_writing(self) -> None:
-        self.inner.pause_writing()
+        if not self.turned_away:
+            self.inner.pause_writing()
 
     def resume_writing(self) -> None:
-        self.inner.resume_writing()
+        if not self.turned_away:
+            self.inner.resume_writing()
+
+    def overdue(self, now: float) -> None:
+        """The head awaited since ``self.waiting`` is late: answered 408 and closed, unless
+        uvicorn stopped reading this connection (its clock then starts again)."""
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            self.waiting = 0.0
+        elif not transport.is_reading():
+            self.waiting = now
+        else:
+            self.refuse(Refused(408, f"the request's head did not arrive whole within {self.connections.head_seconds:g} s (--header-timeout)",
+                                "header_timeout"))  # fmt: skip
 
     def data_received(self, data: bytes) -> None:
         if self.refused:
@@ -189,6 +248,7 @@ class Guard(asyncio.Protocol):
         up to ``LINGER_SECONDS`` first: closing with unread bytes would reset the connection,
         and the client could lose the answer before it read it."""
         self.refused = True
+        self.waiting = 0.0
         transport = self.transport
         if self.refused_with is not None:
             self.refused_with(transport.get_extra_info("peername") if transport is not None else None, self.method(),
@@ -196,8 +256,9 @@ class Guard(asyncio.Protocol):
         if transport is None:
             return
         body = ApiError(refusal.status, refusal.message, code=refusal.code).encoded()
-        head = b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\nconnection: close\r\n\r\n"
-        transport.write(head % (refusal.status, REASONS[refusal.status], len(body)) + body)
+        head = b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\nconnection: close\r\n%s\r\n"
+        retry = b"retry-after: 1\r\n" if refusal.status == 503 else b""
+        transport.write(head % (refusal.status, REASONS[refusal.status], len(body), retry) + body)
         if transport.can_write_eof():
             transport.write_eof()
         self.linger = LINGER_BYTES

@@ -98,13 +98,13 @@ def serve(model: Model, config: ServeConfig, *, host: str, port: int, access_log
     where = f"http://{'[' + bound[0] + ']' if ':' in bound[0] else bound[0]}:{bound[1]}"
     line = f"uform serve: listening on {where} (model {config.model_id!r}: {', '.join(model.served.modalities)})"
     app, state = create_app(model, config, AccessLog() if access_log else None, lambda: print(line, file=announce or sys.stderr, flush=True))
-    connections = Connections()
+    connections = Connections(limit=config.max_connections, head_seconds=config.header_seconds)
     http, h11_limit = _protocol(config, connections, app.refused)
     uv = uvicorn.Config(
         app, lifespan="on", access_log=False, log_level="info",
         # uvicorn cancels what still runs a second after the guard closed its connection (which ends it)
         timeout_graceful_shutdown=math.ceil(config.drain_seconds) + 1,
-        http=http, h11_max_incomplete_event_size=h11_limit, loop=_loop(), ws="none",
+        http=http, h11_max_incomplete_event_size=h11_limit, loop=_loop(), ws="none", timeout_keep_alive=config.keep_alive_seconds,
         proxy_headers=False,  # the access log names the connection's peer; X-Forwarded-For is not read
     )  # fmt: skip
 
