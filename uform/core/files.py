@@ -23,9 +23,7 @@ that keeps its own files open and grows them in place (the index's row files) sy
 
 from __future__ import annotations
 
-import functools
 import glob
-import hashlib
 import os
 import re
 import secrets
@@ -37,13 +35,18 @@ from pathlib import Path
 from types import TracebackType
 from typing import BinaryIO
 
+from . import boots
 from .errors import UformError
 
 PARTIAL = ".partial"
 NAME_MAX = 255  # the longest name of a file most file systems take, in bytes
-# a temporary uform names after its writer: .NAME.MACHINE-PID-START-RANDOM.partial, or a scratch
-# folder's .MACHINE-PID-START-RANDOM.partial (MACHINE: 8 hex digits; START: clock ticks since boot)
-_OWNED = re.compile(r"\.(?:.*\.)?([0-9a-f]{8})-([1-9][0-9]{0,9})-([0-9]{1,20})-[0-9a-f]{8}" + re.escape(PARTIAL), re.S)
+# a temporary uform names after its writer: .NAME.MACHINE-BOOT-SPACE-PID-START-RANDOM.partial, or a
+# scratch folder's .MACHINE-BOOT-SPACE-PID-START-RANDOM.partial (MACHINE, BOOT, SPACE: 8 hex digits
+# each, uform.core.boots; START: clock ticks since boot); _EARLIER: the names before MACHINE and BOOT
+_OWNED = re.compile(
+    r"\.(?:.*\.)?([0-9a-f]{8})-([0-9a-f]{8})-([0-9a-f]{8})-([1-9][0-9]{0,9})-([0-9]{1,20})-[0-9a-f]{8}" + re.escape(PARTIAL), re.S
+)
+_EARLIER = re.compile(r"\.(?:.*\.)?([0-9a-f]{8})-([1-9][0-9]{0,9})-([0-9]{1,20})-[0-9a-f]{8}" + re.escape(PARTIAL), re.S)
 
 
 class OutputError(UformError, OSError):
@@ -298,7 +301,7 @@ def leftovers(path: str | os.PathLike[str]) -> list[Path]:
 def _stem(name: str) -> str:
     """``name`` as its temporary holds it: cut (whole characters) so that the temporary's name,
     with the longest middle :func:`_token` makes, stays within :data:`NAME_MAX` bytes."""
-    room = NAME_MAX - len(f"..{'f' * 8}-{'9' * 10}-{'9' * 20}-{'f' * 8}{PARTIAL}")
+    room = NAME_MAX - len(f"..{'f' * 8}-{'f' * 8}-{'f' * 8}-{'9' * 10}-{'9' * 20}-{'f' * 8}{PARTIAL}")
     while len(os.fsencode(name)) > room:
         name = name[:-1]
     return name
@@ -308,19 +311,6 @@ def _token() -> str:
     """The middle of a new temporary's name: its writer (:func:`writer`) and 8 random hex digits."""
     me = writer()
     return f"{me[0]}-{me[1]}-{me[2]}-{secrets.token_hex(4)}" if me else secrets.token_hex(4)
-
-
-@functools.cache
-def _machine() -> str | None:
-    """8 hex digits naming this boot of this machine and this process-id namespace (Linux), so
-    that a process id is only compared among the processes it can name; None elsewhere."""
-    try:
-        with open("/proc/sys/kernel/random/boot_id", "rb") as f:
-            boot = f.read().strip()
-        namespace = os.readlink("/proc/self/ns/pid")
-    except OSError:
-        return None
-    return hashlib.sha256(boot + b"\0" + os.fsencode(namespace)).hexdigest()[:8]
 
 
 def _started(pid: int) -> int | None:
@@ -334,11 +324,13 @@ def _started(pid: int) -> int | None:
 
 
 def writer() -> tuple[str, int, int] | None:
-    """Who writes a temporary made now: (machine, process id, its start time); None where that
-    cannot be told (not Linux), and then no temporary is ever taken for a killed writer's."""
-    machine, pid = _machine(), os.getpid()
-    start = _started(pid) if machine else None
-    return None if machine is None or start is None else (machine, pid, start)
+    """Who writes a temporary made now: (``MACHINE-BOOT-SPACE``: this machine, this boot of it
+    and this process-id namespace, :func:`uform.core.boots.ids`; the process id; its start
+    time); None where that cannot be told (not Linux), and then no temporary is ever taken for
+    a killed writer's."""
+    names, pid = boots.ids(), os.getpid()
+    start = _started(pid) if names else None
+    return None if names is None or start is None else ("-".join(names), pid, start)
 
 
 def _gone(pid: int, start: int) -> bool:
@@ -356,10 +348,13 @@ def _gone(pid: int, start: int) -> bool:
 
 def sweep(folder: str | os.PathLike[str]) -> list[Path]:
     """Remove the temporaries in ``folder`` that a killed uform writer left (the files, and the
-    scratch folders of a set), and return them: only names uform makes, of this machine's
-    processes (:func:`writer`), whose writer is provably gone (:func:`_gone`); a temporary of a
-    writer still running, of another machine, or of a name uform does not make stays."""
-    me = writer()
+    scratch folders of a set), and return them: only names uform makes whose writer is provably
+    gone: a process of this boot and process-id namespace (:func:`writer`) that no longer runs
+    (:func:`_gone`), or any of an earlier boot of this machine where that is provable
+    (:func:`uform.core.boots.earlier_boot_here`). A temporary of a writer still running, of
+    another machine, container or a shared folder's other boot, or of a name uform does not
+    make stays."""
+    me = boots.ids()
     if me is None:
         return []
     try:
@@ -368,8 +363,7 @@ def sweep(folder: str | os.PathLike[str]) -> list[Path]:
         return []
     removed = []
     for entry in entries:
-        owned = _OWNED.fullmatch(entry.name)
-        if not owned or owned[1] != me[0] or not _gone(int(owned[2]), int(owned[3])):
+        if not _left_by_the_gone(entry.name, entry.path, me[2]):
             continue
         try:
             if entry.is_dir(follow_symlinks=False):
@@ -398,6 +392,17 @@ def own_folder(parent: str | os.PathLike[str], label: str) -> Path:
     except OSError as exc:
         raise OutputError(f"{parent}: cannot be written ({_reason(exc)})") from None
     return made
+
+
+def _left_by_the_gone(name: str, path: str, space: str) -> bool:
+    """Whether the temporary ``name`` (at ``path``) is a writer's that is provably gone, this
+    boot's and process-id namespace being ``space``."""
+    owned = _OWNED.fullmatch(name)
+    if owned:
+        machine, boot, its, pid, start = owned.groups()
+        return _gone(int(pid), int(start)) if its == space else boots.earlier_boot_here(machine, boot, path)
+    earlier = _EARLIER.fullmatch(name)  # named before BOOT and MACHINE: its SPACE only
+    return earlier is not None and earlier[1] == space and _gone(int(earlier[2]), int(earlier[3]))
 
 
 def write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
