@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from contextlib import ExitStack
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, BinaryIO, cast
 
 import numpy as np
 
@@ -226,7 +226,7 @@ def _target(source: Source, held: ExitStack) -> Any:
     """What FFmpeg reads of ``source``: from where its leading ID3v2 tags end (never read whole
     by FFmpeg), after its MP4 tables are checked; files uform opens are closed by ``held``."""
     if source.stream is not None and not source._seekable():  # a one-way stream is read by FFmpeg alone
-        return HeadKept(id3.Dropped(source.stream))  # its first bytes kept, for a WAV header's sizes
+        return HeadKept(cast(BinaryIO, id3.Dropped(source.stream)))  # its first bytes kept, for a WAV header's sizes
     f = source.open()
     if source.stream is None:
         held.callback(f.close)
