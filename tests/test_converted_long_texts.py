@@ -107,17 +107,35 @@ def test_long_texts_give_transformers_ids_reading_what_is_kept(converted: tuple[
     assert spy.chars == (16 + 64) * tokenizer.context
 
 
-def test_a_long_text_embeds_as_read_whole(converted: tuple[str, Path, Path]) -> None:
-    """Without stats the text is read as far as its kept tokens; with stats (which count the
-    tokens cut) it is read whole: the same ids, the same embeddings."""
+def test_a_long_text_embeds_the_same_with_stats(converted: tuple[str, Path, Path]) -> None:
+    """With stats, as without, a long text is read only as far as its kept tokens need: the
+    same ids, the same embeddings (stats read every text whole: a 1.15 MB text's tokenizing took
+    seconds, where the call without stats took milliseconds)."""
     _, _, path = converted
     texts = long_texts()[2:5] + ["a dog", "Ünïcödé " * 2000]
     with uform.Model.load_ram(path, quantization=Scalar.F32) as m:
         bounded = m.text_encode(texts, Arena()).embeddings
         stats = uform.TextEncodeStats()
-        whole = m.text_encode(texts, Arena(), stats=stats).embeddings
-    assert np.array_equal(bounded, whole)
-    assert stats.truncated_items == 4 and stats.truncated_tokens > 2000
+        counted = m.text_encode(texts, Arena(), stats=stats).embeddings
+    assert np.array_equal(bounded, counted)
+    assert stats.truncated_items == 4
+
+
+def test_stats_count_the_cut_in_the_part_read(converted: tuple[str, Path, Path]) -> None:
+    """A text read whole has its cut tokens counted exactly (transformers' untruncated length
+    less the context); a text read in part (its first 16, then 64 characters a context token)
+    counts the tokens cut in that part, and ``truncated_unread_items`` counts it."""
+    family, directory, path = converted
+    context = held(path).context
+    short, long = "word, " * 150, "a dog on a beach, " * 64_000  # 900 characters: read whole; 1.15 MB: read in part
+    ref = reference(family, directory)
+    lengths = [len(row) for row in ref([short, long[: 64 * context]], truncation=False)["input_ids"]]
+    with uform.Model.load_ram(path, quantization=Scalar.F32) as m:
+        stats = uform.TextEncodeStats()
+        m.text_encode([short, "a dog", long], Arena(), stats=stats)
+    assert (stats.truncated_items, stats.truncated_unread_items) == (2, 1)
+    assert stats.truncated_tokens == lengths[0] - context + lengths[1] - context
+    assert stats.tokens == 2 * context + len(ref(["a dog"])["input_ids"][0])
 
 
 def test_mixed_case_texts_are_lower_cased_as_the_family_tokenizer_does(converted: tuple[str, Path, Path]) -> None:

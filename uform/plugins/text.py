@@ -42,12 +42,15 @@ PLAN_WINDOW = 4096  # sorted texts planned at once
 
 @dataclass
 class TextEncodeStats(EncodeStats):
-    """Counters of text calls: bytes encoded, texts and bytes cut at ``context``, padding."""
+    """Counters of text calls: bytes encoded, texts and bytes cut at ``context``, padding.
+    ``truncated_unread_items``: texts a model with its own tokenizer cut and read only in part
+    (``truncated_tokens`` counts their tokens cut in the part read)."""
 
     tokens: int = 0
     truncated_items: int = 0
     truncated_tokens: int = 0
     padding_tokens: int = 0
+    truncated_unread_items: int = 0
 
 
 @dataclass(frozen=True)
@@ -232,17 +235,18 @@ def _encode_tokens(
     call: Call, tower: TextTower, tokenizer: tokens.HeldTokenizer, texts: Iterable[str | bytes], arena: Arena, stats: TextEncodeStats | None, options: EncodeOptions
 ) -> Encoded:
     """``text_encode`` through the checkpoint's own tokenizer (version 2)."""
-    encoded = tokenizer.encode(tokens.as_texts(texts), count=stats is not None)  # counting the cut reads each text whole
+    encoded = tokenizer.encode(tokens.as_texts(texts), count=False)  # a long text read as far as its kept tokens need
     kept = encoded.kept
     width = tower.context if tower.pad_to_context else None
     planned = np.full_like(kept, tower.context) if width is not None else kept - (1 - tower.head.first)  # plan() counts a class token
     batches = plan(planned, call.rows(MAX_ROWS), call.rows(TOKEN_BUDGET), call.rows(RUN_TOKENS))
     thunks = [functools.partial(token_feeds, encoded.ids, kept, width, tower.pad_id, idx) for idx in batches]
     result = encode(call, len(kept), thunks, arena, stats=stats, **options)
-    if stats is not None and encoded.full is not None:
+    if stats is not None:
         stats.tokens += int(kept.sum())
         stats.truncated_items += int((encoded.full > kept).sum())
         stats.truncated_tokens += int((encoded.full - kept).sum())
+        stats.truncated_unread_items += int((~encoded.whole).sum())
         stats.padding_tokens += sum(len(i) * (width if width is not None else max(1, int(kept[i].max()))) - int(kept[i].sum()) for i in batches)
     return result
 

@@ -29,12 +29,13 @@ GROWTH = 4  # each further read is this many times longer
 
 @dataclass(frozen=True)
 class Tokens:
-    """Texts as token ids: each row truncated to ``context``, and (when counted) every row's
-    length before."""
+    """Texts as token ids: each row truncated to ``context``, every row's length before (over
+    the part of the text read), and whether the text was read whole."""
 
     ids: list[np.ndarray]
     kept: np.ndarray
-    full: np.ndarray | None
+    full: np.ndarray
+    whole: np.ndarray  # bool: the text was read to its end, so ``full`` is its whole length
 
 
 class HeldTokenizer:
@@ -60,20 +61,23 @@ class HeldTokenizer:
         self.context = context
 
     def encode(self, texts: Sequence[str], count: bool = True) -> Tokens:
-        """Every text's ids (int64, specials included, at most ``context``) and, with ``count``,
-        its full length.
+        """Every text's ids (int64, specials included, at most ``context``), its length before
+        the cut, and whether it was read whole.
 
-        Counting reads every text whole: what truncation cut is counted, in the model's tokens,
-        from the pieces it cut (each carries the post-processor's special tokens again). Without
-        ``count``, a text longer than ``READ`` characters a context token is read in prefixes,
-        each ``GROWTH`` times the last, until two in a row give the same kept ids and the first
-        of them already had tokens past the context (so the cut at its end changed none that
-        are kept), or a prefix is the whole text: a 1 MB text costs a few kilobytes' reading."""
+        With ``count``, every text is read whole, so ``full`` is each text's whole length. Without
+        it, a text longer than ``READ`` characters a context token is read in prefixes, each
+        ``GROWTH`` times the last, until two in a row give the same kept ids and the first of
+        them already had tokens past the context (so the cut at its end changed none that are
+        kept), or a prefix is the whole text: a 1 MB text costs a few kilobytes' reading, and
+        ``full`` counts its tokens in the last prefix read (``whole`` False). What truncation cut
+        is counted, in the model's tokens, from the pieces it cut (each carries the
+        post-processor's special tokens again)."""
         if count:
-            return self._counted(texts)
+            return self._tokens(self._cut.encode_batch(list(texts)), [True] * len(texts))
         first = READ * self.context
         reads = [min(len(t), first) for t in texts]
         cut = self._cut.encode_batch([t[:n] for t, n in zip(texts, reads)])
+        last = list(cut)  # the longest prefix read of each text
         pending = [i for i, t in enumerate(texts) if reads[i] < len(t)]
         while pending:
             again = self._cut.encode_batch([texts[i][: reads[i] * GROWTH] for i in pending])
@@ -81,23 +85,22 @@ class HeldTokenizer:
             for i, e in zip(pending, again):
                 settled = bool(cut[i].overflowing) and e.ids == cut[i].ids
                 reads[i] *= GROWTH
+                last[i] = e
                 if not settled:
                     cut[i] = e
                     if reads[i] < len(texts[i]):
                         still.append(i)
             pending = still
-        ids = [np.asarray(e.ids, np.int64) for e in cut]
-        return Tokens(ids, np.fromiter((len(i) for i in ids), np.int64, len(ids)), None)
+        return self._tokens(last, [n >= len(t) for t, n in zip(texts, reads)])
 
-    def _counted(self, texts: Sequence[str]) -> Tokens:
-        cut = self._cut.encode_batch(list(texts))
+    def _tokens(self, cut: Sequence[Any], whole: Sequence[bool]) -> Tokens:
         ids = [np.asarray(e.ids, np.int64) for e in cut]
         kept = np.fromiter((len(i) for i in ids), np.int64, len(ids))
         full = kept.copy()
         truncated = [i for i, e in enumerate(cut) if e.overflowing]
         if truncated:
             full[truncated] += [sum(len(piece.ids) - self._specials for piece in cut[i].overflowing) for i in truncated]
-        return Tokens(ids, kept, full)
+        return Tokens(ids, kept, full, np.asarray(whole, bool))
 
 
 def read(metadata: Mapping[str, str], context: int, vocab_size: int, where: str) -> HeldTokenizer:
