@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import sys
 import warnings
 from collections.abc import Iterator
@@ -105,4 +106,26 @@ def test_a_broken_accepts_is_named_when_no_backend_is_left(site: Path, tiny_text
     source += "    yield Backend('boom', 'ram', lambda: None, lambda r: None, accepts=accepts)\n"
     install(site, "uform-broken", "boom = uform_broken", source)
     with pytest.raises(uform.UnsupportedError, match=r"^cannot place a model in RAM: boom: its accepts raised ValueError: bad; uform-broken 0\.1 \(plugin 'boom'\) has a bug"):
+        uform.Model.load_ram(tiny_text)
+
+
+@pytest.mark.parametrize(
+    ("answer", "wrong"),
+    [
+        ("{'text': None}", "dict, not a Placement"),
+        ("Placement({}, 0, Scalar.F32)", "a Placement without a runner (an object with run) for the tower(s) 'text'"),
+    ],
+    ids=["a-dict", "no-runner"],
+)
+def test_an_open_answering_no_placement_is_named(site: Path, tiny_text: Path, answer: str, wrong: str) -> None:
+    """A dict was 'TypeError: replace() should be called on dataclass instances' from dataclasses;
+    a Placement without the tower's runner loaded, and every text_encode was a KeyError."""
+    source = "import uform\nfrom uform.core.plugin import Backend, Placement\nfrom uform.core.types import Scalar\n@uform.hookimpl\n"
+    source += f"def uform_backends():\n    yield Backend('weird', 'ram', lambda: None, lambda request: {answer}, priority=50)\n"
+    install(site, "uform-broken", "weird = uform_broken", source)
+    message = (
+        f"backend 'weird': its open answered {wrong}; uform-broken 0.1 (plugin 'weird') has a bug: "
+        "report it there, or block it with UFORM_BLOCK_PLUGINS=weird"
+    )
+    with pytest.raises(uform.PluginError, match=f"^{re.escape(message)}$"):
         uform.Model.load_ram(tiny_text)

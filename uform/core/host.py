@@ -30,8 +30,8 @@ from typing import Any
 import pluggy
 
 from . import hookspecs
-from .errors import PluginConflictError, UnsupportedError
-from .plugin import MODEL_NAMES, Backend, LoadRequest, Modality, Tower
+from .errors import PluginConflictError, PluginError, UnsupportedError
+from .plugin import MODEL_NAMES, Backend, LoadRequest, Modality, Placement, Tower
 
 log = logging.getLogger("uform.plugins")
 
@@ -430,9 +430,27 @@ class Host:
         a warning in the log), so that the load goes on to the next backend as after a probe's."""
         return self._asked(backend, "accepts", lambda: backend.accepts(request))
 
-    def _asked(self, backend: Backend, what: str, ask: Callable[[], Any]) -> str | None:
+    def open(self, backend: Backend, request: LoadRequest) -> Placement:
+        """``backend.open(request)``, what it raises raised; PluginError naming its plugin when it
+        answers something other than a Placement with a runner (an object with ``run``) for
+        every tower of the request."""
+        placement = backend.open(request)
+        if not isinstance(placement, Placement):
+            wrong = f"{_shown(placement)}, not a Placement"
+        else:
+            runners = placement.runners if isinstance(placement.runners, Mapping) else {}
+            lacking = [t for t in request.towers if not callable(getattr(runners.get(t), "run", None))]
+            wrong = f"a Placement without a runner (an object with run) for the tower(s) {', '.join(map(repr, lacking))}" if lacking else ""
+        if wrong:
+            raise PluginError(f"backend {backend.name!r}: its open answered {wrong}; {self._fix(backend)}")
+        return placement
+
+    def _fix(self, backend: Backend) -> str:
         who = self._backend_owners.get(backend.name)
-        fix = f"{who} has a bug: report it there, or block it with {BLOCK_ENV}={who.plugin}" if who else "a bug of its plugin"
+        return f"{who} has a bug: report it there, or block it with {BLOCK_ENV}={who.plugin}" if who else "a bug of its plugin"
+
+    def _asked(self, backend: Backend, what: str, ask: Callable[[], Any]) -> str | None:
+        fix = self._fix(backend)
         try:
             reason = ask()
         except Exception as exc:  # noqa: BLE001 - the plugin's failure, named

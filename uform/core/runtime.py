@@ -177,7 +177,7 @@ def _open(host: Host, placement: str, request: LoadRequest) -> Placement:
     for backend in host.backends_for(placement):
         reason = host.probe(backend) or host.accepts(backend, request)
         if reason is None:
-            return replace(backend.open(request), backend=backend.name)
+            return replace(host.open(backend, request), backend=backend.name)
         reasons.append(f"{backend.name}: {reason}")
     detail = "; ".join(reasons) if reasons else host.no_backend(placement)
     raise UnsupportedError(f"cannot place a model in {placement.upper()}: {detail}")
