@@ -162,6 +162,28 @@ def test_a_jpeg_within_the_limits_reads_as_pillow_reads_it(jpeg: bytes) -> None:
 
 
 
+
+def test_a_webp_is_held_to_a_quarter_of_the_pixels_it_costs_four_times_as_much(monkeypatch: pytest.MonkeyPatch) -> None:
+    # measured: Pillow decodes a WebP at 15.3 bytes a pixel (a 9000x9000 lossless WebP of 3 KB:
+    # +1238 MB of peak RSS, where MAX_PIXELS was to hold a picture to 400 MB)
+    from PIL import Image
+
+    from uform.plugins.media import image as pictures
+
+    def webp(width: int, height: int, **kw: Any) -> bytes:
+        out = io.BytesIO()
+        Image.fromarray(np.zeros((height, width, 3), np.uint8)).save(out, "WEBP", **kw)
+        return out.getvalue()
+
+    monkeypatch.setattr(pictures, "MAX_PIXELS", 4 * 64 * 64)
+    assert picture(webp(64, 64, lossless=True)).shape == (32, 32, 3)
+    for data in (webp(65, 64, lossless=True), webp(64, 65, quality=50)):
+        with pytest.raises(InputError, match=r"^item 0: the WebP is 6\dx6\d = 4160 pixels, over the limit of 4096 for WebP \(uform.plugins.media.image.MAX_PIXELS // 4: Pillow's WebP decoder holds 16 bytes a pixel\)$"):
+            picture(data)
+    with pytest.raises(InputError, match=r"^item 0: the image is 200x100 = 20000 pixels, over the limit of 16384"):
+        picture(webp(200, 100))
+
+
 # -- video: the frame size the container declares, checked before FFmpeg's probe ------------
 
 

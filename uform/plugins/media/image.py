@@ -38,6 +38,10 @@ JPEG_DRAFT_MARGIN = 2  # decode JPEGs at 1/s (s = 8, 4, 2: the largest with shor
 TRIM_PIXELS = 1 << 24  # a decoded picture this large is handed back to the system once fitted (_give_back)
 STRIP_PIXELS = 1 << 16  # pixels a strip of rows holds while it is turned, converted and resized across
 FORMATS = ("JPEG", "PNG", "WEBP")
+# Pillow decodes a WebP through libwebp's animation decoder (its canvas and the previous one)
+# and copies the frame twice: 16 bytes a pixel, 4 times the 4 of other formats decoded whole;
+# a WebP is held to MAX_PIXELS // WEBP_SHARE pixels, so it holds what they hold at MAX_PIXELS
+WEBP_SHARE = 4
 _ORIENTATION = 0x0112
 
 
@@ -239,11 +243,16 @@ def _sniffed(source: Source, stream: BinaryIO) -> str:
     return kind
 
 
-def _check_size(source: Source, width: int, height: int) -> None:
+def _check_size(source: Source, width: int, height: int, kind: str = "") -> None:
     if width * height > MAX_PIXELS:
         raise source.fail(
             f"the image is {width}x{height} = {width * height} pixels, over the limit of {MAX_PIXELS} "
             "(uform.plugins.media.image.MAX_PIXELS) against decompression bombs"
+        )
+    if kind == "WEBP" and width * height > MAX_PIXELS // WEBP_SHARE:
+        raise source.fail(
+            f"the WebP is {width}x{height} = {width * height} pixels, over the limit of {MAX_PIXELS // WEBP_SHARE} "
+            f"for WebP (uform.plugins.media.image.MAX_PIXELS // {WEBP_SHARE}: Pillow's WebP decoder holds 16 bytes a pixel)"
         )
 
 
@@ -259,7 +268,7 @@ def _pillow(source: Source, stream: BinaryIO, size: int) -> tuple[Image.Image, i
         kind = _sniffed(source, io.BytesIO(head))
         stated = webp_size(head) if kind == "WEBP" else None
         if stated is not None:  # before Pillow's WebP reader, which refuses 2 x MAX_IMAGE_PIXELS in its own words
-            _check_size(source, *stated)
+            _check_size(source, *stated, kind)
         if kind == "JPEG":  # before Pillow's reader, which holds every APPn segment
             jpeg.check(source, stream)
         stream.seek(0)
@@ -269,7 +278,7 @@ def _pillow(source: Source, stream: BinaryIO, size: int) -> tuple[Image.Image, i
         if kind == "PNG":
             image.info[_PNG_DEPTH] = png_bit_depth(head)
         width, height = image.size
-        _check_size(source, width, height)
+        _check_size(source, width, height, kind)
         scale = draft_scale(width, height, size) if kind == "JPEG" else 1
         if scale > 1:
             image.draft(None, (width // scale, height // scale))
