@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import re
 import sys
+import textwrap
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -129,3 +130,63 @@ def test_an_open_answering_no_placement_is_named(site: Path, tiny_text: Path, an
     )
     with pytest.raises(uform.PluginError, match=f"^{re.escape(message)}$"):
         uform.Model.load_ram(tiny_text)
+
+
+ENTRY_SOURCE = textwrap.dedent(
+    """
+    import uform
+    from uform.core.plugin import Backend
+
+    class Plugin:
+        @uform.hookimpl
+        def uform_backends(self):
+            yield Backend("weird", "ram", lambda: "never here", lambda r: None)
+
+    plugin = Plugin()
+
+    @uform.hookimpl
+    def uform_backends():
+        yield Backend("weird", "ram", lambda: "never here", lambda r: None)
+
+    nothing = object()
+    """
+)
+
+
+@pytest.mark.parametrize(
+    ("value", "status", "error"),
+    [
+        ("uform_broken:plugin", "ok", ""),
+        ("uform_broken", "ok", ""),
+        ("", "failed", "its entry point's value '' is not 'module' or 'module:object'"),
+        (
+            "uform_broken:Plugin",
+            "failed",
+            "the entry point names the class Plugin, whose hooks would be called without an instance: "
+            "name a module, or an instance of it (plugin = Plugin())",
+        ),
+        (
+            "uform_broken:uform_backends",
+            "failed",
+            "the entry point names the hook function uform_backends itself: name the module (or object) that holds it",
+        ),
+        (
+            "uform_broken:nothing",
+            "failed",
+            "'object' has no function marked @uform.hookimpl (uform's hooks are uform_backends, uform_modalities): "
+            "the entry point names something that is not a uform plugin",
+        ),
+    ],
+    ids=["an-instance", "a-module", "empty", "a-class", "the-hook-itself", "no-hooks"],
+)
+def test_an_entry_point_naming_no_plugin_is_failed_by_name(site: Path, value: str, status: str, error: str) -> None:
+    """An empty value failed with "AttributeError: 'NoneType' object has no attribute 'group'"; a
+    class with "uform_backends names 'self', which the hook does not pass ... drop the argument";
+    the hook function itself, or an object with no hooks, was listed 'ok' and provided nothing."""
+    install(site, "uform-broken", f"weird = {value}", ENTRY_SOURCE)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        host = Host()
+        host.discover()
+    (record,) = [r for r in host.records if r.distribution == "uform-broken"]
+    assert (record.status, record.error, record.provides) == (status, error, ("weird",) if status == "ok" else ())

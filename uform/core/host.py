@@ -21,6 +21,7 @@ import inspect
 import importlib.metadata as metadata
 import logging
 import os
+import re
 import threading
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -112,6 +113,9 @@ class _Refused(Exception):
     """A plugin refused at registration; the message is the whole reason."""
 
 
+_ENTRY_POINT = re.compile(r"\s*[\w.]+\s*(:\s*[\w.]+\s*)?(\[.*\]\s*)?")  # module, or module:object, [extras]
+
+
 def _is_name(value: Any) -> bool:
     return isinstance(value, str) and bool(value.strip())
 
@@ -200,6 +204,9 @@ class Host:
             if ep.name in self.blocked:
                 self._record(PluginRecord(ep.name, dist, version, "", "blocked", (), f"blocked by {BLOCK_ENV} or Host(blocked=...)"))
                 continue
+            if not _ENTRY_POINT.fullmatch(ep.value):
+                self._failed(ep.name, dist, version, f"its entry point's value {ep.value!r} is not 'module' or 'module:object'")
+                continue
             try:
                 plugin = ep.load()
             except (Exception, SystemExit) as exc:  # noqa: BLE001 - a broken plugin must not break the rest
@@ -225,6 +232,16 @@ class Host:
                     f"its module {getattr(plugin, '__name__', plugin)!r} is registered already, as plugin {other!r}; "
                     "a module is one plugin: declare one entry point for it"
                 )
+            if inspect.isclass(plugin):
+                raise _Refused(
+                    f"the entry point names the class {plugin.__name__}, whose hooks would be called without an "
+                    "instance: name a module, or an instance of it (plugin = " + plugin.__name__ + "())"
+                )
+            if callable(plugin) and hasattr(plugin, f"{hookspecs.PROJECT}_impl"):
+                raise _Refused(
+                    f"the entry point names the hook function {getattr(plugin, '__name__', '?')} itself: "
+                    "name the module (or object) that holds it"
+                )
             unmarked = self._unmarked_hooks(plugin)
             if unmarked:
                 raise _Refused(
@@ -240,6 +257,11 @@ class Host:
                 self.manager.check_pending()
             except pluggy.PluginValidationError:
                 raise _Refused(self._unknown_hooks(plugin)) from None
+            if not self.manager.get_hookcallers(plugin):
+                raise _Refused(
+                    f"{getattr(plugin, '__name__', type(plugin).__name__)!r} has no function marked @uform.hookimpl "
+                    f"(uform's hooks are {', '.join(self._specs())}): the entry point names something that is not a uform plugin"
+                )
             modalities = self._hook(plugin, "uform_modalities")
             backends = self._hook(plugin, "uform_backends")
             self._check_records("uform_modalities", modalities, Modality)
