@@ -178,7 +178,7 @@ def test_clip_labels_are_softmax_over_scaled_cosines(clip: tuple[Path, Path], tm
     np.testing.assert_allclose(got, want, atol=2e-4)
     with uform.Model.load_ram(clip[1], quantization=Scalar.F32) as m:  # a set's order is its own: no column would be sure
         with pytest.raises(TypeError, match="labels must be a sequence, got a set, whose order is its own"):
-            m.label_probabilities(np.zeros((1, m.describe().dimensions), np.float32), set(labels))  # type: ignore[arg-type]
+            m.label_probabilities(np.eye(1, m.describe().dimensions, dtype=np.float32), set(labels))  # type: ignore[arg-type]
 
 
 def test_siglip_labels_are_sigmoids_with_the_bias(siglip: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

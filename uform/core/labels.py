@@ -35,18 +35,33 @@ def label_texts(labels: Any) -> list[str]:
     return out
 
 
+UNIT = 0.01  # a row's norm may differ from 1 by this much (an E4M3 tower's rows), not a row never normalised
+
+
 def rows(embeddings: Any, dimensions: int) -> np.ndarray:
-    """``embeddings`` as float64 ``[N, dimensions]`` (one row: ``[dimensions]`` is taken as ``[1, dimensions]``)."""
+    """``embeddings`` as float64 ``[N, dimensions]`` (one row: ``[dimensions]`` is taken as ``[1, dimensions]``):
+    float32 (or float64) unit rows, as the encode verbs give them in F32. F16 rows are refused
+    (their rounding moves CLIP's probabilities, at a scale of 100, by up to 3e-4), and so is a row
+    whose norm is not 1 (within ``UNIT``), by its index: its cosines would be off."""
     array = np.asarray(embeddings)
-    if array.dtype.kind != "f":
-        raise TypeError(f"embeddings must be floating-point rows (outputs_scalar=Scalar.F32), got {array.dtype}")
+    if array.dtype.kind != "f" or array.dtype.itemsize < 4:
+        raise TypeError(f"embeddings must be float32 (or float64) rows (outputs_scalar=Scalar.F32), got {array.dtype}")
     if array.ndim == 1:
         array = array[None]
     if array.ndim != 2 or array.shape[1] != dimensions:
         raise ValueError(f"embeddings must have shape [N, {dimensions}] (this model's dimensions), got {list(array.shape)}")
     if not np.isfinite(array).all():
         raise ValueError(f"embeddings: row {int(np.flatnonzero(~np.isfinite(array).all(1))[0])} holds NaN or infinite values")
-    return array.astype(np.float64)
+    out = array.astype(np.float64)
+    norms = np.sqrt(np.einsum("ij,ij->i", out, out))
+    off = np.flatnonzero(np.abs(norms - 1.0) > UNIT)
+    if off.size:
+        i = int(off[0])
+        raise ValueError(
+            f"embeddings: row {i} has norm {norms[i]:.6g}, not 1: label probabilities compare unit rows "
+            "(an encode verb's embeddings, or rows divided by their norms)"
+        )
+    return out
 
 
 def spec(labels: Mapping[str, Any] | None) -> Mapping[str, Any]:
