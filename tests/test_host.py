@@ -37,7 +37,7 @@ def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
         yield root
     finally:
         sys.path.remove(str(root))
-        for name in [m for m in sys.modules if m.startswith("uform_broken")]:
+        for name in [m for m in sys.modules if m.startswith(("uform_broken", "uform_smell"))]:
             del sys.modules[name]
         reset_host()
 
@@ -190,3 +190,40 @@ def test_an_entry_point_naming_no_plugin_is_failed_by_name(site: Path, value: st
         host.discover()
     (record,) = [r for r in host.records if r.distribution == "uform-broken"]
     assert (record.status, record.error, record.provides) == (status, error, ("weird",) if status == "ok" else ())
+
+
+SMELL_BROKEN = {
+    "read": ("def read(cfg, model):\n", "    return cfg['nosuch']\n", "its read raised KeyError: 'nosuch'"),
+    "tensors-list": ("def tensors(g, model):\n", "    return ['smell.embed.weight']\n", "its tensors answered list, not a mapping of tensor name to TensorSpec"),
+    "tensors-shape": ("def tensors(g, model):\n", "    return {'smell.embed.weight': (16, g.width)}\n", "its tensors answered tuple for 'smell.embed.weight', not a TensorSpec"),
+    "graph": ("def graph(g, model, b):\n", "    raise ZeroDivisionError('oops')\n", "its graph raised ZeroDivisionError: oops"),
+}
+
+
+@pytest.mark.parametrize("broken", list(SMELL_BROKEN))
+def test_a_tower_function_failing_is_the_plugins_error_named(site: Path, tmp_path: Path, broken: str) -> None:
+    """docs/plugins.md's smell plugin with one function broken: each was a bare traceback of the load
+    (KeyError: 'nosuch'; ValueError: dictionary update sequence element #0 has length 18; 2 is
+    required; AttributeError: 'tuple' object has no attribute 'shape'; ZeroDivisionError: oops)."""
+    from test_plugins import example_plugin
+
+    from uform.core import checkpoint
+
+    good = example_plugin()
+    (site / "uform_smell").mkdir()
+    (site / "uform_smell" / "__init__.py").write_text(good)
+    info = site / "uform_smell-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: uform-smell\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[uform]\nsmell = uform_smell\n")
+    config, tensors = checkpoint.new(get_host(), "tiny", 0, ["text", "smell"])
+    checkpoint.save(tmp_path / "smelly.safetensors", config, tensors)
+    where, body, reason = SMELL_BROKEN[broken]
+    (site / "uform_smell" / "__init__.py").write_text(good.replace(where, where + body))
+    for name in [m for m in sys.modules if m.startswith("uform_smell")]:
+        del sys.modules[name]
+    reset_host()
+    fix = "uform-smell 0.1 (plugin 'smell') has a bug: report it there, or block it with UFORM_BLOCK_PLUGINS=smell"
+    message = f"tower 'smell': {reason}; {fix}"
+    with pytest.raises(uform.PluginError, match=f"^{re.escape(message)}$"):
+        uform.Model.load_ram(tmp_path / "smelly.safetensors")

@@ -31,8 +31,8 @@ from typing import Any
 import pluggy
 
 from . import hookspecs
-from .errors import PluginConflictError, PluginError, UnsupportedError
-from .plugin import MODEL_NAMES, Backend, LoadRequest, Modality, Placement, Tower
+from .errors import PluginConflictError, PluginError, UformError, UnsupportedError
+from .plugin import MODEL_NAMES, Backend, LoadRequest, Modality, Placement, TensorSpec, Tower
 
 log = logging.getLogger("uform.plugins")
 
@@ -182,6 +182,7 @@ class Host:
         self._withheld_modalities: list[tuple[Modality, Conflict]] = []
         self._withheld_backends: list[tuple[Backend, Conflict]] = []
         self._backend_owners: dict[str, Claimant] = {}
+        self._modality_owners: dict[str, Claimant] = {}
         self._groups: set[str] = set()  # the entry-point groups discover() has read
         self._discovered: set[tuple[str, str, str, str]] = set()  # (group, name, value, distribution) taken
 
@@ -373,6 +374,7 @@ class Host:
         self.modalities, self.backends, self.records = {}, {}, []
         self._withheld_modalities, self._withheld_backends = [], []
         self._backend_owners = {b.name: e.who for e in loaded for b in e.backends}
+        self._modality_owners = {m.name: e.who for e in loaded for m in e.modalities}
         for entry in self._entries:
             if isinstance(entry, PluginRecord):
                 self.records.append(entry)
@@ -468,8 +470,23 @@ class Host:
         return placement
 
     def _fix(self, backend: Backend) -> str:
-        who = self._backend_owners.get(backend.name)
-        return f"{who} has a bug: report it there, or block it with {BLOCK_ENV}={who.plugin}" if who else "a bug of its plugin"
+        return _fix(self._backend_owners.get(backend.name))
+
+    def tower_call(self, modality: Modality, what: str, *args: Any) -> Any:
+        """``modality.tower.<what>(*args)`` (``read``, ``tensors``, ``graph``): uform's own errors (a
+        CheckpointError naming a field) as raised; any other exception, and ``tensors`` answering
+        something other than a mapping of tensor name to TensorSpec, PluginError naming the plugin."""
+        tower, fix = modality.tower, _fix(self._modality_owners.get(modality.name))
+        try:
+            answer = getattr(tower, what)(*args)
+        except UformError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the plugin's bug, named
+            raise PluginError(f"tower {tower.name!r}: its {what} raised {type(exc).__name__}: {exc}; {fix}") from exc
+        wrong = _wrong_specs(answer) if what == "tensors" else ""
+        if wrong:
+            raise PluginError(f"tower {tower.name!r}: its tensors answered {wrong}; {fix}")
+        return dict(answer) if what == "tensors" else answer
 
     def _asked(self, backend: Backend, what: str, ask: Callable[[], Any]) -> str | None:
         fix = self._fix(backend)
@@ -490,6 +507,25 @@ class Host:
         blocked = [r.name for r in self.records if r.status == "blocked"]
         also = f"; blocked plugins ({BLOCK_ENV} or Host(blocked=...)): {', '.join(blocked)}" if blocked else ""
         return f"no backend plugin of that kind is installed{also}"
+
+
+def _fix(who: Claimant | None) -> str:
+    return f"{who} has a bug: report it there, or block it with {BLOCK_ENV}={who.plugin}" if who else "a bug of its plugin"
+
+
+def _wrong_specs(specs: Any) -> str:
+    """What is wrong with a tower's ``tensors`` answer ('' when it is a mapping of name to TensorSpec)."""
+    if not isinstance(specs, Mapping):
+        return f"{_shown(specs)}, not a mapping of tensor name to TensorSpec"
+    for name, spec in specs.items():
+        if not _is_name(name):
+            return f"the tensor name {_shown(name)}, not a non-empty str"
+        if not isinstance(spec, TensorSpec):
+            return f"{_shown(spec)} for {name!r}, not a TensorSpec"
+        shape = spec.shape
+        if not isinstance(shape, tuple) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
+            return f"the shape {_shown(shape)} for {name!r}, not a tuple of ints (0 or more)"
+    return ""
 
 
 _host: Host | None = None

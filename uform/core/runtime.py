@@ -68,8 +68,8 @@ def plan_towers(container: Source, config: ModelConfig, host: Host) -> dict[str,
                 stacklevel=4,
             )
             continue
-        parsed = modality.tower.read(tower_cfg, config)
-        specs = dict(modality.tower.tensors(parsed, config))
+        parsed = host.tower_call(modality, "read", tower_cfg, config)  # a plugin's bug: PluginError naming it
+        specs: dict[str, TensorSpec] = host.tower_call(modality, "tensors", parsed, config)
         for tensor, spec in specs.items():
             entry = container.entries.get(tensor)
             if entry is None:
@@ -93,7 +93,7 @@ def plan_towers(container: Source, config: ModelConfig, host: Host) -> dict[str,
 
 def build_graph(name: str, modality: Modality, parsed: Any, config: ModelConfig, specs: Mapping[str, TensorSpec]) -> onnx.ModelProto:
     builder = GraphBuilder(name)
-    modality.tower.graph(parsed, config, builder)
+    get_host().tower_call(modality, "graph", parsed, config, builder)
     unknown = [w for w in builder.weights if w not in specs]
     if unknown:
         raise RuntimeError(f"plugin bug: the {name!r} graph uses tensors its tower does not declare: {unknown}")
