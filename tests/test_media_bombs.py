@@ -111,6 +111,58 @@ def test_a_100_mb_id3_frame_costs_no_memory(mp3: bytes, tmp_path: Path, how: str
     assert int(done.stdout) < 40, done.stdout  # MB over the process's peak before decoding
 
 
+
+def flac_with(plain: bytes, blocks: list[tuple[int, bytes]]) -> bytes:
+    """A FLAC with metadata ``blocks`` (type, body) put after its STREAMINFO."""
+    pos, kept = 4, []
+    while True:
+        last, size = plain[pos] & 0x80, int.from_bytes(plain[pos + 1 : pos + 4], "big")
+        kept.append((plain[pos] & 0x7F, plain[pos + 4 : pos + 4 + size]))
+        pos += 4 + size
+        if last:
+            break
+    every = kept[:1] + blocks + kept[1:]
+    heads = [bytes([kind | (0x80 if i == len(every) - 1 else 0)]) + len(body).to_bytes(3, "big") + body for i, (kind, body) in enumerate(every)]
+    return b"fLaC" + b"".join(heads) + plain[pos:]
+
+
+def wav_with(plain: bytes, before: bytes, after: bytes) -> bytes:
+    """A WAV with the chunks ``before`` put ahead of its ``data`` chunk and ``after`` behind it."""
+    at = plain.index(b"data")
+    body = plain[12:at] + before + plain[at:] + after
+    return b"RIFF" + (4 + len(body)).to_bytes(4, "little") + b"WAVE" + body
+
+
+@pytest.mark.parametrize("name", ["wav", "flac"])
+def test_a_flac_s_or_wav_s_tags_and_pictures_are_left_out(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # measured: FFmpeg read them whole as it opened the file, a WAV's 50 MB LIST chunk +146 MB of peak RSS
+    from uform.plugins.media import metadata
+
+    plain = media_audio.write_format(tmp_path, name, media_audio.tone(2.0, 44100, (440.0, 660.0))).read_bytes()
+    if name == "wav":
+        listed = b"LIST" + (4 + 8 + 10_000_000).to_bytes(4, "little") + b"INFO" + b"INAM" + (10_000_000).to_bytes(4, "little") + b"x" * 10_000_000
+        tagged = wav_with(plain, listed, listed)
+    else:
+        comment = (5).to_bytes(4, "little") + b"uform" + (1).to_bytes(4, "little") + (10_000_000).to_bytes(4, "little") + b"A=" + b"x" * 9_999_998
+        tagged = flac_with(plain, [(4, comment), (6, b"\x00" * 10_000_000), (1, b"\x00" * 10)])
+    counted = Counted(tagged)
+    got = window(counted)
+    assert counted.read_bytes < 1_000_000
+    path = tmp_path / "tagged.bin"
+    path.write_bytes(tagged)
+    np.testing.assert_array_equal(window(str(path)), got)
+    monkeypatch.setattr(metadata, "stripped", lambda f, at: None)  # FFmpeg given the whole file: the same window
+    np.testing.assert_array_equal(window(tagged), got)
+    np.testing.assert_array_equal(window(plain), got)
+
+
+def test_a_flac_with_too_many_metadata_blocks_is_refused(tmp_path: Path) -> None:
+    plain = media_audio.write_format(tmp_path, "flac", media_audio.tone(2.0, 44100)).read_bytes()
+    with pytest.raises(InputError, match=r"^item 0: it has over 65536 metadata blocks or chunks before its sound, the limit of uform.plugins.media.metadata.MAX_BLOCKS$"):
+        window(flac_with(plain, [(2, b"abcd")] * 70_000))
+    assert window(flac_with(plain, [(2, b"abcd")] * 60_000)).shape == (16000,)
+
+
 # -- JPEG: what Pillow's reader holds, or steps through, before the picture ----------------
 
 
@@ -232,11 +284,12 @@ def test_a_clip_s_declared_frame_size_is_refused_before_ffmpeg_opens_it(containe
 
 _MEASURE = """
 import sys, time
-from uform.plugins.media import audio, files, id3, image, jpeg, mp4, video, webm
+from uform.plugins.media import audio, files, id3, image, jpeg, metadata, mp4, video, webm
 def hwm():
     return next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM")) // 1024
 if sys.argv[2] == "--unchecked":  # the checks this file guards lifted: what the bombs cost without them
     id3.tags_end = lambda f: 0
+    metadata.stripped = lambda f, at: None
     jpeg.MAX_METADATA_BYTES = jpeg.MAX_SEGMENTS = jpeg.MAX_STRAY_BYTES = 1 << 62
     webm.declared_frame, check = (lambda f: None), mp4.check
     mp4.check = lambda source, f: check(source, f) and None
@@ -245,12 +298,19 @@ base, start = hwm(), time.perf_counter()
 source = files.sources([sys.argv[1]], "x")[0]
 kind = sys.argv[1].rsplit(".", 1)[1]
 try:
-    {"mp3": lambda: audio.decode(source, 16000, 16000), "jpg": lambda: image.decode(source, 224), "mp4": lambda: video.sample(source, 8, 224), "webm": lambda: video.sample(source, 8, 224)}[kind]()
+    {"mp3": lambda: audio.decode(source, 16000, 16000), "wav": lambda: audio.decode(source, 16000, 16000), "flac": lambda: audio.decode(source, 16000, 16000), "jpg": lambda: image.decode(source, 224), "mp4": lambda: video.sample(source, 8, 224), "webm": lambda: video.sample(source, 8, 224)}[kind]()
     said = "decoded"
 except Exception as exc:
     said = str(exc)
 print(f"+{hwm() - base} MB peak RSS, {time.perf_counter() - start:.2f} s: {said[:100]}")
 """
+
+
+def picture_block(size: int) -> bytes:
+    """A FLAC PICTURE block's body: a front cover (type 3), image/png, of ``size`` zero bytes."""
+    import struct
+
+    return struct.pack(">II", 3, 9) + b"image/png" + struct.pack(">IIIIII", 0, 1, 1, 24, 0, size) + b"\x00" * size
 
 
 def _bombs(d: Path) -> dict[str, bytes]:
@@ -260,8 +320,15 @@ def _bombs(d: Path) -> dict[str, bytes]:
     Image.fromarray(np.random.default_rng(0).integers(0, 256, (48, 64, 3), np.uint8)).save(out, "JPEG")
     j = out.getvalue()
     mp3_bytes = media_audio.write_format(d, "mp3", media_audio.tone(2.0, 44100, (440.0, 660.0))).read_bytes()
+    wav = media_audio.write_format(d, "wav", media_audio.tone(2.0, 44100, (440.0, 660.0))).read_bytes()
+    flac = media_audio.write_format(d, "flac", media_audio.tone(2.0, 44100, (440.0, 660.0))).read_bytes()
+    info = b"INFO" + b"INAM" + (50_000_000).to_bytes(4, "little") + b"x" * 50_000_000
+    comment = (5).to_bytes(4, "little") + b"uform" + (1).to_bytes(4, "little") + (16_000_000).to_bytes(4, "little") + b"A=" + b"x" * 15_999_998
     return {
         "id3-100MB.mp3": id3_tag(100_000_000) + mp3_bytes,
+        "list-50MB.wav": wav_with(wav, b"LIST" + len(info).to_bytes(4, "little") + info, b""),
+        "comment-16MB.flac": flac_with(flac, [(4, comment)]),
+        "pictures-6x16MB.flac": flac_with(flac, [(6, picture_block(16_000_000))] * 6),
         "app3-5000x64KB.jpg": j[:2] + segment(0xE3, 65533) * 5000 + j[2:],
         "app3-1Mx0.jpg": j[:2] + segment(0xE3, 0) * 1_000_000 + j[2:],
         "fill-10MB.jpg": j[:2] + b"\xff" * 10_000_000 + j[2:],

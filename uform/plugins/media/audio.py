@@ -20,7 +20,7 @@ from uform.core.arena import RowsTape
 from uform.core.errors import InputError, check_not_released
 from uform.core.pipeline import check_batch
 
-from . import id3, mp4
+from . import id3, metadata, mp4
 from .files import HeadKept, Source, falls_short
 
 CHUNK = 1 << 14  # source samples gathered before one resampler call
@@ -224,7 +224,8 @@ def decode(source: Source, rate: int, samples: int) -> Recording:
 
 def _target(source: Source, held: ExitStack) -> Any:
     """What FFmpeg reads of ``source``: from where its leading ID3v2 tags end (never read whole
-    by FFmpeg), after its MP4 tables are checked; files uform opens are closed by ``held``."""
+    by FFmpeg), a FLAC's or WAV's metadata left out, after its MP4 tables are checked; files
+    uform opens are closed by ``held``."""
     if source.stream is not None and not source._seekable():  # a one-way stream is read by FFmpeg alone
         return HeadKept(cast(BinaryIO, id3.Dropped(source.stream)))  # its first bytes kept, for a WAV header's sizes
     f = source.open()
@@ -233,8 +234,13 @@ def _target(source: Source, held: ExitStack) -> Any:
     mp4.check(source, f)
     try:
         start = id3.tags_end(f)
+        spliced = metadata.stripped(f, start)  # a FLAC's or WAV's tags and pictures left out too
+    except ValueError as exc:
+        raise source.fail(str(exc)) from None
     except Exception as exc:  # noqa: BLE001 - a read that fails, of a path or of the caller's object
         raise source.fail(f"cannot read the file ({type(exc).__name__}: {exc})") from None
+    if spliced is not None:
+        return metadata.Spliced(f, *spliced)
     return id3.After(f, start) if start else source.target()
 
 

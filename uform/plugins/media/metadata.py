@@ -1,0 +1,123 @@
+"""A FLAC's or WAV's metadata left out of what FFmpeg reads: the headers it needs, then the sound.
+
+FFmpeg reads a container's tags and pictures whole as it opens a file, and holds them two or
+three times over (its dictionary, PyAV's): measured (``python -m tests.test_media_bombs
+--unchecked``) a WAV with a 50 MB ``LIST`` chunk took +146 MB of peak RSS, a FLAC with a
+16 MB ``VORBIS_COMMENT`` +50 MB, one with six 16 MB ``PICTURE`` blocks +97 MB. No tag is
+needed for a window, so :func:`stripped` finds where a FLAC's metadata blocks or a WAV's
+chunks lie (seeking over them, never reading them) and the audio reader hands FFmpeg a
+:class:`Spliced` file: the header blocks it needs (FLAC: ``STREAMINFO``, ``SEEKTABLE``; WAV:
+``fmt ``, ``fact`` and the ``data`` header), then the sound, and nothing after a WAV's data.
+"""
+
+from __future__ import annotations
+
+import io
+from typing import BinaryIO
+
+_FLAC_KEPT = (0, 3)  # STREAMINFO, SEEKTABLE
+_WAV_KEPT = (b"fmt ", b"fact")
+MAX_BLOCKS = 1 << 16  # metadata blocks or chunks before the sound; a file with more is refused
+
+
+class Spliced(io.RawIOBase):
+    """``prefix`` followed by bytes ``start`` to ``end`` of the seekable ``inner``, as one file."""
+
+    def __init__(self, inner: BinaryIO, prefix: bytes, start: int, end: int) -> None:
+        super().__init__()
+        self.inner, self.prefix, self.start, self.end = inner, prefix, start, end
+        self.size, self.at = len(prefix) + end - start, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self.at, io.SEEK_END: self.size}[whence]
+        self.at = max(0, base + offset)
+        return self.at
+
+    def tell(self) -> int:
+        return self.at
+
+    def read(self, size: int | None = -1) -> bytes:
+        n = self.size - self.at if size is None or size < 0 else max(0, min(size, self.size - self.at))
+        out = b""
+        if self.at < len(self.prefix):
+            out = self.prefix[self.at : self.at + n]
+        if len(out) < n:
+            self.inner.seek(self.start + self.at + len(out) - len(self.prefix))
+            out += self.inner.read(n - len(out))
+        self.at += len(out)
+        return out
+
+
+def _too_many() -> str:
+    return f"it has over {MAX_BLOCKS} metadata blocks or chunks before its sound, the limit of uform.plugins.media.metadata.MAX_BLOCKS"
+
+
+def _flac(f: BinaryIO, at: int) -> tuple[bytes, int, int] | None:
+    end = f.seek(0, 2)
+    pos, kept, dropped = at + 4, [], False
+    for _ in range(MAX_BLOCKS):
+        f.seek(pos)
+        header = f.read(4)
+        if len(header) < 4:
+            return None
+        kind, size = header[0] & 0x7F, int.from_bytes(header[1:4], "big")
+        if kind in _FLAC_KEPT:
+            kept.append(bytes([kind]) + header[1:4] + f.read(size))
+        else:
+            dropped = True
+        pos += 4 + size
+        if header[0] & 0x80:
+            break
+    else:
+        raise ValueError(_too_many())
+    if not dropped or not kept or pos > end:
+        return None
+    kept[-1] = bytes([kept[-1][0] | 0x80]) + kept[-1][1:]
+    return b"fLaC" + b"".join(kept), pos, end
+
+
+def _wav(f: BinaryIO, at: int) -> tuple[bytes, int, int] | None:
+    end = f.seek(0, 2)
+    pos, kept, dropped = at + 12, [], False
+    for _ in range(MAX_BLOCKS):
+        f.seek(pos)
+        header = f.read(8)
+        if len(header) < 8:
+            return None
+        kind, size = header[:4], int.from_bytes(header[4:8], "little")
+        if kind == b"data":
+            if not dropped and pos + 8 + size >= end:
+                return None  # nothing to leave out
+            stop = min(end, pos + 8 + size + (size & 1)) if size not in (0, 0xFFFFFFFF) else end
+            body = b"WAVE" + b"".join(kept) + header
+            return b"RIFF" + (len(body) + stop - pos - 8).to_bytes(4, "little") + body, pos + 8, stop
+        if kind in _WAV_KEPT:
+            if size > 1 << 16:
+                return None
+            kept.append(header + f.read(size + (size & 1)))
+        else:
+            dropped = True
+        pos += 8 + size + (size & 1)
+    raise ValueError(_too_many())
+
+
+def stripped(f: BinaryIO, at: int) -> tuple[bytes, int, int] | None:
+    """For a FLAC or a plain RIFF WAV starting at ``at`` in the seekable ``f``, with metadata to
+    leave out: the header bytes FFmpeg needs, and the start and end of the sound in ``f``
+    (a :class:`Spliced` file's arguments); None for any other file, or one with none.
+    ValueError (its reason) for one with over ``MAX_BLOCKS`` blocks or chunks before the sound."""
+    f.seek(at)
+    head = f.read(12)
+    found = None
+    if head[:4] == b"fLaC":
+        found = _flac(f, at)
+    elif head[:4] == b"RIFF" and head[8:12] == b"WAVE":
+        found = _wav(f, at)
+    f.seek(0)
+    return found
