@@ -359,3 +359,6 @@ def test_pipelined_requests_on_one_connection_and_a_lone_surrogate(server: Proc,
     bad = httpx.post(server.url + "/v1/embeddings", content=b'{"input": ["a", "\\ud800"]}')
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "input[1]", bad.text
     assert "not encodable as UTF-8" in bad.json()["error"]["message"]
+    with pytest.raises(uform.InputError) as refused:  # the server refuses it in the verb's words (it had its own: "the text is ...")
+        model.text_encode(["a", "\ud800"], uform.Arena())
+    assert bad.json()["error"]["message"] == f"input[1]: {refused.value.reason}" == "input[1]: text is not encodable as UTF-8 (surrogates not allowed at 0)"

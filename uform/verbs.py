@@ -8,6 +8,10 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
+# a text's UTF-8 checks, refused in the verbs' own words (InputError naming the item): for the
+# verbs' callers that check texts before a call (the server), so that the words are written once
+from .plugins.media.text import text_of as text_of, utf8_of as utf8_of
+
 if TYPE_CHECKING:
     from .core.runtime import Runtime
 

@@ -18,6 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from uform import InputError
+from uform.verbs import text_of, utf8_of
+
 from .errors import ApiError, bad_item, shown
 from .parts import part_bytes
 
@@ -111,9 +114,9 @@ def _item(index: int, x: Any, media_root: Path | None, limit: int, utf8: bool) -
             raise bad_item(index, "the token-id array is empty")
         if utf8:
             try:
-                data.decode()
-            except UnicodeDecodeError as exc:  # the verb's own words (uform.plugins.media.text.as_texts)
-                raise bad_item(index, f"bytes are not UTF-8 ({exc.reason} at byte {exc.start}); this model's tokenizer reads text") from None
+                text_of(index, data)
+            except InputError as exc:  # the verb's own words
+                raise bad_item(index, exc.reason) from None
         return Item("text", data, len(data))
     if isinstance(x, dict):
         if x.get("type") == "text":
@@ -133,9 +136,9 @@ def _text(index: int, text: str) -> Item:
     if not text:
         raise bad_item(index, "the text is empty")
     try:
-        data = text.encode()
-    except UnicodeEncodeError as exc:
-        raise bad_item(index, f"the text is not encodable as UTF-8 ({exc.reason} at {exc.start})") from None
+        data = utf8_of(index, text)
+    except InputError as exc:  # the verb's own words
+        raise bad_item(index, exc.reason) from None
     return Item("text", data, len(data))
 
 

@@ -119,10 +119,7 @@ def as_bytes(texts: Any) -> list[bytes]:
     out = []
     for i, text in enumerate(texts):
         if isinstance(text, str):
-            try:
-                out.append(text.encode("utf-8"))
-            except UnicodeEncodeError as exc:
-                raise InputError(i, f"text is not encodable as UTF-8 ({exc.reason} at {exc.start})") from None
+            out.append(utf8_of(i, text))
         elif isinstance(text, (bytes, bytearray, memoryview)):
             check_not_released(i, text)
             out.append(bytes(text))
@@ -134,10 +131,22 @@ def as_bytes(texts: Any) -> list[bytes]:
 def as_texts(texts: Any) -> list[str]:
     """Each text as ``str`` (bytes decoded as UTF-8), for a tokenizer that reads text;
     InputError names the first bad item."""
-    out = []
-    for i, text in enumerate(as_bytes(texts)):
-        try:
-            out.append(text.decode("utf-8"))
-        except UnicodeDecodeError as exc:
-            raise InputError(i, f"bytes are not UTF-8 ({exc.reason} at byte {exc.start}); this model's tokenizer reads text") from None
-    return out
+    return [text_of(i, text) for i, text in enumerate(as_bytes(texts))]
+
+
+def utf8_of(index: int, text: str) -> bytes:
+    """``text`` as UTF-8; InputError naming item ``index`` when it cannot be (a lone surrogate).
+    The one wording of this refusal: the verbs' and the server's (through ``uform.verbs``)."""
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InputError(index, f"text is not encodable as UTF-8 ({exc.reason} at {exc.start})") from None
+
+
+def text_of(index: int, data: bytes) -> str:
+    """``data`` decoded as UTF-8, the text a tokenizer reads; InputError naming item ``index``
+    when it is not UTF-8. The one wording of this refusal: the verbs' and the server's."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(index, f"bytes are not UTF-8 ({exc.reason} at byte {exc.start}); this model's tokenizer reads text") from None
