@@ -280,6 +280,35 @@ def test_a_clip_s_declared_frame_size_is_refused_before_ffmpeg_opens_it(containe
     assert video.sample(sources.sources([data], "clips")[0], 2, 16)[0].shape == (2, 16, 16, 3)
 
 
+
+def with_attachment(webm: bytes, size: int) -> bytes:
+    """The WebM ``webm`` with an Attachments element of one ``size``-byte file before its first
+    cluster (its Segment's size made unknown, as a live recording's is)."""
+
+    def element(ident: bytes, body: bytes) -> bytes:
+        return ident + (1 << 56 | len(body)).to_bytes(8, "big") + body
+
+    segment_at = webm.index(b"\x18\x53\x80\x67") + 4
+    length = 9 - webm[segment_at].bit_length()
+    webm = webm[:segment_at] + b"\x01" + b"\xff" * 7 + webm[segment_at + length :]
+    at = webm.index(b"\x1f\x43\xb6\x75")
+    attached = element(b"\x61\xa7", element(b"\x46\x6e", b"a.bin") + element(b"\x46\x60", b"application/octet-stream") + element(b"\x46\xae", b"\x01") + element(b"\x46\x5c", b"\x00" * size))
+    return webm[:at] + element(b"\x19\x41\xa4\x69", attached) + webm[at:]
+
+
+def test_a_webm_s_attachments_are_bounded(tmp_path: Path) -> None:
+    # measured: FFmpeg read a 100 MB attachment whole as it opened the file, +384 MB of peak RSS and 2.5 s
+    from uform.plugins.media import video
+
+    plain = clip(64, 48, "webm", "libvpx", frames=4)
+    frames = video.sample(sources.sources([plain], "clips")[0], 2, 16)[0]
+    np.testing.assert_array_equal(video.sample(sources.sources([with_attachment(plain, 1_000_000)], "clips")[0], 2, 16)[0], frames)
+    path = tmp_path / "attached.webm"
+    path.write_bytes(with_attachment(plain, 17_000_000))
+    with pytest.raises(InputError, match=r"^item 0 \(.*attached.webm\): its attachments hold 170000\d\d bytes, over the limit of 16777216 \(uform.plugins.media.video.MAX_ATTACHED_BYTES\) that FFmpeg would read whole$"):
+        video.sample(sources.sources([str(path)], "clips")[0], 2, 16)
+
+
 # -- python tests/test_media_bombs.py [--unchecked]: each bomb's peak RSS growth and seconds --------
 
 _MEASURE = """
@@ -291,7 +320,7 @@ if sys.argv[2] == "--unchecked":  # the checks this file guards lifted: what the
     id3.tags_end = lambda f: 0
     metadata.stripped = lambda f, at: None
     jpeg.MAX_METADATA_BYTES = jpeg.MAX_SEGMENTS = jpeg.MAX_STRAY_BYTES = 1 << 62
-    webm.declared_frame, check = (lambda f: None), mp4.check
+    webm.declared, check = (lambda f: (None, 0)), mp4.check
     mp4.check = lambda source, f: check(source, f) and None
 import av, PIL.Image, numpy
 base, start = hwm(), time.perf_counter()
@@ -334,6 +363,7 @@ def _bombs(d: Path) -> dict[str, bytes]:
         "fill-10MB.jpg": j[:2] + b"\xff" * 10_000_000 + j[2:],
         "8000x6000.mp4": clip(8000, 6000, "mp4", "libx264"),
         "8000x6000.webm": clip(8000, 6000, "webm", "libvpx"),
+        "attached-100MB.webm": with_attachment(clip(64, 48, "webm", "libvpx"), 100_000_000),
     }
 
 

@@ -26,6 +26,7 @@ from .files import Source, falls_short
 MAX_FRAME_PIXELS = 40_000_000  # width × height of a frame (8K UHD is 33.2 M)
 MAX_SECONDS = 6 * 3600  # span of a clip's presentation times
 MAX_PACKETS = 2_000_000  # video packets the demux-only pass reads
+MAX_ATTACHED_BYTES = 16 << 20  # a WebM's (Matroska's) attachments, read whole by FFmpeg as it opens the file
 CONTAINERS = {"mp4": "mp4", "webm": "matroska"}
 _MP4_BOXES = (b"ftyp", b"moov", b"mdat", b"free", b"skip", b"wide")
 
@@ -239,7 +240,16 @@ def sample(source: Source, count: int, size: int, seeking: bool = True) -> tuple
         raise source.fail(f"not an MP4 or WebM file (first bytes {head[:8].hex(' ')})" if head else "the file is empty")
     target = opener()
     with open(target, "rb") if isinstance(target, str) else target as f:  # before FFmpeg's probe decodes a frame
-        frame_size(source, *(mp4.check(source, f) if kind == "mp4" else webm.declared_frame(f)) or (0, 0))
+        if kind == "mp4":
+            frame_size(source, *mp4.check(source, f) or (0, 0))
+        else:
+            found, attached = webm.declared(f)
+            frame_size(source, *found or (0, 0))
+            if attached > MAX_ATTACHED_BYTES:
+                raise source.fail(
+                    f"its attachments hold {attached} bytes, over the limit of {MAX_ATTACHED_BYTES} "
+                    "(uform.plugins.media.video.MAX_ATTACHED_BYTES) that FFmpeg would read whole"
+                )
     out = np.empty((count, size, size, 3), np.uint8)
     last: list[Any] = [None]
 
