@@ -163,6 +163,61 @@ def test_a_flac_with_too_many_metadata_blocks_is_refused(tmp_path: Path) -> None
     assert window(flac_with(plain, [(2, b"abcd")] * 60_000)).shape == (16000,)
 
 
+
+def _ogg_crc(data: bytes) -> int:
+    table = []
+    for i in range(256):
+        r = i << 24
+        for _ in range(8):
+            r = ((r << 1) ^ 0x04C11DB7) & 0xFFFFFFFF if r & 0x80000000 else (r << 1) & 0xFFFFFFFF
+        table.append(r)
+    r = 0
+    for b in data:
+        r = ((r << 8) & 0xFFFFFFFF) ^ table[(r >> 24) ^ b]
+    return r
+
+
+def ogg_with_tags(data: bytes, size: int) -> bytes:
+    """An Ogg Opus file whose OpusTags packet (its second page, replaced) holds a ``size``-byte tag."""
+    import struct
+
+    pages, pos = [], 0
+    while pos < len(data):
+        n = data[pos + 26]
+        body = sum(data[pos + 27 : pos + 27 + n])
+        pages.append((data[pos : pos + 27], data[pos + 27 : pos + 27 + n], data[pos + 27 + n : pos + 27 + n + body]))
+        pos += 27 + n + body
+
+    def page(flags: int, granule: int, seq: int, body: bytes, lacing: list[int]) -> bytes:
+        p = b"OggS\x00" + bytes([flags]) + struct.pack("<qII", granule, serial, seq) + b"\x00" * 4 + bytes([len(lacing)]) + bytes(lacing) + body
+        return p[:22] + struct.pack("<I", _ogg_crc(p)) + p[26:]
+
+    serial = struct.unpack("<I", pages[0][0][14:18])[0]
+    tags = b"OpusTags" + struct.pack("<I", 5) + b"uform" + struct.pack("<I", 1) + struct.pack("<I", size) + b"A=" + b"x" * (size - 2)
+    out, seq, at = [b"".join(pages[0])], 1, 0
+    while at < len(tags):
+        part = tags[at : at + 255 * 255]
+        at += len(part)
+        lacing = [255] * (len(part) // 255) + ([len(part) % 255] if at >= len(tags) else [])
+        out.append(page(0 if seq == 1 else 1, 0 if at >= len(tags) else -1, seq, part, lacing))
+        seq += 1
+    for header, lacing_bytes, body in pages[2:]:
+        out.append(page(header[5], struct.unpack("<q", header[6:14])[0], seq, body, list(lacing_bytes)))
+        seq += 1
+    return b"".join(out)
+
+
+def test_an_ogg_file_s_tags_are_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # measured: FFmpeg read a 20 MB OpusTags packet whole, +80 MB of peak RSS
+    from uform.plugins.media import metadata
+
+    plain = media_audio.write_format(tmp_path, "opus-ogg", media_audio.tone(2.0, 48000)).read_bytes()
+    monkeypatch.setattr(metadata, "MAX_OGG_HEADER_BYTES", 100_000)  # 16 MiB of tags would take this CRC a minute to write
+    np.testing.assert_array_equal(window(ogg_with_tags(plain, 90_000)), window(plain))
+    with pytest.raises(InputError, match=r"^item 0: its Ogg headers \(tags, pictures\) hold over 100000 bytes, the limit of uform.plugins.media.metadata.MAX_OGG_HEADER_BYTES$"):
+        window(ogg_with_tags(plain, 110_000))
+
+
 # -- JPEG: what Pillow's reader holds, or steps through, before the picture ----------------
 
 

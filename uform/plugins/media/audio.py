@@ -235,12 +235,18 @@ def _target(source: Source, held: ExitStack) -> Any:
     try:
         start = id3.tags_end(f)
         spliced = metadata.stripped(f, start)  # a FLAC's or WAV's tags and pictures left out too
+        ogg = metadata.ogg_header_bytes(f, start)  # an Ogg file's tags held to a limit
     except ValueError as exc:
         raise source.fail(str(exc)) from None
     except Exception as exc:  # noqa: BLE001 - a read that fails, of a path or of the caller's object
         raise source.fail(f"cannot read the file ({type(exc).__name__}: {exc})") from None
     if spliced is not None:
         return metadata.Spliced(f, *spliced)
+    if ogg > metadata.MAX_OGG_HEADER_BYTES:
+        raise source.fail(
+            f"its Ogg headers (tags, pictures) hold over {metadata.MAX_OGG_HEADER_BYTES} bytes, "
+            "the limit of uform.plugins.media.metadata.MAX_OGG_HEADER_BYTES"
+        )
     return id3.After(f, start) if start else source.target()
 
 

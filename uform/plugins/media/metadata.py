@@ -8,6 +8,8 @@ needed for a window, so :func:`stripped` finds where a FLAC's metadata blocks or
 chunks lie (seeking over them, never reading them) and the audio reader hands FFmpeg a
 :class:`Spliced` file: the header blocks it needs (FLAC: ``STREAMINFO``, ``SEEKTABLE``; WAV:
 ``fmt ``, ``fact`` and the ``data`` header), then the sound, and nothing after a WAV's data.
+An Ogg file's header pages are only counted (:func:`ogg_header_bytes`; a 20 MB ``OpusTags``
+packet took +80 MB): past ``MAX_OGG_HEADER_BYTES`` the file is refused.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import BinaryIO
 _FLAC_KEPT = (0, 3)  # STREAMINFO, SEEKTABLE
 _WAV_KEPT = (b"fmt ", b"fact")
 MAX_BLOCKS = 1 << 16  # metadata blocks or chunks before the sound; a file with more is refused
+MAX_OGG_HEADER_BYTES = 16 << 20  # an Ogg file's header packets (tags, a cover picture), which FFmpeg reads whole
 
 
 class Spliced(io.RawIOBase):
@@ -60,7 +63,8 @@ def _too_many() -> str:
 
 def _flac(f: BinaryIO, at: int) -> tuple[bytes, int, int] | None:
     end = f.seek(0, 2)
-    pos, kept, dropped = at + 4, [], False
+    pos, dropped = at + 4, False
+    kept: list[bytes] = []
     for _ in range(MAX_BLOCKS):
         f.seek(pos)
         header = f.read(4)
@@ -84,7 +88,8 @@ def _flac(f: BinaryIO, at: int) -> tuple[bytes, int, int] | None:
 
 def _wav(f: BinaryIO, at: int) -> tuple[bytes, int, int] | None:
     end = f.seek(0, 2)
-    pos, kept, dropped = at + 12, [], False
+    pos, dropped = at + 12, False
+    kept: list[bytes] = []
     for _ in range(MAX_BLOCKS):
         f.seek(pos)
         header = f.read(8)
@@ -105,6 +110,27 @@ def _wav(f: BinaryIO, at: int) -> tuple[bytes, int, int] | None:
             dropped = True
         pos += 8 + size + (size & 1)
     raise ValueError(_too_many())
+
+
+def ogg_header_bytes(f: BinaryIO, at: int) -> int:
+    """Bytes of an Ogg file's (starting at ``at``) pages before its first page of sound (the
+    first with a granule position past 0): its header packets, tags included, which FFmpeg
+    reads whole; 0 for a file that is not Ogg. Stops once past ``MAX_OGG_HEADER_BYTES``."""
+    f.seek(at)
+    pos, total = at, 0
+    while total <= MAX_OGG_HEADER_BYTES:
+        f.seek(pos)
+        header = f.read(27)
+        if len(header) < 27 or header[:4] != b"OggS":
+            break
+        lacing = f.read(header[26])
+        body = sum(lacing)
+        if int.from_bytes(header[6:14], "little", signed=True) > 0:
+            break
+        total += body
+        pos += 27 + len(lacing) + body
+    f.seek(0)
+    return total
 
 
 def stripped(f: BinaryIO, at: int) -> tuple[bytes, int, int] | None:
