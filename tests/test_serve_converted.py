@@ -66,3 +66,63 @@ def test_usage_counts_the_models_own_tokens_in_each_coalesced_request(clip: ufor
         assert state.metrics.registry.get_sample_value("uform_called_items_total", {"verb": "text_encode"}) == 4
         one = httpx.post(url + "/v1/embeddings", json={"input": list(b"dog")})  # token ids are UTF-8 bytes, tokenized as text
         assert one.json()["usage"]["prompt_tokens"] == 3
+
+
+def test_usage_is_the_verbs_own_count_and_each_text_is_tokenized_once(clip: uform.Model, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The server counted usage by tokenizing every text a second time on the lane's thread
+    after the verb's call (two tokenizer passes a call); it now reads the verb's TextItemStats."""
+    from uform.plugins.media.text import HeldTokenizer
+
+    texts = ["a cat on the mat", "dog", "the " * 40]
+    stats = uform.TextItemStats()
+    clip.text_encode(texts, uform.Arena(), stats=stats)
+    assert stats.item_tokens == [7, 3, CONTEXT] and stats.tokens == 10 + CONTEXT
+    passes: list[int] = []
+    encode = HeldTokenizer.encode
+    monkeypatch.setattr(HeldTokenizer, "encode", lambda self, texts, count=True: passes.append(len(texts)) or encode(self, texts, count))
+    with thread_server(clip, ServeConfig(model_id="clip")) as (url, _):
+        answer = httpx.post(url + "/v1/embeddings", json={"input": texts})
+    assert answer.status_code == 200 and answer.json()["usage"] == {"prompt_tokens": 10 + CONTEXT, "total_tokens": 10 + CONTEXT}, answer.text
+    assert passes == [3]
+
+
+def _usage_cost(path: str) -> str:
+    """ms per 64 captions of the server's text call on the converted model at ``path``: as it
+    was (the verb, then every text tokenized again to count usage) and as it is (the verb's
+    TextItemStats), and the second pass alone; interleaved rounds."""
+    import time
+
+    from uform.model import runtime_of
+
+    model = uform.Model.load_ram(path)
+    tokenizer = runtime_of(model).towers["text"].parsed.tokenizer
+    captions = [f"a photo of a {w} sitting on a wooden table next to a window, number {i}".encode() for i, w in enumerate(["cat", "dog", "bird", "horse"] * 16)]
+    arena = uform.Arena()
+
+    def before() -> np.ndarray:
+        model.text_encode(captions, arena)
+        return np.asarray(tokenizer.encode([c.decode() for c in captions], count=False).kept)
+
+    def now() -> np.ndarray:
+        stats = uform.TextItemStats()
+        model.text_encode(captions, arena, stats=stats)
+        return np.asarray(stats.item_tokens)
+
+    def second_pass() -> np.ndarray:
+        return np.asarray(tokenizer.encode([c.decode() for c in captions], count=False).kept)
+
+    assert (before() == now()).all()
+    took: dict[str, list[float]] = {"with the second pass": [], "the verb's count": [], "the second pass alone": []}
+    for _ in range(8):
+        for name, run in zip(took, (before, now, second_pass)):
+            began = time.perf_counter()
+            for _ in range(20):
+                run()
+            took[name].append((time.perf_counter() - began) / 20 * 1000)
+    return ", ".join(f"{k}: {np.median(v):.2f} ms" for k, v in took.items()) + " per 64 captions (median of 8 interleaved rounds of 20 calls)"
+
+
+if __name__ == "__main__":  # python tests/test_serve_converted.py CONVERTED.safetensors: the figure of docs/serve.md ("Tokens are bytes")
+    import sys
+
+    print(_usage_cost(sys.argv[1]))

@@ -80,6 +80,21 @@ def test_truncation_at_context_is_counted(tiny_model: uform.Model) -> None:
     assert stats.items == 4 and stats.tokens == 71  # stats add up across calls
 
 
+def test_item_stats_keep_each_texts_tokens_in_call_order(tiny_model: uform.Model) -> None:
+    """TextItemStats: each text's bytes encoded (cut at the context), appended call after call;
+    ``add`` appends another's, ``reset`` empties it."""
+    stats = uform.TextItemStats()
+    tiny_model.text_encode(["y" * 100, "short"], Arena(), stats=stats)
+    tiny_model.text_encode([b"ab"], Arena(), stats=stats)
+    assert stats.item_tokens == [32, 5, 2] and stats.tokens == 39 and stats.items == 3
+    total = uform.TextItemStats()
+    total.add(stats)
+    total.add(stats)
+    assert total.item_tokens == [32, 5, 2, 32, 5, 2] and total.tokens == 78
+    stats.reset()
+    assert stats.item_tokens == [] and stats.tokens == 0
+
+
 def test_length_sorted_batches_waste_little_padding() -> None:
     from uform.plugins.text import plan
 

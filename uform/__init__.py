@@ -22,7 +22,7 @@ from .core.hookspecs import hookimpl
 from .core.stats import EncodeStats
 from .core.types import CPUClass, GPUClass, ModelDescription, Outputs, Scalar
 from .model import Model, default_checkpoint
-from .plugins.text import TextEncodeStats
+from .plugins.text import TextEncodeStats, TextItemStats
 from .verbs import Served
 
 __version__ = "4.0.0rc1"
@@ -48,6 +48,6 @@ __all__ = [
     "Arena", "ArenaBusyError", "ArenaError", "CPUClass", "CancelledError", "CheckpointError",
     "Deferred", "DeferredOn", "EncodeStats", "Encoded", "Executor", "GPUClass", "InputError",
     "Model", "ModelDescription", "On", "Outputs", "PluginConflictError", "PluginError",
-    "RowsTape", "Scalar", "Served", "StaleArenaError", "TextEncodeStats", "UformError", "UnsupportedError",
+    "RowsTape", "Scalar", "Served", "StaleArenaError", "TextEncodeStats", "TextItemStats", "UformError", "UnsupportedError",
     "default_checkpoint", "hookimpl",
 ]  # fmt: skip

@@ -53,6 +53,18 @@ class TextEncodeStats(EncodeStats):
     truncated_unread_items: int = 0
 
 
+@dataclass
+class TextItemStats(TextEncodeStats):
+    """:class:`TextEncodeStats` that also keeps each text's tokens encoded (after the cut at
+    ``context``), in the order the calls were given the texts (``item_tokens``; ``add``
+    appends another's, ``reset`` empties it): what a caller needs to split one call's
+    ``tokens`` between the requests it coalesced (the server's ``usage``), without
+    tokenizing the texts again. It grows by one int a text: for a call or a request, not for
+    a stats object that totals a whole corpus."""
+
+    item_tokens: list[int] = field(default_factory=list)
+
+
 @dataclass(frozen=True)
 class TextTower:
     geometry: Geometry
@@ -247,6 +259,8 @@ def _encode_tokens(
         stats.truncated_items += int((encoded.full > kept).sum())
         stats.truncated_tokens += int((encoded.full - kept).sum())
         stats.truncated_unread_items += int((~encoded.whole).sum())
+        if isinstance(stats, TextItemStats):
+            stats.item_tokens.extend(kept.tolist())
         stats.padding_tokens += sum(len(i) * (width if width is not None else max(1, int(kept[i].max()))) - int(kept[i].sum()) for i in batches)
     return result
 
@@ -254,6 +268,8 @@ def _encode_tokens(
 def count_bytes(stats: TextEncodeStats | None, full: np.ndarray, kept: np.ndarray, batches: Sequence[np.ndarray]) -> None:
     """Add bytes encoded, cut at ``context`` and padded to ``stats`` (when given)."""
     if stats is not None:
+        if isinstance(stats, TextItemStats):
+            stats.item_tokens.extend(kept.tolist())
         stats.tokens += int(kept.sum())
         stats.truncated_items += int((full > kept).sum())
         stats.truncated_tokens += int((full - kept).sum())

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from uform import Arena
+from uform import Arena, TextItemStats
 from uform.verbs import CHOOSE_VERB, ITEM_VERBS
 
 from .config import ServeConfig
@@ -47,15 +47,15 @@ def tokenizer_of(model: Model) -> Any:
 
 def _text_encoder(model: Model) -> Any:
     """``text_encode``'s call; for a model with its own tokenizer, the rows with each text's
-    tokens (counted on the lane's thread, after the call: the texts were checked by it)."""
-    tokenizer = tokenizer_of(model)
-    if tokenizer is None:
+    tokens, as the call counted them (``TextItemStats``: the texts are tokenized once)."""
+    if tokenizer_of(model) is None:
         return _encoder(model, "text_encode")
     method = model.text_encode
 
     def call(payloads: list[bytes], arena: Arena) -> Counted:
-        rows = np.array(method(payloads, arena).embeddings)
-        return Counted(rows, tokenizer.encode([p.decode() for p in payloads], count=False).kept)  # kept tokens only: a long text is not read whole
+        stats = TextItemStats()
+        rows = np.array(method(payloads, arena, stats=stats).embeddings)
+        return Counted(rows, np.asarray(stats.item_tokens, np.int64))
 
     return call
 
