@@ -335,6 +335,21 @@ def test_a_tokenizer_that_does_not_parse(clip_dir: Path, tmp_path: Path) -> None
     refused(d, tmp_path, "tokenizer.json: the tokenizer does not parse")
 
 
+def test_a_tokenizer_with_ids_past_the_embedding_is_refused(clip_dir: Path, tmp_path: Path) -> None:
+    """A tokenizer.json of 49,408 tokens whose 'dog</w>' is numbered 60000 converted (its count
+    fits the 49,408 rows), and text_encode(['a dog']) then failed in ONNX Runtime ('indices
+    element out of data bounds, idx=60000'); one token more than the rows is refused too."""
+    d = copy(clip_dir, tmp_path)
+    tok = json.loads((d / "tokenizer.json").read_text())
+    tok["model"]["vocab"]["dog</w>"] = 60000
+    (d / "tokenizer.json").write_text(json.dumps(tok))
+    refused(d, tmp_path, r"tokenizer.json: the tokenizer's token 'dog</w>' has id 60000, past the 49408 rows of the text embedding \(config.json text_config.vocab_size\)$")
+    tok["model"]["vocab"]["dog</w>"] = 1929
+    tok["added_tokens"].append({"id": 49408, "content": "<extra>", "single_word": False, "lstrip": False, "rstrip": False, "normalized": False, "special": True})
+    (d / "tokenizer.json").write_text(json.dumps(tok))
+    refused(d, tmp_path, r"tokenizer.json: the tokenizer has 49409 tokens, more than the 49408 rows of the text embedding \(config.json text_config.vocab_size\)$")
+
+
 def test_an_out_that_cannot_be_written(clip_dir: Path, clip_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """The one writer of outputs (uform.core.files): a missing folder, a read-only file and a link
     to /dev/full are refused naming OUT, before any work; the old file stays, nothing is left."""

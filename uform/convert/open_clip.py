@@ -22,7 +22,7 @@ import numpy as np
 
 from .common import CLIP_MEAN, CLIP_STD, Converted, Taker, config, geometry, integer, logit_scale, norm, positive, section, triple
 from .sources import ConvertError, Weights
-from .tokenizer import parse
+from .tokenizer import fits, parse
 
 # fields that change the math, with the one value uform converts
 VISION_PLAIN: dict[str, Any] = {
@@ -173,8 +173,7 @@ def _tokenizer(directory: Path, text: dict[str, Any], vocab: int, notes: list[st
         value = _clip_bpe(directory)
         notes.append("tokenizer.json: OpenAI's CLIP BPE from open_clip_torch's package, by transformers' CLIPTokenizer")
     tok = parse(value, str(path))
-    if tok.get_vocab_size(with_added_tokens=True) > vocab:
-        raise ConvertError(f"{path}: the tokenizer has {tok.get_vocab_size(with_added_tokens=True)} tokens, more than the {vocab} rows of the text embedding")
+    fits(tok, vocab, str(path), "open_clip_config.json text_cfg.vocab_size")
     end = tok.token_to_id("<|endoftext|>")
     return value, int(end) if end is not None else 0
 

@@ -37,10 +37,20 @@ def tokenizer_json(directory: Path, family: str, vocab: int, notes: list[str]) -
     else:
         raise ConvertError(f"{directory}: no tokenizer: expected tokenizer.json (or vocab.json and merges.txt, or spiece.model)")
     tokenizer = parse(text, str(path))
+    fits(tokenizer, vocab, str(path), "config.json text_config.vocab_size")
+    return text, _pad_id(directory, tokenizer, family)
+
+
+def fits(tokenizer: Any, vocab: int, where: str, why: str) -> None:
+    """Every id ``tokenizer`` gives is a row of the ``vocab``-row text embedding: its token count,
+    and its largest id (a vocabulary's ids need not be 0…N-1: a token numbered past the
+    embedding converted, and its first text failed in ONNX Runtime's Gather)."""
     size = tokenizer.get_vocab_size(with_added_tokens=True)
     if size > vocab:
-        raise ConvertError(f"{path}: the tokenizer has {size} tokens, more than the {vocab} rows of the text embedding (config.json text_config.vocab_size)")
-    return text, _pad_id(directory, tokenizer, family)
+        raise ConvertError(f"{where}: the tokenizer has {size} tokens, more than the {vocab} rows of the text embedding ({why})")
+    token, top = max(tokenizer.get_vocab(with_added_tokens=True).items(), key=lambda kv: kv[1], default=("", -1))
+    if top >= vocab:
+        raise ConvertError(f"{where}: the tokenizer's token {token!r} has id {top}, past the {vocab} rows of the text embedding ({why})")
 
 
 def parse(text: str, where: str) -> Any:
