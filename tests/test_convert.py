@@ -576,6 +576,9 @@ def test_preprocessing_uform_lacks_is_refused(clip_dir: Path, tmp_path: Path) ->
     refused(d, tmp_path, r"crop_size \{'height': 28, 'width': 28\} are not supported: uform resizes the shorter side to the tower's image_size 32")
     path.write_text(json.dumps(cfg | {"resample": 0}))
     refused(d, tmp_path, r"resample 0 is not supported; supported: 2 \(bilinear\), 3 \(bicubic\)")
+    for rescale in (False, None, "no"):  # do_rescale false converted: transformers fed levels 0-255 to the mean and std, uform 0-1
+        path.write_text(json.dumps(cfg | {"do_rescale": rescale}))
+        refused(d, tmp_path, rf"preprocessor_config.json: do_rescale {rescale!r} is not supported; supported: true \(levels scaled by 1/255 before the mean and std\)$")
     path.unlink()  # no preprocessor_config.json: the family's defaults, said in a note
     done = convert(d, tmp_path / "defaults.safetensors")
     assert any("no preprocessor_config.json" in note for note in done.notes)

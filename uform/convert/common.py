@@ -231,7 +231,9 @@ def preprocessing(directory: Path, family: str, image_size: int, notes: list[str
     resample = cfg.get("resample", 3)
     if resample not in RESAMPLE:
         raise ConvertError(f"{where}: resample {resample!r} is not supported; supported: 2 (bilinear), 3 (bicubic)")
-    if cfg.get("do_rescale", True) and abs(positive(cfg, "rescale_factor", where, 1 / 255) - 1 / 255) > 1e-9:
+    if cfg.get("do_rescale", True) is not True:  # transformers then normalises levels 0-255, where uform scales them by 1/255 first
+        raise ConvertError(f"{where}: do_rescale {cfg.get('do_rescale')!r} is not supported; supported: true (levels scaled by 1/255 before the mean and std)")
+    if abs(positive(cfg, "rescale_factor", where, 1 / 255) - 1 / 255) > 1e-9:
         raise ConvertError(f"{where}: rescale_factor {cfg.get('rescale_factor')!r} is not supported; supported: 1/255")
     if not cfg.get("do_resize", True):
         raise ConvertError(f"{where}: do_resize false is not supported (uform resizes every image to the tower's size)")
