@@ -167,7 +167,7 @@ def test_a_head_that_never_arrives_whole_is_408_and_a_kept_alive_connection_clos
     """A client that connects and sends nothing, or part of a head, was held for good (uvicorn
     times only connections kept alive after an answer): now each is answered 408 and closed
     after --header-timeout; one kept alive after an answer closes after --keep-alive-seconds."""
-    with subprocess_server(["--header-timeout", "1", "--keep-alive-seconds", "1"]) as server:
+    with subprocess_server(["--header-timeout", "1", "--keep-alive-seconds", "1", "--body-timeout", "1"]) as server:
         silent = socket.create_connection(host_port(server.url), timeout=30)
         partial = socket.create_connection(host_port(server.url), timeout=30)
         partial.sendall(b"POST /v1/embeddings HTTP/1.1\r\nHost: x\r\nX-Pad: " + b"y" * 1000)
@@ -181,6 +181,25 @@ def test_a_head_that_never_arrives_whole_is_408_and_a_kept_alive_connection_clos
         assert raw.startswith(b"HTTP/1.1 200") and raw.endswith(b'"queued_items":0}'), raw
         kept.close()
         assert httpx.get(server.url + "/health").status_code == 200
+
+
+def test_a_body_the_server_never_reads_cannot_hold_the_connection_a_byte_at_a_time() -> None:
+    """A request answered without reading its body (a 405 here) whose client then sends its
+    declared body a byte now and then: each byte restarted uvicorn's keep-alive time, and the
+    connection was held for good; now it is closed --header-timeout + --body-timeout after the
+    request began."""
+    with subprocess_server(["--header-timeout", "1", "--body-timeout", "1"]) as server:
+        with socket.create_connection(host_port(server.url), timeout=30) as s:
+            s.sendall(b"POST /health HTTP/1.1\r\nHost: x\r\nContent-Length: 30000000\r\n\r\n")
+            assert s.recv(65536).startswith(b"HTTP/1.1 405 "), "the answer without the body"
+            for _ in range(600):  # up to 2 minutes of a byte every 0.2 s
+                try:
+                    s.sendall(b"x")
+                except OSError:  # closed by the server
+                    break
+                time.sleep(0.2)
+            else:
+                pytest.fail("the connection was still open after 2 minutes of a byte every 0.2 s")
 
 
 def test_the_drain_deadline_closes_what_still_runs_without_a_500_or_a_traceback() -> None:

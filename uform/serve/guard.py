@@ -30,7 +30,12 @@ good, and any number of them were held (2,000 such connections: +55 MB, none eve
 uvicorn's ``limit_concurrency`` only answers 503 to heads that arrived whole). So
 :class:`Connections` counts the guarded connections: one past ``limit`` is answered 503 at
 once and closed, and a head still incomplete ``head_seconds`` after the connection was made
-(its first request) or after its first byte (later ones) is answered 408 and closed. One timer
+(its first request) or after its first byte (later ones) is answered 408 and closed. A message
+whose body is still arriving ``head_seconds + body_seconds`` after its head began is closed
+without an answer: the application reads a body within ``body_seconds`` (408 beyond), so this
+ends only a body it does not read (a request answered without it, a 405, a GET), which a
+client sending a byte now and then held for good (each byte restarts uvicorn's keep-alive
+time; one of 30 MB declared, a byte every 2 s, was still open after 30 s). One timer
 keeps that time for every connection (``TICK``: a head gets ``head_seconds`` and at most
 ``TICK`` more); a connection uvicorn stopped reading (a pipelined request waiting for the one
 before it) has its clock started again, as that wait is the server's, not the client's.
@@ -67,6 +72,7 @@ class Connections:
 
     limit: int = 1024
     head_seconds: float = 10.0
+    body_seconds: float = 60.0
     open: set[Guard] = field(default_factory=set)
     timer: asyncio.TimerHandle | None = None
 
@@ -77,9 +83,9 @@ class Connections:
 
     def sweep(self) -> None:
         now = time.perf_counter()
-        late = now - self.head_seconds
-        for guard in [g for g in self.open if 0 < g.waiting <= late]:
-            guard.overdue(now)
+        late, later = now - self.head_seconds, now - self.head_seconds - self.body_seconds
+        for guard in [g for g in self.open if 0 < g.waiting <= late or 0 < g.began_message <= later]:
+            guard.overdue(now, later)
         self.timer = asyncio.get_running_loop().call_later(TICK, self.sweep) if self.open else None
 
     def close_all(self) -> int:
@@ -130,6 +136,7 @@ class Guard(asyncio.Protocol):
         self.refused = False
         self.linger = 0  # bytes still to drop after a refusal
         self.waiting = 0.0  # since when a head is awaited (perf_counter), 0 while none is
+        self.began_message = 0.0  # when the message still arriving began, 0 while none is
         self.turned_away = False  # over Connections.limit: never handed to the inner protocol
 
     # -- httptools' callbacks --------------------------------------------------------------
@@ -138,7 +145,7 @@ class Guard(asyncio.Protocol):
         self.in_message = self.in_head = True
         self.url = 0
         self.begun += 1
-        self.began = time.perf_counter()
+        self.began = self.began_message = time.perf_counter()
         if not self.waiting:  # a connection's first head is timed from its start
             self.waiting = self.began
 
@@ -155,6 +162,7 @@ class Guard(asyncio.Protocol):
 
     def on_message_complete(self) -> None:
         self.in_message = False
+        self.began_message = 0.0
 
     # -- asyncio.Protocol --------------------------------------------------------------------
 
@@ -187,14 +195,19 @@ class Guard(asyncio.Protocol):
         if not self.turned_away:
             self.inner.resume_writing()
 
-    def overdue(self, now: float) -> None:
-        """The head awaited since ``self.waiting`` is late: answered 408 and closed, unless
-        uvicorn stopped reading this connection (its clock then starts again)."""
+    def overdue(self, now: float, later: float) -> None:
+        """The head awaited since ``self.waiting`` is late: answered 408 and closed; or the
+        message begun before ``later`` still arrives: closed. Unless uvicorn stopped reading
+        this connection (its clocks then start again)."""
         transport = self.transport
         if transport is None or transport.is_closing():
-            self.waiting = 0.0
+            self.waiting = self.began_message = 0.0
         elif not transport.is_reading():
-            self.waiting = now
+            self.waiting = now if self.waiting else 0.0
+            self.began_message = now if self.began_message else 0.0
+        elif not self.waiting:  # the head arrived; the body never did, nor was it read
+            self.began_message = 0.0
+            transport.close()
         else:
             self.refuse(Refused(408, f"the request's head did not arrive whole within {self.connections.head_seconds:g} s (--header-timeout)",
                                 "header_timeout"))  # fmt: skip
@@ -248,7 +261,7 @@ class Guard(asyncio.Protocol):
         up to ``LINGER_SECONDS`` first: closing with unread bytes would reset the connection,
         and the client could lose the answer before it read it."""
         self.refused = True
-        self.waiting = 0.0
+        self.waiting = self.began_message = 0.0
         transport = self.transport
         if self.refused_with is not None:
             self.refused_with(transport.get_extra_info("peername") if transport is not None else None, self.method(),
