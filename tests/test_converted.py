@@ -382,3 +382,21 @@ def test_v1_loads_refuse_f32_tensors(tmp_path: Path) -> None:
     safetensors.write(tmp_path / "f32.safetensors", tensors, dict(c.metadata))
     with pytest.raises(uform.CheckpointError, match=r"tensor 'text.cls': dtype F32, the format \(version 1\) stores BF16"):
         uform.Model.load_ram(tmp_path / "f32.safetensors")
+
+
+def test_a_held_tokenizer_with_an_id_past_the_embedding_is_refused_at_load() -> None:
+    """A file whose tokenizer numbers a token past the text embedding's rows (its count within
+    them) loaded, and a text holding that token failed in ONNX Runtime's Gather ('indices element
+    out of data bounds'); the load refuses it, naming the token and its id."""
+    pytest.importorskip("tokenizers")
+    import json
+
+    from uform.core.errors import CheckpointError
+    from uform.plugins.media.text import HeldTokenizer
+
+    def word_level(vocab: dict[str, int]) -> str:
+        return json.dumps({"version": "1.0", "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "<unk>"}, "pre_tokenizer": {"type": "Whitespace"}})
+
+    with pytest.raises(CheckpointError, match=r"^config field towers.text.vocab_size: 10, but the tokenizer's token 'dog' has id 100$"):
+        HeldTokenizer(word_level({"<unk>": 0, "a": 1, "dog": 100}), 8, 10, "towers.text")
+    assert HeldTokenizer(word_level({"<unk>": 0, "a": 1, "dog": 9}), 8, 10, "towers.text").encode(["a dog"]).ids[0].tolist() == [1, 9]

@@ -55,6 +55,9 @@ class HeldTokenizer:
         size = self._cut.get_vocab_size(with_added_tokens=True)
         if size > vocab_size:
             raise CheckpointError(f"config field {where}.vocab_size: {vocab_size}, but the tokenizer has {size} tokens")
+        token, top = max(self._cut.get_vocab(with_added_tokens=True).items(), key=lambda kv: kv[1], default=("", -1))
+        if top >= vocab_size:  # ids need not be 0..N-1: one past the rows would fail in the graph's gather at the first text holding it
+            raise CheckpointError(f"config field {where}.vocab_size: {vocab_size}, but the tokenizer's token {token!r} has id {top}")
         self._cut.no_padding()
         self._cut.enable_truncation(max_length=context)
         self._specials = self._cut.num_special_tokens_to_add(False)  # a piece's special tokens
