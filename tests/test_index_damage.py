@@ -103,6 +103,33 @@ def test_lowered_slots_are_named_not_cut(tmp_path: Path, ckpt: Path) -> None:
     assert contents(tmp_path / "idx") == before
 
 
+def test_the_slot_check_reads_the_items_once_a_database_version(tmp_path: Path, ckpt: Path) -> None:
+    """Store.state refuses items that point past meta.slots by reading every item: it did so twice
+    a search (at a million items 547 CPU ms of a clustered search, docs/index.md); now once a
+    database version, again after any connection's commit, still refusing damage then."""
+    from uform.index.store import Store
+
+    root = photos(tmp_path / "photos", 4)
+    with Index(tmp_path / "idx", checkpoint=ckpt) as ix:
+        ix.update([root])
+    store = Store(tmp_path / "idx", write=False)
+    scans: list[str] = []
+    assert store.conn is not None
+    store.conn.set_trace_callback(lambda statement: scans.append(statement) if "max(slot)" in statement else None)
+    try:
+        assert [store.state()[1] for _ in range(3)] == [4, 4, 4]
+        assert len(scans) == 1
+        photos(root, 1, start=4)
+        with Index(tmp_path / "idx", checkpoint=ckpt) as ix:
+            ix.update([root])
+        assert store.state()[1] == 5 and len(scans) == 2  # another connection committed: checked again
+        edit(tmp_path / "idx", "UPDATE items SET slot = 7 WHERE slot = 0")
+        with pytest.raises(IndexFormatError, match=r"items use slots 1-7, outside the 5 rows meta.slots says"):
+            store.state()
+    finally:
+        store.close()
+
+
 def test_an_empty_or_missing_file_is_named_and_left_as_it_is(tmp_path: Path, ckpt: Path) -> None:
     """D4: an emptied index.sqlite ended in an AssertionError and was rewritten; D5: a missing
     vectors file was made again, empty, and a search said the index kept changing generation."""
