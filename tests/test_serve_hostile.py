@@ -202,6 +202,26 @@ def test_a_body_the_server_never_reads_cannot_hold_the_connection_a_byte_at_a_ti
                 pytest.fail("the connection was still open after 2 minutes of a byte every 0.2 s")
 
 
+def test_a_client_that_never_reads_its_answers_is_cut_off_after_send_timeout() -> None:
+    """Four requests of 2,048 texts pipelined and never read: the answers past what the sockets
+    buffer waited in the server for good; now the connection is reset --send-timeout after the
+    server could write no more (the client reads a reset, not every answer)."""
+    body = json.dumps({"input": [f"text number {i}" for i in range(2048)]}).encode()
+    request = b"POST /v1/embeddings HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+    with subprocess_server(["--send-timeout", "1"]) as server:
+        with socket.create_connection(host_port(server.url), timeout=30) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            s.sendall(request * 4)
+            time.sleep(20)  # the four are computed, and the server's writes stall
+            got, answers = b"", 0
+            with pytest.raises(ConnectionResetError):
+                while part := s.recv(1 << 20):
+                    got += part
+                answers = got.count(b"HTTP/1.1 200 ")  # read to the end: every answer came
+            assert answers == 0
+        assert httpx.get(server.url + "/health").status_code == 200
+
+
 def test_the_drain_deadline_closes_what_still_runs_without_a_500_or_a_traceback() -> None:
     args = ["--drain-seconds", "0.5", "--max-items", "16384", "--max-queue-items", "16384", "--max-batch-items", "16384", "--max-batch-tokens", "100000000"]
     with subprocess_server(args) as server:

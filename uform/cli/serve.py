@@ -31,6 +31,8 @@ def add_parser(sub: Any) -> None:
                    help="most connections open at once (default 1024; one more is answered 503 with Retry-After and closed)")
     p.add_argument("--header-timeout", type=float, default=10.0, metavar="S",
                    help="seconds a request's head may take to arrive whole, from the connection's start or the head's first byte (default 10; 408 beyond)")
+    p.add_argument("--send-timeout", type=float, default=60.0, metavar="S",
+                   help="seconds a client may leave an answer unread (the server's send buffer full) before it is cut off (default 60)")
     p.add_argument("--keep-alive-seconds", type=int, default=5, metavar="S",
                    help="whole seconds a connection kept alive after an answer may stay idle before it is closed (default 5)")
     p.add_argument("--max-items", type=int, default=2048, help="most items one request may hold (default 2048)")
@@ -73,7 +75,7 @@ def _serve(args: argparse.Namespace) -> int:
     config = ServeConfig(
         model_id=name, api_key=api_key_from(args.api_key), media_root=args.media_root, max_request_bytes=args.max_request_bytes,
         max_pending_body_bytes=args.max_pending_body_bytes, body_seconds=args.body_timeout,
-        max_header_bytes=args.max_header_bytes, max_url_bytes=args.max_url_bytes, max_connections=args.max_connections, header_seconds=args.header_timeout,
+        max_header_bytes=args.max_header_bytes, max_url_bytes=args.max_url_bytes, max_connections=args.max_connections, header_seconds=args.header_timeout, send_seconds=args.send_timeout,
         keep_alive_seconds=args.keep_alive_seconds, max_items_per_request=args.max_items, max_queue_items=args.max_queue_items, max_batch_items=args.max_batch_items,
         max_batch_tokens=args.max_batch_tokens, max_batch_pixels=args.max_batch_pixels, max_batch_bytes=args.max_batch_bytes,
         batch_window_ms=args.batch_window_ms, batching=not args.no_batching, drain_seconds=args.drain_seconds,

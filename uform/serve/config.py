@@ -43,6 +43,7 @@ class ServeConfig:
     max_url_bytes: int = 8 << 10  # its URL (414 beyond)
     max_connections: int = 1024  # connections open at once (one more is answered 503; serve.guard)
     header_seconds: float = 10.0  # for a head to arrive whole, from the connection's start or the head's first byte (408 beyond)
+    send_seconds: float = 60.0  # a client that reads nothing of what was written to it this long is cut off (serve.guard)
     keep_alive_seconds: int = 5  # an idle connection kept alive after an answer is closed after this (uvicorn's timeout_keep_alive)
     max_items_per_request: int = 2048
     max_queue_items: int = 8192
@@ -84,8 +85,9 @@ class ServeConfig:
                              "a body of the largest size could never be read")  # fmt: skip
         if not (math.isfinite(self.body_seconds) and self.body_seconds > 0):
             raise ValueError(f"body-timeout must be a finite number of seconds over 0, got {self.body_seconds}")
-        if not (math.isfinite(self.header_seconds) and self.header_seconds > 0):
-            raise ValueError(f"header-timeout must be a finite number of seconds over 0, got {self.header_seconds}")
+        for option, value in (("header-timeout", self.header_seconds), ("send-timeout", self.send_seconds)):
+            if not (math.isfinite(value) and value > 0):
+                raise ValueError(f"{option} must be a finite number of seconds over 0, got {value}")
         for name in ("batch_window_ms", "drain_seconds"):  # NaN compares false to everything; inf overflows the drain's deadline
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0):

@@ -35,7 +35,10 @@ whose body is still arriving ``head_seconds + body_seconds`` after its head bega
 without an answer: the application reads a body within ``body_seconds`` (408 beyond), so this
 ends only a body it does not read (a request answered without it, a 405, a GET), which a
 client sending a byte now and then held for good (each byte restarts uvicorn's keep-alive
-time; one of 30 MB declared, a byte every 2 s, was still open after 30 s). One timer
+time; one of 30 MB declared, a byte every 2 s, was still open after 30 s). A connection whose
+client has not read what was written to it for ``send_seconds`` (the transport paused writing,
+and has not resumed since) is reset, its unsent bytes dropped: four pipelined requests of
+2,048 texts never read held the answers past what the sockets buffer for good. One timer
 keeps that time for every connection (``TICK``: a head gets ``head_seconds`` and at most
 ``TICK`` more); a connection uvicorn stopped reading (a pipelined request waiting for the one
 before it) has its clock started again, as that wait is the server's, not the client's.
@@ -44,6 +47,8 @@ before it) has its clock started again, as that wait is the server's, not the cl
 from __future__ import annotations
 
 import asyncio
+import socket
+import struct
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -73,6 +78,7 @@ class Connections:
     limit: int = 1024
     head_seconds: float = 10.0
     body_seconds: float = 60.0
+    send_seconds: float = 60.0
     open: set[Guard] = field(default_factory=set)
     timer: asyncio.TimerHandle | None = None
 
@@ -86,6 +92,9 @@ class Connections:
         late, later = now - self.head_seconds, now - self.head_seconds - self.body_seconds
         for guard in [g for g in self.open if 0 < g.waiting <= late or 0 < g.began_message <= later]:
             guard.overdue(now, later)
+        unread = now - self.send_seconds
+        for guard in [g for g in self.open if 0 < g.stalled <= unread]:
+            guard.cut_off()
         self.timer = asyncio.get_running_loop().call_later(TICK, self.sweep) if self.open else None
 
     def close_all(self) -> int:
@@ -137,6 +146,7 @@ class Guard(asyncio.Protocol):
         self.linger = 0  # bytes still to drop after a refusal
         self.waiting = 0.0  # since when a head is awaited (perf_counter), 0 while none is
         self.began_message = 0.0  # when the message still arriving began, 0 while none is
+        self.stalled = 0.0  # since when the transport has paused writing (the client not reading), 0 while it writes
         self.turned_away = False  # over Connections.limit: never handed to the inner protocol
 
     # -- httptools' callbacks --------------------------------------------------------------
@@ -188,12 +198,25 @@ class Guard(asyncio.Protocol):
         return None if self.turned_away else self.inner.eof_received()
 
     def pause_writing(self) -> None:
+        self.stalled = time.perf_counter()
         if not self.turned_away:
             self.inner.pause_writing()
 
     def resume_writing(self) -> None:
+        self.stalled = 0.0
         if not self.turned_away:
             self.inner.resume_writing()
+
+    def cut_off(self) -> None:
+        """Drop the connection and what it has not sent: a reset (SO_LINGER 0), so that neither
+        the transport nor the kernel keeps the bytes the client does not read."""
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        transport.abort()
 
     def overdue(self, now: float, later: float) -> None:
         """The head awaited since ``self.waiting`` is late: answered 408 and closed; or the

@@ -98,7 +98,8 @@ def serve(model: Model, config: ServeConfig, *, host: str, port: int, access_log
     where = f"http://{'[' + bound[0] + ']' if ':' in bound[0] else bound[0]}:{bound[1]}"
     line = f"uform serve: listening on {where} (model {config.model_id!r}: {', '.join(model.served.modalities)})"
     app, state = create_app(model, config, AccessLog() if access_log else None, lambda: print(line, file=announce or sys.stderr, flush=True))
-    connections = Connections(limit=config.max_connections, head_seconds=config.header_seconds, body_seconds=config.body_seconds)
+    connections = Connections(limit=config.max_connections, head_seconds=config.header_seconds, body_seconds=config.body_seconds,
+                              send_seconds=config.send_seconds)
     http, h11_limit = _protocol(config, connections, app.refused)
     uv = uvicorn.Config(
         app, lifespan="on", access_log=False, log_level="info",
