@@ -1,6 +1,6 @@
 """This machine, its boot and its process-id namespace, as the names of uform's temporaries carry them.
 
-A temporary's name says who writes it (:func:`uform.core.files.writer`): this machine
+A temporary's name says who writes it (:func:`uform.core.leftovers.writer`): this machine
 (``/etc/machine-id``), this boot of it (``/proc/sys/kernel/random/boot_id``), the process-id
 namespace, a process id and that process's start time. A process of this boot and namespace
 is gone when its id names no process, or one that started at another time. A temporary of an

@@ -19,6 +19,10 @@ This module is the only one that renames files into place or syncs them to disk 
 that keeps its own files open and grows them in place (the index's row files) syncs them with
 :func:`sync`; a file written under a name of its own (an SQLite database) is put in place with
 :func:`move`; what a killed writer left beside a target is found by :func:`leftovers`.
+
+How a temporary's name says its writer, and the sweep of a killed writer's, are
+:mod:`uform.core.leftovers` (``PARTIAL``, ``NAME_MAX``, ``writer`` and ``sweep`` are importable from
+here too).
 """
 
 from __future__ import annotations
@@ -26,7 +30,6 @@ from __future__ import annotations
 import glob
 import os
 import re
-import secrets
 import shutil
 import stat
 from collections.abc import Callable, Iterator
@@ -35,18 +38,13 @@ from pathlib import Path
 from types import TracebackType
 from typing import BinaryIO
 
-from . import boots
 from .errors import UformError
+from .leftovers import NAME_MAX, PARTIAL, stem, sweep, token, writer
 
-PARTIAL = ".partial"
-NAME_MAX = 255  # the longest name of a file most file systems take, in bytes
-# a temporary uform names after its writer: .NAME.MACHINE-BOOT-SPACE-PID-START-RANDOM.partial, or a
-# scratch folder's .MACHINE-BOOT-SPACE-PID-START-RANDOM.partial (MACHINE, BOOT, SPACE: 8 hex digits
-# each, uform.core.boots; START: clock ticks since boot); _EARLIER: the names before MACHINE and BOOT
-_OWNED = re.compile(
-    r"\.(?:.*\.)?([0-9a-f]{8})-([0-9a-f]{8})-([0-9a-f]{8})-([1-9][0-9]{0,9})-([0-9]{1,20})-[0-9a-f]{8}" + re.escape(PARTIAL), re.S
-)
-_EARLIER = re.compile(r"\.(?:.*\.)?([0-9a-f]{8})-([1-9][0-9]{0,9})-([0-9]{1,20})-[0-9a-f]{8}" + re.escape(PARTIAL), re.S)
+__all__ = [
+    "NAME_MAX", "PARTIAL", "OutputError", "Outputs", "check_replaceable", "leftovers", "move", "own_folder",
+    "refuse_foreign", "sweep", "sync", "target", "write_bytes", "write_with", "writer",
+]  # fmt: skip
 
 
 class OutputError(UformError, OSError):
@@ -133,7 +131,7 @@ class Outputs:
         check_replaceable(path)
         real = target(path)
         self._sweep(real.parent)
-        temporary = real.parent / f".{_stem(real.name)}.{_token()}{PARTIAL}"
+        temporary = real.parent / f".{stem(real.name)}.{token()}{PARTIAL}"
         self._pending.append((temporary, real, Path(path)))
         return temporary
 
@@ -163,7 +161,7 @@ class Outputs:
         (their ``adopt``-ed names inside it are renamed out); removed when the set ends."""
         self._sweep(target(folder))
         try:
-            made = Path(folder) / f".{_token()}{PARTIAL}"
+            made = Path(folder) / f".{token()}{PARTIAL}"
             made.mkdir()
         except OSError as exc:
             raise OutputError(f"{folder}: cannot be written ({_reason(exc)})") from None
@@ -295,87 +293,7 @@ def move(written: str | os.PathLike[str], path: str | os.PathLike[str]) -> None:
 def leftovers(path: str | os.PathLike[str]) -> list[Path]:
     """The temporary files a writer of ``path`` killed before its rename left beside it."""
     real = target(path)
-    return sorted(real.parent.glob(f".{glob.escape(_stem(real.name))}.*{PARTIAL}"))
-
-
-def _stem(name: str) -> str:
-    """``name`` as its temporary holds it: cut (whole characters) so that the temporary's name,
-    with the longest middle :func:`_token` makes, stays within :data:`NAME_MAX` bytes."""
-    room = NAME_MAX - len(f"..{'f' * 8}-{'f' * 8}-{'f' * 8}-{'9' * 10}-{'9' * 20}-{'f' * 8}{PARTIAL}")
-    while len(os.fsencode(name)) > room:
-        name = name[:-1]
-    return name
-
-
-def _token() -> str:
-    """The middle of a new temporary's name: its writer (:func:`writer`) and 8 random hex digits."""
-    me = writer()
-    return f"{me[0]}-{me[1]}-{me[2]}-{secrets.token_hex(4)}" if me else secrets.token_hex(4)
-
-
-def _started(pid: int) -> int | None:
-    """When process ``pid`` started, in clock ticks since boot (``/proc/PID/stat``); None when unknown."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            fields = f.read().rsplit(b")", 1)[1].split()
-        return int(fields[19])
-    except (OSError, IndexError, ValueError):
-        return None
-
-
-def writer() -> tuple[str, int, int] | None:
-    """Who writes a temporary made now: (``MACHINE-BOOT-SPACE``: this machine, this boot of it
-    and this process-id namespace, :func:`uform.core.boots.ids`; the process id; its start
-    time); None where that cannot be told (not Linux), and then no temporary is ever taken for
-    a killed writer's."""
-    names, pid = boots.ids(), os.getpid()
-    start = _started(pid) if names else None
-    return None if names is None or start is None else ("-".join(names), pid, start)
-
-
-def _gone(pid: int, start: int) -> bool:
-    """True only when process ``pid`` that started at ``start`` is provably not running: no such
-    process, or one that started at another time (its id taken again)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except (OSError, OverflowError):  # there, but not ours to signal (another user's); or no id at all
-        pass
-    started = _started(pid)
-    return started is not None and started != start
-
-
-def sweep(folder: str | os.PathLike[str]) -> list[Path]:
-    """Remove the temporaries in ``folder`` that a killed uform writer left (the files, and the
-    scratch folders of a set), and return them: only names uform makes whose writer is provably
-    gone: a process of this boot and process-id namespace (:func:`writer`) that no longer runs
-    (:func:`_gone`), or any of an earlier boot of this machine where that is provable
-    (:func:`uform.core.boots.earlier_boot_here`). A temporary of a writer still running, of
-    another machine, container or a shared folder's other boot, or of a name uform does not
-    make stays."""
-    me = boots.ids()
-    if me is None:
-        return []
-    try:
-        entries = [e for e in os.scandir(folder) if e.name.startswith(".") and e.name.endswith(PARTIAL)]
-    except OSError:
-        return []
-    removed = []
-    for entry in entries:
-        if not _left_by_the_gone(entry.name, entry.path, me[2]):
-            continue
-        try:
-            if entry.is_dir(follow_symlinks=False):
-                shutil.rmtree(entry.path)
-            elif entry.is_file(follow_symlinks=False):
-                os.unlink(entry.path)
-            else:  # a link, a FIFO: uform makes none
-                continue
-        except OSError:  # another writer removed it first, or it is not ours to remove
-            continue
-        removed.append(Path(entry.path))
-    return removed
+    return sorted(real.parent.glob(f".{glob.escape(stem(real.name))}.*{PARTIAL}"))
 
 
 def own_folder(parent: str | os.PathLike[str], label: str) -> Path:
@@ -385,24 +303,13 @@ def own_folder(parent: str | os.PathLike[str], label: str) -> Path:
     letters, digits, ``-`` and ``_`` as ``_``). The folders killed writers left in ``parent``
     are removed first (:func:`sweep`), so a kill -9 leaves its folder only until the next one."""
     sweep(parent)
-    name = _stem(re.sub(r"[^A-Za-z0-9_-]", "_", label) or "uform")
-    made = Path(parent) / f".{name}.{_token()}{PARTIAL}"
+    name = stem(re.sub(r"[^A-Za-z0-9_-]", "_", label) or "uform")
+    made = Path(parent) / f".{name}.{token()}{PARTIAL}"
     try:
         made.mkdir(mode=0o700)
     except OSError as exc:
         raise OutputError(f"{parent}: cannot be written ({_reason(exc)})") from None
     return made
-
-
-def _left_by_the_gone(name: str, path: str, space: str) -> bool:
-    """Whether the temporary ``name`` (at ``path``) is a writer's that is provably gone, this
-    boot's and process-id namespace being ``space``."""
-    owned = _OWNED.fullmatch(name)
-    if owned:
-        machine, boot, its, pid, start = owned.groups()
-        return _gone(int(pid), int(start)) if its == space else boots.earlier_boot_here(machine, boot, path)
-    earlier = _EARLIER.fullmatch(name)  # named before BOOT and MACHINE: its SPACE only
-    return earlier is not None and earlier[1] == space and _gone(int(earlier[2]), int(earlier[3]))
 
 
 def write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
