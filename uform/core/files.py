@@ -299,7 +299,7 @@ def leftovers(path: str | os.PathLike[str]) -> list[Path]:
 def own_folder(parent: str | os.PathLike[str], label: str) -> Path:
     """A new empty folder in ``parent`` (mode 0700) for files a process keeps a while and then
     removes itself (a backend's float32 weights in the system's temporary folder), named after
-    its writer: ``.LABEL.MACHINE-PID-START-RANDOM.partial`` (``label`` with characters other than
+    its writer: ``.LABEL.MACHINE-BOOT-SPACE-PID-START-RANDOM.partial`` (``label`` with characters other than
     letters, digits, ``-`` and ``_`` as ``_``). The folders killed writers left in ``parent``
     are removed first (:func:`sweep`), so a kill -9 leaves its folder only until the next one."""
     sweep(parent)
