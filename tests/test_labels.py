@@ -3,9 +3,12 @@ unit rows of floats, each other row refused by its index before any label is enc
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
+from uform.core.errors import InputError
 from uform.core.labels import probabilities, rows
 
 CLIP = {"kind": "softmax", "scale": 100.0, "bias": 0.0}
@@ -45,3 +48,27 @@ def test_f16_rows_are_refused_f32_and_f64_taken() -> None:
     assert np.array_equal(rows(items, 512), items.astype(np.float64))
     assert np.array_equal(rows(items.astype(np.float64), 512), items.astype(np.float64))
     assert rows(items[0], 512).shape == (1, 512)
+
+
+def test_utf8_refusal_has_one_wording_the_text_plugins(tmp_path: Path) -> None:
+    """labels.py and calibrate.py each spelled their own "text is not encodable as UTF-8" message;
+    they now give the text plugin's utf8_of reason (uform.verbs), named by the label or the line."""
+    from uform.calibrate import read_examples
+    from uform.core.labels import label_texts
+    from uform.verbs import utf8_of
+
+    with pytest.raises(InputError) as refused:
+        utf8_of(1, "ok\ud800")
+    reason = refused.value.reason
+    assert reason == "text is not encodable as UTF-8 (surrogates not allowed at 2)"
+    with pytest.raises(ValueError) as labels:
+        label_texts(["cat", "ok\ud800"], utf8_of)
+    assert str(labels.value) == f"labels[1]: {reason}"
+    examples = tmp_path / "ex.jsonl"
+    examples.write_text('{"text": "fine", "choices": "AB", "answer": 0}\n{"text": "ok\\ud800", "choices": "AB", "answer": 0}\n')
+    with pytest.raises(ValueError) as line:
+        read_examples(examples)
+    assert str(line.value) == f"{examples}:2: {reason}"
+    root = Path(__file__).parents[1] / "uform"
+    spelled = sorted(str(p.relative_to(root)) for p in root.rglob("*.py") if "encodable as UTF-8" in p.read_text(encoding="utf-8"))
+    assert spelled == ["plugins/media/text.py"]

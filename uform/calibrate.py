@@ -25,7 +25,9 @@ import numpy as np
 from .core import files, jsontext, safetensors
 from .core.checkpoint import map_file
 from .core.config import ModelConfig
+from .core.errors import InputError
 from .core.progress import ProgressHandler
+from .verbs import utf8_of
 
 if TYPE_CHECKING:
     from .model import Model
@@ -94,9 +96,9 @@ def _example(line: str, where: str) -> Example:
     if not isinstance(text, str):
         raise ValueError(f"{where}: text must be a string, got {text!r}")
     try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise ValueError(f"{where}: text is not encodable as UTF-8 ({exc.reason} at {exc.start})") from None
+        utf8_of(0, text)
+    except InputError as exc:  # a lone surrogate; the text plugin's wording, named by the line
+        raise ValueError(f"{where}: {exc.reason}") from None
     if not isinstance(choices, str) or not choices:
         raise ValueError(f"{where}: choices must be a non-empty string of single-byte choices, got {choices!r}")
     wide = next((c for c in choices if ord(c) > 0x7F), None)
@@ -211,7 +213,7 @@ def fit_temperatures(
 
 def choice_logits(model: Model, examples: Sequence[Example], progress: ProgressHandler | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Each example's choice logits (float64, flat) and offsets, up to a constant per row."""
-    from . import Arena, InputError
+    from . import Arena
 
     temps = np.asarray(model.served.choice_temperatures, np.float64)
     groups = [e.group if e.group < len(temps) else 0 for e in examples]

@@ -21,7 +21,7 @@ from .core.progress import ProgressHandler
 from .core.runtime import Runtime, as_buffer
 from .core.types import CPUClass, GPUClass, ModelDescription, Outputs, Scalar
 from .lifecycle import Life
-from .verbs import Served, served_by
+from .verbs import Served, served_by, utf8_of
 
 if TYPE_CHECKING:
     from typing_extensions import Buffer
@@ -196,7 +196,7 @@ class Model:
 
         spec = zero_shot.spec(self.labels)
         items = zero_shot.rows(embeddings, self.describe().dimensions)
-        texts = zero_shot.label_texts(labels)
+        texts = zero_shot.label_texts(labels, utf8_of)
         encoded = self.text_encode(texts, Arena()).embeddings
         return zero_shot.probabilities(spec, items, np.array(encoded))
 
@@ -206,7 +206,7 @@ class Model:
         from .core import labels as zero_shot
 
         zero_shot.spec(self.labels)
-        texts = zero_shot.label_texts(labels)
+        texts = zero_shot.label_texts(labels, utf8_of)
         images = np.array(self.image_encode(files, Arena()).embeddings)
         return self.label_probabilities(images, texts)
 

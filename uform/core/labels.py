@@ -8,17 +8,19 @@ is the dot product of the item's unit embedding with label ``j``'s text embeddin
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
 
-from .errors import UnsupportedError
+from .errors import InputError, UnsupportedError
 from .pipeline import check_batch
 
 
-def label_texts(labels: Any) -> list[str]:
-    """``labels`` checked: a non-empty sequence of strings (a bare string is refused, not split)."""
+def label_texts(labels: Any, utf8: Callable[[int, str], bytes]) -> list[str]:
+    """``labels`` checked: a non-empty sequence of strings (a bare string is refused, not split),
+    each encodable by ``utf8`` (the text plugin's ``utf8_of``, the one wording of that refusal;
+    its ``InputError`` is given again naming ``labels[i]``, not an item of a call of its own)."""
     if isinstance(labels, (str, bytes)):
         raise TypeError(f"labels must be a sequence of label texts, got a single {type(labels).__name__}; wrap it in a list")
     check_batch(labels, "labels")
@@ -29,9 +31,9 @@ def label_texts(labels: Any) -> list[str]:
         if not isinstance(label, str):
             raise TypeError(f"labels[{i}]: expected str, got {type(label).__name__}")
         try:
-            label.encode("utf-8")
-        except UnicodeEncodeError as exc:  # a lone surrogate: text_encode would name it "item i", an item of its own call
-            raise ValueError(f"labels[{i}]: text is not encodable as UTF-8 ({exc.reason} at {exc.start})") from None
+            utf8(i, label)
+        except InputError as exc:  # a lone surrogate
+            raise ValueError(f"labels[{i}]: {exc.reason}") from None
     return out
 
 
