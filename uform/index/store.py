@@ -97,7 +97,6 @@ class Store:
         self.folder = Path(folder)
         self.write = write
         self._lock_fd = -1
-        self._slots_checked: tuple[int, int, int, int] | None = None  # the state() whose items' slots were checked
         self.conn: sqlite3.Connection | None = None
         db = self.folder / DATABASE
         try:
@@ -290,9 +289,9 @@ class Store:
     @guarded
     def state(self) -> tuple[int, int]:
         """(generation, committed slots), as the current transaction sees them; refuses a
-        database whose items point outside the committed slots. That check reads every item, so it
-        runs once a database version: again only after a commit (``PRAGMA data_version`` for other
-        connections', ``total_changes`` for this one's), not on each search."""
+        database whose items point outside the committed slots. ``slot`` is the table's rowid,
+        so its least and greatest are each one descent of the table's B-tree, O(log n): checked
+        on every call (one ``SELECT max(slot), min(slot)`` is not optimised, and read every item)."""
         rows = dict(self._db.execute("SELECT key, value FROM meta WHERE key IN ('generation', 'slots')").fetchall())
         try:
             generation, slots = int(rows["generation"]), int(rows["slots"])
@@ -300,12 +299,9 @@ class Store:
             raise self.damaged(f"{DATABASE}'s meta.generation and meta.slots are not counts ({rows})") from None
         if generation < 0 or slots < 0:
             raise self.damaged(f"{DATABASE}'s meta says generation {generation} and {slots} slots")
-        seen = (int(self._db.execute("PRAGMA data_version").fetchone()[0]), self._db.total_changes, generation, slots)
-        if seen != self._slots_checked:
-            top = self._db.execute("SELECT max(slot), min(slot) FROM items").fetchone()
-            if top[0] is not None and (top[0] >= slots or top[1] < 0):
-                raise self.damaged(f"{DATABASE}'s items use slots {top[1]}-{top[0]}, outside the {slots} rows meta.slots says")
-            self._slots_checked = seen
+        high, low = self._db.execute("SELECT (SELECT max(slot) FROM items), (SELECT min(slot) FROM items)").fetchone()
+        if high is not None and (high >= slots or low < 0):
+            raise self.damaged(f"{DATABASE}'s items use slots {low}-{high}, outside the {slots} rows meta.slots says")
         return generation, slots
 
     def vectors(self, generation: int, slots: int) -> tuple[np.ndarray, np.ndarray]:
