@@ -227,3 +227,44 @@ def test_a_tower_function_failing_is_the_plugins_error_named(site: Path, tmp_pat
     message = f"tower 'smell': {reason}; {fix}"
     with pytest.raises(uform.PluginError, match=f"^{re.escape(message)}$"):
         uform.Model.load_ram(tmp_path / "smelly.safetensors")
+
+
+SMELL_DESCRIBE = {
+    "raises": ("    raise KeyError('width')\n", "its describe raised KeyError: 'width'"),
+    "list": ("    return [('token_width', 4)]\n", "its describe answered list, not a mapping of description field to int"),
+    "str": ("    return {'token_width': 'wide'}\n", "its describe answered 'wide' for 'token_width', not an int (0 or more)"),
+    "field": ("    return {'token_widht': 4}\n", "its describe answered the field 'token_widht', not one of token_width, choice_temperature_groups"),
+}
+
+
+@pytest.mark.parametrize("broken", list(SMELL_DESCRIBE))
+def test_a_modality_describe_failing_is_the_plugins_error_named(site: Path, tmp_path: Path, broken: str) -> None:
+    """docs/plugins.md's smell plugin given a describe that raises or answers wrong: model.describe()
+    (and `uform describe`) was a bare traceback (KeyError: 'width'; TypeError: cannot convert
+    dictionary update sequence element #0 to a sequence), or a misspelled field silently dropped."""
+    from test_plugins import example_plugin
+
+    from uform.core import checkpoint
+
+    good = example_plugin()
+    (site / "uform_smell").mkdir()
+    (site / "uform_smell" / "__init__.py").write_text(good)
+    info = site / "uform_smell-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: uform-smell\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[uform]\nsmell = uform_smell\n")
+    config, tensors = checkpoint.new(get_host(), "tiny", 0, ["text", "smell"])
+    checkpoint.save(tmp_path / "smelly.safetensors", config, tensors)
+    body, reason = SMELL_DESCRIBE[broken]
+    source = good.replace('{"smell_encode": smell_encode})', '{"smell_encode": smell_encode}, describe)')
+    source = source.replace("def graph(", f"def describe(g, model):\n{body}\n\ndef graph(")
+    assert source.count("describe") == 2
+    (site / "uform_smell" / "__init__.py").write_text(source)
+    for name in [m for m in sys.modules if m.startswith("uform_smell")]:
+        del sys.modules[name]
+    reset_host()
+    fix = "uform-smell 0.1 (plugin 'smell') has a bug: report it there, or block it with UFORM_BLOCK_PLUGINS=smell"
+    message = f"modality 'smell': {reason}; {fix}"
+    with uform.Model.load_ram(tmp_path / "smelly.safetensors") as model:
+        with pytest.raises(uform.PluginError, match=f"^{re.escape(message)}$"):
+            model.describe()

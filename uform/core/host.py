@@ -36,7 +36,7 @@ from . import hookspecs
 from .claims import BLOCK_ENV, Claimant, Conflict, Loaded, PluginRecord, Resolution, resolve
 from .errors import PluginConflictError, PluginError, UformError, UnsupportedError
 from .plugin import Backend, LoadRequest, Modality, Placement
-from .wellformed import ENTRY_POINT, Refused, check_records, check_registered, check_unregistered, shown, wrong_specs
+from .wellformed import ENTRY_POINT, Refused, check_records, check_registered, check_unregistered, shown, wrong_described, wrong_specs
 
 __all__ = ["BLOCK_ENV", "Claimant", "Conflict", "Host", "PluginRecord", "blocked_from_env", "get_host", "reset_host"]
 
@@ -230,17 +230,37 @@ class Host:
         """``modality.tower.<what>(*args)`` (``read``, ``tensors``, ``graph``): uform's own errors (a
         CheckpointError naming a field) as raised; any other exception, and ``tensors`` answering
         something other than a mapping of tensor name to TensorSpec, PluginError naming the plugin."""
-        tower, fix = modality.tower, _fix(self._used.modality_owners.get(modality.name))
+        who = f"tower {modality.tower.name!r}"
+        answer = self._plugin_call(modality, who, what, getattr(modality.tower, what), args)
+        wrong = wrong_specs(answer) if what == "tensors" else ""
+        if wrong:
+            raise PluginError(f"{who}: its tensors answered {wrong}; {self._owner_fix(modality)}")
+        return dict(answer) if what == "tensors" else answer
+
+    def described(self, modality: Modality, parsed: Any, config: Any) -> dict[str, int]:
+        """``modality.describe(parsed, config)`` (``{}`` when it has none), checked as
+        :meth:`tower_call` checks a tower's answers: PluginError naming the plugin when it raises
+        or answers other than a mapping of ModelDescription fields (``token_width``,
+        ``choice_temperature_groups``) to ints."""
+        if modality.describe is None:
+            return {}
+        who = f"modality {modality.name!r}"
+        answer = self._plugin_call(modality, who, "describe", modality.describe, (parsed, config))
+        wrong = wrong_described(answer)
+        if wrong:
+            raise PluginError(f"{who}: its describe answered {wrong}; {self._owner_fix(modality)}")
+        return dict(answer)
+
+    def _plugin_call(self, modality: Modality, who: str, what: str, fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
         try:
-            answer = getattr(tower, what)(*args)
+            return fn(*args)
         except UformError:
             raise
         except Exception as exc:  # noqa: BLE001 - the plugin's bug, named
-            raise PluginError(f"tower {tower.name!r}: its {what} raised {type(exc).__name__}: {exc}; {fix}") from exc
-        wrong = wrong_specs(answer) if what == "tensors" else ""
-        if wrong:
-            raise PluginError(f"tower {tower.name!r}: its tensors answered {wrong}; {fix}")
-        return dict(answer) if what == "tensors" else answer
+            raise PluginError(f"{who}: its {what} raised {type(exc).__name__}: {exc}; {self._owner_fix(modality)}") from exc
+
+    def _owner_fix(self, modality: Modality) -> str:
+        return _fix(self._used.modality_owners.get(modality.name))
 
     def _asked(self, backend: Backend, what: str, ask: Callable[[], Any]) -> str | None:
         fix = self._fix(backend)

@@ -8,7 +8,8 @@ that is not ``module`` or ``module:object`` (:data:`ENTRY_POINT`), an object tha
 function left unmarked, one naming an argument its spec lacks or a hook uform does not have
 (:func:`check_unregistered`, :func:`check_registered`), and a record whose fields are not what
 docs/plugins.md says they are, or a name it yields twice (:func:`check_records`).
-:func:`wrong_specs` checks a tower's ``tensors`` answer the same way.
+:func:`wrong_specs` checks a tower's ``tensors`` answer the same way, :func:`wrong_described` a
+modality's ``describe`` answer.
 """
 
 from __future__ import annotations
@@ -117,6 +118,22 @@ def wrong_specs(specs: Any) -> str:
         shape = spec.shape
         if not isinstance(shape, tuple) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
             return f"the shape {shown(shape)} for {name!r}, not a tuple of ints (0 or more)"
+    return ""
+
+
+DESCRIBED = ("token_width", "choice_temperature_groups")  # the ModelDescription fields a modality gives
+
+
+def wrong_described(answer: Any) -> str:
+    """What is wrong with a modality's ``describe`` answer ('' when it is a mapping of fields of
+    :data:`DESCRIBED` to ints, 0 or more)."""
+    if not isinstance(answer, Mapping):
+        return f"{shown(answer)}, not a mapping of description field to int"
+    for name, value in answer.items():
+        if name not in DESCRIBED:
+            return f"the field {shown(name)}, not one of {', '.join(DESCRIBED)}"
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            return f"{shown(value)} for {name!r}, not an int (0 or more)"
     return ""
 
 
