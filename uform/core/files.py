@@ -39,7 +39,7 @@ from types import TracebackType
 from typing import BinaryIO
 
 from .errors import UformError
-from .leftovers import NAME_MAX, PARTIAL, stem, sweep, token, writer
+from .leftovers import NAME_MAX, PARTIAL, stem, sweep, sweep_once, token, writer
 
 __all__ = [
     "NAME_MAX", "PARTIAL", "OutputError", "Outputs", "check_replaceable", "leftovers", "move", "own_folder",
@@ -301,8 +301,9 @@ def own_folder(parent: str | os.PathLike[str], label: str) -> Path:
     removes itself (a backend's float32 weights in the system's temporary folder), named after
     its writer: ``.LABEL.MACHINE-BOOT-SPACE-PID-START-RANDOM.partial`` (``label`` with characters other than
     letters, digits, ``-`` and ``_`` as ``_``). The folders killed writers left in ``parent``
-    are removed first (:func:`sweep`), so a kill -9 leaves its folder only until the next one."""
-    sweep(parent)
+    are removed at this process's first own folder there (:func:`sweep_once`), so a kill -9
+    leaves its folder only until the next process's first load."""
+    sweep_once(parent)
     name = stem(re.sub(r"[^A-Za-z0-9_-]", "_", label) or "uform")
     made = Path(parent) / f".{name}.{token()}{PARTIAL}"
     try:
