@@ -562,6 +562,36 @@ def test_attention_matches_numpy(variant: str, items: int, tokens: int, heads: i
     np.testing.assert_allclose(got, attention_reference(qkv, items, heads, additive, mask == "causal"), atol=2e-5)
 
 
+ATTENTION_VARIANTS = ["avx2", "avx2-split", "avx512", "avx512-bf16", "amx", "amx-model"]
+
+
+@pytest.mark.parametrize("variant", ATTENTION_VARIANTS)
+def test_attention_of_no_items_answers_no_rows(variant: str) -> None:
+    """No items, no tokens: an empty context (the C entry divided by a chunk of 0 tasks and the
+    process died of SIGFPE). In a child process, so that a crash fails the test alone."""
+    runnable(variant)
+    code = (
+        "import numpy as np\nfrom uform.plugins.oplib.library import library\n"
+        f"out = library().attention(np.zeros((0, 96), np.float32), 0, 2, variant={variant!r}, threads=2)\n"
+        "print(out.shape)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert (done.returncode, done.stdout.strip()) == (0, "(0, 32)"), done.stderr[-2000:]
+
+
+@needs_library
+def test_attention_refuses_rows_that_are_not_whole_items() -> None:
+    """10 rows are not 3 items: refused by name (the last row came back unwritten), as are a
+    width that is not 3 heads' of a multiple of 16."""
+    assert LIBRARY is not None
+    with pytest.raises(ValueError, match=r"qkv's 10 rows are not 3 items of equal length"):
+        LIBRARY.attention(np.ones((10, 96), np.float32), 3, 2, variant="avx2")
+    with pytest.raises(ValueError, match=r"qkv's 4 rows are not 0 items of equal length"):
+        LIBRARY.attention(np.ones((4, 96), np.float32), 0, 2, variant="avx2")
+    with pytest.raises(ValueError, match=r"head_dim a multiple of 16, got width 90 for 2 heads"):
+        LIBRARY.attention(np.ones((4, 90), np.float32), 1, 2, variant="avx2")
+
+
 @needs_library
 @pytest.mark.parametrize("variant", ["avx2", "avx2-split", "avx512"])
 def test_every_attention_of_every_tower_is_fused_and_computes_what_the_graph_does(variant: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

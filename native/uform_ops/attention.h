@@ -43,10 +43,12 @@ int attention_needs(int variant);
 // How many of a call's `tasks` a thread takes at once: one where a task is long, more where it is
 // short (a run of tile tasks configures the tiles once: LDTILECFG and TILERELEASE were a fifth of
 // an 8-token task), but never fewer than 8 pieces where there are 8 tasks (a 12-head query on
-// 2 threads in 3 pieces left one thread a piece behind).
+// 2 threads in 3 pieces left one thread a piece behind). At least 1, also for no tasks: callers
+// divide by it.
 inline int64_t attention_chunk(int64_t tokens, int64_t tasks) {
   const int64_t by_length = tokens >= 64 ? 1 : 64 / (tokens > 0 ? tokens : 1), by_count = (tasks + 7) / 8;
-  return by_length < by_count ? by_length : by_count;
+  const int64_t chunk = by_length < by_count ? by_length : by_count;
+  return chunk > 0 ? chunk : 1;
 }
 
 }  // namespace uform

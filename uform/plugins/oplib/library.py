@@ -197,7 +197,11 @@ class OpLibrary:
         ``mask`` additive, [items, tokens] (padding), or [tokens, tokens] when ``causal``."""
         qkv = np.ascontiguousarray(qkv, np.float32)
         rows, triple = qkv.shape
+        if items < 0 or rows % max(items, 1) or (items == 0 and rows):
+            raise ValueError(f"qkv's {rows} rows are not {items} items of equal length")
         tokens, width = rows // max(items, 1), triple // 3
+        if heads < 1 or triple % (3 * heads) or width // heads % 16 or width == 0:
+            raise ValueError(f"qkv must be [items * tokens, 3 * heads * head_dim] with head_dim a multiple of 16, got width {triple} for {heads} heads")
         if mask is not None:
             mask = np.ascontiguousarray(mask, np.float32)
             if mask.shape != ((tokens, tokens) if causal else (items, tokens)):
