@@ -467,3 +467,41 @@ def test_probed_lists_are_scored_without_blas(scalar: str) -> None:
     assert _NoBlas.products == 0
     everything = scoring.search(resolve, np.asarray(stored), kinds, kind, 16, q, 5, None, None)
     assert probed == everything and probed[0].path == "/p/7"
+
+
+def test_remove_reads_what_it_removes_not_every_item(tmp_path: Path, ckpt: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Index.remove read every item's path into Python and tested each against the paths given:
+    removing a 3-line text file from a million-item index took 10.9 s (7.9 CPU s). Now each path
+    is a range of the path index: a bounded number of SQLite's steps beside 20,000 other items,
+    the same items removed (a folder's files, a text file's lines, a Text's key; nothing else)."""
+    from uform.index.identity import Identity, checkpoint_digest
+    from uform.index.records import Chunk, Insert
+    from uform.index.store import Store
+
+    n = 20_000
+    paths = [f"/p/a/{i}" for i in range(n)] + ["/p/b", "/p/b/1", "/p/b/c/2", "/p/bb/3", "/p/t.txt:1", "/p/t.txt:2", "/p/t.txtx:1", "note", "/p/b.jpg"]
+    texts = {"/p/t.txt:1", "/p/t.txt:2", "/p/t.txtx:1", "note"}
+    rows = np.zeros((len(paths), 32), np.float32)
+    rows[:, 0] = 1
+    store = Store(tmp_path / "idx", write=True, identity=Identity(checkpoint_digest(ckpt), "tiny", "bf16", 32, "f32"))
+    store.commit(Chunk(rows, [Insert(p, 1, 1, i.to_bytes(16, "big"), "x" if p in texts else None, 1) for i, p in enumerate(paths)], new_paths=True))
+    store.close()
+    steps = [0]
+
+    def step() -> int:
+        steps[0] += 1
+        return 0
+
+    connect = sqlite3.connect
+
+    def counted(*args: Any, **kwargs: Any) -> sqlite3.Connection:
+        conn = connect(*args, **kwargs)
+        conn.set_progress_handler(step, 100)  # called every 100 SQLite virtual-machine steps
+        return conn
+
+    monkeypatch.setattr(sqlite3, "connect", counted)
+    with Index(tmp_path / "idx", checkpoint=ckpt) as ix:
+        steps[0] = 0
+        assert ix.remove(["/p/b", "/p/t.txt", "/p/nothing", "note"]) == 6
+        assert steps[0] < 20, steps  # reading every item is over 200 calls here
+        assert {e.path for e in ix.entries()} == set(paths) - {"/p/b", "/p/b/1", "/p/b/c/2", "/p/t.txt:1", "/p/t.txt:2", "note"}

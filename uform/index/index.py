@@ -135,15 +135,12 @@ class Index:
     def remove(self, paths: Iterable[_PathLike]) -> int:
         """Remove the items of ``paths`` (a folder: every item under it; a text file: its lines; a
         :class:`Text`'s key as it was given); answer how many."""
-        from .sources import in_scope
-
         named = [os.fspath(p) for p in paths]
         if "" in named:
             raise ValueError("a path to remove is empty; it names no item (pass '.' to remove every item under the current folder)")
         store = self._writer()
         roots = [os.path.abspath(p) for p in named]
-        keys = set(named)  # a Text's key is not a path: not made absolute
-        return store.remove(lambda p, text: in_scope(p, roots) or in_scope(p, roots, text=text) or (text and p in keys), lambda p: in_scope(p, roots))
+        return store.remove(roots, named)  # a Text's key is not a path: also as it was given
 
     def compact(self, *, only_if_worth: bool = False) -> int:
         """Rewrite the vectors without the rows of removed items; answer the rows dropped.

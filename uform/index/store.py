@@ -35,6 +35,7 @@ from . import files
 from .files import CREATION, DATABASE, NEW_DATABASE, Rows
 from .identity import FORMAT, MODALITIES, Identity, IndexBusyError, IndexFormatError, IndexModelError, row_dtype
 from .records import Chunk, Failed, Insert, Known, Move, Stored
+from .sources import storable
 
 __all__ = ["FORMAT", "MODALITIES", "Chunk", "Failed", "Identity", "IndexBusyError", "IndexFormatError", "IndexModelError", "Insert",
            "Known", "Move", "Store", "refuse_foreign"]  # fmt: skip
@@ -419,14 +420,26 @@ class Store:
             c.executemany("INSERT OR REPLACE INTO failed VALUES (?, ?, ?, ?)", failures)
 
     @guarded
-    def remove(self, item: Callable[[str, bool], bool], path: Callable[[str], bool]) -> int:
-        """Remove the items ``item(path, is_text)`` chooses, and the text files and failures ``path`` does; answer the items removed."""
+    def remove(self, roots: list[str], keys: list[str]) -> int:
+        """Remove the items at or under the absolute paths ``roots`` (a text file's lines,
+        ``FILE:LINE``, with it) and the text items keyed ``keys``, and the text files and failures
+        at or under ``roots``; answer the items removed. Each is a range of a path index (a
+        prefix ``P`` is the range ``[P, P with its last character one higher)``), so a removal
+        reads what it removes, not every item."""
+        after = chr(ord(os.sep) + 1)
+        roots = [r for r in roots if storable(r)]  # a name that is not UTF-8 names no stored item
         with self.transaction() as c:
-            rows = c.execute("SELECT slot, path, text IS NOT NULL FROM items").fetchall()
-            slots = [(s,) for s, p, t in rows if item(p, bool(t))]
-            c.executemany("DELETE FROM items WHERE slot = ?", slots)
-            c.executemany("DELETE FROM texts WHERE path = ?", ((p,) for (p,) in c.execute("SELECT path FROM texts").fetchall() if path(p)))
-            c.executemany("DELETE FROM failed WHERE path = ?", ((p,) for (p,) in c.execute("SELECT path FROM failed").fetchall() if path(p)))
+            slots: set[int] = set()
+            for r in roots:
+                slots.update(s for (s,) in c.execute("SELECT slot FROM items WHERE path = ?", (r,)))
+                slots.update(s for (s,) in c.execute("SELECT slot FROM items WHERE path >= ? AND path < ?", (r + os.sep, r + after)))
+                slots.update(s for (s,) in c.execute("SELECT slot FROM items WHERE path >= ? AND path < ? AND text IS NOT NULL", (r + ":", r + ";")))
+            for key in filter(storable, keys):
+                slots.update(s for (s,) in c.execute("SELECT slot FROM items WHERE path = ? AND text IS NOT NULL", (key,)))
+            c.executemany("DELETE FROM items WHERE slot = ?", ((s,) for s in slots))
+            for table in ("texts", "failed"):
+                for r in roots:
+                    c.execute(f"DELETE FROM {table} WHERE path = ? OR (path >= ? AND path < ?)", (r, r + os.sep, r + after))
         return len(slots)
 
     @guarded
