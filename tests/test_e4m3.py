@@ -24,7 +24,7 @@ import uform
 from uform import Arena, CPUClass, Scalar
 from uform.plugins import e4m3
 from uform.plugins.sessions.dequantize import quantize_e4m3
-from uform.plugins.oplib.library import BF16_PRODUCTS, VARIANTS
+from uform.plugins.oplib.library import BF16_PRODUCTS, VARIANTS, OpLibraryError
 
 from oplibrary import LIBRARY, WHY_NOT, needs_library, runnable
 
@@ -577,6 +577,22 @@ def test_attention_of_no_items_answers_no_rows(variant: str) -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert (done.returncode, done.stdout.strip()) == (0, "(0, 32)"), done.stderr[-2000:]
+
+
+@needs_library
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_kernels_this_cpu_cannot_run_are_refused_by_name(variant: str) -> None:
+    """Packing for, and attention through, a variant this CPU lacks: OpLibraryError naming it
+    (they said 'refused to pack ... (-3)' and 'uform_attention failed (1)'), no instruction run."""
+    assert LIBRARY is not None
+    if variant in LIBRARY.runnable:
+        pytest.skip(f"this CPU runs the {variant} kernels")
+    w = np.ones((40, 64), ml_dtypes.bfloat16)
+    for e4m3 in (False, True):
+        with pytest.raises(OpLibraryError, match=f"^this CPU cannot run the {variant} kernels$"):
+            LIBRARY.pack(variant, w, e4m3)
+    with pytest.raises(OpLibraryError, match=f"^this CPU cannot run the {variant} kernels$"):
+        LIBRARY.attention(np.ones((4, 96), np.float32), 1, 2, variant=variant)
 
 
 @needs_library

@@ -102,6 +102,8 @@ class OpLibrary:
                 VARIANTS.index(variant), E4M3 if e4m3 else BF16, _pointer(bits), _I64(n), _I64(k),
                 _pointer(out), _pointer(scale), max(1, threads),
             )  # fmt: skip
+            if found == -3:
+                raise OpLibraryError(f"this CPU cannot run the {variant} kernels")
             if found < -1:
                 raise ValueError(f"the op library refused to pack a [{n}, {k}] matrix for {variant} ({found})")
             if found >= 0:
@@ -211,6 +213,8 @@ class OpLibrary:
             VARIANTS.index(variant), _pointer(qkv), _pointer(mask), int(causal), _pointer(out), _I64(items), _I64(tokens), _I64(heads),
             _I64(width // heads), max(1, threads),
         )  # fmt: skip
+        if rc == 1:
+            raise OpLibraryError(f"this CPU cannot run the {variant} kernels")
         if rc != 0:
             raise OpLibraryError(f"uform_attention failed ({rc})")
         return out
