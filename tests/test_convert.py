@@ -691,3 +691,26 @@ def test_a_cache_with_the_weights_alone_asks_the_hub_for_the_rest(clip_dir: Path
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_a_tensor_the_index_leaves_out_names_the_index(clip_dir: Path, tmp_path: Path) -> None:
+    """A weight_map that leaves out a tensor its shard holds (or gives a tensor to a shard without
+    it) was "SHARD1, SHARD2: tensor 'logit_scale' is missing (...)": the shards are whole, the
+    index is at fault, and the error now names it."""
+    from uform.core import safetensors
+
+    d = copy(clip_dir, tmp_path)
+    with safetensors_file(d / "model.safetensors") as tensors:
+        names = sorted(tensors)
+        shards = {"model-00001-of-00002.safetensors": names[::2], "model-00002-of-00002.safetensors": names[1::2]}
+        for shard, part in shards.items():
+            safetensors.write(d / shard, {n: tensors[n] for n in part}, {"format": "pt"})
+    (d / "model.safetensors").unlink()
+    table = {n: s for s, part in shards.items() for n in part}
+    index = d / "model.safetensors.index.json"
+    left, holder = "logit_scale", table["logit_scale"]
+    index.write_text(json.dumps({"weight_map": {n: s for n, s in table.items() if n != left}}))
+    refused(d, tmp_path, rf"^{re.escape(str(index))}: weight_map leaves out tensor '{left}', which {re.escape(holder)} holds \(the model's logit scale\)$")
+    other = next(s for s in shards if s != holder)
+    index.write_text(json.dumps({"weight_map": {**table, left: other}}))
+    refused(d, tmp_path, rf"^{re.escape(str(index))}: weight_map gives tensor '{left}' the shard {re.escape(other)}, which does not hold it; {re.escape(holder)} does \(the model's logit scale\)$")

@@ -53,7 +53,7 @@ class Taker:
     def check(self, name: str, shape: tuple[int, ...], why: str) -> None:
         """Source tensor ``name`` is there, of ``shape``: it is taken."""
         if name not in self.weights:
-            raise ConvertError(f"{self._files()}: tensor {name!r} is missing (expected shape {list(shape)} from {why})")
+            raise ConvertError(f"{self.weights.missing(name)} (expected shape {list(shape)} from {why})")
         found = self.weights.shapes[name]
         if tuple(found) != tuple(shape):
             raise ConvertError(
@@ -266,7 +266,7 @@ def _hw(value: Any, where: str, key: str) -> tuple[int, int]:
 def scalar(t: Taker, name: str, why: str) -> float:
     """A one-value source tensor (``logit_scale``, ``logit_bias``) as a float."""
     if name not in t.weights:
-        raise ConvertError(f"{t._files()}: tensor {name!r} is missing ({why})")
+        raise ConvertError(f"{t.weights.missing(name)} ({why})")
     shape = t.weights.shapes[name]
     if int(np.prod(shape)) != 1:
         raise ConvertError(f"{t._files()}: tensor {name!r} has shape {list(shape)}, expected one value ({why})")

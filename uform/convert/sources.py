@@ -111,9 +111,22 @@ class Weights:
     _where: dict[str, tuple[Path, str]] = field(default_factory=dict)  # name -> (file, name inside it)
     _opened: dict[Path, Any] = field(default_factory=dict)  # a Mapped file, or a .bin's arrays by name
     shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    index: Path | None = None  # model.safetensors.index.json, for sharded weights
+    unlisted: dict[str, str] = field(default_factory=dict)  # a tensor a shard holds that the index leaves out -> the shard
+    absent: dict[str, str] = field(default_factory=dict)  # a tensor the index gives a shard without it -> the shard
 
     def names(self) -> list[str]:
         return list(self._where)
+
+    def missing(self, name: str) -> str:
+        """Tensor ``name`` is not there, said naming the file at fault: the index when its
+        weight_map leaves out a tensor a shard holds, or gives it a shard that does not."""
+        if name in self.absent:
+            holder = f"; {self.unlisted[name]} does" if name in self.unlisted else ""
+            return f"{self.index}: weight_map gives tensor {name!r} the shard {self.absent[name]}, which does not hold it{holder}"
+        if name in self.unlisted:
+            return f"{self.index}: weight_map leaves out tensor {name!r}, which {self.unlisted[name]} holds"
+        return f"{', '.join(str(p) for p in self.files)}: tensor {name!r} is missing"
 
     def __contains__(self, name: str) -> bool:
         return name in self._where
@@ -249,14 +262,15 @@ def weights(directory: Path, prefix: str = "") -> Weights:
             if not isinstance(shard, str) or Path(shard).name != shard or shard in ("", ".", ".."):
                 raise ConvertError(f"{index}: weight_map gives {name!r} the shard {shard!r}, not a file name in {directory}")
             shards.setdefault(directory / shard, []).append(name)
-        return _safetensors({p: set(n) for p, n in shards.items()})
+        return _safetensors({p: set(n) for p, n in shards.items()}, index)
     if binary.is_file():
         return _torch_bin(binary)
     raise ConvertError(f"{directory}: no weights: expected {single.name}, {index.name} or {binary.name}")
 
 
-def _safetensors(files: Mapping[Path, set[str] | None]) -> Weights:
-    out = Weights(list(files))
+def _safetensors(files: Mapping[Path, set[str] | None], index: Path | None = None) -> Weights:
+    """The tensors of ``files``: each file's, or those ``index`` gives it."""
+    out = Weights(list(files), index=index)
     try:
         for path, names in files.items():
             try:
@@ -270,6 +284,9 @@ def _safetensors(files: Mapping[Path, set[str] | None]) -> Weights:
                 if names is None or name in names:
                     out._where[name] = (path, name)
                     out.shapes[name] = entry.shape
+                else:
+                    out.unlisted[name] = path.name
+            out.absent.update((name, path.name) for name in names or () if name not in opened.entries)
     except BaseException:
         out.close()
         raise
