@@ -21,6 +21,12 @@ _FLAC_KEPT = (0, 3)  # STREAMINFO, SEEKTABLE
 _WAV_KEPT = (b"fmt ", b"fact")
 MAX_BLOCKS = 1 << 16  # metadata blocks or chunks before the sound; a file with more is refused
 MAX_OGG_HEADER_BYTES = 16 << 20  # an Ogg file's header packets (tags, a cover picture), which FFmpeg reads whole
+# Metadata bytes a file must hold for it to be left out: below this FFmpeg is given the file as
+# it is (it holds the tags ~3 times over: a few MB at most). A Spliced file is read through
+# Python calls; ordinary files (FFmpeg's own WAV, 34 bytes of LIST chunk; its FLAC, an encoder
+# tag and 8 KB of padding) cost 1-3 % more CPU to decode through one
+# (python benchmarks/media_preread.py; docs/media.md, "Audio").
+SPLICE_FROM = 1 << 20
 
 
 class Spliced(io.RawIOBase):
@@ -136,7 +142,8 @@ def ogg_header_bytes(f: BinaryIO, at: int) -> int:
 def stripped(f: BinaryIO, at: int) -> tuple[bytes, int, int] | None:
     """For a FLAC or a plain RIFF WAV starting at ``at`` in the seekable ``f``, with metadata to
     leave out: the header bytes FFmpeg needs, and the start and end of the sound in ``f``
-    (a :class:`Spliced` file's arguments); None for any other file, or one with none.
+    (a :class:`Spliced` file's arguments); None for any other file, or one with under
+    ``SPLICE_FROM`` bytes of it.
     ValueError (its reason) for one with over ``MAX_BLOCKS`` blocks or chunks before the sound."""
     f.seek(at)
     head = f.read(12)
@@ -145,5 +152,8 @@ def stripped(f: BinaryIO, at: int) -> tuple[bytes, int, int] | None:
         found = _flac(f, at)
     elif head[:4] == b"RIFF" and head[8:12] == b"WAVE":
         found = _wav(f, at)
+    end = f.seek(0, 2)
     f.seek(0)
+    if found is not None and end - at - len(found[0]) - (found[2] - found[1]) < SPLICE_FROM:
+        return None
     return found
