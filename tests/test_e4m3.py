@@ -317,6 +317,16 @@ def test_a_weight_that_is_not_finite_is_named() -> None:
 
 
 @needs_library
+@pytest.mark.parametrize("dtype", [np.float16, np.int16, np.float32])
+def test_packing_refuses_weights_that_are_not_bf16(dtype: type) -> None:
+    """float16 (and int16) weights are two bytes too: they were packed as if BF16 bits (1.0 as
+    float16 read as BF16 is 0.0078125), now refused naming the dtype."""
+    assert LIBRARY is not None
+    with pytest.raises(ValueError, match=f"matrix 0: expected BF16 \\[4, 8\\], got {np.dtype(dtype).name} \\[4, 8\\]"):
+        LIBRARY.pack("avx2" if "avx2" in LIBRARY.runnable else "amx-model", np.ones((4, 8), dtype), False)
+
+
+@needs_library
 def test_packing_refuses_shapes_and_vectors_that_do_not_fit() -> None:
     assert LIBRARY is not None
     # a vector variant: the tile ones pad k to 32, so a k of 7 fits where 6 was packed

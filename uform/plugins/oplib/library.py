@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 
 ABI = 11  # uform_ops_abi() of the library this module speaks to
@@ -36,6 +37,8 @@ BF16_PRODUCTS = frozenset({"avx512-bf16", "amx", "amx-model"})
 BF16, E4M3 = 0, 1  # weight types, as the library numbers them
 ENVIRONMENT = "UFORM_OPS_LIBRARY"
 _P, _I64 = ctypes.c_void_p, ctypes.c_int64
+# what a matrix to pack may be: BF16 values, or their bits (float16, two bytes too, is not BF16)
+BF16_DTYPES = (np.dtype(ml_dtypes.bfloat16), np.dtype(np.uint16))
 
 
 class OpLibraryError(RuntimeError):
@@ -93,7 +96,7 @@ class OpLibrary:
         packed = []
         for i, ((shape, e4m3), out) in enumerate(zip(matrices, arrays)):
             weights = fetch(i)
-            if weights.shape != tuple(shape) or weights.dtype.itemsize != 2:
+            if weights.shape != tuple(shape) or weights.dtype not in BF16_DTYPES:
                 raise ValueError(f"matrix {i}: expected BF16 {list(shape)}, got {weights.dtype} {list(weights.shape)}")
             bits = np.ascontiguousarray(weights).view(np.uint16)
             n, k = bits.shape
