@@ -190,3 +190,14 @@ def test_own_folders_list_their_parent_once_a_process(tmp_path: Path, monkeypatc
     second = files.own_folder(tmp_path, "uform-image")
     assert listed == [str(tmp_path)] and gone.exists()
     assert sorted(os.listdir(tmp_path)) == sorted([gone.name, first.name, second.name])
+
+
+def test_every_old_import_path_names_the_moved_names() -> None:
+    """files.py (324 lines) gave OutputError to errors.py and own_folder, leftovers and target to
+    leftovers.py; uform.core.files still answers each, the same object, and the error is an OSError."""
+    from uform.core import errors, leftovers
+
+    assert files.OutputError is errors.OutputError and issubclass(errors.OutputError, (errors.UformError, OSError))
+    assert (files.own_folder, files.leftovers, files.target) == (leftovers.own_folder, leftovers.leftovers, leftovers.target)
+    assert str(errors.OutputError("x: not written")) == "x: not written"
+    assert errors.reason_of(PermissionError(13, "Permission denied")) == "Permission denied"

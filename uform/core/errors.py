@@ -10,6 +10,7 @@
     │   ├── StaleArenaError     an Encoded read after its Arena was reused
     │   └── ArenaBusyError      an Arena handed to two calls at once
     ├── CancelledError          a progress handler returned False
+    ├── OutputError             an output not written or not replaced (an OSError too; names the file)
     └── PluginError
         └── PluginConflictError two plugins claim one modality, tower, verb or backend
 """
@@ -68,6 +69,25 @@ class ArenaBusyError(ArenaError):
 
 class CancelledError(UformError):
     """A progress handler returned False; the call stopped and wrote nothing."""
+
+
+class OutputError(UformError, OSError):
+    """An output was not written (or not allowed to be replaced); the message names the file.
+    Every old file is as it was (:mod:`uform.core.files`)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+def reason_of(exc: BaseException) -> str:
+    """Why an operating-system call failed, as an :class:`OutputError` says it: an ``OSError``'s
+    ``strerror`` ("Permission denied"), else the exception's text or its type's name."""
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    return str(exc) or type(exc).__name__
 
 
 class PluginError(UformError):

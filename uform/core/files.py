@@ -20,16 +20,15 @@ that keeps its own files open and grows them in place (the index's row files) sy
 :func:`sync`; a file written under a name of its own (an SQLite database) is put in place with
 :func:`move`; what a killed writer left beside a target is found by :func:`leftovers`.
 
-How a temporary's name says its writer, and the sweep of a killed writer's, are
-:mod:`uform.core.leftovers` (``PARTIAL``, ``NAME_MAX``, ``writer`` and ``sweep`` are importable from
-here too).
+How a temporary's name says its writer, the sweep of a killed writer's, what a killed writer
+left beside a target and a process's own scratch folder are :mod:`uform.core.leftovers`
+(``PARTIAL``, ``NAME_MAX``, ``writer``, ``sweep``, ``target``, ``leftovers`` and ``own_folder``
+are importable from here too); :class:`OutputError` is :mod:`uform.core.errors`' (and here too).
 """
 
 from __future__ import annotations
 
-import glob
 import os
-import re
 import shutil
 import stat
 from collections.abc import Callable, Iterator
@@ -38,35 +37,13 @@ from pathlib import Path
 from types import TracebackType
 from typing import BinaryIO
 
-from .errors import UformError
-from .leftovers import NAME_MAX, PARTIAL, stem, sweep, sweep_once, token, writer
+from .errors import OutputError, reason_of
+from .leftovers import NAME_MAX, PARTIAL, leftovers, own_folder, stem, sweep, target, token, writer
 
 __all__ = [
     "NAME_MAX", "PARTIAL", "OutputError", "Outputs", "check_replaceable", "leftovers", "move", "own_folder",
     "refuse_foreign", "sweep", "sync", "target", "write_bytes", "write_with", "writer",
 ]  # fmt: skip
-
-
-class OutputError(UformError, OSError):
-    """An output was not written (or not allowed to be replaced); the message names the file.
-    Every old file is as it was."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-
-    def __str__(self) -> str:
-        return str(self.args[0])
-
-
-def _reason(exc: BaseException) -> str:
-    if isinstance(exc, OSError) and exc.strerror:
-        return exc.strerror
-    return str(exc) or type(exc).__name__
-
-
-def target(path: str | os.PathLike[str]) -> Path:
-    """Where writing ``path`` lands: a link followed to the file it names (made absolute)."""
-    return Path(os.path.realpath(path))
 
 
 def check_replaceable(path: str | os.PathLike[str]) -> None:
@@ -81,7 +58,7 @@ def check_replaceable(path: str | os.PathLike[str]) -> None:
     except FileNotFoundError:
         return
     except OSError as exc:
-        raise OutputError(f"{shown}: cannot be replaced ({_reason(exc)})") from None
+        raise OutputError(f"{shown}: cannot be replaced ({reason_of(exc)})") from None
     if not stat.S_ISREG(st.st_mode):
         raise OutputError(f"{shown}: not a regular file ({real}); not replaced")
     if not st.st_mode & 0o222 or not os.access(real, os.W_OK):
@@ -120,7 +97,7 @@ class Outputs:
         try:
             p.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise OutputError(f"{p}: the folder cannot be made ({_reason(exc)})") from None
+            raise OutputError(f"{p}: the folder cannot be made ({reason_of(exc)})") from None
         if not p.is_dir():
             raise OutputError(f"{p}: not a folder")
         self._made.extend(missing)  # deepest first: removed in this order
@@ -147,7 +124,7 @@ class Outputs:
         try:
             f = open(temporary, "xb")
         except OSError as exc:
-            raise OutputError(f"{path}: cannot be written ({_reason(exc)})") from None
+            raise OutputError(f"{path}: cannot be written ({reason_of(exc)})") from None
         with f:
             try:
                 yield f
@@ -164,7 +141,7 @@ class Outputs:
             made = Path(folder) / f".{token()}{PARTIAL}"
             made.mkdir()
         except OSError as exc:
-            raise OutputError(f"{folder}: cannot be written ({_reason(exc)})") from None
+            raise OutputError(f"{folder}: cannot be written ({reason_of(exc)})") from None
         self._scratch.append(made)
         return made
 
@@ -181,7 +158,7 @@ class Outputs:
         if isinstance(exc, OutputError):
             return exc
         old = "the old file is as it was" if target(shown).exists() else "nothing was left"
-        return OutputError(f"{shown}: not written ({_reason(exc)}); {old}")
+        return OutputError(f"{shown}: not written ({reason_of(exc)}); {old}")
 
     def commit(self) -> None:
         try:
@@ -288,29 +265,6 @@ def move(written: str | os.PathLike[str], path: str | os.PathLike[str]) -> None:
     except BaseException:
         Path(written).unlink(missing_ok=True)
         raise
-
-
-def leftovers(path: str | os.PathLike[str]) -> list[Path]:
-    """The temporary files a writer of ``path`` killed before its rename left beside it."""
-    real = target(path)
-    return sorted(real.parent.glob(f".{glob.escape(stem(real.name))}.*{PARTIAL}"))
-
-
-def own_folder(parent: str | os.PathLike[str], label: str) -> Path:
-    """A new empty folder in ``parent`` (mode 0700) for files a process keeps a while and then
-    removes itself (a backend's float32 weights in the system's temporary folder), named after
-    its writer: ``.LABEL.MACHINE-BOOT-SPACE-PID-START-RANDOM.partial`` (``label`` with characters other than
-    letters, digits, ``-`` and ``_`` as ``_``). The folders killed writers left in ``parent``
-    are removed at this process's first own folder there (:func:`sweep_once`), so a kill -9
-    leaves its folder only until the next process's first load."""
-    sweep_once(parent)
-    name = stem(re.sub(r"[^A-Za-z0-9_-]", "_", label) or "uform")
-    made = Path(parent) / f".{name}.{token()}{PARTIAL}"
-    try:
-        made.mkdir(mode=0o700)
-    except OSError as exc:
-        raise OutputError(f"{parent}: cannot be written ({_reason(exc)})") from None
-    return made
 
 
 def write_bytes(path: str | os.PathLike[str], data: bytes) -> None:

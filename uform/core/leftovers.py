@@ -10,11 +10,14 @@ says who writes now. :func:`sweep` removes from a folder only the temporaries wh
 provably gone: a process of this boot and namespace that no longer runs, or any of an earlier
 boot of this machine where that is provable (:func:`uform.core.boots.earlier_boot_here`);
 :func:`sweep_once` does so once a process for a folder listed at every load (the system's
-temporary folder, which may hold a hundred thousand names of others).
+temporary folder, which may hold a hundred thousand names of others). :func:`leftovers` finds
+what a killed writer of one file left beside it (:func:`target`: where writing a path lands),
+:func:`own_folder` makes a process's scratch folder, named the same way.
 """
 
 from __future__ import annotations
 
+import glob
 import os
 import re
 import secrets
@@ -23,6 +26,7 @@ import threading
 from pathlib import Path
 
 from . import boots
+from .errors import OutputError, reason_of
 
 PARTIAL = ".partial"
 NAME_MAX = 255  # the longest name of a file most file systems take, in bytes
@@ -137,3 +141,31 @@ def _left_by_the_gone(name: str, path: str, space: str) -> bool:
         return _gone(int(pid), int(start)) if its == space else boots.earlier_boot_here(machine, boot, path)
     earlier = _EARLIER.fullmatch(name)  # named before BOOT and MACHINE: its SPACE only
     return earlier is not None and earlier[1] == space and _gone(int(earlier[2]), int(earlier[3]))
+
+
+def target(path: str | os.PathLike[str]) -> Path:
+    """Where writing ``path`` lands: a link followed to the file it names (made absolute)."""
+    return Path(os.path.realpath(path))
+
+
+def leftovers(path: str | os.PathLike[str]) -> list[Path]:
+    """The temporary files a writer of ``path`` killed before its rename left beside it."""
+    real = target(path)
+    return sorted(real.parent.glob(f".{glob.escape(stem(real.name))}.*{PARTIAL}"))
+
+
+def own_folder(parent: str | os.PathLike[str], label: str) -> Path:
+    """A new empty folder in ``parent`` (mode 0700) for files a process keeps a while and then
+    removes itself (a backend's float32 weights in the system's temporary folder), named after
+    its writer: ``.LABEL.MACHINE-BOOT-SPACE-PID-START-RANDOM.partial`` (``label`` with characters other than
+    letters, digits, ``-`` and ``_`` as ``_``). The folders killed writers left in ``parent``
+    are removed at this process's first own folder there (:func:`sweep_once`), so a kill -9
+    leaves its folder only until the next process's first load."""
+    sweep_once(parent)
+    name = stem(re.sub(r"[^A-Za-z0-9_-]", "_", label) or "uform")
+    made = Path(parent) / f".{name}.{token()}{PARTIAL}"
+    try:
+        made.mkdir(mode=0o700)
+    except OSError as exc:
+        raise OutputError(f"{parent}: cannot be written ({reason_of(exc)})") from None
+    return made
