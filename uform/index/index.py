@@ -246,11 +246,12 @@ class Index:
         with store.snapshot():
             generation, slots = store.state()
             current = self._lists()
+            count = store.count()  # every live slot is read only when it clusters (an update asks each run)
+            if Scalar(self.identity.scalar) is Scalar.B1 or not count or (count < ivf.MIN_ROWS and not force):
+                return False
+            if current is not None and not force and (slots - current.covered) <= ivf.REBUILD * current.covered and (slots - count) * 4 <= slots:
+                return False
             live = store.live()
-        if Scalar(self.identity.scalar) is Scalar.B1 or not len(live) or (len(live) < ivf.MIN_ROWS and not force):
-            return False
-        if current is not None and not force and (slots - current.covered) <= ivf.REBUILD * current.covered and (slots - len(live)) * 4 <= slots:
-            return False
         rows, _ = store.vectors(generation, slots)
         order, lists = ivf.layout(*ivf.cluster(rows, live, Scalar(self.identity.scalar)), live)
         store.compact(order, lists)

@@ -72,6 +72,20 @@ def creation_leftover(new: Path) -> bool:
     return names <= {"meta", "items", "failed", "texts"}
 
 
+def scopes(roots: list[str], keys: list[str], *, texts_only: bool) -> list[tuple[str, tuple[str, ...]]]:
+    """SQL conditions on ``items.path``, each a lookup or a range of the path index, for the items
+    at or under each of ``roots`` (absolute paths; a text file's lines ``FILE:LINE`` too) and of
+    each of ``keys`` (``texts_only``: a text item's). A prefix ``P`` is the range ``[P, P with its
+    last character one higher)``: SQLite compares text by its UTF-8 bytes, in code point order."""
+    after = chr(ord(os.sep) + 1)
+    out: list[tuple[str, tuple[str, ...]]] = []
+    for r in filter(storable, roots):  # a name that is not UTF-8 names no stored item
+        out += [("path = ?", (r,)), ("path >= ? AND path < ?", (r + os.sep, r + after)),
+                ("path >= ? AND path < ? AND text IS NOT NULL", (r + ":", r + ";"))]  # fmt: skip
+    out += [("path = ?" + (" AND text IS NOT NULL" if texts_only else ""), (k,)) for k in filter(storable, keys)]
+    return out
+
+
 P = ParamSpec("P")
 R = TypeVar("R")
 
@@ -360,8 +374,20 @@ class Store:
             raise self.translate(exc) from None
 
     @guarded
-    def known(self) -> dict[str, Known]:
-        return {p: Known(s, z, m, h, bool(t)) for s, p, z, m, h, t in self._db.execute("SELECT slot, path, size, mtime, hash, text IS NOT NULL FROM items")}
+    def known(self, roots: list[str], keys: list[str]) -> dict[str, Known]:
+        """The items at or under the absolute paths ``roots`` (a text file's lines with it) and
+        those of paths ``keys``, by path: what an update of those may touch, read through the
+        path index (:func:`scopes`), not every item."""
+        found: dict[str, Known] = {}
+        for where, args in scopes(roots, keys, texts_only=False):
+            query = f"SELECT slot, path, size, mtime, hash, text IS NOT NULL FROM items WHERE {where}"
+            found.update((p, Known(s, z, m, h, bool(t))) for s, p, z, m, h, t in self._db.execute(query, args))
+        return found
+
+    @guarded
+    def slots_by_hash(self) -> dict[bytes, int]:
+        """A slot holding each hash (the least), of every item: where a copy's vector is found."""
+        return dict(self._db.execute("SELECT hash, slot FROM items ORDER BY slot DESC"))
 
     @guarded
     def hashes(self) -> dict[str, bytes]:
@@ -429,13 +455,7 @@ class Store:
         after = chr(ord(os.sep) + 1)
         roots = [r for r in roots if storable(r)]  # a name that is not UTF-8 names no stored item
         with self.transaction() as c:
-            slots: set[int] = set()
-            for r in roots:
-                slots.update(s for (s,) in c.execute("SELECT slot FROM items WHERE path = ?", (r,)))
-                slots.update(s for (s,) in c.execute("SELECT slot FROM items WHERE path >= ? AND path < ?", (r + os.sep, r + after)))
-                slots.update(s for (s,) in c.execute("SELECT slot FROM items WHERE path >= ? AND path < ? AND text IS NOT NULL", (r + ":", r + ";")))
-            for key in filter(storable, keys):
-                slots.update(s for (s,) in c.execute("SELECT slot FROM items WHERE path = ? AND text IS NOT NULL", (key,)))
+            slots = {s for where, args in scopes(roots, keys, texts_only=True) for (s,) in c.execute(f"SELECT slot FROM items WHERE {where}", args)}
             c.executemany("DELETE FROM items WHERE slot = ?", ((s,) for s in slots))
             for table in ("texts", "failed"):
                 for r in roots:
