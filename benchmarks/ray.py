@@ -95,7 +95,9 @@ def main() -> None:
     root = Path(tempfile.mkdtemp(prefix="uray-bench-"))
     token = root / "auth_token"
     token.write_text(secrets.token_hex(32))
-    os.environ.update({"RAY_AUTH_TOKEN_PATH": str(token), "RAY_USAGE_STATS_ENABLED": "0"})  # nothing under the home folder
+    # nothing under the home folder; Ray's session files under root/ray (Ray takes TMPDIR/ray for its temp folder
+    # on Linux; ray.init's own temp-dir parameter is underscored, private)
+    os.environ.update({"RAY_AUTH_TOKEN_PATH": str(token), "RAY_USAGE_STATS_ENABLED": "0", "TMPDIR": str(root)})
     from uform.core import checkpoint as ckpt
     from uform.core.host import get_host
 
@@ -115,7 +117,7 @@ def main() -> None:
     from uform.ray import encode_dataset
 
     t = time.perf_counter()
-    ray.init(num_cpus=args.threads, _temp_dir=str(root / "ray"), include_dashboard=False, log_to_driver=False)
+    ray.init(num_cpus=args.threads, include_dashboard=False, log_to_driver=False)
     init_s = time.perf_counter() - t
     ray.data.DataContext.get_current().enable_progress_bars = False
     try:

@@ -61,3 +61,20 @@ def test_the_arena_is_written_through_its_public_functions() -> None:
             if isinstance(node, ast.Attribute) and node.attr in {"_lease", "_carve", "_busy", "_buffer", "_generation"}:
                 offences.append(f"{rel}:{node.lineno} uses .{node.attr}")
     assert offences == []
+
+
+def test_ray_is_started_with_public_arguments_only() -> None:
+    """docs/scale.md told users to give ``ray.init`` a ``_temp_dir`` (tests/test_ray.py and
+    benchmarks/ray.py did too): an underscored argument, one of Ray's "hidden / experimental options, unstable".
+    No call of ray.init in the code, tests, benchmarks or docs passes an underscored keyword."""
+    import re
+
+    call = re.compile(r"ray\.init\(([^()]|\([^()]*\))*\)", re.S)
+    pages = sorted(ROOT.glob("docs/**/*.md"))
+    found = [
+        f"{path.relative_to(ROOT)}: {m.group(0)}"
+        for path in [*files(), *pages]
+        for m in call.finditer(path.read_text(encoding="utf-8"))
+        if re.search(r"[(,]\s*_\w+\s*=", m.group(0))
+    ]
+    assert found == []

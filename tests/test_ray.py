@@ -224,11 +224,13 @@ def local_ray() -> Iterator[Any]:
     root = Path(tempfile.mkdtemp(prefix="uray-"))  # short: Ray's socket paths must fit in 107 bytes
     token = root / "auth_token"
     token.write_text(secrets.token_hex(32))
-    env = {"RAY_AUTH_TOKEN_PATH": str(token), "RAY_USAGE_STATS_ENABLED": "0"}
+    # Ray's session files under root/ray: Ray takes TMPDIR/ray on Linux (ray.init's own _temp_dir is private)
+    env = {"RAY_AUTH_TOKEN_PATH": str(token), "RAY_USAGE_STATS_ENABLED": "0", "TMPDIR": str(root)}
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     try:
-        ray.init(num_cpus=2, _temp_dir=str(root / "ray"), include_dashboard=False, log_to_driver=False)
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        assert [p.name for p in (root / "ray").glob("session_*")], "Ray's session files are not under TMPDIR/ray"
         ray.data.DataContext.get_current().enable_progress_bars = False
         yield ray
     finally:
