@@ -273,7 +273,11 @@ def v3_text(tmp_path: Path) -> Path:
 
 
 @needs_library
-def test_an_unknown_avx2_variant_in_the_environment_fails_the_load(monkeypatch: pytest.MonkeyPatch, v3_text: Path) -> None:
+def test_an_unknown_avx2_variant_in_the_environment_fails_the_load(
+    monkeypatch: pytest.MonkeyPatch, v3_text: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The load fails naming the setting, and the e4m3 backend is not logged as a plugin with a bug
+    (its accepts raised: the host passed it over and the cpu backend loaded the model)."""
     from uform.core.errors import UnsupportedError
 
     path = v3_text
@@ -281,6 +285,7 @@ def test_an_unknown_avx2_variant_in_the_environment_fails_the_load(monkeypatch: 
     monkeypatch.setenv("UFORM_AVX2_KERNELS", "avx3")
     with pytest.raises(UnsupportedError, match=r"UFORM_AVX2_KERNELS='avx3' names no AVX2 kernels: set it to avx2 or avx2-split, or unset it"):
         uform.Model.load_ram(path, cpu_class=CPUClass.X86_64_V3)
+    assert "has a bug" not in caplog.text
     assert e4m3.variant_of(CPUClass.X86_64_V4) in (None, "avx512")  # other classes do not read it
     monkeypatch.setattr(e4m3, "machine_classes", lambda: [CPUClass.X86_64_V2, CPUClass.X86_64_V3])  # as on an AVX2-only CPU
     assert e4m3.describe_here().startswith("loads for x86-64-v3 fail: UFORM_AVX2_KERNELS='avx3' names no AVX2 kernels")
@@ -498,13 +503,17 @@ def test_an_unusable_library_is_reported_and_the_cpu_backend_serves(tiny_text: P
     assert "e4m3 (ram): unavailable" in listed and reason in listed
 
 
-def test_a_pinned_class_beyond_the_machine_is_refused_by_name(tiny_text: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_pinned_class_beyond_the_machine_is_refused_by_name(
+    tiny_text: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Refused by name, and no backend is logged as a plugin with a bug for it."""
     from uform.plugins import cpu
 
     monkeypatch.setattr(cpu, "CPUINFO", str(Path(__file__).parent / "data" / "cpuinfo" / "zen3-epyc-7r13.txt"))
     for quantization in (Scalar.BF16, Scalar.E4M3):
         with pytest.raises(uform.UnsupportedError, match="cpu_class x86-64-v4 is beyond this machine; the best class it runs is x86-64-v3"):
             uform.Model.load_ram(tiny_text, cpu_class=CPUClass.X86_64_V4, quantization=quantization)
+    assert "has a bug" not in caplog.text
 
 
 def captions(n: int, seed: int = 1) -> list[str]:
