@@ -469,7 +469,28 @@ def test_probed_lists_are_scored_without_blas(scalar: str) -> None:
     assert probed == everything and probed[0].path == "/p/7"
 
 
-def test_remove_reads_what_it_removes_not_every_item(tmp_path: Path, ckpt: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.fixture
+def sqlite_steps(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """A counter of SQLite's virtual-machine steps (a call every 100) on every connection opened
+    from now on: what a read costs, without timing it (a read of every item is thousands)."""
+    steps = [0]
+
+    def step() -> int:
+        steps[0] += 1
+        return 0
+
+    connect = sqlite3.connect
+
+    def counted(*args: Any, **kwargs: Any) -> sqlite3.Connection:
+        conn = connect(*args, **kwargs)
+        conn.set_progress_handler(step, 100)
+        return conn
+
+    monkeypatch.setattr(sqlite3, "connect", counted)
+    return steps
+
+
+def test_remove_reads_what_it_removes_not_every_item(tmp_path: Path, ckpt: Path, sqlite_steps: list[int]) -> None:
     """Index.remove read every item's path into Python and tested each against the paths given:
     removing a 3-line text file from a million-item index took 10.9 s (7.9 CPU s). Now each path
     is a range of the path index: a bounded number of SQLite's steps beside 20,000 other items,
@@ -486,29 +507,15 @@ def test_remove_reads_what_it_removes_not_every_item(tmp_path: Path, ckpt: Path,
     store = Store(tmp_path / "idx", write=True, identity=Identity(checkpoint_digest(ckpt), "tiny", "bf16", 32, "f32"))
     store.commit(Chunk(rows, [Insert(p, 1, 1, i.to_bytes(16, "big"), "x" if p in texts else None, 1) for i, p in enumerate(paths)], new_paths=True))
     store.close()
-    steps = [0]
-
-    def step() -> int:
-        steps[0] += 1
-        return 0
-
-    connect = sqlite3.connect
-
-    def counted(*args: Any, **kwargs: Any) -> sqlite3.Connection:
-        conn = connect(*args, **kwargs)
-        conn.set_progress_handler(step, 100)  # called every 100 SQLite virtual-machine steps
-        return conn
-
-    monkeypatch.setattr(sqlite3, "connect", counted)
     with Index(tmp_path / "idx", checkpoint=ckpt) as ix:
-        steps[0] = 0
+        sqlite_steps[0] = 0
         assert ix.remove(["/p/b", "/p/t.txt", "/p/nothing", "note"]) == 6
-        assert steps[0] < 20, steps  # reading every item is over 200 calls here
+        assert sqlite_steps[0] < 20, sqlite_steps  # reading every item is over 200 calls here
         assert {e.path for e in ix.entries()} == set(paths) - {"/p/b", "/p/b/1", "/p/b/c/2", "/p/t.txt:1", "/p/t.txt:2", "note"}
 
 
 def test_an_update_reads_the_items_under_its_paths_not_every_item(tmp_path: Path, ckpt: Path, model: uform.Model,
-                                                                   monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+                                                                   sqlite_steps: list[int]) -> None:  # fmt: skip
     """An update read every item of the index into Python (Store.known), and build_ivf every live
     slot, whatever it was given: a 3-line text file into a million-item index took 14.1 CPU s, its
     unchanged re-run 12.4. Now it reads the items under its paths (ranges of the path index) and
@@ -533,25 +540,34 @@ def test_an_update_reads_the_items_under_its_paths_not_every_item(tmp_path: Path
     store.close()
     lines = tmp_path / "few.txt"
     lines.write_text("a red circle\na green triangle\n")
-    steps = [0]
-
-    def step() -> int:
-        steps[0] += 1
-        return 0
-
-    connect = sqlite3.connect
-
-    def counted(*args: Any, **kwargs: Any) -> sqlite3.Connection:
-        conn = connect(*args, **kwargs)
-        conn.set_progress_handler(step, 100)  # called every 100 SQLite virtual-machine steps
-        return conn
-
-    monkeypatch.setattr(sqlite3, "connect", counted)
     with Index(tmp_path / "idx", checkpoint=ckpt, model=model) as ix:
         first = ix.update([lines])
         assert (first.added, first.copied) == (1, 1)  # the second line's hash is /p/a/5's: its row copied
-        steps[0] = 0
+        sqlite_steps[0] = 0
         again = ix.update([lines])
         assert (again.added, again.copied, again.unchanged) == (0, 0, 2)
-        assert steps[0] < 40, steps  # reading every item is over 200 calls here
+        assert sqlite_steps[0] < 40, sqlite_steps  # reading every item is over 200 calls here
         assert {h.path for h in ix.search_embedding(copy, 2)} == {"/p/a/5", f"{lines}:2"}  # the copied row, the same vector
+
+
+def test_counts_read_no_slot_when_every_slot_is_an_item(tmp_path: Path, ckpt: Path, sqlite_steps: list[int]) -> None:
+    """Index.counts (the summary line of every `uform index` run) read every item's slot into
+    Python: 0.65-0.86 CPU s at a million items. When the items are as many as the slots, each slot
+    is an item's (slots are unique and below meta.slots): the kind bytes are counted alone; a
+    removed item's slot is still left out."""
+    from uform.index.identity import Identity, checkpoint_digest
+    from uform.index.records import Chunk, Insert
+    from uform.index.store import Store
+
+    n = 20_000
+    rows = np.zeros((n, 32), np.float32)
+    rows[:, 0] = 1
+    store = Store(tmp_path / "idx", write=True, identity=Identity(checkpoint_digest(ckpt), "tiny", "bf16", 32, "f32"))
+    store.commit(Chunk(rows, [Insert(f"/p/{i}", 1, 1, i.to_bytes(16, "big"), "x" if i < 5 else None, 1 if i >= 5 else 0) for i in range(n)], new_paths=True))
+    store.close()
+    with Index(tmp_path / "idx", checkpoint=ckpt) as ix:
+        sqlite_steps[0] = 0
+        assert ix.counts() == {"text": 5, "image": n - 5, "video": 0, "audio": 0}
+        assert sqlite_steps[0] < 20, sqlite_steps  # reading every slot is over 200 calls here
+        ix.remove(["/p/0", "/p/7"])
+        assert ix.counts() == {"text": 4, "image": n - 6, "video": 0, "audio": 0}

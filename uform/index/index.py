@@ -167,9 +167,9 @@ class Index:
     def counts(self) -> dict[str, int]:
         """Items per modality (``text``, ``image``, ``video``, ``audio``), from one snapshot."""
         with self._store.snapshot():
-            _, _, _, kinds = self._rows()
-            live = self._store.live()
-        found = np.bincount(kinds[live], minlength=len(MODALITIES)) if len(live) else np.zeros(len(MODALITIES), np.int64)
+            _, slots, _, kinds = self._rows()
+            live = None if self._store.count() == slots else self._store.live()  # every slot an item's: no slot read
+        found = np.bincount(kinds if live is None else kinds[live], minlength=len(MODALITIES))
         return {m: int(found[i]) for i, m in enumerate(MODALITIES)}
 
     def _rows(self) -> tuple[int, int, np.ndarray, np.ndarray]:
