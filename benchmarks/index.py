@@ -14,7 +14,8 @@
    is a random 256-d ``small`` checkpoint (``uform new``), so ``search(text)`` includes a real
    text encode. p50 of ``Index.search`` (text) exact and, from ``ivf.MIN_ROWS`` rows (and at
    100k forced, for comparison), with the IVF at several ``nprobe``, its recall@10 against exact;
-   the store's bytes per item beyond the embeddings' own; and the command's wall time. With
+   the store's bytes per item beyond the embeddings' own; an update of a 3-line text file, its
+   unchanged re-run and its removal among those rows (wall and CPU s); and the command's wall time. With
    ``--peers usearch,lancedb``, the same rows in those stores (how the store was chosen).
 Writes benchmarks/results/index.json (``--out NAME``: NAME.json).
 """
@@ -218,6 +219,13 @@ def search(work: Path, sizes: list[int], queries: int, peer_names: list[str] = [
                     row[f"ivf_nprobe{nprobe}_emb_p50_ms"] = round(p50(lambda q=qs[0], n_=nprobe: ix.search_embedding(q, 10, nprobe=n_), 9, 1), 2)
                 row["default_text_p50_ms"] = round(p50(lambda: ix.search("a red circle on a white background", 10), 15, 5), 2)
                 row["default_text_cpu_ms"], row["default_text_worst_round_ms"] = CPU_MS[-1], WORST_MS[-1]
+            few = work / "few.txt"  # a small update among n items: what it costs beyond its own items
+            few.write_text("a red circle\na blue square\na green triangle\n")
+            for name, act in (("update_3_lines", lambda: ix.update([few])), ("update_3_lines_unchanged", lambda: ix.update([few])),
+                              ("remove_3_lines", lambda: ix.remove([few]))):  # fmt: skip
+                t, c = time.perf_counter(), time.process_time()
+                act()
+                row[f"{name}_s"], row[f"{name}_cpu_s"] = round(time.perf_counter() - t, 3), round(time.process_time() - c, 3)
         row["command_wall_s"] = round(timed([sys.executable, "-m", "uform.cli", "search", "a red circle", "--index", str(path), "-m", str(checkpoint)]), 2)
         out.append(row)
         print(row, flush=True)
