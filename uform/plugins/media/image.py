@@ -294,9 +294,10 @@ def _pillow(source: Source, stream: BinaryIO, size: int) -> tuple[Image.Image, i
 def _png_rows(source: Source, stream: BinaryIO, size: int) -> tuple[np.ndarray, int, int, bool] | None:
     """A PNG read and fitted a strip of rows at a time (:mod:`uform.plugins.media.png`), or
     None where it is decoded whole instead (no op library, interlaced, turned by its EXIF)."""
-    if png.native() is None:
-        return None
     try:
+        if png.native() is None:  # Pillow reads it, walking its chunks as uform's walk would
+            png.count_chunks(stream)
+            return None
         found = png.layout(stream)
         if found is None:
             return None
