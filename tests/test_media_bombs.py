@@ -468,7 +468,7 @@ base, start = hwm(), time.perf_counter()
 source = files.sources([sys.argv[1]], "x")[0]
 kind = sys.argv[1].rsplit(".", 1)[1]
 try:
-    {"mp3": lambda: audio.decode(source, 16000, 16000), "wav": lambda: audio.decode(source, 16000, 16000), "flac": lambda: audio.decode(source, 16000, 16000), "jpg": lambda: image.decode(source, 224), "png": lambda: image.decode(source, 224), "mp4": lambda: video.sample(source, 8, 224), "webm": lambda: video.sample(source, 8, 224)}[kind]()
+    {"mp3": lambda: audio.decode(source, 16000, 16000), "wav": lambda: audio.decode(source, 16000, 16000), "flac": lambda: audio.decode(source, 16000, 16000), "ogg": lambda: audio.decode(source, 16000, 16000), "jpg": lambda: image.decode(source, 224), "png": lambda: image.decode(source, 224), "mp4": lambda: video.sample(source, 8, 224), "webm": lambda: video.sample(source, 8, 224)}[kind]()
     said = "decoded"
 except Exception as exc:
     said = str(exc)
@@ -481,6 +481,24 @@ def picture_block(size: int) -> bytes:
     import struct
 
     return struct.pack(">II", 3, 9) + b"image/png" + struct.pack(">IIIIII", 0, 1, 1, 24, 0, size) + b"\x00" * size
+
+
+def opus_tagged(d: Path, size: int) -> bytes:
+    """A 2 s Ogg Opus file whose OpusTags hold one ``size``-letter tag, muxed by FFmpeg."""
+    import av
+
+    path, signal = d / "tagged.ogg", media_audio.tone(2.0, 48000)
+    with av.open(str(path), "w", format="ogg") as out:
+        out.metadata["A"] = "x" * size
+        stream = out.add_stream("libopus", rate=48000, layout="mono")
+        for start in range(0, signal.shape[1], 960):
+            frame = av.AudioFrame.from_ndarray(np.ascontiguousarray(signal[:, start : start + 960]), format="fltp", layout="mono")
+            frame.sample_rate = 48000
+            for packet in stream.encode(frame):
+                out.mux(packet)
+        for packet in stream.encode(None):
+            out.mux(packet)
+    return path.read_bytes()
 
 
 def png_with(kind: bytes, body: bytes, count: int) -> bytes:
@@ -524,6 +542,7 @@ def _bombs(d: Path) -> dict[str, bytes]:
         "progressive-fill-10MB.jpg": p[:second] + b"\xff" * 10_000_000 + p[second:],
         "progressive-app3-1500x64KB.jpg": p[:second] + segment(0xE3, 65533) * 1500 + p[second:],  # not walked: libjpeg skips them
         "progressive-app3-1Mx0.jpg": p[:second] + segment(0xE3, 0) * 1_000_000 + p[second:],
+        "opus-tag-15MB.ogg": opus_tagged(d, 15_000_000),  # under MAX_OGG_HEADER_BYTES: read, not refused
         "text-300k.png": png_with(b"tEXt", b"k\x00v", 300_000),
         "private-300k.png": png_with(b"prVt", b"abc", 300_000),
         "8000x6000.mp4": clip(8000, 6000, "mp4", "libx264"),
