@@ -20,7 +20,7 @@ from uform.core.arena import RowsTape
 from uform.core.errors import InputError, check_not_released
 from uform.core.pipeline import check_batch
 
-from . import id3, metadata, mp4
+from . import id3, metadata, mp4, video
 from .files import HeadKept, Source, falls_short
 
 CHUNK = 1 << 14  # source samples gathered before one resampler call
@@ -231,7 +231,12 @@ def _target(source: Source, held: ExitStack) -> Any:
     f = source.open()
     if source.stream is None:
         held.callback(f.close)
-    mp4.check(source, f)
+    frame = mp4.check(source, f)  # an M4A's or MP4's video track: FFmpeg's probe decodes a frame of it
+    if frame is not None and frame[0] * frame[1] > video.MAX_FRAME_PIXELS:
+        raise source.fail(
+            f"its video track's frames are {frame[0]}x{frame[1]}, over the limit of {video.MAX_FRAME_PIXELS} pixels "
+            "(uform.plugins.media.video.MAX_FRAME_PIXELS) that FFmpeg's probe would decode one of"
+        )
     try:
         start = id3.tags_end(f)
         spliced = metadata.stripped(f, start)  # a FLAC's or WAV's tags and pictures left out too
