@@ -469,6 +469,17 @@ def test_an_m4a_s_video_track_is_held_to_the_frame_limit(monkeypatch: pytest.Mon
         window(data)
 
 
+def with_tags(webm: bytes, size: int) -> bytes:
+    """The WebM ``webm`` with a Tags element of one ``size``-byte TagString before its first cluster."""
+
+    def element(ident: bytes, body: bytes) -> bytes:
+        return ident + (1 << 56 | len(body)).to_bytes(8, "big") + body
+
+    at = webm.index(b"\x1f\x43\xb6\x75")
+    simple = element(b"\x67\xc8", element(b"\x45\xa3", b"A") + element(b"\x44\x87", b"x" * size))
+    return webm[:at] + element(b"\x12\x54\xc3\x67", element(b"\x73\x73", simple)) + webm[at:]
+
+
 def test_a_webm_s_attachments_are_bounded(tmp_path: Path) -> None:
     # measured: FFmpeg read a 100 MB attachment whole as it opened the file, +384 MB of peak RSS and 2.5 s
     from uform.plugins.media import video
@@ -583,6 +594,7 @@ def _bombs(d: Path) -> dict[str, bytes]:
         "video-8000x6000.m4a": m4a_with_video(8000, 6000),  # audio_encode on it
         "8000x6000.mp4": clip(8000, 6000, "mp4", "libx264"),
         "8000x6000.webm": clip(8000, 6000, "webm", "libvpx"),
+        "tags-100MB.webm": with_tags(clip(64, 48, "webm", "libvpx"), 100_000_000),  # read through, not held: left alone
         "attached-100MB.webm": with_attachment(clip(64, 48, "webm", "libvpx"), 100_000_000),
     }
 
