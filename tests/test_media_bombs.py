@@ -457,6 +457,20 @@ def m4a_with_video(width: int, height: int) -> bytes:
     return out.getvalue()
 
 
+def m4a_with_cover(size: int) -> bytes:
+    """:func:`m4a_with_video` (64x48) with an iTunes cover (``moov/udta/meta/ilst/covr``) of ``size`` bytes."""
+    import struct
+
+    def box(kind: bytes, body: bytes) -> bytes:
+        return struct.pack(">I", 8 + len(body)) + kind + body
+
+    data = m4a_with_video(64, 48)
+    at = data.index(b"moov") - 4  # the last box: FFmpeg writes it after the sound
+    covr = box(b"covr", box(b"data", struct.pack(">II", 13, 0) + b"\xff\xd8\xff" + b"x" * size))
+    meta = box(b"meta", bytes(4) + box(b"hdlr", bytes(8) + b"mdirappl" + bytes(9)) + box(b"ilst", covr))
+    return data[:at] + box(b"moov", data[at + 8 :] + box(b"udta", meta))
+
+
 def test_an_m4a_s_video_track_is_held_to_the_frame_limit(monkeypatch: pytest.MonkeyPatch) -> None:
     # measured: audio_encode on an MP4 with an 8000x6000 H.264 track took +116 MB of peak RSS and
     # 0.21 s (FFmpeg's probe decoded a frame), against +7 MB for a 64x48 one
@@ -592,6 +606,7 @@ def _bombs(d: Path) -> dict[str, bytes]:
         "text-300k.png": png_with(b"tEXt", b"k\x00v", 300_000),
         "private-300k.png": png_with(b"prVt", b"abc", 300_000),
         "video-8000x6000.m4a": m4a_with_video(8000, 6000),  # audio_encode on it
+        "cover-100MB.m4a": m4a_with_cover(100_000_000),  # held once, not refused: left alone
         "8000x6000.mp4": clip(8000, 6000, "mp4", "libx264"),
         "8000x6000.webm": clip(8000, 6000, "webm", "libvpx"),
         "tags-100MB.webm": with_tags(clip(64, 48, "webm", "libvpx"), 100_000_000),  # read through, not held: left alone
