@@ -7,7 +7,6 @@ import re
 import sys
 import textwrap
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,31 +14,7 @@ import pytest
 import uform
 from uform.core.host import Host, get_host, reset_host
 
-
-def install(root: Path, dist: str, entry: str, source: str) -> None:
-    """A distribution as pip leaves it: one module plus a *.dist-info with entry_points.txt."""
-    (root / "uform_broken").mkdir()
-    (root / "uform_broken" / "__init__.py").write_text(source)
-    info = root / f"{dist.replace('-', '_')}-0.1.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text(f"[uform]\n{entry}\n")
-
-
-@pytest.fixture
-def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    root = tmp_path / "site"
-    root.mkdir()
-    sys.path.insert(0, str(root))
-    monkeypatch.delenv("UFORM_BLOCK_PLUGINS", raising=False)
-    reset_host()
-    try:
-        yield root
-    finally:
-        sys.path.remove(str(root))
-        for name in [m for m in sys.modules if m.startswith(("uform_broken", "uform_smell"))]:
-            del sys.modules[name]
-        reset_host()
+from sites import install, site  # noqa: F401 - site is a fixture
 
 
 def test_discover_twice_is_discover_once() -> None:
@@ -59,7 +34,8 @@ def test_discover_twice_is_discover_once() -> None:
 def test_discover_again_takes_a_plugin_installed_since(site: Path) -> None:
     host = Host()
     host.discover()
-    install(site, "uform-broken", "late = uform_broken", BACKEND + "def uform_backends():\n    yield Backend('late', 'ram', lambda: 'never here', lambda r: None)\n")
+    late = BACKEND + "def uform_backends():\n    yield Backend('late', 'ram', lambda: 'never here', lambda r: None)\n"
+    install(site, "uform-broken", "late = uform_broken", {"uform_broken/__init__.py": late})
     host.discover()
     assert [(r.name, r.status, r.provides) for r in host.records if r.distribution == "uform-broken"] == [("late", "ok", ("late",))]
     assert not [r for r in host.records if r.status == "failed"]
@@ -92,7 +68,7 @@ def test_a_broken_accepts_passes_its_backend_over(
     whichever backend would have taken the load; one answering True was a reason 'True'."""
     source = BACKEND + f"def uform_backends():\n    def accepts(request):\n        {accepts}\n    def place(r):\n        raise AssertionError('never opened')\n"
     source += "    yield Backend('boom', 'ram', lambda: None, place, priority=50, accepts=accepts)\n"
-    install(site, "uform-broken", "boom = uform_broken", source)
+    install(site, "uform-broken", "boom = uform_broken", {"uform_broken/__init__.py": source})
     with caplog.at_level(logging.WARNING, logger="uform.plugins"):
         model = uform.Model.load_ram(tiny_text)
     assert model.backend in ("e4m3", "cpu")
@@ -105,7 +81,7 @@ def test_a_broken_accepts_is_named_when_no_backend_is_left(site: Path, tiny_text
     monkeypatch.setenv("UFORM_BLOCK_PLUGINS", "cpu,e4m3")
     source = BACKEND + "def uform_backends():\n    def accepts(request):\n        raise ValueError('bad')\n"
     source += "    yield Backend('boom', 'ram', lambda: None, lambda r: None, accepts=accepts)\n"
-    install(site, "uform-broken", "boom = uform_broken", source)
+    install(site, "uform-broken", "boom = uform_broken", {"uform_broken/__init__.py": source})
     with pytest.raises(uform.UnsupportedError, match=r"^cannot place a model in RAM: boom: its accepts raised ValueError: bad; uform-broken 0\.1 \(plugin 'boom'\) has a bug"):
         uform.Model.load_ram(tiny_text)
 
@@ -123,7 +99,7 @@ def test_an_open_answering_no_placement_is_named(site: Path, tiny_text: Path, an
     a Placement without the tower's runner loaded, and every text_encode was a KeyError."""
     source = "import uform\nfrom uform.core.plugin import Backend, Placement\nfrom uform.core.types import Scalar\n@uform.hookimpl\n"
     source += f"def uform_backends():\n    yield Backend('weird', 'ram', lambda: None, lambda request: {answer}, priority=50)\n"
-    install(site, "uform-broken", "weird = uform_broken", source)
+    install(site, "uform-broken", "weird = uform_broken", {"uform_broken/__init__.py": source})
     message = (
         f"backend 'weird': its open answered {wrong}; uform-broken 0.1 (plugin 'weird') has a bug: "
         "report it there, or block it with UFORM_BLOCK_PLUGINS=weird"
@@ -183,7 +159,7 @@ def test_an_entry_point_naming_no_plugin_is_failed_by_name(site: Path, value: st
     """An empty value failed with "AttributeError: 'NoneType' object has no attribute 'group'"; a
     class with "uform_backends names 'self', which the hook does not pass ... drop the argument";
     the hook function itself, or an object with no hooks, was listed 'ok' and provided nothing."""
-    install(site, "uform-broken", f"weird = {value}", ENTRY_SOURCE)
+    install(site, "uform-broken", f"weird = {value}", {"uform_broken/__init__.py": ENTRY_SOURCE})
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         host = Host()
@@ -200,29 +176,36 @@ SMELL_BROKEN = {
 }
 
 
-@pytest.mark.parametrize("broken", list(SMELL_BROKEN))
-def test_a_tower_function_failing_is_the_plugins_error_named(site: Path, tmp_path: Path, broken: str) -> None:
-    """docs/plugins.md's smell plugin with one function broken: each was a bare traceback of the load
-    (KeyError: 'nosuch'; ValueError: dictionary update sequence element #0 has length 18; 2 is
-    required; AttributeError: 'tuple' object has no attribute 'shape'; ZeroDivisionError: oops)."""
+def smelly_checkpoint(site: Path, path: Path) -> str:
+    """docs/plugins.md's smell plugin installed into ``site`` and a checkpoint of text and smell
+    saved at ``path``; the plugin's source, for a test to break."""
     from test_plugins import example_plugin
 
     from uform.core import checkpoint
 
     good = example_plugin()
-    (site / "uform_smell").mkdir()
-    (site / "uform_smell" / "__init__.py").write_text(good)
-    info = site / "uform_smell-0.1.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: uform-smell\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text("[uform]\nsmell = uform_smell\n")
+    install(site, "uform-smell", "smell = uform_smell", {"uform_smell/__init__.py": good})
     config, tensors = checkpoint.new(get_host(), "tiny", 0, ["text", "smell"])
-    checkpoint.save(tmp_path / "smelly.safetensors", config, tensors)
-    where, body, reason = SMELL_BROKEN[broken]
-    (site / "uform_smell" / "__init__.py").write_text(good.replace(where, where + body))
+    checkpoint.save(path, config, tensors)
+    return good
+
+
+def replace_smell(site: Path, source: str) -> None:
+    """The installed smell plugin's source replaced by ``source``, found again by the next load."""
+    (site / "uform_smell" / "__init__.py").write_text(source)
     for name in [m for m in sys.modules if m.startswith("uform_smell")]:
         del sys.modules[name]
     reset_host()
+
+
+@pytest.mark.parametrize("broken", list(SMELL_BROKEN))
+def test_a_tower_function_failing_is_the_plugins_error_named(site: Path, tmp_path: Path, broken: str) -> None:
+    """docs/plugins.md's smell plugin with one function broken: each was a bare traceback of the load
+    (KeyError: 'nosuch'; ValueError: dictionary update sequence element #0 has length 18; 2 is
+    required; AttributeError: 'tuple' object has no attribute 'shape'; ZeroDivisionError: oops)."""
+    good = smelly_checkpoint(site, tmp_path / "smelly.safetensors")
+    where, body, reason = SMELL_BROKEN[broken]
+    replace_smell(site, good.replace(where, where + body))
     fix = "uform-smell 0.1 (plugin 'smell') has a bug: report it there, or block it with UFORM_BLOCK_PLUGINS=smell"
     message = f"tower 'smell': {reason}; {fix}"
     with pytest.raises(uform.PluginError, match=f"^{re.escape(message)}$"):
@@ -242,27 +225,12 @@ def test_a_modality_describe_failing_is_the_plugins_error_named(site: Path, tmp_
     """docs/plugins.md's smell plugin given a describe that raises or answers wrong: model.describe()
     (and `uform describe`) was a bare traceback (KeyError: 'width'; TypeError: cannot convert
     dictionary update sequence element #0 to a sequence), or a misspelled field silently dropped."""
-    from test_plugins import example_plugin
-
-    from uform.core import checkpoint
-
-    good = example_plugin()
-    (site / "uform_smell").mkdir()
-    (site / "uform_smell" / "__init__.py").write_text(good)
-    info = site / "uform_smell-0.1.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: uform-smell\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text("[uform]\nsmell = uform_smell\n")
-    config, tensors = checkpoint.new(get_host(), "tiny", 0, ["text", "smell"])
-    checkpoint.save(tmp_path / "smelly.safetensors", config, tensors)
+    good = smelly_checkpoint(site, tmp_path / "smelly.safetensors")
     body, reason = SMELL_DESCRIBE[broken]
     source = good.replace('{"smell_encode": smell_encode})', '{"smell_encode": smell_encode}, describe)')
     source = source.replace("def graph(", f"def describe(g, model):\n{body}\n\ndef graph(")
     assert source.count("describe") == 2
-    (site / "uform_smell" / "__init__.py").write_text(source)
-    for name in [m for m in sys.modules if m.startswith("uform_smell")]:
-        del sys.modules[name]
-    reset_host()
+    replace_smell(site, source)
     fix = "uform-smell 0.1 (plugin 'smell') has a bug: report it there, or block it with UFORM_BLOCK_PLUGINS=smell"
     message = f"modality 'smell': {reason}; {fix}"
     with uform.Model.load_ram(tmp_path / "smelly.safetensors") as model:

@@ -8,7 +8,6 @@ import re
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
 from dataclasses import fields
 from pathlib import Path
 
@@ -19,6 +18,8 @@ import uform
 from uform.cli import main
 from uform.core import checkpoint, hookspecs, plugin
 from uform.core.host import Host, get_host, reset_host
+
+from sites import install, site  # noqa: F401 - site is a fixture
 
 DOCS = Path(__file__).parent.parent / "docs" / "plugins.md"
 
@@ -46,34 +47,6 @@ def example_plugin() -> str:
     block = re.search(r"```python\n# uform_smell/plugin.py\n(.*?)```", DOCS.read_text(), re.S)
     assert block
     return block.group(1)
-
-
-def install(root: Path, dist: str, entry: str, modules: dict[str, str]) -> None:
-    """A distribution as pip leaves it: modules plus a *.dist-info with entry_points.txt."""
-    for name, source in modules.items():
-        path = root / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(source)
-    info = root / f"{dist.replace('-', '_')}-0.1.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text(f"[uform]\n{entry}\n")
-
-
-@pytest.fixture
-def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    root = tmp_path / "site"
-    root.mkdir()
-    sys.path.insert(0, str(root))
-    monkeypatch.delenv("UFORM_BLOCK_PLUGINS", raising=False)
-    reset_host()
-    try:
-        yield root
-    finally:
-        sys.path.remove(str(root))
-        for name in [m for m in sys.modules if m.startswith(("uform_smell", "uform_broken", "uform_rival"))]:
-            del sys.modules[name]
-        reset_host()
 
 
 def test_third_party_modality_is_found_and_used(site: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
