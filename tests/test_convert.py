@@ -618,17 +618,24 @@ def test_a_bf16_source_converts_to_every_dtype(clip_dir: Path, tmp_path: Path) -
         assert np.allclose(value, read["f16"][name], rtol=2e-3, atol=1e-6), name
 
 
-def test_sharded_safetensors_convert_to_the_same_file(clip_dir: Path, clip_file: Path, tmp_path: Path) -> None:
-    """Weights in shards named by model.safetensors.index.json (as large models are published)."""
+def sharded(d: Path) -> dict[str, list[str]]:
+    """``d``'s model.safetensors split in two shards (every other tensor), the file removed: the
+    tensors' names by shard, for an index to name."""
     from uform.core import safetensors
 
-    d = copy(clip_dir, tmp_path)
     with safetensors_file(d / "model.safetensors") as tensors:
         names = sorted(tensors)
         shards = {"model-00001-of-00002.safetensors": names[::2], "model-00002-of-00002.safetensors": names[1::2]}
         for shard, part in shards.items():
             safetensors.write(d / shard, {n: tensors[n] for n in part}, {"format": "pt"})
     (d / "model.safetensors").unlink()
+    return shards
+
+
+def test_sharded_safetensors_convert_to_the_same_file(clip_dir: Path, clip_file: Path, tmp_path: Path) -> None:
+    """Weights in shards named by model.safetensors.index.json (as large models are published)."""
+    d = copy(clip_dir, tmp_path)
+    shards = sharded(d)
     (d / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {n: s for s, part in shards.items() for n in part}}))
     out = tmp_path / "sharded.safetensors"
     convert(d, out, dtype="f32", name="tiny-clip")
@@ -697,15 +704,8 @@ def test_a_tensor_the_index_leaves_out_names_the_index(clip_dir: Path, tmp_path:
     """A weight_map that leaves out a tensor its shard holds (or gives a tensor to a shard without
     it) was "SHARD1, SHARD2: tensor 'logit_scale' is missing (...)": the shards are whole, the
     index is at fault, and the error now names it."""
-    from uform.core import safetensors
-
     d = copy(clip_dir, tmp_path)
-    with safetensors_file(d / "model.safetensors") as tensors:
-        names = sorted(tensors)
-        shards = {"model-00001-of-00002.safetensors": names[::2], "model-00002-of-00002.safetensors": names[1::2]}
-        for shard, part in shards.items():
-            safetensors.write(d / shard, {n: tensors[n] for n in part}, {"format": "pt"})
-    (d / "model.safetensors").unlink()
+    shards = sharded(d)
     table = {n: s for s, part in shards.items() for n in part}
     index = d / "model.safetensors.index.json"
     left, holder = "logit_scale", table["logit_scale"]

@@ -6,6 +6,7 @@ token ids, and a temperature group out of range, each a JSON 400 naming what is 
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import os
 import re
@@ -408,6 +409,11 @@ def _server_memory(count: int, same_bytes: bool = False) -> str:
             f"peak {after['VmHWM'] / 1e6:.0f} MB (+{(after['VmHWM'] - before['VmRSS']) / 1e6:.0f} MB), {after['VmRSS'] / 1e6:.0f} MB after")
 
 
+def rss_mb(pid: int) -> float:
+    """Process ``pid``'s resident memory now, in MB."""
+    return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 1e6
+
+
 def _huge_head() -> str:
     """What a 96 MiB header costs ``uform serve`` (default limits): bytes it took, its answer, its CPU and RSS."""
     with subprocess_server([]) as server:
@@ -417,9 +423,7 @@ def _huge_head() -> str:
             fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
             return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
-        def rss() -> float:
-            return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 1e6
-
+        rss = functools.partial(rss_mb, pid)
         began, cpu0, rss0 = time.monotonic(), cpu(), rss()
         taken, raw = exchange(server.url, b"GET /health HTTP/1.1\r\nHost: x\r\nX-Padding: " + b"y" * (96 << 20) + b"\r\n\r\n")
         return (f"a 96 MiB header: the server took {taken / 1e6:.1f} MB of it and answered {raw.split(b' ')[1].decode()} in "
@@ -432,10 +436,7 @@ def _slow_bodies(clients: int = 8, sent: int = 29 << 20, declared: int = 30 << 2
     while they wait, and the answers they got."""
     with subprocess_server(list(args)) as server:
         pid = server.proc.pid
-
-        def rss() -> float:
-            return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 1e6
-
+        rss = functools.partial(rss_mb, pid)
         assert httpx.post(server.url + "/v1/embeddings", json={"input": "warm up"}).status_code == 200
         before = rss()
         head = (f"POST /v1/embeddings HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {declared}\r\n\r\n").encode()
@@ -473,10 +474,7 @@ def _idle_connections(count: int = 2000, wait: float = 15, args: tuple[str, ...]
     RSS before and while they are open, and how many the server closed within ``wait`` s."""
     with subprocess_server(list(args)) as server:
         pid = server.proc.pid
-
-        def rss() -> float:
-            return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 1e6
-
+        rss = functools.partial(rss_mb, pid)
         assert httpx.post(server.url + "/v1/embeddings", json={"input": "warm up"}).status_code == 200
         before = rss()
         kinds: dict[str, list[socket.socket]] = {"silent": [], "part of a head": [], "kept alive": []}
