@@ -20,7 +20,7 @@ from uform.core.arena import RowsTape
 from uform.core.errors import InputError, check_not_released
 from uform.core.pipeline import check_batch
 
-from . import id3, metadata, mp4, video
+from . import id3, metadata, mp4, video, webm
 from .files import HeadKept, Source, falls_short
 
 CHUNK = 1 << 14  # source samples gathered before one resampler call
@@ -231,7 +231,7 @@ def _target(source: Source, held: ExitStack) -> Any:
     f = source.open()
     if source.stream is None:
         held.callback(f.close)
-    frame = mp4.check(source, f)  # an M4A's or MP4's video track: FFmpeg's probe decodes a frame of it
+    frame = mp4.check(source, f) or _webm_frame(source, f)  # a video track: FFmpeg's probe decodes a frame of it
     if frame is not None and frame[0] * frame[1] > video.MAX_FRAME_PIXELS:
         raise source.fail(
             f"its video track's frames are {frame[0]}x{frame[1]}, over the limit of {video.MAX_FRAME_PIXELS} pixels "
@@ -253,6 +253,19 @@ def _target(source: Source, held: ExitStack) -> Any:
             "the limit of uform.plugins.media.metadata.MAX_OGG_HEADER_BYTES"
         )
     return id3.After(f, start) if start else source.target()
+
+
+def _webm_frame(source: Source, f: BinaryIO) -> tuple[int, int] | None:
+    """The largest frame a WebM's (Matroska's) video track declares in its Tracks; None for any
+    other file, after one read of 4 bytes."""
+    try:
+        f.seek(0)
+        if video.sniff(f.read(4)) != "webm":
+            f.seek(0)
+            return None
+        return webm.declared_frame(f)
+    except Exception as exc:  # noqa: BLE001 - a read that fails, of a path or of the caller's object
+        raise source.fail(f"cannot read the file ({type(exc).__name__}: {exc})") from None
 
 
 def _decode(source: Source, target: Any, rate: int, samples: int) -> Recording:
