@@ -497,6 +497,17 @@ def test_a_webm_s_attachments_are_bounded(tmp_path: Path) -> None:
         video.sample(sources.sources([str(path)], "clips")[0], 2, 16)
 
 
+def test_a_webm_recording_s_attachments_are_bounded(tmp_path: Path) -> None:
+    # measured: audio_encode on a WebM with a 100 MB attachment took +387 MB of peak RSS and 0.76 s
+    # (FFmpeg read it whole as it opened the file), against +6 MB without
+    plain = m4a_with_video(64, 48, "webm")
+    np.testing.assert_array_equal(window(with_attachment(plain, 1_000_000)), window(plain))
+    path = tmp_path / "attached.weba"
+    path.write_bytes(with_attachment(plain, 17_000_000))
+    with pytest.raises(InputError, match=r"^item 0 \(.*attached.weba\): its attachments hold 170000\d\d bytes, over the limit of 16777216 \(uform.plugins.media.video.MAX_ATTACHED_BYTES\) that FFmpeg would read whole$"):
+        window(str(path))
+
+
 # -- python tests/test_media_bombs.py [--unchecked] [--pillow]: each bomb's peak RSS growth and seconds --------
 
 _MEASURE = """
@@ -602,6 +613,7 @@ def _bombs(d: Path) -> dict[str, bytes]:
         "8000x6000.webm": clip(8000, 6000, "webm", "libvpx"),
         "tags-100MB.webm": with_tags(clip(64, 48, "webm", "libvpx"), 100_000_000),  # read through, not held: left alone
         "attached-100MB.webm": with_attachment(clip(64, 48, "webm", "libvpx"), 100_000_000),
+        "attached-100MB.weba": with_attachment(m4a_with_video(64, 48, "webm"), 100_000_000),  # audio_encode on it
     }
 
 

@@ -256,16 +256,23 @@ def _target(source: Source, held: ExitStack) -> Any:
 
 
 def _webm_frame(source: Source, f: BinaryIO) -> tuple[int, int] | None:
-    """The largest frame a WebM's (Matroska's) video track declares in its Tracks; None for any
+    """The largest frame a WebM's (Matroska's) video track declares in its Tracks, after its
+    attachments (read whole by FFmpeg) are held to ``video.MAX_ATTACHED_BYTES``; None for any
     other file, after one read of 4 bytes."""
     try:
         f.seek(0)
         if video.sniff(f.read(4)) != "webm":
             f.seek(0)
             return None
-        return webm.declared_frame(f)
+        frame, attached = webm.declared(f)
     except Exception as exc:  # noqa: BLE001 - a read that fails, of a path or of the caller's object
         raise source.fail(f"cannot read the file ({type(exc).__name__}: {exc})") from None
+    if attached > video.MAX_ATTACHED_BYTES:
+        raise source.fail(
+            f"its attachments hold {attached} bytes, over the limit of {video.MAX_ATTACHED_BYTES} "
+            "(uform.plugins.media.video.MAX_ATTACHED_BYTES) that FFmpeg would read whole"
+        )
+    return frame
 
 
 def _decode(source: Source, target: Any, rate: int, samples: int) -> Recording:
