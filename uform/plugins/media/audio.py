@@ -20,7 +20,7 @@ from uform.core.arena import RowsTape
 from uform.core.errors import InputError, check_not_released
 from uform.core.pipeline import check_batch
 
-from . import id3, metadata, mp4, video, webm
+from . import id3, metadata, mp4, video
 from .files import HeadKept, Source, falls_short
 
 CHUNK = 1 << 14  # source samples gathered before one resampler call
@@ -264,15 +264,11 @@ def _webm_frame(source: Source, f: BinaryIO) -> tuple[int, int] | None:
         if video.sniff(f.read(4)) != "webm":
             f.seek(0)
             return None
-        frame, attached = webm.declared(f)
+        return video.webm_declared(source, f)
+    except InputError:
+        raise
     except Exception as exc:  # noqa: BLE001 - a read that fails, of a path or of the caller's object
         raise source.fail(f"cannot read the file ({type(exc).__name__}: {exc})") from None
-    if attached > video.MAX_ATTACHED_BYTES:
-        raise source.fail(
-            f"its attachments hold {attached} bytes, over the limit of {video.MAX_ATTACHED_BYTES} "
-            "(uform.plugins.media.video.MAX_ATTACHED_BYTES) that FFmpeg would read whole"
-        )
-    return frame
 
 
 def _decode(source: Source, target: Any, rate: int, samples: int) -> Recording:

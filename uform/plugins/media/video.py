@@ -14,7 +14,7 @@ import io
 from array import array
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -94,6 +94,19 @@ def frame_size(source: Source, width: int, height: int) -> None:
     """Refuse frames over ``MAX_FRAME_PIXELS``, as the container or the codec declares them."""
     if width * height > MAX_FRAME_PIXELS:
         raise source.fail(f"frames are {width}x{height}, over the limit of {MAX_FRAME_PIXELS} pixels (uform.plugins.media.video.MAX_FRAME_PIXELS)")
+
+
+def webm_declared(source: Source, f: BinaryIO) -> tuple[int, int] | None:
+    """The largest frame a WebM's (Matroska's) video track declares in its Tracks (None when it
+    declares none before its first cluster), once its attachments, which FFmpeg reads whole as
+    it opens the file, are found within ``MAX_ATTACHED_BYTES``: InputError naming the item beyond."""
+    found, attached = webm.declared(f)
+    if attached > MAX_ATTACHED_BYTES:
+        raise source.fail(
+            f"its attachments hold {attached} bytes, over the limit of {MAX_ATTACHED_BYTES} "
+            "(uform.plugins.media.video.MAX_ATTACHED_BYTES) that FFmpeg would read whole"
+        )
+    return found
 
 
 def plan(container: Any, stream: Any, source: Source) -> Plan:
@@ -243,13 +256,7 @@ def sample(source: Source, count: int, size: int, seeking: bool = True) -> tuple
         if kind == "mp4":
             frame_size(source, *mp4.check(source, f) or (0, 0))
         else:
-            found, attached = webm.declared(f)
-            frame_size(source, *found or (0, 0))
-            if attached > MAX_ATTACHED_BYTES:
-                raise source.fail(
-                    f"its attachments hold {attached} bytes, over the limit of {MAX_ATTACHED_BYTES} "
-                    "(uform.plugins.media.video.MAX_ATTACHED_BYTES) that FFmpeg would read whole"
-                )
+            frame_size(source, *webm_declared(source, f) or (0, 0))
     out = np.empty((count, size, size, 3), np.uint8)
     last: list[Any] = [None]
 
