@@ -473,6 +473,22 @@ def test_a_recording_s_video_track_is_held_to_the_frame_limit(monkeypatch: pytes
         window(data)
 
 
+def test_an_mp4_s_metadata_is_bounded(tmp_path: Path) -> None:
+    # measured: audio_encode on an M4A with a 100 MB cover (moov/udta/meta/ilst/covr) took +103 MB of
+    # peak RSS and 0.11 s (FFmpeg read the cover whole as it opened the file), against +7 MB without
+    from uform.plugins.media import video
+
+    plain = m4a_with_video(64, 48)
+    np.testing.assert_array_equal(window(m4a_with_cover(1_000_000)), window(plain))
+    path = tmp_path / "cover.m4a"
+    path.write_bytes(m4a_with_cover(17_000_000))
+    reason = r"its MP4 metadata \(udta and meta boxes: tags, cover art\) holds 17000\d{3} bytes, over the limit of 16777216 \(uform.plugins.media.mp4.MAX_METADATA_BYTES\) that FFmpeg would read whole$"
+    with pytest.raises(InputError, match=r"^item 0 \(.*cover.m4a\): " + reason):
+        window(str(path))
+    with pytest.raises(InputError, match=r"^item 0: " + reason):  # a clip's too
+        video.sample(sources.sources([path.read_bytes()], "clips")[0], 2, 16)
+
+
 def with_tags(webm: bytes, size: int) -> bytes:
     """The WebM ``webm`` with a Tags element of one ``size``-byte TagString before its first cluster."""
 
@@ -521,7 +537,7 @@ if "--unchecked" in sys.argv[2:]:  # the checks this file guards lifted: what th
     id3.tags_end = lambda f: 0
     metadata.stripped = lambda f, at: None
     jpeg.MAX_METADATA_BYTES = jpeg.MAX_SEGMENTS = jpeg.MAX_STRAY_BYTES = 1 << 62
-    png.MAX_CHUNKS = 1 << 62
+    png.MAX_CHUNKS = mp4.MAX_METADATA_BYTES = 1 << 62
     webm.declared, check = (lambda f: (None, 0)), mp4.check
     mp4.check = lambda source, f: check(source, f) and None
 import av, PIL.Image, numpy
@@ -608,7 +624,8 @@ def _bombs(d: Path) -> dict[str, bytes]:
         "private-300k.png": png_with(b"prVt", b"abc", 300_000),
         "video-8000x6000.m4a": m4a_with_video(8000, 6000),  # audio_encode on it
         "video-8000x6000.weba": m4a_with_video(8000, 6000, "webm"),  # audio_encode on it
-        "cover-100MB.m4a": m4a_with_cover(100_000_000),  # held once, not refused: left alone
+        "cover-100MB.m4a": m4a_with_cover(100_000_000),  # audio_encode on it
+        "cover-16MB.m4a": m4a_with_cover(16_000_000),  # under mp4.MAX_METADATA_BYTES: read, not refused
         "8000x6000.mp4": clip(8000, 6000, "mp4", "libx264"),
         "8000x6000.webm": clip(8000, 6000, "webm", "libvpx"),
         "tags-100MB.webm": with_tags(clip(64, 48, "webm", "libvpx"), 100_000_000),  # read through, not held: left alone

@@ -22,6 +22,8 @@ from .files import Source
 
 MAX_ENTRIES = 4_000_000  # index entries over all tracks: about 280 MB of FFmpeg's index
 MAX_DEPTH = 12  # boxes nested deeper are not walked (FFmpeg's own limit is 10)
+# bytes of metadata boxes (udta, meta: tags, cover art), which FFmpeg reads whole and holds once
+MAX_METADATA_BYTES = 16 << 20
 # boxes FFmpeg reads as lists of boxes, whose tables it takes for the last track it met
 _NESTED = {b"moov", b"trak", b"mdia", b"minf", b"stbl", b"edts", b"dinf", b"mvex", b"tref", b"udta", b"moof", b"traf", b"sinf", b"schi", b"wave"}
 # FFmpeg indexes a chunk of uncompressed audio in pieces of up to 1024 samples, of at least
@@ -65,15 +67,22 @@ def declared_entries(f: BinaryIO) -> int:
 def declared(f: BinaryIO) -> tuple[int, tuple[int, int] | None]:
     """Index entries, as :func:`declared_entries`, and the largest frame (width, height) a video
     track's sample description declares (None without one)."""
+    entries, frame, _ = described(f)
+    return entries, frame
+
+
+def described(f: BinaryIO) -> tuple[int, tuple[int, int] | None, int]:
+    """As :func:`declared`, and the bytes of its metadata boxes (``udta`` and ``meta`` boxes,
+    one inside another counted once: tags and cover art, which FFmpeg reads whole)."""
     end = f.seek(0, 2)
     tracks: list[_Track] = []
-    fragments = 0
+    fragments = tags = 0
 
     def u32(data: bytes, at: int) -> int:
         return int.from_bytes(data[at : at + 4], "big") if len(data) >= at + 4 else 0
 
-    def walk(start: int, stop: int, depth: int, track: _Track | None) -> None:
-        nonlocal fragments
+    def walk(start: int, stop: int, depth: int, track: _Track | None, in_tags: bool = False) -> None:
+        nonlocal fragments, tags
         pos = start
         while pos + 8 <= stop:
             f.seek(pos)
@@ -91,11 +100,13 @@ def declared(f: BinaryIO) -> tuple[int, tuple[int, int] | None]:
             if size < skip:
                 return
             inside, after = pos + skip, min(pos + size, stop)
+            if kind in (b"udta", b"meta") and not in_tags:
+                tags += after - pos
             if kind in _NESTED and depth < MAX_DEPTH:
                 if kind == b"trak":
                     track = _Track()
                     tracks.append(track)
-                walk(inside, after, depth + 1, track)
+                walk(inside, after, depth + 1, track, in_tags or kind == b"udta")
             elif kind == b"trun":
                 f.seek(inside)
                 fragments += u32(f.read(8), 4)
@@ -127,18 +138,19 @@ def declared(f: BinaryIO) -> tuple[int, tuple[int, int] | None]:
 
     walk(0, end, 0, None)
     frames = [t.frame for t in tracks if t.video]
-    return sum(t.entries() for t in tracks) + fragments, max(frames, key=lambda wh: wh[0] * wh[1]) if frames else None
+    return sum(t.entries() for t in tracks) + fragments, max(frames, key=lambda wh: wh[0] * wh[1]) if frames else None, tags
 
 
 def check(source: Source, f: BinaryIO) -> tuple[int, int] | None:
     """Refuse ``source`` (read through ``f``, seekable) when it is an MP4/MOV whose tables
-    declare over ``MAX_ENTRIES`` index entries; any other file passes after one read of 8 bytes.
+    declare over ``MAX_ENTRIES`` index entries, or whose metadata boxes hold over
+    ``MAX_METADATA_BYTES``; any other file passes after one read of 8 bytes.
     Gives the largest frame (width, height) a video track declares, None without one."""
     try:
         f.seek(0)
         if not boxed(f.read(8)):
             return None
-        entries, frame = declared(f)
+        entries, frame, tags = described(f)
         f.seek(0)
     except Exception as exc:  # noqa: BLE001 - a read that fails, of a path or of the caller's object
         raise source.fail(f"cannot read the file ({type(exc).__name__}: {exc})") from None
@@ -146,5 +158,10 @@ def check(source: Source, f: BinaryIO) -> tuple[int, int] | None:
         raise source.fail(
             f"its MP4 tables declare {entries} samples, over the limit of {MAX_ENTRIES} "
             "(uform.plugins.media.mp4.MAX_ENTRIES) that FFmpeg's index is held to"
+        )
+    if tags > MAX_METADATA_BYTES:
+        raise source.fail(
+            f"its MP4 metadata (udta and meta boxes: tags, cover art) holds {tags} bytes, over the limit of "
+            f"{MAX_METADATA_BYTES} (uform.plugins.media.mp4.MAX_METADATA_BYTES) that FFmpeg would read whole"
         )
     return frame
