@@ -87,12 +87,27 @@ def test_a_head_over_the_limit_is_431_before_it_is_read_whole(limited: Proc) -> 
     assert status == 431, doc
 
 
-@pytest.mark.parametrize("length", [b"-5", b"+5", b"0x10", b"5, 5"])
-def test_a_content_length_that_is_not_a_number_is_uvicorns_plain_400(limited: Proc, length: bytes) -> None:
-    """As docs/serve.md says: not valid HTTP, answered by uvicorn's parser (not in OpenAI's shape), the connection closed."""
-    _, raw = exchange(limited.url, b"POST /v1/embeddings HTTP/1.1\r\nHost: x\r\nContent-Length: " + length + b'\r\n\r\n"abc"')
-    head, _, body = raw.partition(b"\r\n\r\n")
-    assert head.startswith(b"HTTP/1.1 400 ") and b"connection: close" in head.lower() and body == b"Invalid HTTP request received.", raw
+@pytest.mark.parametrize(("request_bytes", "reason"), [
+    *[(b"POST /v1/embeddings HTTP/1.1\r\nHost: x\r\nContent-Length: " + length + b'\r\n\r\n"abc"', "Invalid character in Content-Length")
+      for length in (b"-5", b"+5", b"0x10")],
+    (b"POST /v1/embeddings HTTP/1.1\r\nHost: x\r\nContent-Length: 5, 5\r\n\r\n\"abc\"", "Invalid character in Content-Length"),
+    (b"BREW /health HTTP/1.1\r\nHost: x\r\n\r\n", "Invalid method encountered"),
+    (b"GET /health HTTP/1.1\r\nHost x\r\n\r\n", "Invalid header token"),
+    (b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03", "Invalid method encountered"),  # TLS to a plain-HTTP port
+    (b"POST /v1/embeddings HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", "Invalid character in chunk size"),
+])  # fmt: skip
+def test_malformed_http_is_a_json_400_naming_the_reason(limited: Proc, request_bytes: bytes, reason: str) -> None:
+    """As docs/serve.md says: what llhttp refuses is answered in OpenAI's error shape (not uvicorn's
+    plain text), naming llhttp's reason, and the connection closed (answer_of checks)."""
+    status, doc = answer_of(exchange(limited.url, request_bytes)[1])
+    assert status == 400 and doc["error"] == {"message": f"the request is not valid HTTP: {reason}", "type": "invalid_request_error",
+                                              "param": None, "code": "invalid_http"}, doc  # fmt: skip
+
+
+def test_a_request_pipelined_after_one_that_closes_is_not_malformed(limited: Proc) -> None:
+    """uvicorn reads past a ``Connection: close`` request (answering it and closing); the guard reads alike, no 400."""
+    _, raw = exchange(limited.url, b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\nGET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert raw.startswith(b"HTTP/1.1 200 ") and raw.count(b"HTTP/1.1 ") == 1, raw
 
 
 def test_a_url_over_the_limit_is_414(limited: Proc) -> None:

@@ -21,7 +21,10 @@ after it, so a refusal costs O(limit). A head
 is measured from its first byte when it starts a read (a new connection, a client that waits
 for its answer); a head that starts in the middle of a read, after a pipelined request, is
 measured from the next read, so it may run one read (at most 256 KiB) over before it is
-refused. Malformed HTTP is left to uvicorn's parser, which answers it 400.
+refused. Malformed HTTP (a ``Content-Length`` of ``-5``, a bad request line, header or chunk
+size: what llhttp refuses) is answered 400 ``invalid_http`` the same way, naming llhttp's
+reason, before uvicorn's parser (which reads with the same leniency) would answer it in plain
+text.
 
 uvicorn closes a connection kept alive after an answer once it has been idle
 ``timeout_keep_alive`` seconds, but never one that has not sent a whole head: a client that
@@ -59,7 +62,7 @@ from .errors import ApiError
 END_OF_HEAD = b"\r\n\r\n"
 LINGER_BYTES = 1 << 20  # read and dropped after a refusal before the connection is closed
 LINGER_SECONDS = 2.0
-REASONS = {408: b"Request Timeout", 414: b"URI Too Long", 431: b"Request Header Fields Too Large", 503: b"Service Unavailable"}
+REASONS = {400: b"Bad Request", 408: b"Request Timeout", 414: b"URI Too Long", 431: b"Request Header Fields Too Large", 503: b"Service Unavailable"}
 TICK = 0.5  # seconds between two looks at the heads still arriving
 
 
@@ -133,6 +136,10 @@ class Guard(asyncio.Protocol):
 
         self.inner = self.inner_class(**kwargs)
         self.parser: Any = httptools.HttpRequestParser(self)
+        try:  # as uvicorn's own parser reads (a pipelined request after one that closes): the two read the same bytes alike
+            self.parser.set_dangerous_leniencies(lenient_data_after_close=True)
+        except AttributeError:  # httptools < 0.6.3
+            pass
         self.upgrade: type[Exception] = httptools.HttpParserUpgrade
         self.transport: asyncio.Transport | None = None
         self.in_message = self.in_head = False
@@ -141,7 +148,6 @@ class Guard(asyncio.Protocol):
         self.began = 0.0  # when the message being read began
         self.begun = self.heads_ended = 0  # in the read being parsed
         self.tail = b""  # the last bytes of the previous read: an end of head may straddle two
-        self.done = False  # refused, or the parser failed: the rest goes through unread (or nowhere)
         self.refused = False
         self.linger = 0  # bytes still to drop after a refusal
         self.waiting = 0.0  # since when a head is awaited (perf_counter), 0 while none is
@@ -241,16 +247,16 @@ class Guard(asyncio.Protocol):
             if self.linger < 0 and self.transport is not None:
                 self.transport.close()
             return
-        if not self.done:
-            try:
-                self.check(data)
-            except Refused as refusal:
-                self.refuse(refusal)
-                return
+        try:
+            self.check(data)
+        except Refused as refusal:
+            self.refuse(refusal)
+            return
         self.inner.data_received(data)
 
     def check(self, data: bytes) -> None:
-        """Parse ``data``; raise :class:`Refused` for a URL or head over its limit."""
+        """Parse ``data``; raise :class:`Refused` for a URL or head over its limit, or for bytes
+        that are not HTTP."""
         continuing, between = self.in_head, not self.in_message
         self.begun = self.heads_ended = 0
         try:
@@ -259,11 +265,10 @@ class Guard(asyncio.Protocol):
             raise
         except self.upgrade:  # an Upgrade header (no websockets here): uvicorn answers the request and reads on, so do we
             pass
-        except Exception as exc:  # noqa: BLE001 - malformed: uvicorn's own parser answers it (400)
+        except Exception as exc:  # noqa: BLE001 - malformed: answered here, in the server's error shape, before uvicorn reads it
             if isinstance(exc.__context__, Refused):  # where httptools wraps the callback's exception
                 raise exc.__context__ from None
-            self.done = True
-            return
+            raise Refused(400, f"the request is not valid HTTP: {exc}", "invalid_http") from None
         first = None  # the size of the first head this read ends or leaves open, where it is known
         if continuing:
             end = (self.tail + data).find(END_OF_HEAD)
