@@ -176,6 +176,23 @@ def test_a_member_linking_to_a_device_is_refused(tmp_path: Path, tiny_text: Path
     assert snapshot(tmp_path) == before and (tmp_path / "b.jsonl").is_symlink()
 
 
+def test_a_file_force_cannot_replace_is_refused_without_offering_force(
+    tmp_path: Path, tiny_text: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A link to /dev/full or a read-only file that encode did not write: the refusal said
+    '(--force replaces it)', and --force then refused it for another reason."""
+    (tmp_path / "dev.npy").symlink_to("/dev/full")
+    (tmp_path / "mine.jsonl").write_text("my notes\n")
+    (tmp_path / "mine.jsonl").chmod(0o444)
+    before = snapshot(tmp_path)
+    for extra in ((), ("--force",)):
+        assert encode(tiny_text, tmp_path / "dev", "one", extra=extra) == 2
+        assert one_error(capsys) == f"uform: error: {tmp_path}/dev.npy: not a regular file (/dev/full); not replaced"
+        assert encode(tiny_text, tmp_path / "mine", "one", extra=extra) == 2
+        assert one_error(capsys) == f"uform: error: {tmp_path}/mine.jsonl: read-only; left as it was (make it writable, or write elsewhere)"
+    assert snapshot(tmp_path) == before and (tmp_path / "dev.npy").is_symlink()
+
+
 def test_out_never_replaces_a_file_encode_did_not_write(tmp_path: Path, tiny_text: Path, capsys: pytest.CaptureFixture[str]) -> None:
     captions = b'{"path": "a.png", "caption": "mine"}\n'
     (tmp_path / "captions.jsonl").write_bytes(captions)
@@ -231,6 +248,25 @@ def test_new_refuses_a_file_that_is_not_a_checkpoint(tmp_path: Path, capsys: pyt
     assert notes.read_text() == "my notes\n"
     assert main(["new", str(notes), "-q", "--force"]) == 0
     assert main(["new", str(notes), "-q", "--seed", "1"]) == 0  # a checkpoint now: replaced without --force
+
+
+def test_new_and_calibrate_refuse_what_force_cannot_replace_without_offering_force(
+    tmp_path: Path, tiny_text: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A read-only file that is not a checkpoint: the refusal said '(--force replaces it)', and
+    --force then refused it as read-only."""
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes\n")
+    notes.chmod(0o444)
+    examples = tmp_path / "examples.jsonl"
+    examples.write_text('{"text": "Answer:", "choices": "AB", "answer": 0}\n')
+    read_only = f"uform: error: {notes}: read-only; left as it was (make it writable, or write elsewhere)"
+    for extra in ([], ["--force"]):
+        assert main(["new", str(notes), "-q", *extra]) == 2
+        assert one_error(capsys) == read_only
+        assert main(["calibrate", str(tiny_text), str(examples), "--out", str(notes), "-q", *extra]) == 2
+        assert one_error(capsys) == read_only
+    assert notes.read_text() == "my notes\n"
 
 
 def test_new_and_calibrate_refuse_an_out_that_names_a_folder_or_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

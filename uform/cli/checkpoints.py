@@ -204,5 +204,5 @@ def writable_checkpoint(path: str, force: bool) -> None:
         raise ValueError("the checkpoint path is empty: name the .safetensors file to write")
     if path.endswith(("/", os.sep)):  # pathlib drops the slash: 'out/' was written as the file 'out'
         raise ValueError(f"{printable(path)} names a folder (it ends in '/'): name the .safetensors file to write")
+    check_replaceable(path)  # first: --force cannot replace a device, a read-only file, a missing folder
     refuse_foreign(path, is_checkpoint_file, force, "a uform checkpoint")
-    check_replaceable(path)

@@ -103,9 +103,9 @@ def check_writable(prefix: Path, scales: bool, force: bool) -> None:
     def written(p: Path) -> bool:
         return old is not None and (p == Path(f"{prefix}.json") or p in ours)
 
-    for path in members(prefix, scales):
-        refuse_foreign(path, written, force, f"a file of an earlier `uform encode --out {prefix}`")
+    for path in members(prefix, scales):  # what --force cannot replace first, so that its refusal never offers --force
         check_replaceable(path)
+        refuse_foreign(path, written, force, f"a file of an earlier `uform encode --out {prefix}`")
 
 
 def write_saved(
