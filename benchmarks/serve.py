@@ -342,7 +342,7 @@ def memory(server: Served, requests: int, clients: int) -> dict[str, Any]:
 UNGUARDED = """
 import sys
 import uform.serve.run as run
-run._protocol = lambda config, connections, refused=None: ("httptools", None)  # uvicorn's own protocol, no guard
+run._protocol = lambda config, connections, refused=None: "httptools"  # uvicorn's own protocol, no guard
 from uform.cli import main
 sys.exit(main(["serve", *sys.argv[1:]]))
 """

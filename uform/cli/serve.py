@@ -59,7 +59,8 @@ def _serve(args: argparse.Namespace) -> int:
         from uform.serve.run import load, serve
     except ImportError as exc:
         raise ValueError(f"uform serve needs the serve extra: pip install 'uform[serve]' ({exc})") from None
-    try:
+    try:  # httptools too: without it uvicorn would run h11, which none of the guard's bounds cover (serve.run._protocol)
+        import httptools  # noqa: F401
         import orjson  # noqa: F401
         import uvicorn  # noqa: F401
     except ImportError as exc:

@@ -100,12 +100,12 @@ def serve(model: Model, config: ServeConfig, *, host: str, port: int, access_log
     app, state = create_app(model, config, AccessLog() if access_log else None, lambda: print(line, file=announce or sys.stderr, flush=True))
     connections = Connections(limit=config.max_connections, head_seconds=config.header_seconds, body_seconds=config.body_seconds,
                               send_seconds=config.send_seconds)
-    http, h11_limit = _protocol(config, connections, app.refused)
+    http = _protocol(config, connections, app.refused)
     uv = uvicorn.Config(
         app, lifespan="on", access_log=False, log_level="info",
         # uvicorn cancels what still runs a second after the guard closed its connection (which ends it)
         timeout_graceful_shutdown=math.ceil(config.drain_seconds) + 1,
-        http=http, h11_max_incomplete_event_size=h11_limit, loop=_loop(), ws="none", timeout_keep_alive=config.keep_alive_seconds,
+        http=http, loop=_loop(), ws="none", timeout_keep_alive=config.keep_alive_seconds,
         proxy_headers=False,  # the access log names the connection's peer; X-Forwarded-For is not read
     )  # fmt: skip
 
@@ -174,26 +174,18 @@ def _listen(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _protocol(config: ServeConfig, connections: Connections, refused: Refusals | None = None) -> tuple[Any, int | None]:
-    """uvicorn's ``http`` and ``h11_max_incomplete_event_size``: the guard (serve.guard) in front
-    of uvicorn's httptools protocol; where httptools is missing, h11 with its own head limit
-    (which answers 400, and leaves the drain's deadline to uvicorn)."""
-    if _http() == "h11":
-        return "h11", config.max_header_bytes
+def _protocol(config: ServeConfig, connections: Connections, refused: Refusals | None = None) -> type[asyncio.Protocol]:
+    """uvicorn's ``http``: the guard (serve.guard) in front of uvicorn's httptools protocol.
+    There is no fallback to uvicorn's h11 protocol, which none of the guard's bounds would
+    cover (``--max-connections``, ``--header-timeout``, ``--send-timeout``, the drain's
+    deadline): without httptools this raises ``ImportError`` (``uform serve`` refuses to start
+    first, naming the serve extra)."""
+    import httptools  # noqa: F401 - the guard's parser and the inner protocol's
     from uvicorn.config import HTTP_PROTOCOLS
     from uvicorn.importer import import_from_string
 
     inner = import_from_string(HTTP_PROTOCOLS["httptools"])
-    return guarded(inner, config.max_url_bytes, config.max_header_bytes, connections, refused), None
-
-
-def _http() -> str:
-    """uvicorn's httptools protocol (its native HTTP parser) where installed, else h11."""
-    try:
-        import httptools  # noqa: F401
-    except ImportError:
-        return "h11"
-    return "httptools"
+    return guarded(inner, config.max_url_bytes, config.max_header_bytes, connections, refused)
 
 
 def _loop() -> str:
