@@ -307,8 +307,12 @@ def calibrate(
     fit_rows, test_rows = np.sort(order[held:]), np.sort(order[:held] if held else order)
     fitted, counts = fit_temperatures(*_rows(logits, offsets, fit_rows), answers[fit_rows], group_of[fit_rows], count, smoothing=smoothing)
     old = np.array([previous[g] if g < len(previous) else 1.0 for g in range(count)])
-    temperatures = np.where(counts > 0, fitted, old)
+    # a one-choice example has p = 1 at any temperature: a group of only those keeps its own too
+    informative = np.bincount(group_of[fit_rows], np.diff(offsets)[fit_rows] > 1, minlength=count) > 0
+    temperatures = np.where(informative, fitted, old)
     notes += [f"group {g} had no fitting examples and keeps temperature {old[g]:g}" for g in np.flatnonzero(counts == 0)]
+    notes += [f"group {g}'s {counts[g]} fitting examples each have one choice, which no temperature changes; "
+              f"it keeps temperature {old[g]:g}" for g in np.flatnonzero((counts > 0) & ~informative)]  # fmt: skip
     z, o = _rows(logits, offsets, test_rows)
     a, g = answers[test_rows], group_of[test_rows]
     before, after = _softmax(_scaled(z, o, old[g]), o), _softmax(_scaled(z, o, temperatures[g]), o)
