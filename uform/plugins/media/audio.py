@@ -20,7 +20,7 @@ from uform.core.arena import RowsTape
 from uform.core.errors import InputError, check_not_released
 from uform.core.pipeline import check_batch
 
-from . import id3, metadata, mp4, video
+from . import id3, metadata, mp4, ogg, video
 from .files import HeadKept, Source, falls_short
 
 CHUNK = 1 << 14  # source samples gathered before one resampler call
@@ -239,15 +239,16 @@ def _target(source: Source, held: ExitStack) -> Any:
         )
     try:
         start = id3.tags_end(f)
-        spliced = metadata.stripped(f, start)  # a FLAC's or WAV's tags and pictures left out too
-        ogg = metadata.ogg_header_bytes(f, start)  # an Ogg file's tags held to a limit
+        # a FLAC's, WAV's or Ogg Opus or Vorbis file's tags and pictures left out too
+        spliced = metadata.stripped(f, start) or ogg.stripped(f, start, metadata.SPLICE_FROM)
+        headers = metadata.ogg_header_bytes(f, start) if spliced is None else 0  # any other Ogg file's held to a limit
     except ValueError as exc:
         raise source.fail(str(exc)) from None
     except Exception as exc:  # noqa: BLE001 - a read that fails, of a path or of the caller's object
         raise source.fail(f"cannot read the file ({type(exc).__name__}: {exc})") from None
     if spliced is not None:
         return metadata.Spliced(f, *spliced)
-    if ogg > metadata.MAX_OGG_HEADER_BYTES:
+    if headers > metadata.MAX_OGG_HEADER_BYTES:
         raise source.fail(
             f"its Ogg headers (tags, pictures) hold over {metadata.MAX_OGG_HEADER_BYTES} bytes, "
             "the limit of uform.plugins.media.metadata.MAX_OGG_HEADER_BYTES"

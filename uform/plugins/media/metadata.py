@@ -8,8 +8,9 @@ needed for a window, so :func:`stripped` finds where a FLAC's metadata blocks or
 chunks lie (seeking over them, never reading them) and the audio reader hands FFmpeg a
 :class:`Spliced` file: the header blocks it needs (FLAC: ``STREAMINFO``, ``SEEKTABLE``; WAV:
 ``fmt ``, ``fact`` and the ``data`` header), then the sound, and nothing after a WAV's data.
-An Ogg file's header pages are only counted (:func:`ogg_header_bytes`; a 20 MB ``OpusTags``
-packet took +80 MB): past ``MAX_OGG_HEADER_BYTES`` the file is refused.
+An Ogg Opus or Vorbis file's tags are left out by ogg.py; any other Ogg file's header pages
+are only counted (:func:`ogg_header_bytes`; a 20 MB ``OpusTags`` packet took +80 MB): past
+``MAX_OGG_HEADER_BYTES`` the file is refused.
 """
 
 from __future__ import annotations
