@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -200,3 +203,18 @@ def test_a_group_of_one_choice_examples_keeps_its_temperature(path: Path, exampl
     assert report.fit_counts == (2, 1)
     assert report.temperatures[0] == fitted[0] and report.temperatures[1] != fitted[1]  # group 1's two choices are fitted
     assert report.notes[-1] == f"group 0's 2 fitting examples each have one choice, which no temperature changes; it keeps temperature {fitted[0]:g}"
+
+
+def test_an_examples_path_that_is_not_a_regular_file_is_refused_by_name(path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A FIFO without a writer blocked the open forever; /dev/zero was read as one endless line
+    (memory grew until killed); /dev/null read as 'no examples'; a folder gave Python's [Errno 21]."""
+    fifo = tmp_path / "examples.jsonl"
+    os.mkfifo(fifo)
+    out = tmp_path / "out.safetensors"
+    run = subprocess.run([sys.executable, "-m", "uform.cli", "calibrate", str(path), str(fifo), "--out", str(out)],
+                         capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert (run.returncode, run.stderr) == (2, f"uform: error: {fifo}: is a FIFO, not a file of examples; give a JSON lines file\n")
+    for where, kind in (("/dev/zero", "a device"), ("/dev/null", "a device"), (str(tmp_path), "a folder")):
+        assert main(["calibrate", str(path), where, "--out", str(out), "-q"]) == 2
+        assert capsys.readouterr().err == f"uform: error: {where}: is {kind}, not a file of examples; give a JSON lines file\n"
+    assert not out.exists()

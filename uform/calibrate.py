@@ -16,9 +16,10 @@ per row, which a softmax ignores. Probabilities that underflow float32 are clipp
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import numpy as np
 
@@ -72,7 +73,7 @@ def read_examples(path: str | os.PathLike[str]) -> list[Example]:
     its index; ``group`` defaults to 0. Blank lines are skipped.
     """
     out = []
-    with open(path, "rb") as f:
+    with _open_examples(path) as f:
         for number, raw in enumerate(f, 1):
             try:
                 line = raw.decode("utf-8")
@@ -83,6 +84,22 @@ def read_examples(path: str | os.PathLike[str]) -> list[Example]:
     if not out:
         raise ValueError(f"{path}: no examples")
     return out
+
+
+def _open_examples(path: str | os.PathLike[str]) -> BinaryIO:
+    """``path`` open for reading when it is a regular file; ValueError naming it otherwise. Opened
+    without blocking and checked by its descriptor: a FIFO waited forever for a writer, and a
+    device (``/dev/zero``) was read as one endless line until memory ran out."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise ValueError(f"{path}: cannot read the examples file ({exc.strerror})") from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        kind = "a folder" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else "a device"
+        raise ValueError(f"{path}: is {kind}, not a file of examples; give a JSON lines file")
+    return os.fdopen(fd, "rb")
 
 
 def _example(line: str, where: str) -> Example:
