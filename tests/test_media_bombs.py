@@ -430,6 +430,55 @@ def with_attachment(webm: bytes, size: int) -> bytes:
     return webm[:at] + element(b"\x19\x41\xa4\x69", attached) + webm[at:]
 
 
+def with_attachment_pointed(webm: bytes, size: int, voids: int = 0) -> bytes:
+    """The WebM ``webm`` with an Attachments element of one ``size``-byte file at its end, after its
+    clusters and ``voids`` empty Void elements before them, which a SeekHead first in its Segment points to."""
+
+    def element(ident: bytes, body: bytes) -> bytes:
+        return ident + (1 << 56 | len(body)).to_bytes(8, "big") + body
+
+    def seek_head(position: int) -> bytes:
+        return element(b"\x11\x4d\x9b\x74", element(b"\x4d\xbb", element(b"\x53\xab", b"\x19\x41\xa4\x69") + element(b"\x53\xac", position.to_bytes(8, "big"))))
+
+    plain = with_attachment(webm, 0)  # its Segment's size made unknown
+    plain = plain[: plain.index(b"\x19\x41\xa4\x69")] + plain[plain.index(b"\x1f\x43\xb6\x75") :]  # without the attachment
+    segment = plain.index(b"\x18\x53\x80\x67") + 12
+    at = plain.index(b"\x1f\x43\xb6\x75")
+    attached = element(b"\x19\x41\xa4\x69", element(b"\x61\xa7", element(b"\x46\x6e", b"a.bin") + element(b"\x46\x60", b"application/octet-stream") + element(b"\x46\xae", b"\x01") + element(b"\x46\x5c", b"\x00" * size)))
+    filler = b"\xec\x80" * voids
+    position = len(plain) + len(seek_head(0)) + len(filler) - segment
+    return plain[:segment] + seek_head(position) + plain[segment:at] + filler + plain[at:] + attached
+
+
+def with_large_tracks(webm: bytes, size: int) -> bytes:
+    """The WebM ``webm`` whose first TrackEntry ends with a Void element of ``size`` bytes (as a
+    huge CodecPrivate would make its Tracks), its Segment's size made unknown."""
+
+    def header(data: bytes, at: int) -> tuple[bytes, int, int]:  # an EBML element's ID, size and where its body starts
+        n = 9 - data[at].bit_length()
+        m = 9 - data[at + n].bit_length()
+        return data[at : at + n], int.from_bytes(data[at + n : at + n + m], "big") & ((1 << (7 * m)) - 1), at + n + m
+
+    data = with_attachment(webm, 0)
+    data = data[: data.index(b"\x19\x41\xa4\x69")] + data[data.index(b"\x1f\x43\xb6\x75") :]
+    tracks = data.index(b"\x18\x53\x80\x67") + 12  # the Segment's first element
+    while data[tracks : tracks + 4] != b"\x16\x54\xae\x6b":
+        _, element_size, body_at = header(data, tracks)
+        tracks = body_at + element_size
+    length = 9 - data[tracks + 4].bit_length()
+    tracks_size = header(data, tracks)[1]
+    body = data[tracks + 4 + length : tracks + 4 + length + tracks_size]
+    entries, at = [], 0
+    while at < len(body):  # its TrackEntry elements (ID 0xAE, one byte)
+        n = 9 - body[at + 1].bit_length()
+        entry_size = int.from_bytes(body[at + 1 : at + 1 + n], "big") & ((1 << (7 * n)) - 1)
+        entries.append(body[at + 1 + n : at + 1 + n + entry_size])
+        at += 1 + n + entry_size
+    void = b"\xec" + (1 << 56 | size).to_bytes(8, "big") + b"\x00" * size
+    new = b"".join(b"\xae" + (1 << 56 | len(e)).to_bytes(8, "big") + e for e in [entries[0] + void, *entries[1:]])
+    return data[:tracks] + b"\x16\x54\xae\x6b" + (1 << 56 | len(new)).to_bytes(8, "big") + new + data[tracks + 4 + length + tracks_size :]
+
+
 def m4a_with_video(width: int, height: int, container: str = "mp4") -> bytes:
     """An MP4 of 1 s of AAC sound beside one black ``width`` x ``height`` H.264 frame; with
     ``container="webm"``, a WebM of Opus sound and a VP9 frame."""
@@ -535,6 +584,33 @@ def test_a_webm_recording_s_attachments_are_bounded(tmp_path: Path) -> None:
     path.write_bytes(with_attachment(plain, 17_000_000))
     with pytest.raises(InputError, match=r"^item 0 \(.*attached.weba\): its attachments hold 170000\d\d bytes, over the limit of 16777216 \(uform.plugins.media.video.MAX_ATTACHED_BYTES\) that FFmpeg would read whole$"):
         window(str(path))
+
+
+def test_a_webm_s_attachments_are_found_where_its_seek_head_points(monkeypatch: pytest.MonkeyPatch) -> None:
+    # FFmpeg reads the Attachments a SeekHead points to as it opens the file, wherever they lie:
+    # measured, 100 MB of them after the clusters, behind 140,000 Void elements (past MAX_ELEMENTS),
+    # +387 MB of peak RSS for audio_encode (python -m tests.test_media_bombs --unchecked)
+    from uform.plugins.media import webm
+
+    plain = m4a_with_video(64, 48, "webm")
+    monkeypatch.setattr(webm, "MAX_ELEMENTS", 3)  # the walk ends before the clusters do
+    np.testing.assert_array_equal(window(with_attachment_pointed(plain, 1_000_000)), window(plain))
+    with pytest.raises(InputError, match=r"^item 0: its attachments hold 170000\d\d bytes, over the limit of 16777216 \(uform.plugins.media.video.MAX_ATTACHED_BYTES\) that FFmpeg would read whole$"):
+        window(with_attachment_pointed(plain, 17_000_000))
+
+
+def test_a_webm_s_large_tracks_are_walked_for_the_frame_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    # a Tracks element over webm.MAX_TRACKS_BYTES was not read: FFmpeg's probe then decoded a frame
+    # of whatever size the track declared before anything was checked
+    from uform.plugins.media import video, webm
+
+    plain = m4a_with_video(64, 48, "webm")
+    large = with_large_tracks(plain, 2 * webm.MAX_TRACKS_BYTES)
+    assert webm.declared_frame(io.BytesIO(large)) == webm.declared_frame(io.BytesIO(plain)) == (64, 48)
+    np.testing.assert_array_equal(window(large), window(plain))
+    monkeypatch.setattr(video, "MAX_FRAME_PIXELS", 64 * 48 - 1)
+    with pytest.raises(InputError, match=r"^item 0: its video track's frames are 64x48, over the limit of 3071 pixels"):
+        window(large)
 
 
 # -- python tests/test_media_bombs.py [--unchecked] [--pillow]: each bomb's peak RSS growth and seconds --------
@@ -653,6 +729,9 @@ def _bombs(d: Path) -> dict[str, bytes]:
         "tags-100MB.webm": with_tags(clip(64, 48, "webm", "libvpx"), 100_000_000),  # read through, not held: left alone
         "attached-100MB.webm": with_attachment(clip(64, 48, "webm", "libvpx"), 100_000_000),
         "attached-100MB.weba": with_attachment(m4a_with_video(64, 48, "webm"), 100_000_000),  # audio_encode on it
+        "attached-pointed-100MB.weba": with_attachment_pointed(m4a_with_video(64, 48, "webm"), 100_000_000, voids=140_000),
+        "tracks-2MB-8000x6000.weba": with_large_tracks(m4a_with_video(8000, 6000, "webm"), 2 << 20),  # audio_encode on it
+        "tracks-2MB-8000x6000.webm": with_large_tracks(clip(8000, 6000, "webm", "libvpx-vp9"), 2 << 20),
     }
 
 

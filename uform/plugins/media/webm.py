@@ -4,17 +4,22 @@ FFmpeg's probe (``avformat_find_stream_info``) decodes a video stream's first fr
 opens a file, so a clip of huge frames cost the probe before uform saw the frame size:
 ``python -m tests.test_media_bombs --unchecked`` (docs/media.md, "Video"). :func:`declared`
 walks the EBML elements of the ``Segment``, seeking over each, reads each video track's
-``PixelWidth`` and ``PixelHeight``, and sums the ``Attachments``, which FFmpeg reads whole
-(a 100 MB attachment took +384 MB of peak RSS and 2.5 s to be passed over).
+``PixelWidth`` and ``PixelHeight`` (a ``Tracks`` over ``MAX_TRACKS_BYTES`` walked too, only
+its ``Video`` elements read), and sums the ``Attachments``, which FFmpeg reads whole (a 100 MB
+attachment took +384 MB of peak RSS and 2.5 s to be passed over), those the walk meets and
+those a ``SeekHead`` points to, as FFmpeg finds them wherever they lie.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import BinaryIO
 
-MAX_TRACKS_BYTES = 1 << 20  # a Tracks element read whole; a larger one is not read
+MAX_TRACKS_BYTES = 1 << 20  # a Tracks (or SeekHead) element read whole; a larger Tracks is walked
 MAX_ELEMENTS = 1 << 17  # a segment's elements walked (clusters, mostly: 36 hours of 1 s clusters)
+MAX_SEEK_HEADS = 16  # SeekHead elements read (FFmpeg follows one that points to another)
 _SEGMENT, _TRACKS, _ATTACHMENTS = 0x18538067, 0x1654AE6B, 0x1941A469
+_SEEK_HEAD, _SEEK, _SEEK_ID, _SEEK_POSITION = 0x114D9B74, 0x4DBB, 0x53AB, 0x53AC
 _TRACK_ENTRY, _VIDEO, _WIDTH, _HEIGHT = 0xAE, 0xE0, 0xB0, 0xBA
 
 
@@ -63,6 +68,54 @@ def _tracks(data: bytes) -> tuple[int, int] | None:
     return best
 
 
+def _headers(f: BinaryIO, start: int, stop: int, budget: list[int]) -> Iterator[tuple[int, int | None, int]]:
+    """The headers of the elements from ``start`` to ``stop`` in ``f``, read and seeked over
+    (ID, size or None, where the body starts), each one taken from ``budget[0]``."""
+    at = start
+    while at < stop and budget[0] > 0:
+        budget[0] -= 1
+        f.seek(at)
+        head = f.read(16)
+        if len(head) < 2:
+            return
+        ident, size, body = _element(head, 0)
+        yield ident, size, at + body
+        if size is None:
+            return
+        at += body + size
+
+
+def _read(f: BinaryIO, at: int, size: int) -> bytes:
+    f.seek(at)
+    return f.read(size)
+
+
+def _tracks_walked(f: BinaryIO, start: int, size: int, budget: list[int]) -> tuple[int, int] | None:
+    """:func:`_tracks` of a Tracks element too large to read whole (a huge ``CodecPrivate``):
+    its entries walked, only their ``Video`` elements read."""
+    best = None
+    for ident, entry, at in _headers(f, start, start + size, budget):
+        if ident != _TRACK_ENTRY or entry is None:
+            continue
+        for sub, video, inside in _headers(f, at, at + entry, budget):
+            if sub == _VIDEO and video is not None and video <= MAX_TRACKS_BYTES:
+                fields = dict(_children(_read(f, inside, video)))
+                w, h = (int.from_bytes(fields.get(k, b""), "big") for k in (_WIDTH, _HEIGHT))
+                if best is None or w * h > best[0] * best[1]:
+                    best = (w, h)
+    return best
+
+
+def _pointed(seek_head: bytes) -> list[tuple[int, int]]:
+    """A SeekHead's entries: (element ID, position in the segment's body)."""
+    out = []
+    for ident, seek in _children(seek_head):
+        if ident == _SEEK:
+            fields = dict(_children(seek))
+            out.append((int.from_bytes(fields.get(_SEEK_ID, b""), "big"), int.from_bytes(fields.get(_SEEK_POSITION, b""), "big")))
+    return out
+
+
 def declared_frame(f: BinaryIO) -> tuple[int, int] | None:
     """The largest (width, height) a video track of the WebM ``f`` (seekable) declares; None when
     its Tracks cannot be read (:func:`declared`)."""
@@ -72,31 +125,45 @@ def declared_frame(f: BinaryIO) -> tuple[int, int] | None:
 def declared(f: BinaryIO) -> tuple[tuple[int, int] | None, int]:
     """The WebM ``f``'s (seekable) largest declared frame, as :func:`declared_frame`, and the bytes
     of its ``Attachments``, which FFmpeg reads whole: the elements of its ``Segment`` are walked,
-    clusters seeked over, up to ``MAX_ELEMENTS`` or one of unknown size."""
-    frame, attached = None, 0
+    clusters seeked over, up to ``MAX_ELEMENTS`` or one of unknown size, and the Attachments its
+    ``SeekHead`` elements point to (FFmpeg's way to them wherever they lie) counted too."""
+    found: dict[int, int] = {}  # the Attachments found: where their bodies start, their sizes
+    heads: list[tuple[int, int | None]] = []  # SeekHeads to read: where their bodies start, their sizes
+    frame, segment, end = None, 0, f.seek(0, 2)
+
+    def attachments(body: int, size: int | None) -> None:
+        found[body] = end - body if size is None else size  # one of unknown size is read to the end
+
     try:
-        end = f.seek(0, 2)
-        at = 0
-        for _ in range(MAX_ELEMENTS):
-            f.seek(at)
-            head = f.read(16)
-            if len(head) < 2:
-                break
-            ident, size, body = _element(head, 0)
+        for ident, size, body in _headers(f, 0, end, [2]):  # the EBML header, then the Segment
             if ident == _SEGMENT:
-                at += body  # into the segment: its children follow
-                continue
-            if size is None:
-                break
+                segment = body
+        budget = [MAX_ELEMENTS if segment else 0]
+        for ident, size, body in _headers(f, segment, end, budget):
             if ident == _ATTACHMENTS:
-                attached += size
-            if ident == _TRACKS and frame is None and size <= MAX_TRACKS_BYTES:
-                f.seek(at + body)
-                frame = _tracks(f.read(size))
-            at += body + size
-            if at >= end:
+                attachments(body, size)
+            elif size is None:
                 break
+            elif ident == _SEEK_HEAD:
+                heads.append((body, size))
+            elif ident == _TRACKS and frame is None:
+                frame = _tracks(_read(f, body, size)) if size <= MAX_TRACKS_BYTES else _tracks_walked(f, body, size, budget)
     except ValueError:
-        pass
+        pass  # a cut or broken element: FFmpeg judges the file
+    walked: set[int] = set()
+    while heads and len(walked) < MAX_SEEK_HEADS:  # FFmpeg's way to level-1 elements wherever they lie
+        at, size = heads.pop()
+        if at in walked or size is None or size > MAX_TRACKS_BYTES:
+            continue
+        walked.add(at)
+        try:
+            for pointed, position in _pointed(_read(f, at, size)):
+                for ident, size, body in _headers(f, segment + position, end, [1] if pointed in (_ATTACHMENTS, _SEEK_HEAD) else [0]):
+                    if ident == _ATTACHMENTS and body not in found:
+                        attachments(body, size)
+                    elif ident == _SEEK_HEAD:
+                        heads.append((body, size))  # a SeekHead pointing to another
+        except ValueError:
+            pass
     f.seek(0)
-    return frame, attached
+    return frame, sum(found.values())
