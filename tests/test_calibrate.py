@@ -84,6 +84,24 @@ def test_ece_by_hand() -> None:
     assert cal.top_choice(probs, offsets).tolist() == [0, 0, 1, 0]
 
 
+def test_ece_takes_any_number_of_bins_in_memory_of_the_rows() -> None:
+    """A count per bin took 8 bytes a bin (160 MB for 10**7 bins; --bins 1000000000 took 7.9 GB
+    and 55 s), and 2**70 bins raised OverflowError (a traceback from uform calibrate)."""
+    import tracemalloc
+
+    probs, offsets = ragged([[0.9, 0.1], [0.8, 0.2], [0.3, 0.7], [0.5, 0.5]])
+    answers = np.array([0, 1, 1, 1])
+    one_each = (0.1 + 0.8 + 0.3 + 0.5) / 4
+    tracemalloc.start()
+    try:
+        assert cal.ece(probs, offsets, answers, bins=10**7) == pytest.approx(one_each)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 1 << 20, peak
+    assert cal.ece(probs, offsets, answers, bins=2**70) == pytest.approx(one_each)
+
+
 def test_calibrate_writes_a_checkpoint(path: Path, examples: list[cal.Example], tmp_path: Path) -> None:
     out = tmp_path / "calibrated.safetensors"
     report = cal.calibrate(path, examples, out, holdout=0.25, seed=1)

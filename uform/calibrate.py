@@ -184,8 +184,10 @@ def ece(probs: np.ndarray, offsets: np.ndarray, answers: np.ndarray, bins: int =
         return 0.0
     confidence = np.maximum.reduceat(probs, offsets[:-1])
     correct = (top_choice(probs, offsets) == answers).astype(np.float64)
-    which = np.minimum((confidence * bins).astype(np.int64), bins - 1)
-    gap = np.bincount(which, correct - confidence, minlength=bins)  # n_b (accuracy_b - confidence_b)
+    which = np.minimum(np.floor(confidence * float(bins)), bins - 1)  # float: no int64 overflow for any bins
+    # the occupied bins only (at most one a row): a count array of every bin took 8 bytes a bin,
+    # 7.9 GB and 55 s for --bins 1000000000
+    gap = np.bincount(np.unique(which, return_inverse=True)[1].ravel(), correct - confidence)  # n_b (accuracy_b - confidence_b)
     return float(np.abs(gap).sum() / len(correct))
 
 
