@@ -146,3 +146,25 @@ def test_an_mp4_declaring_more_samples_than_the_limit_is_refused_before_ffmpeg_o
             "(uform.plugins.media.mp4.MAX_ENTRIES) that FFmpeg's index is held to"
         )
     assert embed(model, verb, [track or media.clip(frames=10)]).shape == (1, 32)
+
+
+@pytest.mark.parametrize("verb", ("video_encode", "audio_encode"))
+def test_an_mp4_cut_before_its_index_is_whole_is_refused_as_truncated(model: uform.Model, verb: str, tmp_path: Path) -> None:
+    """FFmpeg opened an MP4 cut inside its moov box (written last) with what it could read of it:
+    a video track without a codec, or none, so a cut recording was refused as 'holds no audio
+    stream' and a cut clip as 'in a codec this FFmpeg cannot decode'; cut inside its mdat, before
+    the moov, 'Invalid data found when processing input'."""
+    if verb == "audio_encode":
+        whole = media_audio.write(tmp_path / "tone.m4a", media_audio.tone(1.0, 16000), 16000, "aac", "mp4").read_bytes()
+    else:
+        whole = media.clip(frames=10)
+    moov, mdat = whole.index(b"moov") - 4, whole.index(b"mdat") - 4
+    assert mdat < moov  # FFmpeg writes the index last
+    cuts = {
+        moov + 100: rf"is truncated: it ends 100 bytes into its moov box of \d+, the index of its samples",
+        mdat + 20: rf"is truncated: it ends 20 bytes into its mdat box of \d+, before its index \(the moov box\)",
+        moov: r"is truncated or corrupt: it has no moov box, the index of its samples",
+    }
+    for at, reason in cuts.items():
+        with pytest.raises(uform.InputError, match=rf"^item 0: {reason}$"):
+            embed(model, verb, [whole[:at]])

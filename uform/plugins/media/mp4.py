@@ -29,6 +29,7 @@ _NESTED = {b"moov", b"trak", b"mdia", b"minf", b"stbl", b"edts", b"dinf", b"mvex
 # FFmpeg indexes a chunk of uncompressed audio in pieces of up to 1024 samples, of at least
 # 160 whatever the sample description says (512 or more for frames under 160 samples, the frame for GSM's 160)
 _LEAST_PIECE = 160
+MP4_FIRST = (b"ftyp", b"moov", b"mdat", b"free", b"skip", b"wide")  # the boxes an MP4 or MOV is known by first
 _PIECE_ROWS = 4096  # stsc rows read at a time
 
 
@@ -67,22 +68,26 @@ def declared_entries(f: BinaryIO) -> int:
 def declared(f: BinaryIO) -> tuple[int, tuple[int, int] | None]:
     """Index entries, as :func:`declared_entries`, and the largest frame (width, height) a video
     track's sample description declares (None without one)."""
-    entries, frame, _ = described(f)
+    entries, frame, _, _ = described(f)
     return entries, frame
 
 
-def described(f: BinaryIO) -> tuple[int, tuple[int, int] | None, int]:
-    """As :func:`declared`, and the bytes of its metadata boxes (``udta`` and ``meta`` boxes,
-    one inside another counted once: tags and cover art, which FFmpeg reads whole)."""
+def described(f: BinaryIO) -> tuple[int, tuple[int, int] | None, int, str]:
+    """As :func:`declared`, the bytes of its metadata boxes (``udta`` and ``meta`` boxes, one
+    inside another counted once: tags and cover art, which FFmpeg reads whole), and the top-level
+    box the file ends inside, in words, when that cuts its index (the ``moov`` box or a fragment):
+    "" for a file whose index is whole."""
     end = f.seek(0, 2)
     tracks: list[_Track] = []
     fragments = tags = 0
+    whole: set[bytes] = set()  # the kinds of the whole top-level boxes met
+    cut = ""  # the top-level box the file ends inside
 
     def u32(data: bytes, at: int) -> int:
         return int.from_bytes(data[at : at + 4], "big") if len(data) >= at + 4 else 0
 
     def walk(start: int, stop: int, depth: int, track: _Track | None, in_tags: bool = False) -> None:
-        nonlocal fragments, tags
+        nonlocal fragments, tags, cut
         pos = start
         while pos + 8 <= stop:
             f.seek(pos)
@@ -100,6 +105,10 @@ def described(f: BinaryIO) -> tuple[int, tuple[int, int] | None, int]:
             if size < skip:
                 return
             inside, after = pos + skip, min(pos + size, stop)
+            if depth == 0 and pos + size > stop and not cut and kind.isalnum():
+                cut = f"it ends {stop - pos} bytes into its {kind.decode()} box of {size}"
+            elif depth == 0:
+                whole.add(kind)
             if kind in (b"udta", b"meta") and not in_tags:
                 tags += after - pos
             if kind in _NESTED and depth < MAX_DEPTH:
@@ -138,7 +147,15 @@ def described(f: BinaryIO) -> tuple[int, tuple[int, int] | None, int]:
 
     walk(0, end, 0, None)
     frames = [t.frame for t in tracks if t.video]
-    return sum(t.entries() for t in tracks) + fragments, max(frames, key=lambda wh: wh[0] * wh[1]) if frames else None, tags
+    if b"moof" in whole or "moof" in cut:
+        cut = f"{cut}, before its fragments are whole" if cut else ""
+    elif b"moov" in whole:
+        cut = ""  # the index is whole: a cut in the samples is judged by where they end
+    elif "moov" in cut:
+        cut += ", the index of its samples"
+    else:
+        cut = f"{cut}, before its index (the moov box)" if cut else "or corrupt: it has no moov box, the index of its samples"
+    return sum(t.entries() for t in tracks) + fragments, max(frames, key=lambda wh: wh[0] * wh[1]) if frames else None, tags, cut
 
 
 def check(source: Source, f: BinaryIO) -> tuple[int, int] | None:
@@ -148,12 +165,15 @@ def check(source: Source, f: BinaryIO) -> tuple[int, int] | None:
     Gives the largest frame (width, height) a video track declares, None without one."""
     try:
         f.seek(0)
-        if not boxed(f.read(8)):
+        head = f.read(8)
+        if not boxed(head):
             return None
-        entries, frame, tags = described(f)
+        entries, frame, tags, cut = described(f)
         f.seek(0)
     except Exception as exc:  # noqa: BLE001 - a read that fails, of a path or of the caller's object
         raise source.fail(f"cannot read the file ({type(exc).__name__}: {exc})") from None
+    if cut and head[4:8] in MP4_FIRST:  # an MP4 (a WAV, FLAC or MP3 read as boxes is one box past its end)
+        raise source.fail(f"is truncated{'' if cut.startswith('or') else ':'} {cut}")
     if entries > MAX_ENTRIES:
         raise source.fail(
             f"its MP4 tables declare {entries} samples, over the limit of {MAX_ENTRIES} "

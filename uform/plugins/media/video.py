@@ -28,7 +28,7 @@ MAX_SECONDS = 6 * 3600  # span of a clip's presentation times
 MAX_PACKETS = 2_000_000  # video packets the demux-only pass reads
 MAX_ATTACHED_BYTES = 16 << 20  # a WebM's (Matroska's) attachments, read whole by FFmpeg as it opens the file
 CONTAINERS = {"mp4": "mp4", "webm": "matroska"}
-_MP4_BOXES = (b"ftyp", b"moov", b"mdat", b"free", b"skip", b"wide")
+_MP4_BOXES = mp4.MP4_FIRST
 
 
 @dataclass
