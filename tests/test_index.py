@@ -207,6 +207,26 @@ def test_a_text_file_s_bad_line_fails_alone_and_one_not_readable_says_why(tmp_pa
         assert (again.added, again.unchanged) == (0, 2) and [f.value for f in again.still_failed] == [f"{notes}:2"]
 
 
+def test_an_index_another_writer_made_before_the_lock_is_opened_not_made_again(tmp_path: Path, ckpt: Path, model: uform.Model,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """A writer looked for index.sqlite before it took the lock: one that found none, then got the
+    lock after another writer had made the index and finished, made a new database and renamed it
+    over the other's (its items lost, its rows orphaned). It now looks again under the lock."""
+    import uform.index.files as files
+
+    real = files.take_lock
+
+    def racing(folder: Path) -> int:  # the other writer runs whole between the look and the lock
+        monkeypatch.setattr(files, "take_lock", real)
+        with Index(folder, checkpoint=ckpt, model=model) as other:
+            other.update([Text("/k", "made by the other writer")])
+        return real(folder)
+
+    monkeypatch.setattr(files, "take_lock", racing)
+    with Index(tmp_path / "idx", checkpoint=ckpt, model=model) as ix:
+        assert [e.path for e in ix.entries()] == ["/k"] and len(ix) == 1
+
+
 def test_two_writers_the_second_is_refused(tmp_path: Path, ckpt: Path) -> None:
     root = photos(tmp_path / "photos", 2)
     with Index(tmp_path / "idx", checkpoint=ckpt) as first:

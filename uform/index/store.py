@@ -125,6 +125,9 @@ class Store:
                     self._refuse_empty(db)
                 self.folder.mkdir(parents=True, exist_ok=True)
                 self._lock_fd = files.take_lock(self.folder)
+                if fresh and db.exists():  # another writer made it between the look and the lock: opened, never made again over it
+                    fresh = False
+                    self._refuse_empty(db)
                 if fresh:
                     assert identity is not None
                     self._create(db, identity)
