@@ -57,6 +57,13 @@ def drop(key: str) -> object:
     return lambda data: json.dumps({k: v for k, v in json.loads(data).items() if k != key}).encode()
 
 
+def set_field(key: str, value: object) -> object:
+    return lambda data: json.dumps(json.loads(data) | {key: value}).encode()
+
+
+ROWS = "{d}/out.npy: holds float32 rows of shape (3, 32), not the {scalar} rows of {n} dimensions that {d}/out.json says; encode again"
+
+
 @pytest.mark.parametrize(
     ("member", "change", "message"),
     [
@@ -68,6 +75,10 @@ def drop(key: str) -> object:
         ("jsonl", lambda b: b.replace(b"three", b"thr\xffe"), "{d}/out.jsonl:3: not UTF-8 (byte 0xff, byte 60 of the line)"),
         ("jsonl", lambda b: b.replace(b'{"row": 1', b'{row: 1'), "{d}/out.jsonl:2: not JSON (Expecting property name enclosed in double quotes at column 2)"),
         ("json", lambda b: b.replace(b'"out.npy"', b'"../out.npy"'), "{d}/out.json: the manifest's 'npy' must name a file beside it; got '../out.npy'"),
+        # a manifest whose scalar or dimensions are not its rows': numpy's matmul or bitwise_xor error, naming no file
+        ("json", set_field("dimensions", 16), ROWS.format(d="{d}", scalar="f32", n=16)),
+        ("json", set_field("dimensions", 1000), ROWS.format(d="{d}", scalar="f32", n=1000)),
+        ("json", set_field("scalar", "b1"), ROWS.format(d="{d}", scalar="b1", n=32)),
     ],
 )  # fmt: skip
 def test_a_damaged_encode_output_names_the_file_and_line(

@@ -177,6 +177,9 @@ class Saved:
         """Cosine of every row with a unit float32 ``query`` of the model's full dimensions, as
         docs/api.md compares stored rows (B1: ``cos(pi * hamming / dimensions)``)."""
         d = int(self.manifest["dimensions"])
+        if d > len(query):
+            raise ValueError(f"the encode output {self.manifest['npy']} holds rows of {d} dimensions, the query {len(query)}: "
+                             "it was made with another model; pass that model with --model")  # fmt: skip
         q = query[:d] / max(float(np.linalg.norm(query[:d])), 1e-12)
         if self.scalar == "b1":
             bits = np.packbits(q > 0, bitorder="big")
@@ -259,6 +262,21 @@ def _check_member(path: Path, manifest: dict[str, Any], where: Path) -> None:
         raise ValueError(f"{path}: does not match its manifest {where} (written by another encode, or damaged); encode again")
 
 
+_STORED = {"f32": np.float32, "f16": np.float16, "i8": np.int8, "b1": np.uint8, **_BITS}  # each scalar's .npy dtype
+
+
+def _check_rows(rows: np.ndarray, scales: np.ndarray | None, manifest: dict[str, Any], path: Path, where: Path) -> None:
+    """ValueError naming ``path`` when its rows are not what the manifest ``where`` says (a hand-edited
+    manifest: numpy's matmul or bitwise_xor error, naming no file, or a silently shorter query)."""
+    scalar, d = manifest["scalar"], manifest["dimensions"]
+    width = -(-d // 8) if scalar == "b1" else d
+    if d < 1 or rows.ndim != 2 or rows.dtype != _STORED[scalar] or rows.shape[1] != width:
+        raise ValueError(f"{path}: holds {rows.dtype} rows of shape {rows.shape}, not the {scalar} rows of {d} dimensions "
+                         f"that {where} says; encode again")  # fmt: skip
+    if (scales is None) != (scalar != "i8"):
+        raise ValueError(f"{where}: the manifest's scales {manifest['scales']!r} do not fit its scalar {scalar!r}; encode again")
+
+
 def _array(path: Path) -> np.ndarray:
     try:
         array: np.ndarray = np.load(path, allow_pickle=False)
@@ -283,9 +301,10 @@ def read_saved(prefix: str | os.PathLike[str]) -> Saved:
     kinds = {"bf16": ml_dtypes.bfloat16, "e4m3": ml_dtypes.float8_e4m3fn, "e5m2": ml_dtypes.float8_e5m2}
     if embeddings.ndim != 2:
         raise ValueError(f"{named['npy']}: holds an array of shape {embeddings.shape}, not rows")
+    scales = _array(named["scales"]) if "scales" in named else None
+    _check_rows(embeddings, scales, manifest, named["npy"], where)
     if manifest["scalar"] in kinds:
         embeddings = embeddings.view(kinds[manifest["scalar"]])
-    scales = _array(named["scales"]) if "scales" in named else None
     rows = []
     for number, line in _lines(named["index"]):
         if not line.strip():
