@@ -168,3 +168,11 @@ def test_an_mp4_cut_before_its_index_is_whole_is_refused_as_truncated(model: ufo
     for at, reason in cuts.items():
         with pytest.raises(uform.InputError, match=rf"^item 0: {reason}$"):
             embed(model, verb, [whole[:at]])
+
+
+def test_an_ogg_cut_in_the_packets_ffmpeg_opens_it_with_is_refused_as_such(model: uform.Model, tmp_path: Path) -> None:
+    """FFmpeg meets the end of an Ogg Opus file cut a quarter in while it opens it, though its
+    headers are whole (they end in its first 1 KB): the reason said 'it ends before its headers do'."""
+    whole = media_audio.write_format(tmp_path, "opus-ogg", media_audio.tone(2.0, 48000)).read_bytes()
+    with pytest.raises(uform.InputError, match=r"^item 0: is truncated: it ends before FFmpeg has opened it \(inside its headers or the first packets its probe reads\)$"):
+        embed(model, "audio_encode", [whole[: len(whole) // 4]])

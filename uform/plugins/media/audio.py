@@ -21,7 +21,7 @@ from uform.core.errors import InputError, check_not_released
 from uform.core.pipeline import check_batch
 
 from . import id3, metadata, mp4, ogg, video
-from .files import HeadKept, Source, falls_short
+from .files import CUT_WHILE_OPENED, HeadKept, Source, falls_short
 
 CHUNK = 1 << 14  # source samples gathered before one resampler call
 TAIL = 64  # periods of zeros fed to the resampler before its flush
@@ -279,7 +279,7 @@ def _decode(source: Source, target: Any, rate: int, samples: int) -> Recording:
     try:
         container: Any = av.open(target, metadata_errors="replace", options=OPEN_OPTIONS)
     except av.error.EOFError:
-        raise InputError(index, "is truncated: it ends before its headers do", path) from None
+        raise InputError(index, CUT_WHILE_OPENED, path) from None
     except Exception as exc:  # noqa: BLE001 - FFmpeg, OS and metadata errors all mean "cannot open"
         raise InputError(index, f"is not a recording uform can decode ({_reason(exc)})", path) from None
     with container:

@@ -26,6 +26,10 @@ from uform.core.pipeline import check_batch
 TRUNCATION_SLACK_SECONDS, TRUNCATION_SLACK_SHARE = 0.25, 0.05
 
 
+# FFmpeg met the end of the file while it opened it: cut in its headers, or in the first packets its probe reads
+CUT_WHILE_OPENED = "is truncated: it ends before FFmpeg has opened it (inside its headers or the first packets its probe reads)"
+
+
 def falls_short(ended: float, declared: float) -> bool:
     """Whether media that ends at ``ended`` seconds is cut short of the ``declared`` length."""
     return ended + max(TRUNCATION_SLACK_SECONDS, TRUNCATION_SLACK_SHARE * declared) < declared

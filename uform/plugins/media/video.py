@@ -21,7 +21,7 @@ import numpy as np
 from uform.core.errors import InputError
 
 from . import frames, mp4, webm
-from .files import Source, falls_short
+from .files import CUT_WHILE_OPENED, Source, falls_short
 
 MAX_FRAME_PIXELS = 40_000_000  # width × height of a frame (8K UHD is 33.2 M)
 MAX_SECONDS = 6 * 3600  # span of a clip's presentation times
@@ -283,7 +283,7 @@ def sample(source: Source, count: int, size: int, seeking: bool = True) -> tuple
     except _NoFrames:
         raise source.fail("the video stream has no decodable frames") from None
     except av.error.EOFError:  # FFmpeg met the end of the file while reading its container
-        raise source.fail("is truncated: it ends before its headers do") from None
+        raise source.fail(CUT_WHILE_OPENED) from None
     except av.FFmpegError as exc:  # its own words, without the errno and PyAV's '<none>' file name
         raise source.fail(f"cannot decode the video: {exc.strerror or exc}") from None
     except Exception as exc:  # noqa: BLE001 - whatever FFmpeg says, it is this item's fault
