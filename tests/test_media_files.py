@@ -176,3 +176,14 @@ def test_an_ogg_cut_in_the_packets_ffmpeg_opens_it_with_is_refused_as_such(model
     whole = media_audio.write_format(tmp_path, "opus-ogg", media_audio.tone(2.0, 48000)).read_bytes()
     with pytest.raises(uform.InputError, match=r"^item 0: is truncated: it ends before FFmpeg has opened it \(inside its headers or the first packets its probe reads\)$"):
         embed(model, "audio_encode", [whole[: len(whole) // 4]])
+
+
+@pytest.mark.parametrize("lossless", [True, False])
+def test_a_cut_webp_is_refused_as_truncated(model: uform.Model, lossless: bool) -> None:
+    """libwebp answered every cut WebP 'could not create decoder object'."""
+    whole = media.encode_image(media.pattern(48, 64), "WEBP", lossless=lossless)
+    assert embed(model, "image_encode", [whole]).shape == (1, 32)
+    for eighth in range(1, 8):
+        cut = whole[: len(whole) * eighth // 8]
+        with pytest.raises(uform.InputError, match=rf"^item 0: the WebP is truncated: its RIFF header declares {len(whole)} bytes, the file holds {len(cut)}$"):
+            embed(model, "image_encode", [cut])

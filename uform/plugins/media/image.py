@@ -269,6 +269,8 @@ def _pillow(source: Source, stream: BinaryIO, size: int) -> tuple[Image.Image, i
         stated = webp_size(head) if kind == "WEBP" else None
         if stated is not None:  # before Pillow's WebP reader, which refuses 2 x MAX_IMAGE_PIXELS in its own words
             _check_size(source, *stated, kind)
+        if kind == "WEBP" and stream.seek(0, 2) < int.from_bytes(head[4:8], "little") + 8:  # libwebp: "could not create decoder object"
+            raise source.fail(f"the WebP is truncated: its RIFF header declares {int.from_bytes(head[4:8], 'little') + 8} bytes, the file holds {stream.tell()}")
         if kind == "JPEG":  # before Pillow's reader, which holds every APPn segment
             jpeg.check(source, stream)
         stream.seek(0)
