@@ -87,16 +87,21 @@ def test_model_nice_0_leaves_every_threads_priority_and_a_bad_value_is_refused(c
         serve(None, None, host="127.0.0.1", port=65536)  # type: ignore[arg-type]  # refused before the model or config is read
 
 
-def test_without_httptools_the_server_refuses_to_start_naming_the_extra(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_without_httptools_the_server_refuses_to_start_naming_the_extra(tmp_path: Path) -> None:
     """uvicorn alone would run its h11 protocol, where none of the guard's bounds apply (--max-connections,
     --header-timeout, --send-timeout, the drain's deadline): it served a fourth connection past
     --max-connections 2 and held a silent one past --header-timeout 1. So it refuses to start, before the model loads."""
+    import os
+    import subprocess
     import sys
 
-    monkeypatch.setitem(sys.modules, "httptools", None)  # as if not installed: importing it raises ImportError
-    assert main(["serve", "--port", "0", "-m", "/nonexistent/model.safetensors"]) == 2
-    err = capsys.readouterr().err
-    assert "uform: error: uform serve needs the serve extra: pip install 'uform[serve]' (import of httptools halted" in err, err
+    (tmp_path / "httptools").mkdir()
+    (tmp_path / "httptools" / "__init__.py").write_text("raise ImportError(\"No module named 'httptools'\")\n")  # as if not installed
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-m", "uform.cli", "serve", "--port", "0", "-m", str(tmp_path / "none.safetensors")],
+                          env=env, capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 2 and done.stdout == "", done
+    assert done.stderr == "uform: error: uform serve needs the serve extra: pip install 'uform[serve]' (No module named 'httptools')\n", done.stderr
 
 
 def test_a_host_that_does_not_resolve_is_named(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -16,7 +16,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import pytest
@@ -63,7 +63,7 @@ def answer_of(raw: bytes) -> tuple[int, dict[str, Any]]:
 
 @pytest.fixture(scope="module")
 def limited() -> Iterator[Proc]:
-    with subprocess_server(["--max-header-bytes", "4096", "--max-url-bytes", "1024"]) as proc:
+    with subprocess_server(["--max-header-bytes", "4096", "--max-url-bytes", "1024", "--max-request-bytes", "2048"]) as proc:
         yield proc
 
 
@@ -108,6 +108,57 @@ def test_a_request_pipelined_after_one_that_closes_is_not_malformed(limited: Pro
     """uvicorn reads past a ``Connection: close`` request (answering it and closing); the guard reads alike, no 400."""
     _, raw = exchange(limited.url, b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\nGET /health HTTP/1.1\r\nHost: x\r\n\r\n")
     assert raw.startswith(b"HTTP/1.1 200 ") and raw.count(b"HTTP/1.1 ") == 1, raw
+
+
+CHUNKED = b"POST /v1/embeddings HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+
+
+def sent_in_reads(url: str, pieces: list[bytes]) -> bytes:
+    """Send each piece as a read of its own (a pause between), then nothing more; answer what
+    the server answered before it closed (b"" if it did not within 10 s: the body timeout is 60 s)."""
+    with socket.create_connection(host_port(url), timeout=10) as s:
+        for piece in pieces:
+            s.sendall(piece)
+            time.sleep(0.2)
+        got = b""
+        try:
+            while part := s.recv(65536):
+                got += part
+        except OSError:
+            pass
+        return got
+
+
+@pytest.mark.parametrize("pieces", [
+    [CHUNKED + b"174876e800\r\n{"],  # one chunk of 100 GB declared, with the head, a byte of it sent
+    [CHUNKED, b"1748", b"76e800;name=value\r\n{"],  # its size line cut over reads, with an extension
+    [CHUNKED + b"400\r\n" + b" " * 1024 + b"\r\n", b"401\r\n "],  # 1,024 + 1,025 bytes declared, over the limit of 2,048
+], ids=["100GB", "split", "two-chunks"])  # fmt: skip
+def test_a_chunked_body_declaring_more_than_the_limit_is_413_at_once(limited: Proc, pieces: list[bytes]) -> None:
+    """Refused when the chunk size saying so arrives, not once 2,048 bytes did (or at --body-timeout,
+    60 s, for a client trickling them), and counted once: as the 413, not also as a client that left (499)."""
+    before = requests_counted(limited.url)
+    status, doc = answer_of(sent_in_reads(limited.url, pieces))
+    assert status == 413 and doc["error"] == {"message": "the request body is over the limit of 2048 bytes (--max-request-bytes)",
+                                              "type": "invalid_request_error", "param": None, "code": "request_too_large"}, doc  # fmt: skip
+    time.sleep(0.5)  # the application sees its request's connection close
+    after = requests_counted(limited.url)
+    changed = {key: after[key] - before.get(key, 0) for key in after if after[key] != before.get(key, 0) and key[0] != "/metrics"}
+    assert changed == {("/v1/embeddings", "413"): 1}, changed
+
+
+def test_a_chunked_body_under_the_limit_is_answered_whatever_its_chunks() -> None:
+    """Chunk sizes read by the guard are the body's: small chunks, extensions, a size line cut over
+    reads, a chunk of the whole limit less the rest: answered 200 with the rows of the same body sent whole."""
+    body = b'{"input": ["a red circle", "' + b"x" * 1900 + b'"]}'
+    chunks = [body[:5], body[5:6], body[6:40], body[40:]]
+    framed = b"".join(b"%x;ext=%d\r\n" % (len(c), i) + c + b"\r\n" for i, c in enumerate(chunks)) + b"0\r\n\r\n"
+    with subprocess_server(["--max-request-bytes", str(len(body))]) as proc:
+        raw = sent_in_reads(proc.url, [CHUNKED[:-2] + b"Connection: close\r\n\r\n", framed[:3], framed[3:50], framed[50:]])
+        whole = httpx.post(proc.url + "/v1/embeddings", content=body).json()
+    head, _, answer = raw.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200 "), raw[:300]
+    assert json.loads(answer)["data"] == whole["data"]
 
 
 def test_a_url_over_the_limit_is_414(limited: Proc) -> None:
@@ -519,7 +570,73 @@ def _idle_connections(count: int = 2000, wait: float = 15, args: tuple[str, ...]
             f"(+{held - before:.0f} MB); closed by the server within {wait:g} s: " + ", ".join(f"{k} {v}" for k, v in closed.items()))
 
 
-if __name__ == "__main__":  # python tests/test_serve_hostile.py [COUNT [same-bytes] | head | slow [ARGS] | idle [ARGS]]: the figures of docs/serve.md
+def _chunked(args: tuple[str, ...] = ()) -> str:
+    """A chunked body declaring one chunk of 100 GB, sent a byte a second (for up to 70 s) and as
+    fast as it goes (64 MiB at most), the server's peak RSS; then 2 Mi one-byte chunks and the
+    server CPU they took; then the guard's own time a 121-byte request, handed to it 200,000 times."""
+    head = CHUNKED + b"%x\r\n" % (100 * 10**9)
+    lines = []
+    with subprocess_server(list(args)) as proc:
+
+        def peak() -> float:
+            return int(re.findall(r"VmHWM:\s+(\d+)", Path(f"/proc/{proc.proc.pid}/status").read_text())[0]) / 1000
+
+        def cpu() -> float:
+            fields = Path(f"/proc/{proc.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+        before = peak()
+        for name, fast in (("a byte a second", False), ("as fast as it goes", True)):
+            began, got = time.monotonic(), b""
+            with socket.create_connection(host_port(proc.url)) as s:
+                s.sendall(head)
+                s.settimeout(1)
+                try:
+                    if fast:
+                        for _ in range(64):
+                            s.sendall(b"x" * (1 << 20))
+                    while b"\r\n\r\n" not in got and time.monotonic() - began < 70:
+                        try:
+                            got += s.recv(65536)
+                        except socket.timeout:
+                            s.sendall(b"x")
+                except OSError:
+                    got += s.recv(65536) if not got else b""
+            status = got.split(b"\r\n")[0].decode()
+            lines.append(f"100 GB chunk, {name}: {status} after {time.monotonic() - began:.2f} s")
+        lines.append(f"peak RSS {before:.0f} -> {peak():.0f} MB")
+        framed = b"1\r\nx\r\n" * (2 << 20) + b"0\r\n\r\n"
+        used = cpu()
+        with socket.create_connection(host_port(proc.url)) as s:
+            s.sendall(CHUNKED[:-2] + b"Connection: close\r\n\r\n" + framed)
+            status = s.recv(65536).split(b"\r\n")[0].decode()
+        lines.append(f"2 Mi one-byte chunks: {status}, server CPU {cpu() - used:.2f} s")
+    import asyncio
+
+    from uform.serve import guard
+
+    class Nothing(asyncio.Protocol):
+        def __init__(self, **kwargs: Any) -> None:
+            pass
+
+    async def per_request() -> float:
+        one = guarded_class(Nothing)()
+        one.transport = cast(Any, type("T", (), {"get_extra_info": lambda self, key: None, "is_closing": lambda self: False})())
+        request = b"POST /v1/embeddings HTTP/1.1\r\nHost: 127.0.0.1:8000\r\nContent-Type: application/json\r\nContent-Length: 26\r\n\r\n"
+        request += b'{"input": ["a red circle"]'
+        began = time.process_time()
+        for _ in range(200_000):
+            one.data_received(request)
+        return (time.process_time() - began) / 200_000 * 1e6
+
+    def guarded_class(inner: type[asyncio.Protocol]) -> type[guard.Guard]:
+        return guard.guarded(inner, 8192, 65536, guard.Connections(), None, 32 << 20)
+
+    lines.append("the guard, a %d-byte request: %s us" % (121, ", ".join(f"{asyncio.run(per_request()):.2f}" for _ in range(3))))
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":  # python tests/test_serve_hostile.py [COUNT [same-bytes] | head | slow [ARGS] | idle [ARGS] | chunked [ARGS]]: the figures of docs/serve.md
     import sys
 
     what = sys.argv[1] if len(sys.argv) > 1 else "1"
@@ -527,5 +644,7 @@ if __name__ == "__main__":  # python tests/test_serve_hostile.py [COUNT [same-by
         print(_slow_bodies(args=tuple(sys.argv[2:])))
     elif what == "idle":
         print(_idle_connections(args=tuple(sys.argv[2:])))
+    elif what == "chunked":
+        print(_chunked(tuple(sys.argv[2:])))
     else:
         print(_huge_head() if what == "head" else _server_memory(int(what), sys.argv[2:] == ["same-bytes"]))

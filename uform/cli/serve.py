@@ -56,11 +56,10 @@ def add_parser(sub: Any) -> None:
 def _serve(args: argparse.Namespace) -> int:
     try:
         from uform.serve.config import ServeConfig, api_key_from
-        from uform.serve.run import load, serve
+        from uform.serve.run import load, serve  # with serve.guard, which needs httptools: without it, no h11 fallback
     except ImportError as exc:
         raise ValueError(f"uform serve needs the serve extra: pip install 'uform[serve]' ({exc})") from None
-    try:  # httptools too: without it uvicorn would run h11, which none of the guard's bounds cover (serve.run._protocol)
-        import httptools  # noqa: F401
+    try:
         import orjson  # noqa: F401
         import uvicorn  # noqa: F401
     except ImportError as exc:

@@ -82,6 +82,7 @@ class App:
         self.startup, self.shutdown = startup, shutdown
         self._counted = metrics.requests.counts  # (route, status) -> requests
         self._timed = {route: metrics.request_seconds.values(route) for route in (*routes, "other")}
+        self.answered: set[Any] = set()  # clients whose request the guard answered while it was here (its end is no 499 of its own)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
@@ -112,7 +113,10 @@ class App:
             except Exception as exc:  # noqa: BLE001 - every failure is an answer
                 status = await answer(send, exc)
         finally:
-            self.record(scope, path, route, status, began)
+            if status == 499 and self.answered and scope.get("client") in self.answered:
+                self.answered.discard(scope.get("client"))  # counted and logged as the guard's answer (a 413 or 400 mid-body)
+            else:
+                self.record(scope, path, route, status, began)
 
     def check(self, scope: Scope, path: str) -> None:
         """Raise the refusal of a request without the API key or over the size limit."""
@@ -131,9 +135,13 @@ class App:
             if size > self.limit:
                 raise too_large(self.limit)
 
-    def refused(self, client: Any, method: str, path: str, status: int, began: float) -> None:
-        """A request the guard in front refused before it reached the application (414, 431;
-        serve.guard): counted and logged as an answer of the route its path names."""
+    def refused(self, client: Any, method: str, path: str, status: int, began: float, handed: bool = False) -> None:
+        """A request the guard in front refused (serve.guard): counted and logged as an answer of
+        the route its path names. Most never reached the application (414, 431); one ``handed``
+        to it (a chunked body refused 413 mid-way, or found malformed) ends here when its
+        connection closes, and is not counted again as a client that left (499)."""
+        if handed:
+            self.answered.add(client)
         route = path if path in self.routes else (MODELS if path.startswith(MODELS + "/") else "other")
         self.record({"client": client, "method": method}, path, route, status, began)
 

@@ -21,7 +21,9 @@ after it, so a refusal costs O(limit). A head
 is measured from its first byte when it starts a read (a new connection, a client that waits
 for its answer); a head that starts in the middle of a read, after a pipelined request, is
 measured from the next read, so it may run one read (at most 256 KiB) over before it is
-refused. Malformed HTTP (a ``Content-Length`` of ``-5``, a bad request line, header or chunk
+refused. A chunked body whose chunks declare more than ``max_body_bytes`` is answered 413 when
+the chunk size saying so arrives (:mod:`uform.serve.chunks`), before that chunk's bytes are read.
+Malformed HTTP (a ``Content-Length`` of ``-5``, a bad request line, header or chunk
 size: what llhttp refuses) is answered 400 ``invalid_http`` the same way, naming llhttp's
 reason, before uvicorn's parser (which reads with the same leniency) would answer it in plain
 text.
@@ -57,12 +59,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+import httptools  # the guard's parser; uform serve refuses to start without it (no fallback to uvicorn's h11 protocol)
+
+from .asgi import too_large
+from .chunks import ChunkedBodies
 from .errors import ApiError
 
 END_OF_HEAD = b"\r\n\r\n"
 LINGER_BYTES = 1 << 20  # read and dropped after a refusal before the connection is closed
 LINGER_SECONDS = 2.0
-REASONS = {400: b"Bad Request", 408: b"Request Timeout", 414: b"URI Too Long", 431: b"Request Header Fields Too Large", 503: b"Service Unavailable"}
+REASONS = {400: b"Bad Request", 408: b"Request Timeout", 413: b"Request Entity Too Large", 414: b"URI Too Long", 431: b"Request Header Fields Too Large", 503: b"Service Unavailable"}
 TICK = 0.5  # seconds between two looks at the heads still arriving
 
 
@@ -110,18 +116,21 @@ class Connections:
         return len(guards)
 
 
-Refusals = Callable[[Any, str, str, int, float], None]  # (client, method, path, status, began): App.refused
+# (client, method, path, status, began, handed: the application holds the request, its head handed on): App.refused
+Refusals = Callable[[Any, str, str, int, float, bool], None]
 
 
 def guarded(inner: type[asyncio.Protocol], max_url_bytes: int, max_header_bytes: int, connections: Connections,
-            refused: Refusals | None = None) -> type[Guard]:  # fmt: skip
+            refused: Refusals | None = None, max_body_bytes: int | None = None) -> type[Guard]:  # fmt: skip
     """The protocol class to give uvicorn: :class:`Guard` in front of ``inner`` with these
-    limits; ``refused`` counts and logs each refusal (the application's ``App.refused``)."""
+    limits; ``refused`` counts and logs each refusal (the application's ``App.refused``);
+    ``max_body_bytes``: a chunked body declaring more is refused 413 (None: not read)."""
     return type("Guard", (Guard,), {"inner_class": inner, "max_url_bytes": max_url_bytes, "max_header_bytes": max_header_bytes,
-                                    "connections": connections, "refused_with": staticmethod(refused) if refused else None})  # fmt: skip
+                                    "connections": connections, "refused_with": staticmethod(refused) if refused else None,
+                                    "max_body_bytes": max_body_bytes})  # fmt: skip
 
 
-class Guard(asyncio.Protocol):
+class Guard(ChunkedBodies, asyncio.Protocol):
     """One connection: bytes checked, then handed to ``inner_class``'s protocol (made with the
     arguments uvicorn gives this class)."""
 
@@ -130,10 +139,9 @@ class Guard(asyncio.Protocol):
     max_header_bytes: int
     connections: Connections
     refused_with: Refusals | None = None
+    max_body_bytes: int | None = None
 
     def __init__(self, **kwargs: Any) -> None:
-        import httptools
-
         self.inner = self.inner_class(**kwargs)
         self.parser: Any = httptools.HttpRequestParser(self)
         try:  # as uvicorn's own parser reads (a pipelined request after one that closes): the two read the same bytes alike
@@ -179,6 +187,10 @@ class Guard(asyncio.Protocol):
     def on_message_complete(self) -> None:
         self.in_message = False
         self.began_message = 0.0
+        if self.body_bytes or self.line_start:  # the next message's body is counted afresh
+            self.body_bytes = 0
+            if self.line_start or self.header_read:
+                self.message_done()
 
     # -- asyncio.Protocol --------------------------------------------------------------------
 
@@ -282,6 +294,9 @@ class Guard(asyncio.Protocol):
         if self.in_head:  # a head left open: what it holds so far, where known
             opened_here = self.begun > (0 if continuing else 1) or (self.begun and not between)
             self.head = 0 if opened_here else (first or 0)
+        elif self.in_message and self.max_body_bytes is not None and self.declared(data) > self.max_body_bytes:  # a body still arriving
+            error = too_large(self.max_body_bytes)
+            raise Refused(error.status, error.message, error.code or "")
         self.tail = data[-(len(END_OF_HEAD) - 1) :]
 
     def refuse(self, refusal: Refused) -> None:
@@ -292,8 +307,10 @@ class Guard(asyncio.Protocol):
         self.waiting = self.began_message = 0.0
         transport = self.transport
         if self.refused_with is not None:
-            self.refused_with(transport.get_extra_info("peername") if transport is not None else None, self.method(),
-                              self.path(refusal.status), refusal.status, self.began)  # fmt: skip
+            peer = transport.get_extra_info("peername") if transport is not None else None
+            handed = self.in_message and not self.in_head and not self.heads_ended  # its head reached uvicorn in an earlier read
+            self.refused_with(tuple(peer[:2]) if peer else None, self.method(), self.path(refusal.status), refusal.status, self.began,
+                              handed)  # fmt: skip
         if transport is None:
             return
         body = ApiError(refusal.status, refusal.message, code=refusal.code).encoded()

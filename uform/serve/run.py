@@ -178,14 +178,13 @@ def _protocol(config: ServeConfig, connections: Connections, refused: Refusals |
     """uvicorn's ``http``: the guard (serve.guard) in front of uvicorn's httptools protocol.
     There is no fallback to uvicorn's h11 protocol, which none of the guard's bounds would
     cover (``--max-connections``, ``--header-timeout``, ``--send-timeout``, the drain's
-    deadline): without httptools this raises ``ImportError`` (``uform serve`` refuses to start
-    first, naming the serve extra)."""
-    import httptools  # noqa: F401 - the guard's parser and the inner protocol's
+    deadline): without httptools, importing serve.guard (and so this module) fails, and ``uform
+    serve`` refuses to start, naming the serve extra."""
     from uvicorn.config import HTTP_PROTOCOLS
     from uvicorn.importer import import_from_string
 
     inner = import_from_string(HTTP_PROTOCOLS["httptools"])
-    return guarded(inner, config.max_url_bytes, config.max_header_bytes, connections, refused)
+    return guarded(inner, config.max_url_bytes, config.max_header_bytes, connections, refused, config.max_request_bytes)
 
 
 def _loop() -> str:
