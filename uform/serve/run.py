@@ -123,8 +123,9 @@ def serve(model: Model, config: ServeConfig, *, host: str, port: int, access_log
             super().handle_exit(sig, frame)
 
     # uvicorn raises the signal it caught again once it has stopped; a handler of our own
-    # makes that a no-op, so that a drained server exits 0 instead of dying of SIGTERM
-    previous = signal.signal(signal.SIGTERM, _ignore)
+    # makes that a no-op, so that a drained server exits 0 instead of dying of SIGTERM, or of
+    # SIGINT as a KeyboardInterrupt (exit status 130, 'uform: interrupted', after a whole drain)
+    previous = {sig: signal.signal(sig, _ignore) for sig in (signal.SIGTERM, signal.SIGINT)}
     interval = sys.getswitchinterval()
     if config.batching:
         sys.setswitchinterval(SWITCH_INTERVAL)
@@ -132,7 +133,8 @@ def serve(model: Model, config: ServeConfig, *, host: str, port: int, access_log
         Draining(uv).run(sockets=[sock])
     finally:
         sys.setswitchinterval(interval)
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     if state.batcher is not None and state.batcher.busy():
         # --drain-seconds ran out during a verb call, which no thread can interrupt: its
         # request was already dropped, so leave now rather than wait for the call to end
