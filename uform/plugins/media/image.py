@@ -29,6 +29,12 @@ from . import frames, jpeg, png
 from .files import Source
 from .rowfit import RowFit
 from .rowfit import vertical_first as vertical_first  # Pillow's pass order, named here by docs/media.md and the tests
+from .upright import PNG_DEPTH as _PNG_DEPTH
+from .upright import orient as orient  # the picture made upright and RGB, imported from here too
+from .upright import orientation as orientation
+from .upright import to_rgb as to_rgb
+from .upright import upright_box as upright_box
+from .upright import upright_size as upright_size
 
 if TYPE_CHECKING:
     from PIL import Image
@@ -42,7 +48,6 @@ FORMATS = ("JPEG", "PNG", "WEBP")
 # and copies the frame twice: 16 bytes a pixel, 4 times the 4 of other formats decoded whole;
 # a WebP is held to MAX_PIXELS // WEBP_SHARE pixels, so it holds what they hold at MAX_PIXELS
 WEBP_SHARE = 4
-_ORIENTATION = 0x0112
 
 
 def sniff(head: bytes) -> str | None:
@@ -67,7 +72,6 @@ def describe(head: bytes) -> str:
     return f"unrecognised content (first bytes {head[:8].hex(' ')})"
 
 
-_PNG_DEPTH = "uform.png_bit_depth"  # image.info key: the bit depth the PNG header states
 
 
 def png_bit_depth(head: bytes) -> int:
@@ -87,100 +91,6 @@ def webp_size(head: bytes) -> tuple[int, int] | None:
     if kind == b"VP8 " and len(head) >= 30 and head[23:26] == b"\x9d\x01\x2a":
         return int.from_bytes(head[26:28], "little") & 0x3FFF, int.from_bytes(head[28:30], "little") & 0x3FFF
     return None
-
-
-def to_rgb(image: Image.Image) -> Image.Image:
-    """8-bit RGB: 16-bit samples cut to their high byte, alpha composited over white, palette,
-    grayscale and CMYK converted (CMYK: ``round((255 − c)(255 − k) / 255)``, Pillow's rule).
-
-    A PNG's transparent value (tRNS) is alpha 0 where a pixel equals it, so it becomes white
-    (``c' = (c·0 + 255·255 + 127) // 255 = 255``), alpha 255 elsewhere: for grayscale at any
-    depth it is matched against the stored sample (Pillow scales 2- and 4-bit samples to 8
-    bits but not the value, and drops it for 16-bit grayscale, so uform matches itself), for
-    8-bit truecolour against ``(r, g, b)``; for 16-bit truecolour Pillow keeps only the high
-    bytes, so the colour's high bytes are matched against them.
-    """
-    mode, depth = image.mode, image.info.get(_PNG_DEPTH, 8)
-    key = image.info.get("transparency")
-    if mode.startswith("I"):  # 16-bit (I;16*) or 32-bit integer grayscale
-        wide = np.asarray(image).astype(np.int64)
-        gray = (np.clip(wide, 0, 65535) >> 8).astype(np.uint8)
-        rgb = np.repeat(gray[..., None], 3, axis=2)
-        if isinstance(key, int):
-            rgb[wide == key] = 255
-        return frames.from_array(rgb)
-    if mode == "L" and isinstance(key, int) and depth < 8:
-        stored = np.asarray(image)
-        rgb = np.repeat(stored[..., None], 3, axis=2)
-        rgb[stored == key * 255 // ((1 << depth) - 1)] = 255  # the 1-, 2- or 4-bit value as Pillow scales samples
-        return frames.from_array(rgb)
-    if mode == "RGB" and isinstance(key, tuple) and len(key) == 3:
-        rgb = np.array(image)
-        colour = np.asarray(key, np.int64) >> (8 if depth == 16 else 0)
-        rgb[(rgb == colour).all(axis=2)] = 255
-        return frames.from_array(rgb)
-    if mode == "RGB":
-        return image
-    if "A" in mode or "a" in mode or "transparency" in image.info:
-        rgba = np.asarray(image.convert("RGBA"))
-        alpha = rgba[..., 3:].astype(np.uint16)  # c·a + 255·(255 − a) + 127 ≤ 65152: 16 bits hold it
-        rgb = rgba[..., :3].astype(np.uint16)
-        rgb *= alpha
-        rgb += 255 * (255 - alpha) + 127
-        np.floor_divide(rgb, np.uint16(255), out=rgb)
-        return frames.from_array(rgb.astype(np.uint8))
-    return image.convert("RGB")
-
-
-def orientation(image: Image.Image) -> Image.Transpose | None:
-    """The turn that makes the picture upright as its EXIF orientation (2-8) says; None for 1,
-    a missing or an unreadable tag."""
-    from PIL import Image
-
-    try:
-        value = image.getexif().get(_ORIENTATION, 1)
-    except Exception:  # noqa: BLE001 - broken EXIF: show the pixels as stored
-        return None
-    return {
-        2: Image.Transpose.FLIP_LEFT_RIGHT, 3: Image.Transpose.ROTATE_180, 4: Image.Transpose.FLIP_TOP_BOTTOM,
-        5: Image.Transpose.TRANSPOSE, 6: Image.Transpose.ROTATE_270, 7: Image.Transpose.TRANSVERSE,
-        8: Image.Transpose.ROTATE_90,
-    }.get(value)  # fmt: skip
-
-
-def orient(image: Image.Image) -> Image.Image:
-    """The picture turned upright as its EXIF orientation (1-8) says; an unreadable tag is ignored."""
-    method = orientation(image)
-    return image if method is None else image.transpose(method)
-
-
-def _swaps() -> tuple[Image.Transpose, ...]:
-    from PIL import Image
-
-    return (Image.Transpose.TRANSPOSE, Image.Transpose.ROTATE_90, Image.Transpose.ROTATE_270, Image.Transpose.TRANSVERSE)
-
-
-def upright_size(image: Image.Image, method: Image.Transpose | None) -> tuple[int, int]:
-    """``(width, height)`` of the picture once turned by ``method``."""
-    return image.size[::-1] if method in _swaps() else image.size
-
-
-def upright_box(image: Image.Image, method: Image.Transpose | None, box: tuple[int, int, int, int]) -> Image.Image:
-    """The ``(x0, y0, x1, y1)`` box of the picture turned by ``method``, cut from the stored
-    picture (the box it came from) and turned alone."""
-    from PIL import Image
-
-    T = Image.Transpose
-    w, h = image.size
-    x0, y0, x1, y1 = box
-    stored = {
-        None: box, T.FLIP_LEFT_RIGHT: (w - x1, y0, w - x0, y1), T.FLIP_TOP_BOTTOM: (x0, h - y1, x1, h - y0),
-        T.ROTATE_180: (w - x1, h - y1, w - x0, h - y0), T.TRANSPOSE: (y0, x0, y1, x1),
-        T.ROTATE_90: (w - y1, x0, w - y0, x1), T.ROTATE_270: (y0, h - x1, y1, h - x0),
-        T.TRANSVERSE: (w - y1, h - x1, w - y0, h - x0),
-    }[method]  # fmt: skip
-    part = image.crop(stored)
-    return part if method is None else part.transpose(method)
 
 
 def fit_strips(width: int, height: int, part: Callable[[tuple[int, int, int, int]], Image.Image], size: int) -> np.ndarray:
