@@ -627,6 +627,49 @@ def test_the_command_line_refuses_an_out_that_names_no_file(out: str, capsys: py
     assert info.value.code == 2 and f"--out names the checkpoint file to write, got {out!r}" in capsys.readouterr().err
 
 
+def test_the_command_line_refuses_files_it_cannot_use_before_any_work(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A user's file at --out was replaced by the checkpoint; /dev/full at --out or --report was
+    refused only when the run ended (minutes or hours in) with a traceback, the report lost; a
+    --from missing, a folder, with a NaN temperature or without the decoder its phase trains was a
+    traceback (FileNotFoundError, OSError 'No such device', CheckpointError, KeyError 'decoder')."""
+    import uform
+    from ckpt import make_checkpoint
+    from uform.training import __main__ as command
+
+    def never(*args: object) -> None:
+        raise AssertionError("the run started")
+
+    monkeypatch.setattr(command, "train", never)
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes\n")
+    text_only = make_checkpoint(tmp_path / "text.safetensors", "tiny", 0, ["text"])
+    raw = uform.default_checkpoint().read_bytes()
+    at = raw.index(b'choice_temperatures\\":[') + len(b'choice_temperatures\\":[')  # the header's length kept: NaN, spaces
+    raw = raw[:at] + b"NaN" + b" " * (raw.index(b",", at) - at - 3) + raw[raw.index(b",", at) :]
+    (tmp_path / "nan.safetensors").write_bytes(raw)
+    good = str(uform.default_checkpoint())
+    out = str(tmp_path / "out.safetensors")
+    for argv, said in (
+        (["--out", str(notes)], f"{notes}: exists and is not a uform checkpoint; not replaced (--force replaces it)"),
+        (["--out", "/dev/full"], "/dev/full: not a regular file (/dev/full); not replaced"),
+        (["--out", out, "--report", "/dev/full"], "/dev/full: not a regular file (/dev/full); not replaced"),
+        (["--out", out, "--phase", "decoder", "--from", str(tmp_path / "nope")], f"{tmp_path}/nope: no such checkpoint file"),
+        (["--out", out, "--phase", "decoder", "--from", str(tmp_path)], f"{tmp_path}: is a directory, not a checkpoint file"),
+        (["--out", out, "--phase", "reading", "--from", str(tmp_path / "nan.safetensors")],
+         f"{tmp_path}/nan.safetensors: config field choice_temperatures: nan is not a number in [0.001, 1000.0]"),
+        (["--out", out, "--phase", "decoder", "--from", str(text_only)],
+         f"{text_only}: has no byte decoder (tower 'decoder'), which --phase decoder trains; give a checkpoint that has one"),
+    ):  # fmt: skip
+        with pytest.raises(SystemExit) as info:
+            command.main([*argv, "--no-evaluate"])
+        assert info.value.code == 2 and capsys.readouterr().err.endswith(f"python -m uform.training: error: {said}\n")
+    assert notes.read_text() == "my notes\n" and not Path(out).exists()
+    with pytest.raises(AssertionError, match="the run started"):  # --force replaces it; a good --from is taken
+        command.main(["--out", str(notes), "--force", "--phase", "decoder", "--from", good, "--no-evaluate"])
+
+
 def test_bf16_autocast_is_refused_where_pytorchs_bf16_products_are_not_native() -> None:
     """On a CPU where oneDNN has no BF16 products (held to AVX2 here, as an AVX2-only CPU is),
     the option would make the recipe several times slower: the command says so and stops."""

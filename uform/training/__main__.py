@@ -12,6 +12,7 @@ from dataclasses import asdict
 import torch
 
 from uform.core import files
+from uform.core.errors import UformError
 
 from .recipe import train
 from .settings import ALONE, FRONT, PHASES, Settings
@@ -21,6 +22,28 @@ def bf16_products_native() -> bool:
     """Whether PyTorch runs BF16 products through oneDNN here (``--bf16-autocast`` is only a
     gain where it does; it honours ``ONEDNN_MAX_CPU_ISA``)."""
     return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+
+
+def check_files(out: str, force: bool, report: str | None, start: str | None, phase: str) -> None:
+    """Refuse, before any work, what the run could not write at its end (an ``out`` or ``report``
+    that is not a writable regular file, an ``out`` that is not a uform checkpoint unless ``force``)
+    and a ``start`` that does not open as a checkpoint, or lacks the byte decoder its phase trains."""
+    from uform.core.checkpoint import CheckpointFile, is_checkpoint_file
+    from uform.core.config import ModelConfig
+    from uform.core.errors import CheckpointError
+
+    files.check_replaceable(out)
+    files.refuse_foreign(out, is_checkpoint_file, force, "a uform checkpoint")
+    if report is not None:
+        files.check_replaceable(report)
+    if start is not None:
+        with CheckpointFile(start) as checkpoint:
+            try:
+                config = ModelConfig.from_metadata(checkpoint.metadata)
+            except CheckpointError as exc:
+                raise CheckpointError(f"{start}: {exc}") from None
+        if phase in ("decoder", "reading") and "decoder" not in config.towers:
+            raise CheckpointError(f"{start}: has no byte decoder (tower 'decoder'), which --phase {phase} trains; give a checkpoint that has one")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -79,6 +102,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     parser.add_argument("--no-evaluate", action="store_true", help="skip the BF16 and E4M3 evaluation at the end")
     parser.add_argument("--report", default=None, help="write the run's result as JSON here")
+    parser.add_argument("--force", action="store_true", help="replace a file at --out that is not a uform checkpoint")
     args = parser.parse_args(argv)
     if (args.phase != "all") != (args.start is not None):
         parser.error("--from CHECKPOINT goes with --phase decoder, reading, clips, pictures, sounds or questions, and they need it")
@@ -124,6 +148,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--bf16-autocast: PyTorch has no native BF16 products on this CPU (oneDNN runs them where the CPU has "
                      "AVX-512 or BF16 instructions); emulated, a 256 x 1024 Linear ran 5.7x slower than in float32: leave "
                      "the option out (the towers then train in float32, and the checkpoint is not the shipped one byte for byte)")
+    try:  # a run's minutes (or hours) are not spent on files it cannot use: each refused by name
+        check_files(args.out, args.force, args.report, args.start, args.phase)
+    except (UformError, OSError, ValueError) as exc:
+        parser.error(str(exc))
     if args.threads:
         torch.set_num_threads(args.threads)
     settings = Settings(out=args.out, seed=args.seed, steps=args.steps, minutes=args.minutes, batch=args.batch,
