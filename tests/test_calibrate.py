@@ -236,3 +236,12 @@ def test_an_examples_path_that_is_not_a_regular_file_is_refused_by_name(path: Pa
         assert main(["calibrate", str(path), where, "--out", str(out), "-q"]) == 2
         assert capsys.readouterr().err == f"uform: error: {where}: is {kind}, not a file of examples; give a JSON lines file\n"
     assert not out.exists()
+
+
+def test_groups_without_examples_are_one_note_a_run(path: Path) -> None:
+    """One example of group 4095 printed 4095 notes (4100 lines, 335 kB of --json), one per empty group."""
+    report = cal.calibrate(path, [cal.Example("q", "AB", 0, 4095)], holdout=0)
+    assert report.notes == ["holdout is 0: ECE and NLL are measured on the fitting examples",
+                            "groups 0 to 4094 had no fitting examples and keep temperature 1"]  # fmt: skip
+    report = cal.calibrate(path, [cal.Example("q", "AB", 0, 2)], holdout=0, groups=4)
+    assert report.notes[1:] == ["groups 0 to 1 had no fitting examples and keep temperature 1", "group 3 had no fitting examples and keeps temperature 1"]

@@ -329,7 +329,8 @@ def calibrate(
     # a one-choice example has p = 1 at any temperature: a group of only those keeps its own too
     informative = np.bincount(group_of[fit_rows], np.diff(offsets)[fit_rows] > 1, minlength=count) > 0
     temperatures = np.where(informative, fitted, old)
-    notes += [f"group {g} had no fitting examples and keeps temperature {old[g]:g}" for g in np.flatnonzero(counts == 0)]
+    notes += [f"{_groups(first, last)} had no fitting examples and {'keeps' if first == last else 'keep'} temperature {old[first]:g}"
+              for first, last in _runs(np.flatnonzero(counts == 0), old)]  # one note a run: not 4093 for one example of group 4095
     notes += [f"group {g}'s {counts[g]} fitting examples each have one choice, which no temperature changes; "
               f"it keeps temperature {old[g]:g}" for g in np.flatnonzero((counts > 0) & ~informative)]  # fmt: skip
     z, o = _rows(logits, offsets, test_rows)
@@ -343,6 +344,21 @@ def calibrate(
         ece(before, o, a, bins), ece(after, o, a, bins), nll(z, o, a, old[g]), nll(z, o, a, temperatures[g]), accuracy,
         None if out is None else os.fspath(out), notes,
     )  # fmt: skip
+
+
+def _runs(groups: np.ndarray, temperatures: np.ndarray) -> list[tuple[int, int]]:
+    """``groups`` (ascending) as runs ``(first, last)`` of consecutive groups of one temperature."""
+    runs: list[tuple[int, int]] = []
+    for g in groups.tolist():
+        if runs and runs[-1][1] == g - 1 and temperatures[g] == temperatures[runs[-1][0]]:
+            runs[-1] = (runs[-1][0], g)
+        else:
+            runs.append((g, g))
+    return runs
+
+
+def _groups(first: int, last: int) -> str:
+    return f"group {first}" if first == last else f"groups {first} to {last}"
 
 
 def _rows(logits: np.ndarray, offsets: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
