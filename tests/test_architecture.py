@@ -30,6 +30,7 @@ LAYERS: dict[str, str] = {
     "uform": "model",  # uform/__init__.py: the public names
     "uform.model": "model",
     "uform.verbs": "model",
+    "uform.typed_verbs": "model",
     "uform.lifecycle": "model",
     "uform.calibrate": "calibrate",
     "uform.demo": "demo",

@@ -1,7 +1,9 @@
 """``Model``: a loaded checkpoint serving every modality it was trained on.
 
-The verbs are typed here as the API page states them; each forwards to whichever installed
-plugin provides it (the core knows no modality by name).
+Loading, receivers, what a load serves, zero-shot labels and closing are here; the modality
+verbs typed as the API page states them are ``TypedVerbs`` (``uform/typed_verbs.py``), which
+``Model`` inherits; each forwards to whichever installed plugin provides it (the core knows no
+modality by name).
 """
 
 from __future__ import annotations
@@ -9,33 +11,26 @@ from __future__ import annotations
 import functools
 import os
 from pathlib import Path
-from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, BinaryIO
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .core.arena import Arena, Encoded, RowsTape
+from .core.arena import Arena
 from .core.checkpoint import CheckpointFile
 from .core.executor import DeferredOn, Executor, On
 from .core.progress import ProgressHandler
 from .core.runtime import Runtime, as_buffer
-from .core.types import CPUClass, GPUClass, ModelDescription, Outputs, Scalar
+from .core.types import CPUClass, GPUClass, ModelDescription, Scalar
 from .lifecycle import Life
+from .typed_verbs import Files, TypedVerbs
 from .verbs import Served, served_by, utf8_of
 
 if TYPE_CHECKING:
     from typing_extensions import Buffer
 
-    from .plugins.audio import AudioEncodeStats
-    from .plugins.image import ImageEncodeStats
-    from .plugins.text import TextEncodeStats
-    from .plugins.video import VideoEncodeStats
-
 _PathLike = str | os.PathLike[str]
 DEFAULT_CHECKPOINT = Path(__file__).parent / "data" / "default.safetensors"
-_Texts = Iterable[str | bytes]
-_Files = Iterable[_PathLike | bytes | BinaryIO]
-_Words = Sequence[int]
 
 
 def default_checkpoint() -> Path:
@@ -53,7 +48,7 @@ def default_checkpoint() -> Path:
     return DEFAULT_CHECKPOINT
 
 
-class Model:
+class Model(TypedVerbs):
     """A loaded encoder serving every modality it was trained on; load it with a ``load_*`` classmethod.
 
     ``close()`` (or leaving a ``with Model.load_ram(...) as model:`` block) releases it.
@@ -200,7 +195,7 @@ class Model:
         encoded = self.text_encode(texts, Arena()).embeddings
         return zero_shot.probabilities(spec, items, np.array(encoded))
 
-    def image_labels(self, files: _Files, labels: Sequence[str], /) -> np.ndarray:
+    def image_labels(self, files: Files, labels: Sequence[str], /) -> np.ndarray:
         """:meth:`label_probabilities` of pictures (paths, bytes or binary file objects, as
         :meth:`image_encode` takes them): ``[len(files), len(labels)]`` float32."""
         from .core import labels as zero_shot
@@ -259,133 +254,6 @@ class Model:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    def text_encode(
-        self,
-        texts: _Texts,
-        arena: Arena,
-        /,
-        *,
-        outputs: Outputs = Outputs.EMBEDDINGS,
-        outputs_scalar: Scalar = Scalar.F32,
-        progress: ProgressHandler | None = None,
-        progress_steps: int = 0,
-        stats: TextEncodeStats | None = None,
-    ) -> Encoded:
-        """Encodes UTF-8 texts, a byte per token."""
-        return self._verb(  # type: ignore[no-any-return]
-            "text_encode", texts, arena, outputs=outputs, outputs_scalar=outputs_scalar,
-            progress=progress, progress_steps=progress_steps, stats=stats,
-        )  # fmt: skip
-
-    def image_encode(
-        self,
-        files: _Files,
-        arena: Arena,
-        /,
-        *,
-        outputs: Outputs = Outputs.EMBEDDINGS,
-        outputs_scalar: Scalar = Scalar.F32,
-        progress: ProgressHandler | None = None,
-        progress_steps: int = 0,
-        stats: ImageEncodeStats | None = None,
-    ) -> Encoded:
-        """Decodes and encodes JPEG, PNG or WebP files (paths, bytes or binary file objects)."""
-        return self._verb(  # type: ignore[no-any-return]
-            "image_encode", files, arena, outputs=outputs, outputs_scalar=outputs_scalar,
-            progress=progress, progress_steps=progress_steps, stats=stats,
-        )  # fmt: skip
-
-    def image_encode_pixels(
-        self,
-        pixels: Sequence[Buffer],
-        arena: Arena,
-        /,
-        *,
-        outputs: Outputs = Outputs.EMBEDDINGS,
-        outputs_scalar: Scalar = Scalar.F32,
-        progress: ProgressHandler | None = None,
-        progress_steps: int = 0,
-        stats: ImageEncodeStats | None = None,
-    ) -> Encoded:
-        """Encodes [height, width, 3] uint8 images of up to ``MAX_PIXELS`` pixels, the limit files are held to."""
-        return self._verb(  # type: ignore[no-any-return]
-            "image_encode_pixels", pixels, arena, outputs=outputs, outputs_scalar=outputs_scalar,
-            progress=progress, progress_steps=progress_steps, stats=stats,
-        )  # fmt: skip
-
-    def video_encode(
-        self,
-        files: _Files,
-        arena: Arena,
-        /,
-        *,
-        outputs: Outputs = Outputs.EMBEDDINGS,
-        outputs_scalar: Scalar = Scalar.F32,
-        progress: ProgressHandler | None = None,
-        progress_steps: int = 0,
-        stats: VideoEncodeStats | None = None,
-    ) -> Encoded:
-        """Decodes and encodes MP4 or WebM clips."""
-        return self._verb(  # type: ignore[no-any-return]
-            "video_encode", files, arena, outputs=outputs, outputs_scalar=outputs_scalar,
-            progress=progress, progress_steps=progress_steps, stats=stats,
-        )  # fmt: skip
-
-    def audio_encode(
-        self,
-        files: _Files,
-        arena: Arena,
-        /,
-        *,
-        outputs: Outputs = Outputs.EMBEDDINGS,
-        outputs_scalar: Scalar = Scalar.F32,
-        progress: ProgressHandler | None = None,
-        progress_steps: int = 0,
-        stats: AudioEncodeStats | None = None,
-    ) -> Encoded:
-        """Decodes and encodes WAV, FLAC, MP3 or Opus recordings."""
-        return self._verb(  # type: ignore[no-any-return]
-            "audio_encode", files, arena, outputs=outputs, outputs_scalar=outputs_scalar,
-            progress=progress, progress_steps=progress_steps, stats=stats,
-        )  # fmt: skip
-
-    def audio_encode_samples(
-        self,
-        samples: Sequence[Buffer] | RowsTape,
-        sample_rate: int,
-        arena: Arena,
-        /,
-        *,
-        outputs: Outputs = Outputs.EMBEDDINGS,
-        outputs_scalar: Scalar = Scalar.F32,
-        progress: ProgressHandler | None = None,
-        progress_steps: int = 0,
-        stats: AudioEncodeStats | None = None,
-    ) -> Encoded:
-        """Encodes 1-D float32 mono recordings (a sequence of buffers, or a tape of rows)."""
-        return self._verb(  # type: ignore[no-any-return]
-            "audio_encode_samples", samples, sample_rate, arena, outputs=outputs, outputs_scalar=outputs_scalar,
-            progress=progress, progress_steps=progress_steps, stats=stats,
-        )  # fmt: skip
-
-    def text_choose(
-        self,
-        texts: _Texts,
-        choices: _Texts,
-        arena: Arena,
-        /,
-        *,
-        temperature_groups: _Words | None = None,
-        progress: ProgressHandler | None = None,
-        progress_steps: int = 0,
-        stats: TextEncodeStats | None = None,
-    ) -> RowsTape:
-        """Scores each text's single-byte choices, one probability each."""
-        return self._verb(  # type: ignore[no-any-return]
-            "text_choose", texts, choices, arena, temperature_groups=temperature_groups,
-            progress=progress, progress_steps=progress_steps, stats=stats,
-        )  # fmt: skip
 
     def __repr__(self) -> str:
         d = self.describe()
