@@ -15,7 +15,8 @@
    text encode. p50 of ``Index.search`` (text) exact and, from ``ivf.MIN_ROWS`` rows (and at
    100k forced, for comparison), with the IVF at several ``nprobe``, its recall@10 against exact;
    the store's bytes per item beyond the embeddings' own; an update of a 3-line text file, its
-   unchanged re-run and its removal among those rows (wall and CPU s); and the command's wall time. With
+   unchanged re-run and its removal among those rows (wall and CPU s); ``counts()`` and ``len``
+   after 3,000 items are removed (not compacted); and the command's wall time. With
    ``--peers usearch,lancedb``, the same rows in those stores (how the store was chosen).
 Writes benchmarks/results/index.json (``--out NAME``: NAME.json).
 """
@@ -226,6 +227,11 @@ def search(work: Path, sizes: list[int], queries: int, peer_names: list[str] = [
                 t, c = time.perf_counter(), time.process_time()
                 act()
                 row[f"{name}_s"], row[f"{name}_cpu_s"] = round(time.perf_counter() - t, 3), round(time.process_time() - c, 3)
+            albums = [f"/home/someone/photos/2024/album-{a:04d}" for a in range(3)]  # 3,000 items removed, not compacted
+            t = time.perf_counter()
+            row["remove_3000_s"] = (ix.remove(albums), round(time.perf_counter() - t, 3))[1]
+            row["counts_after_removal_ms"] = round(p50(ix.counts, 5, 1), 2)
+            row["len_after_removal_ms"] = round(p50(lambda: len(ix), 5, 1), 3)
         row["command_wall_s"] = round(timed([sys.executable, "-m", "uform.cli", "search", "a red circle", "--index", str(path), "-m", str(checkpoint)]), 2)
         out.append(row)
         print(row, flush=True)

@@ -168,8 +168,11 @@ class Index:
         """Items per modality (``text``, ``image``, ``video``, ``audio``), from one snapshot."""
         with self._store.snapshot():
             _, slots, _, kinds = self._rows()
-            live = None if self._store.count() == slots else self._store.live()  # every slot an item's: no slot read
-        found = np.bincount(kinds if live is None else kinds[live], minlength=len(MODALITIES))
+            removed = self._store.removed()  # the slots removed since the last compaction: not every item
+            if removed is None:  # an earlier uform's index, opened to read: its live slots
+                live = None if self._store.count() == slots else self._store.live()
+                removed = np.zeros(0, np.int64) if live is None else np.setdiff1d(np.arange(slots), live)
+        found = np.bincount(kinds, minlength=len(MODALITIES)) - np.bincount(kinds[removed], minlength=len(MODALITIES))
         return {m: int(found[i]) for i, m in enumerate(MODALITIES)}
 
     def _rows(self) -> tuple[int, int, np.ndarray, np.ndarray]:

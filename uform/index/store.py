@@ -45,9 +45,15 @@ SCHEMA = f"""
 CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
 CREATE TABLE items{ITEMS};
 CREATE INDEX items_path ON items(path);
+CREATE INDEX items_hash ON items(hash);
+CREATE TABLE removed(slot INTEGER PRIMARY KEY);
 CREATE TABLE failed(path TEXT PRIMARY KEY, size INTEGER, mtime INTEGER, reason TEXT NOT NULL) WITHOUT ROWID;
 CREATE TABLE texts(path TEXT PRIMARY KEY, size INTEGER NOT NULL, mtime INTEGER NOT NULL) WITHOUT ROWID;
 """
+# every slot an item leaves goes into ``removed`` (until the compaction that drops its row), so
+# counts and ``len`` read the removed slots, not every item; a trigger, so that no DELETE can miss it
+REMOVED_TRIGGER = "CREATE TRIGGER items_removed AFTER DELETE ON items BEGIN INSERT OR IGNORE INTO removed VALUES (old.slot); END"
+OWN_NAMES = {"meta", "items", "items_path", "items_hash", "removed", "items_removed", "failed", "texts"}  # sqlite_master's names of an index
 DAMAGE = ("no such table", "no such column", "could not decode", "malformed", "not a database")  # OperationalErrors that are damage
 
 
@@ -69,7 +75,7 @@ def creation_leftover(new: Path) -> bool:
             conn.close()
     except (OSError, sqlite3.Error):
         return False
-    return names <= {"meta", "items", "failed", "texts"}
+    return names <= OWN_NAMES
 
 
 def scopes(roots: list[str], keys: list[str], *, texts_only: bool) -> list[tuple[str, tuple[str, ...]]]:
@@ -135,7 +141,7 @@ class Store:
                 if not self._has_meta():
                     raise self.damaged(f"{DATABASE} holds no meta table")
                 self._check()
-                self._index_paths()
+                self._upgrade()
             else:
                 if not db.is_file():
                     what = "is not a uform index (no index.sqlite in it)" if self.folder.is_dir() else "no such index"
@@ -210,10 +216,29 @@ class Store:
             raise self.damaged(f"{DATABASE} fails SQLite's check ({'; '.join(map(str, found))})")
 
     @guarded
-    def _index_paths(self) -> None:
-        """Items are found by path in O(log n) (each insert, move and removal looks its path up: a
-        scan of the table, quadratic in a run, without it); an index made before it gets it here."""
+    def _upgrade(self) -> None:
+        """What an index made by an earlier uform lacks, added by its next writer, each step one
+        transaction (a writer killed in one leaves the index as it was, and the next adds it):
+        items are found by path and by hash in O(log n) (each insert, move and removal looks its
+        path up, and new content its hash: without them a scan of the table, a run quadratic, or
+        every item's hash read), and the slots removed since the last compaction are listed
+        (``removed``, filled by a trigger), so counting the items reads the removed slots alone."""
         self._db.execute("CREATE INDEX IF NOT EXISTS items_path ON items(path)")
+        self._db.execute("CREATE INDEX IF NOT EXISTS items_hash ON items(hash)")
+        if self._tracks_removed():
+            return
+        with self.transaction() as c:  # listed once, from every item: a slot below meta.slots no item holds
+            _, slots = self.state()
+            live = np.zeros(slots, bool)
+            live[self.live()] = True
+            c.execute("CREATE TABLE IF NOT EXISTS removed(slot INTEGER PRIMARY KEY)")
+            c.execute("DELETE FROM removed")  # an earlier uform's compaction dropped the trigger: what it listed is stale
+            c.executemany("INSERT INTO removed VALUES (?)", ((int(s),) for s in np.flatnonzero(~live)))
+            c.execute(REMOVED_TRIGGER)
+
+    def _tracks_removed(self) -> bool:
+        """Whether ``removed`` lists the removed slots (an index made or upgraded by this uform)."""
+        return bool(self._db.execute("SELECT count(*) FROM sqlite_master WHERE type = 'trigger' AND name = 'items_removed'").fetchone()[0])
 
     def _create(self, db: Path, identity: Identity) -> None:
         """Make the database under a name of its own (``index.sqlite.new``), whole, then rename it:
@@ -231,6 +256,7 @@ class Store:
             for statement in SCHEMA.strip().split(";"):
                 if statement.strip():
                     conn.execute(statement)
+            conn.execute(REMOVED_TRIGGER)
             conn.executemany("INSERT INTO meta VALUES (?, ?)", meta.items())
             conn.execute("COMMIT")
         finally:
@@ -341,7 +367,19 @@ class Store:
 
     @guarded
     def count(self) -> int:
+        """The items: the committed slots less the removed ones (O(removed)); an index made by an
+        earlier uform and not yet written by this one counts every item."""
+        if self._tracks_removed():
+            return self.state()[1] - int(self._db.execute("SELECT count(*) FROM removed").fetchone()[0])
         return int(self._db.execute("SELECT count(*) FROM items").fetchone()[0])
+
+    @guarded
+    def removed(self) -> np.ndarray | None:
+        """The slots below ``meta.slots`` no item holds (removed since the last compaction),
+        ascending; None where they are not listed (an earlier uform's index, opened to read)."""
+        if not self._tracks_removed():
+            return None
+        return np.array([s for (s,) in self._db.execute("SELECT slot FROM removed ORDER BY slot")], np.int64)
 
     @guarded
     def live(self) -> np.ndarray:
@@ -388,9 +426,11 @@ class Store:
         return found
 
     @guarded
-    def slots_by_hash(self) -> dict[bytes, int]:
-        """A slot holding each hash (the least), of every item: where a copy's vector is found."""
-        return dict(self._db.execute("SELECT hash, slot FROM items ORDER BY slot DESC"))
+    def slot_of(self, digest: bytes) -> int | None:
+        """The least slot holding the hash ``digest`` (where a copy's vector is found): one
+        descent of the hash index, not every item's hash."""
+        found = self._db.execute("SELECT min(slot) FROM items WHERE hash = ?", (digest,)).fetchone()[0]
+        return None if found is None else int(found)
 
     @guarded
     def hashes(self) -> dict[str, bytes]:
@@ -491,7 +531,10 @@ class Store:
             c.execute("INSERT INTO items_new SELECT remap.new, path, size, mtime, hash, text FROM items JOIN remap ON items.slot = remap.old")
             c.execute("DROP TABLE items")
             c.execute("ALTER TABLE items_new RENAME TO items")
-            c.execute("CREATE INDEX items_path ON items(path)")  # the old table's went with it
+            c.execute("CREATE INDEX items_path ON items(path)")  # the old table's indexes and trigger went with it
+            c.execute("CREATE INDEX items_hash ON items(hash)")
+            c.execute("DELETE FROM removed")  # their rows are gone: no slot below the new slots is removed
+            c.execute(REMOVED_TRIGGER)
             c.executemany("UPDATE meta SET value = ? WHERE key = ?", ((str(new), "generation"), (str(len(live)), "slots")))
             c.execute("DELETE FROM meta WHERE key = 'ivf'")  # lists name one generation's order
             if lists is not None:

@@ -86,7 +86,6 @@ class Updater:
             self.failed_before = store.failed()
             self.text_files = store.text_files()
         self.rows: dict[str, Known] = {}  # the items under the sources (run() reads them)
-        self._by_hash: dict[bytes, int] | None = None  # every item's hash, read when new content first needs it
         self.seen: set[str] = set()
         self.text_stamps: list[tuple[str, int, int]] = []  # text files read in full: recorded at the end
         self.late: list[Failed] = []  # failures recorded at the end: lines of text files, names that are not UTF-8
@@ -99,14 +98,6 @@ class Updater:
             pending.failures.append(Failed(*record, f.reason))
         if self._report is not None:
             self._report(f)
-
-    def by_hash(self) -> dict[bytes, int]:
-        """A slot of each stored hash: a copy's vector (read once a run, only when some content is
-        not its own row's nor a moved file's; every item of the index)."""
-        if self._by_hash is None:
-            with self.store.snapshot():
-                self._by_hash = self.store.slots_by_hash()
-        return self._by_hash
 
     def run(self, sources: Iterable[str | os.PathLike[str] | Text]) -> UpdateReport:
         sources = list(sources)
@@ -265,8 +256,8 @@ class Updater:
             self.rows[path] = Known(slot, size, mtime, h, text is not None)
             pending.moves.append(Move(path, size, mtime, slot))
             self.result.moved += 1
-        elif h in self.by_hash():
-            pending.new.append(_New(Insert(path, size, mtime, h, text, kind), copy_of=self.by_hash()[h]))
+        elif (found := self.store.slot_of(h)) is not None:  # a row of this content anywhere in the index: the hash index's lookup
+            pending.new.append(_New(Insert(path, size, mtime, h, text, kind), copy_of=found))
             self.result.copied += 1
         else:
             pending.new.append(_New(Insert(path, size, mtime, h, text, kind), payload=payload))
@@ -323,8 +314,6 @@ class Updater:
         for slot, n in enumerate(keep, at):
             ins = n.insert
             self.rows[ins.path] = Known(slot, ins.size, ins.mtime, ins.hash, ins.text is not None)
-            if self._by_hash is not None:
-                self._by_hash.setdefault(ins.hash, slot)
         for f in pending.failures:
             self.rows.pop(f.path, None)
         self.result.added += sum(1 for n in keep if n.copy_of is None)
