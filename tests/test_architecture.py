@@ -38,6 +38,7 @@ LAYERS: dict[str, str] = {
     "uform.serve": "serve",
     "uform.index": "index",
     "uform.inputs": "inputs",
+    "uform.items": "inputs",
     "uform.cli": "cli",
     "uform.convert": "convert",
     "uform.training": "training",
