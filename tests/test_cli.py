@@ -352,6 +352,15 @@ def test_search_modalities(tiny_all: Path, folder: Path, capsys: pytest.CaptureF
     assert "uform: error: --modalities must name image, video or audio" in capsys.readouterr().err
 
 
+def test_search_ranks_a_file_under_two_paths_once(tiny_all: Path, folder: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A folder named twice, or a file and its folder: each of its files was two hits of one score."""
+    pictures = folder / "pictures"
+    args = [str(pictures), f"{pictures}/./", str(pictures / "red.png"), "--model", str(tiny_all), "--json", "-k", "0"]
+    assert main(["search", "a red square", *args]) == 0
+    paths = [r["path"] for r in json.loads(capsys.readouterr().out)]
+    assert sorted(paths) == sorted(str(folder / m) for m in MEDIA if m.startswith("pictures"))
+
+
 def test_demo_media_then_encode(tiny_all: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     demo = tmp_path / "demo"
     assert main(["demo-media", str(demo), "--per-modality", "2"]) == 0

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from typing import Any
 
 import numpy as np
 
 from .common import Bar, add_model, failed, load, model_path, printable, say
 from .saved import read_saved, row_key, saved_prefix, sha256
-from uform.inputs import PLURAL, Failure, Gathered, encode, gather, pass_over_unserved, unserved
+from uform.inputs import PLURAL, Failure, Gathered, Item, encode, gather, pass_over_unserved, unserved
 
 
 def add_parser(sub: Any) -> None:
@@ -69,6 +70,7 @@ def run(args: argparse.Namespace) -> int:
             continue
         found = gather([path], texts=False, report=report)
         media.items.extend(i for i in found.items if i.modality in wanted)
+    media.items = _once(media.items)
     if saved:
         checkpoint = model_path(args)
         digest = sha256(checkpoint)
@@ -113,6 +115,19 @@ def run(args: argparse.Namespace) -> int:
         order = order[: args.top]
     ranked = [{"path": printable(paths[i]), "score": round(float(values[i]), 6), "modality": modalities[i]} for i in order]
     return _print(ranked, args, failures)
+
+
+def _once(items: list[Item]) -> list[Item]:
+    """Each file once, the first time it is named: a folder given twice (or a file and its folder)
+    put each of its files in the ranking twice, as two hits of one score."""
+    seen: set[str] = set()
+    out = []
+    for item in items:
+        key = os.path.normpath(os.path.abspath(item.value))
+        if key not in seen:
+            seen.add(key)
+            out.append(item)
+    return out
 
 
 def _print(ranked: list[dict[str, Any]], args: argparse.Namespace, failures: list[Failure]) -> int:
