@@ -210,6 +210,22 @@ def test_plan_follows_the_cluster() -> None:
     assert plan({"CPU": 8.0, "GPU": 2.0}, batch_size=32).placement == "vram"
 
 
+def test_without_ray_the_import_says_how_to_install_it() -> None:
+    """Python's 'No module named 'ray'' named no way out; the error now names the extra."""
+    hide = ("import importlib.abc, sys\n"
+            "class Hide(importlib.abc.MetaPathFinder):\n"
+            "    def find_spec(self, name, path=None, target=None):\n"
+            "        if name.split('.')[0] == 'ray':\n"
+            "            raise ModuleNotFoundError(f'No module named {name!r}', name=name)\n"
+            "sys.meta_path.insert(0, Hide())\n"
+            "try:\n"
+            "    import uform.ray\n"
+            "except ModuleNotFoundError as exc:\n"
+            "    print(exc.name, exc)\n")  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", hide], capture_output=True, text=True, timeout=120, check=True)
+    assert done.stdout == "ray uform.ray needs Ray Data, which is not installed: pip install 'uform[ray]' (ray[data] >= 2.51)\n"
+
+
 # -- on a local Ray runtime -------------------------------------------------------------------
 
 

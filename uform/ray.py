@@ -19,7 +19,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-import ray  # the one module of uform that imports ray (the optional extra uform[ray])
+try:
+    import ray  # the one module of uform that imports ray (the optional extra uform[ray])
+except ModuleNotFoundError as exc:  # Python's words name no way out: say the extra that installs it
+    if exc.name != "ray":
+        raise
+    raise ModuleNotFoundError("uform.ray needs Ray Data, which is not installed: pip install 'uform[ray]' (ray[data] >= 2.51)",
+                              name="ray") from None  # fmt: skip
 
 from .core.arena import Arena, Encoded
 from .core.errors import InputError
