@@ -17,6 +17,8 @@
    the store's bytes per item beyond the embeddings' own; an update of a 3-line text file, its
    unchanged re-run and its removal among those rows (wall and CPU s); ``counts()`` and ``len``
    after 3,000 items are removed (not compacted); and the command's wall time. With
+   ``--exact-threads``, exact search by numpy's loop and by BLAS (OpenBLAS's default threads, and
+   one), each in a process of its own, idle and beside a process spinning on a core. With
    ``--peers usearch,lancedb``, the same rows in those stores (how the store was chosen).
 Writes benchmarks/results/index.json (``--out NAME``: NAME.json).
 """
@@ -178,9 +180,42 @@ def p50(fn: Any, runs: int, rounds: int = 3) -> float:
 CPU_MS: list[float] = []
 WORST_MS: list[float] = []
 
+EXACT_CHILD = """
+import sys
+import numpy as np
+sys.path.insert(0, sys.argv[4])
+from index import CPU_MS, p50
+from uform.index import Index, scoring
+if sys.argv[3] == "blas":  # the product exact search took before: one BLAS call, its threads OpenBLAS's
+    scoring.dot = lambda rows, query: np.asarray(rows @ query, np.float32)
+q = np.random.default_rng(1).standard_normal(256).astype(np.float32)
+with Index(sys.argv[1], checkpoint=sys.argv[2], read_only=True) as ix:
+    print(p50(lambda: ix.search_embedding(q, 10, exact=True), 9, 5), CPU_MS[-1])
+"""
+
+
+def exact_variants(path: Path, checkpoint: Path) -> dict[str, Any]:
+    """Exact search's p50 ms and CPU ms (least of 5 rounds' medians of 9) by numpy's loop and by
+    BLAS with OpenBLAS's default threads and with one, each in a process of its own; then again
+    with a process spinning beside them (a busy core)."""
+    variants = {"numpy_loop": ("einsum", {}), "blas_default_threads": ("blas", {}), "blas_1_thread": ("blas", {"OPENBLAS_NUM_THREADS": "1"})}
+    out: dict[str, Any] = {}
+    for load in ("idle", "busy"):
+        spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if load == "busy" else None
+        try:
+            for name, (how, env) in variants.items():
+                argv = [sys.executable, "-c", EXACT_CHILD, str(path), str(checkpoint), how, str(Path(__file__).parent)]
+                wall, cpu = subprocess.run(argv, env={**os.environ, **env}, capture_output=True, text=True, check=True).stdout.split()
+                out[f"{load}_{name}"] = {"p50_ms": round(float(wall), 1), "cpu_ms": float(cpu), "load_average": round(os.getloadavg()[0], 1)}
+        finally:
+            if spinner is not None:
+                spinner.kill()
+                spinner.wait()
+    return out
+
 
 def search(work: Path, sizes: list[int], queries: int, peer_names: list[str] = [], peer_rows: list[dict[str, Any]] = [],  # noqa: B006
-           peer_sizes: tuple[int, ...] = ()) -> list[dict[str, Any]]:
+           peer_sizes: tuple[int, ...] = (), exact_threads: bool = False) -> list[dict[str, Any]]:
     from uform.index import Index, ivf
 
     checkpoint = work / "small.safetensors"
@@ -205,6 +240,9 @@ def search(work: Path, sizes: list[int], queries: int, peer_names: list[str] = [
             row["load_average"] = round(os.getloadavg()[0], 1)
             row["exact_text_p50_ms"] = round(p50(lambda: ix.search("a red circle on a white background", 10, exact=True), 9), 2)
             row["exact_text_cpu_ms"], row["exact_text_worst_round_ms"] = CPU_MS[-1], WORST_MS[-1]
+            if exact_threads:
+                row["exact_variants"] = exact_variants(path, checkpoint)
+                print(row["exact_variants"], flush=True)
             exact = [[h.path for h in ix.search_embedding(q, 10, exact=True)] for q in qs]
             if n >= min(100_000, ivf.MIN_ROWS):
                 t = time.perf_counter()
@@ -311,6 +349,7 @@ def main() -> None:
     ap.add_argument("--workdir", default=None)
     ap.add_argument("--peers", default="", help="also measure these stores on the same rows: usearch,lancedb")
     ap.add_argument("--peer-sizes", default="100000", help="the sizes --peers are measured at")
+    ap.add_argument("--exact-threads", action="store_true", help="also exact search by numpy's loop and by BLAS (default threads, one), idle and beside a busy core")
     ap.add_argument("--out", default="index", help="the result file's name (benchmarks/results/NAME.json)")
     args = ap.parse_args()
     work = Path(args.workdir or tempfile.mkdtemp(prefix="uform-index-bench-"))
@@ -323,7 +362,7 @@ def main() -> None:
         sizes = [int(s) for s in args.sizes.split(",") if s]
         result["peers"] = []
         result["search"] = search(work, sizes, args.queries, [p for p in args.peers.split(",") if p], result["peers"],
-                                  tuple(int(s) for s in args.peer_sizes.split(",") if s))  # fmt: skip
+                                  tuple(int(s) for s in args.peer_sizes.split(",") if s), args.exact_threads)  # fmt: skip
     finally:
         if args.workdir is None:
             shutil.rmtree(work, ignore_errors=True)

@@ -44,14 +44,15 @@ def prepare(query: np.ndarray, scalar: Scalar, dimensions: int) -> np.ndarray:
 
 
 def dot(rows: np.ndarray, query: np.ndarray) -> np.ndarray:
-    """``rows @ query`` in float32: a block under ``BLOCK`` rows (a probed IVF list, the rows added
-    since the clustering) by numpy's own loop (``einsum``, one thread), a larger one by BLAS. A
-    threaded BLAS product wakes its threads each call: the 62 lists of a clustered search at a
-    million rows took 34-72 CPU ms that way on two busy cores, 7-15 by ``einsum`` (docs/index.md)."""
-    if len(rows) < BLOCK:
-        small: np.ndarray = np.einsum("ij,j->i", rows, query, dtype=np.float32)
-        return small
-    return np.asarray(rows @ query, np.float32)
+    """``rows @ query`` in float32 by numpy's own loop (``einsum``, one thread), ``BLOCK`` rows at
+    a time, never BLAS. A threaded BLAS product wakes its threads each call: the 62 lists of a
+    clustered search at a million rows took 34-72 CPU ms that way on two busy cores, 7-15 by
+    ``einsum``; and an exact search of a million rows, a memory-bound pass that a second thread
+    does not speed, took 100-145 CPU ms by BLAS's threads, 79-111 by ``einsum`` (docs/index.md)."""
+    out = np.empty(len(rows), np.float32)
+    for start in range(0, len(rows), BLOCK):
+        np.einsum("ij,j->i", rows[start : start + BLOCK], query, dtype=np.float32, out=out[start : start + BLOCK])
+    return out
 
 
 def scores(rows: np.ndarray, scalar: Scalar, query: np.ndarray, dimensions: int) -> np.ndarray:
