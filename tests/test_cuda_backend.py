@@ -578,6 +578,42 @@ def test_f16_load_holds_half_the_bytes(fake_cuda: list[int], tiny_text: Path, ti
     np.testing.assert_allclose(got, want, atol=2e-3)
 
 
+@pytest.mark.parametrize("fails", [False, True])
+def test_the_float_weights_file_is_written_as_the_cpu_backends_and_removed(
+    fake_cuda: list[int], tiny_text: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fails: bool
+) -> None:
+    """The cuda backend's float32 weights go where and as the cpu backend's do (one rule,
+    uform.plugins.sessions.widened): a folder named after its writer in the temporary folder,
+    removed once the sessions have read it, or failed to start over it."""
+    import os
+    import tempfile
+
+    from uform.core import files
+
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    seen: list[tuple[str, list[str]]] = []
+    fake = cuda.start_session
+
+    def start(model: Path | bytes, options: Any, device: int) -> Any:
+        folder = Path(str(model)).parent
+        seen.append((folder.name, sorted(os.listdir(folder))))
+        if fails:
+            raise UnsupportedError(f"the CUDA execution provider cannot start on device {device}: a test's refusal")
+        return fake(model, options, device)
+
+    monkeypatch.setattr(cuda, "start_session", start)
+    if fails:
+        with pytest.raises(UnsupportedError, match="on device 0: a test's refusal"):
+            uform.Model.load_vram(tiny_text, devices=[0])
+    else:
+        uform.Model.load_vram(tiny_text, devices=[0]).close()
+    (name, listed), *_ = seen
+    assert name.startswith(".uform-text.") and name.endswith(files.PARTIAL) and listed == ["tower.onnx", "weights.bin"]
+    assert [n for n in os.listdir(temp) if "uform" in n] == []
+
+
 # -- on a GPU -------------------------------------------------------------------------------
 
 

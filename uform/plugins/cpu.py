@@ -18,21 +18,17 @@ from __future__ import annotations
 
 import os
 import platform
-import tempfile
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from uform.core.errors import UnsupportedError
-from uform.core.files import own_folder
 from uform.core.hookspecs import hookimpl
 from uform.core.plugin import Backend, LoadRequest, Placement, Runner, TowerPlan
 from uform.core.types import CPUClass, Scalar
-from uform.core.weights import bind_external, remove_tree
 from uform.plugins.sessions import dequantize
 from uform.plugins.sessions.replicas import Fed, Replicas, on_cpus, ort_values, session_options
+from uform.plugins.sessions.widened import widen, widened_sessions
 
 # Flags each class adds to the one before it, lowest class first; a machine runs every
 # class whose flags (and those of every class below it) it has.
@@ -200,10 +196,6 @@ def domain_plan(domains: list[int] | None, threads: int, root: str | None = None
     return plan
 
 
-def _widen(stored: np.ndarray) -> np.ndarray:
-    return stored.astype(np.float32)
-
-
 def probe() -> str | None:
     try:
         import onnxruntime as ort
@@ -250,17 +242,11 @@ def _widened(name: str, tower: TowerPlan, plan: Plan, advance: Callable[[int], N
     """Sessions over float32 weights that ONNX Runtime reads from a temporary file and packs."""
     import onnxruntime as ort
 
-    directory = own_folder(tempfile.gettempdir(), f"uform-{name}")
-    try:
-        path = bind_external(tower.graph, tower.weights, directory, _widen, advance)
+    def start(path: Path, cpus: list[int] | None, threads: int) -> Any:
+        options = session_options(threads, cpus)
+        return on_cpus(cpus, lambda: ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"]))
 
-        def start(cpus: list[int] | None, threads: int) -> Any:
-            options = session_options(threads, cpus)
-            return on_cpus(cpus, lambda: ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"]))
-
-        sessions = [start(cpus, threads) for cpus, threads in plan]
-    finally:
-        remove_tree(directory)
+    sessions = widened_sessions(name, tower.graph, tower.weights, widen, advance, lambda path: [start(path, cpus, threads) for cpus, threads in plan])
     return sessions, sum(w.size * 4 for w in tower.weights.values()) * len(sessions)
 
 

@@ -25,24 +25,22 @@ import ctypes
 import functools
 import importlib.metadata as metadata
 import os
-import tempfile
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import onnx
-from onnx import TensorProto, helper, numpy_helper
 
 from uform.core.errors import UnsupportedError
-from uform.core.files import own_folder
 from uform.core.hookspecs import hookimpl
 from uform.core.plugin import Backend, LoadRequest, Placement, Runner, TowerPlan
 from uform.core.types import GPUClass, Scalar
-from uform.core.weights import bind_external, remove_tree
 from uform.plugins.sessions import dequantize
 from uform.plugins.sessions.gpus import check_devices, choose_class, detect
+from uform.plugins.sessions.half import half_products as half_products  # tests and docs/gpus.md name it here too
+from uform.plugins.sessions.half import halve as _halve
 from uform.plugins.sessions.replicas import Replicas, session_options
+from uform.plugins.sessions.widened import widen, widened_sessions
 
 PROVIDER = "CUDAExecutionProvider"
 COMPUTE = "tf32"  # "tf32": float32 with TF32 products; "f16": weight matrix products in float16 (experimental)
@@ -193,55 +191,6 @@ def provider_load_error() -> str | None:
     return None
 
 
-def half_products(model: onnx.ModelProto, weights: Sequence[str]) -> tuple[onnx.ModelProto, set[str]]:
-    """A copy of ``model`` whose ``Gemm`` nodes multiply in float16, and the weights that
-    become float16.
-
-    Each ``Gemm`` over checkpoint weights (or embedded constants) used by no other node gets
-    its activation cast to float16 before and its result cast back to float32 after; the rest
-    of the graph (residual stream, LayerNorm, softmax, pooling) stays float32, as do the
-    graph's inputs and outputs. Constants it multiplies become float16 in place.
-    """
-    out = onnx.ModelProto()
-    out.CopyFrom(model)
-    g = out.graph
-    constants = {t.name: i for i, t in enumerate(g.initializer)}
-    declared, halves, nodes = set(weights), set(), []
-    gemms = [n for n in g.node if n.op_type == "Gemm"]
-    elsewhere = {name for n in g.node if n.op_type != "Gemm" for name in n.input} | {n.input[0] for n in gemms}
-    chosen = {id(n) for n in gemms if all((w in declared or w in constants) and w not in elsewhere for w in n.input[1:])}
-    blocked = {w for n in gemms if id(n) not in chosen for w in n.input[1:]}  # shared with a float32 Gemm
-    chosen = {id(n) for n in gemms if id(n) in chosen and not blocked.intersection(n.input[1:])}
-    for node in g.node:
-        operands = node.input[1:]
-        if id(node) not in chosen:
-            nodes.append(node)
-            continue
-        x16, y16 = f"{node.name}_x16", f"{node.name}_y16"
-        nodes.append(helper.make_node("Cast", [node.input[0]], [x16], name=f"{node.name}_to16", to=TensorProto.FLOAT16))
-        half = onnx.NodeProto()
-        half.CopyFrom(node)
-        half.input[0], half.output[0] = x16, y16
-        nodes.append(half)
-        nodes.append(helper.make_node("Cast", [y16], [node.output[0]], name=f"{node.name}_to32", to=TensorProto.FLOAT))
-        for w in operands:
-            if w in constants and w not in halves:
-                table = numpy_helper.to_array(g.initializer[constants[w]])
-                g.initializer[constants[w]].CopyFrom(numpy_helper.from_array(_halve(table), w))
-            halves.add(w)
-    del g.node[:]
-    g.node.extend(nodes)
-    return out, halves & declared
-
-
-def _halve(values: np.ndarray) -> np.ndarray:
-    return np.clip(values.astype(np.float32), -65504, 65504).astype(np.float16)
-
-
-def _widen(stored: np.ndarray) -> np.ndarray:
-    return stored.astype(np.float32)
-
-
 def accepts(request: LoadRequest) -> str | None:
     if request.quantization not in (Scalar.F32, Scalar.BF16, Scalar.E4M3):
         return f"holds weights in f32, bf16 (as f32) or e4m3, not {request.quantization}"
@@ -288,14 +237,9 @@ def _float_sessions(name: str, tower: TowerPlan, devices: list[int], options: An
     half_ids = {id(tower.weights[w]) for w in halves}  # bind_external hands convert the stored arrays
 
     def convert(stored: np.ndarray) -> np.ndarray:
-        return _halve(stored) if id(stored) in half_ids else _widen(stored)
+        return _halve(stored) if id(stored) in half_ids else widen(stored)
 
-    directory = own_folder(tempfile.gettempdir(), f"uform-{name}")
-    try:
-        path = bind_external(graph, tower.weights, directory, convert, advance)
-        sessions = [start_session(path, options, d) for d in devices]
-    finally:
-        remove_tree(directory)
+    sessions = widened_sessions(name, graph, tower.weights, convert, advance, lambda path: [start_session(path, options, d) for d in devices])
     return sessions, sum(w.size * (2 if n in halves else 4) for n, w in tower.weights.items()) * len(sessions)
 
 
