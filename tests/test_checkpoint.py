@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import mmap
 import struct
 from pathlib import Path
@@ -127,6 +128,7 @@ CASES = {
     "offsets vs shape": (lambda p: _with_entry(p, "text.cls", shape=[65]), "'text.cls'.*needs"),
     "negative shape": (lambda p: _with_entry(p, "text.cls", shape=[-64]), "'text.cls'.*shape"),
     "unknown dtype": (lambda p: _with_entry(p, "text.cls", dtype="Q7"), "'text.cls'.*unknown dtype"),
+    "dtype not a string": (lambda p: _with_entry(p, "text.cls", dtype=["BF16"]), r"'text.cls': unknown dtype \['BF16'\]"),
     "overlap": (_overlap, "overlap"),
     "wrong dtype": (lambda p: _with_entry(p, "text.cls", dtype="F16"), "'text.cls': dtype F16"),
     "wrong shape": (lambda p: _with_entry(p, "text.cls", shape=[32, 2]), "'text.cls': shape \\[32, 2\\]"),
@@ -159,6 +161,13 @@ def test_paths_that_are_not_files(tmp_path: Path) -> None:
         uform.Model.load_ram(tmp_path / "missing.safetensors")
     with pytest.raises(uform.CheckpointError, match="is a directory"):
         uform.Model.load_ram(tmp_path)
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    with pytest.raises(uform.CheckpointError, match=f"^{re.escape(str(tmp_path / 'a'))}: cannot open the checkpoint file \\(Too many levels of symbolic links\\)$"):
+        uform.Model.load_ram(tmp_path / "a")
+    (tmp_path / "file").write_bytes(b"x")
+    with pytest.raises(uform.CheckpointError, match=f"^{re.escape(str(tmp_path / 'file' / 'c'))}: cannot open the checkpoint file \\(Not a directory\\)$"):
+        uform.Model.load_ram(tmp_path / "file" / "c")
 
 
 def test_buffer_kinds_load_alike(tiny_text: Path) -> None:

@@ -54,6 +54,8 @@ def _open(p: Path) -> int:
         raise PermissionError(f"{p}: permission denied, cannot read the checkpoint file ({exc.strerror})") from None
     except IsADirectoryError:
         raise CheckpointError(f"{p}: is a directory, not a checkpoint file") from None
+    except OSError as exc:  # a symlink loop, a file named as a folder (a/b.safetensors/c), a name too long, EIO
+        raise CheckpointError(f"{p}: cannot open the checkpoint file ({exc.strerror or exc})") from None
     mode = os.fstat(fd).st_mode
     if not stat.S_ISREG(mode):
         os.close(fd)
@@ -71,7 +73,8 @@ class CheckpointFile:
     load never holds the whole file beside what it builds from it. Errors are
     :class:`CheckpointError` naming the path (a directory, FIFO, socket or device, an empty
     file, a malformed header, a file that ends before a tensor it states), and, from
-    :meth:`read_into`, the tensor (NaN or infinite values); ``FileNotFoundError`` and
+    :meth:`read_into`, the tensor (NaN or infinite values), a path that cannot be opened (a
+    symlink loop, a file named as a folder) with the system's reason; ``FileNotFoundError`` and
     ``PermissionError`` naming the path. Close it (or use it as a context manager) when the load is done.
     """
 

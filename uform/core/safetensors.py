@@ -173,7 +173,7 @@ def _entry(name: str, raw: Any, data_len: int) -> Entry:
     if not isinstance(raw, dict):
         raise _fail(f"tensor {name!r}: header entry is not an object")
     dtype, shape, offsets = raw.get("dtype"), raw.get("shape"), raw.get("data_offsets")
-    if dtype not in DTYPES:
+    if not isinstance(dtype, str) or dtype not in DTYPES:
         raise _fail(f"tensor {name!r}: unknown dtype {dtype!r}")
     if (
         not isinstance(shape, list)
