@@ -3,13 +3,14 @@
 import os
 import re
 from collections.abc import Iterator
-from pathlib import Path, PureWindowsPath
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
 from huggingface_hub import constants, hf_hub_download, list_repo_files, try_to_load_from_cache
 
 from fastermodels._errors import ArtifactNotFoundError, ArtifactReadError, UntrustedSourceError
+from fastermodels._files import artifact_file, irregular, outside
 from fastermodels._model import FasterModel
 from uform.exporters import ARTIFACT_FILES, quiet_torch_deprecations
 
@@ -64,7 +65,10 @@ def _hub_files(repo_id: str, hub: dict[str, Any]) -> set[str]:
 def _fetch(repo_id: str, name: str, local: bool, files: set[str], hub: dict[str, Any]) -> Path:
     """Local path of ``name`` and of its external-data siblings (``name`` + ``.data`` etc.)."""
     if local:
-        return Path(repo_id) / name
+        path = artifact_file(repo_id, name)  # a regular file in the folder, or ArtifactReadError naming it
+        if path is None:
+            raise ArtifactNotFoundError(f"{repo_id} publishes none of {name}")
+        return path
     for sibling in sorted(f for f in files if f.startswith(name + ".")):
         hf_hub_download(repo_id, sibling, **hub)
     return Path(hf_hub_download(repo_id, name, **hub))
@@ -108,22 +112,6 @@ def _tensors(graph: "onnx.GraphProto") -> "Iterator[onnx.TensorProto]":
                 yield from _tensors(sub)
 
 
-def _outside(location: str, folder: Path, within: list[Path]) -> str | None:
-    """Why ``location`` (an external-data entry of a model in ``folder``) is not a file of the
-    artifact, or None when it is: named inside ``folder``, and, its links followed, in one of
-    the folders ``within`` (the artifact's; for a Hub download also the cache's blobs)."""
-    if not location or "\0" in location:
-        return "not a file name"
-    if os.path.isabs(location) or PureWindowsPath(location).anchor:
-        return "an absolute path"
-    if ".." in re.split(r"[/\\]", location):
-        return "a path through '..'"
-    real = os.path.realpath(folder / location)
-    if any(os.path.commonpath([real, inside]) == inside for inside in map(os.path.realpath, within)):
-        return None
-    return f"a link leading outside the artifact's folder, to {real}"
-
-
 def _mentions(path: Path, word: bytes, chunk: int = 1 << 20) -> bool:
     """Whether the bytes of ``path`` hold ``word`` (an external-data entry's key is stored as
     written), read a chunk at a time; True when the file cannot be read (let the parse say why)."""
@@ -141,7 +129,7 @@ def _mentions(path: Path, word: bytes, chunk: int = 1 << 20) -> bool:
 
 def _check_external_data(path: Path, within: list[Path]) -> None:
     """Raise :class:`ArtifactReadError` unless every external-data location ``path`` names is a
-    file in its own folder (:func:`_outside`; ONNX Runtime reads each as the model's weights);
+    regular file in its own folder (:func:`outside`; ONNX Runtime reads each as the model's weights);
     only the graph is parsed, and only when the file holds an external-data entry at all."""
     import onnx
 
@@ -158,7 +146,9 @@ def _check_external_data(path: Path, within: list[Path]) -> None:
         if tensor.data_location != onnx.TensorProto.EXTERNAL:
             continue
         location = next((e.value for e in tensor.external_data if e.key == "location"), "")
-        why = _outside(location, path.parent, within)
+        why = outside(location, path.parent, within)
+        if why is None and os.path.lexists(path.parent / location):
+            why = irregular(path.parent / location)  # a FIFO or a device hangs the runtime reading it
         if why is not None:
             raise ArtifactReadError(
                 f"{path}: tensor {tensor.name!r} keeps its data in {location!r}, {why}; an ONNX artifact's "

@@ -15,6 +15,7 @@ from huggingface_hub.errors import HfHubHTTPError
 from torch import nn
 
 from fastermodels._errors import ArtifactNotFoundError, ArtifactReadError, SpecError, WeightsMismatchError
+from fastermodels._files import artifact_file
 from uform.core import jsontext
 from fastermodels._spec import rebuild, resolve, spec_from
 from fastermodels._strict import check_state_dict
@@ -206,11 +207,9 @@ class FasterModel(nn.Module, PyTorchModelHubMixin,
         RecursionError, or AttributeError for a list). The mixin then reads the file checked."""
         model_id = os.fspath(pretrained_model_name_or_path)
         if os.path.isdir(model_id):
-            config = os.path.join(model_id, CONFIG_FILE)
-            if os.path.isfile(config):
+            config = artifact_file(model_id, CONFIG_FILE)  # a link out of it, a folder, a FIFO: named
+            if config is not None:
                 read_config(config)
-            elif os.path.lexists(config):  # the mixin would open it: IsADirectoryError
-                raise ArtifactReadError(f"{config}: not a file, so not a config.json")
         else:
             fetched = _hub_config(model_id, kwargs)
             if fetched is not None:
@@ -236,9 +235,10 @@ class FasterModel(nn.Module, PyTorchModelHubMixin,
             raise ArtifactNotFoundError(f"{model_id}: no {CONFIG_FILE} naming a `source` factory")
         check_source(model_kwargs["source"], model_kwargs.get("source_kwargs"), trust_remote_code, model_id)
         if os.path.isdir(model_id):
-            weights = os.path.join(model_id, WEIGHTS_FILE)
-            if not os.path.isfile(weights):
+            local = artifact_file(model_id, WEIGHTS_FILE)
+            if local is None:
                 raise ArtifactNotFoundError(f"{model_id}: no {WEIGHTS_FILE}")
+            weights = str(local)
         else:
             weights = hf_hub_download(repo_id=model_id, filename=WEIGHTS_FILE, revision=revision,
                                       cache_dir=cache_dir, force_download=force_download,
@@ -267,6 +267,7 @@ class FasterModel(nn.Module, PyTorchModelHubMixin,
             check_state_dict(outline, _with_tied(outline, state))
         model = cls(**model_kwargs)
         state = _with_tied(model, state)
+        check_state_dict(model, state)  # before the dtypes are taken: an int64 weight names itself
         _take_dtypes(model, state)  # an fp16 artifact loads as fp16
         model.load_state_dict(state)
         return model

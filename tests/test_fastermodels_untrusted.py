@@ -5,10 +5,14 @@ file (a corrupt TorchScript or safetensors, a config.json that is not a JSON obj
 from __future__ import annotations
 
 import json
+import contextlib
 import os
+import re
 import socket
 import struct
 import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -277,7 +281,8 @@ def test_a_config_json_that_is_a_folder_names_it(tmp_path: Path) -> None:
     (tmp_path / "config.json").mkdir()
     save_file({"x": torch.zeros(1)}, str(tmp_path / "model.safetensors"))
     for attempt in (lambda: load(tmp_path), lambda: FasterModel.from_pretrained(tmp_path)):
-        with pytest.raises(ArtifactReadError, match=r"config\.json: not a file, so not a config\.json"):
+        with pytest.raises(ArtifactReadError, match=r"config\.json: a folder, not a regular file, so not a "
+                                                    r"config\.json"):
             attempt()  # was IsADirectoryError from the mixin's open
 
 
@@ -406,3 +411,122 @@ def test_external_data_in_the_hub_cache_are_its_blobs(tmp_path: Path) -> None:
     (snapshot / "model.onnx.data").symlink_to(tmp_path / "secret.bin")
     with pytest.raises(ArtifactReadError, match=r"a link leading outside the artifact's folder, to .*secret\.bin"):
         load("local-org/onnx", cache_dir=str(cache), local_files_only=True)
+
+
+# -- loading reads regular files in the artifact's folder only: a link out of it or a FIFO is named, not read --
+
+
+def _linked(directory: Path, name: str, to: str | Path) -> Path:
+    artifact = _zoo_config(directory)
+    if name == "config.json":
+        (artifact / name).unlink()
+    (artifact / name).symlink_to(to)
+    return artifact
+
+
+@pytest.mark.parametrize(
+    ("name", "to", "why"),
+    [
+        # each was read: the weights of another folder loaded, /etc/passwd parsed as the config
+        ("model.safetensors", "OUTSIDE", "a link leading outside the artifact's folder, to .*other/model.safetensors"),
+        ("config.json", "/etc/passwd", "a link leading outside the artifact's folder, to /etc/passwd"),
+        ("model.safetensors", "/dev/zero", "a link leading outside the artifact's folder, to /dev/zero"),
+        ("model.onnx", "OUTSIDE", "a link leading outside the artifact's folder, to .*other/model.safetensors"),
+    ],
+    ids=["safetensors-out", "config-passwd", "safetensors-zero", "onnx-out"],
+)
+def test_a_link_leading_out_of_the_artifact_is_not_read(resnet_artifact: Path, tmp_path: Path, name: str,
+                                                         to: str, why: str) -> None:
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "model.safetensors").write_bytes((resnet_artifact / "model.safetensors").read_bytes())
+    artifact = _linked(tmp_path / "art", name, other / "model.safetensors" if to == "OUTSIDE" else to)
+    if name == "config.json":
+        (artifact / "model.safetensors").write_bytes((resnet_artifact / "model.safetensors").read_bytes())
+    form = "onnx" if name == "model.onnx" else "auto"
+    attempts = [lambda: load(artifact, form=form)]
+    if form == "auto":
+        attempts.append(lambda: FasterModel.from_pretrained(artifact))
+    for attempt in attempts:
+        with pytest.raises(ArtifactReadError, match=rf"art/{re.escape(name)}: {why}, so not a {re.escape(name)}: "
+                                                    r"an artifact's files are regular files in its folder; nothing was read"):
+            attempt()
+
+
+def test_a_link_inside_the_artifact_loads(resnet_artifact: Path, tmp_path: Path) -> None:
+    artifact = _zoo_config(tmp_path / "art")
+    (artifact / "blobs").mkdir()
+    (artifact / "blobs" / "w").write_bytes((resnet_artifact / "model.safetensors").read_bytes())
+    (artifact / "model.safetensors").symlink_to("blobs/w")
+    assert fastermodels.state_hash(load(artifact)) == fastermodels.state_hash(FasterModel.from_pretrained(resnet_artifact))
+
+
+@pytest.mark.parametrize("name", ["model.safetensors", "model.onnx", "config.json"])
+def test_a_fifo_is_named_instead_of_hanging_load(tmp_path: Path, name: str) -> None:
+    artifact = _zoo_config(tmp_path / "art")
+    if name == "config.json":
+        (artifact / name).unlink()
+        save_file({"x": torch.zeros(1)}, str(artifact / "model.safetensors"))
+    os.mkfifo(artifact / name)  # opening it for reading blocks until a writer comes: load hung for good
+    # (a model.torchscript.pt FIFO hangs torch.jit.load even when given an end of file: refused the same way)
+    with _unblocked(artifact / name), pytest.raises(ArtifactReadError, match=rf"art/{re.escape(name)}: a FIFO, "
+                                                                          rf"not a regular file, so not a {re.escape(name)}"):
+        load(artifact, trust_remote_code=True)
+
+
+@contextlib.contextmanager
+def _unblocked(fifo: Path) -> Iterator[None]:
+    """From 5 s on, each reader blocked on ``fifo`` is given an end of file, so that a load that
+    opened it fails instead of hanging the test run."""
+    done = threading.Event()
+
+    def end() -> None:
+        while not done.wait(5):
+            try:
+                os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+            except OSError:  # no reader: nothing opened it
+                pass
+
+    thread = threading.Thread(target=end, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
+
+
+def test_external_data_that_is_a_fifo_is_refused(tmp_path: Path) -> None:
+    artifact = _onnx(tmp_path / "art", "w.bin")
+    os.mkfifo(artifact / "w.bin")  # ONNX Runtime's read of it blocked for good
+    with _unblocked(artifact / "w.bin"), pytest.raises(ArtifactReadError, match=r"model\.onnx: tensor 'w' keeps its data in 'w\.bin', a FIFO, "
+                                                r"not a regular file; an ONNX artifact's external data"):
+        _run(load(artifact))
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "why"),
+    [
+        # each loaded: an int64 or bool weight raised torch's bare RuntimeError 'data set to a tensor that
+        # requires gradients must be floating point', a float num_batches_tracked loaded as float
+        ("net.fc.weight", lambda t: t.to(torch.int64), r"net\.fc\.weight \(weights torch\.int64, model torch\.float32\)"),
+        ("net.fc.weight", lambda t: t > 0, r"net\.fc\.weight \(weights torch\.bool, model torch\.float32\)"),
+        ("net.bn1.num_batches_tracked", lambda t: t.to(torch.float32) + 0.5,
+         r"net\.bn1\.num_batches_tracked \(weights torch\.float32, model torch\.int64\)"),
+    ],
+    ids=["int64-weight", "bool-weight", "float-counter"],
+)
+def test_a_weight_of_another_kind_of_dtype_names_itself(resnet_artifact: Path, tmp_path: Path, key: str,
+                                                        value: Any, why: str) -> None:
+    from safetensors.torch import load_file
+
+    artifact = tmp_path / "art"
+    artifact.mkdir()
+    (artifact / "config.json").write_bytes((resnet_artifact / "config.json").read_bytes())
+    state = load_file(str(resnet_artifact / "model.safetensors"))
+    state[key] = value(state[key])
+    save_file(state, str(artifact / "model.safetensors"))
+    for attempt in (lambda: load(artifact), lambda: FasterModel.from_pretrained(artifact)):
+        with pytest.raises(fastermodels.WeightsMismatchError, match=r"art: the weights disagree .*; dtype mismatch "
+                                                                    r"\(1\): " + why):
+            attempt()
