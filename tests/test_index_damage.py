@@ -71,6 +71,27 @@ def test_an_index_is_never_made_in_a_folder_of_other_files(tmp_path: Path, ckpt:
         assert len(ix) == 0 and "index.sqlite.new" not in {p.name for p in (tmp_path / "cut").iterdir()}
 
 
+def test_a_creation_stopped_before_its_rename_is_made_again(tmp_path: Path, ckpt: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A creation stopped after its database was whole but before the rename left
+    index.sqlite.new with the index's tables and its path index: the check that the file is the
+    index's own took the path index's name (sqlite_master names indexes too) for another's, and
+    the folder was refused for ever ("not empty (it holds 'index.sqlite.new')"). Every name the
+    schema makes is now the index's own: the next run makes the index."""
+    import uform.index.store as store
+
+    def stopped(src: Path, dst: Path) -> None:
+        raise KeyboardInterrupt  # as a kill between the commit and the rename
+
+    monkeypatch.setattr(store, "move", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        Index(tmp_path / "idx", checkpoint=ckpt)
+    monkeypatch.undo()
+    assert sorted(p.name for p in (tmp_path / "idx").iterdir()) == ["index.sqlite.new", "lock"]
+    with Index(tmp_path / "idx", checkpoint=ckpt) as ix:
+        ix.update([Text("/k", "a text")])
+        assert [e.path for e in ix.entries()] == ["/k"]
+
+
 def test_a_writer_deletes_only_the_files_it_recorded(tmp_path: Path, ckpt: Path) -> None:
     root = photos(tmp_path / "photos", 4)
     with Index(tmp_path / "idx", checkpoint=ckpt) as ix:
