@@ -601,8 +601,9 @@ def test_attention_of_no_items_answers_no_rows(variant: str) -> None:
 @needs_library
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_kernels_this_cpu_cannot_run_are_refused_by_name(variant: str) -> None:
-    """Packing for, and attention through, a variant this CPU lacks: OpLibraryError naming it
-    (they said 'refused to pack ... (-3)' and 'uform_attention failed (1)'), no instruction run."""
+    """Packing for, and a product and attention through, a variant this CPU lacks: OpLibraryError
+    naming it (they said 'refused to pack ... (-3)' and 'uform_attention failed (1)'), no
+    instruction run; the one wording, oplib.entries.cannot_run."""
     assert LIBRARY is not None
     if variant in LIBRARY.runnable:
         pytest.skip(f"this CPU runs the {variant} kernels")
@@ -612,6 +613,9 @@ def test_kernels_this_cpu_cannot_run_are_refused_by_name(variant: str) -> None:
             LIBRARY.pack(variant, w, e4m3)
     with pytest.raises(OpLibraryError, match=f"^this CPU cannot run the {variant} kernels$"):
         LIBRARY.attention(np.ones((4, 96), np.float32), 1, 2, variant=variant)
+    packed = np.zeros(LIBRARY.packed_elements(variant, 40, 64), np.uint16)  # the size a product checks first
+    with pytest.raises(OpLibraryError, match=f"^this CPU cannot run the {variant} kernels$"):
+        LIBRARY.gemm(variant, np.ones((2, 64), np.float32), packed, 40)
 
 
 @needs_library
