@@ -156,6 +156,32 @@ def test_bad_checkpoint_raises_naming_the_fault(case: str, tiny_text: Path, tmp_
         uform.Model.load_ram(path)
 
 
+def test_a_header_of_more_json_tokens_than_the_limit_is_refused_before_it_is_parsed(
+    tiny_text: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 2**19 + 1 empty lists and 2**19 commas: 2**20 + 1 tokens, and '{', ':', '[' around them;
+    # parsed, 100 MiB of them held 2.6 GB of Python lists before the entry was refused
+    text = b'{"a":[' + b"[]," * (1 << 19) + b"[]]}"
+    path = tmp_path / "lists.safetensors"
+    path.write_bytes(struct.pack("<Q", len(text)) + text)
+    monkeypatch.setattr(safetensors.jsontext, "loads", lambda _: pytest.fail("the header was parsed"))
+    limit = r"header holds 1048580 JSON tokens \('\{', '\[', ':', ',' outside strings\), over the limit of 1048576"
+    with pytest.raises(uform.CheckpointError, match=f"^{re.escape(str(path))}: not a valid safetensors checkpoint: {limit}"):
+        uform.Model.load_ram(path)
+    with pytest.raises(uform.CheckpointError, match=limit):
+        uform.Model.load_ram_buffer(path.read_bytes())
+
+
+def test_header_tokens_inside_strings_do_not_count(tiny_text: Path) -> None:
+    assert safetensors.json_tokens(b'{"a":[1,2],"b":"x,{[:\\"],"}') == 6  # the string holds an escaped quote
+    assert safetensors.json_tokens(b'{"a\\\\":[],"b":"\\\\"}') == 5  # a string ending in an escaped backslash
+    # a config string holding 2**20 and more tokens of its own (a tokenizer.json is JSON in a string) loads
+    header, data = _raw(tiny_text)
+    header["__metadata__"]["tokens"] = json.dumps({"a": [[{"b": ","}] for _ in range(1 << 18)]})
+    model = uform.Model.load_ram_buffer(_pack(header, data))
+    assert model.describe().dimensions == 32
+
+
 def test_paths_that_are_not_files(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match="no such checkpoint file"):
         uform.Model.load_ram(tmp_path / "missing.safetensors")

@@ -21,7 +21,9 @@ from . import jsontext
 from .errors import CheckpointError
 
 MAX_HEADER_BYTES = 100 * 1024 * 1024
+MAX_HEADER_TOKENS = 1 << 20  # JSON tokens '{', '[', ':', ',' outside strings: about 87,000 tensors of 12 each
 MAX_RANK = 8
+TOKEN_CHUNK = 1 << 20  # header bytes per step of counting its tokens
 
 DTYPES: dict[str, np.dtype[Any]] = {
     "BF16": np.dtype(ml_dtypes.bfloat16),
@@ -115,8 +117,15 @@ def header(size: int, read: Callable[[int, int], bytes]) -> tuple[dict[str, str]
         raise _fail(f"header length {header_len} exceeds the {MAX_HEADER_BYTES}-byte limit")
     if 8 + header_len > size:
         raise _fail(f"header length {header_len} runs past the end of the {size}-byte file")
+    text = read(8, 8 + header_len)
+    tokens = json_tokens(text)
+    if tokens > MAX_HEADER_TOKENS:
+        raise _fail(
+            f"header holds {tokens} JSON tokens ('{{', '[', ':', ',' outside strings), over the limit of "
+            f"{MAX_HEADER_TOKENS}: more than a checkpoint's tensors need"
+        )
     try:
-        parsed = jsontext.loads(read(8, 8 + header_len))
+        parsed = jsontext.loads(text)
     except jsontext.NotJSON as exc:
         raise _fail(f"header is not JSON ({exc})") from None
     if not isinstance(parsed, dict):
@@ -133,6 +142,22 @@ def header(size: int, read: Callable[[int, int], bytes]) -> tuple[dict[str, str]
         if after.begin < before.end:
             raise _fail(f"tensors {before.name!r} and {after.name!r} overlap in the data section")
     return metadata, entries, 8 + header_len
+
+
+def json_tokens(text: bytes) -> int:
+    """How many ``{``, ``[``, ``:`` and ``,`` the JSON ``text`` holds outside its strings: a bound,
+    read without parsing, on the values and keys a parse would make (each costs Python some 50-100
+    bytes, so 100 MiB of ``[],[],...`` would cost 2.6 GB). Escaped backslashes and quotes are
+    dropped first; every quote left then opens or closes a string."""
+    plain = text.replace(b"\\\\", b"").replace(b'\\"', b"")
+    count, inside = 0, 0
+    for start in range(0, len(plain), TOKEN_CHUNK):
+        chunk = np.frombuffer(plain, np.uint8, min(TOKEN_CHUNK, len(plain) - start), start)
+        parity = np.bitwise_xor.accumulate((chunk == 0x22).view(np.uint8)) ^ np.uint8(inside)
+        structural = (chunk == 0x7B) | (chunk == 0x5B) | (chunk == 0x3A) | (chunk == 0x2C)
+        count += int(np.count_nonzero(structural & (parity == 0)))
+        inside = int(parity[-1])
+    return count
 
 
 def check_finite(container: Container) -> None:
