@@ -1,7 +1,10 @@
 """Torch module → artifact forms: safetensors, TorchScript, ONNX (FP32) and ONNX (INT8).
 
-torch is imported inside the functions only, so that ``import uform.exporters`` never
-imports it (torch is not a run-time dependency of uform).
+The artifact (``export_artifact``: the forms written whole or not at all, verified against
+eager PyTorch) and the TorchScript form are here; the ONNX forms are
+:mod:`uform.exporters.onnx_form`, whose names are re-exported here. torch is imported inside
+the functions only, so that ``import uform.exporters`` never imports it (torch is not a
+run-time dependency of uform).
 
 TorchScript is *traced*, not scripted, by default: a traced graph is what the ONNX
 exporter sees too, so both forms share one semantics; tracing works on any module a
@@ -14,17 +17,21 @@ from __future__ import annotations
 
 import copy
 import json
-import logging
 import os
-import stat
-import warnings
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from uform.core.files import Outputs
+from uform.exporters.onnx_form import ONNX_OPSET as ONNX_OPSET
+from uform.exporters.onnx_form import as_tuple
+from uform.exporters.onnx_form import export_onnx as export_onnx
+from uform.exporters.onnx_form import external_data_name as external_data_name
+from uform.exporters.onnx_form import gathered as gathered
+from uform.exporters.onnx_form import quantize_int8 as quantize_int8
+from uform.exporters.onnx_form import quiet_torch_deprecations as quiet_torch_deprecations
+from uform.exporters.onnx_form import readable_as as readable_as
 
 if TYPE_CHECKING:
     import torch
@@ -34,7 +41,6 @@ ARTIFACT_FILES: dict[str, str] = {
     "torchscript": "model.torchscript.pt",
     "onnx": "model.onnx",
 }
-ONNX_OPSET = 17
 ATOL = 1e-4  # FP32 forms must match eager PyTorch within atol + rtol * |reference|
 RTOL = 1e-4
 INT8_RECIPE = (
@@ -56,23 +62,6 @@ class ExportReport:
     int8: bool = False
     files: dict[str, Path] = field(default_factory=dict)
     max_abs_diff: dict[str, float] = field(default_factory=dict)
-
-
-def _as_tuple(x: Any) -> tuple[torch.Tensor, ...]:
-    return tuple(x) if isinstance(x, (tuple, list)) else (x,)
-
-
-def _names(prefix: str, n: int) -> list[str]:
-    return [prefix] if n == 1 else [f"{prefix}_{i}" for i in range(n)]
-
-
-@contextmanager
-def quiet_torch_deprecations() -> Iterator[None]:
-    """Silence deprecation notices (TorchScript, the TorchScript-based ONNX exporter) in the block."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", FutureWarning)
-        warnings.simplefilter("ignore", DeprecationWarning)
-        yield
 
 
 def _unwrapped(model: torch.nn.Module) -> torch.nn.Module:
@@ -104,102 +93,17 @@ def export_torchscript(model: torch.nn.Module, path: str | Path, example_input: 
     if mode not in ("trace", "script"):
         raise ValueError(f"torchscript mode must be 'trace' or 'script', got {mode!r}")
     with quiet_torch_deprecations(), torch.no_grad():
-        scripted = (torch.jit.trace(model, _as_tuple(example_input))  # type: ignore[no-untyped-call]
+        scripted = (torch.jit.trace(model, as_tuple(example_input))  # type: ignore[no-untyped-call]
                     if mode == "trace"
                     else torch.jit.script(model))
         torch.jit.save(scripted, str(path))
     return Path(path)
 
 
-def export_onnx(model: torch.nn.Module, path: str | Path, example_input: Any,
-                *, opset: int = ONNX_OPSET) -> Path:
-    """Write ``model`` as ONNX with a dynamic batch axis (dim 0 of every input and output)."""
-    import onnx
-    import torch
-
-    if opset < 17:
-        raise ValueError(f"opset must be at least 17, got {opset}")
-    args = _as_tuple(example_input)
-    with torch.no_grad():
-        n_out = len(_as_tuple(model(*args)))
-    inputs, outputs = _names("input", len(args)), _names("output", n_out)
-    path = Path(path)
-    # past protobuf's 2 GiB the exporter writes each weight to a file named after it, beside the
-    # model: it writes into a folder of its own, and the weights are gathered into one `.data`;
-    # both folders are in a scratch folder named after this process (a killed export's is swept
-    # by the next write there), and the files are renamed into place only once checked
-    with Outputs() as files:
-        scratch = files.scratch(path.parent)
-        (scratch / "exported").mkdir()
-        (scratch / "gathered").mkdir()
-        exported, kept = scratch / "exported" / path.name, scratch / "gathered" / path.name
-        with quiet_torch_deprecations():
-            torch.onnx.export(model, args, str(exported), dynamo=False, opset_version=opset,
-                              input_names=inputs, output_names=outputs,
-                              dynamic_axes={n: {0: "batch"} for n in inputs + outputs})
-        gathered(exported, kept)
-        onnx.checker.check_model(str(kept))
-        data = external_data_name(path)
-        if (kept.parent / data).exists():
-            files.adopt(kept.parent / data, path.parent / data)
-        elif (path.parent / data).is_file():  # an earlier model's weights: this one has none
-            files.remove(path.parent / data)
-        files.adopt(kept, path)  # last: it names its data file
-    return path
-
-
-def gathered(exported: Path, path: Path) -> None:
-    """Save ``exported``, alone in its folder but for the weight files torch's exporter writes
-    beside a model past 2 GiB (one a tensor, named after it), as ``path``: its weights inside,
-    or, where it had such files, all in one ``model.onnx.data`` beside ``path``."""
-    import onnx
-
-    external = any(f != exported for f in exported.parent.iterdir())
-    data = path.parent / external_data_name(path)
-    if external:  # onnx appends to a data file that is there
-        data.unlink(missing_ok=True)
-    onnx.save(onnx.load(str(exported)), str(path), save_as_external_data=external,
-              all_tensors_to_one_file=True, location=data.name)
-    if data.exists():
-        readable_as(data, path)
-
-
-def readable_as(data: Path, model: Path) -> None:
-    """Give ``data`` the permissions of ``model`` beside it: onnx writes external data owner-only
-    (0600), so a model file others may read would name weights they could not."""
-    os.chmod(data, stat.S_IMODE(os.stat(model).st_mode))
-
-
-def external_data_name(path: str | Path) -> str:
-    """The file beside ``path`` that holds an ONNX model's weights past 2 GiB: ``model.onnx.data``."""
-    return f"{Path(path).name}.data"
-
-
-class _DropPreprocessHint(logging.Filter):
-    def filter(self, record: logging.LogRecord) -> bool:
-        return "pre-processing before quantization" not in record.getMessage()
-
-
-def quantize_int8(src: str | Path, dst: str | Path) -> Path:
-    """Quantise an FP32 ONNX file to INT8 with ONNX Runtime (see `INT8_RECIPE`)."""
-    from onnxruntime.quantization import QuantType, quantize_dynamic
-
-    hint = _DropPreprocessHint()
-    logging.getLogger().addFilter(hint)
-    external = (Path(src).parent / external_data_name(src)).exists()  # past 2 GiB: so is its INT8 form, maybe
-    try:
-        quantize_dynamic(Path(src), Path(dst), weight_type=QuantType.QInt8, per_channel=True,
-                         use_external_data_format=external)
-    finally:
-        logging.getLogger().removeFilter(hint)
-    if (Path(dst).parent / external_data_name(dst)).exists():
-        readable_as(Path(dst).parent / external_data_name(dst), Path(dst))
-    return Path(dst)
-
-
 def _max_abs_diff(form: str, path: Path, args: tuple[torch.Tensor, ...],
                   reference: tuple[torch.Tensor, ...]) -> tuple[float, bool]:
-    """Run the written file on ``args``; max abs diff to ``reference`` and whether it is in tolerance."""
+    """Run the written file on ``args``; max abs diff to ``reference`` and whether it is in tolerance.
+    Outputs of another number or shape than eager PyTorch's raise `ExportMismatchError` at once."""
     import numpy as np
     import torch
 
@@ -207,7 +111,7 @@ def _max_abs_diff(form: str, path: Path, args: tuple[torch.Tensor, ...],
         with torch.no_grad():
             with quiet_torch_deprecations():
                 module = torch.jit.load(str(path), map_location="cpu")  # type: ignore[no-untyped-call]
-            got = [t.cpu().numpy() for t in _as_tuple(module(*args))]
+            got = [t.cpu().numpy() for t in as_tuple(module(*args))]
     else:
         import onnxruntime as ort
 
@@ -215,6 +119,10 @@ def _max_abs_diff(form: str, path: Path, args: tuple[torch.Tensor, ...],
         feeds = {i.name: a.cpu().numpy() for i, a in zip(session.get_inputs(), args)}
         got = [np.asarray(o) for o in session.run(None, feeds)]
     refs = [r.detach().cpu().numpy() for r in reference]
+    shapes, eager = [tuple(g.shape) for g in got], [tuple(r.shape) for r in refs]
+    if shapes != eager:  # numpy broadcasts: a (1, 1, 4) output passed as close to a (1, 4) one
+        raise ExportMismatchError(f"{path.name}: outputs of shapes {shapes} where eager PyTorch gives "
+                                  f"{eager}; nothing was written")
     diff = max(float(np.abs(g - r).max(initial=0.0)) for g, r in zip(got, refs))
     close = all(np.allclose(g, r, atol=ATOL, rtol=RTOL) for g, r in zip(got, refs))
     return diff, close
@@ -272,9 +180,9 @@ def export_artifact(model: torch.nn.Module, directory: str | Path,
     was_training = model.training
     model.eval()
     try:
-        net, args = _widened(_unwrapped(model), _as_tuple(example_input))  # the forms are FP32
+        net, args = _widened(_unwrapped(model), as_tuple(example_input))  # the forms are FP32
         with torch.no_grad():
-            reference = _as_tuple(net(*args))
+            reference = as_tuple(net(*args))
         with Outputs() as files:  # every form written and checked first; then all renamed in, config.json last
             files.folder(out)
             scratch = files.scratch(out)

@@ -27,7 +27,7 @@ from uform.core.host import get_host
 from uform.core.progress import Progress, ProgressHandler
 from uform.core.runtime import build_graph, plan_towers
 from uform.core.weights import embed
-from uform.exporters.torch_forms import readable_as
+from uform.exporters.onnx_form import readable_as
 
 EXTERNAL_ABOVE = 512 * 1024 * 1024
 QUANTIZATIONS = ("f32", "bf16")
