@@ -186,6 +186,11 @@ def load(repo_id: str | os.PathLike[str], form: str = "auto",
             raise ArtifactNotFoundError(
                 f"{repo}: no such local folder, and looking it up on the Hub as a repo id failed: "
                 f"{type(e).__name__}: {e}") from e
+    if not local and not files and _offline(hub):  # not "publishes none": nothing was asked of the Hub
+        raise ArtifactNotFoundError(
+            f"{repo}: offline (HF_HUB_OFFLINE=1 or local_files_only=True) and the huggingface_hub cache "
+            f"holds none of {', '.join(FORMS.values())} for it; nothing was looked up on the Hub: load it "
+            "once online, or pass the artifact's local folder")
     for f in FORMS if form == "auto" else [form]:
         if FORMS[f] not in files:
             continue

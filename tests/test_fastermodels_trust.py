@@ -142,3 +142,26 @@ def test_a_failed_hub_look_up_says_it_was_tried(tmp_path: Path, monkeypatch: pyt
     assert str(info.value) == ("someone/artifcat: no such local folder, and looking it up on the Hub as a repo id "
                                "failed: ConnectionError: [Errno -2] Name or service not known")
     assert isinstance(info.value.__cause__, ConnectionError)
+
+
+@pytest.mark.parametrize("how", ["local_files_only", "HF_HUB_OFFLINE"])
+def test_a_hub_id_offline_and_not_cached_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str) -> None:
+    """It said 'someone/model publishes none of model.safetensors, ...': a claim about the repo, made
+    without asking the Hub anything."""
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("network access while offline")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)
+    monkeypatch.chdir(tmp_path)
+    kw: dict[str, object] = {"cache_dir": str(tmp_path / "cache")}
+    if how == "local_files_only":
+        kw["local_files_only"] = True
+    else:
+        monkeypatch.setattr(_load, "_offline", lambda hub: True)  # HF_HUB_OFFLINE=1 is read once, at import
+    with pytest.raises(ArtifactNotFoundError) as info:
+        load("someone/model", **kw)
+    assert str(info.value) == (
+        "someone/model: offline (HF_HUB_OFFLINE=1 or local_files_only=True) and the huggingface_hub cache holds "
+        "none of model.safetensors, model.torchscript.pt, model.onnx for it; nothing was looked up on the Hub: "
+        "load it once online, or pass the artifact's local folder")
