@@ -152,8 +152,10 @@ def test_bad_checkpoint_raises_naming_the_fault(case: str, tiny_text: Path, tmp_
         uform.Model.load_ram_buffer(blob)
     path = tmp_path / "bad.safetensors"
     path.write_bytes(blob)
-    with pytest.raises(uform.CheckpointError, match=pattern if case != "empty" else "the file is empty"):
-        uform.Model.load_ram(path)
+    for quantization in ("bf16", "e4m3", "f32"):  # from a file, the message names it, once, first
+        with pytest.raises(uform.CheckpointError, match=pattern if case != "empty" else "the file is empty") as refused:
+            uform.Model.load_ram(path, quantization=quantization)
+        assert str(refused.value).startswith(f"{path}: ") and str(refused.value).count(str(path)) == 1, str(refused.value)
 
 
 def test_a_header_of_more_json_tokens_than_the_limit_is_refused_before_it_is_parsed(

@@ -152,6 +152,13 @@ class CheckpointFile:
         private = {"flags": mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS} if hasattr(mmap, "MAP_ANONYMOUS") else {}
         return self.read_into(name, np.frombuffer(mmap.mmap(-1, size, **private), np.uint8))
 
+    def named(self, exc: CheckpointError) -> CheckpointError:
+        """``exc`` with this file's path in front, unless it names the path already (the
+        header's and the reads' own errors do): a fault of the config, of a tensor's dtype or
+        shape, or of a weight's values, found after the header was read."""
+        prefix = f"{self.path}: "
+        return exc if str(exc).startswith(prefix) else CheckpointError(prefix + str(exc))
+
     def close(self) -> None:
         if self._fd >= 0:
             os.close(self._fd)

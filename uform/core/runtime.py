@@ -129,21 +129,26 @@ class Runtime:
         if executor is not None and not isinstance(executor, Executor):
             raise TypeError(f"executor must be a uform.Executor, got {type(executor).__name__}")
         executor = executor or Executor()
-        container = safetensors.parse(source) if isinstance(source, memoryview) else source
-        config = ModelConfig.from_metadata(container.metadata)
-        host = get_host()
-        planned = plan_towers(container, config, host)
-        towers, plans = {}, {}
-        for name, (modality, parsed, specs) in planned.items():
-            graph = build_graph(name, modality, parsed, config, specs)
-            towers[name] = LoadedTower(modality, parsed, graph)
-            plans[name] = TowerPlan(graph, Stored(container, specs, as_bf16=quantization != Scalar.F32))
-        total = sum(stored_bytes(p.weights) for p in plans.values())
-        tracker = Progress(progress, progress_steps, total)
-        request = LoadRequest(
-            config, plans, executor, quantization, cpu_class, gpu_class, memory_domains, devices, tracker.advance
-        )
-        return cls(config, towers, _open(host, placement, request), executor)
+        try:
+            container = safetensors.parse(source) if isinstance(source, memoryview) else source
+            config = ModelConfig.from_metadata(container.metadata)
+            host = get_host()
+            planned = plan_towers(container, config, host)
+            towers, plans = {}, {}
+            for name, (modality, parsed, specs) in planned.items():
+                graph = build_graph(name, modality, parsed, config, specs)
+                towers[name] = LoadedTower(modality, parsed, graph)
+                plans[name] = TowerPlan(graph, Stored(container, specs, as_bf16=quantization != Scalar.F32))
+            total = sum(stored_bytes(p.weights) for p in plans.values())
+            tracker = Progress(progress, progress_steps, total)
+            request = LoadRequest(
+                config, plans, executor, quantization, cpu_class, gpu_class, memory_domains, devices, tracker.advance
+            )
+            return cls(config, towers, _open(host, placement, request), executor)
+        except CheckpointError as exc:  # the config, a tensor, a weight's values: the file's fault, named
+            if isinstance(source, memoryview):
+                raise
+            raise source.named(exc) from None
 
     def describe(self) -> ModelDescription:
         extra: dict[str, int] = {"token_width": 0, "choice_temperature_groups": 0}

@@ -87,6 +87,10 @@ class Container:
         data[:] = np.frombuffer(self.data[e.begin : e.end], np.uint8)
         return data.view(DTYPES[e.dtype]).reshape(e.shape)
 
+    def named(self, exc: CheckpointError) -> CheckpointError:
+        """``exc`` as it is: a buffer has no name to add."""
+        return exc
+
     def array(self, name: str) -> np.ndarray:
         """A read-only numpy view of a tensor over the buffer (no copy)."""
         e = self.entries[name]

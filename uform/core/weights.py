@@ -12,6 +12,8 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from .errors import CheckpointError
+
 WEIGHTS_FILE = "weights.bin"
 
 
@@ -29,6 +31,9 @@ class Source(Protocol):
     def nbytes(self, name: str) -> int: ...
     def array(self, name: str) -> np.ndarray: ...
     def read_into(self, name: str, out: np.ndarray, skip_bf16_check: bool = False) -> np.ndarray: ...
+    def named(self, exc: CheckpointError) -> CheckpointError:
+        """``exc`` naming where the tensors come from (a file's path), once."""
+        ...
 
 
 class Stored(Mapping[str, np.ndarray]):
