@@ -192,6 +192,23 @@ def test_a_failed_export_leaves_the_artifact_as_it_was(tmp_path: Path) -> None:
     assert load(tmp_path, trust_remote_code=True).spec == fm.spec
 
 
+class _Reshaped(nn.Module):
+    """Eager, its output is (batch, 4); traced (as TorchScript and the ONNX exporter see it), (1, batch, 4)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = x * 2
+        return y.unsqueeze(0) if torch.jit.is_tracing() else y
+
+
+@pytest.mark.parametrize("form", ["torchscript", "onnx"])
+def test_an_export_of_another_shape_than_eager_is_refused(tmp_path: Path, form: str) -> None:
+    """Same values, another shape: numpy's broadcasting passed (1, 1, 4) as close to (1, 4), max abs diff 0."""
+    with pytest.raises(ExportMismatchError, match=rf"{ARTIFACT_FILES[form]}: outputs of shapes \[\(1, 1, 4\)\] "
+                                                  r"where eager PyTorch gives \[\(1, 4\)\]; nothing was written"):
+        export_artifact(_Reshaped(), tmp_path, (form,), example_input=torch.randn(1, 4))
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_export_restores_the_training_flag(tmp_path: Path) -> None:
     net = pruned_mlp().train()
     export_artifact(net, tmp_path, ("onnx",), example_input=torch.randn(2, 16))
