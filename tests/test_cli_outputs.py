@@ -359,3 +359,17 @@ def test_nothing_of_a_set_is_left_when_numpy_fails(tmp_path: Path) -> None:
         with out.open(tmp_path / "x.npy") as f:
             np.save(f, np.zeros(3, object), allow_pickle=False)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_records_value_field_is_named_in_one_place() -> None:
+    """``text`` for a text, ``path`` for a file or a folder: the rows encode writes, the failures
+    it records and the rows read back ask uform.items.value_key (it was written three times:
+    Item.record, Failure.record and cli.saved.row_key)."""
+    from uform.cli.saved import row_key
+    from uform.inputs import Failure, Item
+
+    assert Item("text", "a cat").record() == {"kind": "text", "modality": "text", "text": "a cat"}
+    assert Item("image", "x.png").record() == {"kind": "file", "modality": "image", "path": "x.png"}
+    assert Failure("folder", "d", "cannot list the folder").record() == {"kind": "folder", "path": "d", "reason": "cannot list the folder"}
+    assert [row_key({"kind": kind}) for kind in ("text", "file", None)] == ["text", "path", "path"]
+

@@ -38,6 +38,12 @@ def known_extensions() -> str:
     return "; ".join(f"{m}s {' '.join(exts)}" for m, exts in EXTENSIONS.items())
 
 
+def value_key(kind: object) -> Literal["text", "path"]:
+    """The field of a record (the index's, an encode output's row, a failure) that holds what the
+    item is: ``text`` for a text, ``path`` for anything else (a file, a folder)."""
+    return "text" if kind == "text" else "path"
+
+
 @dataclass(frozen=True)
 class Item:
     """One input: a text, or a file of one modality."""
@@ -52,7 +58,7 @@ class Item:
 
     def record(self) -> dict[str, str]:
         """What the index says of the item (without its row)."""
-        return {"kind": self.kind, "modality": self.modality, ("text" if self.kind == "text" else "path"): self.value}
+        return {"kind": self.kind, "modality": self.modality, value_key(self.kind): self.value}
 
 
 @dataclass(frozen=True)
@@ -68,7 +74,7 @@ class Failure:
         return f"uform: failed: {self.kind} {what}: {self.reason}"
 
     def record(self) -> dict[str, str]:
-        return {"kind": self.kind, ("text" if self.kind == "text" else "path"): self.value, "reason": self.reason}
+        return {"kind": self.kind, value_key(self.kind): self.value, "reason": self.reason}
 
 
 @dataclass
