@@ -28,25 +28,7 @@ size: what llhttp refuses) is answered 400 ``invalid_http`` the same way, naming
 reason, before uvicorn's parser (which reads with the same leniency) would answer it in plain
 text.
 
-uvicorn closes a connection kept alive after an answer once it has been idle
-``timeout_keep_alive`` seconds, but never one that has not sent a whole head: a client that
-connects and sends nothing, or part of a head, held its connection (and the head so far) for
-good, and any number of them were held (2,000 such connections: +55 MB, none ever closed;
-uvicorn's ``limit_concurrency`` only answers 503 to heads that arrived whole). So
-:class:`Connections` counts the guarded connections: one past ``limit`` is answered 503 at
-once and closed, and a head still incomplete ``head_seconds`` after the connection was made
-(its first request) or after its first byte (later ones) is answered 408 and closed. A message
-whose body is still arriving ``head_seconds + body_seconds`` after its head began is closed
-without an answer: the application reads a body within ``body_seconds`` (408 beyond), so this
-ends only a body it does not read (a request answered without it, a 405, a GET), which a
-client sending a byte now and then held for good (each byte restarts uvicorn's keep-alive
-time; one of 30 MB declared, a byte every 2 s, was still open after 30 s). A connection whose
-client has not read what was written to it for ``send_seconds`` (the transport paused writing,
-and has not resumed since) is reset, its unsent bytes dropped: four pipelined requests of
-2,048 texts never read held the answers past what the sockets buffer for good. One timer
-keeps that time for every connection (``TICK``: a head gets ``head_seconds`` and at most
-``TICK`` more); a connection uvicorn stopped reading (a pipelined request waiting for the one
-before it) has its clock started again, as that wait is the server's, not the client's.
+The connections' count and clocks are :mod:`uform.serve.connections`.
 """
 
 from __future__ import annotations
@@ -55,21 +37,21 @@ import asyncio
 import socket
 import struct
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any, cast
 
 import httptools  # the guard's parser; uform serve refuses to start without it (no fallback to uvicorn's h11 protocol)
 
 from .asgi import too_large
 from .chunks import ChunkedBodies
+from .connections import TICK as TICK
+from .connections import Connections as Connections
+from .connections import Refusals as Refusals
 from .errors import ApiError
 
 END_OF_HEAD = b"\r\n\r\n"
 LINGER_BYTES = 1 << 20  # read and dropped after a refusal before the connection is closed
 LINGER_SECONDS = 2.0
 REASONS = {400: b"Bad Request", 408: b"Request Timeout", 413: b"Request Entity Too Large", 414: b"URI Too Long", 431: b"Request Header Fields Too Large", 503: b"Service Unavailable"}
-TICK = 0.5  # seconds between two looks at the heads still arriving
 
 
 class Refused(Exception):
@@ -78,46 +60,13 @@ class Refused(Exception):
         self.status, self.message, self.code = status, message, code
 
 
-@dataclass
-class Connections:
-    """The guarded connections open now, at most ``limit`` (one more is answered 503), each
-    head given ``head_seconds`` to arrive whole (408 beyond); :meth:`close_all` ends them (the
-    drain's deadline)."""
-
-    limit: int = 1024
-    head_seconds: float = 10.0
-    body_seconds: float = 60.0
-    send_seconds: float = 60.0
-    open: set[Guard] = field(default_factory=set)
-    timer: asyncio.TimerHandle | None = None
-
-    def watch(self) -> None:
-        """Keep the heads' time while any connection is open."""
-        if self.timer is None:
-            self.timer = asyncio.get_running_loop().call_later(TICK, self.sweep)
-
-    def sweep(self) -> None:
-        now = time.perf_counter()
-        late, later = now - self.head_seconds, now - self.head_seconds - self.body_seconds
-        for guard in [g for g in self.open if 0 < g.waiting <= late or 0 < g.began_message <= later]:
-            guard.overdue(now, later)
-        unread = now - self.send_seconds
-        for guard in [g for g in self.open if 0 < g.stalled <= unread]:
-            guard.cut_off()
-        self.timer = asyncio.get_running_loop().call_later(TICK, self.sweep) if self.open else None
-
-    def close_all(self) -> int:
-        """Close every connection still open (each had a request in flight: uvicorn closes idle
-        ones when it starts to drain); its client sees the connection close. Answers how many."""
-        guards = list(self.open)
-        for guard in guards:
-            if guard.transport is not None:
-                guard.transport.close()
-        return len(guards)
-
-
-# (client, method, path, status, began, handed: the application holds the request, its head handed on): App.refused
-Refusals = Callable[[Any, str, str, int, float, bool], None]
+def answer(refusal: Refused) -> bytes:
+    """The whole HTTP answer to ``refusal``: OpenAI's error shape, ``Connection: close`` (and
+    ``Retry-After: 1`` to a 503)."""
+    body = ApiError(refusal.status, refusal.message, code=refusal.code).encoded()
+    head = b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\nconnection: close\r\n%s\r\n"
+    retry = b"retry-after: 1\r\n" if refusal.status == 503 else b""
+    return head % (refusal.status, REASONS[refusal.status], len(body), retry) + body
 
 
 def guarded(inner: type[asyncio.Protocol], max_url_bytes: int, max_header_bytes: int, connections: Connections,
@@ -313,10 +262,7 @@ class Guard(ChunkedBodies, asyncio.Protocol):
                               handed)  # fmt: skip
         if transport is None:
             return
-        body = ApiError(refusal.status, refusal.message, code=refusal.code).encoded()
-        head = b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\nconnection: close\r\n%s\r\n"
-        retry = b"retry-after: 1\r\n" if refusal.status == 503 else b""
-        transport.write(head % (refusal.status, REASONS[refusal.status], len(body), retry) + body)
+        transport.write(answer(refusal))
         if transport.can_write_eof():
             transport.write_eof()
         self.linger = LINGER_BYTES
