@@ -94,9 +94,12 @@ def _with_entry(path: Path, name: str, **changes: object) -> bytes:
 
 
 def _without(path: Path, name: str) -> bytes:
+    """The checkpoint without tensor ``name``: its entry and its bytes (the tensors after it moved up)."""
     header, data = _raw(path)
-    del header[name]
-    return _pack(header, data)
+    begin, end = header.pop(name)["data_offsets"]
+    for entry in (e for k, e in header.items() if k != "__metadata__" and e["data_offsets"][0] >= end):
+        entry["data_offsets"] = [o - (end - begin) for o in entry["data_offsets"]]
+    return _pack(header, data[:begin] + data[end:])
 
 
 def _with_extra(path: Path) -> bytes:
@@ -111,6 +114,23 @@ def _overlap(path: Path) -> bytes:
     first = header["text.cls"]["data_offsets"]
     header["text.ln_final.bias"]["data_offsets"] = first  # same shape [64], same span
     return _pack(header, data)
+
+
+def _twice(path: Path, key: str) -> bytes:
+    """The header with ``key``'s entry written a second time, last (Python's json keeps the last)."""
+    header, data = _raw(path)
+    text = json.dumps(header).encode()
+    return struct.pack("<Q", len(text) + len(key) + 6 + len(json.dumps(header[key]))) + text[:-1] + f', "{key}": {json.dumps(header[key])}}}'.encode() + data
+
+
+def _with_gap(path: Path) -> bytes:
+    """64 bytes no tensor covers between the first tensor and the second."""
+    header, data = _raw(path)
+    spans = sorted((e["data_offsets"], k) for k, e in header.items() if k != "__metadata__")
+    end = spans[0][0][1]
+    for (begin, stop), name in spans[1:]:
+        header[name]["data_offsets"] = [begin + 64, stop + 64]
+    return _pack(header, data[:end] + bytes(64) + data[end:])
 
 
 CASES = {
@@ -130,6 +150,11 @@ CASES = {
     "unknown dtype": (lambda p: _with_entry(p, "text.cls", dtype="Q7"), "'text.cls'.*unknown dtype"),
     "dtype not a string": (lambda p: _with_entry(p, "text.cls", dtype=["BF16"]), r"'text.cls': unknown dtype \['BF16'\]"),
     "overlap": (_overlap, "overlap"),
+    "tensor named twice": (lambda p: _twice(p, "text.cls"), r"header is not JSON \(the key 'text.cls' appears twice in one object\)"),
+    "metadata twice": (lambda p: _twice(p, "__metadata__"), r"header is not JSON \(the key '__metadata__' appears twice in one object\)"),
+    "config key twice": (lambda p: _with_config_text(p, json.dumps(json.loads(_raw(p)[0]["__metadata__"]["uform"]))[:-1] + ', "dimensions": 64}'), r"config in __metadata__\[\"uform\"\] is not JSON \(the key 'dimensions' appears twice in one object\)"),
+    "gap between tensors": (_with_gap, "bytes 128 to 192 of the data section, before tensor 'text.blocks.0.attn.out.weight', belong to no tensor"),
+    "bytes after the tensors": (lambda p: _pack(*_raw(p)) + bytes(8), r"the last 8 bytes of the 177416-byte data section belong to no tensor"),
     "wrong dtype": (lambda p: _with_entry(p, "text.cls", dtype="F16"), "'text.cls': dtype F16"),
     "wrong shape": (lambda p: _with_entry(p, "text.cls", shape=[32, 2]), "'text.cls': shape \\[32, 2\\]"),
     "missing tensor": (lambda p: _without(p, "text.blocks.1.mlp.fc2.bias"), "'text.blocks.1.mlp.fc2.bias' is missing"),

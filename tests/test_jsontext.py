@@ -38,3 +38,12 @@ def test_reason_words_another_readers_failure_the_same_way() -> None:
         json.loads("[1,\n2,,]")
     assert reason(err.value) == "Expecting value at line 2 column 3"
     assert reason(RecursionError()) == "nested too deeply"
+
+
+def test_unique_keys_refuses_a_key_written_twice_at_any_depth() -> None:
+    assert loads('{"a": 1, "a": 2}') == {"a": 2}  # by default, as json.loads: the last counts
+    for doc, key in (('{"a": 1, "b": 2, "a": 3}', "a"), ('[{"x": {"k": 1, "k": 1}}]', "k")):
+        with pytest.raises(NotJSON) as err:
+            loads(doc, unique_keys=True)
+        assert str(err.value) == f"the key {key!r} appears twice in one object"
+    assert loads('{"a": {"a": 1}, "b": [{"a": 2}]}', unique_keys=True) == {"a": {"a": 1}, "b": [{"a": 2}]}

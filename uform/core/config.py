@@ -201,7 +201,7 @@ class ModelConfig:
         if text is None:
             raise CheckpointError(f'checkpoint has no config: __metadata__["{METADATA_KEY}"] is missing')
         try:
-            raw = jsontext.loads(text)
+            raw = jsontext.loads(text, unique_keys=True)
         except jsontext.NotJSON as exc:
             raise CheckpointError(f'config in __metadata__["{METADATA_KEY}"] is not JSON ({exc})') from None
         if not isinstance(raw, dict):

@@ -24,16 +24,29 @@ class NotJSON(ValueError):
     more than 4300 digits"``)."""
 
 
-def loads(text: str | bytes) -> Any:
+def loads(text: str | bytes, *, unique_keys: bool = False) -> Any:
     """``json.loads(text)``, bytes read as UTF-8 alone (``json.loads`` would take UTF-16 and 32
     too, which no format uform reads allows); :class:`NotJSON` for text that is not JSON, bytes
-    that are not UTF-8, JSON nested too deeply, or an integer longer than Python converts."""
+    that are not UTF-8, JSON nested too deeply, or an integer longer than Python converts.
+    ``unique_keys``: an object naming a key twice is :class:`NotJSON` too (Python keeps the
+    last, other readers the first or neither: for a format that two programs must read alike)."""
     try:
-        return json.loads(text.decode("utf-8") if isinstance(text, bytes) else text)
+        return json.loads(text.decode("utf-8") if isinstance(text, bytes) else text, object_pairs_hook=_unique if unique_keys else None)
+    except NotJSON:
+        raise
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
         raise NotJSON(reason(exc)) from None
     except ValueError:  # int()'s limit on digits (sys.get_int_max_str_digits), the one ValueError left
         raise NotJSON(f"an integer of more than {sys.get_int_max_str_digits()} digits") from None
+
+
+def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out = dict(pairs)
+    if len(out) < len(pairs):
+        seen: set[str] = set()
+        twice = next(k for k, _ in pairs if k in seen or seen.add(k))  # type: ignore[func-returns-value]
+        raise NotJSON(f"the key {twice!r} appears twice in one object")
+    return out
 
 
 def reason(exc: json.JSONDecodeError | UnicodeDecodeError | RecursionError) -> str:

@@ -129,7 +129,7 @@ def header(size: int, read: Callable[[int, int], bytes]) -> tuple[dict[str, str]
             f"{MAX_HEADER_TOKENS}: more than a checkpoint's tensors need"
         )
     try:
-        parsed = jsontext.loads(text)
+        parsed = jsontext.loads(text, unique_keys=True)
     except jsontext.NotJSON as exc:
         raise _fail(f"header is not JSON ({exc})") from None
     if not isinstance(parsed, dict):
@@ -145,6 +145,13 @@ def header(size: int, read: Callable[[int, int], bytes]) -> tuple[dict[str, str]
     for before, after in zip(spans, spans[1:]):
         if after.begin < before.end:
             raise _fail(f"tensors {before.name!r} and {after.name!r} overlap in the data section")
+    covered = 0  # the tensors tile the data section, as the format says (no bytes for another reader to find)
+    for e in spans:
+        if e.begin > covered:
+            raise _fail(f"bytes {covered} to {e.begin} of the data section, before tensor {e.name!r}, belong to no tensor")
+        covered = e.end
+    if covered < data_len:
+        raise _fail(f"the last {data_len - covered} bytes of the {data_len}-byte data section belong to no tensor")
     return metadata, entries, 8 + header_len
 
 
