@@ -2,6 +2,7 @@
 
 import json
 import os
+import stat
 from itertools import chain
 from collections.abc import Mapping
 from pathlib import Path
@@ -178,7 +179,9 @@ class FasterModel(nn.Module, PyTorchModelHubMixin,
             except (OSError, safetensors.SafetensorError) as e:
                 raise OutputError(f"{directory}: not saved ({e}); every old file is as it was") from None
             written = sorted(scratch.iterdir(), key=lambda p: (p.name == CONFIG_FILE, p.name))
+            mode = stat.S_IMODE((scratch / CONFIG_FILE).stat().st_mode)  # written as the umask says
             for path in written:
+                path.chmod(mode)  # safetensors writes its file 0600; a file there already keeps its own
                 if path.name != "README.md" or not (directory / path.name).exists():
                     out.adopt(path, directory / path.name)
         if not push_to_hub:

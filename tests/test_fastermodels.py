@@ -362,3 +362,24 @@ def test_the_public_names() -> None:
         assert name in fastermodels.__all__
     assert fastermodels.FORMS == {"safetensors": "model.safetensors",
                                   "torchscript": "model.torchscript.pt", "onnx": "model.onnx"}
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077])
+def test_the_weights_are_written_as_the_umask_says(tmp_path: Path, umask: int) -> None:
+    """model.safetensors came out 0600 whatever the umask (safetensors writes its file so) beside a
+    0644 config.json: a published artifact another user or a server could not read; a file already
+    there keeps its own mode."""
+    import os
+    import stat
+
+    fm = FasterModel.wrap(fastermodels.resolve(MLP_SOURCE)(**MLP_KWARGS), MLP_SOURCE, MLP_KWARGS)
+    old = os.umask(umask)
+    try:
+        fm.save_pretrained(tmp_path / "art")
+    finally:
+        os.umask(old)
+    modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in (tmp_path / "art").iterdir()}
+    assert modes == dict.fromkeys(["README.md", "config.json", "model.safetensors"], 0o666 & ~umask)
+    (tmp_path / "art" / "model.safetensors").chmod(0o640)
+    fm.save_pretrained(tmp_path / "art")
+    assert stat.S_IMODE((tmp_path / "art" / "model.safetensors").stat().st_mode) == 0o640
