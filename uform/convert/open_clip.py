@@ -84,7 +84,7 @@ def convert(directory: Path, cfg: dict[str, Any], weights: Weights, source: dict
     text_tower = geometry(tw, td, th, tm, where + " text_cfg") | {
         "token_width": 0, "activation": act, "layer_norm_eps": 1e-5, "class_token": False, "pooling": "last_token",
         "projection": "linear", "tokenizer": "tokenizer.json", "vocab_size": vocab, "context": context, "mask": "causal",
-        "pad_to_context": False, "pad_id": pad_id,
+        "pad_to_context": False, "pad_id": pad_id, "clean": "whitespace" if text.get("hf_tokenizer_name") else "lower",
     }  # fmt: skip
 
     # image

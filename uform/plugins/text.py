@@ -85,18 +85,21 @@ def read(cfg: Mapping[str, Any], model: ModelConfig) -> TextTower:
     token_width = integer(cfg, "token_width", where, 0, 16384) if "token_width" in cfg or model.version < 2 else 0
     head = Head.read(cfg, where, ("class", "last_token", "final_position"), g.width, model.dimensions)
     kind = choice(cfg, "tokenizer", where, ("bytes", "tokenizer.json"), "bytes")
+    clean = choice(cfg, "clean", where, ("none", "lower", "whitespace"), "none")
     vocab = optional_integer(cfg, "vocab_size", where, 1, 1 << 24, BYTES)
     context = optional_integer(cfg, "context", where, 1, MAX_CONTEXT, model.context)
     if kind == "bytes" and vocab != BYTES:
         raise CheckpointError(f"config field {where}.vocab_size: {vocab}, but a byte-level tower has {BYTES} tokens")
     if kind == "bytes" and context != model.context:
         raise CheckpointError(f"config field {where}.context: {context}, but a byte-level tower spans the model's context ({model.context})")
+    if kind == "bytes" and clean != "none":
+        raise CheckpointError(f"config field {where}.clean: {clean!r}, but a byte-level tower reads its bytes as they are (cleaning needs tokenizer \"tokenizer.json\")")
     t = TextTower(
         g, token_width, head, context, vocab,
         mask=choice(cfg, "mask", where, ("padding", "causal", "none"), "padding"),
         pad_to_context=flag(cfg, "pad_to_context", where, False),
         pad_id=optional_integer(cfg, "pad_id", where, 0, vocab - 1, 0),
-        tokenizer=tokens.read(model.extras, context, vocab, where) if kind == "tokenizer.json" else None,
+        tokenizer=tokens.read(model.extras, context, vocab, where, clean) if kind == "tokenizer.json" else None,
     )  # fmt: skip
     if head.pooling == "final_position" and not t.pad_to_context:
         raise CheckpointError(f"config field {where}.pooling: 'final_position' needs pad_to_context true")

@@ -10,7 +10,7 @@ A long text is read only as far as its kept tokens need (:meth:`HeldTokenizer.en
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,7 +20,7 @@ from uform.core.errors import CheckpointError, InputError, UnsupportedError, che
 from uform.core.pipeline import check_batch
 
 METADATA_KEY = "tokenizer"
-EXTRA = "models"  # the extra that installs the tokenizers library
+EXTRA = "models"  # the extra that installs the tokenizers library (and ftfy)
 
 
 READ = 16  # a long text's first read, in characters per token of the context
@@ -41,7 +41,8 @@ class Tokens:
 class HeldTokenizer:
     """The tokenizer of a checkpoint, truncating at ``context``."""
 
-    def __init__(self, text: str, context: int, vocab_size: int, where: str) -> None:
+    def __init__(self, text: str, context: int, vocab_size: int, where: str, clean: str = "none") -> None:
+        self._clean = cleaner(clean, where)
         try:
             from tokenizers import Tokenizer
         except ImportError:
@@ -76,14 +77,14 @@ class HeldTokenizer:
         is counted, in the model's tokens, from the pieces it cut (each carries the
         post-processor's special tokens again)."""
         if count:
-            return self._tokens(self._cut.encode_batch(list(texts)), [True] * len(texts))
+            return self._tokens(self._batch(list(texts)), [True] * len(texts))
         first = READ * self.context
         reads = [min(len(t), first) for t in texts]
-        cut = self._cut.encode_batch([t[:n] for t, n in zip(texts, reads)])
+        cut = self._batch([t[:n] for t, n in zip(texts, reads)])
         last = list(cut)  # the longest prefix read of each text
         pending = [i for i, t in enumerate(texts) if reads[i] < len(t)]
         while pending:
-            again = self._cut.encode_batch([texts[i][: reads[i] * GROWTH] for i in pending])
+            again = self._batch([texts[i][: reads[i] * GROWTH] for i in pending])
             still = []
             for i, e in zip(pending, again):
                 settled = bool(cut[i].overflowing) and e.ids == cut[i].ids
@@ -96,6 +97,9 @@ class HeldTokenizer:
             pending = still
         return self._tokens(last, [n >= len(t) for t, n in zip(texts, reads)])
 
+    def _batch(self, texts: list[str]) -> Any:
+        return self._cut.encode_batch(texts if self._clean is None else [self._clean(t) for t in texts])
+
     def _tokens(self, cut: Sequence[Any], whole: Sequence[bool]) -> Tokens:
         ids = [np.asarray(e.ids, np.int64) for e in cut]
         kept = np.fromiter((len(i) for i in ids), np.int64, len(ids))
@@ -106,12 +110,31 @@ class HeldTokenizer:
         return Tokens(ids, kept, full, np.asarray(whole, bool))
 
 
-def read(metadata: Mapping[str, str], context: int, vocab_size: int, where: str) -> HeldTokenizer:
+def read(metadata: Mapping[str, str], context: int, vocab_size: int, where: str, clean: str = "none") -> HeldTokenizer:
     """The checkpoint's tokenizer; CheckpointError when it is missing or does not parse."""
     text = metadata.get(METADATA_KEY)
     if text is None:
         raise CheckpointError(f'config field {where}.tokenizer: "tokenizer.json", but __metadata__["{METADATA_KEY}"] is missing')
-    return HeldTokenizer(text, context, vocab_size, where)
+    return HeldTokenizer(text, context, vocab_size, where, clean)
+
+
+def cleaner(clean: str, where: str) -> Callable[[str], str] | None:
+    """open_clip's text cleaning (``towers.text.clean``), run on a text before its tokenizer:
+    ``whitespace`` is ftfy's ``fix_text``, HTML entities unescaped twice, whitespace runs (Python's
+    ``str.split``) folded to one space and the ends stripped; ``lower`` also lower-cases (open_clip's
+    SimpleTokenizer, ``whitespace`` its HFTokenizer); ``none`` (None) leaves the text as it is."""
+    if clean == "none":
+        return None
+    try:
+        import ftfy
+    except ImportError:
+        raise UnsupportedError(f"config field {where}.clean: {clean!r} (open_clip's text cleaning) needs the ftfy library: pip install 'uform[{EXTRA}]'") from None
+    import html
+
+    def whitespace(text: str) -> str:
+        return " ".join(html.unescape(html.unescape(ftfy.fix_text(text))).split())
+
+    return whitespace if clean == "whitespace" else lambda text: whitespace(text).lower()
 
 
 def as_bytes(texts: Any) -> list[bytes]:
