@@ -15,18 +15,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
-import numpy as np
-
-from ..inputs import CHUNK, Failure, Item, encode, gather, is_unserved, modality_of, pass_over_unserved, unserved_reason
-from ..core.errors import CancelledError
-from ..core.progress import cancels
-from ..core.scalars import store as cast
-from ..core.types import Scalar
+from ..inputs import CHUNK, Failure, Item, gather, is_unserved, modality_of
 from .identity import MODALITIES
-from .records import Chunk, Failed, Insert, Known, Move
+from .intake import Intake, Pending, UpdateReport, store_rows
+from .records import Failed
 from .sources import NOT_UTF8, TEXT_FILES, Text, digest, escape, in_scope, line_keys, read, storable, text_lines
 from .store import Store
 
@@ -37,67 +31,19 @@ if TYPE_CHECKING:
 __all__ = ["CHUNK", "UpdateReport", "Updater", "digest", "read", "store_rows"]  # read, digest: tests and benchmarks watch what a run opens
 
 
-@dataclass
-class UpdateReport:
-    """What one update did, in items."""
-
-    added: int = 0  # embedded: new paths, or new content at a known path
-    unchanged: int = 0  # size and time as recorded: not read
-    touched: int = 0  # read again, same content: not embedded
-    moved: int = 0  # a new path holding content of a path gone: the row moved, not embedded
-    copied: int = 0  # a new path holding content another row holds: its vector copied
-    removed: int = 0  # rows of files no longer found
-    failed: list[Failure] = field(default_factory=list)  # failed in this run
-    still_failed: list[Failure] = field(default_factory=list)  # failed before, unchanged since: not retried
-    skipped: list[tuple[str, str]] = field(default_factory=list)  # folder entries passed over, as encode's
-    unserved: list[Item] = field(default_factory=list)  # files in folders of a modality the model has no tower for (this run or before)
-
-    @property
-    def embedded(self) -> int:
-        return self.added
-
-
-@dataclass
-class _New:
-    """An item on its way in: its vector encoded from ``payload``, or copied from the row ``copy_of``."""
-
-    insert: Insert
-    payload: str | bytes | None = None
-    copy_of: int | None = None
-
-
-@dataclass
-class _Pending:
-    """A chunk on its way in: new items, paths that take a stored row, failures to record."""
-
-    new: list[_New] = field(default_factory=list)
-    moves: list[Move] = field(default_factory=list)
-    failures: list[Failed] = field(default_factory=list)
-
-
-class Updater:
-    """Runs one update against a writer's :class:`Store`; ``model()`` loads the model when needed."""
+class Updater(Intake):
+    """Runs one update against a writer's :class:`Store`: finds what is new, changed or gone
+    under the sources, and reads it a chunk at a time (``CHUNK``) into :class:`Intake`."""
 
     def __init__(self, store: Store, model: Callable[[], Model], progress: Callable[[int, int], object] | None,
                  report: Callable[[Failure], None] | None, bar: Bar) -> None:  # fmt: skip
-        self.store, self._model, self._progress, self._report, self._bar = store, model, progress, report, bar
-        self.result = UpdateReport()
+        super().__init__(store, model, progress, report, bar)
         with store.snapshot():
             self.failed_before = store.failed()
             self.text_files = store.text_files()
-        self.rows: dict[str, Known] = {}  # the items under the sources (run() reads them)
-        self.seen: set[str] = set()
         self.text_stamps: list[tuple[str, int, int]] = []  # text files read in full: recorded at the end
         self.late: list[Failed] = []  # failures recorded at the end: lines of text files, names that are not UTF-8
-        self.done = self.total = 0
         self.text_lines = 0  # lines of the text files to read, not blank
-
-    def fail(self, f: Failure, *, record: tuple[str, int, int] | None = None, pending: _Pending | None = None) -> None:
-        self.result.failed.append(f)
-        if record is not None and pending is not None:
-            pending.failures.append(Failed(*record, f.reason))
-        if self._report is not None:
-            self._report(f)
 
     def run(self, sources: Iterable[str | os.PathLike[str] | Text]) -> UpdateReport:
         sources = list(sources)
@@ -242,28 +188,8 @@ class Updater:
             self._chunk_texts(good)
         self.text_stamps.append((path, *stamp))
 
-    def _place(self, pending: _Pending, path: str, size: int | None, mtime: int | None, h: bytes, text: str | None,
-               kind: int, payload: str | bytes) -> None:  # fmt: skip
-        """Route one read item: the same content as its row, a move, a copy, or new content to encode."""
-        self.seen.add(path)
-        row = self.rows.get(path)
-        if row is not None and row.hash == h:
-            pending.moves.append(Move(path, size, mtime, row.slot))
-            self.result.touched += 1
-        elif h in self.missing:
-            old = self.missing.pop(h)
-            slot = self.rows.pop(old).slot
-            self.rows[path] = Known(slot, size, mtime, h, text is not None)
-            pending.moves.append(Move(path, size, mtime, slot))
-            self.result.moved += 1
-        elif (found := self.store.slot_of(h)) is not None:  # a row of this content anywhere in the index: the hash index's lookup
-            pending.new.append(_New(Insert(path, size, mtime, h, text, kind), copy_of=found))
-            self.result.copied += 1
-        else:
-            pending.new.append(_New(Insert(path, size, mtime, h, text, kind), payload=payload))
-
     def _chunk_files(self, items: list[Item]) -> None:
-        pending = _Pending()
+        pending = Pending()
         for item in items:
             got = read(item.value)
             if isinstance(got, str):
@@ -279,63 +205,10 @@ class Updater:
         self._commit(pending, len(items))
 
     def _chunk_texts(self, texts: list[tuple[str, str]]) -> None:
-        pending = _Pending()
+        pending = Pending()
         for key, text in texts:
             self._place(pending, key, None, None, digest(text.encode("utf-8", "surrogatepass")), text, 0, text)
         self._commit(pending, len(texts))
-
-    def _commit(self, pending: _Pending, count: int) -> None:
-        """Encode what is new (an item the model refuses becomes a failure), then commit the chunk (Store.commit)."""
-        store = self.store
-        to_encode = [n for n in pending.new if n.payload is not None]
-        if to_encode:
-            to_encode = self._pass_over_unserved(to_encode, pending)
-        if to_encode:
-            items = [Item(MODALITIES[n.insert.kind], n.insert.path) for n in to_encode]  # type: ignore[arg-type]
-            refused: dict[str, str] = {}
-            encoded = encode(self._model(), items, scalar=Scalar.F32, dimensions=None, bar=self._bar,
-                             report=lambda f: refused.__setitem__(f.value, f.reason), payloads=[n.payload for n in to_encode if n.payload is not None])  # fmt: skip
-            vectors = dict(zip((i.value for i in encoded.items), store_rows(encoded.embeddings, store), strict=True))
-            for n in to_encode:
-                if n.insert.path not in vectors:
-                    ins = n.insert
-                    kind: Literal["text", "file"] = "text" if ins.text is not None else "file"
-                    self.fail(Failure(kind, ins.path, refused.get(ins.path, "not encoded")),
-                              record=None if ins.size is None else (ins.path, ins.size, ins.mtime or 0), pending=pending)  # fmt: skip
-        else:
-            vectors = {}
-        keep = [n for n in pending.new if n.payload is None or n.insert.path in vectors]
-        rows = np.zeros(len(keep), store.dtype)
-        if any(n.copy_of is not None for n in keep):
-            old, _ = store.vectors(*store.state())
-        for i, n in enumerate(keep):
-            rows[i] = old[n.copy_of] if n.copy_of is not None else vectors[n.insert.path]
-        at = store.commit(Chunk(rows, [n.insert for n in keep], pending.moves, pending.failures))
-        for slot, n in enumerate(keep, at):
-            ins = n.insert
-            self.rows[ins.path] = Known(slot, ins.size, ins.mtime, ins.hash, ins.text is not None)
-        for f in pending.failures:
-            self.rows.pop(f.path, None)
-        self.result.added += sum(1 for n in keep if n.copy_of is None)
-        self.done += count
-        if self._progress is not None and cancels(self._progress(self.done, self.total)):
-            raise CancelledError("the update was cancelled by its progress handler; what was committed stays")
-
-    def _pass_over_unserved(self, to_encode: list[_New], pending: _Pending) -> list[_New]:
-        """Files found in folders whose modality the model has no tower for are passed over, not
-        failed: recorded as failures are (so they are not read again while unchanged), reported in
-        ``unserved``. Files named by the caller stay, and fail with the verb's reason."""
-        items = [Item(MODALITIES[n.insert.kind], n.insert.path, walked=n.insert.path in self.walked) for n in to_encode]  # type: ignore[arg-type]
-        _, passed = pass_over_unserved(items, self._model())
-        if not passed:
-            return to_encode
-        gone = {i.value for i in passed}
-        for n, item in zip(to_encode, items):
-            if item.value in gone:
-                ins = n.insert
-                pending.failures.append(Failed(ins.path, ins.size, ins.mtime or 0, unserved_reason(item.modality)))
-                self.result.unserved.append(item)
-        return [n for n in to_encode if n.insert.path not in gone]
 
     def _gone(self, roots: list[str]) -> list[str]:
         """Paths of rows under the roots that were not found; not those under a folder that could
@@ -352,17 +225,3 @@ class Updater:
         self.store.prune(gone, failed, stale, self.text_stamps, self.late)
         self.result.removed = len(gone)
 
-
-def store_rows(embeddings: np.ndarray, store: Store) -> np.ndarray:
-    """float32 unit rows as the index's stored rows."""
-    out = np.zeros(len(embeddings), store.dtype)
-    if store.scalar is Scalar.I8:
-        q = np.empty(embeddings.shape, np.int8)
-        s = np.empty(len(embeddings), np.float32)
-        cast(embeddings, Scalar.I8, q, s)
-        out["q"], out["s"] = q, s
-    else:
-        target = np.empty((len(embeddings), *store.dtype.shape), store.dtype.base)
-        cast(embeddings, store.scalar, target, None)
-        out[...] = target
-    return out
