@@ -21,7 +21,7 @@ from .core.checkpoint import CheckpointFile
 from .core.executor import DeferredOn, Executor, On
 from .core.progress import ProgressHandler
 from .core.runtime import Runtime, as_buffer
-from .core.types import CPUClass, GPUClass, ModelDescription, Scalar
+from .core.types import CPUClass, GPUClass, ModelDescription, Scalar, pin
 from .lifecycle import Life
 from .typed_verbs import Files, TypedVerbs
 from .verbs import Served, served_by, utf8_of
@@ -55,6 +55,10 @@ class Model(TypedVerbs):
     """
 
     def __init__(self, runtime: Runtime, executor: Executor | None = None, *, owns_executor: bool = False, _life: Life | None = None) -> None:
+        if not isinstance(runtime, Runtime):  # Model(path) built a model that failed later, in describe() or a verb
+            raise TypeError(
+                f"Model() takes a loaded runtime, not {type(runtime).__name__}: load a checkpoint with "
+                "Model.load_ram(path), Model.load_ram_buffer(buffer), Model.load_vram(path) or Model.load_vram_buffer(buffer)")
         self._runtime = runtime
         self._executor = executor
         self._life = _life or Life(owns_executor)
@@ -78,7 +82,7 @@ class Model(TypedVerbs):
         (:func:`default_checkpoint`)."""
         return _from_file(
             cls, path, "ram", executor, quantization=quantization, progress=progress, progress_steps=progress_steps,
-            cpu_class=cpu_class, memory_domains=memory_domains,
+            cpu_class=_pinned(cpu_class, CPUClass), memory_domains=memory_domains,
         )  # fmt: skip
 
     @classmethod
@@ -97,7 +101,7 @@ class Model(TypedVerbs):
         """Copies a checkpoint held in memory (bytes, bytearray, memoryview, mmap) into host memory."""
         return cls(_runtime(
             buffer, placement="ram", executor=executor, quantization=quantization, progress=progress,
-            progress_steps=progress_steps, cpu_class=cpu_class, memory_domains=memory_domains,
+            progress_steps=progress_steps, cpu_class=_pinned(cpu_class, CPUClass), memory_domains=memory_domains,
         ), owns_executor=executor is None)  # fmt: skip
 
     @classmethod
@@ -117,7 +121,7 @@ class Model(TypedVerbs):
         (:func:`default_checkpoint`)."""
         return _from_file(
             cls, path, "vram", executor, quantization=quantization, progress=progress, progress_steps=progress_steps,
-            gpu_class=gpu_class, devices=devices,
+            gpu_class=_pinned(gpu_class, GPUClass), devices=devices,
         )  # fmt: skip
 
     @classmethod
@@ -136,7 +140,7 @@ class Model(TypedVerbs):
         """Copies a checkpoint held in host memory onto the named GPUs."""
         return cls(_runtime(
             buffer, placement="vram", executor=executor, quantization=quantization, progress=progress,
-            progress_steps=progress_steps, gpu_class=gpu_class, devices=devices,
+            progress_steps=progress_steps, gpu_class=_pinned(gpu_class, GPUClass), devices=devices,
         ), owns_executor=executor is None)  # fmt: skip
 
     # -- receivers -----------------------------------------------------------------------
@@ -291,6 +295,12 @@ def _runtime(buffer: Buffer, **options: Any) -> Runtime:
         return Runtime.load(view, **options)
     finally:
         view.release()
+
+
+def _pinned(value: Any, kind: type[Any]) -> Any:
+    """A load's ``cpu_class`` or ``gpu_class`` checked before any backend sees it: a value that is no
+    class is the caller's error (ValueError), not one more backend refusing the load."""
+    return None if value is None else pin(value, kind, "cpu_class" if kind is CPUClass else "gpu_class")
 
 
 _NOT_VERBS = {"load_ram", "load_ram_buffer", "load_vram", "load_vram_buffer", "on", "deferred", "close"}

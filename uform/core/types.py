@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 
 class Scalar(str, enum.Enum):
@@ -48,6 +48,18 @@ class GPUClass(str, enum.Enum):
 
     def __str__(self) -> str:
         return self.value
+
+
+Pin = TypeVar("Pin", CPUClass, GPUClass)
+
+
+def pin(value: object, kind: type[Pin], what: str) -> Pin:
+    """``value`` (the enum or its string value) as a ``kind`` pin; ValueError naming ``what``
+    and the choices otherwise."""
+    try:
+        return kind(value)
+    except ValueError:
+        raise ValueError(f"{what} {value!r} is not a {kind.__name__}; choose one of {', '.join(c.value for c in kind)}") from None
 
 
 class Outputs(enum.Flag):

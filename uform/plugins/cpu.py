@@ -25,7 +25,7 @@ from typing import Any
 from uform.core.errors import UnsupportedError
 from uform.core.hookspecs import hookimpl
 from uform.core.plugin import Backend, LoadRequest, Placement, Runner, TowerPlan
-from uform.core.types import CPUClass, Scalar
+from uform.core.types import CPUClass, Scalar, pin
 from uform.plugins.sessions import dequantize
 from uform.plugins.sessions.replicas import Fed, Replicas, on_cpus, ort_values, session_options
 from uform.plugins.sessions.widened import widen, widened_sessions
@@ -113,10 +113,7 @@ def choose_class(pinned: CPUClass | str | None, runnable: Sequence[CPUClass]) ->
         if best is None:
             raise UnsupportedError("this CPU reaches no class uform supports (x86-64-v2 or arm64-neon at least)")
         return best
-    try:
-        pinned = CPUClass(pinned)
-    except ValueError:
-        raise ValueError(f"cpu_class {pinned!r} is not a CPUClass; choose one of {', '.join(c.value for c in CPUClass)}") from None
+    pinned = pin(pinned, CPUClass, "cpu_class")
     if pinned not in runnable:
         where = f"the best class it runs is {best}" if best else "it runs no class uform supports"
         if best is not None and _architecture(best) != _architecture(pinned):

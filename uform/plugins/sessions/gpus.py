@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from uform.core.errors import UnsupportedError
-from uform.core.types import GPUClass
+from uform.core.types import GPUClass, pin
 
 # Each class and the compute capability it needs, lowest first; a device runs every class
 # at or below its own capability.
@@ -72,10 +72,7 @@ def choose_class(pinned: GPUClass | str | None, gpus: Sequence[GPU]) -> GPUClass
     shared = min((runnable(g.capability)[-1] for g in gpus), key=lambda c: [x for x, _ in CLASSES].index(c))
     if pinned is None:
         return shared
-    try:
-        pinned = GPUClass(pinned)
-    except ValueError:
-        raise ValueError(f"gpu_class {pinned!r} is not a GPUClass; choose one of {', '.join(c.value for c in GPUClass)}") from None
+    pinned = pin(pinned, GPUClass, "gpu_class")
     beyond = [str(g) for g in gpus if pinned not in runnable(g.capability)]
     if beyond:
         raise UnsupportedError(

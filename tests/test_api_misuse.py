@@ -1,0 +1,64 @@
+"""The API page's misuses, each answered at once in the caller's terms: a Model constructed from a
+path (it loads nothing), a cpu_class or gpu_class that is no class (the caller's ValueError, not a
+backend's bug reported in the log), and what a demanding caller passes the two decoded-input verbs."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import uform
+from ckpt import make_checkpoint
+
+
+@pytest.fixture(scope="module")
+def ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_checkpoint(tmp_path_factory.mktemp("misuse") / "tiny.safetensors", "tiny", 7, ["text", "image", "audio"])
+
+
+def test_a_model_constructed_from_a_path_is_a_type_error_naming_the_loads(ckpt: Path) -> None:
+    # it answered a Model, whose describe() and verbs then raised AttributeError: 'PosixPath' object has no attribute 'describe'
+    for given in (ckpt, str(ckpt)):
+        with pytest.raises(TypeError, match=rf"^Model\(\) takes a loaded runtime, not {type(given).__name__}: load a checkpoint "
+                                            r"with Model.load_ram\(path\), Model.load_ram_buffer\(buffer\), Model.load_vram\(path\)"):
+            uform.Model(given)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("load", "what", "kind"), [
+    ("load_ram", "cpu_class", "CPUClass"), ("load_ram_buffer", "cpu_class", "CPUClass"),
+    ("load_vram", "gpu_class", "GPUClass"), ("load_vram_buffer", "gpu_class", "GPUClass"),
+])  # fmt: skip
+def test_a_pin_that_is_no_class_is_the_callers_value_error_before_any_backend_is_asked(
+    ckpt: Path, caplog: pytest.LogCaptureFixture, load: str, what: str, kind: str
+) -> None:
+    # cpu_class='junk' reached the e4m3 backend's accepts, which raised: the log said "backend 'e4m3': its accepts
+    # raised ValueError: ...; uform ... (plugin 'e4m3') has a bug: report it there", then the cpu backend raised it again;
+    # load_vram(gpu_class='junk') on a machine without CUDA said "no CUDAExecutionProvider" and never named the pin
+    source = ckpt.read_bytes() if load.endswith("_buffer") else ckpt
+    with caplog.at_level(logging.DEBUG), pytest.raises(ValueError, match=rf"^{what} 'junk' is not a {kind}; choose one of "):
+        getattr(uform.Model, load)(source, **{what: "junk"})
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+
+
+def test_a_pin_given_as_its_string_loads_as_the_class(ckpt: Path) -> None:
+    with uform.Model.load_ram(ckpt, cpu_class="x86-64-v2") as model:
+        assert model.describe().cpu_class is uform.CPUClass.X86_64_V2
+
+
+def test_views_of_pixels_and_samples_encode_as_their_copies(ckpt: Path) -> None:
+    rng = np.random.default_rng(3)
+    pixels = rng.integers(0, 256, (41, 53, 3), dtype=np.uint8)
+    samples = (rng.standard_normal(5000) * 0.1).astype(np.float32)
+    locked = pixels.copy()
+    locked.flags.writeable = False
+    with uform.Model.load_ram(ckpt, quantization=uform.Scalar.F32) as model:
+        views = [pixels[::-1, ::-1], pixels[::2, ::3], pixels[:, :, ::-1], locked]
+        got = np.array(model.image_encode_pixels(views, uform.Arena()).embeddings)
+        want = np.array(model.image_encode_pixels([np.array(v) for v in views], uform.Arena()).embeddings)
+        assert np.array_equal(got, want)
+        got = np.array(model.audio_encode_samples([samples[::-1], samples[::3]], 16000, uform.Arena()).embeddings)
+        want = np.array(model.audio_encode_samples([samples[::-1].copy(), samples[::3].copy()], 16000, uform.Arena()).embeddings)
+        assert np.array_equal(got, want)
