@@ -210,3 +210,36 @@ def _container(tensors: dict[str, np.ndarray]) -> memoryview:
     safetensors.write(buf, tensors, {})
     return memoryview(buf.getvalue())
 
+
+
+def test_weights_the_machine_cannot_hold_are_refused_before_any_is_read(tiny_text: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # a sparse file as large as its header claims costs no disk, and was read until memory ran out
+    from uform.core import runtime
+
+    with checkpoint.CheckpointFile(tiny_text) as source:
+        values = sum(int(np.prod(e.shape)) for e in source.entries.values())
+    monkeypatch.setattr(runtime, "machine_memory", lambda: values + 1, raising=False)  # E4M3's one byte a value fits, BF16's two do not
+    with monkeypatch.context() as m:
+        m.setattr(checkpoint.CheckpointFile, "read_into", lambda *a, **k: pytest.fail("a weight was read"))
+        for quantization in ("bf16", "f32"):
+            message = (
+                f"{tiny_text}: its {values:,} weight values take at least {2 * values:,} bytes at {quantization.upper()}, "
+                f"more than this machine's {values + 1:,} bytes of RAM and swap: it cannot be loaded here"
+            )
+            with pytest.raises(uform.UnsupportedError, match=f"^{re.escape(message)}$"):
+                uform.Model.load_ram(tiny_text, quantization=quantization)
+    assert _embed(uform.Model.load_ram(tiny_text, quantization="e4m3")).shape == (2, 32)
+
+
+@pytest.mark.parametrize("fault", [OSError(12, "Cannot allocate memory"), MemoryError("Unable to allocate 256. MiB")])
+def test_running_out_of_memory_while_loading_is_unsupported_naming_the_file(
+    tiny_text: Path, monkeypatch: pytest.MonkeyPatch, fault: BaseException
+) -> None:
+    def refuse(*args: object, **kwargs: object) -> None:  # a ulimit or a cgroup refusing what the check let through
+        raise fault
+
+    monkeypatch.setattr(checkpoint.CheckpointFile, "read_into", refuse)
+    for quantization in ("bf16", "e4m3", "f32"):
+        message = f"{tiny_text}: ran out of memory while placing its weights ({fault}): it cannot be loaded here"
+        with pytest.raises(uform.UnsupportedError, match=f"^{re.escape(message)}$"):
+            uform.Model.load_ram(tiny_text, quantization=quantization)

@@ -15,7 +15,7 @@ import numpy as np
 
 from . import files, safetensors
 from .config import METADATA_KEY, ModelConfig, make_config
-from .errors import CheckpointError, UnsupportedError
+from .errors import CheckpointError, UformError, UnsupportedError
 from .host import Host
 from .progress import Progress, ProgressHandler
 
@@ -152,12 +152,12 @@ class CheckpointFile:
         private = {"flags": mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS} if hasattr(mmap, "MAP_ANONYMOUS") else {}
         return self.read_into(name, np.frombuffer(mmap.mmap(-1, size, **private), np.uint8))
 
-    def named(self, exc: CheckpointError) -> CheckpointError:
+    def named(self, exc: UformError) -> UformError:
         """``exc`` with this file's path in front, unless it names the path already (the
         header's and the reads' own errors do): a fault of the config, of a tensor's dtype or
         shape, or of a weight's values, found after the header was read."""
         prefix = f"{self.path}: "
-        return exc if str(exc).startswith(prefix) else CheckpointError(prefix + str(exc))
+        return exc if str(exc).startswith(prefix) else type(exc)(prefix + str(exc))
 
     def close(self) -> None:
         if self._fd >= 0:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import errno
+import math
+import os
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -19,7 +22,7 @@ from .plugin import LoadRequest, Modality, Placement, Runner, TensorSpec, TowerP
 from .progress import Progress, ProgressHandler
 from .scalars import coerce
 from .types import CPUClass, GPUClass, ModelDescription, Scalar
-from .weights import Source, Stored, stored_bytes
+from .weights import Source, Stored, shape_of, stored_bytes
 
 STORED_DTYPE = "BF16"
 V2_DTYPES = ("BF16", "F16", "F32")  # what a version-2 file may store
@@ -129,6 +132,7 @@ class Runtime:
         if executor is not None and not isinstance(executor, Executor):
             raise TypeError(f"executor must be a uform.Executor, got {type(executor).__name__}")
         executor = executor or Executor()
+        named = source.named if not isinstance(source, memoryview) else lambda exc: exc
         try:
             container = safetensors.parse(source) if isinstance(source, memoryview) else source
             config = ModelConfig.from_metadata(container.metadata)
@@ -139,6 +143,9 @@ class Runtime:
                 graph = build_graph(name, modality, parsed, config, specs)
                 towers[name] = LoadedTower(modality, parsed, graph)
                 plans[name] = TowerPlan(graph, Stored(container, specs, as_bf16=quantization != Scalar.F32))
+            short = _memory_shortfall(plans, quantization) if placement == "ram" else ""
+            if short:
+                raise named(UnsupportedError(short))
             total = sum(stored_bytes(p.weights) for p in plans.values())
             tracker = Progress(progress, progress_steps, total)
             request = LoadRequest(
@@ -146,9 +153,11 @@ class Runtime:
             )
             return cls(config, towers, _open(host, placement, request), executor)
         except CheckpointError as exc:  # the config, a tensor, a weight's values: the file's fault, named
-            if isinstance(source, memoryview):
+            raise named(exc) from None
+        except (MemoryError, OSError) as exc:  # an allocation refused after the check (a ulimit, a cgroup): numpy's, or a map's ENOMEM
+            if isinstance(exc, OSError) and exc.errno != errno.ENOMEM:
                 raise
-            raise source.named(exc) from None
+            raise named(UnsupportedError(f"ran out of memory while placing its weights ({exc}): it cannot be loaded here")) from None
 
     def describe(self) -> ModelDescription:
         extra: dict[str, int] = {"token_width": 0, "choice_temperature_groups": 0}
@@ -173,6 +182,36 @@ class Runtime:
             f"{verb} needs the {owner.tower.name!r} tower, which this checkpoint does not have "
             f"(it has: {', '.join(self.config.towers)})"
         )
+
+
+def machine_memory() -> int | None:
+    """This machine's RAM and swap in bytes (``/proc/meminfo``; else the physical pages), None
+    where neither tells."""
+    try:
+        with open("/proc/meminfo", "rb") as f:
+            lines = f.read().decode("ascii", "replace").splitlines()
+    except OSError:
+        try:
+            return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        except (AttributeError, ValueError, OSError):
+            return None
+    kib = {k: int(v.split()[0]) for k, _, v in (line.partition(":") for line in lines) if v.split()[:1] and v.split()[0].isdigit()}
+    return (kib.get("MemTotal", 0) + kib.get("SwapTotal", 0)) * 1024 or None
+
+
+def _memory_shortfall(plans: Mapping[str, TowerPlan], quantization: Scalar) -> str:
+    """Why the weights cannot be held here ('' when they may be): their values, at the fewest
+    bytes ``quantization`` holds one in (E4M3 1, else 2), outnumber the machine's RAM and swap.
+    Judged before anything is read: a file of zeros as large as its header claims (a sparse one
+    costs no disk) would else be read until the out-of-memory killer ended the process."""
+    values = sum(math.prod(shape_of(p.weights, n)) for p in plans.values() for n in p.weights)
+    need, memory = values * (1 if quantization == Scalar.E4M3 else 2), machine_memory()
+    if memory is None or need <= memory:
+        return ""
+    return (
+        f"its {values:,} weight values take at least {need:,} bytes at {quantization.name}, more than this "
+        f"machine's {memory:,} bytes of RAM and swap: it cannot be loaded here"
+    )
 
 
 def _open(host: Host, placement: str, request: LoadRequest) -> Placement:

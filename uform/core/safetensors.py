@@ -18,7 +18,7 @@ import ml_dtypes
 import numpy as np
 
 from . import jsontext
-from .errors import CheckpointError
+from .errors import CheckpointError, UformError
 
 MAX_HEADER_BYTES = 100 * 1024 * 1024
 MAX_HEADER_TOKENS = 1 << 20  # JSON tokens '{', '[', ':', ',' outside strings: about 87,000 tensors of 12 each
@@ -87,7 +87,7 @@ class Container:
         data[:] = np.frombuffer(self.data[e.begin : e.end], np.uint8)
         return data.view(DTYPES[e.dtype]).reshape(e.shape)
 
-    def named(self, exc: CheckpointError) -> CheckpointError:
+    def named(self, exc: UformError) -> UformError:
         """``exc`` as it is: a buffer has no name to add."""
         return exc
 

@@ -12,7 +12,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from .errors import CheckpointError
+from .errors import UformError
 
 WEIGHTS_FILE = "weights.bin"
 
@@ -31,7 +31,7 @@ class Source(Protocol):
     def nbytes(self, name: str) -> int: ...
     def array(self, name: str) -> np.ndarray: ...
     def read_into(self, name: str, out: np.ndarray, skip_bf16_check: bool = False) -> np.ndarray: ...
-    def named(self, exc: CheckpointError) -> CheckpointError:
+    def named(self, exc: UformError) -> UformError:
         """``exc`` naming where the tensors come from (a file's path), once."""
         ...
 
