@@ -97,6 +97,22 @@ def test_a_long_text_is_cleaned_in_the_part_read_as_open_clip_cleans_it_whole(co
     assert [list(map(int, row)) for row in held.encode(texts, count=True).ids] == want
 
 
+# open_clip's SimpleTokenizer names its special tokens <start_of_text> and <end_of_text>
+# (matched in the cleaned text, so in any case); CLIP's tokenizer.json <|startoftext|> and <|endoftext|>
+SPECIALS = [
+    "a <|endoftext|> b", "a <end_of_text> b", "A <START_OF_TEXT> b", "x<end_of_text>y", "<|startoftext|>",
+    "<|endoftext|><|endoftext|>", "<|EndOfText|> caps", "a<|startoftext|>b<|endoftext|>c", "<end_of_text>" * 80,
+]
+
+
+def test_the_special_tokens_are_open_clips_names(converted: tuple[Any, Path]) -> None:
+    """A text holding ``<end_of_text>`` is open_clip's end token; ``<|endoftext|>`` is plain text
+    there (it was the end token in uform: 'a <|endoftext|> b' gave 5 ids, open_clip 10)."""
+    _, held = _held(converted[1])
+    want = _ids(open_clip.get_tokenizer("ViT-B-32"), SPECIALS)
+    assert [t for t, row, ids in zip(SPECIALS, held.encode(SPECIALS).ids, want) if list(map(int, row)) != ids] == []
+
+
 def test_an_hf_tokenizer_open_clip_folder_cleans_without_lower_casing(tmp_path: Path) -> None:
     """open_clip's HFTokenizer (``hf_tokenizer_name``) cleans with ``whitespace``: ftfy and the
     entities, no lower-casing of its own."""

@@ -15,10 +15,13 @@ transformers' ``CLIPTokenizer`` (open_clip and transformers needed at convert ti
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from uform.core import jsontext
 
 from .common import CLIP_MEAN, CLIP_STD, Converted, Taker, config, geometry, integer, logit_scale, norm, positive, section, triple
 from .sources import ConvertError, Weights
@@ -175,7 +178,37 @@ def _tokenizer(directory: Path, text: dict[str, Any], vocab: int, notes: list[st
     tok = parse(value, str(path))
     fits(tok, vocab, str(path), "open_clip_config.json text_cfg.vocab_size")
     end = tok.token_to_id("<|endoftext|>")
+    if not text.get("hf_tokenizer_name"):
+        value = _simple_specials(value, notes)
+        fits(parse(value, str(path)), vocab, str(path), "open_clip_config.json text_cfg.vocab_size")
     return value, int(end) if end is not None else 0
+
+
+SIMPLE_SPECIALS = {"<|startoftext|>": "<start_of_text>", "<|endoftext|>": "<end_of_text>"}
+
+
+def _simple_specials(value: str, notes: list[str]) -> str:
+    """CLIP's ``tokenizer.json`` with its special tokens named as open_clip's SimpleTokenizer names
+    them (``<start_of_text>``, ``<end_of_text>``; same ids): a text holding ``<end_of_text>`` is
+    its end token there and ``<|endoftext|>`` plain text, where CLIP's names are the other way
+    round. The names change in the added tokens, the BPE vocabulary, the pre-tokenizer's split
+    pattern and the post-processor; a tokenizer without CLIP's names is kept as it is."""
+    import json
+
+    data = jsontext.loads(value)  # parsed by the tokenizers library already
+    added = data.get("added_tokens") if isinstance(data, dict) else None
+    if not isinstance(added, list) or {a.get("content") for a in added if isinstance(a, dict)} != set(SIMPLE_SPECIALS):
+        notes.append("tokenizer.json: special tokens other than CLIP's two kept as they are (open_clip's SimpleTokenizer names <start_of_text> and <end_of_text>)")
+        return value
+    for token in added:
+        token["content"] = SIMPLE_SPECIALS[token["content"]]
+    model = data.get("model")
+    if isinstance(model, dict) and isinstance(model.get("vocab"), dict):
+        model["vocab"] = {SIMPLE_SPECIALS.get(k, k): i for k, i in model["vocab"].items()}
+    text = json.dumps(data, ensure_ascii=False)
+    for old, new in SIMPLE_SPECIALS.items():  # as JSON text: the split pattern and the post-processor's names
+        text = text.replace(json.dumps(re.escape(old))[1:-1], new).replace(json.dumps(old), json.dumps(new))
+    return text
 
 
 def _clip_bpe(directory: Path) -> str:
