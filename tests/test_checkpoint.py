@@ -150,6 +150,8 @@ CASES = {
     "unknown dtype": (lambda p: _with_entry(p, "text.cls", dtype="Q7"), "'text.cls'.*unknown dtype"),
     "dtype not a string": (lambda p: _with_entry(p, "text.cls", dtype=["BF16"]), r"'text.cls': unknown dtype \['BF16'\]"),
     "overlap": (_overlap, "overlap"),
+    "metadata zero": (lambda p: _pack({**_raw(p)[0], "__metadata__": 0}, _raw(p)[1]), "__metadata__ must map strings to strings"),
+    "metadata a list": (lambda p: _pack({**_raw(p)[0], "__metadata__": []}, _raw(p)[1]), "__metadata__ must map strings to strings"),
     "tensor named twice": (lambda p: _twice(p, "text.cls"), r"header is not JSON \(the key 'text.cls' appears twice in one object\)"),
     "metadata twice": (lambda p: _twice(p, "__metadata__"), r"header is not JSON \(the key '__metadata__' appears twice in one object\)"),
     "config key twice": (lambda p: _with_config_text(p, json.dumps(json.loads(_raw(p)[0]["__metadata__"]["uform"]))[:-1] + ', "dimensions": 64}'), r"config in __metadata__\[\"uform\"\] is not JSON \(the key 'dimensions' appears twice in one object\)"),

@@ -134,7 +134,8 @@ def header(size: int, read: Callable[[int, int], bytes]) -> tuple[dict[str, str]
         raise _fail(f"header is not JSON ({exc})") from None
     if not isinstance(parsed, dict):
         raise _fail("header is not a JSON object")
-    metadata = parsed.pop("__metadata__", None) or {}
+    metadata = parsed.pop("__metadata__", None)
+    metadata = {} if metadata is None else metadata  # null is none, as the safetensors library reads it
     if not isinstance(metadata, dict) or not all(
         isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()
     ):
