@@ -1,45 +1,27 @@
-"""Batch encoding on Ray Data: one :class:`~uform.Model` per actor, loaded once.
-
-``pip install 'uform[ray]'``. This is the only module of uform that imports ``ray``; ``import
-uform`` never does. Guide and reference: docs/scale.md. Every row keeps the columns it came
-with (an id column ties a result to its input; ``preserve_order=True`` keeps the order too)
-and gains an embedding, or — for an item the model refuses, a corrupt file among millions —
-an error ``"Type: message"`` and no embedding: one bad row never fails the batch, nor the job.
-:func:`index_rows` turns the result into rows of an index's Parquet schema (docs/index.md).
+"""Ray Data's callable class: one :class:`~uform.Model` per actor, loaded once, that encodes each
+batch of a dataset column; a refused item becomes its row's error, never the batch's
+(docs/scale.md). :func:`uform.ray.encode_dataset` maps a dataset through it.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import threading
-from collections import Counter
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
+import ray  # uform/ray/__init__.py imported it first, or said what installs it
 
-try:
-    import ray  # the one module of uform that imports ray (the optional extra uform[ray])
-except ModuleNotFoundError as exc:  # Python's words name no way out: say the extra that installs it
-    if exc.name != "ray":
-        raise
-    raise ModuleNotFoundError("uform.ray needs Ray Data, which is not installed: pip install 'uform[ray]' (ray[data] >= 2.51)",
-                              name="ray") from None  # fmt: skip
+from ..core.arena import Arena, Encoded
+from ..core.errors import InputError
+from ..core.executor import MAX_THREADS, Executor, available_cores
+from ..core.scalars import coerce, layout, store
+from ..core.types import Outputs, Scalar
+from ..model import Model
+from ..verbs import ENCODE_VERBS
 
-from .core.arena import Arena, Encoded
-from .core.errors import InputError
-from .core.executor import MAX_THREADS, Executor, available_cores
-from .core.scalars import coerce, layout, store
-from .core.types import Outputs, Scalar
-from .index.parquet import index_rows  # encode_dataset's output as rows of an index's Parquet schema
-from .model import Model
-from .verbs import ENCODE_VERBS
-
-if TYPE_CHECKING:
-    from ray.data import Dataset
-
-__all__ = ["MODALITIES", "Encoder", "Plan", "RowCounts", "count_errors", "encode_dataset", "index_rows", "plan"]
+__all__ = ["MODALITIES", "CheckpointSource", "Encoder", "refuse_modality"]
 
 MODALITIES: Mapping[str, str] = ENCODE_VERBS  # what an Encoder's `modality` names -> the Model verb serving it
 
@@ -49,6 +31,17 @@ _BITS: dict[Scalar, type[np.unsignedinteger[Any]]] = {Scalar.BF16: np.uint16, Sc
 _RETRIES = 4
 
 CheckpointSource = str | os.PathLike[str] | bytes | bytearray | memoryview | ray.ObjectRef  # type: ignore[type-arg]
+
+
+def refuse_modality(modality: str) -> None:
+    """A modality no verb serves, refused by name (an Encoder's and encode_dataset's)."""
+    if modality not in MODALITIES:
+        raise ValueError(f"modality must be one of {', '.join(MODALITIES)}; got {modality!r}")
+
+
+def positive(value: object) -> bool:
+    """Whether ``value`` is an int (not a bool) above 0."""
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
 class Encoder:
@@ -80,15 +73,14 @@ class Encoder:
         tokens_column: str = "tokens",
         error_column: str = "error",
     ) -> None:
-        if modality not in MODALITIES:
-            raise ValueError(f"modality must be one of {', '.join(MODALITIES)}; got {modality!r}")
-        if modality == "audio_samples" and not (isinstance(sample_rate, int) and not isinstance(sample_rate, bool) and sample_rate > 0):
+        refuse_modality(modality)
+        if modality == "audio_samples" and not positive(sample_rate):
             raise ValueError(f"modality 'audio_samples' needs sample_rate, a positive int; got {sample_rate!r}")
-        if dimensions is not None and not (isinstance(dimensions, int) and not isinstance(dimensions, bool) and dimensions > 0):
+        if dimensions is not None and not positive(dimensions):
             raise ValueError(f"dimensions must be a positive int (a Matryoshka prefix) or None; got {dimensions!r}")
         if placement not in ("auto", "ram", "vram"):
             raise ValueError(f"placement must be 'auto', 'ram' or 'vram'; got {placement!r}")
-        if threads is not None and not (isinstance(threads, int) and not isinstance(threads, bool) and 0 < threads <= MAX_THREADS):
+        if threads is not None and not (positive(threads) and threads <= MAX_THREADS):
             raise ValueError(f"threads must be an int from 1 to {MAX_THREADS} or None; got {threads!r}")
         self._args: dict[str, Any] = dict(
             checkpoint=checkpoint, modality=modality, column=column, outputs=outputs, outputs_scalar=outputs_scalar,
@@ -267,133 +259,3 @@ def _gpu_count() -> int:
 
 
 # -- a dataset at once ---------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class Plan:
-    """How :func:`encode_dataset` spreads the work: ``actors``, each running ``threads``
-    threads and ``gpus`` GPUs while asking Ray for ``cpus`` logical CPUs, over batches of
-    ``batch_size`` rows."""
-
-    actors: int
-    threads: int
-    gpus: float
-    batch_size: int
-    cpus: float
-
-    @property
-    def placement(self) -> str:
-        return "vram" if self.gpus else "ram"
-
-
-def plan(
-    resources: Mapping[str, float],
-    *,
-    actors: int | None = None,
-    threads_per_actor: int | None = None,
-    gpus_per_actor: float | None = None,
-    cpus_per_actor: float | None = None,
-    batch_size: int | None = None,
-) -> Plan:
-    """The plan for a cluster with ``resources`` (``ray.cluster_resources()``).
-
-    With GPUs: one actor per GPU, each with a fair share of the CPUs for decoding, batches of
-    256. Without: single-threaded actors on every CPU (rows are independent, and one thread
-    per model wastes nothing on synchronisation: measured in docs/scale.md), batches of 64.
-    Each actor asks Ray for half the CPUs it runs on: a pool holding every logical CPU
-    leaves none to the reads feeding it, and the pipeline hangs. Any argument given is
-    kept; the others are chosen around it.
-    """
-    cpus = max(1, int(resources.get("CPU", 1)))
-    gpus = int(resources.get("GPU", 0))
-    if gpus_per_actor is None:
-        gpus_per_actor = 1.0 if gpus else 0.0
-    if gpus_per_actor:
-        actors = actors or max(1, int(gpus / gpus_per_actor))
-        threads = threads_per_actor or max(1, cpus // actors)
-        size = batch_size or 256
-    else:
-        threads = threads_per_actor or (max(1, cpus // actors) if actors else 1)
-        actors = actors or max(1, cpus // threads)
-        size = batch_size or 64
-    return Plan(actors, threads, gpus_per_actor, size, threads / 2 if cpus_per_actor is None else cpus_per_actor)
-
-
-def encode_dataset(
-    ds: Dataset,
-    column: str,
-    modality: str,
-    checkpoint: CheckpointSource,
-    *,
-    outputs: Outputs = Outputs.EMBEDDINGS,
-    outputs_scalar: Scalar | str = Scalar.F32,
-    dimensions: int | None = None,
-    sample_rate: int | None = None,
-    quantization: Scalar | str = Scalar.BF16,
-    actors: int | None = None,
-    threads_per_actor: int | None = None,
-    gpus_per_actor: float | None = None,
-    cpus_per_actor: float | None = None,
-    batch_size: int | None = None,
-    preserve_order: bool = False,
-    output_column: str = "embedding",
-    tokens_column: str = "tokens",
-    error_column: str = "error",
-    encoder: type[Encoder] = Encoder,
-) -> Dataset:
-    """``ds`` with ``column`` encoded: a lazy Dataset (``.materialize()``, ``.write_parquet()``, ...).
-
-    Actors, threads, GPUs and batch size come from :func:`plan` over
-    ``ray.cluster_resources()`` unless given. A checkpoint given as bytes is put into the
-    object store once and fetched by each node; a path must be readable on every node.
-    ``preserve_order=True`` sets ``preserve_order`` in the DataContext of ``ds`` (shared by
-    the datasets derived from the same source); without it rows may come back in another
-    order, with their columns, so key them by an id column. Reference: docs/scale.md.
-    """
-    if modality not in MODALITIES:
-        raise ValueError(f"modality must be one of {', '.join(MODALITIES)}; got {modality!r}")
-    resources: dict[str, float] = ray.cluster_resources()  # type: ignore[no-untyped-call]
-    p = plan(resources, actors=actors, threads_per_actor=threads_per_actor, gpus_per_actor=gpus_per_actor,
-             cpus_per_actor=cpus_per_actor, batch_size=batch_size)
-    if isinstance(checkpoint, (bytes, bytearray, memoryview)):
-        checkpoint = ray.put(bytes(checkpoint))
-    kwargs = dict(
-        checkpoint=checkpoint, modality=modality, column=column, outputs=outputs, outputs_scalar=outputs_scalar,
-        dimensions=dimensions, sample_rate=sample_rate, quantization=quantization, placement=p.placement,
-        threads=p.threads, output_column=output_column, tokens_column=tokens_column, error_column=error_column,
-    )  # fmt: skip
-    if preserve_order:
-        ds.context.execution_options.preserve_order = True
-    return ds.map_batches(
-        encoder,
-        fn_constructor_kwargs=kwargs,
-        batch_size=p.batch_size,
-        batch_format="numpy",
-        compute=ray.data.ActorPoolStrategy(size=p.actors),
-        num_cpus=p.cpus,
-        num_gpus=p.gpus or None,
-    )
-
-
-@dataclasses.dataclass(frozen=True)
-class RowCounts:
-    """Rows seen, rows encoded, rows that carry an error, and those errors by type."""
-
-    rows: int
-    encoded: int
-    failed: int
-    errors: dict[str, int]
-
-
-def count_errors(ds: Dataset, error_column: str = "error") -> RowCounts:
-    """Counts the rows of an encoded dataset and its errors by type, reading ``error_column``
-    alone. On a lazy dataset this runs the pipeline: count a materialized one, or the
-    written files read back."""
-    rows = 0
-    errors: Counter[str] = Counter()
-    for batch in ds.select_columns([error_column]).iter_batches(batch_format="numpy", batch_size=65536):
-        column = batch[error_column]
-        rows += len(column)
-        errors.update(str(e).split(":", 1)[0] for e in column if e)
-    failed = sum(errors.values())
-    return RowCounts(rows, rows - failed, failed, dict(errors))
