@@ -30,6 +30,7 @@ from uform.core.runtime import Call
 from uform.core.stats import EncodeStats
 
 from .media.audio import Recording, buffers, decode, resample
+from .media.window import check_finite
 from .media.files import sources
 
 if TYPE_CHECKING:
@@ -212,6 +213,7 @@ def audio_encode_samples(
         raise ValueError(f"sample_rate must be an integer in [1, {MAX_RATE}] Hz, got {sample_rate!r}")
     rows = buffers(samples)
     t: AudioTower = call.parsed
+    check_finite(rows, int(sample_rate), t.sample_rate, t.samples)  # before any batch: it was found after the items before it were encoded
     return _run(call, len(rows), lambda i: resample(i, rows[i], int(sample_rate), t.sample_rate, t.samples), arena, stats, options)
 
 

@@ -22,6 +22,7 @@ from . import id3, metadata, mp4, ogg, video
 from .files import CUT_WHILE_OPENED, HeadKept, Source, falls_short
 from .window import KINDS as _KINDS  # the window's names, imported from here too
 from .window import CHUNK as CHUNK
+from .window import NONFINITE
 from .window import TAIL as TAIL
 from .window import Recording as Recording
 from .window import Window as Window
@@ -190,5 +191,5 @@ def _decode(source: Source, target: Any, rate: int, samples: int) -> Recording:
                 f"only {window.seconds:.2f} s decode", path,
             )  # fmt: skip
     if not np.isfinite(window_samples).all():
-        raise InputError(index, "holds NaN or infinite samples", path)
+        raise InputError(index, NONFINITE, path)
     return Recording(window_samples, window.seconds, window.produced < samples, not ended or window.produced > samples, skipped)

@@ -20,6 +20,8 @@ from uform.core.pipeline import check_batch
 
 CHUNK = 1 << 14  # source samples gathered before one resampler call
 TAIL = 64  # periods of zeros fed to the resampler before its flush
+REACH = 64  # window samples within which a source sample's end of the window may be past the resampler's filter
+NONFINITE = "holds NaN or infinite samples"
 
 # sample format (planar or not) → numpy type, and the scale that takes it to -1…1
 KINDS = {
@@ -168,7 +170,7 @@ def resample(index: int, x: np.ndarray, source_rate: int, rate: int, samples: in
         start += step
     made = window.finish()
     if not np.isfinite(made).all():
-        raise InputError(index, "holds NaN or infinite samples")
+        raise InputError(index, NONFINITE)
     return Recording(made, window.seconds, window.produced < samples, start < len(x) or window.produced > samples)
 
 
@@ -197,3 +199,20 @@ def buffers(samples: Any) -> list[np.ndarray]:
         if not len(a):
             raise InputError(i, "holds no samples")
     return rows
+
+
+def surely_read(source_rate: int, rate: int, samples: int) -> int:
+    """How many leading source samples at ``source_rate`` each reach a window of ``samples`` at
+    ``rate``: all ``samples`` at the tower's rate; else those whose resampled place lies at least
+    ``REACH`` samples before the window's end, so that the resampler's filter carries them in."""
+    return samples if source_rate == rate else max(0, (samples - REACH) * source_rate // rate)
+
+
+def check_finite(rows: list[np.ndarray], source_rate: int, rate: int, samples: int) -> None:
+    """InputError naming the first buffer whose samples that surely reach its window hold NaN or
+    infinity, before any is resampled or encoded; one whose only such samples lie past that is
+    refused by :func:`resample` as its window is made, or not at all when the window ends first."""
+    read = surely_read(source_rate, rate, samples)
+    for i, x in enumerate(rows):
+        if not np.isfinite(x[:read]).all():
+            raise InputError(i, NONFINITE)
