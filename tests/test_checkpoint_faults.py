@@ -243,3 +243,27 @@ def test_running_out_of_memory_while_loading_is_unsupported_naming_the_file(
         message = f"{tiny_text}: ran out of memory while placing its weights ({fault}): it cannot be loaded here"
         with pytest.raises(uform.UnsupportedError, match=f"^{re.escape(message)}$"):
             uform.Model.load_ram(tiny_text, quantization=quantization)
+
+
+@pytest.mark.parametrize("tensor, index", [("text.cls", [5]), ("text.blocks.0.mlp.fc1.weight", [0, 5])])
+def test_a_finite_f32_weight_beyond_bf16s_range_is_refused_naming_it(tiny_text: Path, tmp_path: Path, tensor: str, index: list[int]) -> None:
+    # float32's largest value rounds to infinity in BF16: stored bits that pass the finiteness
+    # check became an infinite weight (text.cls: every text_encode then failed as the input's fault)
+    container = safetensors.parse(memoryview(tiny_text.read_bytes()))
+    tensors = {name: container.array(name) for name in container.entries}
+    weight = tensors[tensor].astype(np.float32)
+    weight[tuple(index)] = np.finfo(np.float32).max
+    tensors[tensor] = weight
+    config = json.loads(container.metadata["uform"]) | {"format_version": 2}
+    path = tmp_path / "f32.safetensors"
+    safetensors.write(path, tensors, {"uform": json.dumps(config)})
+    message = (
+        f"tensor '{tensor}': its value 3.4028235e+38 at index {index} is beyond BF16's range and rounds to infinity "
+        "in a BF16 or E4M3 load, which holds it in BF16; load it with quantization f32"
+    )
+    for quantization in ("bf16", "e4m3"):
+        with pytest.raises(uform.CheckpointError, match=f"^{re.escape(str(path))}: (a matrix of the 'text' tower: )?{re.escape(message)}$"):
+            uform.Model.load_ram(path, quantization=quantization)
+        with pytest.raises(uform.CheckpointError, match=f"^(a matrix of the 'text' tower: )?{re.escape(message)}$"):
+            uform.Model.load_ram_buffer(path.read_bytes(), quantization=quantization)
+    uform.Model.load_ram(path, quantization="f32").close()  # held as stored, the value is finite

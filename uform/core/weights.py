@@ -12,7 +12,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from .errors import UformError
+from .errors import CheckpointError, UformError
 
 WEIGHTS_FILE = "weights.bin"
 
@@ -64,9 +64,7 @@ class Stored(Mapping[str, np.ndarray]):
                 raise KeyError(name)
             array = self._source.array(name)
             if self._widened(name):
-                import ml_dtypes
-
-                array = array.astype(ml_dtypes.bfloat16)
+                array = _as_bf16(name, array)
             self._read[name] = array
         return array
 
@@ -103,10 +101,26 @@ class Stored(Mapping[str, np.ndarray]):
         if name in self._read or not self._source.streams:
             return self[name]
         if self._widened(name):  # rounded into an array of its own (the scratch is sized for BF16)
-            import ml_dtypes
-
-            return self._source.array(name).astype(ml_dtypes.bfloat16)
+            return _as_bf16(name, self._source.array(name))
         return self._source.read_into(name, scratch, skip_bf16_check)
+
+
+def _as_bf16(name: str, array: np.ndarray) -> np.ndarray:
+    """F16 or F32 tensor ``name`` rounded to BF16 (to nearest, ties to even); CheckpointError
+    naming it, the value and its index when a finite value rounds to infinity (an F32 magnitude
+    of 3.3961e38 or more: BF16's exponent ends there), which no check of the stored bits sees."""
+    import ml_dtypes
+
+    rounded = array.astype(ml_dtypes.bfloat16)
+    beyond = (rounded.view(np.uint16) & 0x7FFF) >= 0x7F80
+    if beyond.any():
+        first = int(np.flatnonzero(beyond)[0])
+        index = [int(i) for i in np.unravel_index(first, array.shape)]
+        raise CheckpointError(
+            f"tensor {name!r}: its value {array.reshape(-1)[first]!s} at index {index} is beyond BF16's range and "
+            "rounds to infinity in a BF16 or E4M3 load, which holds it in BF16; load it with quantization f32"
+        )
+    return rounded
 
 
 def stored_bytes(weights: Mapping[str, np.ndarray]) -> int:
