@@ -14,6 +14,7 @@ from typing import Any
 
 from . import jsontext
 from .errors import CheckpointError
+from .safetensors import CONVERT
 
 FORMAT = "uform"
 FORMAT_VERSION = 2  # the newest version this uform reads
@@ -199,7 +200,10 @@ class ModelConfig:
     def from_metadata(cls, metadata: Mapping[str, str]) -> ModelConfig:
         text = metadata.get(METADATA_KEY)
         if text is None:
-            raise CheckpointError(f'checkpoint has no config: __metadata__["{METADATA_KEY}"] is missing')
+            raise CheckpointError(
+                f'checkpoint has no config: __metadata__["{METADATA_KEY}"] is missing; a safetensors file of another '
+                f"library (a Hugging Face model's, or one shard of it) is not a uform checkpoint: {CONVERT}"
+            )
         try:
             raw = jsontext.loads(text, unique_keys=True)
         except jsontext.NotJSON as exc:

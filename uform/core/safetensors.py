@@ -116,11 +116,12 @@ def header(size: int, read: Callable[[int, int], bytes]) -> tuple[dict[str, str]
     header is read; :class:`CheckpointError` names the fault."""
     if size < 8:
         raise _fail(f"{size} bytes is too short for the 8-byte header length")
-    (header_len,) = struct.unpack("<Q", read(0, 8))
+    first = read(0, 8)
+    (header_len,) = struct.unpack("<Q", first)
     if header_len > MAX_HEADER_BYTES:
-        raise _fail(f"header length {header_len} exceeds the {MAX_HEADER_BYTES}-byte limit")
+        raise _fail(f"header length {header_len} exceeds the {MAX_HEADER_BYTES}-byte limit{_other_format(first)}")
     if 8 + header_len > size:
-        raise _fail(f"header length {header_len} runs past the end of the {size}-byte file")
+        raise _fail(f"header length {header_len} runs past the end of the {size}-byte file{_other_format(first)}")
     text = read(8, 8 + header_len)
     tokens = json_tokens(text)
     if tokens > MAX_HEADER_TOKENS:
@@ -170,6 +171,18 @@ def json_tokens(text: bytes) -> int:
         count += int(np.count_nonzero(structural & (parity == 0)))
         inside = int(parity[-1])
     return count
+
+
+CONVERT = "`uform convert` makes a checkpoint of a model's directory (docs/models.md)"
+
+
+def _other_format(first: bytes) -> str:
+    """What a file whose first 8 bytes are ``first`` is instead, when they say ('' if not)."""
+    if first.lstrip()[:1] in (b"{", b"["):
+        return f"; the file is JSON text (a sharded model's model.safetensors.index.json?), not safetensors: {CONVERT}"
+    if first.startswith(b"PK\x03\x04"):
+        return f"; the file is a zip archive (PyTorch's pytorch_model.bin?), not safetensors: {CONVERT}"
+    return ""
 
 
 def check_finite(container: Container) -> None:
