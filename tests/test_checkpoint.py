@@ -163,6 +163,7 @@ CASES = {
     "extra tensor": (_with_extra, "'text.stray' belongs to no tower"),
     "no config": (lambda p: _pack({k: v for k, v in _raw(p)[0].items() if k != "__metadata__"}, _raw(p)[1]), r"has no config: __metadata__\[\"uform\"\] is missing; a safetensors file of another library \(a Hugging Face model's, or one shard of it\) is not a uform checkpoint: `uform convert` makes a checkpoint of a model's directory \(docs/models.md\)$"),
     "a sharded model's index": (lambda p: b'{\n  "metadata": {"total_size": 8}, "weight_map": {}}\n', r"header length \d+ exceeds the 104857600-byte limit; the file is JSON text \(a sharded model's model.safetensors.index.json\?\), not safetensors: `uform convert` makes"),
+    "a length that starts like JSON": (lambda p: struct.pack("<Q", 0x207B) + b"{}", r"header length 8315 runs past the end of the 10-byte file$"),
     "a zip archive": (lambda p: b"PK\x03\x04" + bytes(100), r"header length \d+ runs past the end of the 104-byte file; the file is a zip archive \(PyTorch's pytorch_model.bin\?\), not safetensors"),
     "config missing field": (lambda p: _with_config(p, lambda c: c.pop("dimensions")), "config field dimensions is missing"),
     "tower missing field": (lambda p: _with_config(p, lambda c: c["towers"]["text"].pop("heads")), "towers.text.heads is missing"),

@@ -178,7 +178,7 @@ CONVERT = "`uform convert` makes a checkpoint of a model's directory (docs/model
 
 def _other_format(first: bytes) -> str:
     """What a file whose first 8 bytes are ``first`` is instead, when they say ('' if not)."""
-    if first.lstrip()[:1] in (b"{", b"["):
+    if first.lstrip()[:1] in (b"{", b"[") and all(32 <= b < 127 or b in b"\t\n\r" for b in first):  # no length is text
         return f"; the file is JSON text (a sharded model's model.safetensors.index.json?), not safetensors: {CONVERT}"
     if first.startswith(b"PK\x03\x04"):
         return f"; the file is a zip archive (PyTorch's pytorch_model.bin?), not safetensors: {CONVERT}"
