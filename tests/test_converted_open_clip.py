@@ -113,6 +113,15 @@ def test_the_special_tokens_are_open_clips_names(converted: tuple[Any, Path]) ->
     assert [t for t, row, ids in zip(SPECIALS, held.encode(SPECIALS).ids, want) if list(map(int, row)) != ids] == []
 
 
+def test_the_text_is_pooled_at_its_first_end_token_as_open_clips_argmax(converted: tuple[Any, Path]) -> None:
+    """open_clip pools the text at the first of its largest id (``argmax``: the first end token);
+    uform pooled the row's last token: 'a <end_of_text> b' gave cosine 0.96 to open_clip's."""
+    model, path = converted
+    cos = _embeddings(model, path, SPECIALS)
+    assert [t for t, c in zip(SPECIALS, cos) if c < 0.99999] == []
+    assert _held(path)[0]["end_token"] == "max"
+
+
 def test_an_hf_tokenizer_open_clip_folder_cleans_without_lower_casing(tmp_path: Path) -> None:
     """open_clip's HFTokenizer (``hf_tokenizer_name``) cleans with ``whitespace``: ftfy and the
     entities, no lower-casing of its own."""

@@ -52,6 +52,7 @@ def convert(directory: Path, cfg: dict[str, Any], weights: Weights, source: dict
         "mask": "causal",
         "pad_to_context": False,
         "pad_id": pad_id,
+        "end_token": _end_token(text_cfg, vocab, where + " text_config"),
     }
 
     # image
@@ -85,3 +86,15 @@ def convert(directory: Path, cfg: dict[str, Any], weights: Weights, source: dict
     out = config(dimensions, context, towers, source, {"kind": "softmax", "scale": scale, "bias": 0.0})
     return Converted(out, tensors, tokenizer, notes, list(weights.files))
 
+
+
+def _end_token(text_cfg: dict[str, Any], vocab: int, where: str) -> int | str:
+    """Where transformers' CLIP pools the text: at the first ``eos_token_id``, or where that is 2
+    (the configs written before it was used, OpenAI's among them) at the first of the row's
+    largest id (``argmax``)."""
+    eos = text_cfg.get("eos_token_id", 49407)
+    if eos == 2:
+        return "max"
+    if not isinstance(eos, int) or isinstance(eos, bool) or not 0 <= eos < vocab:
+        raise ConvertError(f"{where}: field 'eos_token_id' is {eos!r}, not a token id below vocab_size {vocab}")
+    return eos

@@ -88,6 +88,7 @@ def convert(directory: Path, cfg: dict[str, Any], weights: Weights, source: dict
         "token_width": 0, "activation": act, "layer_norm_eps": 1e-5, "class_token": False, "pooling": "last_token",
         "projection": "linear", "tokenizer": "tokenizer.json", "vocab_size": vocab, "context": context, "mask": "causal",
         "pad_to_context": False, "pad_id": pad_id, "clean": "whitespace" if text.get("hf_tokenizer_name") else "lower",
+        "end_token": "max",  # open_clip's text pool_type 'argmax'
     }  # fmt: skip
 
     # image

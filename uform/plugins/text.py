@@ -76,6 +76,7 @@ class TextTower:
     pad_to_context: bool = False
     pad_id: int = 0
     tokenizer: tokens.HeldTokenizer | None = field(default=None, compare=False)
+    end_token: int | str = "last"  # "last", "max" or a token id: where a row ends (tokens.ended)
 
 
 def read(cfg: Mapping[str, Any], model: ModelConfig) -> TextTower:
@@ -92,6 +93,11 @@ def read(cfg: Mapping[str, Any], model: ModelConfig) -> TextTower:
         raise CheckpointError(f"config field {where}.vocab_size: {vocab}, but a byte-level tower has {BYTES} tokens")
     if kind == "bytes" and context != model.context:
         raise CheckpointError(f"config field {where}.context: {context}, but a byte-level tower spans the model's context ({model.context})")
+    end = cfg.get("end_token", "last")
+    if end not in ("last", "max") and not (isinstance(end, int) and not isinstance(end, bool) and 0 <= end < vocab):
+        raise CheckpointError(f"config field {where}.end_token: expected 'last', 'max' or a token id below vocab_size {vocab}, got {end!r}")
+    if end != "last" and (kind != "tokenizer.json" or head.pooling != "last_token" or cfg.get("mask") != "causal"):
+        raise CheckpointError(f"config field {where}.end_token: {end!r} needs tokenizer 'tokenizer.json', pooling 'last_token' and mask 'causal'")
     if kind == "bytes" and clean != "none":
         raise CheckpointError(f"config field {where}.clean: {clean!r}, but a byte-level tower reads its bytes as they are (cleaning needs tokenizer \"tokenizer.json\")")
     t = TextTower(
@@ -100,6 +106,7 @@ def read(cfg: Mapping[str, Any], model: ModelConfig) -> TextTower:
         pad_to_context=flag(cfg, "pad_to_context", where, False),
         pad_id=optional_integer(cfg, "pad_id", where, 0, vocab - 1, 0),
         tokenizer=tokens.read(model.extras, context, vocab, where, clean) if kind == "tokenizer.json" else None,
+        end_token=end,
     )  # fmt: skip
     if head.pooling == "final_position" and not t.pad_to_context:
         raise CheckpointError(f"config field {where}.pooling: 'final_position' needs pad_to_context true")
@@ -251,16 +258,16 @@ def _encode_tokens(
 ) -> Encoded:
     """``text_encode`` through the checkpoint's own tokenizer (version 2)."""
     encoded = tokenizer.encode(tokens.as_texts(texts), count=False)  # a long text read as far as its kept tokens need
-    kept = encoded.kept
+    ids, kept = (encoded.ids, encoded.kept) if tower.end_token == "last" else tokens.ended(encoded.ids, tower.end_token)
     width = tower.context if tower.pad_to_context else None
     planned = np.full_like(kept, tower.context) if width is not None else kept - (1 - tower.head.first)  # plan() counts a class token
     batches = plan(planned, call.rows(MAX_ROWS), call.rows(TOKEN_BUDGET), call.rows(RUN_TOKENS))
-    thunks = [functools.partial(token_feeds, encoded.ids, kept, width, tower.pad_id, idx) for idx in batches]
+    thunks = [functools.partial(token_feeds, ids, kept, width, tower.pad_id, idx) for idx in batches]
     result = encode(call, len(kept), thunks, arena, stats=stats, **options)
     if stats is not None:
         stats.tokens += int(kept.sum())
-        stats.truncated_items += int((encoded.full > kept).sum())
-        stats.truncated_tokens += int((encoded.full - kept).sum())
+        stats.truncated_items += int((encoded.full > encoded.kept).sum())
+        stats.truncated_tokens += int((encoded.full - encoded.kept).sum())
         stats.truncated_unread_items += int((~encoded.whole).sum())
         if isinstance(stats, TextItemStats):
             stats.item_tokens.extend(kept.tolist())

@@ -110,6 +110,19 @@ class HeldTokenizer:
         return Tokens(ids, kept, full, np.asarray(whole, bool))
 
 
+def ended(ids: Sequence[np.ndarray], end: int | str) -> tuple[list[np.ndarray], np.ndarray]:
+    """Each row cut after its end token (``towers.text.end_token``) and its length: ``max``, the
+    first of the row's largest id (CLIP's ``argmax`` pooling: open_clip's, and transformers'
+    where ``eos_token_id`` is 2), or the first ``end`` id (transformers' ``eos_token_id``); a row
+    without it is kept whole. With a causal mask the tokens after it change no state before
+    it, so pooling the last token fed is pooling at the end token, as those models do."""
+    out = []
+    for row in ids:
+        hits = np.flatnonzero(row == (row.max(initial=0) if end == "max" else end))
+        out.append(row[: hits[0] + 1] if len(hits) else row)
+    return out, np.fromiter((len(row) for row in out), np.int64, len(out))
+
+
 def read(metadata: Mapping[str, str], context: int, vocab_size: int, where: str, clean: str = "none") -> HeldTokenizer:
     """The checkpoint's tokenizer; CheckpointError when it is missing or does not parse."""
     text = metadata.get(METADATA_KEY)
