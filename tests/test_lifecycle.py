@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import gc
 import io
 import threading
 import time
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, cast
@@ -84,6 +86,31 @@ def test_batches_not_started_are_never_prepared() -> None:
     with uform.Executor(2) as ex, pytest.raises(RuntimeError, match="the tower failed"):
         run(fake_call(Runner(0), ex), [thunk(i) for i in range(5)])
     assert prepared in ([0], [0, 1])  # batch 1 may have been under way; 2.. never start
+
+
+def test_a_call_holds_the_batch_it_computes_and_the_one_it_prepares_not_every_batch_before() -> None:
+    # the look-ahead kept every finished future, each holding its batch's stacked feeds, until the call ended:
+    # audio_encode_samples of 3,000 two-second recordings peaked at 289 MiB of RSS, 109 MiB now, the load alone 89 (docs/api.md)
+    built: list[weakref.ref[Batch]] = []
+    alive: list[int] = []
+
+    def thunk(i: int) -> Callable[[], Batch]:
+        def prepare() -> Batch:
+            made = batch(i)
+            built.append(weakref.ref(made))
+            return made
+
+        return prepare
+
+    class Counting(Runner):
+        def run(self, output_names: Sequence[str] | None, input_feed: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+            gc.collect()
+            alive.append(sum(ref() is not None for ref in built))
+            return super().run(output_names, input_feed)
+
+    with uform.Executor(2) as ex:
+        run(fake_call(Counting(), ex), [thunk(i) for i in range(20)])
+    assert len(alive) == 20 and max(alive) <= 3, alive
 
 
 def test_concurrent_calls_prepare_their_batches_at_the_same_time() -> None:

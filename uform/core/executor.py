@@ -123,7 +123,9 @@ class Prefetcher:
         if self._pool is None:
             self._pool = cf.ThreadPoolExecutor(1, thread_name_prefix="uform-prefetch")
         future = self._pool.submit(fn)
-        self._futures.append(future)
+        # only what may still run is kept for close(): a finished future holds its batch (the
+        # stacked feeds), so keeping them all held every batch of the call until it ended
+        self._futures = [f for f in self._futures if not f.done()] + [future]
         return future
 
     def close(self) -> None:
