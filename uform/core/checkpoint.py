@@ -153,11 +153,12 @@ class CheckpointFile:
         return self.read_into(name, np.frombuffer(mmap.mmap(-1, size, **private), np.uint8))
 
     def named(self, exc: UformError) -> UformError:
-        """``exc`` with this file's path in front, unless it names the path already (the
-        header's and the reads' own errors do): a fault of the config, of a tensor's dtype or
-        shape, or of a weight's values, found after the header was read."""
-        prefix = f"{self.path}: "
-        return exc if str(exc).startswith(prefix) else type(exc)(prefix + str(exc))
+        """``exc`` with this file's path in front, once: a fault of the config, of a tensor's
+        dtype or shape, or of a weight's values, found after the header was read; a read's own
+        error, which names the path, keeps it in front when a backend wrapped it ("a matrix of
+        the 'text' tower: ...")."""
+        prefix, text = f"{self.path}: ", str(exc)
+        return exc if text.startswith(prefix) else type(exc)(prefix + text.replace(prefix, "", 1))
 
     def close(self) -> None:
         if self._fd >= 0:
