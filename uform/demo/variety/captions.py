@@ -88,7 +88,7 @@ def meanings(modality: str) -> tuple[Meaning, ...]:
         return tuple(Meaning("image", g.image_caption(c, s, n), (c, s, str(n))) for c in g.COLOURS for s in g.SHAPES for n in (1, 2, 3))
     if modality == "video":
         return tuple(Meaning("video", g.video_caption(c, s, d), (c, s, d)) for c in g.COLOURS for s in g.SHAPES for d in g.DIRECTIONS)
-    return tuple(Meaning("audio", c, g._parse_audio(c)) for c in g.audio_captions())
+    return tuple(Meaning("audio", c, g.parse_audio(c)) for c in g.audio_captions())
 
 
 def paraphrases(m: Meaning) -> list[str]:

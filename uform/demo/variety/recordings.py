@@ -88,7 +88,7 @@ def sound(rng: np.random.Generator, window: int = g.SAMPLE_RATE, partials: int =
     from uform.plugins.media import audio as recordings
 
     caption = str(rng.choice(g.audio_captions()))
-    kind, pitch, rhythm = g._parse_audio(caption)
+    kind, pitch, rhythm = g.parse_audio(caption)
     rate = int(rng.choice(RATES))
     lead = float(rng.uniform(0, 0.25)) if rng.random() < 0.6 else 0.0
     body = float(rng.uniform(0.6, 1.6))
