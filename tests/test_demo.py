@@ -114,9 +114,11 @@ def test_the_foreign_suite_shares_no_code_with_the_training_generator() -> None:
 
     import uform.demo.foreign as foreign
 
-    tree = ast.parse(Path(foreign.__file__).read_text())
-    imported = {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
-    imported |= {a.name for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names}
+    imported: set[str] = set()
+    for path in sorted(Path(foreign.__file__).parent.glob("*.py")):  # the package's every module
+        tree = ast.parse(path.read_text())
+        imported |= {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+        imported |= {a.name for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names}
     generator = ("generate", "spaces", "shapes", "tones", "media", "variety")  # generate.py and the modules it names
     shared = {*generator, *(f"uform.demo.{m}" for m in generator)}
     assert not {m for m in imported if m in shared or m.startswith(("uform.demo.variety.", "variety."))}, imported
