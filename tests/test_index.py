@@ -208,6 +208,23 @@ def test_a_text_file_s_bad_line_fails_alone_and_one_not_readable_says_why(tmp_pa
         assert (again.added, again.unchanged) == (0, 2) and [f.value for f in again.still_failed] == [f"{notes}:2"]
 
 
+def test_a_file_and_a_text_file_that_cannot_be_read_say_why_in_the_same_words(tmp_path: Path, ckpt: Path) -> None:
+    """A file's read and a text file's look before it (update.py's stat, sources.py's opens and
+    reads) each wrote 'no such file' or 'cannot read the file (REASON)' themselves: they say it
+    through sources.unreadable now, in one wording. (A media file named but gone is found so by
+    encode's walker first, in its words.)"""
+    loops = [tmp_path / "loop.png", tmp_path / "loop.txt"]
+    for link in loops:
+        link.symlink_to(link)  # a link to itself: ELOOP when it is opened or looked at
+    gone = [tmp_path / "gone.png", tmp_path / "gone.txt"]
+    with Index(tmp_path / "idx", checkpoint=ckpt) as ix:
+        got = ix.update([*loops, *gone])
+    assert sorted((f.value, f.reason) for f in got.failed) == sorted(
+        [(str(p), "cannot read the file (Too many levels of symbolic links)") for p in loops]
+        + [(str(gone[0]), "no such file or folder"), (str(gone[1]), "no such file")]
+    )
+
+
 def test_an_index_another_writer_made_before_the_lock_is_opened_not_made_again(tmp_path: Path, ckpt: Path, model: uform.Model,
                                                                               monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
     """A writer looked for index.sqlite before it took the lock: one that found none, then got the

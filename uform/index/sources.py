@@ -24,15 +24,23 @@ class Text(NamedTuple):
     text: str
 
 
+def cannot_read(exc: OSError) -> str:
+    """Why a file could not be read, in ``encode``'s words: the system's reason."""
+    return f"cannot read the file ({exc.strerror})"
+
+
+def unreadable(exc: OSError) -> str:
+    """Why a file could not be opened or looked at: gone, or the system's reason."""
+    return "no such file" if isinstance(exc, FileNotFoundError) else cannot_read(exc)
+
+
 def read(path: str) -> tuple[bytes, int, int] | str:
     """The file's bytes with the size and time seen before reading (time -1 when they changed
     while it was read), or the reason it cannot be read, in ``encode``'s words."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return "no such file"
     except OSError as exc:
-        return f"cannot read the file ({exc.strerror})"
+        return unreadable(exc)
     try:
         before = os.fstat(fd)
         if stat.S_ISDIR(before.st_mode):
@@ -45,7 +53,7 @@ def read(path: str) -> tuple[bytes, int, int] | str:
             data = f.read()
         after = os.fstat(fd)
     except OSError as exc:
-        return f"cannot read the file ({exc.strerror})"
+        return cannot_read(exc)
     finally:
         os.close(fd)
     if not data:
@@ -62,10 +70,8 @@ def open_text(path: str) -> BinaryIO | str:
     """A text file open for reading, or the reason it cannot be read, in ``encode``'s words."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # a FIFO put in its place does not block
-    except FileNotFoundError:
-        return "no such file"
     except OSError as exc:
-        return f"cannot read the file ({exc.strerror})"
+        return unreadable(exc)
     f = os.fdopen(fd, "rb")
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
@@ -73,7 +79,7 @@ def open_text(path: str) -> BinaryIO | str:
             return "is not a regular file"
     except OSError as exc:
         f.close()
-        return f"cannot read the file ({exc.strerror})"
+        return cannot_read(exc)
     return f
 
 
@@ -87,7 +93,7 @@ def line_keys(path: str) -> list[str] | str:
         with f:
             return [f"{path}:{number}" for number, raw in enumerate(f, 1) if raw.decode("utf-8", "replace").strip()]
     except OSError as exc:
-        return f"cannot read the file ({exc.strerror})"
+        return cannot_read(exc)
 
 
 def text_lines(path: str) -> Iterator[tuple[str, str] | Failure] | str:
@@ -109,7 +115,7 @@ def _lines(f: BinaryIO, path: str) -> Iterator[tuple[str, str] | Failure]:
             try:
                 raw = f.readline()
             except OSError as exc:
-                yield Failure("file", path, f"cannot read the file ({exc.strerror})")
+                yield Failure("file", path, cannot_read(exc))
                 return
             if not raw:
                 return

@@ -21,7 +21,7 @@ from ..inputs import CHUNK, Failure, Item, gather, is_unserved, modality_of
 from .identity import MODALITIES
 from .intake import Intake, Pending, UpdateReport, store_rows
 from .records import Failed
-from .sources import NOT_UTF8, TEXT_FILES, Text, digest, escape, in_scope, line_keys, read, storable, text_lines
+from .sources import NOT_UTF8, TEXT_FILES, Text, digest, escape, in_scope, line_keys, read, storable, text_lines, unreadable
 from .store import Store
 
 if TYPE_CHECKING:
@@ -140,7 +140,7 @@ class Updater(Intake):
         try:
             st = os.stat(path)
         except OSError as exc:
-            self.fail(Failure("file", path, "no such file" if isinstance(exc, FileNotFoundError) else f"cannot read the file ({exc.strerror})"))
+            self.fail(Failure("file", path, unreadable(exc)))
             return None
         stamp = (st.st_size, st.st_mtime_ns)
         prefix = path + ":"
