@@ -169,6 +169,7 @@ CASES = {
     "tower missing field": (lambda p: _with_config(p, lambda c: c["towers"]["text"].pop("heads")), "towers.text.heads is missing"),
     "absurd width": (lambda p: _with_config(p, lambda c: c["towers"]["text"].update(width=10**9)), "towers.text.width.*1000000000"),
     "heads not dividing": (lambda p: _with_config(p, lambda c: c["towers"]["text"].update(heads=3)), "does not divide width"),
+    "unknown config field": (lambda p: _with_config(p, lambda c: c.update(dimension=64)), r"config field dimension: not a field of the format \(version 1: choice_temperatures, context, dimensions, format, format_version, towers\)$"),
     "newer format": (lambda p: _with_config(p, lambda c: c.update(format_version=9)), "newer than this uform reads"),
     "geometry vs tensors": (lambda p: _with_config(p, lambda c: c.update(context=64)), "'text.pos.weight': shape \\[33, 64\\].*\\[65, 64\\]"),
 }

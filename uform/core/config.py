@@ -26,6 +26,7 @@ POOLINGS = ("class", "last_token", "final_position", "attention")
 PROJECTIONS = ("linear", "linear_bias", "none")
 # Fields a version-1 file may not carry: each has a default meaning what version 1 means.
 V2_FIELDS = frozenset({"source", "labels"})
+V1_FIELDS = frozenset({"format", "format_version", "dimensions", "context", "towers", "choice_temperatures"})
 V2_TOWER_FIELDS = frozenset({
     "activation", "layer_norm_eps", "class_token", "ln_pre", "pooling", "projection",
     "tokenizer", "vocab_size", "context", "mask", "pad_to_context", "pad_id",
@@ -222,6 +223,9 @@ class ModelConfig:
                 f"config field format_version: {version} is newer than this uform reads "
                 f"({FORMAT_VERSION}); upgrade uform"
             )
+        for key in sorted(set(raw) - V1_FIELDS - V2_FIELDS):  # a misspelt field would else be left at its default
+            known = ", ".join(sorted(V1_FIELDS | (V2_FIELDS if version >= 2 else set())))
+            raise CheckpointError(f"config field {key}: not a field of the format (version {version}: {known})")
         towers = raw.get("towers")
         if not isinstance(towers, dict) or not towers or not all(isinstance(t, dict) for t in towers.values()):
             raise CheckpointError("config field towers: expected an object of tower configs, one at least")
