@@ -7,10 +7,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
-from huggingface_hub import constants, hf_hub_download, list_repo_files, try_to_load_from_cache
+from huggingface_hub import hf_hub_download, list_repo_files, try_to_load_from_cache
 
 from fastermodels._errors import ArtifactNotFoundError, ArtifactReadError, UntrustedSourceError
 from fastermodels._files import artifact_file, irregular, outside
+from fastermodels._hub import HUB_KEYS as _HUB_KEYS
+from fastermodels._hub import not_cached
+from fastermodels._hub import offline as _offline
 from fastermodels._model import FasterModel
 from uform.exporters import ARTIFACT_FILES, quiet_torch_deprecations
 
@@ -18,7 +21,6 @@ if TYPE_CHECKING:
     import onnx
 
 FORMS: dict[str, str] = dict(ARTIFACT_FILES)  # form → file, in the order `load` looks for them
-_HUB_KEYS = ("revision", "token", "cache_dir", "force_download", "local_files_only")
 # What the Hub accepts as a repo id: namespace/name, each of letters, digits, '-', '_', '.'
 _HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}")
 
@@ -46,12 +48,6 @@ def _is_local(repo_id: "str | os.PathLike[str]", repo: str) -> bool:
     if os.path.isdir(namespace):
         raise _missing(repo, f"{namespace}/ is a local folder, so this is taken as a path in it")
     return False
-
-
-def _offline(hub: dict[str, Any]) -> bool:
-    is_offline = getattr(constants, "is_offline_mode", None)
-    return bool(hub.get("local_files_only")) or bool(
-        is_offline() if callable(is_offline) else constants.HF_HUB_OFFLINE)
 
 
 def _hub_files(repo_id: str, hub: dict[str, Any]) -> set[str]:
@@ -187,10 +183,7 @@ def load(repo_id: str | os.PathLike[str], form: str = "auto",
                 f"{repo}: no such local folder, and looking it up on the Hub as a repo id failed: "
                 f"{type(e).__name__}: {e}") from e
     if not local and not files and _offline(hub):  # not "publishes none": nothing was asked of the Hub
-        raise ArtifactNotFoundError(
-            f"{repo}: offline (HF_HUB_OFFLINE=1 or local_files_only=True) and the huggingface_hub cache "
-            f"holds none of {', '.join(FORMS.values())} for it; nothing was looked up on the Hub: load it "
-            "once online, or pass the artifact's local folder")
+        raise not_cached(repo, f"none of {', '.join(FORMS.values())}", False)
     for f in FORMS if form == "auto" else [form]:
         if FORMS[f] not in files:
             continue

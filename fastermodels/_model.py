@@ -11,27 +11,31 @@ from typing import Any
 import safetensors
 import safetensors.torch
 import torch
-from huggingface_hub import PyTorchModelHubMixin, hf_hub_download
-from huggingface_hub.errors import HfHubHTTPError
+from huggingface_hub import PyTorchModelHubMixin, try_to_load_from_cache
 from torch import nn
 
 from fastermodels._errors import ArtifactNotFoundError, ArtifactReadError, SpecError, WeightsMismatchError
 from fastermodels._files import artifact_file
+from fastermodels._hub import download, hub_config
+from fastermodels._weights import (CONFIG_DIGEST, CONFIG_FILE, REPLACED_DIGEST, WEIGHTS_FILE, digest, mismatch,
+                                   paired_config, read_weights, replaced_digest, settle)
 from uform.core import jsontext
 from fastermodels._spec import rebuild, resolve, spec_from
 from fastermodels._strict import check_state_dict
 from fastermodels._trust import check_source
 
-WEIGHTS_FILE = "model.safetensors"
-CONFIG_FILE = "config.json"
+CONFIG_KEYS = ("source", "source_kwargs", "modules", "recipe", "provenance")
 
 
 def read_config(path: str | os.PathLike[str], name: str | None = None) -> dict[str, Any]:
-    """An artifact's config.json as a dict; ArtifactReadError names the file (``name``, default
-    ``path``: a Hub file is named ``<repo id>/config.json``, not its cache path) and why it is not one."""
-    name = os.fspath(path) if name is None else name
+    """An artifact's config.json as a dict (:func:`parse_config`)."""
     with open(path, "rb") as f:
-        text = f.read()
+        return parse_config(f.read(), os.fspath(path) if name is None else name)
+
+
+def parse_config(text: bytes, name: str) -> dict[str, Any]:
+    """A config.json's bytes as a dict; ArtifactReadError names the file (``name``: a Hub file is
+    named ``<repo id>/config.json``, not its cache path) and why it is not one."""
     try:
         config = jsontext.loads(text)
     except jsontext.NotJSON as e:
@@ -40,25 +44,6 @@ def read_config(path: str | os.PathLike[str], name: str | None = None) -> dict[s
         raise ArtifactReadError(f"{name}: holds a JSON {type(config).__name__}, not the object of "
                                 "source, source_kwargs, modules, recipe and provenance")
     return config
-
-
-def _hub_config(model_id: str, kwargs: Mapping[str, Any]) -> str | None:
-    """The cached path of a Hub repo's config.json, fetched as the mixin fetches it; None when the
-    Hub has none (the mixin then reads no config, and ``_from_pretrained`` says so)."""
-    hub = {k: kwargs[k] for k in ("revision", "cache_dir", "force_download", "token", "local_files_only")
-           if k in kwargs}
-    try:
-        return str(hf_hub_download(repo_id=model_id, filename=CONFIG_FILE, **hub))
-    except HfHubHTTPError:
-        return None
-
-
-def read_weights(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """The tensors of a model.safetensors; ArtifactReadError names the file and the reader's reason."""
-    try:
-        return safetensors.torch.load_file(path)
-    except (safetensors.SafetensorError, OSError) as e:
-        raise ArtifactReadError(f"{path}: not a readable safetensors file ({e})") from None
 
 
 def _take_dtypes(model: nn.Module, state: Mapping[str, Any]) -> None:
@@ -87,6 +72,19 @@ def _with_tied(model: nn.Module, state: Mapping[str, Any]) -> dict[str, Any]:
             if present and key not in filled:
                 filled[key] = state[present[0]]
     return filled
+
+
+def _hub_paired(repo: str, recorded: tuple[str | None, str | None], hub: Mapping[str, Any]) -> bytes | None:
+    """The cached config.json of a Hub repo (None when the cache holds none); ArtifactReadError
+    when it is the one the save of the weights replaced (:func:`paired_config`)."""
+    cached = try_to_load_from_cache(repo, CONFIG_FILE, cache_dir=hub.get("cache_dir"), revision=hub.get("revision"))
+    if not isinstance(cached, str):
+        return None
+    text = Path(cached).read_bytes()
+    saved, replaced = recorded
+    if saved is not None and digest(text) == replaced:
+        raise mismatch(f"{repo}/{CONFIG_FILE}", f"{repo}/{WEIGHTS_FILE}", digest(text), saved)
+    return text
 
 
 class FasterModel(nn.Module, PyTorchModelHubMixin,
@@ -171,6 +169,8 @@ class FasterModel(nn.Module, PyTorchModelHubMixin,
         from uform.core.files import OutputError, Outputs
 
         directory = Path(save_directory)
+        settle(directory)  # a killed save's config.json put in place before its folder is swept
+        self._replaced = replaced_digest(directory)  # recorded in the weights (fastermodels._weights)
         with Outputs() as out:
             out.folder(directory)
             scratch = out.scratch(directory)
@@ -198,7 +198,12 @@ class FasterModel(nn.Module, PyTorchModelHubMixin,
         except TypeError as e:
             raise TypeError(f"config.json must be JSON: {e} (source_kwargs, recipe and provenance "
                             "hold JSON values only)") from e
-        super()._save_pretrained(save_directory)
+        # the weights record which config.json they pair with (fastermodels._weights)
+        metadata = {CONFIG_DIGEST: digest(text.encode())}
+        replaced = getattr(self, "_replaced", None)
+        if replaced is not None and replaced != metadata[CONFIG_DIGEST]:
+            metadata[REPLACED_DIGEST] = replaced
+        safetensors.torch.save_model(self, str(save_directory / WEIGHTS_FILE), metadata=metadata)
         (save_directory / CONFIG_FILE).write_text(text)
 
     @classmethod
@@ -214,7 +219,7 @@ class FasterModel(nn.Module, PyTorchModelHubMixin,
             if config is not None:
                 read_config(config)
         else:
-            fetched = _hub_config(model_id, kwargs)
+            fetched = hub_config(model_id, kwargs)
             if fetched is not None:
                 read_config(fetched, f"{model_id}/{CONFIG_FILE}")
         return super().from_pretrained(pretrained_model_name_or_path, **kwargs)
@@ -234,19 +239,26 @@ class FasterModel(nn.Module, PyTorchModelHubMixin,
         """
         if not strict:
             raise ValueError("FasterModel loading is always strict")
-        if "source" not in model_kwargs:
-            raise ArtifactNotFoundError(f"{model_id}: no {CONFIG_FILE} naming a `source` factory")
-        check_source(model_kwargs["source"], model_kwargs.get("source_kwargs"), trust_remote_code, model_id)
+        hub = {"revision": revision, "cache_dir": cache_dir, "force_download": force_download,
+               "token": token, "local_files_only": local_files_only}
+        if "source" in model_kwargs:  # refused before anything else is read (again below, once paired)
+            check_source(model_kwargs["source"], model_kwargs.get("source_kwargs"), trust_remote_code, model_id)
         if os.path.isdir(model_id):
             local = artifact_file(model_id, WEIGHTS_FILE)
             if local is None:
                 raise ArtifactNotFoundError(f"{model_id}: no {WEIGHTS_FILE}")
-            weights = str(local)
+            state, recorded = read_weights(local)
+            config = paired_config(Path(model_id), recorded)
         else:
-            weights = hf_hub_download(repo_id=model_id, filename=WEIGHTS_FILE, revision=revision,
-                                      cache_dir=cache_dir, force_download=force_download,
-                                      token=token, local_files_only=local_files_only)
-        state = read_weights(weights)
+            weights = download(model_id, WEIGHTS_FILE, hub)
+            state, recorded = read_weights(weights)
+            config = _hub_paired(model_id, recorded, hub)
+        if config is not None:  # the config.json these weights were saved with, read again
+            parsed = parse_config(config, os.path.join(model_id, CONFIG_FILE))
+            model_kwargs.update({k: parsed[k] for k in CONFIG_KEYS if k in parsed})
+        if "source" not in model_kwargs:
+            raise ArtifactNotFoundError(f"{model_id}: no {CONFIG_FILE} naming a `source` factory")
+        check_source(model_kwargs["source"], model_kwargs.get("source_kwargs"), trust_remote_code, model_id)
         try:
             model = cls._rebuilt(model_kwargs, state)
         except (SpecError, WeightsMismatchError) as e:

@@ -165,3 +165,36 @@ def test_a_hub_id_offline_and_not_cached_says_so(tmp_path: Path, monkeypatch: py
         "someone/model: offline (HF_HUB_OFFLINE=1 or local_files_only=True) and the huggingface_hub cache holds "
         "none of model.safetensors, model.torchscript.pt, model.onnx for it; nothing was looked up on the Hub: "
         "load it once online, or pass the artifact's local folder")
+
+
+@pytest.mark.parametrize("how", ["local_files_only", "HF_HUB_OFFLINE", "unreachable"])
+def test_from_pretrained_of_a_hub_id_the_cache_lacks_says_why(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                              how: str) -> None:
+    """FasterModel.from_pretrained raised huggingface_hub's own LocalEntryNotFoundError ('Cannot find
+    the requested files in the disk cache and outgoing traffic has been disabled...'), naming
+    neither the repo nor HF_HUB_OFFLINE."""
+    from huggingface_hub import constants
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        if how != "unreachable":
+            raise AssertionError("network access while offline")
+        raise OSError("[Errno 101] Network is unreachable")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)
+    kw: dict[str, object] = {"cache_dir": str(tmp_path / "cache")}
+    if how == "local_files_only":
+        kw["local_files_only"] = True
+    elif how == "HF_HUB_OFFLINE":
+        monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)  # HF_HUB_OFFLINE=1 is read once, at import
+    with pytest.raises(ArtifactNotFoundError) as info:
+        FasterModel.from_pretrained("someone/model", **kw)
+    if how == "unreachable":
+        assert str(info.value) == (
+            "someone/model: the Hub could not be reached and the huggingface_hub cache holds no config.json for "
+            "it: check the connection (HF_ENDPOINT), or pass the artifact's local folder")
+    else:
+        assert str(info.value) == (
+            "someone/model: offline (HF_HUB_OFFLINE=1 or local_files_only=True) and the huggingface_hub cache "
+            "holds no config.json for it; nothing was looked up on the Hub: load it once online, or pass the "
+            "artifact's local folder")

@@ -206,6 +206,30 @@ def test_a_safetensors_header_too_large_names_the_file(tmp_path: Path) -> None:
             attempt()
 
 
+@pytest.mark.parametrize("key", ["net.0.weight", "__metadata__"])
+def test_a_key_written_twice_in_a_safetensors_header_is_refused(tmp_path: Path, key: str) -> None:
+    """The safetensors library loaded such a file with the last entry counting (here: the
+    weight's bytes read as I32, or the metadata without the config.json digest); another reader
+    may keep the first. uform's own checkpoints refuse it (uform.core.safetensors)."""
+    from test_fastermodels_nets import MLP_KWARGS, MLP_SOURCE, pruned_mlp
+
+    artifact = tmp_path / "twice"
+    FasterModel.wrap(pruned_mlp(), MLP_SOURCE, MLP_KWARGS).save_pretrained(artifact)
+    weights = artifact / "model.safetensors"
+    raw = weights.read_bytes()
+    (length,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8 : 8 + length])
+    again = dict(header[key], dtype="I32") if key != "__metadata__" else {"format": "pt"}
+    text = json.dumps(header)[:-1] + f", {json.dumps(key)}: {json.dumps(again)}}}"
+    weights.write_bytes(struct.pack("<Q", len(text)) + text.encode() + raw[8 + length :])
+    for attempt in (lambda: load(artifact, trust_remote_code=True),
+                    lambda: FasterModel.from_pretrained(artifact, trust_remote_code=True)):
+        with pytest.raises(ArtifactReadError) as info:
+            attempt()
+        assert str(info.value) == (f"{weights}: not a readable safetensors file (header is not JSON (the key "
+                                   f"'{key}' appears twice in one object))")
+
+
 @pytest.mark.parametrize(
     ("text", "why"),
     [
