@@ -141,6 +141,11 @@ def settle(folder: Path) -> None:
 
 
 def replaced_digest(folder: Path) -> str | None:
-    """The digest of the config.json a save into ``folder`` replaces; None when there is none."""
+    """The digest of the config.json a save into ``folder`` replaces; None when there is none. A
+    save into a hidden ``.*.partial`` folder is one step of a larger write into the folder that
+    holds it (``export_artifact``'s forms are renamed out of it, config.json last): its
+    config.json replaces that folder's."""
+    if folder.name.startswith(".") and folder.name.endswith(PARTIAL):
+        folder = folder.parent
     own = _bytes(folder / CONFIG_FILE)
     return None if own is None else digest(own)

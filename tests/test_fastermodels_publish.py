@@ -122,3 +122,18 @@ def test_a_config_json_edited_after_the_save_still_loads(tmp_path: Path) -> None
     config.write_text(config.read_text().replace('"seed": 0', '"seed": 0, "note": "by hand"'))
     fm = FasterModel.from_pretrained(tmp_path, trust_remote_code=True)
     assert fm.recipe == {"seed": 0, "note": "by hand"}
+
+
+def test_an_export_records_the_config_json_it_replaces(tmp_path: Path) -> None:
+    """export_artifact saves the weights into its hidden folder, renamed out with its other forms:
+    they recorded no previous config.json, so after an export stopped between its renames (and its
+    folder swept) the old config.json loaded with the new weights, as if edited by hand."""
+    from uform.exporters import export_artifact
+
+    fm_of(0).save_pretrained(tmp_path)
+    before = (tmp_path / "config.json").read_bytes()
+    export_artifact(fm_of(1), tmp_path, ("safetensors",), example_input=torch.randn(2, 16))
+    assert loaded(tmp_path) == (1, state_hash(fm_of(1)))
+    (tmp_path / "config.json").write_bytes(before)  # what a stopped export leaves, its folder swept
+    with pytest.raises(ArtifactReadError, match="files of two saves, left by a save that was stopped"):
+        FasterModel.from_pretrained(tmp_path, trust_remote_code=True)
