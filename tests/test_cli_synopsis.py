@@ -41,3 +41,14 @@ def test_every_option_of_a_command_is_on_its_section(command: str, capsys: pytes
     printed = options(capsys.readouterr().out) - {"--help"}
     assert printed, f"uform {command} --help printed no options"
     assert sorted(printed - options(sections()[command]) - options(shared())) == []
+
+
+def test_the_pages_table_of_commands_lists_every_command(capsys: pytest.CaptureFixture[str]) -> None:
+    """The table at the top of docs/cli.md, the reader's index of commands, has a row for each
+    command ``uform --help`` lists, linked to its section (it once lacked convert and labels)."""
+    assert main(["--help"]) == 0
+    listed = re.findall(r"^    ([a-z][a-z-]*)\b", capsys.readouterr().out, flags=re.M)
+    table = PAGE.read_text().split("## What every command shares", 1)[0]
+    rows = re.findall(r"^\| \[`([a-z-]+)`\]\(#uform-([a-z-]+)\) \|", table, flags=re.M)
+    assert sorted(listed) == sorted(name for name, _ in rows)
+    assert [name for name, anchor in rows if name != anchor] == []
