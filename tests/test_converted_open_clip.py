@@ -143,6 +143,32 @@ def test_an_hf_tokenizer_open_clip_folder_cleans_without_lower_casing(tmp_path: 
     assert [list(map(int, row)) for row in held.encode(texts).ids] == want
 
 
+def test_the_exported_text_tower_says_how_its_ids_are_made_and_gives_text_encodes_rows(converted: tuple[Any, Path], tmp_path: Path) -> None:
+    """``uform export``'s text.json names the cleaning and the cut at the first end token; ids made
+    so (held tokenizer, ``ended``) through the exported tower give ``text_encode``'s rows."""
+    import onnxruntime as ort
+
+    from uform.exporters.towers import export_towers
+    from uform.plugins.media.text import ended
+
+    _, path = converted
+    out = export_towers(path, tmp_path / "towers", quantization="f32")
+    said = json.loads((tmp_path / "towers" / "text.json").read_text())["preprocessing"]
+    assert said.startswith("the text cleaned first as open_clip does (ftfy.fix_text, HTML entities unescaped twice, whitespace runs folded to one space, lower-cased), then token ids")
+    assert "; each row cut after its first largest id; right-padded with 49407" in said
+    texts = ["Tom &amp; Jerry", "a <end_of_text> b", "caf\u00c3\u00a9"]
+    ids, lengths = ended(_held(path)[1].encode(texts).ids, "max")
+    feed = np.full((len(ids), int(lengths.max())), 49407, np.int64)
+    for i, row in enumerate(ids):
+        feed[i, : len(row)] = row
+    session = ort.InferenceSession(str(out["text"]), providers=["CPUExecutionProvider"])
+    got = session.run(None, {"bytes": feed, "lengths": lengths})[0]
+    with uform.Model.load_ram(path, quantization=Scalar.F32) as m:
+        want = np.asarray(m.text_encode(texts, Arena()).embeddings)
+    got = got / np.linalg.norm(got, axis=1, keepdims=True)
+    assert (got * want).sum(1).min() >= 0.99999
+
+
 def _rewrite(path: Path, out: Path, clean: str, tower: str = "text") -> Path:
     c = safetensors.parse(memoryview(path.read_bytes()))
     config = json.loads(c.metadata["uform"])

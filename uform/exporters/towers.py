@@ -47,8 +47,14 @@ def _preprocessing(name: str, tower: dict[str, Any], context: int) -> str:
     """What feeds tower ``name``, in words: version 1's, or a converted model's options."""
     if name == "text" and tower.get("tokenizer") == "tokenizer.json":
         padded = f"to {tower.get('context', context)} tokens" if tower.get("pad_to_context") else "to the longest row"
+        clean, end = tower.get("clean", "none"), tower.get("end_token", "last")
+        cleaned = (
+            "the text cleaned first as open_clip does (ftfy.fix_text, HTML entities unescaped twice, whitespace runs folded to one space"
+            f"{', lower-cased' if clean == 'lower' else ''}), then "
+        ) if clean != "none" else ""  # fmt: skip
+        ended = f"; each row cut after its first {'largest id' if end == 'max' else f'id {end}'}" if end != "last" else ""
         return (
-            f"token ids of text.tokenizer.json (tokenizers library, special tokens added, truncated to {tower.get('context', context)} tokens); "
+            f"{cleaned}token ids of text.tokenizer.json (tokenizers library, special tokens added, truncated to {tower.get('context', context)} tokens){ended}; "
             f"right-padded with {tower.get('pad_id', 0)} {padded}; `lengths` holds each row's token count"
         )
     if name == "video" and tower.get("from") == "image":
