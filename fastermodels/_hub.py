@@ -7,6 +7,8 @@ and what to do, from :func:`load` and :meth:`FasterModel.from_pretrained` alike 
 itself raises its ``LocalEntryNotFoundError``, which says neither the id nor the way out).
 """
 
+import os
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -16,6 +18,34 @@ from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
 from fastermodels._errors import ArtifactNotFoundError
 
 HUB_KEYS = ("revision", "token", "cache_dir", "force_download", "local_files_only")
+# What the Hub accepts as a repo id: namespace/name, each of letters, digits, '-', '_', '.'
+HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}")
+
+
+def _missing(repo: str, why: str) -> ArtifactNotFoundError:
+    return ArtifactNotFoundError(f"{repo}: no such artifact folder ({why}); nothing was looked up on the Hub")
+
+
+def is_local(repo_id: "str | os.PathLike[str]", repo: str) -> bool:
+    """True for an artifact folder; False for a Hub repo id; a folder that is not there raises at once
+    (``load`` and ``FasterModel.from_pretrained`` alike).
+
+    A Hub look-up is only tried for a ``str`` of the Hub's ``namespace/name`` shape whose
+    first part is not a local folder: a ``Path``, a bare name, an absolute or ``./`` path,
+    or ``out/name`` beside an existing ``out/`` is a local path that does not exist.
+    """
+    if os.path.isdir(repo):
+        return True
+    if os.path.exists(repo):
+        raise ArtifactNotFoundError(f"{repo}: is a file; an artifact is a folder (config.json, model.safetensors, ...)")
+    if isinstance(repo_id, os.PathLike):
+        raise _missing(repo, "a path object is never a Hub repo id")
+    if not HUB_ID.fullmatch(repo) or ".." in repo or "--" in repo:
+        raise _missing(repo, "nor a Hub repo id, which reads 'namespace/name'")
+    namespace = repo.split("/")[0]
+    if os.path.isdir(namespace):
+        raise _missing(repo, f"{namespace}/ is a local folder, so this is taken as a path in it")
+    return False
 
 
 def offline(hub: Mapping[str, Any]) -> bool:

@@ -1,7 +1,6 @@
 """load: the form an artifact publishes, from a local directory or a Hub repo id."""
 
 import os
-import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -12,6 +11,7 @@ from huggingface_hub import hf_hub_download, list_repo_files, try_to_load_from_c
 from fastermodels._errors import ArtifactNotFoundError, ArtifactReadError, UntrustedSourceError
 from fastermodels._files import artifact_file, irregular, outside
 from fastermodels._hub import HUB_KEYS as _HUB_KEYS
+from fastermodels._hub import is_local as _is_local
 from fastermodels._hub import not_cached
 from fastermodels._hub import offline as _offline
 from fastermodels._model import FasterModel
@@ -21,35 +21,6 @@ if TYPE_CHECKING:
     import onnx
 
 FORMS: dict[str, str] = dict(ARTIFACT_FILES)  # form → file, in the order `load` looks for them
-# What the Hub accepts as a repo id: namespace/name, each of letters, digits, '-', '_', '.'
-_HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}")
-
-
-def _missing(repo: str, why: str) -> ArtifactNotFoundError:
-    return ArtifactNotFoundError(f"{repo}: no such artifact folder ({why}); nothing was looked up on the Hub")
-
-
-def _is_local(repo_id: "str | os.PathLike[str]", repo: str) -> bool:
-    """True for an artifact folder; False for a Hub repo id; a folder that is not there raises at once.
-
-    A Hub look-up is only tried for a ``str`` of the Hub's ``namespace/name`` shape whose
-    first part is not a local folder: a ``Path``, a bare name, an absolute or ``./`` path,
-    or ``out/name`` beside an existing ``out/`` is a local path that does not exist.
-    """
-    if os.path.isdir(repo):
-        return True
-    if os.path.exists(repo):
-        raise ArtifactNotFoundError(f"{repo}: is a file; an artifact is a folder (config.json, model.safetensors, ...)")
-    if isinstance(repo_id, os.PathLike):
-        raise _missing(repo, "a path object is never a Hub repo id")
-    if not _HUB_ID.fullmatch(repo) or ".." in repo or "--" in repo:
-        raise _missing(repo, "nor a Hub repo id, which reads 'namespace/name'")
-    namespace = repo.split("/")[0]
-    if os.path.isdir(namespace):
-        raise _missing(repo, f"{namespace}/ is a local folder, so this is taken as a path in it")
-    return False
-
-
 def _hub_files(repo_id: str, hub: dict[str, Any]) -> set[str]:
     """The repo's file names: listed on the Hub, or what the cache holds when offline."""
     if _offline(hub):

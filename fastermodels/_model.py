@@ -16,7 +16,7 @@ from torch import nn
 
 from fastermodels._errors import ArtifactNotFoundError, ArtifactReadError, SpecError, WeightsMismatchError
 from fastermodels._files import artifact_file
-from fastermodels._hub import download, hub_config
+from fastermodels._hub import download, hub_config, is_local
 from fastermodels._weights import (CONFIG_DIGEST, CONFIG_FILE, REPLACED_DIGEST, WEIGHTS_FILE, digest, mismatch,
                                    paired_config, read_weights, replaced_digest, settle)
 from uform.core import jsontext
@@ -214,7 +214,7 @@ class FasterModel(nn.Module, PyTorchModelHubMixin,
         (the mixin's ``json.load`` would raise Python's bare ValueError, UnicodeDecodeError or
         RecursionError, or AttributeError for a list). The mixin then reads the file checked."""
         model_id = os.fspath(pretrained_model_name_or_path)
-        if os.path.isdir(model_id):
+        if is_local(pretrained_model_name_or_path, model_id):  # a missing folder raises, unlooked-up
             config = artifact_file(model_id, CONFIG_FILE)  # a link out of it, a folder, a FIFO: named
             if config is not None:
                 read_config(config)

@@ -198,3 +198,21 @@ def test_from_pretrained_of_a_hub_id_the_cache_lacks_says_why(tmp_path: Path, mo
             "someone/model: offline (HF_HUB_OFFLINE=1 or local_files_only=True) and the huggingface_hub cache "
             "holds no config.json for it; nothing was looked up on the Hub: load it once online, or pass the "
             "artifact's local folder")
+
+
+@pytest.mark.parametrize("name", ["artifcat", "./x", "a/b/c"])
+def test_from_pretrained_of_a_folder_that_is_not_there_says_so_at_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                      name: str) -> None:
+    """A mistyped folder went to the Hub: 'artifcat' spent huggingface_hub's retries (23.5 s here,
+    offline) and then said the Hub could not be reached; './x' and 'a/b/c' raised its
+    HFValidationError ('Repo id must use alphanumeric chars ...'). load() said what it does now."""
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("network access for a local path")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ArtifactNotFoundError) as info:
+        FasterModel.from_pretrained(name)
+    assert str(info.value) == (f"{name}: no such artifact folder (nor a Hub repo id, which reads 'namespace/name'); "
+                               "nothing was looked up on the Hub")
