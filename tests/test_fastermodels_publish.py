@@ -137,3 +137,22 @@ def test_an_export_records_the_config_json_it_replaces(tmp_path: Path) -> None:
     (tmp_path / "config.json").write_bytes(before)  # what a stopped export leaves, its folder swept
     with pytest.raises(ArtifactReadError, match="files of two saves, left by a save that was stopped"):
         FasterModel.from_pretrained(tmp_path, trust_remote_code=True)
+
+
+def test_an_export_without_the_weights_does_not_pair_another_config_json_with_them(tmp_path: Path) -> None:
+    """An ONNX-only export of seed 1 into seed 0's artifact wrote seed 1's config.json beside seed 0's
+    model.safetensors, and from_pretrained loaded them as one model (recipe seed 1, weights seed 0)."""
+    from uform.exporters import export_artifact
+
+    fm_of(0).save_pretrained(tmp_path)
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    with pytest.raises(ValueError) as info:
+        export_artifact(fm_of(1), tmp_path, ("onnx",), example_input=torch.randn(2, 16))
+    assert str(info.value) == (
+        f"{tmp_path / 'model.safetensors'}: weights this export's config.json (forms ['onnx']) does not describe; "
+        "loading would take them for its model's: add 'safetensors' to forms, so that weights and config.json "
+        "are of one model, or export into another folder; nothing was written")
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
+    export_artifact(fm_of(0), tmp_path, ("onnx",), example_input=torch.randn(2, 16))  # the same model: its config.json
+    assert loaded(tmp_path) == (0, state_hash(fm_of(0)))
+    assert (tmp_path / "model.onnx").is_file()

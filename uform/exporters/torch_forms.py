@@ -128,14 +128,37 @@ def _max_abs_diff(form: str, path: Path, args: tuple[torch.Tensor, ...],
     return diff, close
 
 
-def _write_config(model: torch.nn.Module, directory: Path, int8: bool) -> None:
-    """Beside forms without safetensors, keep a FasterModel's config.json for provenance."""
+def _config_text(model: torch.nn.Module, int8: bool) -> str | None:
+    """A FasterModel's config.json as an export writes it beside forms without safetensors."""
     config = getattr(model, "config", None)
     if not isinstance(config, dict):
-        return
+        return None
     if int8:
         config = {**config, "recipe": {**(config.get("recipe") or {}), "int8": INT8_RECIPE}}
-    (directory / "config.json").write_text(json.dumps(config, sort_keys=True, indent=2))
+    return json.dumps(config, sort_keys=True, indent=2)
+
+
+def _write_config(model: torch.nn.Module, directory: Path, int8: bool) -> None:
+    """Beside forms without safetensors, keep a FasterModel's config.json for provenance."""
+    text = _config_text(model, int8)
+    if text is not None:
+        (directory / "config.json").write_text(text)
+
+
+def _check_weights_kept(model: torch.nn.Module, out: Path, forms: tuple[str, ...], int8: bool) -> None:
+    """Refuse an export without safetensors whose config.json would replace the one an artifact's
+    model.safetensors was saved with: loading would pair that config.json with those weights."""
+    text, weights, old = _config_text(model, int8), out / ARTIFACT_FILES["safetensors"], out / "config.json"
+    if "safetensors" in forms or text is None or not weights.exists():
+        return
+    try:
+        same = old.read_bytes() == text.encode()
+    except OSError:
+        same = False
+    if not same:
+        raise ValueError(f"{weights}: weights this export's config.json (forms {list(forms)}) does not describe; "
+                         "loading would take them for its model's: add 'safetensors' to forms, so that weights "
+                         "and config.json are of one model, or export into another folder; nothing was written")
 
 
 def export_artifact(model: torch.nn.Module, directory: str | Path,
@@ -156,7 +179,9 @@ def export_artifact(model: torch.nn.Module, directory: str | Path,
     The forms are written whole or not at all (``uform.core.files``): each into a hidden folder
     inside ``directory``, checked there, and only when every one is written and verified are they
     renamed into place, ``config.json`` last. A failed export (a mismatch, an exporter's error, a
-    full disk) leaves every old file of ``directory`` as it was.
+    full disk) leaves every old file of ``directory`` as it was. Without ``'safetensors'``, a
+    FasterModel's config.json is written too, unless it would replace the one a model.safetensors
+    there was saved with (ValueError before anything is written: loading would pair them).
     """
     import torch
 
@@ -176,6 +201,7 @@ def export_artifact(model: torch.nn.Module, directory: str | Path,
     if not os.fspath(directory):  # Path('') is the working folder
         raise ValueError("the artifact directory is empty: name the folder to write the forms to")
     out = Path(directory)
+    _check_weights_kept(model, out, forms, int8)
     report = ExportReport(out, int8)
     was_training = model.training
     model.eval()
