@@ -1,19 +1,36 @@
-"""``Life``: the open-or-closed state a ``Model`` shares with its receivers."""
+"""``Life``: the open-or-closed state a ``Model`` shares with its receivers, across ``os.fork`` too."""
 
 from __future__ import annotations
 
+import ctypes
+import os
 import threading
+import weakref
 from collections import Counter
 
 
 class Life:
-    """Whether a model (and every receiver made from it) is open, and which threads run calls."""
+    """Whether a model (and every receiver made from it) is open, and which threads run calls.
 
-    def __init__(self, owns_executor: bool) -> None:
+    ``held`` is what the load placed (its runtime: ONNX Runtime sessions and their threads). A
+    child of ``os.fork`` has none of those threads, and freeing such sessions there hung or
+    crashed the child (a segfault as it exited), so a child keeps its copy for good: see
+    :func:`_in_a_forked_child` and ``forked``.
+    """
+
+    def __init__(self, owns_executor: bool, held: object = None) -> None:
         self.owns_executor = owns_executor
+        self.held = held
+        self.pid = os.getpid()  # the process that loaded the model
         self.closed = False
         self._calls: Counter[int] = Counter()  # thread id -> calls it is running
         self._changed = threading.Condition()
+        _LIVES.add(self)
+
+    @property
+    def forked(self) -> bool:
+        """Whether this process is a child of ``os.fork`` of the one that loaded the model."""
+        return self.pid != os.getpid()
 
     def enter(self) -> None:
         with self._changed:
@@ -46,3 +63,19 @@ class Life:
             self.closed = True
             self._changed.wait_for(lambda: not self._calls)
             return True
+
+
+_LIVES: weakref.WeakSet[Life] = weakref.WeakSet()
+
+
+def _in_a_forked_child() -> None:
+    """After ``os.fork``, in the child: the calls other threads were running are not there (a
+    close would wait for them forever, and the lock may have been held), and what each load
+    placed is kept for good (one more reference, never dropped: CPython's ``Py_IncRef``)."""
+    for life in list(_LIVES):
+        life._calls, life._changed = Counter(), threading.Condition()
+        if life.held is not None:
+            ctypes.pythonapi.Py_IncRef(ctypes.py_object(life.held))
+
+
+os.register_at_fork(after_in_child=_in_a_forked_child)

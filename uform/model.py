@@ -61,7 +61,7 @@ class Model(TypedVerbs):
                 "Model.load_ram(path), Model.load_ram_buffer(buffer), Model.load_vram(path) or Model.load_vram_buffer(buffer)")
         self._runtime = runtime
         self._executor = executor
-        self._life = _life or Life(owns_executor)
+        self._life = _life or Life(owns_executor, held=runtime)
 
     # -- loading -------------------------------------------------------------------------
 
@@ -244,13 +244,14 @@ class Model(TypedVerbs):
         if not self._life.close():
             return
         runners = self._runtime.placement.runners
-        for runner in runners.values():
-            close = getattr(runner, "close", None)
-            if callable(close):
-                close()
-        if isinstance(runners, dict):
-            runners.clear()
-        if self._life.owns_executor:
+        if not self._life.forked:  # a child of os.fork keeps the sessions it inherited: freeing them
+            for runner in runners.values():  # hung, ONNX Runtime's threads being the parent's
+                close = getattr(runner, "close", None)
+                if callable(close):
+                    close()
+            if isinstance(runners, dict):
+                runners.clear()
+        if self._life.owns_executor:  # in a forked child: the threads it started itself
             self._runtime.executor.close()
 
     def __enter__(self) -> Model:

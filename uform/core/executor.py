@@ -54,11 +54,20 @@ class Executor:
         self._lock = threading.Lock()
         self._workers: cf.ThreadPoolExecutor | None = None
         self._dispatch: cf.ThreadPoolExecutor | None = None
+        self._pid = os.getpid()  # the process whose threads the pools hold
 
     def __repr__(self) -> str:
         return f"Executor(threads={self.threads}, calls={self.calls})"
 
+    def _forget_a_parents_pools(self) -> None:
+        """In a child of ``os.fork`` the pools' threads are not there: work given them waited
+        forever and ``close`` hung joining them, and the lock may have been held by another thread
+        at the fork. The child drops them (the parent's are the parent's) and starts its own."""
+        if self._pid != os.getpid():
+            self._lock, self._workers, self._dispatch, self._pid = threading.Lock(), None, None, os.getpid()
+
     def _pool(self, attr: str, size: int, prefix: str) -> cf.ThreadPoolExecutor:
+        self._forget_a_parents_pools()
         with self._lock:
             pool: cf.ThreadPoolExecutor | None = getattr(self, attr)
             if pool is None:
@@ -92,6 +101,7 @@ class Executor:
 
     def close(self) -> None:
         """Wait for running work and join every thread."""
+        self._forget_a_parents_pools()
         with self._lock:
             pools = [p for p in (self._dispatch, self._workers) if p is not None]
             self._dispatch = self._workers = None
