@@ -245,3 +245,13 @@ def test_groups_without_examples_are_one_note_a_run(path: Path) -> None:
                             "groups 0 to 4094 had no fitting examples and keep temperature 1"]  # fmt: skip
     report = cal.calibrate(path, [cal.Example("q", "AB", 0, 2)], holdout=0, groups=4)
     assert report.notes[1:] == ["groups 0 to 1 had no fitting examples and keep temperature 1", "group 3 had no fitting examples and keeps temperature 1"]
+
+
+def test_a_holdout_too_small_to_hold_any_example_out_says_so(path: Path) -> None:
+    """--holdout 0.25 of 2 examples held none out and the note said 'holdout is 0', the opposite of
+    what was asked (docs/choose.md's own two examples, run as the page shows them)."""
+    examples = [cal.Example("2 + 2 = ? A) 3 B) 4 C) 5. Answer:", "ABC", 1, 0), cal.Example("Is water wet? Answer y or n:", "yn", 0, 0)]
+    report = cal.calibrate(path, examples, holdout=0.25)
+    assert (report.fit_examples, report.heldout_examples) == (2, 2)
+    assert report.notes[0] == "holdout 0.25 of 2 examples holds none out: ECE and NLL are measured on the fitting examples"
+    assert cal.calibrate(path, examples, holdout=0).notes[0] == "holdout is 0: ECE and NLL are measured on the fitting examples"

@@ -150,7 +150,8 @@ def calibrate(
     group_of = np.array([e.group for e in items], np.int64)
     order = np.random.default_rng(seed).permutation(len(items))
     held = int(round(holdout * len(items)))
-    notes = [] if held else ["holdout is 0: ECE and NLL are measured on the fitting examples"]
+    unheld = "holdout is 0" if holdout == 0 else f"holdout {holdout:g} of {len(items)} examples holds none out"
+    notes = [] if held else [f"{unheld}: ECE and NLL are measured on the fitting examples"]
     fit_rows, test_rows = np.sort(order[held:]), np.sort(order[:held] if held else order)
     fitted, counts = fit_temperatures(*sub_rows(logits, offsets, fit_rows), answers[fit_rows], group_of[fit_rows], count, smoothing=smoothing)
     old = np.array([previous[g] if g < len(previous) else 1.0 for g in range(count)])
