@@ -86,3 +86,11 @@ def test_nonfinite_samples_past_the_window_are_never_read(ckpt: Path) -> None:
     with uform.Model.load_ram(ckpt) as model:
         got = np.array(model.audio_encode_samples([x], 16000, uform.Arena()).embeddings)
         assert np.array_equal(got, np.array(model.audio_encode_samples([x[:16000].copy()], 16000, uform.Arena()).embeddings))
+
+
+def test_an_executor_that_is_not_one_is_named_alike_by_the_load_and_the_receivers(ckpt: Path) -> None:
+    # on() and deferred() said 'expected a uform.Executor, got int', the load 'executor must be a uform.Executor, got int'
+    with uform.Model.load_ram(ckpt) as model:
+        for misuse in (lambda: uform.Model.load_ram(ckpt, executor=2), lambda: model.on(2), lambda: model.deferred(2)):  # type: ignore[arg-type]
+            with pytest.raises(TypeError, match=r"^executor must be a uform.Executor, got int$"):
+                misuse()

@@ -18,7 +18,7 @@ import numpy as np
 
 from .core.arena import Arena
 from .core.checkpoint import CheckpointFile
-from .core.executor import DeferredOn, Executor, On
+from .core.executor import DeferredOn, Executor, On, check_executor
 from .core.progress import ProgressHandler
 from .core.runtime import Runtime, as_buffer
 from .core.types import CPUClass, GPUClass, ModelDescription, Scalar, pin
@@ -308,7 +308,6 @@ _NOT_VERBS = {"load_ram", "load_ram_buffer", "load_vram", "load_vram_buffer", "o
 
 
 def _check_executor(executor: Any) -> Executor:
-    if not isinstance(executor, Executor):
-        raise TypeError(f"expected a uform.Executor, got {type(executor).__name__}")
-    return executor
+    check_executor(executor)
+    return executor  # type: ignore[no-any-return]
 

@@ -37,6 +37,12 @@ def _check_count(name: str, value: object) -> None:
         raise ValueError(f"Executor {name} must be an integer from 1 to {MAX_THREADS}, got {value!r}")
 
 
+def check_executor(executor: object) -> None:
+    """TypeError unless ``executor`` is an :class:`Executor` (a load's, ``on``'s, ``deferred``'s)."""
+    if not isinstance(executor, Executor):
+        raise TypeError(f"executor must be a uform.Executor, got {type(executor).__name__}")
+
+
 class Executor:
     """Threads for ONNX Runtime's intra-op work and for decoding and preprocessing.
 

@@ -15,7 +15,7 @@ import onnx
 from . import safetensors
 from .config import ModelConfig
 from .errors import CheckpointError, UnsupportedError
-from .executor import Executor
+from .executor import Executor, check_executor
 from .graph import GraphBuilder
 from .host import Host, get_host
 from .plugin import LoadRequest, Modality, Placement, Runner, TensorSpec, TowerPlan
@@ -129,8 +129,8 @@ class Runtime:
         devices: Sequence[int] | None = None,
     ) -> Runtime:
         quantization = coerce(quantization, "quantization")
-        if executor is not None and not isinstance(executor, Executor):
-            raise TypeError(f"executor must be a uform.Executor, got {type(executor).__name__}")
+        if executor is not None:
+            check_executor(executor)
         executor = executor or Executor()
         named = source.named if not isinstance(source, memoryview) else lambda exc: exc
         try:
