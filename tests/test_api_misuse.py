@@ -94,3 +94,16 @@ def test_an_executor_that_is_not_one_is_named_alike_by_the_load_and_the_receiver
         for misuse in (lambda: uform.Model.load_ram(ckpt, executor=2), lambda: model.on(2), lambda: model.deferred(2)):  # type: ignore[arg-type]
             with pytest.raises(TypeError, match=r"^executor must be a uform.Executor, got int$"):
                 misuse()
+
+
+def test_pickling_a_model_is_refused_in_uforms_words(ckpt: Path) -> None:
+    # it was ONNX Runtime's "cannot pickle 'onnxruntime.capi.onnxruntime_pybind11_state.InferenceSession' object"
+    import copy
+    import pickle
+
+    with uform.Model.load_ram(ckpt) as model:
+        for send in (pickle.dumps, copy.deepcopy):
+            with pytest.raises(TypeError, match=r"^a uform.Model cannot be pickled or copied to another process .*: pass the "
+                                                r"checkpoint's path and load it there with Model.load_ram\(path\)"):
+                send(model)
+        assert copy.copy(model).describe() == model.describe()  # a copy shares the load, as before

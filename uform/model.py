@@ -254,6 +254,17 @@ class Model(TypedVerbs):
         if self._life.owns_executor:  # in a forked child: the threads it started itself
             self._runtime.executor.close()
 
+    def __reduce__(self) -> Any:
+        """A model is its process's sessions and threads: pickling one (a ``spawn`` pool's
+        arguments, ``deepcopy``) is refused in uform's words, not ONNX Runtime's."""
+        raise TypeError(
+            "a uform.Model cannot be pickled or copied to another process (its ONNX Runtime sessions and threads "
+            "are this process's): pass the checkpoint's path and load it there with Model.load_ram(path), "
+            "or use a multiprocessing 'fork' pool, whose workers inherit it (docs/api.md, os.fork)")
+
+    def __copy__(self) -> Model:
+        return Model(self._runtime, self._executor, _life=self._life)
+
     def __enter__(self) -> Model:
         return self
 
