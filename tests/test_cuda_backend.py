@@ -187,6 +187,20 @@ def test_devices_are_checked_against_what_exists() -> None:
         gpu_info.check_devices(["cuda:0"], l4)  # type: ignore[list-item]
 
 
+@pytest.mark.parametrize(("devices", "error", "message"), [
+    ([], ValueError, "devices is empty; name one CUDA device at least, e.g. devices=[0]"),
+    ([0, 0], ValueError, "devices [0, 0] names a device twice"),
+    (["cuda:0"], TypeError, "devices must be a sequence of CUDA device ordinals (int), got ['cuda:0']"),
+])  # fmt: skip
+def test_a_devices_mistake_is_named_before_cuda_is_looked_for(devices: Any, error: type[Exception], message: str, tiny_text: Path) -> None:
+    """docs/gpus.md: devices=[] and a device named twice are ValueError, ids not integers TypeError.
+    On a machine without CUDA each was 'UnsupportedError: cannot place a model in VRAM: cuda:
+    onnxruntime ... has no CUDAExecutionProvider', so the caller's mistake showed only on a GPU."""
+    with pytest.raises(error) as caught:
+        uform.Model.load_vram(tiny_text, devices=devices)
+    assert str(caught.value) == message
+
+
 # -- replica scheduling over fake devices -------------------------------------------------
 
 

@@ -21,7 +21,7 @@ from .host import Host, get_host
 from .plugin import LoadRequest, Modality, Placement, Runner, TensorSpec, TowerPlan
 from .progress import Progress, ProgressHandler
 from .scalars import coerce
-from .types import CPUClass, GPUClass, ModelDescription, Scalar
+from .types import CPUClass, GPUClass, ModelDescription, Scalar, gpu_devices
 from .weights import Source, Stored, shape_of, stored_bytes
 
 STORED_DTYPE = "BF16"
@@ -129,6 +129,8 @@ class Runtime:
         devices: Sequence[int] | None = None,
     ) -> Runtime:
         quantization = coerce(quantization, "quantization")
+        if placement == "vram":
+            devices = gpu_devices(devices)
         if executor is not None:
             check_executor(executor)
         executor = executor or Executor()

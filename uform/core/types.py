@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from typing import NamedTuple, TypeVar
 
 
@@ -60,6 +61,20 @@ def pin(value: object, kind: type[Pin], what: str) -> Pin:
         return kind(value)
     except ValueError:
         raise ValueError(f"{what} {value!r} is not a {kind.__name__}; choose one of {', '.join(c.value for c in kind)}") from None
+
+
+def gpu_devices(devices: Sequence[int] | None) -> list[int]:
+    """``devices`` (default ``[0]``) as distinct ordinals, judged before any backend looks for
+    CUDA: a caller's mistake is the same error on a machine with GPUs and on one without."""
+    chosen = [0] if devices is None else devices
+    if isinstance(chosen, (str, bytes)) or not all(isinstance(d, int) and not isinstance(d, bool) for d in chosen):
+        raise TypeError(f"devices must be a sequence of CUDA device ordinals (int), got {devices!r}")
+    chosen = list(chosen)
+    if not chosen:
+        raise ValueError("devices is empty; name one CUDA device at least, e.g. devices=[0]")
+    if len(set(chosen)) != len(chosen):
+        raise ValueError(f"devices {chosen} names a device twice")
+    return chosen
 
 
 class Outputs(enum.Flag):

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from uform.core.errors import UnsupportedError
-from uform.core.types import GPUClass, pin
+from uform.core.types import GPUClass, gpu_devices, pin
 
 # Each class and the compute capability it needs, lowest first; a device runs every class
 # at or below its own capability.
@@ -163,14 +163,7 @@ def detect() -> Detected:
 
 def check_devices(devices: Sequence[int] | None, gpus: Sequence[GPU]) -> list[int]:
     """``devices`` (default ``[0]``) as distinct existing ordinals; errors name what exists."""
-    chosen = [0] if devices is None else devices
-    if isinstance(chosen, (str, bytes)) or not all(isinstance(d, int) and not isinstance(d, bool) for d in chosen):
-        raise TypeError(f"devices must be a sequence of CUDA device ordinals (int), got {devices!r}")
-    chosen = list(chosen)
-    if not chosen:
-        raise ValueError("devices is empty; name one CUDA device at least, e.g. devices=[0]")
-    if len(set(chosen)) != len(chosen):
-        raise ValueError(f"devices {chosen} names a device twice")
+    chosen = gpu_devices(devices)
     missing = [d for d in chosen if not 0 <= d < len(gpus)]
     if missing:
         have = ", ".join(str(g) for g in gpus) or "none"
