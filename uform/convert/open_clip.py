@@ -145,7 +145,8 @@ def _preprocess(cfg: dict[str, Any], where: str) -> dict[str, Any]:
     mean, std = cfg.get("mean", CLIP_MEAN), cfg.get("std", CLIP_STD)
     rounding = {"resize_rounding": "floor"} if resize == "shorter_side_crop" else {}  # torchvision: int(S * long / short)
     at = where + " preprocess_cfg"
-    return rounding | {"resize": resize, "interpolation": interpolation, "mean": triple(mean, at, "mean", -math.inf), "std": triple(std, at, "std", 0.0)}
+    fields = {"resize": resize, "interpolation": interpolation, "alpha": "drop"}  # open_clip: resize and crop, then image.convert("RGB")
+    return rounding | fields | {"mean": triple(mean, at, "mean", -math.inf), "std": triple(std, at, "std", 0.0)}
 
 
 def _tokenizer_kwargs(text: dict[str, Any], where: str) -> None:

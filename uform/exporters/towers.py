@@ -62,14 +62,15 @@ def _preprocessing(name: str, tower: dict[str, Any], context: int) -> str:
             "frame_embeddings: the image tower's embeddings of `frames` frames sampled at (i + 0.5) * duration / frames, "
             "each preprocessed as an image; float32 [F, dimensions]"
         )
-    if name in ("image", "video") and {"resize", "interpolation", "resize_rounding"} & set(tower):
+    if name in ("image", "video") and {"resize", "interpolation", "resize_rounding", "alpha"} & set(tower):
         how = tower.get("interpolation", "bicubic")
         fit = (
             f"resize to image_size x image_size ({how})"
             if tower.get("resize") == "square"
             else f"resize shorter side to image_size ({how}, longer side {tower.get('resize_rounding', 'half_up').replace('_', ' ')}), centre crop"
         )
-        return f"decode, EXIF orientation, 8-bit RGB (alpha over white), {fit}; uint8 [S, S, 3]"
+        alpha = "alpha dropped, the colour under it kept" if tower.get("alpha") == "drop" else "alpha over white"
+        return f"decode, EXIF orientation, 8-bit RGB ({alpha}), {fit}; uint8 [S, S, 3]"
     return PREPROCESSING.get(name, f"see {DOC}")
 
 

@@ -32,21 +32,33 @@ STD = [0.229, 0.224, 0.225]
 RESIZES = ("shorter_side_crop", "square")
 INTERPOLATIONS = ("bicubic", "bilinear")
 ROUNDINGS = ("half_up", "floor")
+ALPHAS = ("white", "drop")  # transparency over white, or open_clip's order (resized in the picture's mode, then alpha dropped)
 
 
 class Fit(int):
     """A tower's side ``S`` (an ``int``, as the decoders take it) that also says how a picture
     is fitted to ``S x S`` (version 2's ``resize``, ``interpolation`` and ``resize_rounding``;
-    the defaults are version 1's): :func:`fit` reads them."""
+    the defaults are version 1's): :func:`fit` reads them. ``alpha`` (version 2) says what the
+    decoders make of transparency: ``white`` composites it over white before the fit, ``drop``
+    fits the picture in its own mode and then takes Pillow's ``convert("RGB")``, which keeps the
+    colour under the alpha (open_clip's transform; ``upright.fit_as_stored``)."""
 
     resize: str
     interpolation: str
     rounding: str
+    alpha: str
 
-    def __new__(cls, size: int, resize: str = "shorter_side_crop", interpolation: str = "bicubic", rounding: str = "half_up") -> Fit:
+    def __new__(
+        cls, size: int, resize: str = "shorter_side_crop", interpolation: str = "bicubic", rounding: str = "half_up", alpha: str = "white"
+    ) -> Fit:
         out = super().__new__(cls, size)
-        out.resize, out.interpolation, out.rounding = resize, interpolation, rounding
+        out.resize, out.interpolation, out.rounding, out.alpha = resize, interpolation, rounding, alpha
         return out
+
+
+def alpha_rule(size: int) -> str:
+    """The alpha rule of a tower's side (``white`` for a plain ``int``, version 1's)."""
+    return size.alpha if isinstance(size, Fit) else "white"
 
 
 @dataclass(frozen=True)
@@ -60,11 +72,12 @@ class Pixels:
     resize: str = "shorter_side_crop"
     interpolation: str = "bicubic"
     rounding: str = "half_up"
+    alpha: str = "white"
 
     @property
     def fit(self) -> Fit:
         """``S`` with the way pictures are fitted to it, for :func:`fit` and the decoders."""
-        return Fit(self.image_size, self.resize, self.interpolation, self.rounding)
+        return Fit(self.image_size, self.resize, self.interpolation, self.rounding, self.alpha)
 
     @property
     def grid(self) -> int:
@@ -81,7 +94,8 @@ class Pixels:
         std = numbers(cfg, "std", where, 3, 1e-6, 1000.0)
         resize = choice(cfg, "resize", where, RESIZES, RESIZES[0])
         interpolation = choice(cfg, "interpolation", where, INTERPOLATIONS, INTERPOLATIONS[0])
-        return cls(size, patch, mean, std, resize, interpolation, choice(cfg, "resize_rounding", where, ROUNDINGS, ROUNDINGS[0]))
+        rounding = choice(cfg, "resize_rounding", where, ROUNDINGS, ROUNDINGS[0])
+        return cls(size, patch, mean, std, resize, interpolation, rounding, choice(cfg, "alpha", where, ALPHAS, ALPHAS[0]))
 
 
 def read_geometry(cfg: Mapping[str, Any], where: str) -> tuple[Geometry, Pixels]:
@@ -138,6 +152,12 @@ def fit(image: Image.Image, size: int) -> np.ndarray:
     region that maps onto the central square is resampled (:func:`fit_region`), instead of
     resizing a 1×1,000,000 strip to 32×32,000,000 and cropping 32×32 out of it.
     """
+    return np.ascontiguousarray(fit_image(image, size))
+
+
+def fit_image(image: Image.Image, size: int) -> Image.Image:
+    """:func:`fit` as a picture, in the picture's own mode (Pillow's resize rules for it:
+    an alpha channel weighted, a palette or 1-bit picture resized to the nearest pixel)."""
     from PIL import Image
 
     how = size if isinstance(size, Fit) else Fit(size)
@@ -145,15 +165,14 @@ def fit(image: Image.Image, size: int) -> np.ndarray:
     bilinear = how.interpolation == "bilinear"
     resample = Image.Resampling.BILINEAR if bilinear else Image.Resampling.BICUBIC
     if how.resize == "square":
-        return np.asarray(image if image.size == (size, size) else image.resize((size, size), resample))
+        return image if image.size == (size, size) else image.resize((size, size), resample)
     target = resized_size(image.width, image.height, size, how.rounding)
     if target[0] * target[1] > FULL_RESIZE_AREA * size * size:
-        return fit_region(image, size, target, resample)
+        return fit_region_image(image, size, target, resample)
     if target != image.size:
         image = image.resize(target, resample)
-    array = np.asarray(image)
     top, left = (target[1] - size) // 2, (target[0] - size) // 2
-    return np.ascontiguousarray(array[top : top + size, left : left + size])
+    return image.crop((left, top, left + size, top + size))
 
 
 def region(width: int, height: int, size: int, target: tuple[int, int]) -> tuple[float, float, float, float, int, int]:
@@ -182,13 +201,18 @@ def fit_region(image: Image.Image, size: int, target: tuple[int, int], resample:
     chooses, so a pixel may differ from a whole resize and crop by a level or two on
     natural pictures (more on noise).
     """
+    return np.asarray(fit_region_image(image, size, target, resample))
+
+
+def fit_region_image(image: Image.Image, size: int, target: tuple[int, int], resample: int | None = None) -> Image.Image:
+    """:func:`fit_region` as a picture, in the picture's own mode."""
     from PIL import Image
 
     w, h = image.size
     bicubic = Image.Resampling.BICUBIC if resample is None else resample
     x0, x1, y0, y1, r0, r1 = region(w, h, size, target)
     rows = image.crop((0, r0, w, r1)).resize((size, r1 - r0), bicubic, box=(x0, 0, x1, r1 - r0))
-    return np.asarray(rows.resize((size, size), bicubic, box=(0, y0 - r0, size, y1 - r0)))
+    return rows.resize((size, size), bicubic, box=(0, y0 - r0, size, y1 - r0))
 
 
 def from_array(array: np.ndarray) -> Image.Image:

@@ -11,7 +11,8 @@ Other pictures are decoded whole by Pillow (a JPEG at a reduced scale where it i
 beside the decoded picture :func:`decode` holds no full-size copy: a picture that must be
 turned or converted (alpha, 16 bits, palette, grayscale, CMYK) is turned and converted a strip
 of rows at a time (``STRIP_PIXELS``), each strip going straight into the fit
-(:func:`fit_strips`), which is ``frames.fit`` bit for bit.
+(:func:`fit_strips`), which is ``frames.fit`` bit for bit. A tower's ``alpha: drop`` (open_clip's
+order) turns and fits a palette, 1-bit or alpha picture whole in its own mode (``upright.fit_as_stored``).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from . import frames, jpeg, png
 from .files import Source
 from .rowfit import RowFit
 from .rowfit import vertical_first as vertical_first  # Pillow's pass order, named here by docs/media.md and the tests
+from .upright import AS_STORED, fit_as_stored
 from .upright import PNG_DEPTH as _PNG_DEPTH
 from .upright import orient as orient  # the picture made upright and RGB, imported from here too
 from .upright import orientation as orientation
@@ -211,7 +213,7 @@ def _png_rows(source: Source, stream: BinaryIO, size: int) -> tuple[np.ndarray, 
             png.count_chunks(stream)
             return None
         found = png.layout(stream)
-        if found is None:
+        if found is None or not png.streams(found, frames.alpha_rule(size)):
             return None
         _check_size(source, found.width, found.height)
         fit = RowFit(found.width, found.height, size)
@@ -219,7 +221,7 @@ def _png_rows(source: Source, stream: BinaryIO, size: int) -> tuple[np.ndarray, 
         for y, raw in png.strips(stream, found, max(1, STRIP_PIXELS // found.width)):
             lo, hi = max(first, y), min(last, y + len(raw))
             if lo < hi:  # every row is read (a file cut short fails as Pillow's decode does), the fit's converted
-                fit.feed(lo, png.to_rgb(found, raw[lo - y : hi - y]))
+                fit.feed(lo, png.to_rgb(found, raw[lo - y : hi - y], frames.alpha_rule(size)))
         read = stream.seek(0, 2)
         return fit.result(), read, found.width * found.height, False
     except InputError:
@@ -242,13 +244,15 @@ def decode(source: Source, size: int) -> tuple[np.ndarray, int, int, bool]:
     finally:
         if source.stream is None:
             stream.close()
-    pixels = image.width * image.height
+    pixels, alpha = image.width * image.height, frames.alpha_rule(size)
     try:
         method = orientation(image)
-        if method is None and image.mode == "RGB" and "transparency" not in image.info:
+        if alpha == "drop" and image.mode in AS_STORED:  # open_clip's order: fitted in its own mode, then RGB
+            fitted = fit_as_stored(image, method, size)
+        elif method is None and image.mode == "RGB" and "transparency" not in image.info:
             fitted = frames.fit(image, size)  # nothing to convert: resized as decoded
         else:  # turned and converted a strip at a time, never whole (see fit_strips)
-            fitted = fit_strips(*upright_size(image, method), lambda box: to_rgb(upright_box(image, method, box)), size)
+            fitted = fit_strips(*upright_size(image, method), lambda box: to_rgb(upright_box(image, method, box), alpha), size)
     except Exception as exc:  # noqa: BLE001
         raise source.fail(f"cannot convert the image to RGB: {type(exc).__name__}: {exc}") from None
     finally:

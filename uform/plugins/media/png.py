@@ -77,6 +77,14 @@ def native() -> Native | None:
     return Native(unfilter, over_white)
 
 
+def streams(png: Layout, alpha: str) -> bool:
+    """Whether the rows are read here under the tower's alpha rule: ``drop`` (open_clip's order,
+    the picture resized in its own mode, then made RGB) leaves palette, 1-bit grayscale and
+    alpha pictures to Pillow's whole decode, whose resize weighs alpha and takes a palette's
+    nearest pixel."""
+    return alpha == "white" or not (png.colour in (3, 4, 6) or (png.colour == 0 and png.depth == 1))
+
+
 def strips(stream: BinaryIO, png: Layout, rows: int) -> Iterator[tuple[int, np.ndarray]]:
     """``(y, uint8 [n, stride])``: the unfiltered rows, ``rows`` at a time, from the top, each
     strip in the same buffer (read it before asking for the next); PngError where the data is
@@ -145,9 +153,11 @@ def _samples(png: Layout, raw: np.ndarray) -> np.ndarray:
     return values.reshape(n, -1)[:, : png.width, None]
 
 
-def to_rgb(png: Layout, raw: np.ndarray) -> np.ndarray:
-    """Unfiltered rows as ``uint8 [n, width, 3]``: what image.to_rgb makes of Pillow's decode."""
-    trns = png.transparency
+def to_rgb(png: Layout, raw: np.ndarray, alpha: str = "white") -> np.ndarray:
+    """Unfiltered rows as ``uint8 [n, width, 3]``: what image.to_rgb makes of Pillow's decode
+    (``alpha="drop"``: a grayscale or truecolour tRNS value ignored; pictures Pillow resizes
+    in their own mode, palette, 1-bit and alpha, are not read here then: see :func:`streams`)."""
+    trns = png.transparency if alpha == "white" else None
     if png.colour in (4, 6):
         return _composited(png, raw)
     samples = _samples(png, raw)

@@ -17,12 +17,17 @@ if TYPE_CHECKING:
     from PIL import Image
 
 PNG_DEPTH = "uform.png_bit_depth"  # image.info key: the bit depth the PNG header states
+AS_STORED = ("1", "P", "LA", "RGBA")  # modes Pillow resizes otherwise than their RGB (nearest; alpha-weighted)
 _ORIENTATION = 0x0112
 
 
-def to_rgb(image: Image.Image) -> Image.Image:
+def to_rgb(image: Image.Image, alpha: str = "white") -> Image.Image:
     """8-bit RGB: 16-bit samples cut to their high byte, alpha composited over white, palette,
     grayscale and CMYK converted (CMYK: ``round((255 − c)(255 − k) / 255)``, Pillow's rule).
+
+    ``alpha="drop"`` (a tower's ``alpha: drop``, open_clip's transform) is Pillow's
+    ``convert("RGB")``: an alpha channel dropped, a palette's colours and transparent values
+    kept as stored; 16-bit grayscale still gives its high byte (Pillow's conversion clips it).
 
     A PNG's transparent value (tRNS) is alpha 0 where a pixel equals it, so it becomes white
     (``c' = (c·0 + 255·255 + 127) // 255 = 255``), alpha 255 elsewhere: for grayscale at any
@@ -32,7 +37,12 @@ def to_rgb(image: Image.Image) -> Image.Image:
     bytes, so the colour's high bytes are matched against them.
     """
     mode, depth = image.mode, image.info.get(PNG_DEPTH, 8)
-    key = image.info.get("transparency")
+    key = image.info.get("transparency") if alpha == "white" else None
+    if alpha != "white" and not mode.startswith("I"):
+        if "transparency" in image.info:  # Pillow would warn of a palette's bytes, then drop them as here
+            image = image.copy()
+            del image.info["transparency"]
+        return image if mode == "RGB" else image.convert("RGB")
     if mode.startswith("I"):  # 16-bit (I;16*) or 32-bit integer grayscale
         wide = np.asarray(image).astype(np.int64)
         gray = (np.clip(wide, 0, 65535) >> 8).astype(np.uint8)
@@ -54,13 +64,24 @@ def to_rgb(image: Image.Image) -> Image.Image:
         return image
     if "A" in mode or "a" in mode or "transparency" in image.info:
         rgba = np.asarray(image.convert("RGBA"))
-        alpha = rgba[..., 3:].astype(np.uint16)  # c·a + 255·(255 − a) + 127 ≤ 65152: 16 bits hold it
+        a = rgba[..., 3:].astype(np.uint16)  # c·a + 255·(255 − a) + 127 ≤ 65152: 16 bits hold it
         rgb = rgba[..., :3].astype(np.uint16)
-        rgb *= alpha
-        rgb += 255 * (255 - alpha) + 127
+        rgb *= a
+        rgb += 255 * (255 - a) + 127
         np.floor_divide(rgb, np.uint16(255), out=rgb)
         return frames.from_array(rgb.astype(np.uint8))
     return image.convert("RGB")
+
+
+def fit_as_stored(image: Image.Image, method: Image.Transpose | None, size: int) -> np.ndarray:
+    """A tower's ``alpha: drop`` (open_clip's transform): the picture turned, fitted in its own
+    mode by Pillow's rules (``frames.fit_image``: RGBA and LA resized alpha-weighted, a palette
+    or 1-bit picture to the nearest pixel), then ``convert("RGB")``, the alpha dropped. The
+    picture is turned and resized whole, as open_clip does."""
+    fitted = frames.fit_image(image if method is None else image.transpose(method), size)
+    if "transparency" in fitted.info:  # Pillow would warn of a palette's bytes, then drop them as here
+        del fitted.info["transparency"]
+    return np.asarray(fitted if fitted.mode == "RGB" else fitted.convert("RGB"))
 
 
 def orientation(image: Image.Image) -> Image.Transpose | None:
