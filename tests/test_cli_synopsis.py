@@ -52,3 +52,15 @@ def test_the_pages_table_of_commands_lists_every_command(capsys: pytest.CaptureF
     rows = re.findall(r"^\| \[`([a-z-]+)`\]\(#uform-([a-z-]+)\) \|", table, flags=re.M)
     assert sorted(listed) == sorted(name for name, _ in rows)
     assert [name for name, anchor in rows if name != anchor] == []
+
+
+@pytest.mark.parametrize("command", sorted(sections()))
+def test_every_option_of_a_command_says_what_it_does(command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """Each option ``uform COMMAND --help`` lists comes with a line of help: ``uform new --help``
+    printed ``--preset {tiny,small,base}`` and ``--seed SEED`` bare (defaults tiny and 0 unsaid),
+    ``plugins`` and ``calibrate`` a bare ``--json``."""
+    assert main([command, "--help"]) == 0
+    listing = capsys.readouterr().out.split("options:", 1)[1].splitlines()
+    bare = [line.strip() for line, after in zip(listing, listing[1:] + [""])
+            if re.match(r"^  -", line) and not re.search(r"\S  +\S", line.strip()) and not re.match(r"^ {8,}\S", after)]  # fmt: skip
+    assert bare == []

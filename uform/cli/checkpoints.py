@@ -15,8 +15,8 @@ from .common import Bar, add_force, add_model, add_quiet, checkpoint_path, load,
 def add_parsers(sub: Any) -> None:
     p = sub.add_parser("new", help="write a random-initialised checkpoint (deterministic)")
     p.add_argument("out", help="path of the .safetensors file to write")
-    p.add_argument("--preset", choices=["tiny", "small", "base"], default="tiny")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--preset", choices=["tiny", "small", "base"], default="tiny", help="the towers' size (default tiny; docs/checkpoint.md)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random weights (default 0): the same arguments write the same bytes")
     p.add_argument("--modalities", default="all", help="comma-separated modalities, or 'all' (default)")
     add_force(p, "a file at OUT that is not a uform checkpoint")
     add_quiet(p)
@@ -30,7 +30,7 @@ def add_parsers(sub: Any) -> None:
     p = sub.add_parser(
         "plugins", help="list the plugins found, with versions, load errors and conflicts (UFORM_BLOCK_PLUGINS=a,b skips plugins)"
     )
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the plugins as a JSON list of objects (docs/plugins.md)")
     p.set_defaults(run=_plugins)
 
     p = sub.add_parser("export", help="write each tower as a standalone .onnx plus a JSON of its inputs, outputs and preprocessing")
@@ -58,7 +58,7 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of the fit / held-out split")
     p.add_argument("--groups", type=int, default=None, help="number of groups (default: the checkpoint's count or as many as the examples name, whichever is more)")
     p.add_argument("--bins", type=int, default=15, help="confidence bins of the ECE (default 15)")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the calibration report as a JSON object")
     add_force(p, "a file at --out that is not a uform checkpoint")
     add_quiet(p)
     p.set_defaults(run=_calibrate)
