@@ -45,7 +45,8 @@ def _rgba(height: int, width: int, seed: int) -> np.ndarray:
 
 
 def _files(folder: Path) -> dict[str, Path]:
-    """The transparent kinds, by name: each a PNG or WebP whose transparency changes the picture."""
+    """The kinds the rule changes, by name: PNGs and a WebP with transparency, and an opaque palette
+    PNG (open_clip's resize takes a palette's nearest pixel)."""
     rgba = _rgba(40, 56, 0)
     wide = rgba.astype(np.int64) * 257 + np.random.default_rng(1).integers(0, 256, rgba.shape)  # 16-bit samples, low bytes noise
     exif = Image.Exif()
@@ -65,7 +66,8 @@ def _files(folder: Path) -> dict[str, Path]:
     written = {
         "rgba.png": pngfiles.png(rgba, 6, 8), "la.png": pngfiles.png(rgba[..., [0, 3]], 4, 8),
         "rgba16.png": pngfiles.png(wide, 6, 16), "la16.png": pngfiles.png(wide[..., [0, 3]], 4, 16),
-        "palette-trns.png": palette_png.getvalue(), "rgba-webp.webp": webp.getvalue(),
+        "palette-trns.png": palette_png.getvalue(), "palette.png": pngfiles.png(np.asarray(keyed)[..., None], 3, 8, palette=bytes(keyed.getpalette()[:192])),
+        "rgba-webp.webp": webp.getvalue(),
         "rgba-interlaced.png": pngfiles.interlaced(rgba, 6, 8), "rgba-exif6.png": turned.getvalue(),
         "gray-trns.png": pngfiles.png(gray, 0, 8, trns=struct.pack(">H", 77)),
         "rgb-trns.png": pngfiles.png(rgb, 2, 8, trns=struct.pack(">3H", 10, 200, 30)),
