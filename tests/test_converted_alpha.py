@@ -206,7 +206,10 @@ def test_the_exported_image_tower_says_its_alpha_rule(converted: tuple[Any, Path
 
     export_towers(converted[1], tmp_path / "towers", quantization="f32")
     said = json.loads((tmp_path / "towers" / "image.json").read_text())["preprocessing"]
-    assert said.startswith("decode, EXIF orientation, 8-bit RGB (alpha dropped, the colour under it kept), resize shorter side")
+    assert said == (
+        "decode, EXIF orientation, resize shorter side to image_size (bicubic, longer side floor), centre crop (offset int(round((T - S) / 2)), "
+        "half to even) in the picture's own mode (Pillow), then 8-bit RGB (alpha dropped, the colour under it kept); uint8 [S, S, 3]"
+    )
 
 
 def main() -> None:

@@ -143,7 +143,8 @@ def _preprocess(cfg: dict[str, Any], where: str) -> dict[str, Any]:
     if interpolation not in ("bicubic", "bilinear") or resize is None:
         raise ConvertError(f"{where} preprocess_cfg: interpolation {interpolation!r} / resize_mode {cfg.get('resize_mode')!r} are not supported (bicubic or bilinear; shortest or squash)")
     mean, std = cfg.get("mean", CLIP_MEAN), cfg.get("std", CLIP_STD)
-    rounding = {"resize_rounding": "floor"} if resize == "shorter_side_crop" else {}  # torchvision: int(S * long / short)
+    # torchvision: int(S * long / short), CenterCrop at int(round((T - S) / 2))
+    rounding = {"resize_rounding": "floor", "crop_rounding": "half_even"} if resize == "shorter_side_crop" else {}
     at = where + " preprocess_cfg"
     fields = {"resize": resize, "interpolation": interpolation, "alpha": "drop"}  # open_clip: resize and crop, then image.convert("RGB")
     return rounding | fields | {"mean": triple(mean, at, "mean", -math.inf), "std": triple(std, at, "std", 0.0)}

@@ -30,7 +30,7 @@ V1_FIELDS = frozenset({"format", "format_version", "dimensions", "context", "tow
 V2_TOWER_FIELDS = frozenset({
     "activation", "layer_norm_eps", "class_token", "ln_pre", "pooling", "projection",
     "tokenizer", "vocab_size", "context", "mask", "pad_to_context", "pad_id",
-    "resize", "interpolation", "resize_rounding", "alpha", "from",
+    "resize", "interpolation", "resize_rounding", "alpha", "crop_rounding", "from",
 })  # fmt: skip
 
 # Bounds that keep a hostile config from asking for absurd allocations.
@@ -104,7 +104,7 @@ def refuse_fields(cfg: Mapping[str, Any], where: str, fields: frozenset[str], wh
 
 STACK_ONLY = V2_TOWER_FIELDS - {"activation", "layer_norm_eps"}  # what a tower of the stack's fields alone refuses
 TOKEN_FIELDS = frozenset({"tokenizer", "vocab_size", "context", "mask", "pad_to_context", "pad_id"})  # a tower of tokens'
-PIXEL_FIELDS = frozenset({"resize", "interpolation", "resize_rounding", "alpha"})  # a tower of pixels'
+PIXEL_FIELDS = frozenset({"resize", "interpolation", "resize_rounding", "alpha", "crop_rounding"})  # a tower of pixels'
 
 
 def optional_integer(cfg: Mapping[str, Any], key: str, where: str, lo: int, hi: int, default: int) -> int:

@@ -62,15 +62,17 @@ def _preprocessing(name: str, tower: dict[str, Any], context: int) -> str:
             "frame_embeddings: the image tower's embeddings of `frames` frames sampled at (i + 0.5) * duration / frames, "
             "each preprocessed as an image; float32 [F, dimensions]"
         )
-    if name in ("image", "video") and {"resize", "interpolation", "resize_rounding", "alpha"} & set(tower):
+    if name in ("image", "video") and {"resize", "interpolation", "resize_rounding", "alpha", "crop_rounding"} & set(tower):
         how = tower.get("interpolation", "bicubic")
+        crop = " (offset int(round((T - S) / 2)), half to even)" if tower.get("crop_rounding") == "half_even" else ""
         fit = (
             f"resize to image_size x image_size ({how})"
             if tower.get("resize") == "square"
-            else f"resize shorter side to image_size ({how}, longer side {tower.get('resize_rounding', 'half_up').replace('_', ' ')}), centre crop"
+            else f"resize shorter side to image_size ({how}, longer side {tower.get('resize_rounding', 'half_up').replace('_', ' ')}), centre crop{crop}"
         )
-        alpha = "alpha dropped, the colour under it kept" if tower.get("alpha") == "drop" else "alpha over white"
-        return f"decode, EXIF orientation, 8-bit RGB ({alpha}), {fit}; uint8 [S, S, 3]"
+        if tower.get("alpha") == "drop":
+            return f"decode, EXIF orientation, {fit} in the picture's own mode (Pillow), then 8-bit RGB (alpha dropped, the colour under it kept); uint8 [S, S, 3]"
+        return f"decode, EXIF orientation, 8-bit RGB (alpha over white), {fit}; uint8 [S, S, 3]"
     return PREPROCESSING.get(name, f"see {DOC}")
 
 

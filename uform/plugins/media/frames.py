@@ -32,6 +32,7 @@ STD = [0.229, 0.224, 0.225]
 RESIZES = ("shorter_side_crop", "square")
 INTERPOLATIONS = ("bicubic", "bilinear")
 ROUNDINGS = ("half_up", "floor")
+CROPS = ("floor", "half_even")  # the centre crop's offset: (T − S) // 2, or torchvision's int(round((T − S) / 2))
 ALPHAS = ("white", "drop")  # transparency over white, or open_clip's order (resized in the picture's mode, then alpha dropped)
 
 
@@ -47,13 +48,22 @@ class Fit(int):
     interpolation: str
     rounding: str
     alpha: str
+    crop: str
 
     def __new__(
-        cls, size: int, resize: str = "shorter_side_crop", interpolation: str = "bicubic", rounding: str = "half_up", alpha: str = "white"
-    ) -> Fit:
+        cls, size: int, resize: str = "shorter_side_crop", interpolation: str = "bicubic", rounding: str = "half_up",
+        alpha: str = "white", crop: str = "floor",
+    ) -> Fit:  # fmt: skip
         out = super().__new__(cls, size)
-        out.resize, out.interpolation, out.rounding, out.alpha = resize, interpolation, rounding, alpha
+        out.resize, out.interpolation, out.rounding, out.alpha, out.crop = resize, interpolation, rounding, alpha, crop
         return out
+
+
+def crop_offset(extra: int, crop: str = "floor") -> int:
+    """Where the centre crop starts in a side ``extra`` pixels longer than ``S``: ``extra // 2``,
+    or torchvision's ``CenterCrop`` (``crop="half_even"``: ``int(round(extra / 2.0))``, Python's
+    rounding, so 1.5 → 2 and 2.5 → 2)."""
+    return int(round(extra / 2.0)) if crop == "half_even" else extra // 2
 
 
 def alpha_rule(size: int) -> str:
@@ -73,11 +83,12 @@ class Pixels:
     interpolation: str = "bicubic"
     rounding: str = "half_up"
     alpha: str = "white"
+    crop: str = "floor"
 
     @property
     def fit(self) -> Fit:
         """``S`` with the way pictures are fitted to it, for :func:`fit` and the decoders."""
-        return Fit(self.image_size, self.resize, self.interpolation, self.rounding, self.alpha)
+        return Fit(self.image_size, self.resize, self.interpolation, self.rounding, self.alpha, self.crop)
 
     @property
     def grid(self) -> int:
@@ -95,7 +106,8 @@ class Pixels:
         resize = choice(cfg, "resize", where, RESIZES, RESIZES[0])
         interpolation = choice(cfg, "interpolation", where, INTERPOLATIONS, INTERPOLATIONS[0])
         rounding = choice(cfg, "resize_rounding", where, ROUNDINGS, ROUNDINGS[0])
-        return cls(size, patch, mean, std, resize, interpolation, rounding, choice(cfg, "alpha", where, ALPHAS, ALPHAS[0]))
+        alpha, crop = choice(cfg, "alpha", where, ALPHAS, ALPHAS[0]), choice(cfg, "crop_rounding", where, CROPS, CROPS[0])
+        return cls(size, patch, mean, std, resize, interpolation, rounding, alpha, crop)
 
 
 def read_geometry(cfg: Mapping[str, Any], where: str) -> tuple[Geometry, Pixels]:
@@ -168,20 +180,20 @@ def fit_image(image: Image.Image, size: int) -> Image.Image:
         return image if image.size == (size, size) else image.resize((size, size), resample)
     target = resized_size(image.width, image.height, size, how.rounding)
     if target[0] * target[1] > FULL_RESIZE_AREA * size * size:
-        return fit_region_image(image, size, target, resample)
+        return fit_region_image(image, size, target, resample, how.crop)
     if target != image.size:
         image = image.resize(target, resample)
-    top, left = (target[1] - size) // 2, (target[0] - size) // 2
+    top, left = crop_offset(target[1] - size, how.crop), crop_offset(target[0] - size, how.crop)
     return image.crop((left, top, left + size, top + size))
 
 
-def region(width: int, height: int, size: int, target: tuple[int, int]) -> tuple[float, float, float, float, int, int]:
+def region(width: int, height: int, size: int, target: tuple[int, int], crop: str = "floor") -> tuple[float, float, float, float, int, int]:
     """Where the central ``size × size`` of a ``width × height`` picture resized to ``target``
     lies in the picture: its columns ``[x0, x1)`` and rows ``[y0, y1)`` (Pillow's boxes), and the
     source rows ``[r0, r1)`` the vertical pass reads (its taps: 2 source pixels, times the scale
     when shrinking, plus one)."""
     tw, th = target
-    left, top = (tw - size) // 2, (th - size) // 2
+    left, top = crop_offset(tw - size, crop), crop_offset(th - size, crop)
     sx, sy = width / tw, height / th
     x0, x1 = (0.0, float(width)) if tw == size else (left * sx, (left + size) * sx)
     y0, y1 = (0.0, float(height)) if th == size else (top * sy, (top + size) * sy)
@@ -204,13 +216,13 @@ def fit_region(image: Image.Image, size: int, target: tuple[int, int], resample:
     return np.asarray(fit_region_image(image, size, target, resample))
 
 
-def fit_region_image(image: Image.Image, size: int, target: tuple[int, int], resample: int | None = None) -> Image.Image:
-    """:func:`fit_region` as a picture, in the picture's own mode."""
+def fit_region_image(image: Image.Image, size: int, target: tuple[int, int], resample: int | None = None, crop: str = "floor") -> Image.Image:
+    """:func:`fit_region` as a picture, in the picture's own mode (``crop``: :func:`crop_offset`'s rule)."""
     from PIL import Image
 
     w, h = image.size
     bicubic = Image.Resampling.BICUBIC if resample is None else resample
-    x0, x1, y0, y1, r0, r1 = region(w, h, size, target)
+    x0, x1, y0, y1, r0, r1 = region(w, h, size, target, crop)
     rows = image.crop((0, r0, w, r1)).resize((size, r1 - r0), bicubic, box=(x0, 0, x1, r1 - r0))
     return rows.resize((size, size), bicubic, box=(0, y0 - r0, size, y1 - r0))
 

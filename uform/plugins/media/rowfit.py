@@ -122,7 +122,7 @@ class RowFit:
         # across: (out columns, x0, x1); down: (input rows, y0, y1, output rows, the picture's row of input row 0);
         # keep: the output rows the crop keeps; left: the first column it keeps
         if how.resize != "square" and tw * th > frames.FULL_RESIZE_AREA * s * s:  # frames.fit_region's two calls
-            x0, x1, y0, y1, r0, r1 = frames.region(width, height, s, (tw, th))
+            x0, x1, y0, y1, r0, r1 = frames.region(width, height, s, (tw, th), how.crop)
             across = (s, x0, x1)
             down = (r1 - r0, y0 - r0, y1 - r0, s, r0)
             self.down_first, keep, self.left = False, (0, s), 0
@@ -130,7 +130,8 @@ class RowFit:
             across = (tw, 0.0, float(width))
             down = (height, 0.0, float(height), th, 0)
             self.down_first = tw != width and th != height and vertical_first(width, height, (tw, th))
-            keep, self.left = ((th - s) // 2, (th - s) // 2 + s), (tw - s) // 2
+            top, self.left = frames.crop_offset(th - s, how.crop), frames.crop_offset(tw - s, how.crop)
+            keep = (top, top + s)
         self.across = None if _identity(width, *across) else across
         rows, lo, hi, out, origin = down
         self.down: Down | None = None
