@@ -69,6 +69,7 @@ def _files(folder: Path) -> dict[str, Path]:
         "palette-trns.png": palette_png.getvalue(), "palette.png": pngfiles.png(np.asarray(keyed)[..., None], 3, 8, palette=bytes(keyed.getpalette()[:192])),
         "rgba-webp.webp": webp.getvalue(),
         "rgba-interlaced.png": pngfiles.interlaced(rgba, 6, 8), "rgba-exif6.png": turned.getvalue(),
+        "rgba-strips.png": pngfiles.png(_rgba(400, 300, 2), 6, 8),  # fitted in 2 strips of rows (image.STRIP_PIXELS)
         "gray-trns.png": pngfiles.png(gray, 0, 8, trns=struct.pack(">H", 77)),
         "rgb-trns.png": pngfiles.png(rgb, 2, 8, trns=struct.pack(">3H", 10, 200, 30)),
     }  # fmt: skip
@@ -118,13 +119,13 @@ def test_drop_gives_open_clips_pixels_on_every_decode_path(tmp_path: Path, strea
 @pytest.mark.parametrize("colour, depth", pngfiles.KINDS)
 def test_every_colour_type_and_depth_decodes_as_open_clip_sees_it(tmp_path: Path, colour: int, depth: int) -> None:
     """Every file of ``pngfiles.picture`` (tRNS included) under ``alpha: drop``: the streaming
-    reader's rows (grayscale and truecolour) or Pillow's whole decode (palette, 1-bit, alpha)
+    reader's rows (grayscale, truecolour, alpha ones premultiplied) or Pillow's whole decode (palette, 1-bit)
     give open_clip's pixels, but for 16-bit grayscale, where uform keeps the high byte."""
     pytest.importorskip("open_clip")
     drop = frames.Fit(8, rounding="floor", alpha="drop")
     for name, data in pngfiles.picture(colour, depth, 18, 28, seed=colour * 17 + depth).items():
         layout = png.layout(io.BytesIO(data))
-        assert layout is not None and png.streams(layout, "drop") == (colour in (0, 2) and depth > 1)
+        assert layout is not None and png.streams(layout, "drop") == (colour != 3 and (colour, depth) != (0, 1))
         path = tmp_path / "kind.png"
         path.write_bytes(data)
         got = decode(Source(0, str(path)), drop)[0]
@@ -210,6 +211,35 @@ def test_the_exported_image_tower_says_its_alpha_rule(converted: tuple[Any, Path
         "decode, EXIF orientation, resize shorter side to image_size (bicubic, longer side floor), centre crop (offset int(round((T - S) / 2)), "
         "half to even) in the picture's own mode (Pillow), then 8-bit RGB (alpha dropped, the colour under it kept); uint8 [S, S, 3]"
     )
+
+
+_MEASURE = """
+import sys
+from uform.plugins.media import files, frames, image
+def status(key):
+    return next(int(line.split()[1]) * 1024 for line in open("/proc/self/status") if line.startswith(key + ":"))
+drop = frames.Fit(224, rounding="floor", alpha="drop")
+image.decode(files.Source(0, sys.argv[1]), drop)  # warm: lazy imports
+open("/proc/self/clear_refs", "w").write("5")  # the high-water mark starts again from here
+base = status("VmRSS")
+image.decode(files.Source(0, sys.argv[1]), drop)
+print(status("VmHWM") - base)
+"""
+
+
+def test_an_alpha_png_is_fitted_a_strip_at_a_time_under_drop(tmp_path: Path) -> None:
+    """A 2400×2400 RGBA PNG (23 MB as 8-bit RGBA) under ``alpha: drop`` is premultiplied and fitted
+    a strip of rows at a time, as under ``white``: resized whole it cost 2 to 3 times the picture."""
+    import subprocess
+
+    if png.native() is None or not Path("/proc/self/clear_refs").exists():
+        pytest.skip("needs the op library's PNG reader and Linux's clear_refs")
+    path = tmp_path / "big.png"
+    Image.fromarray(_rgba(2400, 2400, 3), "RGBA").save(path, compress_level=1)
+    run = subprocess.run([sys.executable, "-c", _MEASURE, str(path)], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    growth = int(run.stdout.split()[-1])
+    assert growth <= 12_000_000, f"peak RSS grew {growth / 1e6:.1f} MB decoding a 23 MB picture"
 
 
 def main() -> None:

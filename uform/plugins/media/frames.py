@@ -227,6 +227,12 @@ def fit_region_image(image: Image.Image, size: int, target: tuple[int, int], res
     return rows.resize((size, size), bicubic, box=(0, y0 - r0, size, y1 - r0))
 
 
+def from_rgba(array: np.ndarray) -> Image.Image:
+    from PIL import Image
+
+    return Image.fromarray(np.ascontiguousarray(array), mode="RGBA")
+
+
 def from_array(array: np.ndarray) -> Image.Image:
     from PIL import Image
 

@@ -12,7 +12,7 @@ beside the decoded picture :func:`decode` holds no full-size copy: a picture tha
 turned or converted (alpha, 16 bits, palette, grayscale, CMYK) is turned and converted a strip
 of rows at a time (``STRIP_PIXELS``), each strip going straight into the fit
 (:func:`fit_strips`), which is ``frames.fit`` bit for bit. A tower's ``alpha: drop`` (open_clip's
-order) turns and fits a palette, 1-bit or alpha picture whole in its own mode (``upright.fit_as_stored``).
+order) fits an alpha picture premultiplied, a strip at a time, and a palette or 1-bit one whole.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from . import frames, jpeg, png
 from .files import Source
 from .rowfit import RowFit
 from .rowfit import vertical_first as vertical_first  # Pillow's pass order, named here by docs/media.md and the tests
-from .upright import AS_STORED, fit_as_stored
+from .upright import AS_STORED, WEIGHTED, fit_as_stored, premultiplied, unpremultiplied_rgb
 from .upright import PNG_DEPTH as _PNG_DEPTH
 from .upright import orient as orient  # the picture made upright and RGB, imported from here too
 from .upright import orientation as orientation
@@ -95,7 +95,7 @@ def webp_size(head: bytes) -> tuple[int, int] | None:
     return None
 
 
-def fit_strips(width: int, height: int, part: Callable[[tuple[int, int, int, int]], Image.Image], size: int) -> np.ndarray:
+def fit_strips(width: int, height: int, part: Callable[[tuple[int, int, int, int]], Image.Image | np.ndarray], size: int, channels: int = 3) -> np.ndarray:
     """:func:`uform.plugins.media.frames.fit` of a ``width × height`` RGB picture given in parts.
 
     ``part(box)`` gives the ``(x0, y0, x1, y1)`` box of the picture as 8-bit RGB; it is asked
@@ -104,9 +104,9 @@ def fit_strips(width: int, height: int, part: Callable[[tuple[int, int, int, int
     as the rows arrive, so this is ``fit`` bit for bit (the region rule of
     ``frames.fit_region`` and a :class:`~uform.plugins.media.frames.Fit`'s square resize,
     bilinear filter and rounding included) while no full-size picture but the decoded one,
-    and neither pass's whole result, is ever held.
+    and neither pass's whole result, is ever held. ``channels=4``: parts are premultiplied RGBa.
     """
-    fit = RowFit(width, height, size)
+    fit = RowFit(width, height, size, channels)
     first, last = fit.rows
     step = max(1, STRIP_PIXELS // width)
     for y in range(first, last, step):
@@ -216,14 +216,17 @@ def _png_rows(source: Source, stream: BinaryIO, size: int) -> tuple[np.ndarray, 
         if found is None or not png.streams(found, frames.alpha_rule(size)):
             return None
         _check_size(source, found.width, found.height)
-        fit = RowFit(found.width, found.height, size)
+        alpha = frames.alpha_rule(size)
+        weighted = alpha == "drop" and found.colour in (4, 6)  # premultiplied, as Pillow resizes RGBA (upright.WEIGHTED)
+        fit = RowFit(found.width, found.height, size, 4 if weighted else 3)
         first, last = fit.rows
         for y, raw in png.strips(stream, found, max(1, STRIP_PIXELS // found.width)):
             lo, hi = max(first, y), min(last, y + len(raw))
             if lo < hi:  # every row is read (a file cut short fails as Pillow's decode does), the fit's converted
-                fit.feed(lo, png.to_rgb(found, raw[lo - y : hi - y], frames.alpha_rule(size)))
+                rows = raw[lo - y : hi - y]
+                fit.feed(lo, premultiplied(frames.from_rgba(png.to_rgba(found, rows))) if weighted else png.to_rgb(found, rows, alpha))
         read = stream.seek(0, 2)
-        return fit.result(), read, found.width * found.height, False
+        return unpremultiplied_rgb(fit.result()) if weighted else fit.result(), read, found.width * found.height, False
     except InputError:
         raise
     except png.PngError as exc:
@@ -249,6 +252,9 @@ def decode(source: Source, size: int) -> tuple[np.ndarray, int, int, bool]:
         method = orientation(image)
         if alpha == "drop" and image.mode in AS_STORED:  # open_clip's order: fitted in its own mode, then RGB
             fitted = fit_as_stored(image, method, size)
+        elif alpha == "drop" and image.mode in WEIGHTED:  # premultiplied a strip at a time, as Pillow resizes RGBA
+            part = lambda box: premultiplied(upright_box(image, method, box))  # noqa: E731
+            fitted = unpremultiplied_rgb(fit_strips(*upright_size(image, method), part, size, 4))
         elif method is None and image.mode == "RGB" and "transparency" not in image.info:
             fitted = frames.fit(image, size)  # nothing to convert: resized as decoded
         else:  # turned and converted a strip at a time, never whole (see fit_strips)

@@ -79,10 +79,17 @@ def native() -> Native | None:
 
 def streams(png: Layout, alpha: str) -> bool:
     """Whether the rows are read here under the tower's alpha rule: ``drop`` (open_clip's order,
-    the picture resized in its own mode, then made RGB) leaves palette, 1-bit grayscale and
-    alpha pictures to Pillow's whole decode, whose resize weighs alpha and takes a palette's
-    nearest pixel."""
-    return alpha == "white" or not (png.colour in (3, 4, 6) or (png.colour == 0 and png.depth == 1))
+    the picture resized in its own mode, then made RGB) leaves palette and 1-bit grayscale
+    pictures to Pillow's whole decode, whose resize takes their nearest pixel; alpha pictures
+    are read here, as premultiplied RGBa (:func:`to_rgba`)."""
+    return alpha == "white" or not (png.colour == 3 or (png.colour == 0 and png.depth == 1))
+
+
+def to_rgba(png: Layout, raw: np.ndarray) -> np.ndarray:
+    """Gray-alpha or RGBA rows as ``uint8 [n, width, 4]`` RGBA, Pillow's decode of them (16-bit
+    samples cut to their high byte, gray repeated), for ``alpha: drop``'s premultiplied fit."""
+    eight = _high_bytes(png, raw) if png.depth == 16 else raw.reshape(len(raw), png.width, COLOUR_TYPES[png.colour][0])
+    return eight if png.colour == 6 else np.ascontiguousarray(eight[..., [0, 0, 0, 1]])
 
 
 def strips(stream: BinaryIO, png: Layout, rows: int) -> Iterator[tuple[int, np.ndarray]]:
@@ -155,8 +162,8 @@ def _samples(png: Layout, raw: np.ndarray) -> np.ndarray:
 
 def to_rgb(png: Layout, raw: np.ndarray, alpha: str = "white") -> np.ndarray:
     """Unfiltered rows as ``uint8 [n, width, 3]``: what image.to_rgb makes of Pillow's decode
-    (``alpha="drop"``: a grayscale or truecolour tRNS value ignored; pictures Pillow resizes
-    in their own mode, palette, 1-bit and alpha, are not read here then: see :func:`streams`)."""
+    (``alpha="drop"``: a grayscale or truecolour tRNS value ignored; palette and 1-bit pictures
+    are not read here then, alpha ones through :func:`to_rgba`: see :func:`streams`)."""
     trns = png.transparency if alpha == "white" else None
     if png.colour in (4, 6):
         return _composited(png, raw)

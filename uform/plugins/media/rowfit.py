@@ -111,7 +111,7 @@ class RowFit:
     (version 2's square resize, bilinear filter and rounding down too, and the region rule
     past ``FULL_RESIZE_AREA``)."""
 
-    def __init__(self, width: int, height: int, size: int) -> None:
+    def __init__(self, width: int, height: int, size: int, channels: int = 3) -> None:
         from PIL import Image
 
         how = size if isinstance(size, frames.Fit) else frames.Fit(size)
@@ -141,7 +141,7 @@ class RowFit:
             self.down = Down(rows, lo, hi, out, self.kind, *keep)
             self.rows = (origin + self.down.rows[0], origin + self.down.rows[1])
         self.origin = origin
-        self.out = np.empty((s, s, 3), np.uint8)
+        self.out = np.empty((s, s, channels), np.uint8)  # 4: premultiplied RGBa, resized as Pillow resizes RGBA
         self.made = 0
 
     def feed(self, y: int, rows: np.ndarray) -> None:
@@ -165,8 +165,12 @@ class RowFit:
         from PIL import Image
 
         out, x0, x1 = self.across
-        n = len(rows)
-        return np.asarray(Image.fromarray(np.ascontiguousarray(rows), "RGB").resize((out, n), self.resample, box=(x0, 0, x1, n)))
+        n, w = rows.shape[:2]
+        if rows.shape[2] == 4:
+            picture = Image.frombuffer("RGBa", (w, n), np.ascontiguousarray(rows).tobytes(), "raw", "RGBa", 0, 1)
+        else:
+            picture = Image.fromarray(np.ascontiguousarray(rows), "RGB")
+        return np.asarray(picture.resize((out, n), self.resample, box=(x0, 0, x1, n)))
 
     def _put(self, rows: np.ndarray) -> None:
         n = min(len(rows), self.size - self.made)

@@ -17,7 +17,8 @@ if TYPE_CHECKING:
     from PIL import Image
 
 PNG_DEPTH = "uform.png_bit_depth"  # image.info key: the bit depth the PNG header states
-AS_STORED = ("1", "P", "LA", "RGBA")  # modes Pillow resizes otherwise than their RGB (nearest; alpha-weighted)
+AS_STORED = ("1", "P")  # modes Pillow resizes to the nearest pixel: under alpha "drop" fitted whole (fit_as_stored)
+WEIGHTED = ("LA", "RGBA")  # modes Pillow resizes weighted by alpha: under "drop" fitted premultiplied a strip at a time
 _ORIENTATION = 0x0112
 
 
@@ -82,6 +83,23 @@ def fit_as_stored(image: Image.Image, method: Image.Transpose | None, size: int)
     if "transparency" in fitted.info:  # Pillow would warn of a palette's bytes, then drop them as here
         del fitted.info["transparency"]
     return np.asarray(fitted if fitted.mode == "RGB" else fitted.convert("RGB"))
+
+
+def premultiplied(image: Image.Image) -> np.ndarray:
+    """An RGBA or LA picture (a strip) as ``uint8 [h, w, 4]`` premultiplied RGBa, as Pillow's
+    resize of RGBA and LA makes it first (gray repeated: LA resizes as that RGBA does)."""
+    rgba = image if image.mode == "RGBA" else image.convert("RGBA")
+    return np.asarray(rgba.convert("RGBa"))
+
+
+def unpremultiplied_rgb(fitted: np.ndarray) -> np.ndarray:
+    """A fitted premultiplied ``[S, S, 4]`` as Pillow's resize answers it (back to RGBA), then
+    ``convert("RGB")``: the alpha dropped."""
+    from PIL import Image
+
+    h, w = fitted.shape[:2]
+    picture = Image.frombuffer("RGBa", (w, h), np.ascontiguousarray(fitted).tobytes(), "raw", "RGBa", 0, 1)
+    return np.asarray(picture.convert("RGBA").convert("RGB"))
 
 
 def orientation(image: Image.Image) -> Image.Transpose | None:
