@@ -75,10 +75,10 @@ def to_rgb(image: Image.Image, alpha: str = "white") -> Image.Image:
 
 
 def fit_as_stored(image: Image.Image, method: Image.Transpose | None, size: int) -> np.ndarray:
-    """A tower's ``alpha: drop`` (open_clip's transform): the picture turned, fitted in its own
-    mode by Pillow's rules (``frames.fit_image``: RGBA and LA resized alpha-weighted, a palette
-    or 1-bit picture to the nearest pixel), then ``convert("RGB")``, the alpha dropped. The
-    picture is turned and resized whole, as open_clip does."""
+    """A tower's ``alpha: drop`` (open_clip's transform) for a palette or 1-bit picture
+    (``AS_STORED``): turned, fitted in its own mode (``frames.fit_image``: Pillow resizes it to
+    the nearest pixel), then ``convert("RGB")``, any tRNS dropped. Turned and resized whole, as
+    open_clip does (a byte a pixel); RGBA and LA go a strip at a time (:func:`premultiplied`)."""
     fitted = frames.fit_image(image if method is None else image.transpose(method), size)
     if "transparency" in fitted.info:  # Pillow would warn of a palette's bytes, then drop them as here
         del fitted.info["transparency"]
