@@ -805,3 +805,34 @@ def test_the_librarys_load_time_code_holds_no_vector_instructions() -> None:
                 seen.add(callee.group(1))
                 todo.append(callee.group(1))
     assert not wide, f"code run when the library loads holds instructions not every x86-64 CPU runs: {wide}"
+
+
+@pytest.mark.parametrize("tower, modalities", [("text", ["text"]), ("decoder", ["text", "choose"])])
+def test_a_weight_at_bf16s_largest_value_is_blamed_on_the_tower_not_the_input(tmp_path: Path, tower: str, modalities: list[str]) -> None:
+    # 3.3895314e38 is finite in BF16 and passes the load; times an activation above 1 it overflows.
+    # The text tower's error said 'item 0: the encoder's output for it is not finite' (the caller's
+    # input, token ids); text_choose answered NaN probabilities without an error.
+    from ckpt import make_checkpoint
+    from uform.core import safetensors
+
+    source = make_checkpoint(tmp_path / "source.safetensors", "tiny", 0, modalities)
+    container = safetensors.parse(memoryview(source.read_bytes()))
+    tensors = {name: container.array(name) for name in container.entries}
+    name = f"{tower}.blocks.0.mlp.fc1.weight"
+    weight = tensors[name].astype(np.float32)
+    weight[0, 5] = float(ml_dtypes.finfo(ml_dtypes.bfloat16).max)
+    tensors[name] = weight
+    path = tmp_path / "big.safetensors"
+    safetensors.write(path, tensors, {"uform": json.dumps(json.loads(container.metadata["uform"]) | {"format_version": 2})})
+    message = (
+        f"the '{tower}' tower's outputs for item 0 are not finite (NaN or infinity) and its input is token ids, which cannot "
+        "overflow: the checkpoint's weights overflow float32 arithmetic; nothing was written (use a checkpoint whose weights are in range)"
+    )
+    for quantization in ("e4m3", "bf16", "f32"):
+        with uform.Model.load_ram(path, quantization=quantization) as model:
+            arena = Arena()
+            with pytest.raises(uform.CheckpointError, match=f"^{re.escape(message)}$"):
+                if tower == "text":
+                    model.text_encode(["hello world"], arena)
+                else:
+                    model.text_choose(["the sky is"], ["AB"], arena)

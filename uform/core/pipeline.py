@@ -18,7 +18,7 @@ import numpy as np
 
 from . import scalars
 from .arena import Arena, Encoded, RowsTape, carve, lease
-from .errors import InputError, UnsupportedError
+from .errors import CheckpointError, InputError, UnsupportedError
 from .progress import Progress, ProgressHandler
 from .stats import EncodeStats
 from .types import Outputs, Scalar
@@ -54,7 +54,8 @@ def run_batches(
     tracker: Progress,
     consume: Callable[[Batch, list[np.ndarray]], None],
 ) -> tuple[float, float]:
-    """Run every batch, handing each result to ``consume``; answer (seconds waited, computed).
+    """Run every batch, handing each result to ``consume`` once :func:`check_finite` passed it;
+    answer (seconds waited, computed).
 
     The first batch is prepared right here (a one-batch call never waits on a thread hop);
     batch ``k + 1`` is prepared on this call's look-ahead thread while batch ``k`` computes.
@@ -72,25 +73,34 @@ def run_batches(
             result = call.runner.run(output_names, batch.feeds)
             t2 = time.perf_counter()
             waited, computed = waited + t1 - t0, computed + t2 - t1
+            check_finite(call.tower, batch, result)
             consume(batch, result)
             tracker.advance(len(batch.indices))
     return waited, computed
 
 
-def check_finite(batch: Batch, result: list[np.ndarray]) -> None:
-    """InputError naming the first item whose embedding or tokens hold NaN or an infinity.
+def check_finite(tower: str, batch: Batch, result: list[np.ndarray]) -> None:
+    """Refuse, before the arena is written, a batch whose embeddings or tokens hold NaN or an infinity.
 
-    A checkpoint's weights are checked finite at load, so such an output comes from an input
-    that overflows the tower's float32 arithmetic; it is refused before the arena is written.
+    A checkpoint's weights are checked finite at load, yet a finite weight can still overflow the
+    tower's float32 arithmetic (one at BF16's largest value, 3.39e38, times an activation above 1).
+    When every feed of the batch is integers (token ids), no input can have caused it: the error
+    is a :class:`CheckpointError` naming the tower. Otherwise (samples, pixels) it is an
+    :class:`InputError` naming the first such item, whose values overflow.
     """
     bad = ~np.isfinite(result[0]).reshape(len(batch.indices), -1).all(axis=1)
     if len(result) > 1 and batch.token_counts is not None:  # the real tokens of each row, not its padding
         real = np.arange(result[1].shape[1])[None, :] < batch.token_counts[:, None]
         bad |= (~np.isfinite(result[1]).all(axis=2) & real).any(axis=1)
-    if bad.any():
-        index = int(np.min(batch.indices[bad]))
-        raise InputError(index, "the encoder's output for it is not finite (NaN or infinity): its values overflow "
-                                "float32 arithmetic; nothing was written")
+    if not bad.any():
+        return
+    index = int(np.min(batch.indices[bad]))
+    if all(np.issubdtype(np.asarray(feed).dtype, np.integer) for feed in batch.feeds.values()):
+        raise CheckpointError(f"the '{tower}' tower's outputs for item {index} are not finite (NaN or infinity) and its input "
+                              "is token ids, which cannot overflow: the checkpoint's weights overflow float32 arithmetic; "
+                              "nothing was written (use a checkpoint whose weights are in range)")
+    raise InputError(index, "the encoder's output for it is not finite (NaN or infinity): its values overflow "
+                            "float32 arithmetic; nothing was written")
 
 
 def count_call(stats: EncodeStats | None, items: int, batches: int, waited: float, computed: float, started: float) -> None:
@@ -159,7 +169,6 @@ def encode(
         token_parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
 
         def consume(batch: Batch, result: list[np.ndarray]) -> None:
-            check_finite(batch, result)
             embeddings[batch.indices] = result[0]
             if len(result) > 1:
                 assert batch.token_counts is not None
