@@ -170,6 +170,7 @@ CASES = {
     "absurd width": (lambda p: _with_config(p, lambda c: c["towers"]["text"].update(width=10**9)), "towers.text.width.*1000000000"),
     "heads not dividing": (lambda p: _with_config(p, lambda c: c["towers"]["text"].update(heads=3)), "does not divide width"),
     "unknown config field": (lambda p: _with_config(p, lambda c: c.update(dimension=64)), r"config field dimension: not a field of the format \(version 1: choice_temperatures, context, dimensions, format, format_version, towers\)$"),
+    "unknown tower field": (lambda p: _with_config(p, lambda c: c["towers"]["text"].update(widht=64)), r"config field towers.text.widht: not a field of a text tower \(it has activation, class_token, clean, context, depth, end_token, heads, layer_norm_eps, ln_pre, mask, mlp_width, pad_id, pad_to_context, pooling, projection, token_width, tokenizer, vocab_size, width\)$"),
     "newer format": (lambda p: _with_config(p, lambda c: c.update(format_version=9)), "newer than this uform reads"),
     "geometry vs tensors": (lambda p: _with_config(p, lambda c: c.update(context=64)), "'text.pos.weight': shape \\[33, 64\\].*\\[65, 64\\]"),
 }
@@ -270,3 +271,13 @@ def test_quantization_not_served(tiny_text: Path) -> None:
         uform.Model.load_ram(tiny_text, quantization=uform.Scalar.E5M2)
     with pytest.raises(ValueError, match="quantization must be one of"):
         uform.Model.load_ram(tiny_text, quantization="int3")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("modality", ["text", "image", "video", "audio", "choose"])
+def test_a_field_its_tower_does_not_have_is_refused_naming_the_tower_and_its_fields(modality: str) -> None:
+    # a misspelt tower field ('widht') was ignored and the tower built from its other fields
+    tower = get_host().modalities[modality].tower
+    config = checkpoint.make_config(64, 32, {tower.name: {**tower.presets["tiny"], "widht": 64}})
+    with pytest.raises(uform.CheckpointError, match=rf"^config field towers\.{tower.name}\.widht: not a field of (a|an|the) [\w ]+ \(it has [a-z_, ]+\)$") as refused:
+        tower.read(config.towers[tower.name], config)
+    assert "width" in str(refused.value).split("(it has ")[1]

@@ -102,6 +102,15 @@ def refuse_fields(cfg: Mapping[str, Any], where: str, fields: frozenset[str], wh
         raise CheckpointError(f"config field {_path(where, key)}: {why}")
 
 
+def only_fields(cfg: Mapping[str, Any], where: str, fields: frozenset[str], tower: str) -> None:
+    """CheckpointError naming the first field of the tower config ``cfg`` that is not among
+    ``fields`` (the fields a ``tower`` has): a misspelt field would else be left at its default."""
+    for key in sorted(set(cfg) - fields):
+        raise CheckpointError(f"config field {_path(where, key)}: not a field of {tower} (it has {', '.join(sorted(fields))})")
+
+
+GEOMETRY_FIELDS = frozenset({"width", "depth", "heads", "mlp_width", "activation", "layer_norm_eps"})  # Geometry.read's
+HEAD_FIELDS = frozenset({"class_token", "ln_pre", "pooling", "projection"})  # Head.read's
 STACK_ONLY = V2_TOWER_FIELDS - {"activation", "layer_norm_eps"}  # what a tower of the stack's fields alone refuses
 TOKEN_FIELDS = frozenset({"tokenizer", "vocab_size", "context", "mask", "pad_to_context", "pad_id"})  # a tower of tokens'
 PIXEL_FIELDS = frozenset({"resize", "interpolation", "resize_rounding", "alpha", "crop_rounding"})  # a tower of pixels'

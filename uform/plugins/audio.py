@@ -19,7 +19,7 @@ import numpy as np
 from onnx import TensorProto
 
 from uform.core.arena import Arena, Encoded, RowsTape
-from uform.core.config import STACK_ONLY, Geometry, ModelConfig, integer, refuse_fields
+from uform.core.config import GEOMETRY_FIELDS, STACK_ONLY, Geometry, ModelConfig, integer, only_fields, refuse_fields
 from uform.core.errors import CheckpointError
 from uform.core.graph import GraphBuilder
 from uform.core.hookspecs import hookimpl
@@ -86,11 +86,15 @@ class AudioTower:
         return self.n_fft // 2 + 1
 
 
+FIELDS = GEOMETRY_FIELDS | {"sample_rate", "samples", "n_fft", "hop", "n_mels", "patch_frames"}
+
+
 def read(cfg: Mapping[str, Any], model: ModelConfig) -> AudioTower:
     """Check ``towers.audio``; the bounds keep the graph's constants (DFT 2 × [n_fft/2, bins],
     frame indices 2 × [frames, n_fft/2]) within a few hundred MiB whatever the file says."""
     w = "towers.audio"
     refuse_fields(cfg, w, STACK_ONLY, "the audio tower takes activation and layer_norm_eps of version 2's fields, no other")
+    only_fields(cfg, w, FIELDS, "an audio tower")
     n_fft = integer(cfg, "n_fft", w, 2, 4096)
     t = AudioTower(
         Geometry.read(cfg, w), integer(cfg, "sample_rate", w, 1000, 384000), integer(cfg, "samples", w, n_fft, 1 << 24),

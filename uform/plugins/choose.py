@@ -20,7 +20,7 @@ import numpy as np
 from onnx import TensorProto
 
 from uform.core.arena import Arena, RowsTape, carve, lease
-from uform.core.config import STACK_ONLY, Geometry, ModelConfig, refuse_fields
+from uform.core.config import GEOMETRY_FIELDS, STACK_ONLY, Geometry, ModelConfig, only_fields, refuse_fields
 from uform.core.errors import InputError, check_not_released
 from uform.core.graph import GraphBuilder
 from uform.core.hookspecs import hookimpl
@@ -44,6 +44,7 @@ class DecoderTower:
 
 def read(cfg: Mapping[str, Any], model: ModelConfig) -> DecoderTower:
     refuse_fields(cfg, "towers.decoder", STACK_ONLY, "the byte decoder takes activation and layer_norm_eps of version 2's fields, no other")
+    only_fields(cfg, "towers.decoder", GEOMETRY_FIELDS, "the byte decoder")
     return DecoderTower(Geometry.read(cfg, "towers.decoder"))
 
 

@@ -15,7 +15,7 @@ import numpy as np
 from onnx import TensorProto
 
 from uform.core.arena import Arena, Encoded
-from uform.core.config import TOKEN_FIELDS, Geometry, Head, ModelConfig, integer, refuse_fields
+from uform.core.config import GEOMETRY_FIELDS, HEAD_FIELDS, TOKEN_FIELDS, Geometry, Head, ModelConfig, integer, only_fields, refuse_fields
 from uform.core.errors import CheckpointError
 from uform.core.graph import GraphBuilder
 from uform.core.hookspecs import hookimpl
@@ -66,6 +66,9 @@ class VideoTower:
     from_image: bool = False  # version 2: the image tower over the frames, averaged (no tensors of its own)
 
 
+FIELDS = GEOMETRY_FIELDS | HEAD_FIELDS | frames.PIXELS_FIELDS | {"frames"}  # a video tower of its own
+
+
 def read(cfg: Mapping[str, Any], model: ModelConfig) -> VideoTower:
     where = "towers.video"
     count = integer(cfg, "frames", where, 1, MAX_FRAMES)
@@ -81,6 +84,7 @@ def read(cfg: Mapping[str, Any], model: ModelConfig) -> VideoTower:
         geometry, pixels = frames.read_geometry(image, "towers.image")
         return VideoTower(geometry, pixels, count, from_image=True)
     refuse_fields(cfg, where, TOKEN_FIELDS, "not a field of a video tower")
+    only_fields(cfg, where, FIELDS, "a video tower")
     geometry, pixels = frames.read_geometry(cfg, where)
     head = Head.read(cfg, where, ("class",), geometry.width, model.dimensions)
     if not head.class_token:

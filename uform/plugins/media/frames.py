@@ -110,6 +110,10 @@ class Pixels:
         return cls(size, patch, mean, std, resize, interpolation, rounding, alpha, crop)
 
 
+# Pixels.read's fields
+PIXELS_FIELDS = frozenset({"image_size", "patch_size", "mean", "std", "resize", "interpolation", "resize_rounding", "alpha", "crop_rounding"})
+
+
 def read_geometry(cfg: Mapping[str, Any], where: str) -> tuple[Geometry, Pixels]:
     return Geometry.read(cfg, where), Pixels.read(cfg, where)
 
