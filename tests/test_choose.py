@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -153,13 +154,13 @@ def test_choice_forms(model: uform.Model) -> None:
         (["AB", "ABA", "AB"], None, 1, "choice b'A' appears twice"),
         (["AB", "", "AB"], None, 1, "the choice set is empty"),
         (["AB", ["A", "B"], "AB"], None, 1, "choices must be a str or bytes of single-byte choices"),
-        (["AB", "AB"], None, 2, "choices has 2 entries for 3 texts"),
+        (["AB", "AB"], None, 2, "choices has no entry for this text (choices has 2 entries for 3 texts); give one choice string per text"),
         ("AB", [0, 3, 0], 1, "temperature group 3 is out of range: this model has 3 group(s), 0 … 2"),
         ("AB", [0, 0, -1], 2, "temperature group -1 is out of range"),
         ("AB", np.array([0, 0, 7]), 2, "temperature group 7 is out of range"),
         ("AB", [0, 2**70, 0], 1, "temperature group 1180591620717411303424 is out of range"),
         ("AB", [0, 1], 2, "temperature_groups has 2 entries for 3 texts"),
-        ("AB", [0, 1, 2, 0], 3, "temperature_groups has 4 entries for 3 texts"),
+        ("AB", [0, 1.0], 2, "temperature_groups has no entry for this text (temperature_groups has 2 entries for 3 texts)"),
         ("AB", [0, 1.0, 0], 1, "temperature group must be an int, got float"),
         ("AB", [True, 0, 0], 0, "temperature group must be an int, got bool"),
     ],
@@ -171,6 +172,26 @@ def test_bad_input_names_the_text(model: uform.Model, choices: object, groups: o
         model.text_choose(["q1", "q2", "q3"], choices, arena, temperature_groups=groups)  # type: ignore[arg-type]
     assert info.value.index == index and message in str(info.value)
     assert arena.generation == 1 and first[0].shape == (2,)  # nothing written: the earlier tape stays readable
+
+
+@pytest.mark.parametrize(
+    ("texts", "choices", "groups", "message"),
+    [
+        (["q1"], ["AB", "CD"], None, "choices has 2 entries for 1 text: choices[1:] belongs to no text; give one choice string per text, or a single string shared by all"),
+        (["q1", "q2", "q3"], "AB", [0, 1, 2, 0], "temperature_groups has 4 entries for 3 texts: temperature_groups[3:] belongs to no text; give one group per text, or None for group 0"),
+        (["q1", "q2", "q3"], "AB", [0, 1, 2, "x"], "temperature_groups has 4 entries for 3 texts: temperature_groups[3:] belongs to no text"),
+    ],
+)
+def test_more_entries_than_texts_name_the_extra_entries_not_an_item(
+    model: uform.Model, texts: list[str], choices: object, groups: object, message: str
+) -> None:
+    # it was 'InputError: item 1: choices has 2 entries for 1 texts' for one text: there is no item 1
+    arena = Arena()
+    first = model.text_choose(["a"], "AB", arena)
+    with pytest.raises(ValueError, match="^" + re.escape(message)) as info:
+        model.text_choose(texts, choices, arena, temperature_groups=groups)  # type: ignore[arg-type]
+    assert not isinstance(info.value, InputError) and "item" not in str(info.value)
+    assert arena.generation == 1 and first[0].shape == (2,)  # nothing written
 
 
 def _released(raw: bytes) -> memoryview:

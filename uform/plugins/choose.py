@@ -118,6 +118,17 @@ def _choice_set(index: int, choice: Any) -> bytes:
     return raw
 
 
+def one_per_text(name: str, given: int, count: int, how: str) -> None:
+    """Refuse an argument ``name`` of ``given`` entries for ``count`` texts: InputError naming the
+    first text without an entry; ValueError when there are more entries than texts (the extra
+    ones answer no text, so no item of the call is at fault)."""
+    texts = f"{count} text" + ("" if count == 1 else "s")
+    if given < count:
+        raise InputError(given, f"{name} has no entry for this text ({name} has {given} entries for {texts}); {how}")
+    if given > count:
+        raise ValueError(f"{name} has {given} entries for {texts}: {name}[{count}:] belongs to no text; {how}")
+
+
 def choice_sets(choices: Any, count: int) -> tuple[np.ndarray, np.ndarray]:
     """Flat choice bytes (uint8) and row offsets (int64 [count + 1]) for ``count`` texts.
 
@@ -133,11 +144,7 @@ def choice_sets(choices: Any, count: int) -> tuple[np.ndarray, np.ndarray]:
         raise TypeError(f"choices must be a str or bytes shared by all texts, or one per text; got {type(choices).__name__}") from None
     check_batch(choices, "choices")
     items = list(choices)
-    if len(items) != count:
-        raise InputError(
-            min(len(items), count), f"choices has {len(items)} entries for {count} texts; "
-            "give one choice string per text, or a single string shared by all",
-        )  # fmt: skip
+    one_per_text("choices", len(items), count, "give one choice string per text, or a single string shared by all")
     cache: dict[Any, bytes] = {}
     sets: list[bytes] = []
     for i, item in enumerate(items):
@@ -170,14 +177,11 @@ def group_indices(groups: Sequence[int] | None, count: int, available: int) -> n
             raise TypeError(f"temperature_groups must be a sequence of ints, one per text, or None; got {type(groups).__name__}") from None
         check_batch(groups, "temperature_groups")
         items = list(groups)
+    one_per_text("temperature_groups", len(items), count, "give one group per text, or None for group 0")
+    if not isinstance(items, np.ndarray):
         for i, g in enumerate(items):
             if isinstance(g, bool) or not isinstance(g, (int, np.integer)):
                 raise InputError(i, f"temperature group must be an int, got {type(g).__name__} {g!r}")
-    if len(items) != count:
-        raise InputError(
-            min(len(items), count), f"temperature_groups has {len(items)} entries for {count} texts; "
-            "give one group per text, or None for group 0",
-        )  # fmt: skip
     try:
         wide = np.asarray(items) if len(items) else np.zeros(0, np.int64)
     except OverflowError:  # ints past 64 bits: compare them as Python ints
