@@ -670,6 +670,35 @@ def test_the_command_line_refuses_files_it_cannot_use_before_any_work(
         command.main(["--out", str(notes), "--force", "--phase", "decoder", "--from", good, "--no-evaluate"])
 
 
+def test_a_users_file_at_report_is_not_replaced_without_force(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--out refused a user's file unless --force, but --report replaced one at the run's end
+    (notes.txt gone after the run); a run's own earlier report is replaced as before."""
+    import json
+    from dataclasses import asdict
+
+    from uform.training import __main__ as command
+    from uform.training.settings import Result
+
+    def never(*args: object) -> None:
+        raise AssertionError("the run started")
+
+    monkeypatch.setattr(command, "train", never)
+    out = str(tmp_path / "out.safetensors")
+    notes, earlier = tmp_path / "notes.json", tmp_path / "run.json"
+    notes.write_text('{"my": "notes"}\n')
+    earlier.write_text(json.dumps(asdict(Result(out=out, steps=3, seconds=1.0, first_loss=2.0, last_loss=1.0, losses=[2.0, 1.0]))))
+    with pytest.raises(SystemExit) as info:
+        command.main(["--out", out, "--report", str(notes), "--no-evaluate"])
+    said = f"{notes}: exists and is not a report of python -m uform.training; not replaced (--force replaces it)"
+    assert info.value.code == 2 and capsys.readouterr().err.endswith(f"python -m uform.training: error: {said}\n")
+    assert notes.read_text() == '{"my": "notes"}\n' and not Path(out).exists()
+    for argv in (["--report", str(earlier)], ["--report", str(notes), "--force"]):  # the run starts
+        with pytest.raises(AssertionError, match="the run started"):
+            command.main(["--out", out, *argv, "--no-evaluate"])
+
+
 def test_bf16_autocast_is_refused_where_pytorchs_bf16_products_are_not_native() -> None:
     """On a CPU where oneDNN has no BF16 products (held to AVX2 here, as an AVX2-only CPU is),
     the option would make the recipe several times slower: the command says so and stops."""

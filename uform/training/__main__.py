@@ -7,15 +7,18 @@ import json
 import os
 import sys
 from collections.abc import Sequence
-from dataclasses import asdict
+from dataclasses import MISSING, asdict, fields
+from pathlib import Path
 
 import torch
 
-from uform.core import files
+from uform.core import files, jsontext
 from uform.core.errors import UformError
 
 from .recipe import train
-from .settings import ALONE, FRONT, PHASES, Settings
+from .settings import ALONE, FRONT, PHASES, Result, Settings
+
+REPORT_KEYS = frozenset(f.name for f in fields(Result) if f.default is MISSING and f.default_factory is MISSING)
 
 
 def bf16_products_native() -> bool:
@@ -24,9 +27,22 @@ def bf16_products_native() -> bool:
     return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
 
 
+def is_report(path: Path) -> bool:
+    """Whether ``path`` holds what ``--report`` writes: a JSON object with every field a
+    :class:`Result` has no default for (a file over 64 MiB is not one)."""
+    try:
+        if path.stat().st_size > 64 << 20:
+            return False
+        data = jsontext.loads(path.read_bytes())
+    except (OSError, jsontext.NotJSON):
+        return False
+    return isinstance(data, dict) and REPORT_KEYS <= data.keys()
+
+
 def check_files(out: str, force: bool, report: str | None, start: str | None, phase: str) -> None:
     """Refuse, before any work, what the run could not write at its end (an ``out`` or ``report``
-    that is not a writable regular file, an ``out`` that is not a uform checkpoint unless ``force``)
+    that is not a writable regular file, an ``out`` that is not a uform checkpoint or a ``report``
+    that is not a run's report, unless ``force``)
     and a ``start`` that does not open as a checkpoint, or lacks the byte decoder its phase trains."""
     from uform.core.checkpoint import CheckpointFile, is_checkpoint_file
     from uform.core.config import ModelConfig
@@ -36,6 +52,7 @@ def check_files(out: str, force: bool, report: str | None, start: str | None, ph
     files.refuse_foreign(out, is_checkpoint_file, force, "a uform checkpoint")
     if report is not None:
         files.check_replaceable(report)
+        files.refuse_foreign(report, is_report, force, "a report of python -m uform.training")
     if start is not None:
         with CheckpointFile(start) as checkpoint:
             try:
@@ -102,7 +119,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     parser.add_argument("--no-evaluate", action="store_true", help="skip the BF16 and E4M3 evaluation at the end")
     parser.add_argument("--report", default=None, help="write the run's result as JSON here")
-    parser.add_argument("--force", action="store_true", help="replace a file at --out that is not a uform checkpoint")
+    parser.add_argument("--force", action="store_true", help="replace a file at --out that is not a uform checkpoint, or at --report that is not a run's report")
     args = parser.parse_args(argv)
     if (args.phase != "all") != (args.start is not None):
         parser.error("--from CHECKPOINT goes with --phase decoder, reading, clips, pictures, sounds or questions, and they need it")
