@@ -112,8 +112,6 @@ def only_fields(cfg: Mapping[str, Any], where: str, fields: frozenset[str], towe
 GEOMETRY_FIELDS = frozenset({"width", "depth", "heads", "mlp_width", "activation", "layer_norm_eps"})  # Geometry.read's
 HEAD_FIELDS = frozenset({"class_token", "ln_pre", "pooling", "projection"})  # Head.read's
 STACK_ONLY = V2_TOWER_FIELDS - {"activation", "layer_norm_eps"}  # what a tower of the stack's fields alone refuses
-TOKEN_FIELDS = frozenset({"tokenizer", "vocab_size", "context", "mask", "pad_to_context", "pad_id"})  # a tower of tokens'
-PIXEL_FIELDS = frozenset({"resize", "interpolation", "resize_rounding", "alpha", "crop_rounding"})  # a tower of pixels'
 
 
 def optional_integer(cfg: Mapping[str, Any], key: str, where: str, lo: int, hi: int, default: int) -> int:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from uform.core.arena import Arena, Encoded
-from uform.core.config import GEOMETRY_FIELDS, HEAD_FIELDS, TOKEN_FIELDS, Geometry, Head, ModelConfig, only_fields, refuse_fields
+from uform.core.config import GEOMETRY_FIELDS, HEAD_FIELDS, Geometry, Head, ModelConfig, only_fields
 from uform.core.errors import InputError
 from uform.core.graph import GraphBuilder
 from uform.core.hookspecs import hookimpl
@@ -64,7 +64,6 @@ FIELDS = GEOMETRY_FIELDS | HEAD_FIELDS | frames.PIXELS_FIELDS
 
 
 def read(cfg: Mapping[str, Any], model: ModelConfig) -> ImageTower:
-    refuse_fields(cfg, "towers.image", TOKEN_FIELDS | {"from"}, "not a field of an image tower")
     only_fields(cfg, "towers.image", FIELDS, "an image tower")
     geometry, pixels = frames.read_geometry(cfg, "towers.image")
     return ImageTower(geometry, pixels, Head.read(cfg, "towers.image", ("class", "attention"), geometry.width, model.dimensions))

@@ -18,7 +18,7 @@ import numpy as np
 from onnx import TensorProto
 
 from uform.core.arena import Arena, Encoded
-from uform.core.config import GEOMETRY_FIELDS, HEAD_FIELDS, MAX_CONTEXT, PIXEL_FIELDS, Geometry, Head, ModelConfig, choice, flag, integer, only_fields, optional_integer, refuse_fields
+from uform.core.config import GEOMETRY_FIELDS, HEAD_FIELDS, MAX_CONTEXT, Geometry, Head, ModelConfig, choice, flag, integer, only_fields, optional_integer
 from uform.core.errors import CheckpointError, InputError
 from uform.core.graph import GraphBuilder
 from uform.core.hookspecs import hookimpl
@@ -86,7 +86,6 @@ FIELDS = GEOMETRY_FIELDS | HEAD_FIELDS | {
 
 def read(cfg: Mapping[str, Any], model: ModelConfig) -> TextTower:
     where = "towers.text"
-    refuse_fields(cfg, where, PIXEL_FIELDS | {"from"}, "not a field of a text tower")
     only_fields(cfg, where, FIELDS, "a text tower")
     g = Geometry.read(cfg, where)
     token_width = integer(cfg, "token_width", where, 0, 16384) if "token_width" in cfg or model.version < 2 else 0

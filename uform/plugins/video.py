@@ -15,7 +15,7 @@ import numpy as np
 from onnx import TensorProto
 
 from uform.core.arena import Arena, Encoded
-from uform.core.config import GEOMETRY_FIELDS, HEAD_FIELDS, TOKEN_FIELDS, Geometry, Head, ModelConfig, integer, only_fields, refuse_fields
+from uform.core.config import GEOMETRY_FIELDS, HEAD_FIELDS, Geometry, Head, ModelConfig, integer, only_fields
 from uform.core.errors import CheckpointError
 from uform.core.graph import GraphBuilder
 from uform.core.hookspecs import hookimpl
@@ -83,7 +83,6 @@ def read(cfg: Mapping[str, Any], model: ModelConfig) -> VideoTower:
             raise CheckpointError(f"config field {where}.{unknown[0]}: a video tower made of the image tower takes only 'from' and 'frames'")
         geometry, pixels = frames.read_geometry(image, "towers.image")
         return VideoTower(geometry, pixels, count, from_image=True)
-    refuse_fields(cfg, where, TOKEN_FIELDS, "not a field of a video tower")
     only_fields(cfg, where, FIELDS, "a video tower")
     geometry, pixels = frames.read_geometry(cfg, where)
     head = Head.read(cfg, where, ("class",), geometry.width, model.dimensions)
