@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypedDict
 
 import numpy as np
@@ -32,11 +32,17 @@ class Batch:
     """One tower run: which items (positions in the call) it holds, and the graph's feeds.
 
     ``token_counts`` gives, per row, how many leading rows of the ``tokens`` output are real.
+    ``ranges`` gives, per float feed, the range of values the tower documents for it (an integer
+    feed is bounded by its type), and ``inputs`` names the feeds for an error, as in "its input is
+    {inputs}, which cannot overflow": :func:`check_finite` blames the checkpoint for a non-finite
+    output whose item's feeds all lie in range, and the item otherwise.
     """
 
     indices: np.ndarray
     feeds: dict[str, np.ndarray]
     token_counts: np.ndarray | None = None
+    ranges: Mapping[str, tuple[float, float]] = field(default_factory=dict)
+    inputs: str = "integers"
 
 
 def check_outputs(call: Call, outputs: Outputs) -> Outputs:
@@ -84,9 +90,10 @@ def check_finite(tower: str, batch: Batch, result: list[np.ndarray]) -> None:
 
     A checkpoint's weights are checked finite at load, yet a finite weight can still overflow the
     tower's float32 arithmetic (one at BF16's largest value, 3.39e38, times an activation above 1).
-    When every feed of the batch is integers (token ids), no input can have caused it: the error
-    is a :class:`CheckpointError` naming the tower. Otherwise (samples, pixels) it is an
-    :class:`InputError` naming the first such item, whose values overflow.
+    When the first such item's feeds all lie within range (:func:`out_of_range`: token ids, pixels
+    of 0 to 255, samples within the range the tower documents), its input cannot have caused it:
+    the error is a :class:`CheckpointError` naming the tower. Otherwise it is an
+    :class:`InputError` naming the item, whose values overflow, and the range they leave.
     """
     bad = ~np.isfinite(result[0]).reshape(len(batch.indices), -1).all(axis=1)
     if len(result) > 1 and batch.token_counts is not None:  # the real tokens of each row, not its padding
@@ -94,13 +101,32 @@ def check_finite(tower: str, batch: Batch, result: list[np.ndarray]) -> None:
         bad |= (~np.isfinite(result[1]).all(axis=2) & real).any(axis=1)
     if not bad.any():
         return
-    index = int(np.min(batch.indices[bad]))
-    if all(np.issubdtype(np.asarray(feed).dtype, np.integer) for feed in batch.feeds.values()):
+    row = int(np.flatnonzero(bad)[np.argmin(batch.indices[bad])])
+    index, beyond = int(batch.indices[row]), out_of_range(batch, row)
+    if beyond is None:
         raise CheckpointError(f"the '{tower}' tower's outputs for item {index} are not finite (NaN or infinity) and its input "
-                              "is token ids, which cannot overflow: the checkpoint's weights overflow float32 arithmetic; "
+                              f"is {batch.inputs}, which cannot overflow: the checkpoint's weights overflow float32 arithmetic; "
                               "nothing was written (use a checkpoint whose weights are in range)")
-    raise InputError(index, "the encoder's output for it is not finite (NaN or infinity): its values overflow "
-                            "float32 arithmetic; nothing was written")
+    raise InputError(index, f"the encoder's output for it is not finite (NaN or infinity): its values overflow float32 arithmetic{beyond}; "
+                            "nothing was written")
+
+
+def out_of_range(batch: Batch, row: int) -> str | None:
+    """None when every feed of ``batch``'s ``row`` lies within its range (an integer feed always
+    does: its type bounds it); else the words for the error: ``' (they reach 1e+30, outside [-1,
+    1], the range the tower documents)'``, or ``''`` for a float feed the tower gives no range."""
+    for name, feed in batch.feeds.items():
+        values = np.asarray(feed)[row]
+        if np.issubdtype(values.dtype, np.integer):
+            continue
+        if name not in batch.ranges:
+            return ""
+        low, high = batch.ranges[name]
+        lowest, highest = float(np.min(values)), float(np.max(values))  # NaN when one is: not within
+        if not low <= lowest <= highest <= high:
+            reach = lowest if not low <= lowest else highest
+            return f" (they reach {reach:g}, outside [{low:g}, {high:g}], the range the tower documents)"
+    return None
 
 
 def count_call(stats: EncodeStats | None, items: int, batches: int, waited: float, computed: float, started: float) -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Generic, TypeVar
 
 import numpy as np
@@ -33,7 +33,9 @@ class ItemBatches(Generic[T]):
     ``prepare(i)`` makes item ``i`` (in the executor's threads; an :class:`~uform.InputError`
     it raises fails the call before anything is written), ``stack(prepared)`` turns a batch's
     prepared items into the tower's feeds, and ``tally(prepared)`` counts what they took
-    (statistics) before they are dropped: nothing prepared outlives its batch.
+    (statistics) before they are dropped: nothing prepared outlives its batch. ``inputs`` and
+    ``ranges`` go into every :class:`Batch` as they are: what the feeds are, and the values the
+    tower documents for its float feeds (which decide whom a non-finite output blames).
     """
 
     def __init__(
@@ -42,8 +44,12 @@ class ItemBatches(Generic[T]):
         prepare: Callable[[int], T],
         stack: Callable[[list[T]], dict[str, np.ndarray]],
         tally: Callable[[list[T]], None] = lambda prepared: None,
+        *,
+        inputs: str,
+        ranges: Mapping[str, tuple[float, float]] | None = None,
     ) -> None:
         self.call, self.prepare, self.stack, self.tally = call, prepare, stack, tally
+        self.inputs, self.ranges = inputs, dict(ranges or {})
         self.seconds = 0.0  # wall time spent building batches
 
     def thunks(self, count: int, rows: int) -> list[Callable[[], Batch]]:
@@ -53,7 +59,7 @@ class ItemBatches(Generic[T]):
     def _build(self, indices: np.ndarray) -> Batch:
         started = time.perf_counter()
         prepared = self.call.executor.map(self.prepare, indices.tolist())
-        batch = Batch(indices, self.stack(prepared))
+        batch = Batch(indices, self.stack(prepared), ranges=self.ranges, inputs=self.inputs)
         self.tally(prepared)
         self.seconds += time.perf_counter() - started
         return batch

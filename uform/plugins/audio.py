@@ -30,7 +30,7 @@ from uform.core.runtime import Call
 from uform.core.stats import EncodeStats
 
 from .media.audio import Recording, buffers, decode, resample
-from .media.window import check_finite
+from .media.window import SAMPLE_RANGE, check_finite
 from .media.files import sources
 
 if TYPE_CHECKING:
@@ -183,7 +183,8 @@ def _run(call: Call, count: int, prepare: Callable[[int], Recording], arena: Are
         tally.truncated_items += sum(r.truncated for r in recordings)
         tally.skipped_packets += sum(r.skipped_packets for r in recordings)
 
-    items = ItemBatches(call, prepare, lambda recordings: {"samples": np.stack([r.samples for r in recordings])}, count_items)
+    items = ItemBatches(call, prepare, lambda recordings: {"samples": np.stack([r.samples for r in recordings])}, count_items,
+                         inputs=f"samples within [{-SAMPLE_RANGE:g}, {SAMPLE_RANGE:g}], the range the tower documents", ranges={"samples": (-SAMPLE_RANGE, SAMPLE_RANGE)})
     result = encode(call, count, items.thunks(count, max(1, min(call.rows(MAX_ROWS), call.rows(SAMPLE_BUDGET) // t.samples))), arena, stats=stats, **options)
     if stats is not None:
         tally.seconds_decode = items.seconds

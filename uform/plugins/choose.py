@@ -204,7 +204,7 @@ def feeds(chunks: Sequence[bytes], lengths: np.ndarray, indices: np.ndarray) -> 
     ids[:, 0] = BEGIN
     joined = np.frombuffer(b"".join([chunks[i] for i in indices]), np.uint8)
     ids[:, 1:][np.arange(width)[None, :] < rows[:, None]] = joined
-    return Batch(indices, {"bytes": ids, "last": rows.astype(np.int64)})
+    return Batch(indices, {"bytes": ids, "last": rows.astype(np.int64)}, inputs="token ids")
 
 
 def probabilities(logits: np.ndarray, flat: np.ndarray, offsets: np.ndarray, temperatures: np.ndarray) -> np.ndarray:

@@ -27,7 +27,7 @@ from uform.core.stats import EncodeStats
 from .media import frames
 from .media import image as pictures
 from .media.frames import Pixels
-from .media.image import as_pixels, decode
+from .media.image import PIXEL_INPUTS, as_pixels, decode
 from .media.files import sources
 
 if TYPE_CHECKING:
@@ -113,7 +113,7 @@ def _run(call: Call, count: int, prepare: Callable[[int, int], Prepared], arena:
         tally.bytes_read += sum(p[2] for p in prepared)
         tally.reduced += sum(p[3] for p in prepared)
 
-    items = ItemBatches(call, lambda i: prepare(i, size), lambda prepared: {"pixels": np.stack([p[0] for p in prepared])}, count_items)
+    items = ItemBatches(call, lambda i: prepare(i, size), lambda prepared: {"pixels": np.stack([p[0] for p in prepared])}, count_items, inputs=PIXEL_INPUTS)
     result = encode(call, count, items.thunks(count, call.rows(MAX_ROWS)), arena, stats=stats, **options)
     if stats is not None:
         tally.seconds_decode = items.seconds

@@ -220,7 +220,7 @@ def feeds(chunks: Sequence[bytes], lengths: np.ndarray, indices: np.ndarray) -> 
     ids = np.zeros((len(indices), width), np.int64)
     joined = np.frombuffer(b"".join([chunks[i] for i in indices]), np.uint8)
     ids[np.arange(width)[None, :] < rows[:, None]] = joined
-    return Batch(indices, {"bytes": ids, "lengths": rows.astype(np.int64)}, token_counts=rows)
+    return Batch(indices, {"bytes": ids, "lengths": rows.astype(np.int64)}, token_counts=rows, inputs="token ids")
 
 
 def text_encode(
@@ -255,7 +255,7 @@ def token_feeds(ids: Sequence[np.ndarray], lengths: np.ndarray, width: int | Non
     out = np.full((len(indices), max(1, int(rows.max(initial=0))) if width is None else width), pad_id, np.int64)
     if len(indices):
         out[np.arange(out.shape[1])[None, :] < rows[:, None]] = np.concatenate([ids[i] for i in indices])
-    return Batch(indices, {"bytes": out, "lengths": rows.astype(np.int64)}, token_counts=rows)
+    return Batch(indices, {"bytes": out, "lengths": rows.astype(np.int64)}, token_counts=rows, inputs="token ids")
 
 
 def _encode_tokens(

@@ -30,6 +30,7 @@ from .media import frames
 from .media.video import Counters, sample
 from .media.frames import Pixels
 from .media.files import sources
+from .media.image import PIXEL_INPUTS
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -156,7 +157,7 @@ def video_encode(
         tally.bytes_read += sum(c.bytes_read for _, c in prepared)
 
     count, size = tower.frames, tower.pixels.fit
-    items = ItemBatches(call, lambda i: sample(clips[i], count, size), lambda prepared: {"frames": np.stack([f for f, _ in prepared])}, count_items)
+    items = ItemBatches(call, lambda i: sample(clips[i], count, size), lambda prepared: {"frames": np.stack([f for f, _ in prepared])}, count_items, inputs=PIXEL_INPUTS)
     result = encode(call, len(clips), items.thunks(len(clips), call.rows(MAX_ROWS)), arena, stats=stats, **options)
     if stats is not None:
         tally.frames, tally.seconds_decode = len(clips) * tower.frames, items.seconds

@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from PIL import Image
 
 MAX_PIXELS = 100_000_000  # width × height above which a file is refused as a decompression bomb
+PIXEL_INPUTS = "pixels (uint8, 0 to 255)"  # what an image or video tower's feed is, for the error blaming a checkpoint
 JPEG_DRAFT_MARGIN = 2  # decode JPEGs at 1/s (s = 8, 4, 2: the largest with shorter ≥ margin × s × S); 0: never
 TRIM_PIXELS = 1 << 24  # a decoded picture this large is handed back to the system once fitted (_give_back)
 STRIP_PIXELS = 1 << 16  # pixels a strip of rows holds while it is turned, converted and resized across

@@ -22,6 +22,7 @@ CHUNK = 1 << 14  # source samples gathered before one resampler call
 TAIL = 64  # periods of zeros fed to the resampler before its flush
 REACH = 64  # window samples within which a source sample's end of the window may be past the resampler's filter
 NONFINITE = "holds NaN or infinite samples"
+SAMPLE_RANGE = 1.0  # the tower's samples lie within [-1, 1] (decoders scale integers to it): beyond, the input may overflow
 
 # sample format (planar or not) → numpy type, and the scale that takes it to -1…1
 KINDS = {
