@@ -259,7 +259,7 @@ def test_vram_without_a_usable_gpu_is_unsupported_never_cpu(tiny_text: Path) -> 
     import onnxruntime as ort
 
     if "CUDAExecutionProvider" in ort.get_available_providers():
-        pytest.skip("this machine has the CUDA execution provider; tests/test_cuda_backend.py covers it")
+        pytest.skip("this machine has the CUDA execution provider; tests/test_cuda_loads.py covers it")
     with pytest.raises(uform.UnsupportedError, match="cannot place a model in VRAM: cuda: .*no CUDAExecutionProvider"):
         uform.Model.load_vram(tiny_text)
     with pytest.raises(uform.UnsupportedError, match="cannot place a model in VRAM"):
