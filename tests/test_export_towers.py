@@ -173,3 +173,31 @@ def test_the_pytorch_reference_runs_in_half_precision(exported: tuple[Path, Path
         assert got.dtype == getattr(torch, dtype), name
         scale = float(want.abs().max())
         assert float((got.float() - want).abs().max()) <= 0.02 * scale, name
+
+
+def test_an_export_the_machine_cannot_hold_is_refused_from_the_header_before_anything_is_written(
+    tiny_text: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A sparse 32 GB checkpoint, which Model.load_ram refuses from its header in 1.5 s, was read
+    # (10 s and more of zero pages) and then made into float32 towers: 64 GB for 24 GiB of RAM.
+    import re
+
+    from uform.core import runtime, safetensors
+    from uform.exporters import towers
+
+    with uform.core.checkpoint.CheckpointFile(tiny_text) as source:
+        values = sum(int(np.prod(e.shape)) for e in source.entries.values())
+    monkeypatch.setattr(runtime, "machine_memory", lambda: 2 * values)  # BF16's two bytes a value fit, float32's four do not
+    out = tmp_path / "out"
+    with monkeypatch.context() as m:
+        m.setattr(safetensors, "check_finite", lambda *a: pytest.fail("a weight was read"))
+        message = (
+            f"{tiny_text}: its {values:,} weight values take at least {4 * values:,} bytes at F32, more than this "
+            f"machine's {2 * values:,} bytes of RAM and swap: it cannot be exported here"
+        )
+        with pytest.raises(uform.UnsupportedError, match=f"^{re.escape(message)}$"):
+            towers.export_towers(tiny_text, out)
+        assert not out.exists()
+        assert main(["export", str(tiny_text), str(out)]) == 2
+        assert not out.exists()
+    assert set(towers.export_towers(tiny_text, out, "bf16")) == {"text"}

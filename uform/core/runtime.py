@@ -207,12 +207,19 @@ def _memory_shortfall(plans: Mapping[str, TowerPlan], quantization: Scalar) -> s
     Judged before anything is read: a file of zeros as large as its header claims (a sparse one
     costs no disk) would else be read until the out-of-memory killer ended the process."""
     values = sum(math.prod(shape_of(p.weights, n)) for p in plans.values() for n in p.weights)
-    need, memory = values * (1 if quantization == Scalar.E4M3 else 2), machine_memory()
+    return memory_shortfall(values, 1 if quantization == Scalar.E4M3 else 2, quantization.name, "loaded")
+
+
+def memory_shortfall(values: int, width: int, scalar: str, done: str) -> str:
+    """Why ``values`` weight values of ``width`` bytes each (at ``scalar``) cannot be held here ('' when
+    they may be: they fit the machine's RAM and swap, or it does not say); ``done``: what cannot be
+    done with the checkpoint ("loaded", "exported")."""
+    need, memory = values * width, machine_memory()
     if memory is None or need <= memory:
         return ""
     return (
-        f"its {values:,} weight values take at least {need:,} bytes at {quantization.name}, more than this "
-        f"machine's {memory:,} bytes of RAM and swap: it cannot be loaded here"
+        f"its {values:,} weight values take at least {need:,} bytes at {scalar}, more than this "
+        f"machine's {memory:,} bytes of RAM and swap: it cannot be {done} here"
     )
 
 

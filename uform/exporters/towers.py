@@ -10,6 +10,7 @@ of each (``"bf16"``, half the size; the runtime must implement BF16 ``Cast``).
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -22,10 +23,10 @@ from onnx import helper
 from uform.core import files, jsontext, safetensors
 from uform.core.checkpoint import map_file
 from uform.core.config import ModelConfig
-from uform.core.errors import CheckpointError
+from uform.core.errors import CheckpointError, UnsupportedError
 from uform.core.host import get_host
 from uform.core.progress import Progress, ProgressHandler
-from uform.core.runtime import build_graph, plan_towers
+from uform.core.runtime import build_graph, memory_shortfall, plan_towers
 from uform.core.weights import embed
 from uform.exporters.onnx_form import readable_as
 
@@ -124,9 +125,17 @@ def export_towers(
     container = None
     try:
         try:
-            container = safetensors.parse(memoryview(mapped))
+            metadata, entries, start = safetensors.header(len(mapped), lambda begin, end: mapped[begin:end])
+            container = safetensors.Container(metadata, entries, memoryview(mapped)[start:])
             config = ModelConfig.from_metadata(container.metadata)
             planned = plan_towers(container, config, get_host())
+            # from the header, before a weight is read (a sparse 32 GB file read for 10 s and more, then its
+            # tower's float32 copy ran out of memory): the largest tower is held whole, at the export's width
+            values = max((sum(math.prod(entries[w].shape) for w in specs) for _, _, specs in planned.values()), default=0)
+            short = memory_shortfall(values, 2 if quantization == "bf16" else 4, quantization.upper(), "exported")
+            if short:
+                raise UnsupportedError(f"{checkpoint}: {short}")
+            safetensors.check_finite(container)
         except CheckpointError as exc:
             raise CheckpointError(f"{checkpoint}: {exc}") from None
         for name in planned:
