@@ -415,8 +415,8 @@ def test_an_index_opened_without_a_quantization_uses_its_own(tmp_path: Path, ckp
 
 def test_items_are_found_by_path_through_an_index_of_paths(tmp_path: Path, ckpt: Path) -> None:
     """Each insert, move and removal looks its path up: without an index on ``items.path`` that
-    was a scan of the table, so a run grew quadratic (40,000 texts took 110 s; now 4.7 s). A writer
-    gives an index made before this its path index; a compaction keeps it."""
+    was a scan of the table, so a run grew quadratic (40,000 texts took 110 s; now 4.7 s). The first
+    write gives an index made before this its path index; a compaction keeps it."""
     db = tmp_path / "idx" / "index.sqlite"
 
     def plan() -> str:
@@ -432,8 +432,9 @@ def test_items_are_found_by_path_through_an_index_of_paths(tmp_path: Path, ckpt:
     conn.close()
     assert plan() == "SCAN items"
     with Index(tmp_path / "idx", checkpoint=ckpt) as ix:
-        assert plan() == "SEARCH items USING INDEX items_path (path=?)"
-        assert ix.remove(["/k0", "/k1", "/k2", "/k3", "/k4"]) == 5 and ix.compact() == 5
+        assert plan() == "SCAN items"  # opened, nothing written yet
+        assert ix.remove(["/k0"]) == 1 and plan() == "SEARCH items USING INDEX items_path (path=?)"  # its first write added it
+        assert ix.remove(["/k1", "/k2", "/k3", "/k4"]) == 4 and ix.compact() == 5
         assert [e.path for e in ix.entries()] == ["/k5", "/k6", "/k7"]
     assert (tmp_path / "idx" / "vectors-1.bin").exists() and plan() == "SEARCH items USING INDEX items_path (path=?)"
 
@@ -640,10 +641,11 @@ def test_counts_read_no_slot_when_every_slot_is_an_item(tmp_path: Path, ckpt: Pa
 def test_an_index_of_an_earlier_uform_is_upgraded_by_its_next_writer(tmp_path: Path, ckpt: Path, model: uform.Model, monkeypatch: pytest.MonkeyPatch,
                                                                      sqlite_steps: list[int]) -> None:  # fmt: skip
     """An index written before the hash index and the list of removed slots (as this one, with
-    them dropped) is read as it is, and its next writer adds them, each in one transaction (a
-    writer stopped inside leaves the index as it was): then new content finds a copy and counts
-    read the removed slots alone. An earlier uform's compaction drops the trigger that lists
-    them: what it left listed is not trusted, and listed again."""
+    them dropped) is read as it is, and its first real write adds them, in that write's
+    transaction (a writer stopped inside leaves the index as it was; a writer with nothing to
+    write writes nothing): then new content finds a copy and counts read the removed slots
+    alone. An earlier uform's compaction drops the trigger that lists them: what it left listed
+    is not trusted, and listed again."""
     db = tmp_path / "idx" / "index.sqlite"
     with Index(tmp_path / "idx", checkpoint=ckpt, model=model) as ix:
         ix.update([Text(f"/k{i}", f"text {i}") for i in range(12)])
@@ -667,13 +669,20 @@ def test_an_index_of_an_earlier_uform_is_upgraded_by_its_next_writer(tmp_path: P
     with Index(tmp_path / "idx", checkpoint=ckpt, read_only=True) as ix:
         assert ix.counts() == counts and len(ix) == 10  # read as it is, every item counted
     assert {"removed", "items_hash", "items_removed"}.isdisjoint(names())
+    before = db.read_bytes()
+    with Index(tmp_path / "idx", checkpoint=ckpt, model=model) as ix:  # a writer with nothing to write
+        assert ix.counts() == counts and ix.update([Text(f"/k{i}", f"text {i}") for i in (1, 2)]).touched == 2
+        assert ix.remove(["/nothing"]) == 0 and ix.compact(only_if_worth=True) == 0
+    assert db.read_bytes() == before and {"removed", "items_hash", "items_removed"}.isdisjoint(names())
     real = Store.state
-    monkeypatch.setattr(Store, "state", lambda self: (_ for _ in ()).throw(OSError("stopped inside the upgrade")))
-    with pytest.raises(OSError, match="stopped inside"):
-        Index(tmp_path / "idx", checkpoint=ckpt, model=model)
-    monkeypatch.undo()
-    assert Store.state is real and "removed" not in names()  # its transaction rolled back: nothing half-listed
     with Index(tmp_path / "idx", checkpoint=ckpt, model=model) as ix:
+        monkeypatch.setattr(Store, "live", lambda self: (_ for _ in ()).throw(OSError("stopped inside the upgrade")))
+        with pytest.raises(OSError, match="stopped inside"):
+            ix.update([Text("/new", "text new")])
+        monkeypatch.undo()
+        assert Store.state is real and "removed" not in names() and ix.counts() == counts  # its transaction rolled back: nothing half-listed
+        assert ix.update([Text("/new", "text new")]).added == 1  # the first real write: upgraded in its transaction
+        assert ix.remove(["/new"]) == 1
         assert {"removed", "items_hash", "items_removed"} <= names()
         sqlite_steps[0] = 0
         assert ix.counts() == counts and len(ix) == 10
@@ -689,4 +698,4 @@ def test_an_index_of_an_earlier_uform_is_upgraded_by_its_next_writer(tmp_path: P
     with Index(tmp_path / "idx", checkpoint=ckpt, model=model) as ix:
         assert ix.counts() == {**counts, "text": 11} and len(ix) == 11
         assert ix.remove(["/k3"]) == 1 and ix.counts() == counts
-        assert ix.compact() == 3 and ix.counts() == counts and len(ix) == 10
+        assert ix.compact() == 4 and ix.counts() == counts and len(ix) == 10  # /k0, /k5, /new, /k3

@@ -246,7 +246,7 @@ def test_a_folder_that_cannot_be_listed_keeps_its_items(tmp_path: Path, ckpt: Pa
         assert (again.added, again.unchanged, again.removed, len(ix)) == (0, 5, 0, 5)
 
 
-PARQUET_LIMITED = """
+SIZE_LIMITED = """
 import resource, sys
 from uform.cli import main
 resource.setrlimit(resource.RLIMIT_FSIZE, (int(sys.argv[1]), resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
@@ -273,7 +273,7 @@ def test_an_export_not_written_keeps_the_old_file_and_leaves_nothing(tmp_path: P
     def run(args: list[str], prefix: list[str] = []) -> subprocess.CompletedProcess[str]:  # noqa: B006
         return subprocess.run([*prefix, sys.executable, *args], capture_output=True, text=True, cwd=tmp_path, timeout=120)
 
-    cases = [(run(["-c", PARQUET_LIMITED, str(64 * 1024), *export, "out/old.parquet"]), "out/old.parquet: not written (File too large); the old file is as it was"),
+    cases = [(run(["-c", SIZE_LIMITED, str(64 * 1024), *export, "out/old.parquet"]), "out/old.parquet: not written (File too large); the old file is as it was"),
              (run(["-m", "uform.cli", *export, "out/full.parquet"]), "out/full.parquet: not a regular file (/dev/full); not replaced")]  # fmt: skip
     if os.geteuid() != 0 or shutil.which("setpriv"):
         (tmp_path / "out").chmod(0o555)
@@ -286,6 +286,49 @@ def test_an_export_not_written_keeps_the_old_file_and_leaves_nothing(tmp_path: P
         assert (done.returncode, done.stderr) == (2, f"uform: error: {why}\n") and "wrote" not in done.stdout
     assert {p.name: p.read_bytes() for p in (tmp_path / "out").iterdir() if not p.is_symlink()} == before
     assert len(list((tmp_path / "out").iterdir())) == 2  # nothing beside the old file and the link
+
+
+
+def test_an_earlier_uforms_index_is_not_written_by_a_run_with_nothing_to_change(tmp_path: Path, ckpt: Path) -> None:
+    """An index made before the hash index and the list of removed slots was upgraded when its
+    writer opened it: an unchanged re-run on a full disk (here a file size limit the WAL's first
+    frames pass: SQLite's 32 KiB shared memory fits, the upgrade's pages do not) stopped with
+    'cannot write the index' where it had nothing to write. Now the upgrade goes with the first
+    real write, in its transaction: the unchanged run and a search leave the database's bytes
+    as they were, a run with something to write stops intact, and without the limit it writes."""
+    import sqlite3
+
+    (tmp_path / "texts.txt").write_text("".join(f"text number {i}\n" for i in range(500)))
+    photos(tmp_path / "photos", 2)
+    db = tmp_path / "idx" / "index.sqlite"
+    with Index(tmp_path / "idx", checkpoint=ckpt) as ix:
+        ix.update([tmp_path / "texts.txt", tmp_path / "photos"])
+    conn = sqlite3.connect(db)
+    for drop in ("TRIGGER items_removed", "TABLE removed", "INDEX items_hash", "INDEX items_path"):
+        conn.execute(f"DROP {drop}")
+    conn.commit()
+    conn.close()
+    before = db.read_bytes()
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-c", SIZE_LIMITED, str(32 * 1024), *args, "-m", str(ckpt)], capture_output=True, text=True,
+                              cwd=tmp_path, timeout=120)  # fmt: skip
+
+    same = run("index", "texts.txt", "photos", "--into", "idx")
+    assert (same.returncode, same.stderr) == (0, ""), same.stderr
+    assert "0 embedded, 502 unchanged" in same.stdout, same.stdout
+    found = run("search", "text number 3", "--index", "idx", "--modalities", "text", "-k", "1")
+    assert (found.returncode, found.stderr, len(found.stdout.splitlines())) == (0, "", 1), found.stderr
+    assert db.read_bytes() == before
+    photos(tmp_path / "photos", 3)  # something to write: the disk refuses it, what was committed stays
+    full = run("index", "photos", "--into", "idx")
+    # the rows' file named (it said '[Errno 27] File too large', from the close that flushed the refused write's buffer again)
+    assert (full.returncode, full.stderr) == (2, "uform: error: idx: cannot write the index (vectors-0.bin: File too large); what was committed stays\n"), full.stderr
+    with Index(tmp_path / "idx", checkpoint=ckpt) as ix:
+        assert len(ix) == 502 and ix.update([tmp_path / "photos"]).added == 1 and len(ix) == 503
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    assert {"items_path", "items_hash", "removed", "items_removed"} <= {n for (n,) in conn.execute("SELECT name FROM sqlite_master")}
+    conn.close()
 
 
 def test_export_during_a_writers_run_and_search_lines(tmp_path: Path, ckpt: Path, capsys: pytest.CaptureFixture[str],

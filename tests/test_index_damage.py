@@ -207,7 +207,7 @@ def test_every_sql_statement_of_the_index_is_the_stores() -> None:
 def test_a_new_an_upgraded_and_a_compacted_database_hold_the_same_schema(tmp_path: Path, ckpt: Path) -> None:
     """schema.py makes each table, index and trigger in one place: a new database, one an
     earlier uform wrote (without the hash index and the removed slots' table and trigger) once
-    its next writer upgraded it, and one a compaction rewrote (items made again) hold the same
+    its next write upgraded it, and one a compaction rewrote (items made again) hold the same
     objects by the same statements, and those are the names a creation's leftover may hold."""
     from uform.index.schema import OWN_NAMES
 
@@ -226,7 +226,7 @@ def test_a_new_an_upgraded_and_a_compacted_database_hold_the_same_schema(tmp_pat
     for statement in ("DROP TRIGGER items_removed", "DROP TABLE removed", "DROP INDEX items_hash", "DROP INDEX items_path"):
         edit(tmp_path / "old", statement)
     with Index(tmp_path / "old", checkpoint=ckpt) as ix:
-        assert len(ix) == 2
+        assert len(ix) == 2 and ix.update([Text("/c", "c text")]).added == 1 and ix.remove(["/c"]) == 1  # upgraded by its first write
     assert objects(tmp_path / "old") == made
     with Index(tmp_path / "new", checkpoint=ckpt) as ix:
         assert ix.remove(["/a"]) == 1 and ix.compact() == 1

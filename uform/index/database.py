@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import ParamSpec, TypeVar
 from urllib.parse import quote
 
-from .files import DATABASE, NEW_DATABASE
+from .files import DATABASE, NEW_DATABASE, cannot_write
 from .identity import IndexFormatError
 
 DAMAGE = ("no such table", "no such column", "could not decode", "malformed", "not a database")  # OperationalErrors that are damage
@@ -59,7 +59,7 @@ class Database:
 
     def translate(self, exc: sqlite3.Error) -> Exception:
         if not is_damage(exc):
-            return OSError(f"{self.folder}: cannot {'write' if self.write else 'read'} the index ({exc}); what was committed stays")
+            return cannot_write(self.folder, exc) if self.write else OSError(f"{self.folder}: cannot read the index ({exc})")
         return self.unreadable(exc)
 
     def _refuse_empty(self, db: Path) -> None:
@@ -105,11 +105,17 @@ class Database:
         except sqlite3.Error as exc:
             raise self.translate(exc) from None
 
+    def _first_in_transaction(self, conn: sqlite3.Connection) -> None:
+        """What every write transaction does first, before its own statements (Store: an earlier
+        uform's index upgraded, in the transaction of its first real write)."""
+
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
-        """A write transaction (``BEGIN IMMEDIATE``), committed at the end, rolled back on error."""
+        """A write transaction (``BEGIN IMMEDIATE``), committed at the end, rolled back on error.
+        Opened only for something to write: a run with nothing to change writes nothing."""
         self._db.execute("BEGIN IMMEDIATE")
         try:
+            self._first_in_transaction(self._db)
             yield self._db
         except BaseException:
             with suppress(sqlite3.Error):

@@ -23,6 +23,11 @@ CREATION = ("lock", NEW_DATABASE, *(NEW_DATABASE + s for s in ("-journal", "-wal
 BLOCK = 1 << 16
 
 
+def cannot_write(folder: Path, why: object) -> OSError:
+    """A write of the index refused by the system (a full disk, a file size limit, permissions)."""
+    return OSError(f"{folder}: cannot write the index ({why}); what was committed stays")
+
+
 def generation_files(generation: int) -> tuple[str, ...]:
     """The files of one generation: its rows, its kind bytes, its IVF lists (and the name an
     earlier uform wrote them under first; now core.files' temporary, found by ``files.leftovers``)."""
@@ -62,6 +67,15 @@ def take_lock(folder: Path) -> int:
     return fd
 
 
+def write_all(f: Any, data: bytes) -> None:
+    """Write ``data`` whole through the unbuffered file ``f`` (a write may take part of it). Row
+    files are unbuffered: a write the system refuses leaves no buffer that their close would
+    try again, and raise from, in place of the first error."""
+    view = memoryview(data)
+    while view:
+        view = view[f.write(view) :]
+
+
 class Rows:
     """The row files of one folder; ``damaged(why)`` makes the error a damaged index raises."""
 
@@ -92,7 +106,7 @@ class Rows:
         if slots:
             self.check_kinds(np.memmap(found["kinds"], np.uint8, "r", shape=(slots,)), generation)
         for name, dtype in self._widths():
-            f = open(found[name], "r+b") if name in found else open(self.path(name, generation), "w+b")
+            f = open(found[name] if name in found else self.path(name, generation), "r+b" if name in found else "w+b", buffering=0)
             f.truncate(slots * dtype.itemsize)
             self._files[name] = f
 
@@ -128,19 +142,28 @@ class Rows:
         """Write rows and their kind bytes at slot ``at`` (past the committed slots), durably."""
         for (name, dtype), data in zip(self._widths(), (rows, kinds.astype(np.uint8)), strict=True):
             f = self._files[name]
-            f.seek(at * dtype.itemsize)
-            f.write(np.ascontiguousarray(data).tobytes())
-            files.sync(f, data_only=True)
+            try:
+                f.seek(at * dtype.itemsize)
+                write_all(f, np.ascontiguousarray(data).tobytes())
+                files.sync(f, data_only=True)
+            except OSError as exc:  # what it wrote lies past the committed slots: the next writer cuts it off
+                raise cannot_write(self.folder, f"{os.path.basename(f.name)}: {exc.strerror or exc}") from None
 
     def write_generation(self, generation: int, rows: np.ndarray, kinds: np.ndarray, order: np.ndarray) -> dict[str, Any]:
         """The rows of ``order`` written, durably, as generation ``generation``; answers the open files."""
         written = {}
         for name, data in (("vectors", rows), ("kinds", kinds)):
-            f = open(self.path(name, generation), "w+b")
-            for start in range(0, len(order), BLOCK):
-                f.write(np.ascontiguousarray(data[order[start : start + BLOCK]]).tobytes())
-            files.sync(f)
-            written[name] = f
+            path = self.path(name, generation)
+            try:
+                f = open(path, "w+b", buffering=0)
+                written[name] = f
+                for start in range(0, len(order), BLOCK):
+                    write_all(f, np.ascontiguousarray(data[order[start : start + BLOCK]]).tobytes())
+                files.sync(f)
+            except OSError as exc:  # meta.next names the generation: the next writer deletes its files
+                for opened in written.values():
+                    opened.close()
+                raise cannot_write(self.folder, f"{path.name}: {exc.strerror or exc}") from None
         return written
 
     def switch(self, opened: dict[str, Any], old: int) -> None:

@@ -95,7 +95,8 @@ class Intake:
         self.seen.add(path)
         row = self.rows.get(path)
         if row is not None and row.hash == h:
-            pending.moves.append(Move(path, size, mtime, row.slot))
+            if (row.size, row.mtime) != (size, mtime):  # the same stamp (a text's none) is not written again
+                pending.moves.append(Move(path, size, mtime, row.slot))
             self.result.touched += 1
         elif h in self.missing:
             old = self.missing.pop(h)

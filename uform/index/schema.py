@@ -34,6 +34,7 @@ CREATE TABLE texts(path TEXT PRIMARY KEY, size INTEGER NOT NULL, mtime INTEGER N
 # every slot an item leaves goes into ``removed`` (until the compaction that drops its row), so
 # counts and ``len`` read the removed slots, not every item; a trigger, so that no DELETE can miss it
 REMOVED_TRIGGER = "CREATE TRIGGER items_removed AFTER DELETE ON items BEGIN INSERT OR IGNORE INTO removed VALUES (old.slot); END"
+UPGRADED = ("items_path", "items_hash", "removed", "items_removed")  # what an earlier uform's index lacks, added by its first write
 OWN_NAMES = {"meta", "items", "items_path", "items_hash", "removed", "items_removed", "failed", "texts"}  # sqlite_master's names of an index
 
 

@@ -19,6 +19,7 @@ kernel when a writer dies).
 from __future__ import annotations
 
 import os
+import sqlite3
 from pathlib import Path
 
 import numpy as np
@@ -31,7 +32,7 @@ from .files import CREATION, DATABASE, NEW_DATABASE, Rows
 from .identity import FORMAT, MODALITIES, Identity, IndexBusyError, IndexFormatError, IndexModelError, row_dtype
 from .reading import Reader
 from .records import Chunk, Failed, Insert, Known, Move
-from .schema import INDEXES, ITEMS, REMOVED, REMOVED_TRIGGER, SCHEMA, refuse_foreign, scopes, under
+from .schema import INDEXES, ITEMS, REMOVED, REMOVED_TRIGGER, SCHEMA, UPGRADED, refuse_foreign, scopes, under
 from .sources import storable
 
 __all__ = ["FORMAT", "MODALITIES", "Chunk", "Failed", "Identity", "IndexBusyError", "IndexFormatError", "IndexModelError", "Insert",
@@ -66,7 +67,6 @@ class Store(Reader):
                 if not self._has_meta():
                     raise self.damaged(f"{DATABASE} holds no meta table")
                 self._check()
-                self._upgrade()
             else:
                 if not db.is_file():
                     what = "is not a uform index (no index.sqlite in it)" if self.folder.is_dir() else "no such index"
@@ -98,26 +98,27 @@ class Store(Reader):
         if found != ["ok"]:
             raise self.damaged(f"{DATABASE} fails SQLite's check ({'; '.join(map(str, found))})")
 
-    @guarded
-    def _upgrade(self) -> None:
-        """What an index made by an earlier uform lacks, added by its next writer, each step one
-        transaction (a writer killed in one leaves the index as it was, and the next adds it):
-        items are found by path and by hash in O(log n) (each insert, move and removal looks its
-        path up, and new content its hash: without them a scan of the table, a run quadratic, or
-        every item's hash read), and the slots removed since the last compaction are listed
-        (``removed``, filled by a trigger), so counting the items reads the removed slots alone."""
+    def _first_in_transaction(self, conn: sqlite3.Connection) -> None:
+        """What an index made by an earlier uform lacks, added in the transaction of its first real
+        write (a writer killed in it, or a disk full, leaves the index as it was; a run with nothing
+        to change, and a reader, never write it): items are found by path and by hash in O(log n)
+        (each insert, move and removal looks its path up, and new content its hash: without them a
+        scan of the table, a run quadratic, or every item's hash read), and the slots removed since
+        the last compaction are listed (``removed``, filled by a trigger), so counting the items
+        reads the removed slots alone."""
+        if conn.execute(f"SELECT count(*) FROM sqlite_master WHERE name IN ({', '.join('?' * len(UPGRADED))})", UPGRADED).fetchone()[0] == len(UPGRADED):
+            return
         for index in INDEXES:
-            self._db.execute(f"CREATE INDEX IF NOT EXISTS {index}")
+            conn.execute(f"CREATE INDEX IF NOT EXISTS {index}")
         if self._tracks_removed():
             return
-        with self.transaction() as c:  # listed once, from every item: a slot below meta.slots no item holds
-            _, slots = self.state()
-            live = np.zeros(slots, bool)
-            live[self.live()] = True
-            c.execute(f"CREATE TABLE IF NOT EXISTS {REMOVED}")
-            c.execute("DELETE FROM removed")  # an earlier uform's compaction dropped the trigger: what it listed is stale
-            c.executemany("INSERT INTO removed VALUES (?)", ((int(s),) for s in np.flatnonzero(~live)))
-            c.execute(REMOVED_TRIGGER)
+        _, slots = self.state()  # listed once, from every item: a slot below meta.slots no item holds
+        live = np.zeros(slots, bool)
+        live[self.live()] = True
+        conn.execute(f"CREATE TABLE IF NOT EXISTS {REMOVED}")
+        conn.execute("DELETE FROM removed")  # an earlier uform's compaction dropped the trigger: what it listed is stale
+        conn.executemany("INSERT INTO removed VALUES (?)", ((int(s),) for s in np.flatnonzero(~live)))
+        conn.execute(REMOVED_TRIGGER)
 
     def _create(self, db: Path, identity: Identity) -> None:
         """Make the database under a name of its own (``index.sqlite.new``), whole, then rename it:
@@ -181,6 +182,8 @@ class Store(Reader):
         one transaction point its inserts at them (a path's former row left), move and failures
         recorded, and the new ``meta.slots``. Answers the first slot of the rows appended."""
         _, at = self.state()
+        if not (chunk.inserts or chunk.moves or chunk.failures):  # read again, each the same: nothing written
+            return at
         if chunk.inserts:
             self.append(chunk.rows, np.array([i.kind for i in chunk.inserts], np.uint8), at)
         with self.transaction() as c:
@@ -202,7 +205,10 @@ class Store(Reader):
     def prune(self, gone: list[str], failed: list[str], stale: set[str], stamps: list[tuple[str, int, int]], failures: list[Failed]) -> None:
         """The end of an update: items of paths ``gone`` and the failures ``failed`` leave, text
         files ``stale`` are to be read in full next time, text files read in full are recorded
-        with their stamps, and ``failures`` (a text file's lines, names not UTF-8) with theirs."""
+        with their stamps, and ``failures`` (a text file's lines, names not UTF-8) with theirs; none
+        of them: nothing written."""
+        if not (gone or failed or stale or stamps or failures):
+            return
         with self.transaction() as c:
             c.executemany("DELETE FROM items WHERE path = ?", ((p,) for p in gone))
             c.executemany("DELETE FROM failed WHERE path = ?", ((p,) for p in failed))
@@ -218,12 +224,15 @@ class Store(Reader):
         prefix ``P`` is the range ``[P, P with its last character one higher)``), so a removal
         reads what it removes, not every item."""
         roots = [r for r in roots if storable(r)]  # a name that is not UTF-8 names no stored item
+        tables = [(f"{table} WHERE path = ? OR (path >= ? AND path < ?)", (r, *under(r))) for table in ("texts", "failed") for r in roots]
+        db = self._db  # read first (this writer holds the lock: nothing changes between): removing nothing writes nothing
+        slots = {s for where, args in scopes(roots, keys, texts_only=True) for (s,) in db.execute(f"SELECT slot FROM items WHERE {where}", args)}
+        if not slots and not any(db.execute(f"SELECT 1 FROM {where} LIMIT 1", args).fetchone() for where, args in tables):
+            return 0
         with self.transaction() as c:
-            slots = {s for where, args in scopes(roots, keys, texts_only=True) for (s,) in c.execute(f"SELECT slot FROM items WHERE {where}", args)}
             c.executemany("DELETE FROM items WHERE slot = ?", ((s,) for s in slots))
-            for table in ("texts", "failed"):
-                for r in roots:
-                    c.execute(f"DELETE FROM {table} WHERE path = ? OR (path >= ? AND path < ?)", (r, *under(r)))
+            for where, args in tables:
+                c.execute(f"DELETE FROM {where}", args)
         return len(slots)
 
     @guarded
