@@ -12,6 +12,7 @@ import os
 import re
 import signal
 import socket
+import struct
 import threading
 import time
 from collections.abc import Iterator
@@ -287,6 +288,29 @@ def test_a_client_that_never_reads_its_answers_is_cut_off_after_send_timeout() -
                 answers = got.count(b"HTTP/1.1 200 ")  # read to the end: every answer came
             assert answers == 0
         assert httpx.get(server.url + "/health").status_code == 200
+
+
+def test_a_client_that_resets_right_after_its_request_is_logged_and_counted_499_not_200() -> None:
+    """A short request whose client resets the connection (SO_LINGER 0) as soon as it is sent:
+    uvicorn drops the answer without a word, and the access log and the metrics said 200 (5 of
+    5, ~2 ms each). Now each is a 499, in the log and in uform_requests_total alike; the server
+    answers the next client."""
+    body = json.dumps({"input": "a short text"}).encode()
+    request = b"POST /v1/embeddings HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+    with subprocess_server([]) as server:
+        for _ in range(5):
+            with socket.create_connection(host_port(server.url), timeout=10) as s:
+                s.sendall(request)
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # close() resets
+            time.sleep(0.2)
+        metrics = httpx.get(server.url + "/metrics").text
+        assert httpx.post(server.url + "/v1/embeddings", json={"input": "a short text"}).status_code == 200
+        time.sleep(0.3)  # the access log is written every 0.1 s
+    logged = [line for line in server.lines if '"POST /v1/embeddings"' in line]
+    assert len(logged) >= 2 and all(' 499 ' in line for line in logged[:-1]) and ' 200 ' in logged[-1], logged
+    counted = re.search(r'uform_requests_total\{route="/v1/embeddings",status="499"\} (\d+)', metrics)
+    assert counted is not None and int(counted.group(1)) == len(logged) - 1, metrics
+    assert 'route="/v1/embeddings",status="200"' not in metrics, metrics
 
 
 def test_the_drain_deadline_closes_what_still_runs_without_a_500_or_a_traceback() -> None:

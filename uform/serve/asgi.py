@@ -10,7 +10,8 @@ Handlers read bodies through :func:`read_body`, which bounds what they hold (:cl
 
 A handler is ``async (scope, receive) -> Answer``; it raises :class:`ApiError` for an answer
 in OpenAI's error shape and ``ConnectionError`` when the client went away (nothing is sent:
-counted as 499)."""
+counted as 499). A request whose connection is gone by the time its answer is ready is a 499
+too (under the guard, which knows: uvicorn drops an answer to a closed connection silently)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TextIO
 from urllib.parse import quote
 
+from .connections import left
 from .errors import ApiError
 from .metrics import FOLD, Metrics
 
@@ -109,6 +111,8 @@ class App:
                 if handler is None:
                     raise ApiError(405, f"{method} {path}: Method Not Allowed", headers={"Allow": ", ".join(handlers)})
                 status, body, headers, content_type = await handler(scope, receive)
+                if left():  # the client reset or closed the connection while it was computed: nothing can be sent
+                    raise ConnectionError("the client went away")
                 await respond(send, status, body, headers, content_type)
             except Exception as exc:  # noqa: BLE001 - every failure is an answer
                 status = await answer(send, exc)
@@ -188,7 +192,7 @@ async def respond(send: Send, status: int, body: bytes, headers: list[tuple[byte
 async def answer(send: Send, exc: Exception) -> int:
     """Answer a handler's failure: an ``ApiError`` as itself, a client gone away (nothing
     sent: 499), anything else a 500 in OpenAI's shape; answers the status."""
-    if isinstance(exc, ConnectionError):
+    if isinstance(exc, ConnectionError) or left():
         return 499
     if not isinstance(exc, ApiError):
         _log.error("a request failed", exc_info=exc)

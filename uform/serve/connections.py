@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -40,6 +41,7 @@ class Watched(Protocol):
     waiting: float  # since when a head is awaited (perf_counter), 0 while none is
     began_message: float  # when the message still arriving began, 0 while none is
     stalled: float  # since when the transport has paused writing, 0 while it writes
+    lost: bool  # the connection is gone (its client closed or reset it, or the server closed it)
 
     def overdue(self, now: float, later: float) -> None: ...
 
@@ -82,6 +84,20 @@ class Connections:
             if guard.transport is not None:
                 guard.transport.close()
         return len(guards)
+
+
+# The guarded connection whose bytes made the request being served: the guard sets it while it
+# hands bytes to uvicorn, so the task uvicorn starts for a request copies it (a pipelined
+# request's task is started from the one before it, on the same connection). None under an
+# ASGI server without the guard.
+CURRENT: ContextVar[Watched | None] = ContextVar("uform_serve_connection", default=None)
+
+
+def left() -> bool:
+    """Whether the connection of the request being served is gone: an answer written now
+    reaches no one (uvicorn drops it without a word), so it is no answer (499)."""
+    connection = CURRENT.get()
+    return connection is not None and connection.lost
 
 
 # (client, method, path, status, began, handed: the application holds the request, its head handed on): App.refused

@@ -43,6 +43,7 @@ import httptools  # the guard's parser; uform serve refuses to start without it 
 
 from .asgi import too_large
 from .chunks import ChunkedBodies
+from .connections import CURRENT
 from .connections import TICK as TICK
 from .connections import Connections as Connections
 from .connections import Refusals as Refusals
@@ -111,6 +112,7 @@ class Guard(ChunkedBodies, asyncio.Protocol):
         self.began_message = 0.0  # when the message still arriving began, 0 while none is
         self.stalled = 0.0  # since when the transport has paused writing (the client not reading), 0 while it writes
         self.turned_away = False  # over Connections.limit: never handed to the inner protocol
+        self.lost = False  # connection_lost came
 
     # -- httptools' callbacks --------------------------------------------------------------
 
@@ -157,6 +159,7 @@ class Guard(ChunkedBodies, asyncio.Protocol):
         self.inner.connection_made(transport)
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self.lost = True
         self.connections.open.discard(self)
         if not self.turned_away:
             self.inner.connection_lost(exc)
@@ -213,7 +216,11 @@ class Guard(ChunkedBodies, asyncio.Protocol):
         except Refused as refusal:
             self.refuse(refusal)
             return
-        self.inner.data_received(data)
+        token = CURRENT.set(self)  # the task uvicorn starts for a request here knows its connection (App: 499 once it is lost)
+        try:
+            self.inner.data_received(data)
+        finally:
+            CURRENT.reset(token)
 
     def check(self, data: bytes) -> None:
         """Parse ``data``; raise :class:`Refused` for a URL or head over its limit, or for bytes
