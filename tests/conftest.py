@@ -28,3 +28,22 @@ def tiny_model(tiny_text: Path):  # type: ignore[no-untyped-def]
     import uform
 
     return uform.Model.load_ram(tiny_text)
+
+
+@pytest.fixture(scope="module")
+def clip_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A small CLIP model folder, ``tiny-clip``, as transformers saves it (tests/hf_models.py: random
+    weights, no download), made once a module; a test edits a copy of it."""
+    import hf_models
+
+    return hf_models.make_clip(tmp_path_factory.mktemp("clip") / "tiny-clip")
+
+
+@pytest.fixture(scope="module")
+def clip_file(clip_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``clip_dir`` converted to float32 by ``uform convert``."""
+    from uform.convert import convert
+
+    out = tmp_path_factory.mktemp("out") / "clip.safetensors"
+    convert(clip_dir, out, dtype="f32")
+    return out

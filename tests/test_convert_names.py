@@ -12,15 +12,8 @@ import pytest
 
 pytest.importorskip("transformers")
 
-import hf_models  # noqa: E402
-
 from uform.cli import main  # noqa: E402
 from uform.convert import ConvertError, convert  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def clip_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return hf_models.make_clip(tmp_path_factory.mktemp("clip") / "tiny-clip")
 
 
 def test_a_directory_name_that_is_not_printable_is_refused_unless_named(clip_dir: Path, tmp_path: Path) -> None:

@@ -14,16 +14,9 @@ import pytest
 
 pytest.importorskip("transformers")
 
-import hf_models  # noqa: E402
-
 from uform.convert import ConvertError, convert, write  # noqa: E402
 from uform.core import safetensors  # noqa: E402
 from uform.core.checkpoint import CheckpointFile  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def clip_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return hf_models.make_clip(tmp_path_factory.mktemp("clip") / "tiny-clip")
 
 
 def digest(path: Path) -> str:
