@@ -99,8 +99,15 @@ def frame_size(source: Source, width: int, height: int) -> None:
 def webm_declared(source: Source, f: BinaryIO) -> tuple[int, int] | None:
     """The largest frame a WebM's (Matroska's) video track declares in its Tracks (None when it
     declares none before its first cluster), once its attachments, which FFmpeg reads whole as
-    it opens the file, are found within ``MAX_ATTACHED_BYTES``: InputError naming the item beyond."""
-    found, attached = webm.declared(f)
+    it opens the file, are found within ``MAX_ATTACHED_BYTES``: InputError naming the item beyond,
+    or when more than ``webm.MAX_HEAD_ELEMENTS`` elements come before the first cluster."""
+    try:
+        found, attached = webm.declared(f)
+    except webm.Unwalked:
+        raise source.fail(
+            f"its Segment has over {webm.MAX_HEAD_ELEMENTS} elements before its first cluster, the limit of "
+            "uform.plugins.media.webm.MAX_HEAD_ELEMENTS (FFmpeg would read them all as it opens the file, attachments among them)"
+        ) from None
     if attached > MAX_ATTACHED_BYTES:
         raise source.fail(
             f"its attachments hold {attached} bytes, over the limit of {MAX_ATTACHED_BYTES} "

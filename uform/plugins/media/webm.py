@@ -7,7 +7,11 @@ walks the EBML elements of the ``Segment``, seeking over each, reads each video 
 ``PixelWidth`` and ``PixelHeight`` (a ``Tracks`` over ``MAX_TRACKS_BYTES`` walked too, only
 its ``Video`` elements read), and sums the ``Attachments``, which FFmpeg reads whole (a 100 MB
 attachment took +384 MB of peak RSS and 2.5 s to be passed over), those the walk meets and
-those a ``SeekHead`` points to, as FFmpeg finds them wherever they lie.
+those a ``SeekHead`` points to, as FFmpeg finds them wherever they lie. FFmpeg reads every
+element before the first ``Cluster`` as it opens the file: more than ``MAX_HEAD_ELEMENTS`` of
+them is :class:`Unwalked` (140,000 two-byte Void elements, then a 100 MB
+attachment nothing points to, cost +386 MB of peak RSS unseen); attachments after the first
+cluster that no ``SeekHead`` points to FFmpeg never reads (+6 MB for 100 MB of them).
 """
 
 from __future__ import annotations
@@ -17,10 +21,16 @@ from typing import BinaryIO
 
 MAX_TRACKS_BYTES = 1 << 20  # a Tracks (or SeekHead) element read whole; a larger Tracks is walked
 MAX_ELEMENTS = 1 << 17  # a segment's elements walked (clusters, mostly: 36 hours of 1 s clusters)
+MAX_HEAD_ELEMENTS = 1 << 17  # elements before the first Cluster, which FFmpeg reads as it opens the file; more is refused
 MAX_SEEK_HEADS = 16  # SeekHead elements read (FFmpeg follows one that points to another)
-_SEGMENT, _TRACKS, _ATTACHMENTS = 0x18538067, 0x1654AE6B, 0x1941A469
+_SEGMENT, _TRACKS, _ATTACHMENTS, _CLUSTER = 0x18538067, 0x1654AE6B, 0x1941A469, 0x1F43B675
 _SEEK_HEAD, _SEEK, _SEEK_ID, _SEEK_POSITION = 0x114D9B74, 0x4DBB, 0x53AB, 0x53AC
 _TRACK_ENTRY, _VIDEO, _WIDTH, _HEIGHT = 0xAE, 0xE0, 0xB0, 0xBA
+
+
+class Unwalked(Exception):
+    """A Segment has more than ``MAX_HEAD_ELEMENTS`` elements before its first Cluster: what
+    FFmpeg reads as it opens the file was not all seen."""
 
 
 def _vint(data: bytes, at: int, keep_marker: bool) -> tuple[int | None, int]:
@@ -126,10 +136,12 @@ def declared(f: BinaryIO) -> tuple[tuple[int, int] | None, int]:
     """The WebM ``f``'s (seekable) largest declared frame, as :func:`declared_frame`, and the bytes
     of its ``Attachments``, which FFmpeg reads whole: the elements of its ``Segment`` are walked,
     clusters seeked over, up to ``MAX_ELEMENTS`` or one of unknown size, and the Attachments its
-    ``SeekHead`` elements point to (FFmpeg's way to them wherever they lie) counted too."""
+    ``SeekHead`` elements point to (FFmpeg's way to them wherever they lie) counted too.
+    :class:`Unwalked` past ``MAX_HEAD_ELEMENTS`` elements before the first Cluster."""
     found: dict[int, int] = {}  # the Attachments found: where their bodies start, their sizes
     heads: list[tuple[int, int | None]] = []  # SeekHeads to read: where their bodies start, their sizes
     frame, segment, end = None, 0, f.seek(0, 2)
+    head, after = 0, 0  # elements walked before the first Cluster (-1 once it is reached); where the next one starts
 
     def attachments(body: int, size: int | None) -> None:
         found[body] = end - body if size is None else size  # one of unknown size is read to the end
@@ -140,6 +152,8 @@ def declared(f: BinaryIO) -> tuple[tuple[int, int] | None, int]:
                 segment = body
         budget = [MAX_ELEMENTS if segment else 0]
         for ident, size, body in _headers(f, segment, end, budget):
+            head = -1 if head < 0 or ident == _CLUSTER else head + 1
+            after = body + (size or 0)
             if ident == _ATTACHMENTS:
                 attachments(body, size)
             elif size is None:
@@ -148,6 +162,11 @@ def declared(f: BinaryIO) -> tuple[tuple[int, int] | None, int]:
                 heads.append((body, size))
             elif ident == _TRACKS and frame is None:
                 frame = _tracks(_read(f, body, size)) if size <= MAX_TRACKS_BYTES else _tracks_walked(f, body, size, budget)
+            if head >= MAX_HEAD_ELEMENTS:
+                break
+        if head >= MAX_HEAD_ELEMENTS and any(ident != _CLUSTER for ident, _, _ in _headers(f, after, end, [1])):
+            f.seek(0)
+            raise Unwalked  # the next element is no Cluster either: FFmpeg reads on
     except ValueError:
         pass  # a cut or broken element: FFmpeg judges the file
     walked: set[int] = set()
