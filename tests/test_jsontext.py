@@ -47,3 +47,61 @@ def test_unique_keys_refuses_a_key_written_twice_at_any_depth() -> None:
             loads(doc, unique_keys=True)
         assert str(err.value) == f"the key {key!r} appears twice in one object"
     assert loads('{"a": {"a": 1}, "b": [{"a": 2}]}', unique_keys=True) == {"a": {"a": 1}, "b": [{"a": 2}]}
+
+
+def test_one_wide_character_does_not_widen_the_whole_texts_parse() -> None:
+    # Python holds a string at its widest character's width: one emoji in a 100 MiB safetensors
+    # header made the decoded text 400 MiB (945 MB of RSS against 345 for ASCII). Traced peak of
+    # the parse, in units of the big value's characters: 5.0 before, 2.0 now (the emoji's own value
+    # is wide, the 8 MiB ASCII one is not).
+    import tracemalloc
+
+    n = 8 << 20
+    data = json.dumps({"e": "\U0001F600", "x": "a" * n}, ensure_ascii=False).encode()
+    tracemalloc.start()
+    try:
+        parsed = loads(data, unique_keys=True)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert parsed == {"e": "\U0001F600", "x": "a" * n}
+    assert peak < 2.5 * n, peak / n
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"é": "naïve", "x": ["日本語", "\U0001F600\U0001F600", "a\\"é\\\\"]}',  # Latin-1 only, BMP, beyond U+FFFF, escapes beside
+        '{"k": "\U0001F600' + "a" * 200 + '"}',
+        "\ufeff" + '{"a": "\U0001F600"}',  # a BOM: refused in JSON's words, as before
+        '{"a": 1, "é" 2}',  # the column counts the source's characters, not escapes
+        '{"a": "\U0001F600", "a": 2}',
+        '["\U0001F600", é]',  # a wide character outside a string
+    ],
+)
+def test_bytes_beyond_ascii_read_as_json_reads_their_text(text: str) -> None:
+    data = text.encode()
+    try:
+        expected: object = json.loads(text, object_pairs_hook=lambda pairs: _pairs(pairs))
+    except ValueError as exc:
+        expected = type(exc)
+    if expected is ValueError or expected is json.JSONDecodeError:
+        with pytest.raises(NotJSON) as err:
+            loads(data, unique_keys=True)
+        with pytest.raises(NotJSON) as plain:
+            loads(text, unique_keys=True)
+        assert str(err.value) == str(plain.value)
+    else:
+        assert loads(data, unique_keys=True) == expected
+
+
+def _pairs(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    if len({k for k, _ in pairs}) < len(pairs):
+        raise ValueError("twice")
+    return dict(pairs)
+
+
+def test_bytes_not_utf8_after_a_wide_character_name_their_offset() -> None:
+    for data, offset in ((b'{"a": "\xf0\x9f\x98\x80\xff"}', 11), (b'{"a": "\xf0\x9f\x98\x80", "b": "\xff"}', 20)):
+        with pytest.raises(NotJSON, match=f"^not UTF-8: byte 0xff at offset {offset}$"):
+            loads(data)
