@@ -94,3 +94,25 @@ def test_samples_outside_the_documented_range_are_blamed_on_the_input_naming_the
         "item 0: the encoder's output for it is not finite (NaN or infinity): its values overflow float32 arithmetic "
         "(they reach -3, outside [-1, 1], the range the tower documents); nothing was written"
     )
+
+
+def test_a_nan_near_the_end_of_a_resampled_window_is_refused_before_any_item_is_resampled(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # At 44.1 kHz the up-front check read the first 43,923 samples ((16000 - 64) x 44100 // 16000):
+    # a NaN at 44,099, the last sample whose place lies in the 16,000-sample window, was refused
+    # only by the resampling of its window, after the items before it were resampled and encoded.
+    from uform.plugins import audio
+
+    resampled: list[int] = []
+    real = audio.resample
+    monkeypatch.setattr(audio, "resample", lambda i, *a: resampled.append(i) or real(i, *a))
+    ok = np.full(2 * 44100, 0.1, np.float32)
+    late = ok.copy()
+    late[44099] = np.nan
+    with uform.Model.load_ram(make_checkpoint(tmp_path / "a.safetensors", "tiny", 0, ["audio"])) as model:
+        with pytest.raises(uform.InputError, match=r"^item 2: holds NaN or infinite samples$"):
+            model.audio_encode_samples([ok, ok, late], 44100, uform.Arena())
+        assert resampled == []
+        late[44099], late[44300] = 0.1, np.nan  # past the window and its filter's reach: never read, as before
+        assert np.isfinite(np.array(model.audio_encode_samples([late], 44100, uform.Arena()).embeddings)).all()
