@@ -17,14 +17,10 @@ import pytest
 from PIL import Image
 
 from ckpt import make_checkpoint
+from index_files import ckpt  # noqa: F401 (the fixture)
 from uform.cli import main
 from uform.index import Index
 from uform.index.store import Store
-
-
-@pytest.fixture(scope="module")
-def ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_checkpoint(tmp_path_factory.mktemp("ckpt") / "tiny.safetensors", "tiny", 0, ["text", "image"])
 
 
 def photos(root: Path, count: int = 4) -> Path:

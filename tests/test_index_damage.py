@@ -14,14 +14,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from ckpt import make_checkpoint
+from index_files import ckpt  # noqa: F401 (the fixture)
 from uform.cli import main
 from uform.index import Index, IndexFormatError, Text
-
-
-@pytest.fixture(scope="module")
-def ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_checkpoint(tmp_path_factory.mktemp("ckpt") / "tiny.safetensors", "tiny", 0, ["text", "image"])
 
 
 def photos(root: Path, count: int = 4, start: int = 0) -> Path:
