@@ -195,7 +195,7 @@ class Vision:
 
 def vision(cfg: Mapping[str, Any], where: str, patch: int) -> Vision:
     """``cfg`` (a ``vision_config``) read with transformers' defaults (``patch``: the family's); refused
-    by name where uform cannot take it (not RGB, an image size that is not a multiple of the patch)."""
+    by name where uform cannot take it (not RGB, an image smaller than a patch)."""
     at = where + " vision_config"
     v = Vision(
         integer(cfg, "hidden_size", at, 768), integer(cfg, "num_hidden_layers", at, 12),
@@ -204,9 +204,16 @@ def vision(cfg: Mapping[str, Any], where: str, patch: int) -> Vision:
     )  # fmt: skip
     if integer(cfg, "num_channels", at, 3) != 3:
         raise ConvertError(f"{where}: vision_config.num_channels {cfg.get('num_channels')} is not supported (uform's images are RGB)")
-    if v.size < v.patch or v.size % v.patch:
-        raise ConvertError(f"{where}: vision_config.image_size {v.size} is not a multiple of patch_size {v.patch}")
+    if v.size < v.patch:
+        raise ConvertError(f"{where}: vision_config.image_size {v.size} is not a multiple of patch_size {v.patch} (the image is smaller than one patch)")
     return v
+
+
+def patch_fields(v: Vision) -> dict[str, str]:
+    """The image tower's ``patch_remainder``: transformers' patch convolution (stride ``P``, no
+    padding) leaves the last ``S % P`` rows and columns of the picture out (SigLIP
+    so400m-patch14-384: 27 patches of 14 cover 378 of 384), and so does uform's ``drop``."""
+    return {"patch_remainder": "drop"} if v.size % v.patch else {}
 
 
 def geometry(width: int, depth: int, heads: int, mlp: int, where: str) -> dict[str, int]:

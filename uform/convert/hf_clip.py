@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from .common import Converted, Taker, Text, activation, config, geometry, hf_stack, integer, logit_scale, norm, positive, preprocessing, section, text_geometry, vision
+from .common import Converted, Taker, Text, activation, config, geometry, hf_stack, integer, logit_scale, norm, patch_fields, positive, preprocessing, section, text_geometry, vision
 from .sources import ConvertError, Weights
 from .tokenizer import tokenizer_json
 
@@ -78,7 +78,7 @@ def convert(directory: Path, cfg: dict[str, Any], weights: Weights, source: dict
         "projection": "linear",
         "image_size": size,
         "patch_size": patch,
-    } | preprocessing(directory, "clip", size, notes)
+    } | patch_fields(v) | preprocessing(directory, "clip", size, notes)
 
     scale = logit_scale(t)
     tensors = t.finish()

@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .common import Converted, Taker, Text, activation, config, geometry, hf_stack, integer, logit_scale, norm, positive, preprocessing, scalar, section, text_geometry, vision
+from .common import Converted, Taker, Text, activation, config, geometry, hf_stack, integer, logit_scale, norm, patch_fields, positive, preprocessing, scalar, section, text_geometry, vision
 from .sources import ConvertError, Weights, read_json
 from .tokenizer import lowercased, tokenizer_json
 
@@ -108,7 +108,7 @@ def convert(directory: Path, cfg: dict[str, Any], weights: Weights, source: dict
         "projection": "none",
         "image_size": size,
         "patch_size": patch,
-    } | preprocessing(directory, "siglip", size, notes)
+    } | patch_fields(v) | preprocessing(directory, "siglip", size, notes)
 
     scale = logit_scale(t)
     bias = scalar(t, "logit_bias", "the model's logit bias")

@@ -16,7 +16,7 @@ from .blocks import Stack, normalize, with_class_token
 
 def pixel_geometry(cfg: Mapping[str, Any], where: str) -> tuple[int, int, list[float], list[float]]:
     size, patch = int(cfg["image_size"]), int(cfg["patch_size"])
-    if size % patch:
+    if size % patch and cfg.get("patch_remainder", "exact") != "drop":
         raise CheckpointError(f"config field {where}.patch_size: {patch} does not divide image_size {size}")
     return size, patch, [float(v) for v in cfg["mean"]], [float(v) for v in cfg["std"]]
 
@@ -27,6 +27,7 @@ def patches(pixels: torch.Tensor, patch: int, mean: torch.Tensor, std: torch.Ten
     x = (pixels.to(mean.dtype) / 255 - mean) / std
     n, s = x.shape[0], x.shape[1]
     g = s // patch
+    x = x[:, : g * patch, : g * patch]  # patch_remainder 'drop': the last S % P rows and columns are in no patch
     x = x.reshape(n, g, patch, g, patch, 3).permute(0, 1, 3, 5, 2, 4)
     return x.reshape(n, g * g, 3 * patch * patch)
 
