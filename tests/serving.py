@@ -1,5 +1,7 @@
 """Running ``uform serve`` for the tests: a subprocess on a free port, a server on a thread of
-the test process, and a lean keep-alive HTTP/1.1 client over asyncio streams."""
+the test process, a lean keep-alive HTTP/1.1 client over asyncio streams, and a raw socket's
+exchange (``exchange``: what a server takes of a body before it refuses the rest; ``CHUNKED``: a
+chunked request's head)."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -123,3 +126,32 @@ class Conn:
 def host_port(url: str) -> tuple[str, int]:
     host, port = url.removeprefix("http://").rsplit(":", 1)
     return host, int(port)
+
+
+def exchange(url: str, data: bytes, chunk: int = 1 << 16, first: bytes = b"") -> tuple[int, bytes]:
+    """Send ``data`` a chunk at a time until the server stops taking it; answer the bytes
+    it took (sent before the connection refused more) and what it answered. ``first``: a
+    request sent and answered on the connection before."""
+    sent = 0
+    with socket.create_connection(host_port(url), timeout=10) as s:
+        early = b""
+        if first:
+            s.sendall(first)
+            while b"\r\n\r\n" not in early or not early.endswith(b"}"):
+                early += s.recv(65536)
+        try:
+            while sent < len(data):
+                s.sendall(data[sent : sent + chunk])
+                sent += chunk
+        except OSError:  # the server closed: the rest was never read
+            pass
+        got = b""
+        try:
+            while part := s.recv(65536):
+                got += part
+        except OSError:
+            pass
+        return min(sent, len(data)), early + got
+
+
+CHUNKED = b"POST /v1/embeddings HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"

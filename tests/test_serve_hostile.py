@@ -1,14 +1,13 @@
 """``uform serve`` under hostile clients, over loopback: heads over their limits (431, 414)
-refused before they are read whole, the drain's deadline closing what still runs (no 500,
-no traceback), JSON nested too deep, a ``file://`` path that is not UTF-8, booleans as
-token ids, and a temperature group out of range, each a JSON 400 naming what is wrong."""
+refused before they are read whole, malformed HTTP and chunked bodies, connections past the
+limit, heads and bodies that never arrive, clients that never read or reset, the drain's
+deadline closing what still runs (no 500, no traceback), each answered and counted by name.
+Hostile bodies: tests/test_serve_bodies.py. ``python tests/test_serve_hostile.py ...`` prints
+the figures of docs/serve.md (tests/serve_figures.py)."""
 
 from __future__ import annotations
 
-import base64
-import functools
 import json
-import os
 import re
 import signal
 import socket
@@ -16,44 +15,15 @@ import struct
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import httpx
 import pytest
 
-import media as media_module
-import uform
-from serving import Proc, host_port, subprocess_server, thread_server
-from uform.serve import ServeConfig
+from serving import CHUNKED, exchange, host_port, Proc, subprocess_server
+
 
 LONG = [("a long text about circles and squares " * 4)[:120] + str(i) for i in range(1024)]
-
-
-def exchange(url: str, data: bytes, chunk: int = 1 << 16, first: bytes = b"") -> tuple[int, bytes]:
-    """Send ``data`` a chunk at a time until the server stops taking it; answer the bytes
-    it took (sent before the connection refused more) and what it answered. ``first``: a
-    request sent and answered on the connection before."""
-    sent = 0
-    with socket.create_connection(host_port(url), timeout=10) as s:
-        early = b""
-        if first:
-            s.sendall(first)
-            while b"\r\n\r\n" not in early or not early.endswith(b"}"):
-                early += s.recv(65536)
-        try:
-            while sent < len(data):
-                s.sendall(data[sent : sent + chunk])
-                sent += chunk
-        except OSError:  # the server closed: the rest was never read
-            pass
-        got = b""
-        try:
-            while part := s.recv(65536):
-                got += part
-        except OSError:
-            pass
-        return min(sent, len(data)), early + got
 
 
 def answer_of(raw: bytes) -> tuple[int, dict[str, Any]]:
@@ -109,9 +79,6 @@ def test_a_request_pipelined_after_one_that_closes_is_not_malformed(limited: Pro
     """uvicorn reads past a ``Connection: close`` request (answering it and closing); the guard reads alike, no 400."""
     _, raw = exchange(limited.url, b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\nGET /health HTTP/1.1\r\nHost: x\r\n\r\n")
     assert raw.startswith(b"HTTP/1.1 200 ") and raw.count(b"HTTP/1.1 ") == 1, raw
-
-
-CHUNKED = b"POST /v1/embeddings HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
 
 
 def sent_in_reads(url: str, pieces: list[bytes]) -> bytes:
@@ -348,340 +315,17 @@ def test_the_drain_deadline_closes_what_still_runs_without_a_500_or_a_traceback(
     assert log.count('"POST /v1/embeddings" 499') == 2, log
 
 
-# -- bodies: one in-process server --------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def model() -> Iterator[uform.Model]:
-    with uform.Model.load_ram() as m:
-        yield m
-
-
-@pytest.fixture(scope="module")
-def served(model: uform.Model, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
-    root = tmp_path_factory.mktemp("media")
-    with thread_server(model, ServeConfig(model_id="default", media_root=root)) as (url, _):
-        yield url, root
-
-
-def post(url: str, body: bytes, path: str = "/v1/embeddings") -> httpx.Response:
-    return httpx.post(url + path, content=body, headers={"content-type": "application/json"}, timeout=30)
-
-
-def error_of(answer: httpx.Response) -> dict[str, Any]:
-    assert answer.headers["content-type"] == "application/json", answer.text
-    return answer.json()["error"]  # type: ignore[no-any-return]
-
-
-@pytest.mark.parametrize(
-    "body",
-    [  # orjson refuses the lone surrogate, so the standard library reads the rest, 1,024 levels deep
-        b'{"input": "\\ud800", "x": ' + b"[" * 1024 + b"]" * 1024 + b"}",
-        b'{"input": "x", "dimensions": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",  # a value nested past any repr
-        b'{"input": [{"type": ' + b"[" * 100_000 + b"]" * 100_000 + b"}]}",
-    ],
-    ids=["fallback-1024-deep", "dimensions-100000-deep", "part-type-100000-deep"],
-)
-def test_json_nested_too_deep_is_a_400_naming_the_body(served: tuple[str, Path], body: bytes) -> None:
-    answer = post(served[0], body)
-    error = error_of(answer)
-    assert answer.status_code == 400 and error["code"] in ("invalid_json", "invalid_value", "invalid_item"), error
-    assert "nested too deep" in error["message"] or "a list" in error["message"], error
-
-
-def test_a_file_path_that_is_not_utf8_is_named_escaped(served: tuple[str, Path]) -> None:
-    url, root = served
-    missing = json.dumps({"input": ["fine", {"type": "image_url", "image_url": {"url": f"file://{root}/a\udc80.png"}}]}).encode()
-    answer = post(url, missing)  # the JSON holds "\udc80": a lone surrogate escape, the byte 0x80 of a file name
-    error = error_of(answer)
-    assert answer.status_code == 400 and error["param"] == "input[1]" and f"no such file {root}/a\\x80.png" in error["message"], error
-    picture = media_module.encode_image(media_module.pattern(40, 50), "PNG")
-    name = os.fsencode(str(root)) + b"/b\x80.png"
-    with open(name, "wb") as f:
-        f.write(picture)
-    found = json.dumps({"input": [{"type": "image_url", "image_url": {"url": f"file://{root}/b\udc80.png"}}]}).encode()
-    as_data = json.dumps({"input": [{"type": "image_url", "image_url": {"url": "data:image/png;base64," + base64.b64encode(picture).decode()}}]})
-    assert post(url, found).json()["data"] == post(url, as_data.encode()).json()["data"]  # the file is served by its bytes' name
-    lone = json.dumps({"input": [{"type": "image_url", "image_url": {"url": f"file://{root}/c\ud800.png"}}]}).encode()
-    error = error_of(post(url, lone))
-    assert error["param"] == "input[0]" and "c\\ud800.png is not a file name" in error["message"], error
-
-
-@pytest.mark.parametrize(
-    "route, body",
-    [  # orjson reads no integer past a double, so the standard library reads it, which converts at most 4,300 digits
-        ("/v1/embeddings", b'{"input": "x", "dimensions": ' + b"9" * 5000 + b"}"),
-        ("/v1/embeddings", b'{"input": [' + b"1" * 5000 + b"]}"),
-        ("/v1/choose", b'{"input": "x", "choices": "yn", "temperature_groups": [' + b"9" * 5000 + b"]}"),
-    ],
-    ids=["dimensions", "token-id", "temperature-group"],
-)
-def test_an_integer_too_long_to_convert_is_a_400_not_a_500(served: tuple[str, Path], route: str, body: bytes) -> None:
-    answer = post(served[0], body, route)
-    error = error_of(answer)
-    assert answer.status_code == 400 and error["code"] == "invalid_json", error
-    assert error["message"] == "the body holds an integer of more than 4300 digits, longer than this server reads"
-
-
-def test_a_long_integer_under_the_limit_is_not_written_out_whole(served: tuple[str, Path]) -> None:
-    error = error_of(post(served[0], b'{"input": "x", "dimensions": ' + b"9" * 1000 + b"}"))
-    assert error["message"] == "'dimensions' is a huge integer, but this model's embeddings have 64", error
-
-
-@pytest.mark.parametrize("scheme", ["file:", "FILE:", "\\u0066ile:"])
-def test_a_file_url_is_read_off_the_event_loop_however_it_is_spelled(served: tuple[str, Path], scheme: str,
-                                                                      monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
-    from uform.serve import parts
-
-    url, root = served
-    (root / "read.png").write_bytes(media_module.encode_image(media_module.pattern(40, 50), "PNG"))
-    readers: list[str] = []
-
-    def read_under(path: str, media_root: Path, limit: int) -> bytes:  # the server's own reading, its thread noted
-        readers.append(threading.current_thread().name)
-        return original(path, media_root, limit)
-
-    original = parts.read_under
-    monkeypatch.setattr(parts, "read_under", read_under)
-    body = b'{"input": [{"type": "image_url", "image_url": {"url": "' + scheme.encode() + b"//" + str(root).encode() + b'/read.png"}}]}'
-    answer = post(url, body)
-    assert answer.status_code == 200, answer.text
-    assert len(readers) == 1 and readers[0].startswith("uform-serve"), readers  # a thread of the server's pool, not the loop's
-
-
-@pytest.mark.parametrize("tokens", [[[True, True]], [[104, True]], [[104, 105], [False]]])
-def test_booleans_are_never_token_ids(served: tuple[str, Path], tokens: list[Any]) -> None:
-    answer = post(served[0], json.dumps({"input": tokens}).encode())
-    error = error_of(answer)
-    bad = next(i for i, t in enumerate(tokens) if any(isinstance(v, bool) for v in t))
-    assert answer.status_code == 400 and error["param"] == f"input[{bad}]" and "not booleans" in error["message"], error
-
-
-@pytest.mark.parametrize("groups", [[-1], [3], [0, 99]])
-def test_a_temperature_group_out_of_range_is_invalid_value(served: tuple[str, Path], groups: list[int]) -> None:
-    texts = ["a red circle. Is it red? Answer y or n: "] * len(groups)
-    answer = post(served[0], json.dumps({"input": texts, "choices": "yn", "temperature_groups": groups}).encode(), "/v1/choose")
-    error = error_of(answer)
-    bad = next(i for i, g in enumerate(groups) if not 0 <= g < 3)  # the default model has 3 groups
-    assert answer.status_code == 400 and error["code"] == "invalid_value" and error["param"] == f"temperature_groups[{bad}]", error
-    assert f"temperature group {groups[bad]} is out of range" in error["message"]
-
-
-def _server_memory(count: int, same_bytes: bool = False) -> str:
-    """Resident memory of ``uform serve`` (the default model) around one request of ``count``
-    copies of the worst legal picture: a 10000×10000 16-bit RGBA PNG (100 M pixels); with
-    ``same_bytes``, a request of as many bytes whose picture is small (noise, 1 M pixels): what
-    the request's own bytes cost."""
-    import numpy as np
-    from test_image_memory import png16_rgba
-
-    def status(pid: int) -> dict[str, int]:
-        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
-        return {k: int(v.split()[0]) * 1024 for k, v in (line.split(":", 1) for line in lines) if k in ("VmRSS", "VmHWM")}
-
-    png = png16_rgba(10000, 10000, every=10000)  # one row, repeated: 3.6 MB of file
-    if same_bytes:  # 1000 rows of stored (uncompressed) RGBA noise, as many bytes
-        noise = np.random.default_rng(0).integers(0, 256, (1000, len(png) // 4000, 4), dtype=np.uint8)
-        png = media_module.encode_image(noise, "PNG", compress_level=0)
-    url = "data:image/png;base64," + base64.b64encode(png).decode()
-    with subprocess_server(["--max-request-bytes", str(max(32 << 20, count * 6 << 20))]) as server:
-        small = "data:image/png;base64," + base64.b64encode(png16_rgba(64, 48)).decode()  # the image tower's first run, the threads
-        assert httpx.post(server.url + "/v1/embeddings", json={"input": [{"type": "image_url", "image_url": {"url": small}}] * 4}).status_code == 200
-        Path(f"/proc/{server.proc.pid}/clear_refs").write_text("5")  # its high-water mark starts again from here
-        before = status(server.proc.pid)
-        began = time.monotonic()
-        answer = httpx.post(server.url + "/v1/embeddings", json={"input": [{"type": "image_url", "image_url": {"url": url}}] * count}, timeout=600)
-        took = time.monotonic() - began
-        assert answer.status_code == 200, answer.text
-        after = status(server.proc.pid)
-    picture = "1000x895 RGBA noise PNG" if same_bytes else "10000x10000 16-bit RGBA PNG"
-    return (f"{count} x {picture} ({len(png) / 1e3:.0f} KB each): {took:.1f} s, RSS {before['VmRSS'] / 1e6:.0f} MB before, "
-            f"peak {after['VmHWM'] / 1e6:.0f} MB (+{(after['VmHWM'] - before['VmRSS']) / 1e6:.0f} MB), {after['VmRSS'] / 1e6:.0f} MB after")
-
-
-def rss_mb(pid: int) -> float:
-    """Process ``pid``'s resident memory now, in MB."""
-    return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 1e6
-
-
-def _huge_head() -> str:
-    """What a 96 MiB header costs ``uform serve`` (default limits): bytes it took, its answer, its CPU and RSS."""
-    with subprocess_server([]) as server:
-        pid = server.proc.pid
-
-        def cpu() -> float:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-        rss = functools.partial(rss_mb, pid)
-        began, cpu0, rss0 = time.monotonic(), cpu(), rss()
-        taken, raw = exchange(server.url, b"GET /health HTTP/1.1\r\nHost: x\r\nX-Padding: " + b"y" * (96 << 20) + b"\r\n\r\n")
-        return (f"a 96 MiB header: the server took {taken / 1e6:.1f} MB of it and answered {raw.split(b' ')[1].decode()} in "
-                f"{time.monotonic() - began:.2f} s, {cpu() - cpu0:.2f} s of its CPU, RSS {rss0:.0f} -> {rss():.0f} MB")
-
-
-def _slow_bodies(clients: int = 8, sent: int = 29 << 20, declared: int = 30 << 20, args: tuple[str, ...] = ()) -> str:
-    """What ``clients`` clients cost ``uform serve`` (the default model, default limits and
-    ``args``) when each sends ``sent`` bytes of a ``declared``-byte body and waits: RSS before,
-    while they wait, and the answers they got."""
-    with subprocess_server(list(args)) as server:
-        pid = server.proc.pid
-        rss = functools.partial(rss_mb, pid)
-        assert httpx.post(server.url + "/v1/embeddings", json={"input": "warm up"}).status_code == 200
-        before = rss()
-        head = (f"POST /v1/embeddings HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {declared}\r\n\r\n").encode()
-        chunk = b'{"input": ["' + b"x" * ((1 << 20) - 12)
-        socks, answers = [], []
-        for _ in range(clients):
-            s = socket.create_connection(host_port(server.url), timeout=30)
-            s.sendall(head)
-            try:
-                for at in range(0, sent, 1 << 20):
-                    s.sendall(chunk if at == 0 else b"x" * min(1 << 20, sent - at))
-            except OSError:  # refused and closed
-                pass
-            socks.append(s)
-        time.sleep(2)  # everything sent has been read
-        held = rss()
-        for s in socks:
-            s.settimeout(0.5)
-            try:
-                got = s.recv(65536)
-            except (TimeoutError, OSError):
-                got = b""
-            answers.append(got.split(b" ", 2)[1].decode() if got.startswith(b"HTTP/1.1 ") else "none yet")
-            s.close()
-        time.sleep(1)
-        after = rss()
-    return (f"{clients} clients each sending {sent / 2**20:.0f} MiB of a {declared / 2**20:.0f} MiB body and waiting"
-            f"{' (' + ' '.join(args) + ')' if args else ''}: RSS {before:.0f} MB before, {held:.0f} MB while they wait "
-            f"(+{held - before:.0f} MB), {after:.0f} MB after they closed; answers: {', '.join(answers)}")
-
-
-def _idle_connections(count: int = 2000, wait: float = 15, args: tuple[str, ...] = ()) -> str:
-    """What ``count`` idle connections cost ``uform serve`` (the default model, default limits and
-    ``args``): a third silent, a third with 60 KB of a head, a third kept alive after an answer;
-    RSS before and while they are open, and how many the server closed within ``wait`` s."""
-    with subprocess_server(list(args)) as server:
-        pid = server.proc.pid
-        rss = functools.partial(rss_mb, pid)
-        assert httpx.post(server.url + "/v1/embeddings", json={"input": "warm up"}).status_code == 200
-        before = rss()
-        kinds: dict[str, list[socket.socket]] = {"silent": [], "part of a head": [], "kept alive": []}
-        for i in range(count):
-            kind, s = list(kinds)[i % 3], socket.create_connection(host_port(server.url), timeout=30)
-            s.sendall(b"" if kind == "silent" else b"GET /health HTTP/1.1\r\nHost: x\r\n" + (b"X-Pad: " + b"y" * 60000 if kind != "kept alive" else b"\r\n"))
-            kinds[kind].append(s)
-        time.sleep(1)
-        held = rss()
-        time.sleep(wait)
-        closed = {}
-        for kind, socks in kinds.items():
-            gone = 0
-            for s in socks:
-                s.setblocking(False)
-                try:
-                    while part := s.recv(1 << 20):  # an answer, then the close
-                        pass
-                    gone += 1
-                except BlockingIOError:
-                    pass
-                except OSError:
-                    gone += 1
-                s.close()
-            closed[kind] = f"{gone}/{len(socks)}"
-    return (f"{count} idle connections{' (' + ' '.join(args) + ')' if args else ''}: RSS {before:.0f} MB before, {held:.0f} MB while open "
-            f"(+{held - before:.0f} MB); closed by the server within {wait:g} s: " + ", ".join(f"{k} {v}" for k, v in closed.items()))
-
-
-def _chunked(args: tuple[str, ...] = ()) -> str:
-    """A chunked body declaring one chunk of 100 GB, sent a byte a second (for up to 70 s) and as
-    fast as it goes (64 MiB at most), the server's peak RSS; then 2 Mi one-byte chunks and the
-    server CPU they took; then the guard's own time a 121-byte request, handed to it 200,000 times,
-    and for a 32 MiB body in reads of 256 KiB."""
-    head = CHUNKED + b"%x\r\n" % (100 * 10**9)
-    lines = []
-    with subprocess_server(list(args)) as proc:
-
-        def peak() -> float:
-            return int(re.findall(r"VmHWM:\s+(\d+)", Path(f"/proc/{proc.proc.pid}/status").read_text())[0]) / 1000
-
-        def cpu() -> float:
-            fields = Path(f"/proc/{proc.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-        before = peak()
-        for name, fast in (("a byte a second", False), ("as fast as it goes", True)):
-            began, got = time.monotonic(), b""
-            with socket.create_connection(host_port(proc.url)) as s:
-                s.sendall(head)
-                s.settimeout(1)
-                try:
-                    if fast:
-                        for _ in range(64):
-                            s.sendall(b"x" * (1 << 20))
-                    while b"\r\n\r\n" not in got and time.monotonic() - began < 70:
-                        try:
-                            got += s.recv(65536)
-                        except socket.timeout:
-                            s.sendall(b"x")
-                except OSError:
-                    got += s.recv(65536) if not got else b""
-            status = got.split(b"\r\n")[0].decode()
-            lines.append(f"100 GB chunk, {name}: {status} after {time.monotonic() - began:.2f} s")
-        lines.append(f"peak RSS {before:.0f} -> {peak():.0f} MB")
-        framed = b"1\r\nx\r\n" * (2 << 20) + b"0\r\n\r\n"
-        used = cpu()
-        with socket.create_connection(host_port(proc.url)) as s:
-            s.sendall(CHUNKED[:-2] + b"Connection: close\r\n\r\n" + framed)
-            status = s.recv(65536).split(b"\r\n")[0].decode()
-        lines.append(f"2 Mi one-byte chunks: {status}, server CPU {cpu() - used:.2f} s")
-    import asyncio
-
-    from uform.serve import guard
-
-    class Nothing(asyncio.Protocol):
-        def __init__(self, **kwargs: Any) -> None:
-            pass
-
-    async def per_request() -> float:
-        one = guarded_class(Nothing)()
-        one.transport = cast(Any, type("T", (), {"get_extra_info": lambda self, key: None, "is_closing": lambda self: False})())
-        request = b"POST /v1/embeddings HTTP/1.1\r\nHost: 127.0.0.1:8000\r\nContent-Type: application/json\r\nContent-Length: 26\r\n\r\n"
-        request += b'{"input": ["a red circle"]'
-        began = time.process_time()
-        for _ in range(200_000):
-            one.data_received(request)
-        return (time.process_time() - began) / 200_000 * 1e6
-
-    def guarded_class(inner: type[asyncio.Protocol]) -> type[guard.Guard]:
-        return guard.guarded(inner, 8192, 65536, guard.Connections(), None, 32 << 20)
-
-    lines.append("the guard, a %d-byte request: %s us" % (121, ", ".join(f"{asyncio.run(per_request()):.2f}" for _ in range(3))))
-
-    async def big_body() -> float:  # 32 MiB of Content-Length body in reads of 256 KiB
-        one = guarded_class(Nothing)()
-        one.transport = cast(Any, type("T", (), {"get_extra_info": lambda self, key: None, "is_closing": lambda self: False})())
-        read = b"x" * (256 << 10)
-        began = time.process_time()
-        one.data_received(b"POST /v1/embeddings HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % (32 << 20))
-        for _ in range(128):
-            one.data_received(read)
-        return (time.process_time() - began) * 1000
-
-    lines.append("the guard, a 32 MiB body: %s ms" % ", ".join(f"{asyncio.run(big_body()):.2f}" for _ in range(3)))
-    return "\n".join(lines)
-
-
 if __name__ == "__main__":  # python tests/test_serve_hostile.py [COUNT [same-bytes] | head | slow [ARGS] | idle [ARGS] | chunked [ARGS]]: the figures of docs/serve.md
     import sys
 
+    from serve_figures import chunked, huge_head, idle_connections, server_memory, slow_bodies
+
     what = sys.argv[1] if len(sys.argv) > 1 else "1"
     if what == "slow":
-        print(_slow_bodies(args=tuple(sys.argv[2:])))
+        print(slow_bodies(args=tuple(sys.argv[2:])))
     elif what == "idle":
-        print(_idle_connections(args=tuple(sys.argv[2:])))
+        print(idle_connections(args=tuple(sys.argv[2:])))
     elif what == "chunked":
-        print(_chunked(tuple(sys.argv[2:])))
+        print(chunked(tuple(sys.argv[2:])))
     else:
-        print(_huge_head() if what == "head" else _server_memory(int(what), sys.argv[2:] == ["same-bytes"]))
+        print(huge_head() if what == "head" else server_memory(int(what), sys.argv[2:] == ["same-bytes"]))
