@@ -47,3 +47,13 @@ def test_unique_keys_refuses_a_key_written_twice_at_any_depth() -> None:
             loads(doc, unique_keys=True)
         assert str(err.value) == f"the key {key!r} appears twice in one object"
     assert loads('{"a": {"a": 1}, "b": [{"a": 2}]}', unique_keys=True) == {"a": {"a": 1}, "b": [{"a": 2}]}
+
+
+def test_an_invalid_escape_before_wide_characters_is_refused_as_json_refuses_it() -> None:
+    """A backslash before non-ASCII bytes is an invalid escape: no rewrite of the bytes ahead of
+    the parse (escaping the wide characters to keep the text narrow) may turn it valid."""
+    text = '{"a": "\\\u00e9", "b": "\U0001F600"}'.encode()
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(text)
+    with pytest.raises(NotJSON, match="Invalid"):
+        loads(text)
