@@ -224,16 +224,17 @@ class Store(Reader):
         prefix ``P`` is the range ``[P, P with its last character one higher)``), so a removal
         reads what it removes, not every item."""
         roots = [r for r in roots if storable(r)]  # a name that is not UTF-8 names no stored item
-        tables = [(f"{table} WHERE path = ? OR (path >= ? AND path < ?)", (r, *under(r))) for table in ("texts", "failed") for r in roots]
-        db = self._db  # read first (this writer holds the lock: nothing changes between): removing nothing writes nothing
-        slots = {s for where, args in scopes(roots, keys, texts_only=True) for (s,) in db.execute(f"SELECT slot FROM items WHERE {where}", args)}
-        if not slots and not any(db.execute(f"SELECT 1 FROM {where} LIMIT 1", args).fetchone() for where, args in tables):
+        wheres = [(f"items WHERE {where}", args) for where, args in scopes(roots, keys, texts_only=True)]
+        wheres += [(f"{table} WHERE path = ? OR (path >= ? AND path < ?)", (r, *under(r))) for table in ("texts", "failed") for r in roots]
+        db = self._db  # looked at first (this writer holds the lock: nothing changes between): removing nothing writes nothing
+        if not any(db.execute(f"SELECT 1 FROM {where} LIMIT 1", args).fetchone() for where, args in wheres):
             return 0
-        with self.transaction() as c:
-            c.executemany("DELETE FROM items WHERE slot = ?", ((s,) for s in slots))
-            for where, args in tables:
-                c.execute(f"DELETE FROM {where}", args)
-        return len(slots)
+        removed = 0
+        with self.transaction() as c:  # a DELETE a range, the trigger listing each slot: 100,000 items 1.1 CPU s, one by one 1.3-1.6
+            for where, args in wheres:
+                gone = c.execute(f"DELETE FROM {where}", args).rowcount  # a scope's items another took first are not counted again
+                removed += gone if where.startswith("items ") else 0
+        return removed
 
     @guarded
     def compact(self, order: np.ndarray | None = None, lists: ivf.Lists | None = None) -> int:
