@@ -10,8 +10,8 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 import pytest
+from attention_reference import attention_reference
 from oplibrary import runnable
-from test_e4m3 import attention_reference
 
 # (items, tokens, heads, head_dim): one token, a part of a tile, exactly a tile, one past a
 # block of 16 queries and of 32 keys, odd lengths, head widths of 1-4 C tiles and past 64 columns

@@ -19,21 +19,9 @@ import uform
 from uform import Arena, Scalar
 from uform.plugins import e4m3
 
-from oplibrary import LIBRARY, needs_library, runnable
+from attention_reference import attention_reference
 from captions import captions
-
-
-def attention_reference(qkv: np.ndarray, items: int, heads: int, mask: np.ndarray | None, causal: bool) -> np.ndarray:
-    rows, triple = qkv.shape
-    tokens, width = rows // items, triple // 3
-    x = qkv.reshape(items, tokens, 3, heads, width // heads).astype(np.float64)
-    q, k, v = (x[:, :, i].transpose(0, 2, 1, 3) for i in range(3))
-    scores = q @ k.transpose(0, 1, 3, 2) / np.sqrt(width // heads)
-    if mask is not None:
-        scores = scores + (mask[None, None] if causal else mask[:, None, None, :])
-    weights = np.exp(scores - scores.max(-1, keepdims=True))
-    weights /= weights.sum(-1, keepdims=True)
-    return (weights @ v).transpose(0, 2, 1, 3).reshape(rows, width)
+from oplibrary import LIBRARY, needs_library, runnable
 
 
 @pytest.mark.parametrize("items,tokens,heads,head_dim", [(1, 1, 1, 16), (2, 5, 2, 16), (1, 13, 12, 64), (2, 33, 2, 32), (3, 87, 12, 64), (1, 70, 3, 48)])
