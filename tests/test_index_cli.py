@@ -327,6 +327,28 @@ def test_an_earlier_uforms_index_is_not_written_by_a_run_with_nothing_to_change(
     conn.close()
 
 
+
+def test_a_removal_inside_what_the_run_indexes_is_refused(tmp_path: Path, ckpt: Path, capsys: pytest.CaptureFixture[str],
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """'uform index photos --remove photos/sub' removed photos/sub's items, then indexed photos and
+    embedded them again: 'this run: 1 embedded, ..., 1 removed' with the item still in the index.
+    A removal at, under or over a PATH of the same run is refused before anything is written."""
+    monkeypatch.chdir(tmp_path)
+    photos(tmp_path / "photos", 2)
+    photos(tmp_path / "photos" / "sub", 1)
+    assert main(["index", "photos", "--into", "idx", "-m", str(ckpt)]) == 0
+    capsys.readouterr()
+    before = (tmp_path / "idx" / "index.sqlite").read_bytes()
+    for paths, removed, where in ((["photos"], "photos/sub", "is under photos"), (["photos/sub"], "photos", "holds photos/sub"),
+                                  (["photos/sub"], "photos/sub/", "is photos/sub")):  # fmt: skip
+        assert main(["index", *paths, "--into", "idx", "-m", str(ckpt), "--remove", removed]) == 2
+        assert capsys.readouterr() == ("", f"uform: error: --remove {removed}: {where}, which this run indexes: its items would be embedded again; "
+                                           f"remove them in a run that does not index {paths[0]}, or move the files away first\n")  # fmt: skip
+    assert (tmp_path / "idx" / "index.sqlite").read_bytes() == before
+    assert main(["index", "--into", "idx", "-m", str(ckpt), "--remove", "photos/sub"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "this run: 1 removed"
+
+
 def test_export_during_a_writers_run_and_search_lines(tmp_path: Path, ckpt: Path, capsys: pytest.CaptureFixture[str],
                                                       monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
     """D14: an export was refused while another writer held the index; D15: a name with a newline

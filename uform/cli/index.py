@@ -66,6 +66,7 @@ def run(args: argparse.Namespace) -> int:
     from uform.index.sources import refuse_inside
 
     refuse_inside(args.into, args.paths)  # before an index is made in a folder it would then walk
+    refuse_overlap(args.remove, args.paths)
     only_export = not (args.paths or args.remove or args.import_parquet)  # export only reads: no writer's lock, no write permission
     with open_index(args, args.into, read_only=only_export, scalar=args.outputs_scalar) as index:
         if args.import_parquet:
@@ -94,6 +95,18 @@ def run(args: argparse.Namespace) -> int:
         if result is not None and (result.failed or result.still_failed):
             return 1
     return 0
+
+
+def refuse_overlap(removed: list[str], paths: list[str]) -> None:
+    """Refuse a --remove PATH at, under or over a PATH the same run indexes: the removal goes first,
+    so the update would embed its items again, and the run report them removed."""
+    for r in removed:
+        for p in paths:
+            a, b = os.path.abspath(r), os.path.abspath(p)
+            where = "is" if a == b else "is under" if a.startswith(b.rstrip(os.sep) + os.sep) else "holds" if b.startswith(a.rstrip(os.sep) + os.sep) else ""
+            if r and p and where:
+                raise ValueError(f"--remove {printable(r)}: {where} {printable(p)}, which this run indexes: its items would be embedded again; "
+                                 f"remove them in a run that does not index {printable(p)}, or move the files away first")  # fmt: skip
 
 
 def rows(n: int) -> str:
