@@ -23,6 +23,13 @@ def tiny_text(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return make_checkpoint(tmp_path_factory.mktemp("ckpt") / "tiny-text.safetensors", "tiny", 0, ["text"])
 
 
+@pytest.fixture(scope="module")
+def tiny_all(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random checkpoint of every installed modality, ``tiny-all.safetensors`` (the
+    mechanics do not need a trained one), made once a module."""
+    return make_checkpoint(tmp_path_factory.mktemp("ckpt") / "tiny-all.safetensors", "tiny", 0, None)
+
+
 @pytest.fixture(scope="session")
 def tiny_model(tiny_text: Path):  # type: ignore[no-untyped-def]
     import uform

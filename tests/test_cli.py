@@ -20,12 +20,6 @@ from uform.cli import main
 from uform.cli.encode import read_saved
 
 
-@pytest.fixture(scope="module")
-def tiny_all(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A tiny random checkpoint of every modality (the mechanics do not need a trained one)."""
-    return make_checkpoint(tmp_path_factory.mktemp("ckpt") / "tiny-all.safetensors", "tiny", 0, None)
-
-
 def picture(rgb: tuple[int, int, int], size: int = 40) -> np.ndarray:
     return np.full((size, size, 3), rgb, np.uint8)
 

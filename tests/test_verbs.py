@@ -7,18 +7,12 @@ import json
 from pathlib import Path
 
 import pytest
-from ckpt import make_checkpoint
 
 import uform
 from uform.calibrate import write_temperatures
 from uform.cli import main
 from uform.core.host import get_host
 from uform.model import runtime_of
-
-
-@pytest.fixture(scope="module")
-def tiny_all(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_checkpoint(tmp_path_factory.mktemp("served") / "all.safetensors")
 
 
 def test_a_text_checkpoint_serves_text_encode_alone(tiny_model: uform.Model) -> None:
