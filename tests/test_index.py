@@ -225,3 +225,33 @@ def test_a_text_item_is_removed_by_its_key(tmp_path: Path, ckpt: Path, monkeypat
         ix.update([Text("note-1", "a red circle"), Text("note-2", "blue squares"), "note-2"])
         assert ix.remove(["note-1"]) == 1 and sorted(e.path for e in ix.entries()) == sorted(["note-2", str(tmp_path / "note-2" / "p0.png")])
         assert ix.remove(["note-2"]) == 2 and len(ix) == 0
+
+
+def test_content_met_twice_in_one_chunk_is_encoded_once(tmp_path: Path, ckpt: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A new path whose content another new path of the same chunk holds was encoded again (its
+    copy is found only once that row is committed): 3 copies of a picture, another picture and 2
+    copies of a text in a first run embedded 6 where 3 are new content. Now the chunk's first path is encoded and the
+    others copy its row; where that path is refused (here: a recording, for a model with no audio
+    tower, named by the caller), each is tried as its own and fails with its own reason."""
+    import wave
+
+    encoded: list[int] = []
+    real = getattr(update.Updater, "_encode", None)
+    monkeypatch.setattr(update.Updater, "_encode", lambda self, todo, pending: (encoded.append(len(todo)), real(self, todo, pending))[1], raising=False)
+    root = tmp_path / "photos"
+    root.mkdir()
+    for name in ("a.png", "b.png", "c.png"):
+        picture(1).save(root / name)
+    picture(2).save(root / "d.png")
+    with Index(tmp_path / "idx", checkpoint=ckpt) as ix:
+        got = ix.update([root, Text("/t1", "a red circle"), Text("/t2", "a red circle")])
+        assert (got.added, got.copied, len(ix)) == (3, 3, 6) and sum(encoded) == 3
+        rows = stored(ix)
+        for a, b in ((f"{root}/a.png", f"{root}/b.png"), (f"{root}/a.png", f"{root}/c.png"), ("/t1", "/t2")):
+            np.testing.assert_array_equal(rows[a], rows[b])
+        for name in ("x.wav", "y.wav"):
+            with wave.open(str(tmp_path / name), "wb") as w:
+                w.setnchannels(1), w.setsampwidth(2), w.setframerate(16000), w.writeframes(b"\x00\x01" * 16000)
+        got = ix.update([tmp_path / "x.wav", tmp_path / "y.wav"])
+        assert (got.added, got.copied, sorted(os.path.basename(f.value) for f in got.failed)) == (0, 0, ["x.wav", "y.wav"])
+        assert got.failed[0].reason == got.failed[1].reason and len(ix) == 6

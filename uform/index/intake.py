@@ -55,6 +55,7 @@ class New:
     insert: Insert
     payload: str | bytes | None = None
     copy_of: int | None = None
+    like: str | None = None  # an earlier item of its chunk with the same content: its vector, once encoded
 
 
 @dataclass
@@ -64,6 +65,7 @@ class Pending:
     new: list[New] = field(default_factory=list)
     moves: list[Move] = field(default_factory=list)
     failures: list[Failed] = field(default_factory=list)
+    contents: dict[bytes, str] = field(default_factory=dict)  # the new content of this chunk: its first path, by hash
 
 
 class Intake:
@@ -107,13 +109,46 @@ class Intake:
         elif (found := self.store.slot_of(h)) is not None:  # a row of this content anywhere in the index: the hash index's lookup
             pending.new.append(New(Insert(path, size, mtime, h, text, kind), copy_of=found))
             self.result.copied += 1
+        elif h in pending.contents:  # new content met twice in one chunk: encoded once, copied (its payload kept, in case it is refused there)
+            pending.new.append(New(Insert(path, size, mtime, h, text, kind), payload=payload, like=pending.contents[h]))
+            self.result.copied += 1
         else:
+            pending.contents[h] = path
             pending.new.append(New(Insert(path, size, mtime, h, text, kind), payload=payload))
 
     def _commit(self, pending: Pending, count: int) -> None:
         """Encode what is new (an item the model refuses becomes a failure), then commit the chunk (Store.commit)."""
         store = self.store
-        to_encode = [n for n in pending.new if n.payload is not None]
+        alike = [n for n in pending.new if n.like is not None]
+        vectors = self._encode([n for n in pending.new if n.payload is not None and n.like is None], pending)
+        for n in alike:
+            if n.like in vectors:
+                n.payload = None  # a copy of its chunk's first path of the same content
+            else:  # that path was refused or passed over: this one is tried as its own
+                n.like = None
+                self.result.copied -= 1
+        vectors.update(self._encode([n for n in alike if n.like is None], pending))
+        keep = [n for n in pending.new if n.payload is None or n.insert.path in vectors]
+        rows = np.zeros(len(keep), store.dtype)
+        if any(n.copy_of is not None for n in keep):
+            old, _ = store.vectors(*store.state())
+        for i, n in enumerate(keep):
+            rows[i] = old[n.copy_of] if n.copy_of is not None else vectors[n.like or n.insert.path]
+        at = store.commit(Chunk(rows, [n.insert for n in keep], pending.moves, pending.failures))
+        for slot, n in enumerate(keep, at):
+            ins = n.insert
+            self.rows[ins.path] = Known(slot, ins.size, ins.mtime, ins.hash, ins.text is not None)
+        for f in pending.failures:
+            self.rows.pop(f.path, None)
+        self.result.added += sum(1 for n in keep if n.copy_of is None and n.like is None)
+        self.done += count
+        if self._progress is not None and cancels(self._progress(self.done, self.total)):
+            raise CancelledError("the update was cancelled by its progress handler; what was committed stays")
+
+    def _encode(self, to_encode: list[New], pending: Pending) -> dict[str, np.ndarray]:
+        """The stored rows of ``to_encode``'s items by path; an item the model refuses, or has no
+        tower for, is recorded in ``pending``'s failures and absent."""
+        store = self.store
         if to_encode:
             to_encode = self._pass_over_unserved(to_encode, pending)
         if to_encode:
@@ -128,24 +163,8 @@ class Intake:
                     kind: Literal["text", "file"] = "text" if ins.text is not None else "file"
                     self.fail(Failure(kind, ins.path, refused.get(ins.path, "not encoded")),
                               record=None if ins.size is None else (ins.path, ins.size, ins.mtime or 0), pending=pending)  # fmt: skip
-        else:
-            vectors = {}
-        keep = [n for n in pending.new if n.payload is None or n.insert.path in vectors]
-        rows = np.zeros(len(keep), store.dtype)
-        if any(n.copy_of is not None for n in keep):
-            old, _ = store.vectors(*store.state())
-        for i, n in enumerate(keep):
-            rows[i] = old[n.copy_of] if n.copy_of is not None else vectors[n.insert.path]
-        at = store.commit(Chunk(rows, [n.insert for n in keep], pending.moves, pending.failures))
-        for slot, n in enumerate(keep, at):
-            ins = n.insert
-            self.rows[ins.path] = Known(slot, ins.size, ins.mtime, ins.hash, ins.text is not None)
-        for f in pending.failures:
-            self.rows.pop(f.path, None)
-        self.result.added += sum(1 for n in keep if n.copy_of is None)
-        self.done += count
-        if self._progress is not None and cancels(self._progress(self.done, self.total)):
-            raise CancelledError("the update was cancelled by its progress handler; what was committed stays")
+            return vectors
+        return {}
 
     def _pass_over_unserved(self, to_encode: list[New], pending: Pending) -> list[New]:
         """Files found in folders whose modality the model has no tower for are passed over, not
