@@ -45,8 +45,8 @@ def test_the_first_command_shows_what_it_prints(tmp_path: Path, monkeypatch: pyt
     shown = blocks("")[0].strip().splitlines()
     monkeypatch.chdir(tmp_path)
     assert main(["demo-media", "demo"]) == 0
-    api = (Path(__file__).parents[1] / "docs" / "api.md").read_text()
-    named = re.findall(r"`((?:image|video|audio)-\d\d-[a-z-]+\.\w+)`", api.split("File names say what a file holds")[1][:200])
+    demo = (Path(__file__).parents[1] / "docs" / "demo.md").read_text()
+    named = re.findall(r"`((?:image|video|audio)-\d\d-[a-z-]+\.\w+)`", demo.split("File names say what a file holds")[1][:200])
     assert len(named) == 3 and all((tmp_path / "demo" / n).is_file() for n in named), named  # the names it gives are written
     assert main(["search", "a red circle", "demo", "-k", "5"]) == 0
     printed = capsys.readouterr().out.strip().splitlines()
