@@ -5,6 +5,7 @@ docs/models.md's table of Hub ids says uform does with each.
 
     python benchmarks/geometries.py                 # every row (about 10 minutes on 2 Zen 3 cores)
     python benchmarks/geometries.py --only so400m   # the rows whose id holds the word
+    python benchmarks/geometries.py --heads         # so400m's attention, 16 heads of 72 against 18 of 64
 
 Widths, heads, MLP widths, image and patch sizes and text contexts are the Hub configs' as
 written below; depth is 1 (the Hub's in the `layers` column of the table), and the text
@@ -148,10 +149,46 @@ def check(name: str, row: dict[str, Any], tmp: Path) -> str:
     return f"| {name} | converts | {tc:.6f} | {ic:.6f} | {time.perf_counter() - start:.0f} s |"
 
 
+def heads(rounds: int) -> None:
+    """What leaving so400m's attention unfused costs: its image tower (one layer, 729 tokens of
+    1152) with 16 heads of 72 (left to ONNX Runtime's ops: not a multiple of 16) against 18 heads
+    of 64 (the fused op), the same products and FLOPs; BF16 and E4M3 loads (the e4m3 backend),
+    4 pictures a call, the two loads called in turns, best and median of ``rounds``."""
+    import statistics
+
+    import uform
+    from uform.convert import convert
+
+    px = list(np.random.default_rng(0).integers(0, 256, (4, 384, 384, 3), dtype=np.uint8))
+    with tempfile.TemporaryDirectory() as tmp:
+        files = {}
+        for h in (16, 18):
+            g = siglip((64, 4, 128), (1152, h, 4304), 384, 14, context=16, projection=1152)
+            files[h] = Path(tmp) / f"h{h}.safetensors"
+            convert(hf_models.make_siglip(Path(tmp) / f"d{h}", g), files[h], dtype="bf16")
+        for q in (uform.Scalar.BF16, uform.Scalar.E4M3):
+            models = {h: uform.Model.load_ram(f, quantization=q) for h, f in files.items()}
+            times: dict[int, list[float]] = {h: [] for h in models}
+            for _ in range(rounds + 1):
+                for h, m in models.items():
+                    start = time.perf_counter()
+                    m.image_encode_pixels(px, uform.Arena())
+                    times[h].append(time.perf_counter() - start)
+            for h, m in models.items():
+                best, median = min(times[h][1:]), statistics.median(times[h][1:])
+                print(f"{q.name} load, {m.backend} backend, {h} heads of {1152 // h}: best {best * 1000:.0f} ms, median {median * 1000:.0f} ms")
+                m.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", default="", help="only the rows whose Hub id holds this text")
+    parser.add_argument("--heads", action="store_true", help="time so400m's attention unfused (16 x 72) against fused (18 x 64)")
+    parser.add_argument("--rounds", type=int, default=10, help="--heads: calls of each load")
     args = parser.parse_args()
+    if args.heads:
+        heads(args.rounds)
+        return
     print("| Hub id | uform | text min cos | image min cos | time |")
     print("|---|---|---|---|---|")
     for name, row in ROWS.items():
