@@ -349,6 +349,26 @@ def test_a_removal_inside_what_the_run_indexes_is_refused(tmp_path: Path, ckpt: 
     assert capsys.readouterr().out.splitlines()[-1] == "this run: 1 removed"
 
 
+
+def test_like_a_folder_or_a_text_file_names_the_option(tmp_path: Path, ckpt: Path, capsys: pytest.CaptureFixture[str],
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """--like a folder or a .txt said 'uform: error: photos: not a file of a known media type ...',
+    where every other refusal of --like's file names the option ('--like FILE: no such file'):
+    Index.search_file raised a bare ValueError. It is an InputError (a ValueError) naming item 0."""
+    from uform import InputError
+
+    monkeypatch.chdir(tmp_path)
+    photos(tmp_path / "photos", 1)
+    (tmp_path / "notes.txt").write_text("a red circle\n")
+    assert main(["index", "photos", "--into", "idx", "-m", str(ckpt)]) == 0
+    capsys.readouterr()
+    for like in ("photos", "notes.txt"):
+        assert main(["search", "--like", like, "--index", "idx", "-m", str(ckpt)]) == 2
+        assert capsys.readouterr() == ("", f"uform: error: --like {like}: not a file of a known media type (image, video or audio by its extension)\n")
+    with Index(tmp_path / "idx", checkpoint=ckpt, read_only=True) as ix, pytest.raises(InputError, match=r"^item 0 \(photos\): not a file of a known"):
+        ix.search_file("photos")
+
+
 def test_export_during_a_writers_run_and_search_lines(tmp_path: Path, ckpt: Path, capsys: pytest.CaptureFixture[str],
                                                       monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
     """D14: an export was refused while another writer held the index; D15: a name with a newline

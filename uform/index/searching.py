@@ -91,6 +91,7 @@ class Searching:
 
     def search_file(self, path: _PathLike, k: int = 10, *, modalities: Sequence[str] | None = None, exact: bool = False) -> list[Hit]:
         """The ``k`` items nearest to a media file (near-duplicates, "more like this"), itself included when indexed."""
+        from ..core.errors import InputError
         from ..inputs import modality_of
         from ..verbs import ITEM_VERBS
         from ..core.arena import Arena
@@ -98,7 +99,7 @@ class Searching:
         p = os.fspath(path)
         modality = modality_of(p)
         if modality is None:
-            raise ValueError(f"{p}: not a file of a known media type (image, video or audio by its extension)")
+            raise InputError(0, "not a file of a known media type (image, video or audio by its extension)", p)
         embedding = np.array(getattr(self._load(), ITEM_VERBS[modality])([p], Arena()).embeddings[0])
         return self.search_embedding(embedding, k, modalities=modalities, exact=exact)
 
