@@ -22,7 +22,8 @@ is measured from its first byte when it starts a read (a new connection, a clien
 for its answer); a head that starts in the middle of a read, after a pipelined request, is
 measured from the next read, so it may run one read (at most 256 KiB) over before it is
 refused. A chunked body whose chunks declare more than ``max_body_bytes`` is answered 413 when
-the chunk size saying so arrives (:mod:`uform.serve.chunks`), before that chunk's bytes are read.
+the chunk size saying so arrives (:mod:`uform.serve.chunks`), before that chunk's bytes are read,
+and one sent in more than ``chunks.MAX_CHUNKS`` chunks when the chunk too many begins.
 Malformed HTTP (a ``Content-Length`` of ``-5``, a bad request line, header or chunk
 size: what llhttp refuses) is answered 400 ``invalid_http`` the same way, naming llhttp's
 reason, before uvicorn's parser (which reads with the same leniency) would answer it in plain
@@ -117,6 +118,7 @@ class Guard(ChunkedBodies, asyncio.Protocol):
     # -- httptools' callbacks --------------------------------------------------------------
 
     def on_message_begin(self) -> None:
+        self.chunks = 0
         self.in_message = self.in_head = True
         self.url = 0
         self.begun += 1
@@ -129,6 +131,11 @@ class Guard(ChunkedBodies, asyncio.Protocol):
         self.url += len(url)
         if self.url > self.max_url_bytes:
             raise Refused(414, f"the URL is over the limit of {self.max_url_bytes} bytes (--max-url-bytes)", "url_too_long")
+
+    def on_chunk_header(self) -> None:
+        super().on_chunk_header()
+        if (why := self.chunks_over()) is not None:  # a body sent in too many chunks: refused before uvicorn parses this read
+            raise Refused(413, why, "too_many_chunks")
 
     def on_headers_complete(self) -> None:
         self.in_head = False
