@@ -2,7 +2,8 @@
 patches of 14: transformers' stride-14 convolution takes 27×27 patches over 378 pixels and
 leaves the last 6 rows and columns out; uform's ``patch_remainder: drop``), at its real widths
 (hidden 1152, MLP 4304, 16 heads of 72, text context 64) with fewer layers and random weights,
-against transformers' ``SiglipModel``: pixels, files, video, the index and the server.
+against transformers' ``SiglipModel``: pixels, files, video (the mean of its 384-pixel frames), the
+index, the server and the exported image tower in ONNX Runtime.
 
 ``python tests/test_converted_geometry.py`` prints the F32 max abs differences docs/models.md gives.
 """
@@ -129,9 +130,17 @@ def test_image_files_video_index_and_server_on_so400m(so400m: tuple[Path, Path],
         assert cosines(rows, image).min() >= 0.99999
         from media import clip as make_clip
 
+        from uform.plugins.media.files import sources
+        from uform.plugins.media.frames import Pixels
+        from uform.plugins.media.video import sample
+
         frame = np.ascontiguousarray(np.asarray(Image.open(files[0]).convert("RGB").resize((64, 48))))
-        video = np.asarray(m.video_encode([make_clip(frames=12, size=(64, 48), picture=frame)], Arena()).embeddings)
-        assert video.shape == (1, 1152) and abs(float(np.linalg.norm(video)) - 1) < 1e-5
+        data = make_clip(frames=12, size=(64, 48), picture=frame)
+        video = np.asarray(m.video_encode([data], Arena()).embeddings)
+        frames, _ = sample(sources([data], "bytes")[0], 8, Pixels.read(dumps(so400m[1])["towers"]["image"], "image").fit)
+        assert frames.shape == (8, 384, 384, 3)
+        mean = np.asarray(m.image_encode_pixels(list(frames), Arena()).embeddings, np.float64).mean(axis=0)
+        assert (unit(video) @ (mean / np.linalg.norm(mean))).item() >= 0.999999
         query = np.asarray(m.text_encode(["a photo of a cat"], Arena()).embeddings)[0]
     model = ["-m", str(so400m[1]), "--quantization", "f32"]
     assert main(["index", "photos", "--into", "idx", *model]) == 0
@@ -151,6 +160,19 @@ def test_image_files_video_index_and_server_on_so400m(so400m: tuple[Path, Path],
         got = httpx.post(url + "/v1/embeddings", json={"input": [{"type": "image_url", "image_url": {"url": f"data:image/png;base64,{png}"}}]}, timeout=120)
         assert got.status_code == 200, got.text
         assert np.allclose(got.json()["data"][0]["embedding"], rows[1], atol=1e-5)
+
+
+def test_the_exported_image_tower_takes_384_pixels_in_onnx_runtime(so400m: tuple[Path, Path], reference: Any, tmp_path: Path) -> None:
+    import onnxruntime as ort
+
+    from uform.exporters.towers import export_towers
+
+    _, image, px = reference
+    written = export_towers(so400m[1], tmp_path / "towers", "f32")
+    session = ort.InferenceSession(str(written["image"]), providers=["CPUExecutionProvider"])
+    assert session.get_inputs()[0].shape[1:] == [384, 384, 3]
+    (got,) = session.run(["embeddings"], {"pixels": px})
+    assert cosines(got, image).min() >= 0.99999
 
 
 def test_a_size_patches_do_not_divide_is_refused_unless_the_file_says_drop(so400m: tuple[Path, Path], tmp_path: Path) -> None:
