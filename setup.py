@@ -1,4 +1,4 @@
-"""Builds the op library (native/uform_ops) as part of the package; see docs/backends.md.
+"""Builds the op library (native/uform_ops) as part of the package; see docs/op-library.md.
 
 Everything else about the package is in pyproject.toml. The library is a plain shared object
 loaded by ONNX Runtime and ctypes, not a Python module. When it cannot be built (no C++

@@ -27,7 +27,7 @@ print(json.dumps({"grew": anon() - before, "memory_usage": d.memory_usage, "held
 """
 
 # bytes held per stored (BF16) byte, by the scalar the weights are held in, and the most the
-# process may grow by per byte of the file (docs/backends.md)
+# process may grow by per byte of the file (docs/op-library.md, "What it holds"; docs/backends.md, "CPU backend")
 HELD_PER_BYTE = {"f32": 2.0, "bf16": 1.0, "e4m3": 0.5}
 GROWTH_BOUND = {"f32": 2.1, "bf16": 1.1, "e4m3": 0.6}
 # bf16 is held as stored by the e4m3 backend, widened to f32 by the cpu backend without the op library

@@ -9,7 +9,7 @@
 // key's score sums its D products in order whatever T is padded to: a row's bits do not
 // depend on how many keys share its block. On the base towers
 // (2 cores) this runs 1-6 % faster than ONNX Runtime's unfused MatMul/Softmax/MatMul; its
-// AVX2 twin is attention_avx2.cpp (docs/backends.md).
+// AVX2 twin is attention_avx2.cpp (docs/op-library.md).
 #include <immintrin.h>
 
 #include <algorithm>

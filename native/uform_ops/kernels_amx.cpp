@@ -7,7 +7,7 @@
 // Every product runs on the tiles, whatever its rows, so that a row's bits are the same in any
 // batch: VDPBF16PS sums a column's products in one chain, a tile in two (even and odd k) over
 // each 32 of k (kernels_amx_model.cpp), so no other kernel gives the tiles' bits. At 1-4 rows
-// a product streams its weights once either way (docs/backends.md, "AMX").
+// a product streams its weights once either way (docs/op-library.md, "The amx kernels").
 //
 // Before the first tile instruction, Linux must grant the process the tile data state
 // (arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA), kernel 5.16 and later): amx_refusal()

@@ -14,7 +14,7 @@ session has its own copy, packed on the domain's CPUs. Each attention also runs 
 run inside the products that feed them (:mod:`uform.plugins.oplib.epilogues`).
 
 Kernels come in variants — AVX2 FMA, AVX-512 FMA, AVX-512 BF16 dot products, AMX tiles —
-and each CPU class runs the one measured fastest on its cores (docs/backends.md, "Kernels and
+and each CPU class runs the one measured fastest on its cores (docs/op-library.md, "Kernels and
 CPU classes"): x86-64-v3 ``avx2``, or ``avx2-split`` where the CPU runs 256-bit operations as
 two halves (AMD Zen 1 and Zen+); x86-64-v4 ``avx512``; x86-64-v4+vnni+bf16 ``avx512-bf16`` on
 AMD's cores and ``avx512`` on Intel's (whose VDPBF16PS gives no more products a cycle than
@@ -108,7 +108,7 @@ def accepts(request: LoadRequest) -> str | None:
 
 def variant_of(cpu_class: CPUClass) -> str | None:
     """The kernel variant a load for ``cpu_class`` runs on this machine (None: no kernels),
-    each class's choice measured on its cores (docs/backends.md, "Kernels and CPU classes"):
+    each class's choice measured on its cores (docs/op-library.md, "Kernels and CPU classes"):
     x86-64-v3 takes ``avx2-split`` where this CPU runs 256-bit operations as two 128-bit
     halves (there the ``avx2`` kernels' widening takes the FMA pipes' slots), else ``avx2``;
     x86-64-v4+vnni+bf16 takes ``avx512`` on Intel's cores (VDPBF16PS there gives no more

@@ -8,7 +8,7 @@ with the values — becomes one node. A site whose intermediate values are read 
 or whose heads are not a multiple of 16 wide, is left as it is. The op runs the kernel of the
 node's ``variant`` (AVX2's or AVX-512's in float32; ``avx512-bf16``: AVX-512's float32 scores
 with the values as BF16 products; ``amx``: BF16 tile products with float32 sums and softmax,
-docs/backends.md); the e4m3 backend fuses for every variant in
+docs/op-library.md); the e4m3 backend fuses for every variant in
 :data:`uform.plugins.e4m3.FUSED_ATTENTION` (``benchmarks/attention.py`` times each against
 ONNX Runtime's unfused ops).
 """

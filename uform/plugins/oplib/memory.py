@@ -34,7 +34,7 @@ def zeros(shapes: Sequence[tuple[int, np.dtype[Any]]]) -> list[np.ndarray]:
     1.05x the time (BF16, Zen 4, AVX-512 and AVX2 kernels alike; longer inputs within 1 %).
     Where a VM backs its guest's memory only as it is first touched, 2 MiB pages may come from
     memory the host has not backed yet: on a 2-core Zen 1 a BF16 load of the full base
-    checkpoint took 1.00-1.08 s with them against 0.72-0.74 s without (docs/backends.md)."""
+    checkpoint took 1.00-1.08 s with them against 0.72-0.74 s without (docs/op-library.md)."""
     offsets, size = [], 0
     for count, dtype in shapes:
         offsets.append(size)
