@@ -19,6 +19,7 @@ class Reader(Database):
     """The reads of an open index (:class:`store.Store` opens it and sets ``rows``)."""
 
     rows: Rows
+    _slots_by_hash: tuple[int, dict[bytes, int]] | None = None  # an earlier uform's index, until its first write
 
     @guarded
     def state(self) -> tuple[int, int]:
@@ -116,8 +117,15 @@ class Reader(Database):
     @guarded
     def slot_of(self, digest: bytes) -> int | None:
         """The least slot holding the hash ``digest`` (where a copy's vector is found): one
-        descent of the hash index, not every item's hash."""
-        found = self._db.execute("SELECT min(slot) FROM items WHERE hash = ?", (digest,)).fetchone()[0]
+        descent of the hash index, not every item's hash. An earlier uform's index has none until
+        its first write (store.Store._first_in_transaction): until then every item's hash is read
+        once (3.3 s at a million items), not the table scanned for each (0.13 s a lookup)."""
+        if self._db.execute("SELECT count(*) FROM sqlite_master WHERE type = 'index' AND name = 'items_hash'").fetchone()[0]:
+            found = self._db.execute("SELECT min(slot) FROM items WHERE hash = ?", (digest,)).fetchone()[0]
+            return None if found is None else int(found)
+        if self._slots_by_hash is None or self._slots_by_hash[0] != self._db.total_changes:  # read again after a write
+            self._slots_by_hash = (self._db.total_changes, dict(self._db.execute("SELECT hash, min(slot) FROM items GROUP BY hash")))
+        found = self._slots_by_hash[1].get(digest)
         return None if found is None else int(found)
 
     @guarded
