@@ -22,7 +22,7 @@ device; on a class without FP8 the refusal is reported and the run goes on). Par
 cosine above 0.999 of the float settings and above 0.98 of E4M3.
 
 Writes benchmarks/results/gpu_check.json (docs/benchmarks.md quotes it). Needs the
-``onnxruntime-gpu`` wheel in place of ``onnxruntime`` (docs/backends.md), with its CUDA 12
+``onnxruntime-gpu`` wheel in place of ``onnxruntime`` (docs/gpus.md), with its CUDA 12
 and cuDNN 9 libraries (CUDA 13 for onnxruntime-gpu 1.27 and newer on PyPI), and torch (CPU is
 enough) for the reference.
 """

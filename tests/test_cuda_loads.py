@@ -140,7 +140,7 @@ def test_no_cuda_provider_is_an_error_never_a_cpu_fallback(monkeypatch: pytest.M
     monkeypatch.setattr(cuda, "_both_wheels", lambda: False)
     message = (
         "cannot place a model in VRAM: cuda: onnxruntime 1.32.0 has no CUDAExecutionProvider (it has AzureExecutionProvider, "
-        "CPUExecutionProvider); install onnxruntime-gpu[cuda,cudnn] in place of onnxruntime (docs/backends.md)"
+        "CPUExecutionProvider); install onnxruntime-gpu[cuda,cudnn] in place of onnxruntime (docs/gpus.md, \"Installing for GPUs\")"
     )
     with pytest.raises(UnsupportedError, match=f"^{re.escape(message)}$"):
         uform.Model.load_vram(tiny_text)
@@ -166,7 +166,7 @@ def test_a_driver_older_than_the_wheel_is_named(monkeypatch: pytest.MonkeyPatch,
     monkeypatch.setattr(cuda, "detect", lambda: gpu_info.Detected(gpus("a10g.csv"), "CUDA 12.4", "libcuda", cuda=(12, 4)))
     message = (
         "cuda: onnxruntime 1.31.1 (built for CUDA 13.0) needs a driver for CUDA 13, and this one runs CUDA 12.4 at most; "
-        "upgrade the NVIDIA driver or install an onnxruntime-gpu built for your CUDA (docs/backends.md)"
+        "upgrade the NVIDIA driver or install an onnxruntime-gpu built for your CUDA (docs/gpus.md, \"Installing for GPUs\")"
     )
     with pytest.raises(UnsupportedError, match=re.escape(message)):
         uform.Model.load_vram(tiny_text)
@@ -182,13 +182,39 @@ def test_missing_cuda_libraries_are_named_after_preloading(monkeypatch: pytest.M
     monkeypatch.setattr(cuda, "_preload", lambda: preloaded.append(True) or present.add("libcublas.so.13"))
     message = (
         "cuda: onnxruntime 1.31.1 (built for CUDA 13.0) cannot load libcublasLt.so.13, libcudnn.so.9; install them with "
-        "pip install 'onnxruntime-gpu[cuda,cudnn]' or put CUDA 13 and cuDNN 9 on the library path (docs/backends.md)"
+        "pip install 'onnxruntime-gpu[cuda,cudnn]' or put CUDA 13 and cuDNN 9 on the library path (docs/gpus.md, \"Installing for GPUs\")"
     )
     with pytest.raises(UnsupportedError, match=re.escape(message)):
         uform.Model.load_vram(tiny_text)
     assert preloaded == [True]  # pip's nvidia-* libraries were given their chance first
     present.update(cuda.needed_libraries((13, 0)))
     assert cuda.probe() is None
+
+
+def test_the_page_the_refusals_name_tells_how_to_install_for_gpus(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each refusal that says what to install names the page and section that tell it. They named
+    docs/backends.md, whose CUDA section is a pointer to docs/gpus.md: a reader sent there found no
+    word of onnxruntime-gpu's wheels, CUDA versions or libraries."""
+    docs = Path(__file__).parents[1] / "docs"
+    monkeypatch.setattr(cuda, "_both_wheels", lambda: False)
+    monkeypatch.setattr(cuda, "built_for", lambda: (13, 0))
+    reasons = []
+    monkeypatch.setattr(cuda, "onnxruntime_providers", lambda: ("1.32.0", ["CPUExecutionProvider"]))
+    reasons.append(cuda.probe())
+    monkeypatch.setattr(cuda, "onnxruntime_providers", lambda: ("1.31.1", [cuda.PROVIDER]))
+    monkeypatch.setattr(cuda, "detect", lambda: gpu_info.Detected(gpus("a10g.csv"), "CUDA 12.4", "libcuda", cuda=(12, 4)))
+    reasons.append(cuda.probe())
+    monkeypatch.setattr(cuda, "detect", lambda: gpu_info.Detected(gpus("h200-x1.csv"), "CUDA 13.0", "libcuda", cuda=(13, 0)))
+    monkeypatch.setattr(cuda, "loads", lambda name: False)
+    monkeypatch.setattr(cuda, "_preload", lambda: None)
+    reasons.append(cuda.probe())
+    named = [re.search(r'docs/([a-z-]+\.md), "([^"]+)"', reason or "") for reason in reasons]
+    assert all(named), reasons
+    for found in named:
+        assert found is not None
+        page = (docs / found.group(1)).read_text()
+        section = page.partition(f"\n## {found.group(2)}\n")[2].partition("\n## ")[0]
+        assert "onnxruntime-gpu[cuda,cudnn]" in section and "libcudnn" in section, found.group(0)  # the wheel, and the libraries it needs
 
 
 def test_the_libraries_each_cuda_build_needs(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -234,7 +260,7 @@ def test_a_provider_that_does_not_start_is_an_error(monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(cuda, "provider_load_error", lambda: "libcuda.so.1: cannot open shared object file: No such file or directory")
     with pytest.raises(UnsupportedError, match=re.escape(
         "the CUDA execution provider did not start on device 1 (the session got CPUExecutionProvider): "
-        "libcuda.so.1: cannot open shared object file: No such file or directory; docs/backends.md lists"
+        "libcuda.so.1: cannot open shared object file: No such file or directory; docs/gpus.md, \"Installing for GPUs\", lists what onnxruntime-gpu needs"
     )):  # fmt: skip
         cuda.start_session(tmp_path / "t.onnx", None, 1)
     monkeypatch.setattr(cuda, "provider_load_error", lambda: None)

@@ -11,7 +11,7 @@ weight matrix products float16, an experimental setting, and says F16). With
 ``quantization=Scalar.E4M3`` on a class with FP8 (sm_89 and later) the blocks' matrices are
 held in VRAM as E4M3 codes with a scale per output row and ONNX Runtime's
 ``DequantizeLinear`` (FLOAT8E4M3FN) makes each product's weights on the device; older
-classes refuse it with the reason. docs/backends.md gives the reasons, the classes and the
+classes refuse it with the reason. docs/gpus.md gives the reasons, the classes and the
 install path.
 Nothing here ever falls back to the CPU: a missing provider, a driver older than the
 wheel's CUDA, a CUDA or cuDNN library that does not load, a device that does not exist or a
@@ -43,6 +43,7 @@ from uform.plugins.sessions.replicas import Replicas, session_options
 from uform.plugins.sessions.widened import widen, widened_sessions
 
 PROVIDER = "CUDAExecutionProvider"
+INSTALLING = 'docs/gpus.md, "Installing for GPUs"'  # the page and section the refusals send a reader to
 COMPUTE = "tf32"  # "tf32": float32 with TF32 products; "f16": weight matrix products in float16 (experimental)
 SESSION_THREADS = 4  # intra-op threads per CUDA session, at most: only shape arithmetic runs on the CPU
 FP8_CLASSES = frozenset({GPUClass.SM89, GPUClass.SM90, GPUClass.SM100, GPUClass.SM120})  # FP8 tensor cores
@@ -121,7 +122,7 @@ def probe() -> str | None:
     except ImportError as exc:
         return f"onnxruntime does not import ({exc})"
     if PROVIDER not in providers:
-        hint = "install onnxruntime-gpu[cuda,cudnn] in place of onnxruntime (docs/backends.md)"
+        hint = f"install onnxruntime-gpu[cuda,cudnn] in place of onnxruntime ({INSTALLING})"
         if _both_wheels():
             hint = "onnxruntime and onnxruntime-gpu are both installed and overwrite each other; uninstall both, then install onnxruntime-gpu"
         return f"onnxruntime {version} has no {PROVIDER} (it has {', '.join(providers)}); {hint}"
@@ -136,13 +137,13 @@ def probe() -> str | None:
     if cuda is not None and found.cuda is not None and found.cuda[0] < cuda[0]:
         return (
             f"{wheel} needs a driver for CUDA {cuda[0]}, and this one runs CUDA {found.cuda[0]}.{found.cuda[1]} at most; "
-            "upgrade the NVIDIA driver or install an onnxruntime-gpu built for your CUDA (docs/backends.md)"
+            f"upgrade the NVIDIA driver or install an onnxruntime-gpu built for your CUDA ({INSTALLING})"
         )
     missing = missing_libraries(cuda)
     if missing:
         return (
             f"{wheel} cannot load {', '.join(missing)}; install them with pip install 'onnxruntime-gpu[cuda,cudnn]' "
-            f"or put CUDA {cuda[0] if cuda else ''} and cuDNN 9 on the library path (docs/backends.md)"
+            f"or put CUDA {cuda[0] if cuda else ''} and cuDNN 9 on the library path ({INSTALLING})"
         )
     return None
 
@@ -171,7 +172,7 @@ def start_session(model: Path | bytes, options: Any, device: int) -> Runner:
         why = provider_load_error() or "ONNX Runtime's log above says why"
         raise UnsupportedError(
             f"the CUDA execution provider did not start on device {device} (the session got {', '.join(started)}): "
-            f"{why}; docs/backends.md lists what onnxruntime-gpu needs"
+            f"{why}; {INSTALLING}, lists what onnxruntime-gpu needs"
         )
     return session  # type: ignore[no-any-return]
 
