@@ -1,6 +1,6 @@
 """uform.index's file: one writer at a time, readers seeing whole chunks, a cancelled update's
 committed chunks kept, another model's, damaged and foreign indexes refused, an earlier uform's
-index upgraded by its next writer, and the SQLite work each operation does (what it reads, not
+index upgraded by its first write (never by a run with nothing to write), and the SQLite work each operation does (what it reads, not
 every item). A tiny checkpoint and pictures made on the spot."""
 
 from __future__ import annotations
