@@ -91,7 +91,7 @@ def test_shapes_that_disagree_with_the_config(clip_dir: Path, tmp_path: Path) ->
         ("text_config", "num_hidden_layers", -1, r"text_config: field 'num_hidden_layers' is -1, not a positive integer"),
         ("text_config", "layer_norm_eps", "abc", r"text_config: field 'layer_norm_eps' is 'abc', not a positive number"),
         ("text_config", "hidden_act", ["gelu"], r"text_config: hidden_act \['gelu'\] is not supported"),
-        ("vision_config", "image_size", 4, r"vision_config.image_size 4 is not a multiple of patch_size 8"),
+        ("vision_config", "image_size", 4, r"vision_config.image_size 4 is smaller than one patch \(patch_size 8\)"),
         ("", "text_config", [64], r"config.json: field 'text_config' is \[64\], not an object"),
     ],
 )

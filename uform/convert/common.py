@@ -205,7 +205,7 @@ def vision(cfg: Mapping[str, Any], where: str, patch: int) -> Vision:
     if integer(cfg, "num_channels", at, 3) != 3:
         raise ConvertError(f"{where}: vision_config.num_channels {cfg.get('num_channels')} is not supported (uform's images are RGB)")
     if v.size < v.patch:
-        raise ConvertError(f"{where}: vision_config.image_size {v.size} is not a multiple of patch_size {v.patch} (the image is smaller than one patch)")
+        raise ConvertError(f"{where}: vision_config.image_size {v.size} is smaller than one patch (patch_size {v.patch})")
     return v
 
 
