@@ -66,7 +66,7 @@ def test_views_of_pixels_and_samples_encode_as_their_copies(ckpt: Path) -> None:
 
 def test_nonfinite_samples_are_refused_before_any_batch_is_encoded(ckpt: Path) -> None:
     # the check ran as each item's window was made, batch by batch: a NaN at item 2000 of the default model's
-    # came after those 2000 were encoded (2.1-2.3 s on 2 cores, docs/media.md); here the first batch's progress was reported first
+    # came after those 2000 were encoded (2.1-2.3 s on 2 cores, docs/media.md, "Recordings"); here the first batch's progress was reported first
     rng = np.random.default_rng(5)
     rows = [(rng.standard_normal(16000) * 0.1).astype(np.float32) for _ in range(40)]
     rows[20][123] = np.nan

@@ -48,7 +48,7 @@ def test_pixels_equal_the_pil_processor_and_near_the_default(family: str) -> Non
         image = photo(h, w, i)
         tw, th = frames.resized_size(w, h, 224, fit.rounding)
         whole = fit.resize == "square" or tw * th <= frames.FULL_RESIZE_AREA * 224 * 224
-        # equal pixels (float rounding only); past about 16:1 the region resample may differ by a level (docs/media.md)
+        # equal pixels (float rounding only); past about 16:1 the region resample may differ by a level (docs/media-images.md)
         assert _levels(pil, fit, mean, std, image).max() < (0.01 if whole else 2.01), (h, w)
         assert _levels(default, fit, mean, std, image).max() <= 2.01, (h, w)  # torchvision's resize: a level or two
 

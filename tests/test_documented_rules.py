@@ -1,4 +1,4 @@
-"""Details docs/checkpoint.md and docs/media.md state for a second implementation, checked
+"""Details docs/checkpoint.md and docs/media-audio.md state for a second implementation, checked
 against what the code does: I8 scales per row, token vectors after ``text.ln_final``, the
 audio resampler's tail and output length, libswscale's colour matrix and range."""
 

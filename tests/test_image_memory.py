@@ -1,5 +1,5 @@
 """A picture's memory: beside the decoded picture, decoding holds strips, never a full-size copy,
-and the strips give the whole picture's pixels bit for bit (docs/media.md, "Memory")."""
+and the strips give the whole picture's pixels bit for bit (docs/media-images.md, "Memory")."""
 
 from __future__ import annotations
 
@@ -180,7 +180,7 @@ def test_a_large_picture_is_let_go_but_a_callers_file_object_stays_open(tmp_path
     np.testing.assert_array_equal(fitted, _whole(path.read_bytes(), 16))
 
 
-if __name__ == "__main__":  # python tests/test_image_memory.py 10000 10000 [S]: the figures of docs/media.md
+if __name__ == "__main__":  # python tests/test_image_memory.py 10000 10000 [S]: the figures of docs/media-images.md
     import tempfile
 
     with tempfile.TemporaryDirectory() as folder:

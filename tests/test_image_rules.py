@@ -1,4 +1,4 @@
-"""The image rules docs/media.md and docs/checkpoint.md state, checked against the code: the JPEG
+"""The image rules docs/media-images.md and docs/checkpoint.md state, checked against the code: the JPEG
 reduced-scale threshold, and PNG transparent values (tRNS) at every bit depth."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Pictures fitted from their rows in order (docs/media.md, "Memory"): a PNG read a strip at a
+"""Pictures fitted from their rows in order (docs/media-images.md, "Memory"): a PNG read a strip at a
 time (uform/plugins/media/png.py) gives the pixels of Pillow's whole decode, converted by
 ``image.to_rgb``, for every colour type, bit depth, palette and tRNS; the fit made from rows
 (uform/plugins/media/rowfit.py) is ``frames.fit`` bit for bit; damaged files fail naming the

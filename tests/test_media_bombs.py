@@ -1,10 +1,10 @@
 """Hostile recordings: MP3 ID3 tags, FLAC and WAV tags and pictures, Ogg tags, whose metadata
 would cost far more than their sound, each refused or read in bounded memory, by name
-(docs/media.md). Pictures: tests/test_media_bombs_pictures.py; clips and containers:
+(docs/media-audio.md). Pictures: tests/test_media_bombs_pictures.py; clips and containers:
 tests/test_media_bombs_video.py; the files: tests/bomb_files.py.
 
 ``python -m tests.test_media_bombs [--unchecked] [--pillow]`` measures every bomb of the three
-(its peak RSS growth and seconds), as docs/media.md quotes it."""
+(its peak RSS growth and seconds), as docs/media-images.md, media-video.md and media-audio.md quote it."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Hostile pictures: JPEG segments and fill bytes, a progressive JPEG's fill between scans,
 WebP's cost, PNG chunks besides the image data, each refused or read in bounded memory, by
-name (docs/media.md). Recordings: tests/test_media_bombs.py; clips: tests/test_media_bombs_video.py."""
+name (docs/media-images.md). Recordings: tests/test_media_bombs.py; clips: tests/test_media_bombs_video.py."""
 
 from __future__ import annotations
 

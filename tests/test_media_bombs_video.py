@@ -1,6 +1,6 @@
 """Hostile clips and containers: a frame size declared past the limit (refused before FFmpeg's
 probe), a recording's video track, MP4 metadata, WebM attachments, tags and large tracks, each
-refused or read in bounded memory, by name (docs/media.md). Recordings:
+refused or read in bounded memory, by name (docs/media-video.md). Recordings:
 tests/test_media_bombs.py; pictures: tests/test_media_bombs_pictures.py."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """An Ogg file's pages before its sound are bounded in number: empty header pages add no bytes
 to ``metadata.MAX_OGG_HEADER_BYTES``, and a million of them (27 MB) took uform's walk 1 s and
 FFmpeg 2 s more, a 1 GB file 37 times that (+5 MB). Past ``metadata.MAX_OGG_HEADER_PAGES``
-the file is refused by name before FFmpeg opens it (docs/media.md, "Recordings")."""
+the file is refused by name before FFmpeg opens it (docs/media-audio.md, "From file to window")."""
 
 from __future__ import annotations
 

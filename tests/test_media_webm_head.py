@@ -2,7 +2,7 @@
 than ``webm.MAX_HEAD_ELEMENTS`` of them is refused by name before FFmpeg opens it (140,000
 two-byte Void elements, then a 100 MB attachment no SeekHead points to: +386 MB of peak RSS,
 decoded, before); attachments after the first cluster that nothing points to FFmpeg never
-reads (docs/media.md, "Video")."""
+reads (docs/media-video.md, "Limits")."""
 
 from __future__ import annotations
 

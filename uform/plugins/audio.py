@@ -1,6 +1,6 @@
 """The audio modality: recordings as log-mel patches through the ``audio`` tower.
 
-Tensors and math are in docs/checkpoint.md ("Audio tower"); decoding rules in docs/media.md
+Tensors and math are in docs/checkpoint.md ("Audio tower"); decoding rules in docs/media-audio.md
 ("Audio"). The host turns each recording into the tower's window of ``N`` samples
 (:mod:`uform.plugins.media.audio`: decode, mix to mono, resample, in the executor's
 threads). The log-mel front end runs inside the ONNX graph: framing is a ``Gather``, the

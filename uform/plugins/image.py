@@ -1,7 +1,7 @@
 """The image modality: JPEG, PNG and WebP files, or ``[h, w, 3]`` uint8 pixels, through the ``image`` tower.
 
 Tensors and math are in docs/checkpoint.md ("Image tower"); files are decoded and buffers
-checked by :mod:`uform.plugins.media.image` (rules in docs/media.md). Each batch is decoded in the
+checked by :mod:`uform.plugins.media.image` (rules in docs/media-images.md). Each batch is decoded in the
 executor's threads on the prefetch thread while ONNX Runtime computes the batch before it.
 """
 

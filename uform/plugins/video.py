@@ -1,7 +1,7 @@
 """The video modality: MP4 (H.264, HEVC) and WebM (VP8, VP9, AV1) clips through the ``video`` tower.
 
 Tensors and math are in docs/checkpoint.md ("Video tower"); clips are sampled and decoded by
-:mod:`uform.plugins.media.video` (rules in docs/media.md). Clips decode in the executor's threads,
+:mod:`uform.plugins.media.video` (rules in docs/media-video.md). Clips decode in the executor's threads,
 one clip per thread, on the prefetch thread while ONNX Runtime computes the batch before.
 """
 

@@ -5,7 +5,7 @@ Files decode with PyAV (FFmpeg) one packet at a time, each frame given to the wi
 full, so a 10-hour file costs what its first seconds cost. Before FFmpeg opens a file, what
 it would read whole is passed over or held to a limit (ID3 tags, a FLAC's, WAV's or Ogg
 file's tags, MP4 tables, a video track's frame size, WebM attachments). Truncation is judged
-against what the container declares (docs/media.md, "Audio"). The audio plugin maps
+against what the container declares (docs/media.md, "Recordings"). The audio plugin maps
 :func:`decode` and :func:`resample` (the window's, for buffers) over the executor's threads.
 """
 

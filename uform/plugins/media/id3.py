@@ -2,7 +2,7 @@
 
 FFmpeg reads a leading ID3v2 tag whole as it opens a file, text frames converted to UTF-8
 and PyAV's metadata dict beside them: an MP3 with a 100 MB ``TXXX`` frame took 290 MB of
-peak RSS to decode (docs/media.md, "Audio"). No tag is needed for a window, so the audio
+peak RSS to decode (docs/media-audio.md, "From file to window"). No tag is needed for a window, so the audio
 reader hands FFmpeg the file from where its leading tags end (:class:`After`), or, for a
 file object that cannot seek, reads the tags through and drops them (:class:`Dropped`).
 """

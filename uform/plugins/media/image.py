@@ -1,7 +1,7 @@
 """Pictures to pixels on the host: JPEG, PNG and WebP files decoded, oriented, made 8-bit RGB
 and fitted to the tower's square; ``[h, w, 3]`` uint8 buffers checked.
 
-The rules are docs/media.md's ("Images"); the resize and crop is :func:`uform.plugins.media.frames.fit`.
+The rules are docs/media-images.md's; the resize and crop is :func:`uform.plugins.media.frames.fit`.
 Files are recognised by their content, never by their name. The image plugin
 (:mod:`uform.plugins.image`) maps :func:`decode` over the executor's threads.
 
@@ -29,7 +29,7 @@ from uform.core.errors import InputError, check_not_released
 from . import frames, jpeg, png
 from .files import Source
 from .rowfit import RowFit
-from .rowfit import vertical_first as vertical_first  # Pillow's pass order, named here by docs/media.md and the tests
+from .rowfit import vertical_first as vertical_first  # Pillow's pass order, named here by docs/media-images.md and the tests
 from .upright import AS_STORED, WEIGHTED, fit_as_stored, premultiplied, unpremultiplied_rgb
 from .upright import PNG_DEPTH as _PNG_DEPTH
 from .upright import orient as orient  # the picture made upright and RGB, imported from here too
@@ -119,7 +119,7 @@ def fit_strips(width: int, height: int, part: Callable[[tuple[int, int, int, int
 def draft_scale(width: int, height: int, size: int) -> int:
     """The JPEG scale-down: the largest ``s`` of 8, 4, 2 with ``shorter ≥ margin × s × size``, else 1.
 
-    The one rule docs/media.md states (integers only); libjpeg then decodes
+    The one rule docs/media-images.md states (integers only); libjpeg then decodes
     ``ceil(w / s) × ceil(h / s)`` pixels, so the shorter side stays at least ``margin × size``.
     """
     if JPEG_DRAFT_MARGIN <= 0:

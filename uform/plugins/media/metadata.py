@@ -27,7 +27,7 @@ MAX_OGG_HEADER_PAGES = 1 << 16  # an Ogg file's pages before its sound (16 MiB o
 # it is (it holds the tags ~3 times over: a few MB at most). A Spliced file is read through
 # Python calls; ordinary files (FFmpeg's own WAV, 34 bytes of LIST chunk; its FLAC, an encoder
 # tag and 8 KB of padding) cost 1-3 % more CPU to decode through one
-# (python benchmarks/media_preread.py; docs/media.md, "Audio").
+# (python benchmarks/media_preread.py; docs/media-audio.md, "From file to window").
 SPLICE_FROM = 1 << 20
 
 

@@ -6,7 +6,7 @@ sample a track's tables declare, as it opens the file, and for every sample of a
 MP4 whose ``stsz`` declared 6·10⁷ samples of one constant size took 4.2 GB and 13 s to be
 refused as truncated. :func:`declared_entries` sums what the tables declare, walking box
 headers only (a few reads per box, no table but ``stsc`` read), so a file declaring more
-than ``MAX_ENTRIES`` is refused before FFmpeg sees it (docs/media.md, "Limits"). The same
+than ``MAX_ENTRIES`` is refused before FFmpeg sees it (docs/media-video.md, "MP4 sample tables"). The same
 walk reads a video track's frame size from its sample description, which the video reader
 checks before FFmpeg's probe decodes a frame of it.
 """

@@ -3,7 +3,7 @@
 FFmpeg reads an Ogg file's header packets whole as it opens it and holds its tags about four
 times over (its packet buffer, the comment parsed into its dictionary, PyAV's): a 15 MB
 ``OpusTags`` tag took +61 MB of peak RSS (``python -m tests.test_media_bombs --unchecked``,
-docs/media.md, "Audio"). No tag is needed for a window, so :func:`stripped` walks the header
+docs/media-audio.md, "From file to window"). No tag is needed for a window, so :func:`stripped` walks the header
 pages (reading their lacing values, seeking over their bodies) and, for a single Opus or
 Vorbis stream whose headers hold ``metadata.SPLICE_FROM`` bytes or more, gives the pages the
 audio reader hands FFmpeg in their place (a ``metadata.Spliced`` file): the identification

@@ -1,5 +1,5 @@
 """A decoded picture made upright 8-bit RGB: its EXIF orientation read and applied (whole or a box
-at a time), its mode converted as docs/checkpoint.md and docs/media.md ("Images") state.
+at a time), its mode converted as docs/checkpoint.md and docs/media-images.md state.
 
 :mod:`uform.plugins.media.image` turns and converts a decoded picture through these, a strip
 of rows at a time where it must; :mod:`uform.plugins.media.png` makes the same RGB of its rows.

@@ -1,7 +1,7 @@
 """Clips to frames on the host: MP4 (H.264, HEVC) and WebM (VP8, VP9, AV1) files sampled,
 each sampled frame decoded, turned upright and fitted to the tower's square.
 
-The rules are docs/media.md's ("Video"). A demux-only pass (:func:`plan`) reads every packet's
+The rules are docs/media-video.md's. A demux-only pass (:func:`plan`) reads every packet's
 presentation time and keyframe flag (no decoding); the ``F`` frames the format names are then
 decoded (:func:`pick`), seeking only when the next one lies in a later keyframe group than the
 decoder's position, which never decodes more than reading the clip through. The video plugin

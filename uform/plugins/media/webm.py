@@ -2,7 +2,7 @@
 
 FFmpeg's probe (``avformat_find_stream_info``) decodes a video stream's first frames as it
 opens a file, so a clip of huge frames cost the probe before uform saw the frame size:
-``python -m tests.test_media_bombs --unchecked`` (docs/media.md, "Video"). :func:`declared`
+``python -m tests.test_media_bombs --unchecked`` (docs/media-video.md, "Limits"). :func:`declared`
 walks the EBML elements of the ``Segment``, seeking over each, reads each video track's
 ``PixelWidth`` and ``PixelHeight`` (a ``Tracks`` over ``MAX_TRACKS_BYTES`` walked too, only
 its ``Video`` elements read), and sums the ``Attachments``, which FFmpeg reads whole (a 100 MB

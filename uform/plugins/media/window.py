@@ -4,7 +4,7 @@ Every frame is mixed to mono as the mean of its channels (:func:`mono`) and resa
 libswresample (the same resampler for files and for buffers) into a :class:`Window` of ``samples``
 samples at ``rate``, which says when it is full, so a 10-hour file costs what its first seconds
 cost. :func:`resample` makes the window of a caller's buffer (:func:`buffers`) exactly as
-:mod:`uform.plugins.media.audio` makes a file's (docs/media.md, "Audio").
+:mod:`uform.plugins.media.audio` makes a file's (docs/media-audio.md, "From file to window").
 """
 
 from __future__ import annotations
