@@ -228,3 +228,24 @@ def chunked(args: tuple[str, ...] = ()) -> str:
 
     lines.append("the guard, a 32 MiB body: %s ms" % ", ".join(f"{asyncio.run(big_body()):.2f}" for _ in range(3)))
     return "\n".join(lines)
+
+
+def json_values(args: tuple[str, ...] = ()) -> str:
+    """Bodies of many small JSON values (24-30 MB each), one to a fresh server: its answer, the
+    seconds it took and the server's peak RSS before and after."""
+    bodies = {"8 M empty strings": b'{"input": [' + b'"",' * 8_000_000 + b'""]}',
+              "4 M token-id arrays": b'{"input": [' + b"[104]," * 4_000_000 + b"[104]]}",
+              "3 M objects in an ignored field": b'{"input": "a", "x": [' + b'{"a":1},' * 3_000_000 + b"1]}",
+              "10 M empty arrays in an ignored field": b'{"input": "a", "x": [' + b"[]," * 10_000_000 + b"1]}"}  # fmt: skip
+    lines = []
+    for name, body in bodies.items():
+        with subprocess_server(list(args)) as proc:
+            before, began = rss_peak(proc.proc.pid), time.monotonic()
+            status = httpx.post(proc.url + "/v1/embeddings", content=body, timeout=120).status_code
+            lines.append(f"{name} ({len(body) / 1e6:.0f} MB): {status} after {time.monotonic() - began:.2f} s, peak RSS {before:.0f} -> {rss_peak(proc.proc.pid):.0f} MB")
+    return "\n".join(lines)
+
+
+def rss_peak(pid: int) -> float:
+    return int(re.findall(r"VmHWM:\s+(\d+)", Path(f"/proc/{pid}/status").read_text())[0]) / 1000
+

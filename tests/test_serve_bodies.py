@@ -136,3 +136,24 @@ def test_a_temperature_group_out_of_range_is_invalid_value(served: tuple[str, Pa
     bad = next(i for i, g in enumerate(groups) if not 0 <= g < 3)  # the default model has 3 groups
     assert answer.status_code == 400 and error["code"] == "invalid_value" and error["param"] == f"temperature_groups[{bad}]", error
     assert f"temperature group {groups[bad]} is out of range" in error["message"]
+
+
+@pytest.mark.parametrize("body", [
+    b'{"input": "a", "x": [' + b"[]," * 10_000_000 + b"1]}",  # 30 MB of empty arrays in a field the server ignores: +900 MB, 11.5 s, a 200
+    b'{"input": [' + b"[104]," * 4_000_000 + b"[104]]}",  # 4 M token-id arrays: +505 MB, 4.7 s, then a 400 for their count
+], ids=["empty-arrays", "token-id-arrays"])  # fmt: skip
+def test_a_body_of_more_json_values_than_the_limit_is_refused_before_it_is_read(served: tuple[str, Path], body: bytes) -> None:
+    answer = post(served[0], body)
+    assert answer.status_code == 400 and error_of(answer) == {
+        "message": "the body holds over 524288 JSON values (arrays, objects, strings, numbers: commas outside its strings), the limit of "
+                   "uform.serve.requests.MAX_COMMAS: read, they would take far more memory than its bytes",
+        "type": "invalid_request_error", "param": None, "code": "too_many_values"}, answer.text  # fmt: skip
+
+
+def test_commas_inside_texts_are_not_counted_as_values(served: tuple[str, Path]) -> None:
+    texts = ['a, b, \\"c\\", [d], \\\\' * 300 + str(i) for i in range(2048)]  # 600 commas a text: 1.2 M in all
+    body = json.dumps({"input": texts}).encode()
+    assert body.count(b",") > 1_000_000
+    answer = post(served[0], body)
+    assert answer.status_code == 200 and len(answer.json()["data"]) == 2048, answer.text[:300]
+

@@ -349,10 +349,10 @@ def test_the_drain_deadline_closes_what_still_runs_without_a_500_or_a_traceback(
     assert log.count('"POST /v1/embeddings" 499') == 2, log
 
 
-if __name__ == "__main__":  # python tests/test_serve_hostile.py [COUNT [same-bytes] | head | slow [ARGS] | idle [ARGS] | chunked [ARGS]]: the figures of docs/serve.md
+if __name__ == "__main__":  # python tests/test_serve_hostile.py [COUNT [same-bytes] | head | slow [ARGS] | idle [ARGS] | chunked [ARGS] | values [ARGS]]: the figures of docs/serve.md
     import sys
 
-    from serve_figures import chunked, huge_head, idle_connections, server_memory, slow_bodies
+    from serve_figures import chunked, huge_head, idle_connections, json_values, server_memory, slow_bodies
 
     what = sys.argv[1] if len(sys.argv) > 1 else "1"
     if what == "slow":
@@ -361,5 +361,7 @@ if __name__ == "__main__":  # python tests/test_serve_hostile.py [COUNT [same-by
         print(idle_connections(args=tuple(sys.argv[2:])))
     elif what == "chunked":
         print(chunked(tuple(sys.argv[2:])))
+    elif what == "values":
+        print(json_values(tuple(sys.argv[2:])))
     else:
         print(huge_head() if what == "head" else server_memory(int(what), sys.argv[2:] == ["same-bytes"]))
