@@ -10,6 +10,10 @@ Dated history, precisely: outside fenced code blocks, with line breaks read as s
 - ``it replaced`` (what the code did before).
 
 A date beside a figure, saying when it was measured ("x86-64-amx, 2026-12-06"), is no history.
+
+And every link between pages lands: a relative link in README.md, docs/ or docs/notes/ names a
+file that exists and, with ``#anchor``, a heading of that page (GitHub's slug of it) or an
+``<a id="anchor">`` it holds, so a section moved to another page takes its links with it.
 """
 
 from __future__ import annotations
@@ -79,3 +83,56 @@ def test_the_check_bites_and_spares_what_is_no_history() -> None:
     )
     assert caught == ["line 1: until 2026-12-05", "line 3: until that evening", "line 4: It replaced", "line 5: Since 2026-11-30"]
     assert history("measured on x86-64-amx, 2026-12-06, the machine shared; wait until 10-20 ms pass\n") == []
+
+
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor of a heading: lower case, punctuation but ``-`` and ``_`` dropped, spaces as ``-``."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def anchors(page: Path) -> set[str]:
+    """The anchors a page holds: its headings' slugs (outside fenced code) and its ``<a id>``s."""
+    found: set[str] = set()
+    fence = False
+    for line in page.read_text().split("\n"):
+        if line.lstrip().startswith("```"):
+            fence = not fence
+        elif not fence and line.startswith("#"):
+            found.add(slug(line.lstrip("#")))
+    return found | set(re.findall(r'<a id="([^"]+)"', page.read_text()))
+
+
+def broken_links(page: Path) -> list[str]:
+    """Each relative link of ``page`` that names no file, or no anchor of the page it names."""
+    found = []
+    for target in LINK.findall(page.read_text()):
+        if re.match(r"[a-z]+:", target):  # https:, mailto:
+            continue
+        path, _, anchor = target.partition("#")
+        linked = (page.parent / path).resolve() if path else page
+        if not linked.exists():
+            found.append(f"{page.name}: {target}: no such file")
+        elif anchor and linked.suffix == ".md" and anchor not in anchors(linked):
+            found.append(f"{page.name}: {target}: no such heading in {linked.name}")
+    return found
+
+
+@pytest.mark.parametrize("page", ["README.md", *(f"docs/{p.name}" for p in pages()), *(f"docs/notes/{p.name}" for p in sorted((DOCS / "notes").glob("*.md")))])
+def test_every_link_between_pages_lands(page: str) -> None:
+    assert broken_links(DOCS.parent / page) == []
+
+
+def test_the_link_check_bites(tmp_path: Path) -> None:
+    (tmp_path / "a.md").write_text("# A page\n\n## `uform.index` — an index\n\n<a id=\"gpu\"></a>\n```\n# not a heading\n```\n")
+    (tmp_path / "b.md").write_text(
+        "[a](a.md#uformindex--an-index) [b](a.md#gpu) [c](https://x.org/y.md) "
+        "[d](a.md#not-a-heading) [e](notes/a.md) [f](#plan) [g](a.md)\n"
+    )
+    assert broken_links(tmp_path / "b.md") == [
+        "b.md: a.md#not-a-heading: no such heading in a.md",
+        "b.md: notes/a.md: no such file",
+        "b.md: #plan: no such heading in b.md",
+    ]
