@@ -136,3 +136,10 @@ def test_the_link_check_bites(tmp_path: Path) -> None:
         "b.md: notes/a.md: no such file",
         "b.md: #plan: no such heading in b.md",
     ]
+
+
+def test_every_readers_page_is_in_the_readmes_documentation_list() -> None:
+    """README's "Documentation" is the index of the pages: a page split off another (demo.md,
+    op-library.md, media-images.md, ...) that it does not list is found only through links."""
+    listed = set(re.findall(r"^- \[docs/([a-z-]+\.md)\]\(docs/\1\) — ", (DOCS.parent / "README.md").read_text().partition("\n## Documentation\n")[2], flags=re.M))
+    assert sorted({p.name for p in pages()} - listed) == []
