@@ -123,7 +123,11 @@ def plan(container: Any, stream: Any, source: Source) -> Plan:
     top, top_duration = None, 0  # the latest presentation time, and the duration of its (last) packet
     ends: dict[Any, int] = {}  # stream → where its packets end (its time base)
     for packet in container.demux():
-        if packet.pts is None or packet.size == 0 or packet.is_discard:  # discard: cut by an MP4 edit list
+        if packet.pts is None or packet.size == 0:
+            continue
+        if packet.stream is stream and packet.is_keyframe:  # one an edit list cuts still starts its group
+            keys.append(packet.pts)
+        if packet.is_discard:  # cut by an MP4 edit list: not a frame of the clip
             continue
         if packet.stream is not stream:
             ends[packet.stream] = max(ends.get(packet.stream, packet.pts), packet.pts + (packet.duration or 0))
@@ -131,8 +135,6 @@ def plan(container: Any, stream: Any, source: Source) -> Plan:
         times.append(packet.pts)
         if top is None or packet.pts >= top:
             top, top_duration = packet.pts, packet.duration or 0
-        if packet.is_keyframe:
-            keys.append(packet.pts)
         if len(times) > MAX_PACKETS:
             raise source.fail(f"the video stream has over {MAX_PACKETS} frames (uform.plugins.media.video.MAX_PACKETS)")
     if not times:
@@ -146,7 +148,7 @@ def plan(container: Any, stream: Any, source: Source) -> Plan:
         raise source.fail(f"the clip spans {seconds:.0f} s, over the limit of {MAX_SECONDS} s (uform.plugins.media.video.MAX_SECONDS)")
     ends[stream] = int(order[0]) + span
     check_complete(container, stream, ends, source)
-    return Plan(order, np.sort(np.asarray(keys or times[:1], np.int64)), int(order[0]), span, seconds)
+    return Plan(order, np.sort(np.asarray(keys or order[:1], np.int64)), int(order[0]), span, seconds)
 
 
 def check_complete(container: Any, stream: Any, ends: Mapping[Any, int], source: Source) -> None:
@@ -190,6 +192,7 @@ def pick(container: Any, stream: Any, p: Plan, count: int, seeking: bool, keep: 
     j, prev = 0, None
     first = p.group(int(wanted[0]))
     seek_to: int | None = int(p.keys[first]) if seeking and first > 0 else None
+    sought = {first} if seek_to is not None else set()  # each group is sought once: reading on always ends
     while True:
         jump, c.seeks = seek_to is not None, c.seeks + int(seek_to is not None)
         frames, seek_to = _frames_from(container, stream, seek_to), None
@@ -206,8 +209,9 @@ def pick(container: Any, stream: Any, p: Plan, count: int, seeking: bool, keep: 
                 return c
             prev = frame
             group = p.group(int(wanted[j]))
-            if seeking and group > p.group(pts):
+            if seeking and group > p.group(pts) and group not in sought:
                 seek_to = int(p.keys[group])
+                sought.add(group)
                 break
         if jump:
             raise _SeekMissed  # the seek found no frames
