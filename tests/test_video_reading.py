@@ -72,3 +72,65 @@ def test_an_edit_list_that_cuts_into_a_keyframe_group_is_sampled_from_the_frames
     picks, _, counters = sampled(grouped)
     assert counters.seeks <= 3 and len(reads) == counters.seeks + 1 and len(set(reads)) == len(reads)
     assert picks == sampled(grouped, seeking=False)[0] == [9, 15, 21, 27]  # shown 2, 8, 14, 20 of 23 (targets 2.875, 8.625, …)
+
+
+def grey_clip(codec: str, fmt: str, level: int, colour_range: int | None = None, size: tuple[int, int] = (32, 32), bits: int = 8) -> bytes:
+    """Three flat grey (4:0:0) frames at ``level`` (8-bit scale) stored in ``bits``; ``colour_range``
+    1 (limited) or 2 (full) tagged, None untagged."""
+    width, height = size
+    pix_fmt = "gray" if bits == 8 else f"gray{bits}le"
+    buffer = io.BytesIO()
+    with av.open(buffer, "w", format=fmt) as container:
+        stream = container.add_stream(codec, rate=30)
+        stream.width, stream.height, stream.pix_fmt = width, height, pix_fmt
+        if codec == "libx265":
+            stream.codec_context.options = {"x265-params": "log-level=none"}
+        if colour_range is not None:
+            stream.codec_context.color_range = colour_range
+        for i in range(3):
+            frame = av.VideoFrame(width, height, pix_fmt)
+            dtype = np.uint8 if bits == 8 else np.dtype("<u2")
+            frame.planes[0].update(np.full(frame.planes[0].buffer_size // np.dtype(dtype).itemsize, level << (bits - 8), dtype).tobytes())
+            if colour_range is not None:
+                frame.color_range = colour_range
+            frame.pts = i
+            for packet in stream.encode(frame):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+    return buffer.getvalue()
+
+
+def grey_levels(data: bytes) -> list[int]:
+    _, frames, _ = sampled(data, count=1)
+    assert (frames == frames[0, 0, 0, 0]).all()  # flat, and R = G = B
+    return [int(frames[0, 0, 0, 0])]
+
+
+EXACT = [0.0, (100 - 16) * 255 / 219, 255.0]  # limited-range Y = 16, 100, 235 as RGB: 0, 97.8, 255
+
+
+def near_exact(levels: list[int]) -> bool:
+    """Within libswscale's rounding (its SIMD paths differ from its C path by a level)."""
+    return all(abs(level - exact) <= 1.5 for level, exact in zip(levels, EXACT, strict=True))
+
+
+@pytest.mark.parametrize(("codec", "fmt"), [("libx265", "mp4"), ("ffv1", "matroska")])
+def test_grey_frames_are_converted_by_their_range_as_colour_frames_are(codec: str, fmt: str) -> None:
+    # HEVC 4:0:0 and FFV1 grey decode to FFmpeg's gray format, which libswscale took as full range
+    # whatever its tag: black (Y = 16) came out 16 and white (235) 235 in a limited-range clip.
+    # H.264's decoder gives 4:0:0 as 4:2:0 with neutral chroma, converted as limited: 0 and 255.
+    # Untagged is limited too (docs/checkpoint.md).
+    h264 = [grey_levels(grey_clip("libx264", "mp4", y))[0] for y in (16, 100, 235)]
+    assert near_exact(h264), h264
+    for colour_range in (None, 1):
+        assert [grey_levels(grey_clip(codec, fmt, y, colour_range))[0] for y in (16, 100, 235)] == h264, colour_range
+    assert [grey_levels(grey_clip(codec, fmt, y, 2))[0] for y in (16, 100, 235)] == [16, 100, 235]  # full range: as stored
+
+
+def test_odd_sized_and_deep_grey_frames() -> None:
+    # 17x9 (the neutral chroma planes are 9x5) and 1x1, 8 and 10 bits (white is 940, black 64)
+    for bits in (8, 10):
+        assert near_exact([grey_levels(grey_clip("ffv1", "matroska", y, 1, (17, 9), bits))[0] for y in (16, 100, 235)]), bits
+        assert near_exact([grey_levels(grey_clip("ffv1", "matroska", y, None, (1, 1), bits))[0] for y in (16, 100, 235)]), bits
+    assert grey_levels(grey_clip("ffv1", "matroska", 235, 2, (1, 1), bits=10)) == [235]  # full range: 940 of 1023

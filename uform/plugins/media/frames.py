@@ -256,3 +256,46 @@ def from_array(array: np.ndarray) -> Image.Image:
     from PIL import Image
 
     return Image.fromarray(np.ascontiguousarray(array), mode="RGB")
+
+
+# A decoded video frame as 8-bit RGB (docs/checkpoint.md, "Video tower"). libswscale, through
+# PyAV, converts a frame by its tags, an untagged range taken as limited, except a grey (4:0:0)
+# frame, which it takes as full range whatever its tag: a limited-range HEVC 4:0:0 clip's black
+# (Y = 16) came out 16 and its white (235) 235, where the same picture from H.264 (whose decoder
+# gives 4:0:0 as 4:2:0 with neutral chroma) came out 0 and 255. So a grey frame is given neutral
+# chroma first and converted as H.264's is (docs/media-reading.md).
+FULL_RANGE = 2  # AVCOL_RANGE_JPEG: samples 0 … 2^bits − 1
+
+
+def frame_rgb(frame: Any) -> np.ndarray:
+    """``uint8 [height, width, 3]`` of a decoded frame, as libswscale converts it by its tags; a
+    grey frame not tagged full range is converted as 4:2:0 with neutral chroma (:func:`with_chroma`)."""
+    if frame.format.name.startswith("gray") and frame.color_range != FULL_RANGE:
+        frame = with_chroma(frame)
+    out: np.ndarray = frame.to_ndarray(format="rgb24")
+    return out
+
+
+def with_chroma(frame: Any) -> Any:
+    """A grey frame (``gray``, ``gray10le``, …) as the 4:2:0 frame of the same depth whose chroma
+    is neutral (``2^(bits − 1)``), its luma, range and matrix tags as they are; a grey format with
+    no such 4:2:0 format (floating point) is returned as it is."""
+    import av
+
+    name = frame.format.name
+    try:
+        out = av.VideoFrame(frame.width, frame.height, "yuv420p" + name[len("gray") :])
+    except ValueError:
+        return frame
+    bits = frame.format.components[0].bits
+    dtype = np.dtype(np.uint8 if bits <= 8 else "<u2" if name.endswith("le") else ">u2")
+    width, height = frame.width, frame.height
+    luma = np.frombuffer(frame.planes[0], dtype).reshape(height, -1)[:, :width]
+    target = out.planes[0]
+    plane = np.zeros((height, target.line_size // dtype.itemsize), dtype)
+    plane[:, :width] = luma
+    target.update(plane.tobytes())
+    for chroma in out.planes[1:]:
+        chroma.update(np.full(chroma.buffer_size // dtype.itemsize, 1 << (bits - 1), dtype).tobytes())
+    out.colorspace, out.color_range = frame.colorspace, frame.color_range
+    return out

@@ -243,7 +243,7 @@ def frame_pixels(frame: Any, size: int, source: Source) -> np.ndarray:
         raise source.fail(f"a frame is {frame.width}x{frame.height}, over the limit of {MAX_FRAME_PIXELS} pixels")
     # libswscale with PyAV's defaults (SWS_BILINEAR): the matrix and range the frame is tagged
     # with; untagged is BT.601, limited range (docs/checkpoint.md, "Video tower")
-    rgb = frame.to_ndarray(format="rgb24")
+    rgb = frames.frame_rgb(frame)  # a grey frame given neutral chroma first, so its range tag counts
     turns = round((frame.rotation or 0) / 90) % 4  # counterclockwise quarter turns, as FFmpeg's autorotate
     if turns:
         rgb = np.rot90(rgb, turns)
