@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import sys
@@ -152,13 +153,27 @@ ENTRY_SOURCE = textwrap.dedent(
             "'object' has no function marked @uform.hookimpl (uform's hooks are uform_backends, uform_modalities): "
             "the entry point names something that is not a uform plugin",
         ),
+        (
+            "uform_broken:plugn",
+            "failed",
+            "its entry point weird = uform_broken:plugn names 'plugn', which uform_broken does not have: "
+            "correct the entry point in uform-broken's [project.entry-points.uform]",
+        ),
+        (
+            "uform_broken:plugin.nosuch",
+            "failed",
+            "its entry point weird = uform_broken:plugin.nosuch names 'nosuch', which uform_broken.plugin does not have: "
+            "correct the entry point in uform-broken's [project.entry-points.uform]",
+        ),
     ],
-    ids=["an-instance", "a-module", "empty", "a-class", "the-hook-itself", "no-hooks"],
+    ids=["an-instance", "a-module", "empty", "a-class", "the-hook-itself", "no-hooks", "a-missing-object", "a-missing-member"],
 )
 def test_an_entry_point_naming_no_plugin_is_failed_by_name(site: Path, value: str, status: str, error: str) -> None:
     """An empty value failed with "AttributeError: 'NoneType' object has no attribute 'group'"; a
     class with "uform_backends names 'self', which the hook does not pass ... drop the argument";
-    the hook function itself, or an object with no hooks, was listed 'ok' and provided nothing."""
+    the hook function itself, or an object with no hooks, was listed 'ok' and provided nothing; an
+    object the module lacks was "import failed: AttributeError: module 'uform_broken' has no
+    attribute 'plugn'" (the module imported: the entry point is wrong)."""
     install(site, "uform-broken", f"weird = {value}", {"uform_broken/__init__.py": ENTRY_SOURCE})
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
@@ -236,3 +251,51 @@ def test_a_modality_describe_failing_is_the_plugins_error_named(site: Path, tmp_
     with uform.Model.load_ram(tmp_path / "smelly.safetensors") as model:
         with pytest.raises(uform.PluginError, match=f"^{re.escape(message)}$"):
             model.describe()
+
+
+def test_an_attribute_error_importing_the_module_is_an_import_failure(site: Path) -> None:
+    """An entry point naming an object the module lacks is the entry point's mistake; an
+    AttributeError raised while the module imports stays the import's."""
+    install(site, "uform-broken", "weird = uform_broken:plugin", {"uform_broken/__init__.py": "import os\nos.nosuch\n"})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        host = Host()
+        host.discover()
+    (record,) = [r for r in host.records if r.distribution == "uform-broken"]
+    assert record.error == "import failed: AttributeError: module 'os' has no attribute 'nosuch'"
+
+
+CHATTY = textwrap.dedent(
+    """
+    import uform
+    from uform.core.plugin import Backend
+    from uform.plugins import cpu
+    print("chatty: imported")
+
+    def place(request):
+        print("chatty: open")
+        return cpu.open_ram(request)
+
+    @uform.hookimpl
+    def uform_backends():
+        print("chatty: uform_backends")
+        yield Backend("chatty", "ram", lambda: print("chatty: probe"), place, priority=50, accepts=lambda r: print("chatty: accepts"))
+    """
+)
+
+
+def test_what_a_plugin_prints_goes_to_stderr_not_into_uforms_output(site: Path, tiny_text: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A plugin printing at import, in its hook, probe, accepts or open wrote into stdout, so
+    ``uform plugins --json`` and ``uform describe --json`` printed 'chatty: imported' before the
+    JSON (json.loads: 'Expecting value: line 1 column 1'). It is on stderr now, the JSON whole."""
+    from uform.cli import main
+
+    install(site, "uform-chatty", "chatty = uform_chatty", {"uform_chatty/__init__.py": CHATTY})
+    assert main(["plugins", "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert [r["status"] for r in json.loads(out) if r["name"] == "chatty"] == ["ok"]
+    assert err.splitlines() == ["chatty: imported", "chatty: uform_backends"]
+    assert main(["describe", "--json", "-m", str(tiny_text)]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["backend"] == "chatty"
+    assert err.splitlines() == ["chatty: probe", "chatty: accepts", "chatty: open"]

@@ -36,7 +36,8 @@ from . import hookspecs
 from .claims import BLOCK_ENV, Claimant, Conflict, Loaded, PluginRecord, Resolution, resolve
 from .errors import PluginConflictError, PluginError, UformError, UnsupportedError
 from .plugin import Backend, LoadRequest, Modality, Placement
-from .wellformed import ENTRY_POINT, Refused, check_records, check_registered, check_unregistered, shown, wrong_described, wrong_specs
+from .entrypoints import load, to_stderr
+from .wellformed import Refused, check_records, check_registered, check_unregistered, shown, wrong_described, wrong_specs
 
 __all__ = ["BLOCK_ENV", "Claimant", "Conflict", "Host", "PluginRecord", "blocked_from_env", "get_host", "reset_host"]
 
@@ -86,13 +87,10 @@ class Host:
             if ep.name in self.blocked:
                 self._record(PluginRecord(ep.name, dist, version, "", "blocked", (), f"blocked by {BLOCK_ENV} or Host(blocked=...)"))
                 continue
-            if not ENTRY_POINT.fullmatch(ep.value):
-                self._failed(ep.name, dist, version, f"its entry point's value {ep.value!r} is not 'module' or 'module:object'")
-                continue
             try:
-                plugin = ep.load()
-            except (Exception, SystemExit) as exc:  # noqa: BLE001 - a broken plugin must not break the rest
-                self._failed(ep.name, dist, version, f"import failed: {type(exc).__name__}: {exc}")
+                plugin = load(ep, dist)
+            except Refused as exc:  # a broken plugin must not break the rest
+                self._failed(ep.name, dist, version, str(exc))
                 continue
             self.add(plugin, ep.name, dist, version)
         unknown = sorted(self.blocked - seen)
@@ -141,10 +139,11 @@ class Host:
         caller = self.manager.subset_hook_caller(hook, remove_plugins=others)
         try:
             items = []
-            for result in caller():
-                if result is not None and not isinstance(result, Iterable):
-                    raise Refused(f"{hook} returned {type(result).__name__}, not an iterable of records")
-                items += list(result or ())
+            with to_stderr():  # what it prints (calling it, iterating what it yields) stays off stdout
+                for result in caller():
+                    if result is not None and not isinstance(result, Iterable):
+                        raise Refused(f"{hook} returned {type(result).__name__}, not an iterable of records")
+                    items += list(result or ())
             return items
         except Refused:
             raise
@@ -212,7 +211,8 @@ class Host:
         """``backend.open(request)``, what it raises raised; PluginError naming its plugin when it
         answers something other than a Placement with a runner (an object with ``run``) for
         every tower of the request."""
-        placement = backend.open(request)
+        with to_stderr():
+            placement = backend.open(request)
         if not isinstance(placement, Placement):
             wrong = f"{shown(placement)}, not a Placement"
         else:
@@ -265,7 +265,8 @@ class Host:
     def _asked(self, backend: Backend, what: str, ask: Callable[[], Any]) -> str | None:
         fix = self._fix(backend)
         try:
-            reason = ask()
+            with to_stderr():
+                reason = ask()
         except Exception as exc:  # noqa: BLE001 - the plugin's failure, named
             wrong = f"its {what} raised {type(exc).__name__}: {exc}; {fix}"
         else:

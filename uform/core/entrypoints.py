@@ -1,0 +1,58 @@
+"""Loading one plugin's entry point, and running plugin code with its prints kept off stdout.
+
+:func:`load` imports an entry point's module and then looks up the object it names, so that a
+module that fails to import (``import failed: ModuleNotFoundError: ...``) is told apart from an
+entry point naming an attribute its module lacks (the entry point's mistake, not the import's).
+Both are :class:`~uform.core.wellformed.Refused` with the whole reason.
+
+:func:`to_stderr` runs plugin code (its import, its hooks, a backend's ``probe``, ``accepts``
+and ``open``) with ``sys.stdout`` pointed at ``sys.stderr``: what a plugin prints is still seen,
+while uform's own output on stdout (``uform plugins --json``, ``uform describe --json``, a
+table) stays whole. The redirection is process-wide while it lasts, as
+:func:`contextlib.redirect_stdout` is.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import importlib.metadata as metadata
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+from .wellformed import ENTRY_POINT, Refused
+
+__all__ = ["load", "to_stderr"]
+
+
+@contextlib.contextmanager
+def to_stderr() -> Iterator[None]:
+    """Inside, ``print()`` and ``sys.stdout`` write to ``sys.stderr``."""
+    with contextlib.redirect_stdout(sys.stderr):
+        yield
+
+
+def load(ep: metadata.EntryPoint, distribution: str) -> Any:
+    """The object ``ep`` names (its module, or ``module:object``), imported with stdout on stderr;
+    Refused naming why not: a value of another form, an import that failed (``SystemExit``
+    included), or an object the imported module does not have."""
+    if not ENTRY_POINT.fullmatch(ep.value):
+        raise Refused(f"its entry point's value {ep.value!r} is not 'module' or 'module:object'")
+    try:
+        with to_stderr():
+            obj = importlib.import_module(ep.module)
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - a broken plugin must not break the rest
+        raise Refused(f"import failed: {type(exc).__name__}: {exc}") from exc
+    path = ep.module
+    for part in ep.attr.split(".") if ep.attr else ():
+        try:
+            with to_stderr():
+                obj = getattr(obj, part)
+        except AttributeError:
+            raise Refused(
+                f"its entry point {ep.name} = {ep.value.strip()} names {part!r}, which {path} does not have: "
+                f"correct the entry point in {distribution}'s [project.entry-points.uform]"
+            ) from None
+        path = f"{path}.{part}"
+    return obj
