@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata as metadata
 import json
 import logging
 import re
@@ -299,3 +300,31 @@ def test_what_a_plugin_prints_goes_to_stderr_not_into_uforms_output(site: Path, 
     out, err = capsys.readouterr()
     assert json.loads(out)["backend"] == "chatty"
     assert err.splitlines() == ["chatty: probe", "chatty: accepts", "chatty: open"]
+
+
+@pytest.mark.parametrize(
+    ("requires", "error"),
+    [
+        ("uform>=9", "it requires uform>=9, and the installed uform is {have}: install a release of uform-broken made for uform {have}, or a uform in that range"),
+        ("uform (<4.0.0rc1)", "it requires uform<4.0.0rc1, and the installed uform is {have}: install a release of uform-broken made for uform {have}, or a uform in that range"),
+        ("uform>=3.9", ""),
+        ("uform>=9; extra == 'gpu'", ""),
+        ("uform-smell>=9", ""),
+    ],
+    ids=["newer", "older", "met", "an-extra's", "another-distribution"],
+)
+def test_a_plugin_made_for_another_uform_is_not_imported(site: Path, requires: str, error: str) -> None:
+    """A distribution declaring dependencies = ["uform>=9"] (installed with --no-deps; `pip check`
+    said 'uform-broken 0.3 has requirement uform>=9, but you have uform 4.0.0rc1') was imported
+    and listed 'ok', whatever of uform 9 it relies on."""
+    install(site, "uform-broken", "weird = uform_broken", {"uform_broken/__init__.py": ENTRY_SOURCE})
+    with open(site / "uform_broken-0.1.dist-info" / "METADATA", "a") as f:
+        f.write(f"Requires-Dist: {requires}\n")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        host = Host()
+        host.discover()
+    (record,) = [r for r in host.records if r.distribution == "uform-broken"]
+    have = metadata.version("uform")
+    assert (record.status, record.error) == ("failed" if error else "ok", error.format(have=have))
+    assert ("uform_broken" in sys.modules) == (not error)

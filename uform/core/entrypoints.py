@@ -3,7 +3,9 @@
 :func:`load` imports an entry point's module and then looks up the object it names, so that a
 module that fails to import (``import failed: ModuleNotFoundError: ...``) is told apart from an
 entry point naming an attribute its module lacks (the entry point's mistake, not the import's).
-Both are :class:`~uform.core.wellformed.Refused` with the whole reason.
+Both are :class:`~uform.core.wellformed.Refused` with the whole reason. :func:`unmet_requirement`
+says why a plugin's distribution is not for the installed uform (its ``Requires-Dist`` on uform),
+before anything of it is imported.
 
 :func:`to_stderr` runs plugin code (its import, its hooks, a backend's ``probe``, ``accepts``
 and ``open``) with ``sys.stdout`` pointed at ``sys.stderr``: what a plugin prints is still seen,
@@ -23,7 +25,7 @@ from typing import Any
 
 from .wellformed import ENTRY_POINT, Refused
 
-__all__ = ["load", "to_stderr"]
+__all__ = ["load", "to_stderr", "unmet_requirement"]
 
 
 @contextlib.contextmanager
@@ -56,3 +58,28 @@ def load(ep: metadata.EntryPoint, distribution: str) -> Any:
             ) from None
         path = f"{path}.{part}"
     return obj
+
+
+def unmet_requirement(dist: metadata.Distribution | None) -> str:
+    """Why ``dist`` is not for the installed uform: a ``Requires-Dist`` on uform (its
+    ``dependencies``) whose version range the installed one is outside ('' when none is)."""
+    lines = [r for r in (dist.requires or []) if r.lstrip().lower().startswith("uform")] if dist is not None else []
+    if not lines:
+        return ""
+    from packaging.requirements import InvalidRequirement, Requirement  # only for plugins that name uform
+    from packaging.utils import canonicalize_name
+
+    have = metadata.version("uform")
+    for line in lines:
+        try:
+            req = Requirement(line)
+        except InvalidRequirement:
+            continue  # pip would not have installed it; its other checks still apply
+        applies = req.marker is None or req.marker.evaluate({"extra": ""})
+        if canonicalize_name(req.name) == "uform" and applies and not req.specifier.contains(have, prereleases=True):
+            name = dist.metadata["Name"] if dist is not None else "it"
+            return (
+                f"it requires uform{req.specifier}, and the installed uform is {have}: install a release of "
+                f"{name} made for uform {have}, or a uform in that range"
+            )
+    return ""

@@ -36,7 +36,7 @@ from . import hookspecs
 from .claims import BLOCK_ENV, Claimant, Conflict, Loaded, PluginRecord, Resolution, resolve
 from .errors import PluginConflictError, PluginError, UformError, UnsupportedError
 from .plugin import Backend, LoadRequest, Modality, Placement
-from .entrypoints import load, to_stderr
+from .entrypoints import load, to_stderr, unmet_requirement
 from .wellformed import Refused, check_records, check_registered, check_unregistered, shown, wrong_described, wrong_specs
 
 __all__ = ["BLOCK_ENV", "Claimant", "Conflict", "Host", "PluginRecord", "blocked_from_env", "get_host", "reset_host"]
@@ -86,6 +86,10 @@ class Host:
             self._discovered.add((group, ep.name, ep.value, dist))
             if ep.name in self.blocked:
                 self._record(PluginRecord(ep.name, dist, version, "", "blocked", (), f"blocked by {BLOCK_ENV} or Host(blocked=...)"))
+                continue
+            unmet = unmet_requirement(ep.dist)  # a plugin made for another uform is not imported
+            if unmet:
+                self._failed(ep.name, dist, version, unmet)
                 continue
             try:
                 plugin = load(ep, dist)
