@@ -328,3 +328,18 @@ def test_a_plugin_made_for_another_uform_is_not_imported(site: Path, requires: s
     have = metadata.version("uform")
     assert (record.status, record.error) == ("failed" if error else "ok", error.format(have=have))
     assert ("uform_broken" in sys.modules) == (not error)
+
+
+def test_a_skipped_plugins_warning_says_how_to_go_without_it(site: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The warning every uform command printed for a plugin that fails to import named the plugin
+    and the culprit but not what to do; it ends with how to be rid of it (and of the warning)."""
+    install(site, "uform-broken", "weird = uform_broken", {"uform_broken/__init__.py": "import nosuch_dependency_xyz\n"})
+    with caplog.at_level(logging.WARNING, logger="uform.plugins"), pytest.warns(RuntimeWarning) as caught:
+        Host().discover()
+    message = (
+        "uform plugin 'weird' from uform-broken 0.1 is unusable and was skipped: import failed: ModuleNotFoundError: "
+        "No module named 'nosuch_dependency_xyz' (to go without it and this warning, uninstall uform-broken or set "
+        "UFORM_BLOCK_PLUGINS=weird)"
+    )
+    assert caplog.messages == [message]
+    assert [str(w.message) for w in caught] == [message]

@@ -166,7 +166,11 @@ class Host:
         self.records.append(record)
 
     def _failed(self, name: str, distribution: str, version: str, error: str) -> None:
-        msg = f"uform plugin {name!r} from {distribution} {version} is unusable and was skipped: {error}"
+        remove = "" if distribution == "uform" else f"uninstall {distribution} or "
+        msg = (
+            f"uform plugin {name!r} from {distribution} {version} is unusable and was skipped: {error} "
+            f"(to go without it and this warning, {remove}set {BLOCK_ENV}={name})"
+        )
         log.warning(msg)
         warnings.warn(msg, RuntimeWarning, stacklevel=3)
         self._record(PluginRecord(name, distribution, version, "", "failed", (), error))
