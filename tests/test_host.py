@@ -343,3 +343,36 @@ def test_a_skipped_plugins_warning_says_how_to_go_without_it(site: Path, caplog:
     )
     assert caplog.messages == [message]
     assert [str(w.message) for w in caught] == [message]
+
+
+SNIFF = textwrap.dedent(
+    """
+    import uform
+    from uform.core.plugin import Modality, Tower
+
+    VERBS = {"sniff": lambda call: "sniffed"}
+    PRESETS = {"tiny": {"width": 8}}
+
+    @uform.hookimpl
+    def uform_modalities():
+        yield Modality("sniff", Tower("sniffer", lambda c, m: c, lambda p, m: {}, lambda p, m, b: None, PRESETS), VERBS)
+    """
+)
+
+
+def test_a_plugin_changing_what_it_yielded_changes_nothing_uform_uses(site: Path) -> None:
+    """A modality's verbs (and its tower's presets) were the plugin's own dict, checked once: a
+    plugin adding to it after registration gained a verb named 'describe', which the checks
+    refuse, and took the built-in 'text_encode' from the text plugin, with no conflict."""
+    install(site, "uform-broken", "sniff = uform_broken", {"uform_broken/__init__.py": SNIFF})
+    host = Host()
+    host.discover()
+    import uform_broken  # type: ignore[import-not-found]
+
+    uform_broken.VERBS.update(describe=lambda call: "hijacked", text_encode=lambda call: "hijacked")
+    uform_broken.PRESETS["small"] = {"width": 16}
+    assert host.verb("text_encode").name == "text"
+    with pytest.raises(uform.UnsupportedError, match="^no installed plugin provides describe;"):
+        host.verb("describe")
+    assert list(host.modalities["sniff"].verbs) == ["sniff"]
+    assert list(host.modalities["sniff"].tower.presets) == ["tiny"]

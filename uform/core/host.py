@@ -34,10 +34,10 @@ import pluggy
 
 from . import hookspecs
 from .claims import BLOCK_ENV, Claimant, Conflict, Loaded, PluginRecord, Resolution, resolve
+from .entrypoints import load, to_stderr, unmet_requirement
 from .errors import PluginConflictError, PluginError, UformError, UnsupportedError
 from .plugin import Backend, LoadRequest, Modality, Placement
-from .entrypoints import load, to_stderr, unmet_requirement
-from .wellformed import Refused, check_records, check_registered, check_unregistered, shown, wrong_described, wrong_specs
+from .wellformed import Refused, check_records, check_registered, check_unregistered, held, shown, wrong_described, wrong_specs
 
 __all__ = ["BLOCK_ENV", "Claimant", "Conflict", "Host", "PluginRecord", "blocked_from_env", "get_host", "reset_host"]
 
@@ -118,6 +118,7 @@ class Host:
             backends = self._hook(plugin, "uform_backends")
             check_records("uform_modalities", modalities, Modality)
             check_records("uform_backends", backends, Backend)
+            modalities = [held(m) for m in modalities]  # what was checked is what is used
         except (Exception, SystemExit) as exc:  # noqa: BLE001
             if registered:
                 self.manager.unregister(plugin)

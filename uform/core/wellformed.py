@@ -9,7 +9,7 @@ function left unmarked, one naming an argument its spec lacks or a hook uform do
 (:func:`check_unregistered`, :func:`check_registered`), and a record whose fields are not what
 docs/plugins.md says they are, or a name it yields twice (:func:`check_records`).
 :func:`wrong_specs` checks a tower's ``tensors`` answer the same way, :func:`wrong_described` a
-modality's ``describe`` answer.
+modality's ``describe`` answer; :func:`held` is what the host keeps of a checked record.
 """
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ import difflib
 import inspect
 import re
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import replace
+from types import MappingProxyType
 from typing import Any
 
 import pluggy
@@ -104,6 +106,14 @@ def check_records(hook: str, records: list[Any], kind: type[Modality] | type[Bac
     if twice:
         what = ", ".join(f"the {kind} {name!r}" for kind, name in twice)
         raise Refused(f"{hook} yielded {what} twice; each name is one record")
+
+
+def held(m: Modality) -> Modality:
+    """A checked modality as the host holds it: its ``verbs`` and its tower's ``presets`` copied
+    into read-only mappings, so that a plugin changing the dict it yielded later (adding a verb
+    named ``describe``, or one another plugin serves) changes nothing uform uses."""
+    tower = replace(m.tower, presets=MappingProxyType(dict(m.tower.presets)))
+    return replace(m, tower=tower, verbs=MappingProxyType(dict(m.verbs)))
 
 
 def wrong_specs(specs: Any) -> str:
