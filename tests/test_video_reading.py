@@ -74,6 +74,59 @@ def test_an_edit_list_that_cuts_into_a_keyframe_group_is_sampled_from_the_frames
     assert picks == sampled(grouped, seeking=False)[0] == [9, 15, 21, 27]  # shown 2, 8, 14, 20 of 23 (targets 2.875, 8.625, …)
 
 
+
+
+def test_b_frames_are_sampled_by_presentation_time() -> None:
+    # H.264 with B-frames: packets come in decode order (pts 0, 4, 2, 1, 3, …), frames by the rule
+    for count, picks in [(30, [3, 11, 18, 26]), (31, [3, 11, 19, 27]), (7, [0, 2, 4, 6])]:
+        data = clip(frames=count, gop=12)
+        with av.open(io.BytesIO(data)) as container:
+            order = [p.pts for p in container.demux(video=0) if p.size]
+        assert order != sorted(order)
+        assert sampled(data)[0] == sampled(data, seeking=False)[0] == picks
+
+
+@pytest.mark.parametrize(("codec", "fmt", "size"), [
+    ("libvpx-vp9", "webm", (1, 1)), ("libvpx-vp9", "webm", (17, 9)), ("libvpx-vp9", "webm", (4000, 16)),
+    ("libvpx", "webm", (17, 9)), ("ffv1", "matroska", (17, 9)), ("libx264", "mp4", (4000, 16)),
+])  # fmt: skip
+def test_odd_sizes_are_the_frames_pyav_decodes_fitted(codec: str, fmt: str, size: tuple[int, int]) -> None:
+    width, height = size
+    y, x = np.mgrid[0:height, 0:width]
+    buffer = io.BytesIO()
+    with av.open(buffer, "w", format=fmt) as container:
+        stream = container.add_stream(codec, rate=30)
+        stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
+        for i in range(4):
+            picture = np.stack([x * 255 // max(width - 1, 1), y * 255 // max(height - 1, 1), np.full_like(x, 60 * i)], -1).astype(np.uint8)
+            frame = av.VideoFrame.from_ndarray(picture, format="rgb24")
+            frame.pts = i
+            for packet in stream.encode(frame):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+    data = buffer.getvalue()
+    with av.open(io.BytesIO(data)) as container:
+        decoded = [frame.to_ndarray(format="rgb24") for frame in container.decode(video=0)]
+    assert len(decoded) == 4 and decoded[0].shape == (height, width, 3)
+    _, frames, _ = sampled(data)
+    for frame, reference in zip(frames, decoded, strict=True):  # 4 frames, F = 4: each once
+        np.testing.assert_array_equal(frame, frames_module.fit(frames_module.from_array(reference), S))
+
+def test_a_phones_display_matrix_turns_the_picture_clockwise() -> None:
+    # a phone held upright writes tkhd's matrix (0, 1, -1, 0) (16.16): FFmpeg reads -90 degrees
+    # and players turn the stored landscape picture 90 degrees clockwise
+    picture = pattern(48, 64)
+    data = bytearray(clip(frames=3, picture=picture))
+    at = data.find(b"tkhd") + 4 + 4 + 4 * 5 + 8 + 8  # version 0: flags, times, track, duration, layer…volume
+    assert data[data.find(b"tkhd") + 4] == 0 and struct.unpack(">9i", data[at : at + 36])[::4] == (65536, 65536, 1 << 30)
+    data[at : at + 36] = struct.pack(">9i", 0, 65536, 0, -65536, 0, 0, 0, 0, 1 << 30)
+    with av.open(io.BytesIO(bytes(data))) as container:
+        assert next(container.decode(video=0)).rotation == -90
+    _, frames, _ = sampled(bytes(data), count=1)
+    turned = [np.abs(frames[0].astype(int) - frames_module.fit(Image.fromarray(np.ascontiguousarray(np.rot90(picture, k))), S)).mean() for k in (-1, 1)]
+    assert turned[0] < 6 < turned[1], turned  # clockwise (np.rot90 by -1), not counterclockwise
+
 def grey_clip(codec: str, fmt: str, level: int, colour_range: int | None = None, size: tuple[int, int] = (32, 32), bits: int = 8) -> bytes:
     """Three flat grey (4:0:0) frames at ``level`` (8-bit scale) stored in ``bits``; ``colour_range``
     1 (limited) or 2 (full) tagged, None untagged."""
@@ -134,3 +187,66 @@ def test_odd_sized_and_deep_grey_frames() -> None:
         assert near_exact([grey_levels(grey_clip("ffv1", "matroska", y, 1, (17, 9), bits))[0] for y in (16, 100, 235)]), bits
         assert near_exact([grey_levels(grey_clip("ffv1", "matroska", y, None, (1, 1), bits))[0] for y in (16, 100, 235)]), bits
     assert grey_levels(grey_clip("ffv1", "matroska", 235, 2, (1, 1), bits=10)) == [235]  # full range: 940 of 1023
+
+
+def colour_clip(pix_fmt: str, yuv: tuple[int, int, int], colourspace: int | None, colour_range: int | None) -> bytes:
+    """Three flat frames of ``yuv`` (8-bit scale, stored at ``pix_fmt``'s depth), H.264 lossless
+    (qp 0), tagged with ``colourspace`` (1: BT.709, 5: BT.601) and ``colour_range`` (1, 2) or not."""
+    bits = 10 if pix_fmt.endswith("10le") else 8
+    dtype = np.dtype(np.uint8 if bits == 8 else "<u2")
+    buffer = io.BytesIO()
+    with av.open(buffer, "w", format="mp4") as container:
+        stream = container.add_stream("libx264", rate=30)
+        stream.width, stream.height, stream.pix_fmt = 32, 32, pix_fmt
+        stream.codec_context.options = {"qp": "0"}
+        if colourspace is not None:
+            stream.codec_context.colorspace = colourspace
+        if colour_range is not None:
+            stream.codec_context.color_range = colour_range
+        for i in range(3):
+            frame = av.VideoFrame(32, 32, pix_fmt)
+            for plane, value in zip(frame.planes, yuv, strict=True):
+                plane.update(np.full(plane.buffer_size // dtype.itemsize, value << (bits - 8), dtype).tobytes())
+            frame.pts = i
+            for packet in stream.encode(frame):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+    return buffer.getvalue()
+
+
+def exact_rgb(yuv: tuple[int, int, int], colourspace: int | None, colour_range: int | None) -> np.ndarray:
+    """The matrix's own RGB of an 8-bit-scale YUV, as docs/checkpoint.md names it (untagged: BT.601, limited)."""
+    kr, kb = (0.2126, 0.0722) if colourspace == 1 else (0.299, 0.114)
+    y, u, v = yuv
+    luma, pb, pr = ((y / 255, (u - 128) / 255, (v - 128) / 255) if colour_range == 2 else ((y - 16) / 219, (u - 128) / 224, (v - 128) / 224))
+    r, b = luma + 2 * (1 - kr) * pr, luma + 2 * (1 - kb) * pb
+    return np.clip(np.array([r, (luma - kr * r - kb * b) / (1 - kr - kb), b]) * 255, 0, 255)
+
+
+TAGS = [(None, None), (5, 1), (5, 2), (1, 1), (1, 2)]
+
+
+def colour_errors(pix_fmt: str, yuv: tuple[int, int, int] = (100, 150, 90)) -> list[float]:
+    """Largest |uform's RGB − the exact matrix| of each of ``TAGS`` for a flat frame."""
+    out = []
+    for colourspace, colour_range in TAGS:
+        _, frames, _ = sampled(colour_clip(pix_fmt, yuv, colourspace, colour_range), count=1)
+        out.append(float(np.abs(frames[0, 0, 0].astype(float) - exact_rgb(yuv, colourspace, colour_range)).max()))
+    return out
+
+
+@pytest.mark.parametrize(("pix_fmt", "bound"), [("yuv444p", 0.5), ("yuv420p", 2.2), ("yuv420p10le", 2.8)])
+def test_colour_frames_follow_their_tags_within_libswscale_rounding(pix_fmt: str, bound: float) -> None:
+    # the tagged matrix and range are used (a wrong pair is off by over 6 levels here); libswscale's
+    # fixed point is within half a level at 4:4:4, and its 4:2:0 path within about 2 (3 at 10 bits)
+    errors = colour_errors(pix_fmt)
+    assert max(errors) <= bound, errors
+    wrong = exact_rgb((100, 150, 90), 1, 2) - exact_rgb((100, 150, 90), None, None)
+    assert np.abs(wrong).max() > 6
+
+
+if __name__ == "__main__":
+    print("pix_fmt       " + "  ".join(f"{str(t):10s}" for t in TAGS) + "  (largest |RGB - exact|, levels; tags: colourspace, range)")
+    for pix_fmt in ("yuv444p", "yuv420p", "yuv420p10le"):
+        print(f"{pix_fmt:12s}  " + "  ".join(f"{e:<10.1f}" for e in colour_errors(pix_fmt)))
