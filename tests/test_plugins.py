@@ -410,3 +410,36 @@ def test_the_names_a_verb_may_not_take_are_models_own() -> None:
 
     public = {n for n in dir(uform.Model) if not n.startswith("_")}
     assert MODEL_NAMES == public - set(ENCODE_VERBS.values()) - {CHOOSE_VERB}
+
+
+def example_backend() -> str:
+    """The third-party backend that docs/plugins.md shows, verbatim."""
+    block = re.search(r"```python\n# uform_lean/plugin.py\n(.*?)```", DOCS.read_text(), re.S)
+    assert block
+    return block.group(1)
+
+
+def test_third_party_backend_is_chosen_by_its_priority_and_accepts(
+    site: Path, tiny_text: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """docs/plugins.md had no backend example: how to bind the unbound weights (as what type) and
+    what a Placement's bytes are was left to reading uform's own backends."""
+    texts = ["a lean backend", "the same embeddings"]
+    reference = uform.Model.load_ram(tiny_text, quantization=uform.Scalar.F32)
+    assert reference.backend == "cpu"
+    expected = np.array(reference.text_encode(texts, uform.Arena()).embeddings)
+    install(site, "uform-lean", "lean = uform_lean.plugin", {"uform_lean/__init__.py": "", "uform_lean/plugin.py": example_backend()})
+    reset_host()
+    model = uform.Model.load_ram(tiny_text, quantization=uform.Scalar.F32)
+    assert (model.backend, model.compute) == ("lean", "float32 products, one thread")
+    assert model.describe().memory_usage == reference.describe().memory_usage
+    np.testing.assert_allclose(np.array(model.text_encode(texts, uform.Arena()).embeddings), expected, atol=1e-6)
+    assert uform.Model.load_ram(tiny_text).backend == "lean"  # bf16
+    assert uform.Model.load_ram(tiny_text, quantization=uform.Scalar.E4M3).backend in ("e4m3", "cpu")
+    assert main(["plugins"]) == 0
+    out = capsys.readouterr().out
+    assert "  lean (ram): available (ONNX Runtime's CPU execution provider, one thread)" in out.splitlines()
+    assert re.search(r"^lean +uform-lean 0\.1 +backend +ok +lean$", out, re.M)
+    monkeypatch.setenv("UFORM_BLOCK_PLUGINS", "lean")
+    reset_host()
+    assert uform.Model.load_ram(tiny_text).backend in ("e4m3", "cpu")
