@@ -113,19 +113,36 @@ def test_odd_sizes_are_the_frames_pyav_decodes_fitted(codec: str, fmt: str, size
     for frame, reference in zip(frames, decoded, strict=True):  # 4 frames, F = 4: each once
         np.testing.assert_array_equal(frame, frames_module.fit(frames_module.from_array(reference), S))
 
-def test_a_phones_display_matrix_turns_the_picture_clockwise() -> None:
-    # a phone held upright writes tkhd's matrix (0, 1, -1, 0) (16.16): FFmpeg reads -90 degrees
-    # and players turn the stored landscape picture 90 degrees clockwise
+U = 1 << 16  # 1.0 in the matrix's 16.16 fixed point
+SHOWN = {  # a display matrix (a, b, c, d) → what FFmpeg's autorotation shows of the stored picture
+    "phone upright, -90: turned clockwise": ((0, U, -U, 0), lambda p: np.rot90(p, -1)),
+    "90: turned counterclockwise": ((0, -U, U, 0), lambda p: np.rot90(p, 1)),
+    "180: turned half way": ((-U, 0, 0, -U), lambda p: p[::-1, ::-1]),
+    "mirrored (a < 0)": ((-U, 0, 0, U), lambda p: p[:, ::-1]),
+    "flipped (d < 0)": ((U, 0, 0, -U), lambda p: p[::-1]),
+    "transposed (-90, c > 0)": ((0, U, U, 0), lambda p: p.transpose(1, 0, 2)),
+    "anti-transposed (90, c < 0)": ((0, -U, -U, 0), lambda p: p[::-1, ::-1].transpose(1, 0, 2)),
+    "singular: as stored": ((U, 0, U, 0), lambda p: p),
+}
+
+
+@pytest.mark.parametrize("case", list(SHOWN))
+def test_the_display_matrix_turns_and_mirrors_the_picture_as_ffmpeg_shows_it(case: str) -> None:
+    # tkhd's matrix, patched into a clip: a phone held upright writes (0, 1, -1, 0) and players
+    # turn the stored landscape picture clockwise; a mirrored matrix (a selfie camera's) mirrors
+    # it, where the old reading of the angle alone turned it (mirrored: upside down; flipped: not
+    # at all; transposed: a turn); a singular one, whose angle PyAV reads as -2^31, was turned by 90
+    (a, b, c, d), show = SHOWN[case]
     picture = pattern(48, 64)
     data = bytearray(clip(frames=3, picture=picture))
     at = data.find(b"tkhd") + 4 + 4 + 4 * 5 + 8 + 8  # version 0: flags, times, track, duration, layer…volume
-    assert data[data.find(b"tkhd") + 4] == 0 and struct.unpack(">9i", data[at : at + 36])[::4] == (65536, 65536, 1 << 30)
-    data[at : at + 36] = struct.pack(">9i", 0, 65536, 0, -65536, 0, 0, 0, 0, 1 << 30)
-    with av.open(io.BytesIO(bytes(data))) as container:
-        assert next(container.decode(video=0)).rotation == -90
+    assert data[data.find(b"tkhd") + 4] == 0 and struct.unpack(">9i", data[at : at + 36])[::4] == (U, U, 1 << 30)
+    data[at : at + 36] = struct.pack(">9i", a, b, 0, c, d, 0, 0, 0, 1 << 30)
     _, frames, _ = sampled(bytes(data), count=1)
-    turned = [np.abs(frames[0].astype(int) - frames_module.fit(Image.fromarray(np.ascontiguousarray(np.rot90(picture, k))), S)).mean() for k in (-1, 1)]
-    assert turned[0] < 6 < turned[1], turned  # clockwise (np.rot90 by -1), not counterclockwise
+    views = {k: fn(picture) for k, (_, fn) in SHOWN.items()}
+    errors = {k: np.abs(frames[0].astype(int) - frames_module.fit(Image.fromarray(np.ascontiguousarray(v)), S)).mean() for k, v in views.items()}
+    best = min(errors, key=lambda k: errors[k])
+    assert np.array_equal(views[best], views[case]) and errors[case] < 6, errors
 
 def grey_clip(codec: str, fmt: str, level: int, colour_range: int | None = None, size: tuple[int, int] = (32, 32), bits: int = 8) -> bytes:
     """Three flat grey (4:0:0) frames at ``level`` (8-bit scale) stored in ``bits``; ``colour_range``

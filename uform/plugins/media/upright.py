@@ -7,7 +7,8 @@ of rows at a time where it must; :mod:`uform.plugins.media.png` makes the same R
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import math
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -151,3 +152,40 @@ def upright_box(image: Image.Image, method: Image.Transpose | None, box: tuple[i
     }[method]  # fmt: skip
     part = image.crop(stored)
     return part if method is None else part.transpose(method)
+
+
+def displayed(rgb: np.ndarray, matrix: bytes | None) -> np.ndarray:
+    """A decoded video frame as its display matrix says to show it, as FFmpeg's autorotation does.
+
+    ``matrix`` is the frame's ``DISPLAYMATRIX`` side data (nine native int32, row-major
+    ``[a b u; c d v; x y w]``). Its angle ``θ`` is fftools' ``get_rotation``: ``atan2(b, a)``
+    in degrees (``−av_display_rotation_get``) rounded, taken to 0 … 360. Within a degree of 90:
+    turned clockwise, or transposed where ``c > 0`` (mirrored); of 270: counterclockwise, or
+    anti-transposed where ``c < 0``; of 180: mirrored where ``a < 0``, flipped where ``d < 0``
+    (both: turned half way); of 0: flipped where ``d < 0``. Any other angle turns by the nearest
+    quarter (FFmpeg rotates by the exact angle, into a larger frame); a singular matrix does nothing.
+    """
+    if matrix is None or len(matrix) < 36:
+        return rgb
+    a, b, _, c, d = (int(v) for v in np.frombuffer(matrix[:20], "=i4"))
+    if math.hypot(a, c) == 0 or math.hypot(b, d) == 0:
+        return rgb
+    theta = round(math.degrees(math.atan2(b / math.hypot(b, d), a / math.hypot(a, c))))
+    theta -= 360 * math.floor(theta / 360 + 0.9 / 360)
+    if abs(theta - 90) < 1:
+        return rgb.transpose(1, 0, 2) if c > 0 else np.rot90(rgb, -1)
+    if abs(theta - 270) < 1:
+        return np.rot90(rgb, 2).transpose(1, 0, 2) if c < 0 else np.rot90(rgb, 1)
+    if abs(theta - 180) < 1:
+        return rgb[:: -1 if d < 0 else 1, :: -1 if a < 0 else 1]
+    if abs(theta) < 1:
+        return rgb[::-1] if d < 0 else rgb
+    return np.rot90(rgb, round(-theta / 90) % 4)
+
+
+def display_matrix(frame: Any) -> bytes | None:
+    """A decoded PyAV frame's ``DISPLAYMATRIX`` side data, None when it has none."""
+    for kind, data in frame.side_data.items():
+        if getattr(kind, "name", str(kind)) == "DISPLAYMATRIX":
+            return bytes(data)
+    return None

@@ -20,7 +20,7 @@ import numpy as np
 
 from uform.core.errors import InputError
 
-from . import frames, mp4, webm
+from . import frames, mp4, upright, webm
 from .files import CUT_WHILE_OPENED, Source, falls_short
 
 MAX_FRAME_PIXELS = 40_000_000  # width × height of a frame (8K UHD is 33.2 M)
@@ -244,9 +244,7 @@ def frame_pixels(frame: Any, size: int, source: Source) -> np.ndarray:
     # libswscale with PyAV's defaults (SWS_BILINEAR): the matrix and range the frame is tagged
     # with; untagged is BT.601, limited range (docs/checkpoint.md, "Video tower")
     rgb = frames.frame_rgb(frame)  # a grey frame given neutral chroma first, so its range tag counts
-    turns = round((frame.rotation or 0) / 90) % 4  # counterclockwise quarter turns, as FFmpeg's autorotate
-    if turns:
-        rgb = np.rot90(rgb, turns)
+    rgb = upright.displayed(rgb, upright.display_matrix(frame))  # turned and mirrored as FFmpeg's autorotation
     return frames.fit(frames.from_array(rgb), size)
 
 
