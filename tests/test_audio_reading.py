@@ -142,6 +142,20 @@ def test_aac_priming_is_removed_where_an_edit_list_declares_it() -> None:
     assert lag(np.pad(window(edited, 44100, n).samples, (2048, 0)), x) == 0
 
 
+
+def test_an_mp3_without_lames_info_tag_keeps_the_codecs_delay() -> None:
+    # the Info frame (the file's first, after its ID3 tag) is where LAME says its delay: without
+    # it FFmpeg decodes the 576 samples of encoder delay and 529 of decoder delay, 25 ms in front
+    pytest.importorskip("scipy")
+    n = 30011
+    x = noise(n, 44100)
+    data = encoded(x[None], 44100, "libmp3lame", "mp3")
+    assert data[:3] == b"ID3" and data.find(b"Info") > 0
+    start = 10 + (data[6] << 21 | data[7] << 14 | data[8] << 7 | data[9])
+    second = next(k for k in range(start + 1, len(data) - 1) if data[k] == 0xFF and data[k + 1] & 0xE0 == 0xE0)
+    untagged = window(data[:start] + data[second:], 44100, n + 4000)
+    assert lag(np.pad(untagged.samples, (2048, 0)), x) == 1105 and round(untagged.seconds * 44100) == 32256  # 28 frames of 1152
+
 def resampling_errors(rate: int, tower_rate: int = 16000, samples: int = 16000) -> dict[float, float]:
     """Largest |window − the analytic sine| past the first and last 64 samples, for sines of
     amplitude 0.5 at 1/8, 3/8, 3/4 and 15/16 of the lower Nyquist frequency."""

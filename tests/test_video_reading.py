@@ -144,6 +144,32 @@ def test_the_display_matrix_turns_and_mirrors_the_picture_as_ffmpeg_shows_it(cas
     best = min(errors, key=lambda k: errors[k])
     assert np.array_equal(views[best], views[case]) and errors[case] < 6, errors
 
+
+def test_a_sample_aspect_ratio_is_not_applied() -> None:
+    # 64x48 stored at a sample aspect ratio of 2:1 is shown 128x48 (8:3); the tower gets the
+    # stored frame fitted, as checkpoint.md says ("at the frame's own size"), not the shown one
+    from fractions import Fraction
+
+    picture = pattern(48, 64)
+    buffer = io.BytesIO()
+    with av.open(buffer, "w", format="mp4") as container:
+        stream = container.add_stream("libx264", rate=30)
+        stream.width, stream.height, stream.pix_fmt = 64, 48, "yuv420p"
+        stream.codec_context.sample_aspect_ratio = Fraction(2, 1)
+        for i in range(3):
+            frame = av.VideoFrame.from_ndarray(picture, format="rgb24")
+            frame.pts = i
+            for packet in stream.encode(frame):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+    data = buffer.getvalue()
+    with av.open(io.BytesIO(data)) as container:
+        assert container.streams.video[0].display_aspect_ratio == Fraction(8, 3)
+        stored = next(container.decode(video=0)).to_ndarray(format="rgb24")
+    _, frames, _ = sampled(data, count=1)
+    np.testing.assert_array_equal(frames[0], frames_module.fit(frames_module.from_array(stored), S))
+
 def grey_clip(codec: str, fmt: str, level: int, colour_range: int | None = None, size: tuple[int, int] = (32, 32), bits: int = 8) -> bytes:
     """Three flat grey (4:0:0) frames at ``level`` (8-bit scale) stored in ``bits``; ``colour_range``
     1 (limited) or 2 (full) tagged, None untagged."""
