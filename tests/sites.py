@@ -11,7 +11,7 @@ import pytest
 
 from uform.core.host import reset_host
 
-PREFIXES = ("uform_smell", "uform_broken", "uform_rival", "uform_chatty", "uform_lean")  # the modules the tests' distributions hold
+PREFIXES = ("uform_smell", "uform_broken", "uform_rival", "uform_chatty", "uform_lean", "uform_slow")  # the modules the tests' distributions hold
 
 
 def install(root: Path, dist: str, entry: str, modules: dict[str, str]) -> None:

@@ -376,3 +376,25 @@ def test_a_plugin_changing_what_it_yielded_changes_nothing_uform_uses(site: Path
         host.verb("describe")
     assert list(host.modalities["sniff"].verbs) == ["sniff"]
     assert list(host.modalities["sniff"].tower.presets) == ["tiny"]
+
+
+def test_a_plugin_slow_to_import_is_named(site: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """A plugin taking seconds to import (a time.sleep(3) at import: uform plugins took 4.5 s
+    instead of 1.0) made every command slower with nothing naming it. Its import is timed on a
+    clock the test's plugin moves by 5 s; a quick plugin is not named."""
+    from uform.core import entrypoints
+
+    now = [0.0]
+    monkeypatch.setattr(entrypoints, "clock", lambda: now[0])
+    monkeypatch.setattr(sys.modules[__name__], "NOW", now, raising=False)
+    slow = f"import sys\nsys.modules[{__name__!r}].NOW[0] += 5\n" + ENTRY_SOURCE.replace('"weird"', '"slow"')
+    install(site, "uform-slow", "slow = uform_slow:plugin", {"uform_slow/__init__.py": slow})
+    install(site, "uform-broken", "weird = uform_broken:plugin", {"uform_broken/__init__.py": ENTRY_SOURCE})
+    with caplog.at_level(logging.WARNING, logger="uform.plugins"):
+        host = Host()
+        host.discover()
+    assert {r.name: r.status for r in host.records}["slow"] == "ok"
+    assert caplog.messages == [
+        "uform plugin 'slow' from uform-slow 0.1 took 5.0 s to import and register, which every uform command and "
+        "every process that loads a model pays: report it to uform-slow, or set UFORM_BLOCK_PLUGINS=slow to go without it"
+    ]

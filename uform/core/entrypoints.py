@@ -5,7 +5,8 @@ module that fails to import (``import failed: ModuleNotFoundError: ...``) is tol
 entry point naming an attribute its module lacks (the entry point's mistake, not the import's).
 Both are :class:`~uform.core.wellformed.Refused` with the whole reason. :func:`unmet_requirement`
 says why a plugin's distribution is not for the installed uform (its ``Requires-Dist`` on uform),
-before anything of it is imported.
+before anything of it is imported. :func:`slow` names a plugin that takes over
+:data:`SLOW_SECONDS` to import and register: every process that loads a model pays that once.
 
 :func:`to_stderr` runs plugin code (its import, its hooks, a backend's ``probe``, ``accepts``
 and ``open``) with ``sys.stdout`` pointed at ``sys.stderr``: what a plugin prints is still seen,
@@ -20,12 +21,16 @@ import contextlib
 import importlib
 import importlib.metadata as metadata
 import sys
+import time
 from collections.abc import Iterator
 from typing import Any
 
 from .wellformed import ENTRY_POINT, Refused
 
-__all__ = ["load", "to_stderr", "unmet_requirement"]
+__all__ = ["SLOW_SECONDS", "clock", "load", "slow", "to_stderr", "unmet_requirement"]
+
+SLOW_SECONDS = 1.0  # a plugin taking longer to import and register is named in a warning
+clock = time.perf_counter  # what :func:`slow` is measured with (a test's clock replaces it)
 
 
 @contextlib.contextmanager
@@ -83,3 +88,15 @@ def unmet_requirement(dist: metadata.Distribution | None) -> str:
                 f"{name} made for uform {have}, or a uform in that range"
             )
     return ""
+
+
+def slow(name: str, distribution: str, seconds: float) -> str:
+    """The warning for plugin ``name`` taking ``seconds`` to import and register ('' under
+    :data:`SLOW_SECONDS`)."""
+    if seconds < SLOW_SECONDS:
+        return ""
+    return (
+        f"uform plugin {name!r} from {distribution} took {seconds:.1f} s to import and register, which every "
+        f"uform command and every process that loads a model pays: report it to {distribution.split()[0]}, "
+        f"or set UFORM_BLOCK_PLUGINS={name} to go without it"
+    )

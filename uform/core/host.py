@@ -32,7 +32,7 @@ from typing import Any
 
 import pluggy
 
-from . import hookspecs
+from . import entrypoints, hookspecs
 from .claims import BLOCK_ENV, Claimant, Conflict, Loaded, PluginRecord, Resolution, resolve
 from .entrypoints import load, to_stderr, unmet_requirement
 from .errors import PluginConflictError, PluginError, UformError, UnsupportedError
@@ -91,12 +91,16 @@ class Host:
             if unmet:
                 self._failed(ep.name, dist, version, unmet)
                 continue
+            started = entrypoints.clock()
             try:
                 plugin = load(ep, dist)
             except Refused as exc:  # a broken plugin must not break the rest
                 self._failed(ep.name, dist, version, str(exc))
                 continue
             self.add(plugin, ep.name, dist, version)
+            slow = entrypoints.slow(ep.name, f"{dist} {version}", entrypoints.clock() - started)
+            if slow:
+                log.warning(slow)
         unknown = sorted(self.blocked - seen)
         if unknown and not again:
             msg = f"{BLOCK_ENV} names {', '.join(map(repr, unknown))}, which no installed uform plugin is called; `uform plugins` lists their names"
