@@ -289,6 +289,17 @@ def test_colour_frames_follow_their_tags_within_libswscale_rounding(pix_fmt: str
     assert np.abs(wrong).max() > 6
 
 
+
+@pytest.mark.parametrize(("colourspace", "kr", "kb"), [(9, 0.2627, 0.0593), (7, 0.212, 0.087)])  # BT.2020 NCL, SMPTE 240M
+def test_bt2020_and_smpte240m_tags_are_followed(colourspace: int, kr: float, kb: float) -> None:
+    y, u, v = 100, 150, 90
+    luma, pb, pr = (y - 16) / 219, (u - 128) / 224, (v - 128) / 224
+    r, b = luma + 2 * (1 - kr) * pr, luma + 2 * (1 - kb) * pb
+    exact = np.array([r, (luma - kr * r - kb * b) / (1 - kr - kb), b]) * 255
+    _, frames, _ = sampled(colour_clip("yuv444p", (y, u, v), colourspace, 1), count=1)
+    assert np.abs(frames[0, 0, 0] - exact).max() <= 0.5
+    assert np.abs(exact - exact_rgb((y, u, v), 5, 1)).max() > 2  # not BT.601's
+
 if __name__ == "__main__":
     print("pix_fmt       " + "  ".join(f"{str(t):10s}" for t in TAGS) + "  (largest |RGB - exact|, levels; tags: colourspace, range)")
     for pix_fmt in ("yuv444p", "yuv420p", "yuv420p10le"):
