@@ -398,3 +398,17 @@ def test_a_plugin_slow_to_import_is_named(site: Path, monkeypatch: pytest.Monkey
         "uform plugin 'slow' from uform-slow 0.1 took 5.0 s to import and register, which every uform command and "
         "every process that loads a model pays: report it to uform-slow, or set UFORM_BLOCK_PLUGINS=slow to go without it"
     ]
+
+
+def test_a_conflict_with_a_built_in_is_logged_once(site: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A plugin yielding a backend named 'cpu' took every RAM load down (PluginConflictError)
+    while uform logged nothing: only `uform plugins` or a failing load told of it."""
+    install(site, "uform-broken", "weird = uform_broken", {"uform_broken/__init__.py": BACKEND + "def uform_backends():\n    yield Backend('cpu', 'ram', lambda: None, lambda r: None)\n"})
+    with caplog.at_level(logging.WARNING, logger="uform.plugins"):
+        host = Host()
+        host.discover()
+        host.discover()
+    assert caplog.messages == [
+        f"uform {metadata.version('uform')} (plugin 'cpu') and uform-broken 0.1 (plugin 'weird') both claim the backend 'cpu'; neither claim "
+        "is used. Uninstall one, or block one with UFORM_BLOCK_PLUGINS=cpu or UFORM_BLOCK_PLUGINS=weird"
+    ]

@@ -67,6 +67,7 @@ class Host:
         self._used = Resolution()  # what is used of them, what is withheld, whose each name is
         self._groups: set[str] = set()  # the entry-point groups discover() has read
         self._discovered: set[tuple[str, str, str, str]] = set()  # (group, name, value, distribution) taken
+        self._told: set[str] = set()  # the conflicts logged
 
     # -- discovery -----------------------------------------------------------------------
 
@@ -101,6 +102,10 @@ class Host:
             slow = entrypoints.slow(ep.name, f"{dist} {version}", entrypoints.clock() - started)
             if slow:
                 log.warning(slow)
+        for conflict in self.conflicts:  # each logged once, as it stands once every plugin is in
+            if conflict.message() not in self._told:
+                self._told.add(conflict.message())
+                log.warning(conflict.message())
         unknown = sorted(self.blocked - seen)
         if unknown and not again:
             msg = f"{BLOCK_ENV} names {', '.join(map(repr, unknown))}, which no installed uform plugin is called; `uform plugins` lists their names"
