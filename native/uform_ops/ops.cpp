@@ -39,15 +39,26 @@ using namespace uform;
 UFORM_EXPORT OrtStatus* ORT_API_CALL RegisterCustomOps(OrtSessionOptions* options, const OrtApiBase* base) {
   const OrtApi* api = base->GetApi(ORT_API_VERSION);
   if (!api) return nullptr;  // an ONNX Runtime older than the headers: the Python side refuses it first
+  // One domain for every session, made by the first call and kept as long as the library is
+  // loaded: ONNX Runtime never releases a domain a library gives it (its sessions only point at
+  // it), so a domain made per call was kept for good each time, every tower of every load
+  // (tests/test_long_runs.py). Its ops are the library's static objects, the same for all, so
+  // sharing it changes nothing a session sees.
   static std::mutex lock;
-  static std::vector<OrtCustomOpDomain*> domains;  // alive as long as any session may use them
+  static OrtCustomOpDomain* shared = nullptr;
   std::lock_guard<std::mutex> hold(lock);
-  OrtCustomOpDomain* domain = nullptr;
-  ORT_TRY(api->CreateCustomOpDomain("ai.uform", &domain));
-  domains.push_back(domain);
-  ORT_TRY(add_product_ops(api, domain));
-  ORT_TRY(add_layer_norm_op(api, domain));
-  ORT_TRY(add_attention_ops(api, domain));
-  ORT_TRY(add_qkv_attention_ops(api, domain));
-  return api->AddCustomOpDomain(options, domain);
+  if (!shared) {
+    OrtCustomOpDomain* domain = nullptr;
+    ORT_TRY(api->CreateCustomOpDomain("ai.uform", &domain));
+    OrtStatus* status = add_product_ops(api, domain);
+    if (!status) status = add_layer_norm_op(api, domain);
+    if (!status) status = add_attention_ops(api, domain);
+    if (!status) status = add_qkv_attention_ops(api, domain);
+    if (status) {
+      api->ReleaseCustomOpDomain(domain);
+      return status;
+    }
+    shared = domain;
+  }
+  return api->AddCustomOpDomain(options, shared);
 }
