@@ -5,7 +5,9 @@ from __future__ import annotations
 import importlib.metadata as metadata
 import json
 import logging
+import os
 import re
+import subprocess
 import sys
 import textwrap
 import warnings
@@ -412,3 +414,27 @@ def test_a_conflict_with_a_built_in_is_logged_once(site: Path, caplog: pytest.Lo
         f"uform {metadata.version('uform')} (plugin 'cpu') and uform-broken 0.1 (plugin 'weird') both claim the backend 'cpu'; neither claim "
         "is used. Uninstall one, or block one with UFORM_BLOCK_PLUGINS=cpu or UFORM_BLOCK_PLUGINS=weird"
     ]
+
+
+@pytest.mark.parametrize(
+    ("where", "error"),
+    [
+        ("import", "import failed: PluginError: "),
+        ("hook", "uform_backends raised PluginError: "),
+    ],
+)
+def test_a_plugin_asking_for_the_host_while_it_loads_fails_instead_of_hanging(site: Path, where: str, error: str) -> None:
+    """A plugin calling get_host() (or loading a model) at import or in its hook hung the process
+    for good: get_host held its lock while it discovered, and waited on it again. Run in a child
+    process, so that the old hang fails the test by its timeout and no lock is left held here."""
+    ask = "from uform.core.host import get_host\nget_host()\n"
+    source = (ask if where == "import" else "") + BACKEND + "def uform_backends():\n"
+    source += textwrap.indent(ask, "    ") + "    yield Backend('weird', 'ram', lambda: 'never here', lambda r: None)\n"
+    install(site, "uform-broken", "weird = uform_broken", {"uform_broken/__init__.py": source})
+    code = "from uform.core.host import get_host\nprint([r.error for r in get_host().records if r.name == 'weird'][0])"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), *sys.path])}
+    out = subprocess.run([sys.executable, "-W", "ignore", "-c", code], capture_output=True, text=True, env=env, timeout=60, check=True).stdout
+    assert out.strip() == error + (
+        "a plugin asked for uform's plugin host (get_host(), or a model loaded) while the host was loading it: "
+        "a plugin's import and hooks run before the host is ready; ask in a verb, a tower's function or a backend's open"
+    )

@@ -308,15 +308,27 @@ def _fix(who: Claimant | None) -> str:
 
 _host: Host | None = None
 _lock = threading.Lock()
+_discovering: int | None = None  # the thread discovering the process-wide host's plugins
 
 
 def get_host() -> Host:
-    """The process-wide host, discovering plugins on first use (``UFORM_BLOCK_PLUGINS`` is read then)."""
-    global _host
+    """The process-wide host, discovering plugins on first use (``UFORM_BLOCK_PLUGINS`` is read then).
+    PluginError when a plugin asks for it while it discovers (at import, or in a hook): the host
+    is not ready until every plugin is in, and waiting for itself would hang."""
+    global _host, _discovering
+    if _discovering == threading.get_ident():
+        raise PluginError(
+            "a plugin asked for uform's plugin host (get_host(), or a model loaded) while the host was loading it: "
+            "a plugin's import and hooks run before the host is ready; ask in a verb, a tower's function or a backend's open"
+        )
     with _lock:
         if _host is None:
-            host = Host(blocked_from_env())
-            host.discover()
+            _discovering = threading.get_ident()
+            try:
+                host = Host(blocked_from_env())
+                host.discover()
+            finally:
+                _discovering = None
             _host = host
         return _host
 
