@@ -62,8 +62,9 @@ BACKEND = "import uform\nfrom uform.core.plugin import Backend\n@uform.hookimpl\
     [
         ("raise KeyError('quantization')", "its accepts raised KeyError: 'quantization'"),
         ("return True", "its accepts answered True, not None (accepted) or a reason (str)"),
+        ("import sys; sys.exit(2)", "its accepts raised SystemExit: 2"),
     ],
-    ids=["raises", "answers-bool"],
+    ids=["raises", "answers-bool", "exits"],
 )
 def test_a_broken_accepts_passes_its_backend_over(
     site: Path, tiny_text: Path, accepts: str, reason: str, caplog: pytest.LogCaptureFixture
@@ -191,6 +192,7 @@ SMELL_BROKEN = {
     "tensors-list": ("def tensors(g, model):\n", "    return ['smell.embed.weight']\n", "its tensors answered list, not a mapping of tensor name to TensorSpec"),
     "tensors-shape": ("def tensors(g, model):\n", "    return {'smell.embed.weight': (16, g.width)}\n", "its tensors answered tuple for 'smell.embed.weight', not a TensorSpec"),
     "graph": ("def graph(g, model, b):\n", "    raise ZeroDivisionError('oops')\n", "its graph raised ZeroDivisionError: oops"),
+    "read-exits": ("def read(cfg, model):\n", "    import sys; sys.exit('unsupported')\n", "its read raised SystemExit: unsupported"),
 }
 
 
@@ -220,7 +222,8 @@ def replace_smell(site: Path, source: str) -> None:
 def test_a_tower_function_failing_is_the_plugins_error_named(site: Path, tmp_path: Path, broken: str) -> None:
     """docs/plugins.md's smell plugin with one function broken: each was a bare traceback of the load
     (KeyError: 'nosuch'; ValueError: dictionary update sequence element #0 has length 18; 2 is
-    required; AttributeError: 'tuple' object has no attribute 'shape'; ZeroDivisionError: oops)."""
+    required; AttributeError: 'tuple' object has no attribute 'shape'; ZeroDivisionError: oops);
+    a read calling sys.exit ended the program."""
     good = smelly_checkpoint(site, tmp_path / "smelly.safetensors")
     where, body, reason = SMELL_BROKEN[broken]
     replace_smell(site, good.replace(where, where + body))

@@ -328,14 +328,16 @@ def test_a_plugin_exiting_at_import_is_skipped(site: Path, tiny_text: Path) -> N
     [
         ("raise RuntimeError('driver exploded')", "its probe raised RuntimeError: driver exploded"),
         ("return False", "its probe answered False, not None (available) or a reason (str)"),
+        ("import sys; sys.exit('no GPU driver')", "its probe raised SystemExit: no GPU driver"),
     ],
-    ids=["raises", "answers-bool"],
+    ids=["raises", "answers-bool", "exits"],
 )
 def test_a_broken_probe_passes_its_backend_over(
     site: Path, tiny_text: Path, probe: str, reason: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A probe that raises was a traceback of every load_ram and of `uform plugins`; one answering
-    False was taken as available."""
+    False was taken as available; one calling sys.exit ended the program (`uform plugins` stopped
+    after 'backends:', exit status 1)."""
     source = BACKEND + f"def uform_backends():\n    def probe():\n        {probe}\n    def place(r):\n        raise AssertionError('never opened')\n"
     source += "    yield Backend('boom', 'ram', probe, place, priority=50)\n"
     install(site, "uform-broken", "boom = uform_broken", {"uform_broken/__init__.py": source})
@@ -443,3 +445,14 @@ def test_third_party_backend_is_chosen_by_its_priority_and_accepts(
     monkeypatch.setenv("UFORM_BLOCK_PLUGINS", "lean")
     reset_host()
     assert uform.Model.load_ram(tiny_text).backend in ("e4m3", "cpu")
+
+
+def test_a_detail_exiting_is_listed_not_the_end_of_uform_plugins(site: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A backend's detail calling sys.exit ended `uform plugins` half-way through its backends."""
+    source = BACKEND + "def uform_backends():\n    import sys\n"
+    source += "    yield Backend('boom', 'ram', lambda: None, lambda r: None, priority=50, detail=lambda: sys.exit('gone'))\n"
+    install(site, "uform-broken", "boom = uform_broken", {"uform_broken/__init__.py": source})
+    assert main(["plugins"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "  boom (ram): available (its detail raised SystemExit: gone)" in lines
+    assert "  cpu (ram): available" in lines

@@ -134,7 +134,7 @@ def _plugins(args: argparse.Namespace) -> int:
         if reason is None and backend.detail is not None:
             try:
                 state += f" ({backend.detail()})"
-            except Exception as exc:  # noqa: BLE001 - what it runs is unknown; the rest is listed still
+            except (Exception, SystemExit) as exc:  # noqa: BLE001 - what it runs is unknown; the rest is listed still
                 state += f" (its detail raised {type(exc).__name__}: {exc})"
         print(f"  {printable(f'{backend.name} ({backend.placement}): {state}')}")
     return 0

@@ -274,7 +274,7 @@ class Host:
             return fn(*args)
         except UformError:
             raise
-        except Exception as exc:  # noqa: BLE001 - the plugin's bug, named
+        except (Exception, SystemExit) as exc:  # noqa: BLE001 - the plugin's bug (sys.exit too), named
             raise PluginError(f"{who}: its {what} raised {type(exc).__name__}: {exc}; {self._owner_fix(modality)}") from exc
 
     def _owner_fix(self, modality: Modality) -> str:
@@ -285,7 +285,7 @@ class Host:
         try:
             with to_stderr():
                 reason = ask()
-        except Exception as exc:  # noqa: BLE001 - the plugin's failure, named
+        except (Exception, SystemExit) as exc:  # noqa: BLE001 - the plugin's failure (sys.exit too), named
             wrong = f"its {what} raised {type(exc).__name__}: {exc}; {fix}"
         else:
             if reason is None or isinstance(reason, str):
