@@ -60,6 +60,30 @@ def test_hub_id_offline_not_cached(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     refused("nobody-here/no-such-model", tmp_path, "not in the local Hugging Face cache, and HF_HUB_OFFLINE forbids a download")
 
 
+def test_a_hub_id_without_a_network_says_what_to_do_on_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Without a network, ``uform convert openai/clip-vit-base-patch32 clip.safetensors`` (the
+    README's command) said only the Hub's 'Please check your internet connection', over two lines
+    (printed with a literal \\n), and nothing of what to do where there is no network."""
+    huggingface_hub = pytest.importorskip("huggingface_hub")
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    def no_network(repo: str, *, local_files_only: bool = False, **kwargs: Any) -> str:
+        raise LocalEntryNotFoundError("Got: ConnectError: [Errno -2] Name or service not known\nAn error happened while trying "
+                                      "to locate the files on the Hub. Please check your internet connection and try again.")
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", no_network)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    what_to_do = re.escape("; without a network, convert a model directory instead (the files save_pretrained writes")
+    refused("openai/clip-vit-base-patch32", tmp_path, r"^openai/clip-vit-base-patch32: cannot download it from the Hugging Face Hub "
+            r"\(LocalEntryNotFoundError: Got: ConnectError: \[Errno -2\] Name or service not known An error happened .*\)" + what_to_do)
+    assert main(["convert", "openai/clip-vit-base-patch32", str(tmp_path / "clip.safetensors")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "\\n" not in err and "HF_HOME" in err, err
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    refused("openai/clip-vit-base-patch32", tmp_path, "HF_HUB_OFFLINE forbids a download" + what_to_do)
+    assert not (tmp_path / "clip.safetensors").exists()
+
+
 def test_a_config_nested_past_the_stack_is_refused_by_name(clip_dir: Path, tmp_path: Path) -> None:
     d = copy(clip_dir, tmp_path)
     (d / "config.json").write_text("[" * 100_000 + "]" * 100_000)

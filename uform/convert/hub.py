@@ -13,6 +13,10 @@ __all__ = ["HUB_BIN_PATTERNS", "HUB_PATTERNS", "resolve"]
 # The files a Hub download fetches: everything a conversion reads, and no other weights.
 HUB_PATTERNS = ["*.json", "*.txt", "*.model", "model.safetensors", "model-*.safetensors", "open_clip_model.safetensors"]
 HUB_BIN_PATTERNS = ["pytorch_model.bin", "open_clip_pytorch_model.bin"]
+# What a user without the Hub does, said by both errors that find no model to convert.
+OFFLINE_WAY = ("without a network, convert a model directory instead (the files save_pretrained writes, or the Hub "
+               "repository's files copied from a machine that has them), or fill this machine's Hugging Face cache "
+               "(HF_HOME) with that model (docs/models.md, \"Convert\")")
 
 
 def resolve(source: str | os.PathLike[str]) -> tuple[Path, str]:
@@ -53,13 +57,14 @@ def _hub(repo: str) -> Path:
     except Exception as exc:  # noqa: BLE001 - any Hub error is the user's to read
         raise ConvertError(f"{repo}: cannot read it from the Hugging Face cache ({exc})") from None
     if offline:
-        raise ConvertError(f"{repo}: not in the local Hugging Face cache, and HF_HUB_OFFLINE forbids a download")
+        raise ConvertError(f"{repo}: not in the local Hugging Face cache, and HF_HUB_OFFLINE forbids a download; {OFFLINE_WAY}")
     try:
         found = Path(snapshot_download(repo, allow_patterns=HUB_PATTERNS, cache_dir=cache))
         if not _has_weights(found):
             found = Path(snapshot_download(repo, allow_patterns=HUB_PATTERNS + HUB_BIN_PATTERNS, cache_dir=cache))
     except Exception as exc:  # noqa: BLE001
-        raise ConvertError(f"{repo}: cannot download it from the Hugging Face Hub ({type(exc).__name__}: {exc})") from None
+        said = " ".join(str(exc).split())  # the Hub's message runs over lines; the error is one
+        raise ConvertError(f"{repo}: cannot download it from the Hugging Face Hub ({type(exc).__name__}: {said}); {OFFLINE_WAY}") from None
     return found
 
 
