@@ -19,6 +19,7 @@ file that exists and, with ``#anchor``, a heading of that page (GitHub's slug of
 from __future__ import annotations
 
 import re
+import tomllib
 import warnings
 from pathlib import Path
 
@@ -143,3 +144,53 @@ def test_every_readers_page_is_in_the_readmes_documentation_list() -> None:
     op-library.md, media-images.md, ...) that it does not list is found only through links."""
     listed = set(re.findall(r"^- \[docs/([a-z-]+\.md)\]\(docs/\1\) — ", (DOCS.parent / "README.md").read_text().partition("\n## Documentation\n")[2], flags=re.M))
     assert sorted({p.name for p in pages()} - listed) == []
+
+
+# uform on PyPI is another project (uform 3.1.3 when this test landed, without `uform serve`,
+# `uform index` or these extras): `pip install 'uform[serve]'` in a fresh environment installs it.
+# This uform installs from its checkout, as README.md says: `pip install -e '.[serve]'`.
+EXTRAS = set(tomllib.loads((DOCS.parent / "pyproject.toml").read_text())["project"]["optional-dependencies"])
+
+
+def install_commands(text: str) -> list[str]:
+    """Each ``pip install`` a page tells its reader to run: a line of a fenced ``sh`` block (each
+    command of an ``&&`` chain) or a code span that starts with it; a quoted error message is
+    neither."""
+    found, fence = [], None
+    for line in text.split("\n"):
+        if line.startswith("```"):
+            fence = line[3:].strip() if fence is None else None
+        elif fence == "sh":
+            found += [c.strip() for c in line.split("#")[0].split("&&") if c.strip().startswith("pip install")]
+    return found + re.findall(r"`(pip install [^`]*)`", text)
+
+
+def wrong_installs(page: Path) -> list[str]:
+    """Each install command of ``page`` that takes uform from the registry or names no extra of pyproject.toml."""
+    found = []
+    for command in install_commands(page.read_text()):
+        if re.search(r"""(?:^|\s)["']?uform(?:\[|["']|\s|$)""", command):
+            found.append(f"{page.name}: `{command}` installs PyPI's uform, another project; from the checkout: pip install -e .")
+        for extras in re.findall(r"""(?:^|\s)["']?\.\[([^\]]*)\]""", command):
+            found += [f"{page.name}: `{command}`: no extra {e!r} in pyproject.toml" for e in extras.split(",") if e.strip() not in EXTRAS]
+    return found
+
+
+@pytest.mark.parametrize("page", ["README.md", *(f"docs/{p.name}" for p in pages())])
+def test_every_install_command_installs_this_checkout(page: str) -> None:
+    assert wrong_installs(DOCS.parent / page) == []
+
+
+def test_the_install_check_bites(tmp_path: Path) -> None:
+    (tmp_path / "a.md").write_text(
+        "```sh\npip install 'uform[serve]'   # the server\npip install -e '.[serve]' && pip install -U uform\n"
+        "pip install torch==2.14.1 && pip install -e '.[nosuch,test]'\n```\n"
+        "Install: `pip install \"uform[index]\"`, `pip install -e .`; the error says "
+        "`uform: error: uform serve needs the serve extra: pip install 'uform[serve]'`.\n"
+    )
+    assert wrong_installs(tmp_path / "a.md") == [
+        "a.md: `pip install 'uform[serve]'` installs PyPI's uform, another project; from the checkout: pip install -e .",
+        "a.md: `pip install -U uform` installs PyPI's uform, another project; from the checkout: pip install -e .",
+        "a.md: `pip install -e '.[nosuch,test]'`: no extra 'nosuch' in pyproject.toml",
+        "a.md: `pip install \"uform[index]\"` installs PyPI's uform, another project; from the checkout: pip install -e .",
+    ]
