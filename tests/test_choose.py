@@ -280,3 +280,16 @@ def test_receivers_and_threads(model: uform.Model) -> None:
     for a, b, c in zip(want, blocking, rows(deferred)):
         np.testing.assert_allclose(a, b, atol=1e-6)
         np.testing.assert_allclose(a, c, atol=1e-6)
+
+
+def test_the_pages_first_example_runs_as_written_and_prints_what_it_says(capsys: pytest.CaptureFixture[str]) -> None:
+    """docs/choose.md opened with ``Model.load_ram("model.safetensors")``, a file a reader does not
+    have (FileNotFoundError), and asked the default model "Is water wet?" and "2 + 2", outside
+    everything it knows (0.09, 0.62, 0.29 for A, B, C)."""
+    page = (Path(__file__).parents[1] / "docs" / "choose.md").read_text()
+    code = page.split("```python\n", 1)[1].split("```", 1)[0]
+    exec(compile(code, "docs/choose.md", "exec"), {"__name__": "choose_md"})
+    printed = [float(v) for v in capsys.readouterr().out.strip().strip("[]").split()]
+    shown = [float(v) for v in re.search(r"print\(tape\[1\]\)\s+# \[([^\]]*)\]", code)[1].split()]  # type: ignore[index]
+    assert len(printed) == len(shown) == 3 and max(range(3), key=lambda i: printed[i]) == 1
+    assert printed == pytest.approx(shown, abs=0.005)  # another CPU's kernels round a little differently
