@@ -172,8 +172,13 @@ def test_search_prints_odd_names_escaped_one_line_a_hit(saved: Path, oddly_named
     assert sorted(r["path"] for r in json.loads(as_json)) == ["odd/plain.png", "odd/r\\xffd.png", "odd/two\\nlines.png"]
 
 
+# A command started in the background by a non-interactive shell (`pytest ... &` in a script, as
+# CI runners and nohup'd runs start it) inherits SIGINT ignored, and Python keeps it so: the
+# kill below then did nothing and the test failed ('uform 4.0.0rc1', status 0). Ctrl-C reaches a
+# command run at a terminal, whose SIGINT is Python's own handler: the hook sets it so.
 HOOK = """
 import os, runpy, signal, sys
+signal.signal(signal.SIGINT, signal.default_int_handler)
 class Interrupt:
     def find_spec(self, name, path=None, target=None):
         if name == {module!r}:
