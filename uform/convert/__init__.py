@@ -38,6 +38,7 @@ __all__ = ["Conversion", "ConvertError", "convert", "SUPPORTED", "DTYPES"]
 SUPPORTED = (
     "CLIPModel (config.json model_type 'clip')",
     "SiglipModel (model_type 'siglip': SigLIP, and SigLIP 2 at a fixed resolution)",
+    "Siglip2Model (model_type 'siglip2': SigLIP 2 NaFlex, each picture at its own grid)",
     "open_clip (open_clip_config.json with open_clip_model.safetensors or open_clip_pytorch_model.bin)",
 )
 DTYPES: dict[str, np.dtype[Any]] = {
@@ -153,11 +154,10 @@ def _convert(directory: Path, name: str, frames: int) -> tuple[Converted, Weight
         architectures = cfg.get("architectures") or []
         architecture = str(architectures[0]) if architectures else str(model_type)
         if model_type == "siglip2" or "Siglip2Model" in architectures:
-            raise ConvertError(
-                f"{directory / 'config.json'}: Siglip2Model (SigLIP 2 NaFlex, variable resolution) is not supported; "
-                "convert a fixed-resolution SigLIP 2 checkpoint (model_type 'siglip', such as google/siglip2-base-patch16-224)"
-            )
-        if model_type == "clip":
+            from . import hf_siglip2
+
+            family, module = "siglip2", hf_siglip2.convert
+        elif model_type == "clip":
             from . import hf_clip
 
             family, module = "clip", hf_clip.convert

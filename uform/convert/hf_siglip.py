@@ -12,10 +12,11 @@ Labels: ``sigmoid(exp(logit_scale) x cosine + logit_bias)`` per label.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .common import Converted, Taker, Text, activation, config, geometry, hf_stack, integer, logit_scale, norm, patch_fields, positive, preprocessing, scalar, section, text_geometry, vision
+from .common import Converted, Taker, Text, Vision, activation, config, geometry, hf_stack, integer, logit_scale, norm, patch_fields, positive, preprocessing, scalar, section, text_geometry, vision
 from .sources import ConvertError, Weights, read_json
 from .tokenizer import lowercased, tokenizer_json
 
@@ -24,7 +25,24 @@ IGNORED = ("text_model.embeddings.position_ids", "vision_model.embeddings.positi
 GEMMA = ("Gemma", "Siglip2")  # SigLIP 2's tokenizer classes: the Hub's, and transformers' Siglip2Tokenizer's saves
 
 
-def convert(directory: Path, cfg: dict[str, Any], weights: Weights, source: dict[str, str], frames: int) -> Converted:
+# The image tower's patch and position tensors taken, and its pixel fields: a fixed square's
+# (square_embeddings), or SigLIP 2 NaFlex's (hf_siglip2.grid_embeddings)
+Embeddings = Callable[[Path, Taker, Vision, dict[str, Any], list[str]], dict[str, Any]]
+
+
+def square_embeddings(directory: Path, t: Taker, v: Vision, vision_cfg: dict[str, Any], notes: list[str]) -> dict[str, Any]:
+    why = "config.json vision_config"
+    vw, patch, grid = v.width, v.patch, v.grid
+    conv = "vision_model.embeddings.patch_embedding.weight"
+    t.take("image.patch.weight", conv, (vw, 3, patch, patch), why + ".hidden_size, patch_size", (vw, 3 * patch * patch))
+    t.take("image.patch.bias", "vision_model.embeddings.patch_embedding.bias", (vw,), why + ".hidden_size")
+    t.take("image.pos.weight", "vision_model.embeddings.position_embedding.weight", (grid * grid, vw), why + ".image_size, patch_size")
+    return {"image_size": v.size, "patch_size": patch} | patch_fields(v) | preprocessing(directory, "siglip", v.size, notes)
+
+
+def convert(
+    directory: Path, cfg: dict[str, Any], weights: Weights, source: dict[str, str], frames: int, embeddings: Embeddings = square_embeddings
+) -> Converted:
     where = str(directory / "config.json")
     text_cfg, vision_cfg = section(cfg, "text_config", where), section(cfg, "vision_config", where)
     t = Taker(weights, ignore=lambda n: n in IGNORED)
@@ -72,7 +90,7 @@ def convert(directory: Path, cfg: dict[str, Any], weights: Weights, source: dict
 
     # image
     v = vision(vision_cfg, where, 16)
-    vw, vd, vh, vm, size, patch = v.width, v.depth, v.heads, v.mlp, v.size, v.patch
+    vw, vd, vh, vm = v.width, v.depth, v.heads, v.mlp
     if vision_cfg.get("vision_use_head", True) is False:
         raise ConvertError(f"{where}: vision_config.vision_use_head false (no attention pooling head) is not supported")
     if vw != dimensions:
@@ -80,12 +98,8 @@ def convert(directory: Path, cfg: dict[str, Any], weights: Weights, source: dict
             f"{where}: the image embedding's width (vision_config.hidden_size {vw}) differs from the text's "
             f"(text_config.projection_size {dimensions}); SigLIP compares them directly"
         )
-    grid = v.grid
     why = "config.json vision_config"
-    conv = "vision_model.embeddings.patch_embedding.weight"
-    t.take("image.patch.weight", conv, (vw, 3, patch, patch), why + ".hidden_size, patch_size", (vw, 3 * patch * patch))
-    t.take("image.patch.bias", "vision_model.embeddings.patch_embedding.bias", (vw,), why + ".hidden_size")
-    t.take("image.pos.weight", "vision_model.embeddings.position_embedding.weight", (grid * grid, vw), why + ".image_size, patch_size")
+    pixels = embeddings(directory, t, v, vision_cfg, notes)
     hf_stack(t, "vision_model", "image", vw, vd, vm, why)
     norm(t, "image.ln_final", "vision_model.post_layernorm", vw, why)
     h = "vision_model.head"
@@ -106,9 +120,7 @@ def convert(directory: Path, cfg: dict[str, Any], weights: Weights, source: dict
         "ln_pre": False,
         "pooling": "attention",
         "projection": "none",
-        "image_size": size,
-        "patch_size": patch,
-    } | patch_fields(v) | preprocessing(directory, "siglip", size, notes)
+    } | pixels
 
     scale = logit_scale(t)
     bias = scalar(t, "logit_bias", "the model's logit bias")

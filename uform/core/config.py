@@ -30,7 +30,7 @@ V1_FIELDS = frozenset({"format", "format_version", "dimensions", "context", "tow
 V2_TOWER_FIELDS = frozenset({
     "activation", "layer_norm_eps", "class_token", "ln_pre", "pooling", "projection",
     "tokenizer", "vocab_size", "context", "mask", "pad_to_context", "pad_id",
-    "resize", "interpolation", "resize_rounding", "alpha", "crop_rounding", "from", "patch_remainder",
+    "resize", "interpolation", "resize_rounding", "alpha", "crop_rounding", "from", "patch_remainder", "max_patches",
 })  # fmt: skip
 
 # Bounds that keep a hostile config from asking for absurd allocations.

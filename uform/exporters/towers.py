@@ -63,6 +63,13 @@ def _preprocessing(name: str, tower: dict[str, Any], context: int) -> str:
             "frame_embeddings: the image tower's embeddings of `frames` frames sampled at (i + 0.5) * duration / frames, "
             "each preprocessed as an image; float32 [F, dimensions]"
         )
+    if name == "image" and tower.get("resize") == "naflex":
+        return (
+            f"decode, EXIF orientation, 8-bit RGB (alpha over white), resize ({tower.get('interpolation', 'bilinear')}, no crop) to the grid of "
+            f"at most {tower.get('max_patches')} patches of patch_size its aspect ratio gives (transformers' get_image_size_for_max_num_patches); "
+            "patches: uint8 [N, rows x columns, 3 P P], each patch in (channel, row, column) order; positions: float32 [rows x columns, G0 G0], "
+            "the antialiased bilinear resize of the G0 x G0 position grid to rows x columns as a matrix (one grid a run)"
+        )
     if name in ("image", "video") and {"resize", "interpolation", "resize_rounding", "alpha", "crop_rounding"} & set(tower):
         how = tower.get("interpolation", "bicubic")
         crop = " (offset int(round((T - S) / 2)), half to even)" if tower.get("crop_rounding") == "half_even" else ""

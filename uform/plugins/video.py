@@ -16,7 +16,7 @@ from onnx import TensorProto
 
 from uform.core.arena import Arena, Encoded
 from uform.core.config import GEOMETRY_FIELDS, HEAD_FIELDS, Geometry, Head, ModelConfig, integer, only_fields
-from uform.core.errors import CheckpointError
+from uform.core.errors import CheckpointError, UnsupportedError
 from uform.core.graph import GraphBuilder
 from uform.core.hookspecs import hookimpl
 from uform.core.pipeline import EncodeOptions, check_stats, encode
@@ -37,6 +37,11 @@ if TYPE_CHECKING:
 
 MAX_ROWS = 8  # clips per batch
 MAX_FRAMES = 1024  # bound on a tower's F
+NAFLEX_VIDEO = (
+    "video_encode: this checkpoint's image tower is SigLIP 2 NaFlex (resize 'naflex': each picture at the grid of patches its "
+    "aspect ratio gives), which uform does not run over a clip's frames (docs/models-naflex.md); nothing was read: "
+    "decode the frames yourself and pass them to image_encode_pixels"
+)
 
 
 @dataclass
@@ -144,8 +149,10 @@ def video_encode(
     call: Call, files: Iterable[Any], arena: Arena, /, *, stats: VideoEncodeStats | None = None, **options: Unpack[EncodeOptions]
 ) -> Encoded:
     check_stats(stats, VideoEncodeStats)
-    clips = sources(files, "paths, bytes or binary file objects")
     tower: VideoTower = call.parsed
+    if tower.pixels.resize == "naflex":  # before any file is opened
+        raise UnsupportedError(NAFLEX_VIDEO)
+    clips = sources(files, "paths, bytes or binary file objects")
     if tower.from_image:
         call = replace(call, runner=FramesThroughImage(call.peers["image"], call.runner))
     tally = VideoEncodeStats()

@@ -29,7 +29,8 @@ MAX_IMAGE_SIZE = 4096  # bound on a tower's S, so a hostile config cannot ask fo
 FULL_RESIZE_AREA = 16  # resized pictures up to this many S² are resized whole, then cropped (see fit)
 MEAN = [0.485, 0.456, 0.406]
 STD = [0.229, 0.224, 0.225]
-RESIZES = ("shorter_side_crop", "square")
+RESIZES = ("shorter_side_crop", "square", "naflex")  # naflex: SigLIP 2's grid of its aspect ratio (media/naflex.py)
+MAX_PATCHES = 65536  # bound on a NaFlex tower's max_patches
 INTERPOLATIONS = ("bicubic", "bilinear")
 ROUNDINGS = ("half_up", "floor")
 CROPS = ("floor", "half_even")  # the centre crop's offset: (T − S) // 2, or torchvision's int(round((T − S) / 2))
@@ -50,13 +51,16 @@ class Fit(int):
     rounding: str
     alpha: str
     crop: str
+    patch: int  # resize "naflex": P and the most patches a picture's grid holds
+    max_patches: int
 
     def __new__(
         cls, size: int, resize: str = "shorter_side_crop", interpolation: str = "bicubic", rounding: str = "half_up",
-        alpha: str = "white", crop: str = "floor",
+        alpha: str = "white", crop: str = "floor", patch: int = 0, max_patches: int = 0,
     ) -> Fit:  # fmt: skip
         out = super().__new__(cls, size)
         out.resize, out.interpolation, out.rounding, out.alpha, out.crop = resize, interpolation, rounding, alpha, crop
+        out.patch, out.max_patches = patch, max_patches
         return out
 
 
@@ -86,11 +90,12 @@ class Pixels:
     alpha: str = "white"
     crop: str = "floor"
     remainder: str = "exact"
+    max_patches: int = 0  # resize "naflex": the most patches a picture's grid holds
 
     @property
     def fit(self) -> Fit:
         """``S`` with the way pictures are fitted to it, for :func:`fit` and the decoders."""
-        return Fit(self.image_size, self.resize, self.interpolation, self.rounding, self.alpha, self.crop)
+        return Fit(self.image_size, self.resize, self.interpolation, self.rounding, self.alpha, self.crop, self.patch_size, self.max_patches)
 
     @property
     def grid(self) -> int:
@@ -114,12 +119,17 @@ class Pixels:
         interpolation = choice(cfg, "interpolation", where, INTERPOLATIONS, INTERPOLATIONS[0])
         rounding = choice(cfg, "resize_rounding", where, ROUNDINGS, ROUNDINGS[0])
         alpha, crop = choice(cfg, "alpha", where, ALPHAS, ALPHAS[0]), choice(cfg, "crop_rounding", where, CROPS, CROPS[0])
-        return cls(size, patch, mean, std, resize, interpolation, rounding, alpha, crop, remainder)
+        most = integer(cfg, "max_patches", where, 1, MAX_PATCHES) if resize == "naflex" or "max_patches" in cfg else 0
+        if "max_patches" in cfg and resize != "naflex":
+            raise CheckpointError(f"config field {where}.max_patches: only a tower with resize 'naflex' has it (this one's is {resize!r})")
+        if resize == "naflex" and (alpha != "white" or size % patch):
+            raise CheckpointError(f"config field {where}.resize: 'naflex' takes alpha 'white' and an image_size (the position grid's, G0·P) that patch_size divides")
+        return cls(size, patch, mean, std, resize, interpolation, rounding, alpha, crop, remainder, most)
 
 
 # Pixels.read's fields
 PIXELS_FIELDS = frozenset(
-    {"image_size", "patch_size", "mean", "std", "resize", "interpolation", "resize_rounding", "alpha", "crop_rounding", "patch_remainder"}
+    {"image_size", "patch_size", "mean", "std", "resize", "interpolation", "resize_rounding", "alpha", "crop_rounding", "patch_remainder", "max_patches"}
 )
 
 
@@ -193,6 +203,10 @@ def fit_image(image: Image.Image, size: int) -> Image.Image:
 
     how = size if isinstance(size, Fit) else Fit(size)
     size = int(size)
+    if how.resize == "naflex":  # to the grid its aspect ratio gives, no crop
+        from .naflex import fit_image as to_grid
+
+        return to_grid(image, how.patch, how.max_patches, how.interpolation == "bicubic")
     bilinear = how.interpolation == "bilinear"
     resample = Image.Resampling.BILINEAR if bilinear else Image.Resampling.BICUBIC
     if how.resize == "square":

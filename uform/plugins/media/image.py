@@ -128,6 +128,21 @@ def draft_scale(width: int, height: int, size: int) -> int:
     return next((s for s in (8, 4, 2) if shorter >= JPEG_DRAFT_MARGIN * s * size), 1)
 
 
+def _drafted_side(width: int, height: int, size: int) -> int:
+    """The side the JPEG scale-down keeps ``margin ×`` above: ``S``; for a NaFlex tower the
+    shorter side of the picture's grid in pixels (media/naflex.py)."""
+    if not (isinstance(size, frames.Fit) and size.resize == "naflex"):
+        return size
+    from .naflex import grid_for
+
+    return min(grid_for(height, width, size.patch, size.max_patches)) * size.patch
+
+
+def _whole(size: int) -> bool:
+    """A NaFlex tower's picture is converted whole, then fitted (its grid is not ``S x S``)."""
+    return isinstance(size, frames.Fit) and size.resize == "naflex"
+
+
 def open_image(source: Source, size: int) -> tuple[Image.Image, int, bool]:
     """The picture decoded whole by Pillow (not yet converted), the bytes read, and whether it was scaled down."""
     stream = _open(source)
@@ -194,7 +209,7 @@ def _pillow(source: Source, stream: BinaryIO, size: int) -> tuple[Image.Image, i
             image.info[_PNG_DEPTH] = png_bit_depth(head)
         width, height = image.size
         _check_size(source, width, height, kind)
-        scale = draft_scale(width, height, size) if kind == "JPEG" else 1
+        scale = draft_scale(width, height, _drafted_side(width, height, size)) if kind == "JPEG" else 1
         if scale > 1:
             image.draft(None, (width // scale, height // scale))
         image.load()
@@ -210,7 +225,7 @@ def _png_rows(source: Source, stream: BinaryIO, size: int) -> tuple[np.ndarray, 
     """A PNG read and fitted a strip of rows at a time (:mod:`uform.plugins.media.png`), or
     None where it is decoded whole instead (no op library, interlaced, turned by its EXIF)."""
     try:
-        if png.native() is None:  # Pillow reads it, walking its chunks as uform's walk would
+        if png.native() is None or _whole(size):  # Pillow reads it, walking its chunks as uform's walk would
             png.count_chunks(stream)
             return None
         found = png.layout(stream)
@@ -258,6 +273,8 @@ def decode(source: Source, size: int) -> tuple[np.ndarray, int, int, bool]:
             fitted = unpremultiplied_rgb(fit_strips(*upright_size(image, method), part, size, 4))
         elif method is None and image.mode == "RGB" and "transparency" not in image.info:
             fitted = frames.fit(image, size)  # nothing to convert: resized as decoded
+        elif _whole(size):  # turned and converted whole, then fitted to its grid
+            fitted = frames.fit(to_rgb(upright_box(image, method, (0, 0, *upright_size(image, method))), alpha), size)
         else:  # turned and converted a strip at a time, never whole (see fit_strips)
             fitted = fit_strips(*upright_size(image, method), lambda box: to_rgb(upright_box(image, method, box), alpha), size)
     except Exception as exc:  # noqa: BLE001

@@ -1,0 +1,188 @@
+"""SigLIP 2 NaFlex (transformers' ``Siglip2Model``, random weights at the base model's pixel
+geometry: patch 16, a 16 x 16 position grid, at most 256 patches) converted and run against
+transformers' ``get_image_features`` on six pictures (square, 2:1, 1:3, tiny, huge, strip), at
+F32, BF16 and E4M3; mixed batches against each picture alone; files, export, video, an index.
+docs/models-naflex.md."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+pytest.importorskip("transformers")
+pytest.importorskip("sentencepiece")
+torch = pytest.importorskip("torch")
+
+import uform  # noqa: E402
+from uform import Arena, Scalar  # noqa: E402
+from uform.convert import convert  # noqa: E402
+from uform.core.errors import UnsupportedError  # noqa: E402
+from uform.plugins.media import naflex  # noqa: E402
+
+from convert_folders import copy, edit_config, header, refused  # noqa: E402
+from naflex_models import SIZES, make_siglip2, picture, reference  # noqa: E402
+
+PICTURES = [picture(w, h, i) for i, (w, h) in enumerate(SIZES.values())]
+GRIDS = [(16, 16), (11, 22), (27, 9), (12, 20), (14, 18), (2, 100)]  # rows x columns, transformers' spatial_shapes
+BOUNDS = {Scalar.F32: 0.99999, Scalar.BF16: 0.9995, Scalar.E4M3: 0.99}  # the converted models' parity bounds
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_siglip2(tmp_path_factory.mktemp("siglip2") / "tiny-siglip2")
+
+
+@pytest.fixture(scope="module")
+def model(source: Path) -> Any:
+    from transformers import Siglip2Model
+
+    return Siglip2Model.from_pretrained(source).eval()
+
+
+@pytest.fixture(scope="module")
+def converted(source: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("out") / "naflex.safetensors"
+    convert(source, out, dtype="f32")
+    return out
+
+
+@pytest.fixture(scope="module")
+def want(model: Any) -> np.ndarray:
+    return reference(model, PICTURES)
+
+
+def test_the_converted_tower_is_naflex_with_the_patch_weight_in_uforms_order(converted: Path, model: Any) -> None:
+    cfg, entries, _ = header(converted)
+    image = cfg["towers"]["image"]
+    assert cfg["source"]["family"] == "siglip2" and cfg["source"]["architecture"] == "Siglip2Model"
+    assert {k: image[k] for k in ("resize", "max_patches", "image_size", "patch_size", "interpolation", "mean", "std", "class_token", "pooling")} == {
+        "resize": "naflex", "max_patches": 256, "image_size": 256, "patch_size": 16, "interpolation": "bilinear",
+        "mean": [0.5] * 3, "std": [0.5] * 3, "class_token": False, "pooling": "attention",
+    }  # fmt: skip
+    assert entries["image.patch.weight"]["shape"] == [64, 768] and entries["image.pos.weight"]["shape"] == [256, 64]
+    from safetensors.numpy import load_file
+
+    linear = model.vision_model.embeddings.patch_embedding.weight.detach().numpy()  # [W, (row, column, channel)]
+    stored = load_file(converted)["image.patch.weight"]  # [W, (channel, row, column)]
+    assert np.array_equal(stored.reshape(64, 3, 16, 16).transpose(0, 2, 3, 1).reshape(64, -1), linear)
+
+
+def test_what_uform_cannot_run_is_refused_by_name(source: Path, tmp_path: Path) -> None:
+    d = copy(source, tmp_path)
+    edit_config(d, lambda c: c["vision_config"].update(num_patches=250))
+    refused(d, tmp_path, r"vision_config: num_patches 250 is not a square \(the position table is a G0 x G0 grid\)")
+    edit_config(d, lambda c: c["vision_config"].update(num_patches=256))
+    processor = json.loads((d / "preprocessor_config.json").read_text())
+    (d / "preprocessor_config.json").write_text(json.dumps(processor | {"patch_size": 14}))
+    refused(d, tmp_path, r"preprocessor_config.json: patch_size 14 differs from config.json's vision_config.patch_size 16")
+    (d / "preprocessor_config.json").write_text(json.dumps(processor | {"resample": 0}))
+    refused(d, tmp_path, r"preprocessor_config.json: resample 0 is not supported; supported: 2 \(bilinear\), 3 \(bicubic\)")
+
+
+def test_the_grid_is_transformers_and_the_positions_are_its_resize(model: Any) -> None:
+    from transformers.models.siglip2.image_processing_siglip2 import get_image_size_for_max_num_patches
+
+    rng = np.random.default_rng(3)
+    for h, w in list(rng.integers(1, 5000, (300, 2))) + [(1, 1), (3, 5), (40, 2000), (20000, 1)]:
+        for p, n in ((16, 256), (14, 729), (16, 1024)):
+            th, tw = get_image_size_for_max_num_patches(int(h), int(w), p, n)
+            assert naflex.grid_for(int(h), int(w), p, n) == (th // p, tw // p), (h, w, p, n)
+    table = model.vision_model.embeddings.position_embedding.weight.detach()
+    for gh, gw in GRIDS:
+        theirs = model.vision_model.embeddings.resize_positional_embeddings(table.reshape(16, 16, -1), torch.tensor([[gh, gw]]), gh * gw)[0]
+        assert np.abs(naflex.positions(gh, gw, 16) @ table.numpy() - theirs.numpy()).max() < 1e-6, (gh, gw)
+
+
+@pytest.mark.parametrize("quantization", [Scalar.F32, Scalar.BF16, Scalar.E4M3], ids=str)
+def test_six_pictures_against_transformers(converted: Path, want: np.ndarray, quantization: Scalar) -> None:
+    m = uform.Model.load_ram(converted, quantization=quantization)
+    got = np.asarray(m.image_encode_pixels(PICTURES, Arena()).embeddings, np.float64)
+    cos = np.sum(got * want, axis=1) / np.linalg.norm(got, axis=1)
+    assert cos.min() > BOUNDS[quantization], dict(zip(SIZES, cos.round(7)))
+    alone = np.stack([np.asarray(m.image_encode_pixels([p], Arena()).embeddings)[0] for p in PICTURES])
+    assert np.abs(alone - got).max() <= 1e-6  # a batch of six grids equals each picture alone
+
+
+def test_files_equal_their_pixels_and_a_batch_keeps_its_order(converted: Path) -> None:
+    from PIL import Image
+
+    m = uform.Model.load_ram(converted, quantization=Scalar.F32)
+    pictures = PICTURES[:4] + [PICTURES[0]]  # a grid twice, apart
+
+    def png(p: np.ndarray, mode: str = "RGB") -> bytes:
+        out = io.BytesIO()
+        Image.fromarray(p).convert(mode).save(out, "PNG")
+        return out.getvalue()
+
+    rows = np.asarray(m.image_encode([png(p) for p in pictures], Arena()).embeddings)
+    assert np.array_equal(rows, np.asarray(m.image_encode_pixels(pictures, Arena()).embeddings))
+    assert np.array_equal(rows[0], rows[4])
+    grey = np.asarray(Image.fromarray(PICTURES[1]).convert("L").convert("RGB"))  # converted whole, then fitted
+    assert np.array_equal(
+        np.asarray(m.image_encode([png(PICTURES[1], "L")], Arena()).embeddings), np.asarray(m.image_encode_pixels([grey], Arena()).embeddings)
+    )
+
+
+def test_video_is_refused_by_name(converted: Path, tmp_path: Path) -> None:
+    m = uform.Model.load_ram(converted, quantization=Scalar.F32)
+    with pytest.raises(UnsupportedError, match=r"video_encode: this checkpoint's image tower is SigLIP 2 NaFlex .*image_encode_pixels"):
+        m.video_encode([tmp_path / "never-read.mp4"], Arena())
+
+
+def test_the_exported_tower_takes_patches_and_positions(converted: Path, tmp_path: Path) -> None:
+    import onnxruntime as ort
+    from PIL import Image
+
+    from uform.cli import main
+
+    assert main(["export", str(converted), str(tmp_path / "x"), "-q"]) == 0
+    session = ort.InferenceSession(str(tmp_path / "x" / "image.onnx"), providers=["CPUExecutionProvider"])
+    assert [i.name for i in session.get_inputs()] == ["patches", "positions"]
+    described = json.loads((tmp_path / "x" / "image.json").read_text())
+    assert "get_image_size_for_max_num_patches" in json.dumps(described)
+    m = uform.Model.load_ram(converted, quantization=Scalar.F32)
+    for p in PICTURES[3:]:
+        fitted = np.asarray(naflex.fit_image(Image.fromarray(p), 16, 256))
+        gh, gw = naflex.grid_of(fitted, 16)
+        (row,) = session.run(None, {"patches": naflex.patches(fitted, 16)[None], "positions": naflex.positions(gh, gw, 16)})[0]
+        assert np.abs(row - np.asarray(m.image_encode_pixels([p], Arena()).embeddings)[0]).max() < 1e-5
+
+
+def test_an_index_of_naflex_pictures(converted: Path, tmp_path: Path) -> None:
+    from PIL import Image
+
+    from uform.cli import main
+    from uform.index import Index
+
+    for name, p in zip(SIZES, PICTURES):
+        Image.fromarray(p).save(tmp_path / f"{name.replace(':', 'x')}.png")
+    assert main(["index", str(tmp_path), "--into", str(tmp_path / "idx"), "-m", str(converted), "--quantization", "f32", "-q"]) == 0
+    with Index(tmp_path / "idx", checkpoint=converted, read_only=True) as ix:
+        assert ix.counts()["image"] == 6
+        for name in ("1x3", "strip"):
+            best = ix.search_file(tmp_path / f"{name}.png", k=1)[0]
+            assert Path(best.path).name == f"{name}.png" and best.score == pytest.approx(1.0, abs=1e-5)
+
+
+if __name__ == "__main__":  # docs/models.md's parity table: python tests/test_naflex.py
+    import tempfile
+
+    from transformers import Siglip2Model
+
+    with tempfile.TemporaryDirectory() as tmp:
+        made = make_siglip2(Path(tmp) / "tiny-siglip2")
+        path = Path(tmp) / "naflex.safetensors"
+        convert(made, path, dtype="f32")
+        reference_rows = reference(Siglip2Model.from_pretrained(made).eval(), PICTURES)
+        table = {}
+        for q in BOUNDS:
+            rows = np.asarray(uform.Model.load_ram(path, quantization=q).image_encode_pixels(PICTURES, Arena()).embeddings, np.float64)
+            table[q] = np.sum(rows * reference_rows, axis=1) / np.linalg.norm(rows, axis=1)
+        print("| picture | grid | F32 | BF16 | E4M3 |\n|---|---|---|---|---|")
+        for i, (name, (w, h)) in enumerate(SIZES.items()):
+            print(f"| {name} {w}x{h} | {GRIDS[i][0]}x{GRIDS[i][1]} | " + " | ".join(f"{table[q][i]:.7f}" for q in BOUNDS) + " |")
