@@ -186,3 +186,20 @@ if __name__ == "__main__":  # docs/models.md's parity table: python tests/test_n
         print("| picture | grid | F32 | BF16 | E4M3 |\n|---|---|---|---|---|")
         for i, (name, (w, h)) in enumerate(SIZES.items()):
             print(f"| {name} {w}x{h} | {GRIDS[i][0]}x{GRIDS[i][1]} | " + " | ".join(f"{table[q][i]:.7f}" for q in BOUNDS) + " |")
+
+
+def test_a_transparent_picture_equals_transformers_converting_it_to_rgb(converted: Path, model: Any) -> None:
+    """transformers' processors refuse RGBA unless ``do_convert_rgb``, whose ``convert_to_rgb``
+    composites over white, as uform does (docs/models-naflex.md)."""
+    from PIL import Image
+    from transformers.models.siglip2.image_processing_pil_siglip2 import Siglip2ImageProcessorPil
+
+    rgba = np.dstack([PICTURES[1], np.tile(np.linspace(0, 255, PICTURES[1].shape[1]).astype(np.uint8), (PICTURES[1].shape[0], 1))])
+    out = io.BytesIO()
+    Image.fromarray(rgba, "RGBA").save(out, "PNG")
+    proc = Siglip2ImageProcessorPil(max_num_patches=256, patch_size=model.config.vision_config.patch_size, do_convert_rgb=True)
+    with torch.no_grad():
+        ref = model.get_image_features(**proc(images=[Image.fromarray(rgba, "RGBA")], return_tensors="pt"))
+    want = getattr(ref, "pooler_output", ref)[0].numpy().astype(np.float64)
+    got = np.asarray(uform.Model.load_ram(converted, quantization=Scalar.F32).image_encode([out.getvalue()], Arena()).embeddings, np.float64)[0]
+    assert float(got @ want / np.linalg.norm(want)) > BOUNDS[Scalar.F32]
