@@ -1,4 +1,4 @@
-"""docs/models-naflex.md's speed table: ``python tests/naflex_speed.py`` (a few minutes on 2 cores).
+"""docs/models-naflex.md's speed table: ``python benchmarks/naflex.py`` (a few minutes on 2 cores).
 
 A random ``Siglip2Model`` at the base image tower's geometry (12 layers of width 768, patch 16,
 256 positions) converted to a float32 uform file; uform's ``image_encode_pixels`` (F32 and BF16
@@ -12,7 +12,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 import numpy as np  # noqa: E402
 
