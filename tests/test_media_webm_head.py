@@ -15,30 +15,13 @@ from uform.core.errors import InputError
 from uform.plugins.media import files as sources
 from uform.plugins.media import video, webm
 
+from bomb_files import clip
+
 CLUSTER = b"\x1f\x43\xb6\x75"
 
 
 def element(ident: bytes, body: bytes) -> bytes:
     return ident + (1 << 56 | len(body)).to_bytes(8, "big") + body
-
-
-def plain_clip() -> bytes:
-    """A 64x48 VP8 WebM of four black frames, encoded with PyAV."""
-    import av
-
-    out = io.BytesIO()
-    with av.open(out, "w", format="webm") as c:
-        stream = c.add_stream("libvpx", rate=25)
-        stream.width, stream.height, stream.pix_fmt = 64, 48, "yuv420p"
-        stream.options = {"deadline": "realtime", "cpu-used": "8"}
-        for i in range(4):
-            frame = av.VideoFrame.from_ndarray(np.zeros((48, 64, 3), np.uint8), format="rgb24")
-            frame.pts = i
-            for packet in stream.encode(frame):
-                c.mux(packet)
-        for packet in stream.encode(None):
-            c.mux(packet)
-    return out.getvalue()
 
 
 def with_voids(webm_bytes: bytes, voids: int, attached: int, after_clusters: bool = False) -> bytes:
@@ -62,7 +45,7 @@ def frames(data: bytes) -> np.ndarray:
 
 
 def test_more_elements_before_the_first_cluster_than_the_limit_is_refused_by_name() -> None:
-    plain = plain_clip()
+    plain = clip(64, 48, "webm", "libvpx", frames=4)  # a 64x48 VP8 WebM of four black frames
     many = with_voids(plain, 140_000, 1000)  # 131,072 (1 << 17) is the limit
     with pytest.raises(InputError) as caught:
         frames(many)
@@ -75,7 +58,7 @@ def test_more_elements_before_the_first_cluster_than_the_limit_is_refused_by_nam
 
 
 def test_elements_up_to_the_limit_and_attachments_after_the_clusters_are_read_as_before() -> None:
-    plain = plain_clip()
+    plain = clip(64, 48, "webm", "libvpx", frames=4)  # a 64x48 VP8 WebM of four black frames
     expected = frames(plain)
     np.testing.assert_array_equal(frames(with_voids(plain, 1000, 1000)), expected)
     np.testing.assert_array_equal(frames(with_voids(plain, 1000, 1000, after_clusters=True)), expected)
@@ -106,7 +89,7 @@ if __name__ == "__main__":
     from pathlib import Path
 
     with tempfile.TemporaryDirectory() as tmp:
-        plain = plain_clip()
+        plain = clip(64, 48, "webm", "libvpx", frames=4)  # a 64x48 VP8 WebM of four black frames
         for name, data in (("voids-then-attached-100MB.webm", with_voids(plain, 140_000, 100_000_000)),
                            ("attached-100MB-after-clusters.webm", with_voids(plain, 1000, 100_000_000, after_clusters=True))):  # fmt: skip
             (Path(tmp) / name).write_bytes(data)
