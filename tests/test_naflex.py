@@ -21,7 +21,6 @@ torch = pytest.importorskip("torch")
 import uform  # noqa: E402
 from uform import Arena, Scalar  # noqa: E402
 from uform.convert import convert  # noqa: E402
-from uform.core.errors import UnsupportedError  # noqa: E402
 from uform.plugins.media import naflex  # noqa: E402
 
 from convert_folders import copy, edit_config, header, refused  # noqa: E402
@@ -128,10 +127,83 @@ def test_files_equal_their_pixels_and_a_batch_keeps_its_order(converted: Path) -
     )
 
 
-def test_video_is_refused_by_name(converted: Path, tmp_path: Path) -> None:
+def _clip(width: int, height: int, seed: int) -> bytes:
+    """An 8-frame MP4 (H.264) whose frames differ, one frame a time unit: the 8 samples are its 8 frames."""
+    import av
+
+    out = io.BytesIO()
+    with av.open(out, "w", format="mp4") as container:
+        stream = container.add_stream("libx264", rate=8)
+        stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
+        for i in range(8):
+            frame = av.VideoFrame.from_ndarray(picture(width, height, seed + i), format="rgb24")
+            frame.pts = i
+            container.mux(stream.encode(frame))
+        container.mux(stream.encode())
+    return out.getvalue()
+
+
+def _decoded(data: bytes) -> list[np.ndarray]:
+    """Every frame of ``data`` as uform converts it to RGB (``frames.frame_rgb``), in order."""
+    import av
+
+    from uform.plugins.media import frames
+
+    with av.open(io.BytesIO(data)) as container:
+        return [frames.frame_rgb(f) for f in container.decode(video=0)]
+
+
+def test_a_clip_is_the_renormalised_mean_of_its_frames_at_its_own_grid(converted: Path) -> None:
+    from uform.plugins.media.files import sources
+    from uform.plugins.media.frames import Pixels
+    from uform.plugins.media.video import sample
+
     m = uform.Model.load_ram(converted, quantization=Scalar.F32)
-    with pytest.raises(UnsupportedError, match=r"video_encode: this checkpoint's image tower is SigLIP 2 NaFlex .*image_encode_pixels"):
-        m.video_encode([tmp_path / "never-read.mp4"], Arena())
+    wide, tall = _clip(128, 64, 10), _clip(48, 96, 20)  # 2:1 at 11x22, 1:2 at 22x11 (two grids, one call)
+    got = np.asarray(m.video_encode([wide, tall, wide], Arena()).embeddings, np.float64)
+    fit = Pixels.read(header(converted)[0]["towers"]["image"], "image").fit
+    for row, data, grid in ((got[0], wide, (11, 22)), (got[1], tall, (22, 11))):
+        decoded = _decoded(data)
+        assert len(decoded) == 8
+        sampled, _ = sample(sources([data], "bytes")[0], 8, fit)
+        assert sampled.shape == (8, grid[0] * 16, grid[1] * 16, 3)
+        frames_rows = np.asarray(m.image_encode_pixels(decoded, Arena()).embeddings, np.float64)
+        mean = frames_rows.mean(axis=0)
+        assert np.abs(row - mean / np.linalg.norm(mean)).max() <= 1e-6
+    assert np.array_equal(got[0], got[2])
+    alone = np.asarray(m.video_encode([tall], Arena()).embeddings, np.float64)[0]
+    assert np.abs(alone - got[1]).max() <= 1e-6
+
+
+def test_a_frame_of_another_size_takes_the_clips_first_grid(converted: Path) -> None:
+    """A stream whose frame size changes: each frame is resized to the first sampled frame's grid."""
+    import av
+    from PIL import Image
+
+    from uform.plugins.media.files import sources
+    from uform.plugins.media.frames import Pixels
+    from uform.plugins.media.video import frame_pixels
+
+    fit = Pixels.read(header(converted)[0]["towers"]["image"], "image").fit
+    source = sources([b"x"], "bytes")[0]
+    frame = av.VideoFrame.from_ndarray(picture(96, 96, 4), format="rgb24")  # its own grid: 16x16
+    assert frame_pixels(frame, fit, source).shape == (256, 256, 3)
+    fitted = frame_pixels(frame, fit, source, (176, 352, 3))  # the clip's first frame was 2:1 (11x22)
+    rgb = Image.fromarray(frame.to_ndarray(format="rgb24"))
+    assert np.array_equal(fitted, np.asarray(rgb.resize((352, 176), Image.Resampling.BILINEAR)))
+
+
+def test_a_video_tower_of_its_own_is_not_naflex(converted: Path, tmp_path: Path) -> None:
+    from uform.core import safetensors
+    from uform.core.errors import CheckpointError
+
+    c = safetensors.parse(memoryview(converted.read_bytes()))
+    config = json.loads(c.metadata["uform"])
+    config["towers"]["video"] = config["towers"]["image"] | {"frames": 8, "pooling": "class", "class_token": True}
+    out = tmp_path / "own-video.safetensors"
+    safetensors.write(out, {n: np.array(c.array(n)) for n in c.entries}, dict(c.metadata) | {"uform": json.dumps(config)})
+    with pytest.raises(CheckpointError, match=r"towers.video.resize: 'naflex' is for a video tower made of the image tower \('from': 'image'\) only"):
+        uform.Model.load_ram(out, quantization=Scalar.F32)
 
 
 def test_the_exported_tower_takes_patches_and_positions(converted: Path, tmp_path: Path) -> None:

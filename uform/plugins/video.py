@@ -7,7 +7,7 @@ one clip per thread, on the prefetch thread while ONNX Runtime computes the batc
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -16,7 +16,7 @@ from onnx import TensorProto
 
 from uform.core.arena import Arena, Encoded
 from uform.core.config import GEOMETRY_FIELDS, HEAD_FIELDS, Geometry, Head, ModelConfig, integer, only_fields
-from uform.core.errors import CheckpointError, UnsupportedError
+from uform.core.errors import CheckpointError
 from uform.core.graph import GraphBuilder
 from uform.core.hookspecs import hookimpl
 from uform.core.pipeline import EncodeOptions, check_stats, encode
@@ -31,17 +31,13 @@ from .media.video import Counters, sample
 from .media.frames import Pixels
 from .media.files import sources
 from .media.image import PIXEL_INPUTS
+from .image import GridGroups, grid_batch
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
 MAX_ROWS = 8  # clips per batch
 MAX_FRAMES = 1024  # bound on a tower's F
-NAFLEX_VIDEO = (
-    "video_encode: this checkpoint's image tower is SigLIP 2 NaFlex (resize 'naflex': each picture at the grid of patches its "
-    "aspect ratio gives), which uform does not run over a clip's frames (docs/models-naflex.md); nothing was read: "
-    "decode the frames yourself and pass them to image_encode_pixels"
-)
 
 
 @dataclass
@@ -91,6 +87,8 @@ def read(cfg: Mapping[str, Any], model: ModelConfig) -> VideoTower:
         return VideoTower(geometry, pixels, count, from_image=True)
     only_fields(cfg, where, FIELDS, "a video tower")
     geometry, pixels = frames.read_geometry(cfg, where)
+    if pixels.resize == "naflex":
+        raise CheckpointError(f"config field {where}.resize: 'naflex' is for a video tower made of the image tower ('from': 'image') only")
     head = Head.read(cfg, where, ("class",), geometry.width, model.dimensions)
     if not head.class_token:
         raise CheckpointError(f"config field {where}.class_token: a video tower of its own has a class token")
@@ -131,15 +129,20 @@ def graph(t: VideoTower, model: ModelConfig, b: GraphBuilder) -> None:
 
 class FramesThroughImage:
     """A video tower made of the image tower, as a runner: the clips' frames ``[B, F, S, S, 3]``
-    through the image tower's runner, then the video tower's own (the mean and the norm)."""
+    through the image tower's runner, then the video tower's own (the mean and the norm).
+    A NaFlex image tower's runner is :class:`GridGroups`, fed the ``B·F`` frames' ``patches``
+    and ``grids`` (:func:`grid_batch`), clip after clip: frames of one grid run together."""
 
-    def __init__(self, image: Runner, pool: Runner) -> None:
-        self.image, self.pool = image, pool
+    def __init__(self, image: Runner, pool: Runner, frames: int) -> None:
+        self.image, self.pool, self.frames = image, pool, frames
 
     def run(self, output_names: Sequence[str] | None, input_feed: Mapping[str, np.ndarray]) -> list[np.ndarray]:
-        clips = input_feed["frames"]
-        (rows,) = self.image.run(["embeddings"], {"pixels": clips.reshape(-1, *clips.shape[2:])})
-        return self.pool.run(output_names, {"frame_embeddings": rows.reshape(*clips.shape[:2], -1)})
+        if "frames" in input_feed:
+            clips = input_feed["frames"]
+            (rows,) = self.image.run(["embeddings"], {"pixels": clips.reshape(-1, *clips.shape[2:])})
+        else:
+            (rows,) = self.image.run(["embeddings"], input_feed)
+        return self.pool.run(output_names, {"frame_embeddings": rows.reshape(-1, self.frames, rows.shape[-1])})
 
 
 # -- verb ------------------------------------------------------------------------------
@@ -150,11 +153,11 @@ def video_encode(
 ) -> Encoded:
     check_stats(stats, VideoEncodeStats)
     tower: VideoTower = call.parsed
-    if tower.pixels.resize == "naflex":  # before any file is opened
-        raise UnsupportedError(NAFLEX_VIDEO)
     clips = sources(files, "paths, bytes or binary file objects")
+    naflex = tower.pixels.resize == "naflex"  # a clip's frames at the grid of its frame size, a run per grid
     if tower.from_image:
-        call = replace(call, runner=FramesThroughImage(call.peers["image"], call.runner))
+        image = GridGroups(call.peers["image"], tower.pixels.grid) if naflex else call.peers["image"]
+        call = replace(call, runner=FramesThroughImage(image, call.runner, tower.frames))
     tally = VideoEncodeStats()
 
     def count_items(prepared: list[tuple[np.ndarray, Counters]]) -> None:
@@ -164,7 +167,12 @@ def video_encode(
         tally.bytes_read += sum(c.bytes_read for _, c in prepared)
 
     count, size = tower.frames, tower.pixels.fit
-    items = ItemBatches(call, lambda i: sample(clips[i], count, size), lambda prepared: {"frames": np.stack([f for f, _ in prepared])}, count_items, inputs=PIXEL_INPUTS)
+    stack: Callable[[list[tuple[np.ndarray, Counters]]], dict[str, np.ndarray]]
+    if naflex:
+        stack = lambda prepared: grid_batch([frame for f, _ in prepared for frame in f], tower.pixels.patch_size)  # noqa: E731
+    else:
+        stack = lambda prepared: {"frames": np.stack([f for f, _ in prepared])}  # noqa: E731
+    items = ItemBatches(call, lambda i: sample(clips[i], count, size), stack, count_items, inputs=PIXEL_INPUTS)
     result = encode(call, len(clips), items.thunks(len(clips), call.rows(MAX_ROWS)), arena, stats=stats, **options)
     if stats is not None:
         tally.frames, tally.seconds_decode = len(clips) * tower.frames, items.seconds

@@ -63,12 +63,16 @@ def positions(rows: int, columns: int, g0: int) -> np.ndarray:
 
 def fit_image(image: Image.Image, patch: int, max_patches: int, bicubic: bool = False) -> Image.Image:
     """The picture resized (bilinear, as SigLIP 2's processor does, or bicubic; no crop) to its grid, in its own mode."""
+    rows, columns = grid_for(image.height, image.width, patch, max_patches)
+    return resize_to(image, rows * patch, columns * patch, bicubic)
+
+
+def resize_to(image: Image.Image, height: int, width: int, bicubic: bool = False) -> Image.Image:
+    """The picture resized (bilinear or bicubic, no crop) to ``width x height``, in its own mode."""
     from PIL import Image
 
-    rows, columns = grid_for(image.height, image.width, patch, max_patches)
-    size = (columns * patch, rows * patch)
     resample = Image.Resampling.BICUBIC if bicubic else Image.Resampling.BILINEAR
-    return image if image.size == size else image.resize(size, resample)
+    return image if image.size == (width, height) else image.resize((width, height), resample)
 
 
 def patches(fitted: np.ndarray, patch: int) -> np.ndarray:

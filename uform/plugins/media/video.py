@@ -20,7 +20,7 @@ import numpy as np
 
 from uform.core.errors import InputError
 
-from . import frames, mp4, upright, webm
+from . import frames, mp4, naflex, upright, webm
 from .files import CUT_WHILE_OPENED, Source, falls_short
 
 MAX_FRAME_PIXELS = 40_000_000  # width × height of a frame (8K UHD is 33.2 M)
@@ -237,20 +237,29 @@ def _opener(source: Source) -> tuple[Callable[[], Any], bytes, int]:
     return (lambda: io.BytesIO(data)), data[:16], len(data)
 
 
-def frame_pixels(frame: Any, size: int, source: Source) -> np.ndarray:
-    """One decoded frame as ``uint8 [S, S, 3]``: RGB, turned as its display matrix says, fitted."""
+def frame_pixels(frame: Any, size: int, source: Source, shape: tuple[int, ...] | None = None) -> np.ndarray:
+    """One decoded frame as ``uint8 [S, S, 3]``: RGB, turned as its display matrix says, fitted.
+
+    A NaFlex tower's frame is fitted to the grid its own size gives (``[gh·P, gw·P, 3]``); given
+    ``shape``, the clip's first sampled frame's, a frame of another size (a stream whose frame size
+    changes) is resized to that shape instead, so a clip's frames share one grid."""
     if frame.width * frame.height > MAX_FRAME_PIXELS:
         raise source.fail(f"a frame is {frame.width}x{frame.height}, over the limit of {MAX_FRAME_PIXELS} pixels")
     # libswscale with PyAV's defaults (SWS_BILINEAR): the matrix and range the frame is tagged
     # with; untagged is BT.601, limited range (docs/checkpoint.md, "Video tower")
     rgb = frames.frame_rgb(frame)  # a grey frame given neutral chroma first, so its range tag counts
     rgb = upright.displayed(rgb, upright.display_matrix(frame))  # turned and mirrored as FFmpeg's autorotation
-    return frames.fit(frames.from_array(rgb), size)
+    image = frames.from_array(rgb)
+    fitted = frames.fit(image, size)
+    if shape is not None and fitted.shape != shape and isinstance(size, frames.Fit) and size.resize == "naflex":
+        fitted = np.ascontiguousarray(naflex.resize_to(image, shape[0], shape[1], size.interpolation == "bicubic"))
+    return fitted
 
 
 def sample(source: Source, count: int, size: int, seeking: bool = True) -> tuple[np.ndarray, Counters]:
-    """``uint8 [count, size, size, 3]`` of one clip (a tower's ``F`` frames of ``S × S``), and
-    what decoding it cost."""
+    """``uint8 [count, size, size, 3]`` of one clip (a tower's ``F`` frames of ``S × S``; a NaFlex
+    tower's ``[count, gh·P, gw·P, 3]``, the grid of the first sampled frame's size), and what
+    decoding it cost."""
     import av
 
     try:
@@ -266,15 +275,18 @@ def sample(source: Source, count: int, size: int, seeking: bool = True) -> tuple
             frame_size(source, *mp4.check(source, f) or (0, 0))
         else:
             frame_size(source, *webm_declared(source, f) or (0, 0))
-    out = np.empty((count, size, size, 3), np.uint8)
+    held: list[np.ndarray] = []  # the clip's [count, ...] once its first sampled frame is fitted
     last: list[Any] = [None]
 
     def keep(i: int, frame: Any) -> None:
         if last[0] is not frame:
-            out[i] = frame_pixels(frame, size, source)
+            fitted = frame_pixels(frame, size, source, held[0].shape[1:] if held else None)
+            if not held:
+                held.append(np.empty((count, *fitted.shape), np.uint8))
+            held[0][i] = fitted
             last[0] = frame
         else:
-            out[i] = out[i - 1]
+            held[0][i] = held[0][i - 1]
 
     try:
         with av.open(opener(), format=CONTAINERS[kind], metadata_errors="replace") as container:
@@ -298,4 +310,4 @@ def sample(source: Source, count: int, size: int, seeking: bool = True) -> tuple
     except Exception as exc:  # noqa: BLE001 - whatever FFmpeg says, it is this item's fault
         raise source.fail(f"cannot decode the video: {type(exc).__name__}: {exc}") from None
     c.seconds, c.bytes_read = p.seconds, nbytes
-    return out, c
+    return held[0], c
