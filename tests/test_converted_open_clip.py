@@ -229,3 +229,30 @@ def main() -> None:
 if __name__ == "__main__":
     sys.path.insert(0, str(Path(__file__).parent))
     main()
+
+
+def test_an_image_size_that_is_not_a_whole_number_of_patches_converts_and_equals_encode_image(tmp_path: Path) -> None:
+    """open_clip's ``conv1`` (stride P, no padding) takes 4x4 patches of 8 over the first 32 of 36
+    rows and columns and leaves the last 4 out: the converter writes ``patch_remainder: drop``
+    (before, the file was refused: 'image_size 36, patch_size 8 ... are not supported')."""
+    from v2ckpt import dumps
+
+    geometry = {**hf_models.OPEN_CLIP_SMALL, "vision_cfg": {**hf_models.OPEN_CLIP_SMALL["vision_cfg"], "image_size": 36}}
+    directory, model = hf_models.make_open_clip(tmp_path / "oc36", geometry)
+    out = tmp_path / "oc36.safetensors"
+    convert(directory, out, dtype="f32")
+    image = dumps(out)["towers"]["image"]
+    assert (image["image_size"], image["patch_size"], image["patch_remainder"]) == (36, 8, "drop")
+    px = np.random.default_rng(0).integers(0, 256, (4, 36, 36, 3), dtype=np.uint8)
+    x = (px.astype(np.float32) / 255 - np.float32(hf_models.CLIP_MEAN)) / np.float32(hf_models.CLIP_STD)
+    with torch.no_grad():
+        want = model.encode_image(torch.from_numpy(x).permute(0, 3, 1, 2).contiguous()).numpy().astype(np.float64)
+    want /= np.linalg.norm(want, axis=1, keepdims=True)
+    edged = px.copy()
+    edged[:, 32:] = 255 - edged[:, 32:]  # the 4 rows and 4 columns no patch covers
+    edged[:, :, 32:] = 0
+    with uform.Model.load_ram(out, quantization=Scalar.F32) as m:
+        got = np.asarray(m.image_encode_pixels(list(px), Arena()).embeddings, np.float64)
+        assert np.array_equal(np.asarray(m.image_encode_pixels(list(edged), Arena()).embeddings), got.astype(np.float32))
+    assert (got * want).sum(1).min() >= 0.999999
+    assert np.abs(got - want).max() < 1e-5

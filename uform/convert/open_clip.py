@@ -101,8 +101,8 @@ def convert(directory: Path, cfg: dict[str, Any], weights: Weights, source: dict
     if isinstance(size, list) and len(size) == 2 and size[0] == size[1]:
         size = size[0]
     bad = not isinstance(size, int) or not isinstance(patch, int) or isinstance(patch, bool) or patch < 1 or size < patch
-    if bad or size % patch or vw % head_width:
-        raise ConvertError(f"{where} model_cfg.vision_cfg: image_size {size!r}, patch_size {patch!r}, width {vw}, head_width {head_width} are not supported (a square image of whole patches, heads dividing the width)")
+    if bad or vw % head_width:  # S % P != 0: conv1 (stride P, no padding) leaves the last rows and columns out, as patch_remainder 'drop'
+        raise ConvertError(f"{where} model_cfg.vision_cfg: image_size {size!r}, patch_size {patch!r}, width {vw}, head_width {head_width} are not supported (a square image at least one patch wide, heads dividing the width)")
     grid = size // patch
     why = "open_clip_config.json vision_cfg"
     t.take("image.patch.weight", "visual.conv1.weight", (vw, 3, patch, patch), why + ".width, patch_size", (vw, 3 * patch * patch))
@@ -115,7 +115,7 @@ def convert(directory: Path, cfg: dict[str, Any], weights: Weights, source: dict
     t.put("image.projection.weight", t.get("visual.proj", (vw, dimensions), why + ".width, embed_dim").T.copy())
     image = geometry(vw, vd, vw // head_width, vm, where + " vision_cfg") | {
         "activation": act, "layer_norm_eps": 1e-5, "class_token": True, "ln_pre": True, "pooling": "class", "projection": "linear",
-        "image_size": size, "patch_size": patch,
+        "image_size": size, "patch_size": patch, **({"patch_remainder": "drop"} if size % patch else {}),
     } | _preprocess(section(cfg, "preprocess_cfg", where), where)  # fmt: skip
 
     scale = logit_scale(t)
