@@ -13,6 +13,8 @@ turned or converted (alpha, 16 bits, palette, grayscale, CMYK) is turned and con
 of rows at a time (``STRIP_PIXELS``), each strip going straight into the fit
 (:func:`fit_strips`), which is ``frames.fit`` bit for bit. A tower's ``alpha: drop`` (open_clip's
 order) fits an alpha picture premultiplied, a strip at a time, and a palette or 1-bit one whole.
+A NaFlex tower's picture is fitted whole to its grid: decoded whole (no PNG strips), and turned
+and converted a strip at a time into one RGB copy (:func:`rgb_strips`).
 """
 
 from __future__ import annotations
@@ -114,6 +116,21 @@ def fit_strips(width: int, height: int, part: Callable[[tuple[int, int, int, int
         n = min(step, last - y)
         fit.feed(y, np.asarray(part((0, y, width, y + n))))
     return fit.result()
+
+
+def rgb_strips(width: int, height: int, part: Callable[[tuple[int, int, int, int]], Image.Image | np.ndarray]) -> Image.Image:
+    """The ``width × height`` picture ``part(box)`` gives as 8-bit RGB, asked for strips of whole
+    rows (``STRIP_PIXELS`` or so) and written into one RGB picture: a picture fitted whole (a
+    NaFlex grid) costs one RGB copy beside the decoded one, not its conversion's wider
+    intermediates over the whole picture (a 6000 × 4000 RGBA PNG composited whole: 722 MB)."""
+    from PIL import Image
+
+    out = Image.new("RGB", (width, height))
+    step = max(1, STRIP_PIXELS // width)
+    for y in range(0, height, step):
+        strip = part((0, y, width, min(height, y + step)))
+        out.paste(strip if isinstance(strip, Image.Image) else frames.from_array(strip), (0, y))
+    return out
 
 
 def draft_scale(width: int, height: int, size: int) -> int:
@@ -273,8 +290,8 @@ def decode(source: Source, size: int) -> tuple[np.ndarray, int, int, bool]:
             fitted = unpremultiplied_rgb(fit_strips(*upright_size(image, method), part, size, 4))
         elif method is None and image.mode == "RGB" and "transparency" not in image.info:
             fitted = frames.fit(image, size)  # nothing to convert: resized as decoded
-        elif _whole(size):  # turned and converted whole, then fitted to its grid
-            fitted = frames.fit(to_rgb(upright_box(image, method, (0, 0, *upright_size(image, method))), alpha), size)
+        elif _whole(size):  # turned and converted a strip at a time into one RGB copy, then fitted to its grid
+            fitted = frames.fit(rgb_strips(*upright_size(image, method), lambda box: to_rgb(upright_box(image, method, box), alpha)), size)
         else:  # turned and converted a strip at a time, never whole (see fit_strips)
             fitted = fit_strips(*upright_size(image, method), lambda box: to_rgb(upright_box(image, method, box), alpha), size)
     except Exception as exc:  # noqa: BLE001
