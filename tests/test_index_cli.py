@@ -405,3 +405,33 @@ def test_names_that_are_not_utf8_print_escaped(tmp_path: Path, ckpt: Path) -> No
     assert lines[0].startswith(f"index i\\xffdx: 1 item (1 image) of {tmp_path}/m\\xfe.safetensors (sha256 ") and lines[-1] == "wrote e\\xfd.parquet: 1 row"  # not '1 rows'
     with Index(tmp_path / os.fsdecode(b"i\xffdx"), checkpoint=ckpt, read_only=True) as index:
         assert [e.path for e in index.entries()] == [str(tmp_path / "photos" / "p0.png")]
+
+
+def test_search_prints_paths_that_open_from_the_current_folder(tmp_path: Path, ckpt: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """``uform search`` prints each path as it opens from where it runs: relative to the current
+    folder under it, else absolute; ``Index.search`` answers the stored absolute paths. An encode
+    output's relative paths are relative to the folder encode ran in: searched from another
+    folder they printed as stored ('photos/p0.png', no such file there)."""
+    photos(tmp_path / "a" / "photos", 2)
+    (tmp_path / "a" / "out").mkdir()
+    (tmp_path / "b").mkdir()
+    model = ["-m", str(ckpt), "-k", "0", "--json", "-q"]
+
+    def printed(*args: str) -> list[str]:
+        assert main(["search", "red", *args, *model]) == 0
+        return sorted(r["path"] for r in json.loads(capsys.readouterr().out))
+
+    monkeypatch.chdir(tmp_path / "a")
+    assert main(["encode", "photos", "--out", "out/emb", "-m", str(ckpt), "-q"]) == 0
+    assert main(["index", "photos", "--into", "idx", "-m", str(ckpt), "-q"]) == 0
+    capsys.readouterr()
+    here = ["photos/p0.png", "photos/p1.png"]
+    assert printed("out/emb") == printed("--index", "idx") == printed("photos") == here
+    with Index(tmp_path / "a" / "idx", checkpoint=ckpt, read_only=True) as index:
+        assert sorted(h.path for h in index.search("red", 2)) == [str(tmp_path / "a" / p) for p in here]
+    monkeypatch.chdir(tmp_path / "b")
+    assert printed("../a/out/emb") == printed("--index", "../a/idx") == [str(tmp_path / "a" / p) for p in here]
+    monkeypatch.chdir(tmp_path / "a" / "photos")
+    assert printed("../out/emb") == printed("--index", "../idx") == ["p0.png", "p1.png"]
+    for p in printed("../out/emb"):
+        assert os.path.isfile(p)

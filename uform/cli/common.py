@@ -4,6 +4,7 @@ and how a name (a file's path, a text) is printed: :func:`printable`."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 from types import TracebackType
@@ -131,6 +132,13 @@ def say(message: str) -> None:
 
 
 _ESCAPES = {"\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def from_here(path: str) -> str:
+    """An absolute ``path`` as it opens from the current folder: relative to it where it lies
+    under it (``photos/p2.png`` beside ``photos/``), else as it is (absolute)."""
+    here = os.getcwd() + os.sep
+    return path[len(here) :] if path.startswith(here) else path
 
 
 def printable(name: str) -> str:

@@ -8,7 +8,7 @@ import json
 import os
 from typing import Any
 
-from .common import QUANTIZATIONS, Bar, add_force, checkpoint_path, failed, printable, say
+from .common import QUANTIZATIONS, Bar, add_force, checkpoint_path, failed, from_here, printable, say
 from uform.inputs import Failure, counted, unserved
 
 SCALARS = ("f32", "f16", "bf16", "i8", "b1")
@@ -148,8 +148,7 @@ def search(args: argparse.Namespace) -> int:
                 raise ValueError(f"--like {args.like}: {exc.reason}") from None
         else:
             hits = index.search(args.query, args.top, modalities=wanted)
-    cwd = os.getcwd() + os.sep
-    ranked = [{"path": printable(h.path[len(cwd):] if h.path.startswith(cwd) else h.path), "score": round(h.score, 6), "modality": h.modality,
+    ranked = [{"path": printable(from_here(h.path)), "score": round(h.score, 6), "modality": h.modality,
                **({"text": h.text} if h.text is not None else {})} for h in hits]  # fmt: skip
     if args.json:
         print(json.dumps(ranked, indent=2))

@@ -101,6 +101,7 @@ def write_saved(
             "scales": None if scales is None else paths[1].name,
             "index": index.name,
             "files": digests,
+            "cwd": os.getcwd(),  # the folder the rows' relative paths are relative to (uform search resolves them from it)
             "model": os.fspath(model.resolve()),
             "model_sha256": sha256(model),
             "uform": __version__,

@@ -9,8 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from .common import Bar, add_model, failed, load, model_path, printable, say
-from .saved import read_saved, row_key, saved_prefix, sha256
+from .common import Bar, add_model, failed, from_here, load, model_path, printable, say
+from .saved import read_saved, record_name, row_key, saved_prefix, sha256
 from uform.inputs import PLURAL, Failure, Gathered, Item, encode, gather, pass_over_unserved, unserved
 
 
@@ -100,7 +100,8 @@ def run(args: argparse.Namespace) -> int:
     scores: list[np.ndarray] = []
     for s in saved:
         keep = [i for i, r in enumerate(s.rows) if r["modality"] in wanted]
-        paths += [s.rows[i][row_key(s.rows[i])] for i in keep]
+        base = record_name(s.manifest, "cwd", f"the encode output {s.manifest['npy']}")  # None: written before outputs recorded it
+        paths += [_opened_here(s.rows[i][row_key(s.rows[i])], base) for i in keep]
         modalities += [s.rows[i]["modality"] for i in keep]
         scores.append(s.scores(query)[keep])
     if media.items:
@@ -115,6 +116,14 @@ def run(args: argparse.Namespace) -> int:
         order = order[: args.top]
     ranked = [{"path": printable(paths[i]), "score": round(float(values[i]), 6), "modality": modalities[i]} for i in order]
     return _print(ranked, args, failures)
+
+
+def _opened_here(path: str, base: str | None) -> str:
+    """An encode output's row path as it opens from the current folder: a relative one is
+    relative to the folder ``encode`` ran in (the output's ``cwd``), which may be another."""
+    if base is None or os.path.isabs(path):
+        return path
+    return from_here(os.path.normpath(os.path.join(base, path)))
 
 
 def _once(items: list[Item]) -> list[Item]:
