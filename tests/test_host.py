@@ -334,6 +334,39 @@ def test_a_plugin_made_for_another_uform_is_not_imported(site: Path, requires: s
     assert ("uform_broken" in sys.modules) == (not error)
 
 
+def test_stdout_comes_back_when_two_threads_run_plugin_code_at_once() -> None:
+    """Two threads in plugin code at once (two loads asking a backend's ``accepts``): the first
+    in, the first out. Each saving and restoring its own stdout (``contextlib.redirect_stdout``)
+    left the second's saved value, stderr, as stdout for good: every later print went to stderr."""
+    import threading
+
+    from uform.core.entrypoints import to_stderr
+
+    before = sys.stdout
+    first_in, second_in, first_out = threading.Event(), threading.Event(), threading.Event()
+
+    def first() -> None:
+        with to_stderr():
+            first_in.set()
+            second_in.wait(10)
+        first_out.set()
+
+    def second() -> None:
+        first_in.wait(10)
+        with to_stderr():
+            assert sys.stdout is sys.stderr
+            second_in.set()
+            first_out.wait(10)
+            assert sys.stdout is sys.stderr  # the first leaving does not end the second's redirection
+
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    assert sys.stdout is before
+
+
 def test_a_skipped_plugins_warning_says_how_to_go_without_it(site: Path, caplog: pytest.LogCaptureFixture) -> None:
     """The warning every uform command printed for a plugin that fails to import named the plugin
     and the culprit but not what to do; it ends with how to be rid of it (and of the warning)."""

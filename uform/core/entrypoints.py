@@ -11,8 +11,7 @@ before anything of it is imported. :func:`slow` names a plugin that takes over
 :func:`to_stderr` runs plugin code (its import, its hooks, a backend's ``probe`` and
 ``accepts``: short calls, not ``open``, which runs for seconds while other threads may print) with ``sys.stdout`` pointed at ``sys.stderr``: what a plugin prints is still seen,
 while uform's own output on stdout (``uform plugins --json``, ``uform describe --json``, a
-table) stays whole. The redirection is process-wide while it lasts, as
-:func:`contextlib.redirect_stdout` is.
+table) stays whole. The redirection is process-wide while any such call lasts, in any thread.
 """
 
 from __future__ import annotations
@@ -21,6 +20,7 @@ import contextlib
 import importlib
 import importlib.metadata as metadata
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -33,11 +33,30 @@ SLOW_SECONDS = 1.0  # a plugin taking longer to import and register is named in 
 clock = time.perf_counter  # what :func:`slow` is measured with (a test's clock replaces it)
 
 
+_redirect = threading.Lock()
+_inside = 0  # calls of to_stderr under way, in every thread
+_stdout: Any = None  # sys.stdout as the first of them found it
+
+
 @contextlib.contextmanager
 def to_stderr() -> Iterator[None]:
-    """Inside, ``print()`` and ``sys.stdout`` write to ``sys.stderr``."""
-    with contextlib.redirect_stdout(sys.stderr):
+    """Inside, ``print()`` and ``sys.stdout`` write to ``sys.stderr``. Counted across threads:
+    the first call in points stdout at stderr, the last out gives it back. (Each call saving and
+    restoring its own, as ``contextlib.redirect_stdout`` does, left stdout on stderr for good
+    when two threads' loads overlapped: the second saved the first's redirection and restored it
+    last.)"""
+    global _inside, _stdout
+    with _redirect:
+        if _inside == 0:
+            _stdout, sys.stdout = sys.stdout, sys.stderr
+        _inside += 1
+    try:
         yield
+    finally:
+        with _redirect:
+            _inside -= 1
+            if _inside == 0:
+                sys.stdout, _stdout = _stdout, None
 
 
 def load(ep: metadata.EntryPoint, distribution: str) -> Any:
