@@ -23,7 +23,7 @@ METADATA_KEY = "uform"
 LAYER_NORM_EPS = 1e-5
 ACTIVATIONS = ("gelu", "gelu_tanh", "quick_gelu")
 POOLINGS = ("class", "last_token", "final_position", "attention")
-PROJECTIONS = ("linear", "linear_bias", "none")
+PROJECTIONS = ("linear", "linear_bias", "mlp", "none")
 # Fields a version-1 file may not carry: each has a default meaning what version 1 means.
 V2_FIELDS = frozenset({"source", "labels"})
 V1_FIELDS = frozenset({"format", "format_version", "dimensions", "context", "towers", "choice_temperatures"})

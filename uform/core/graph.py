@@ -220,8 +220,12 @@ class GraphBuilder:
 
     def projected_embedding(self, pooled: str, prefix: str, projection: str = "linear") -> str:
         """``pooled`` [B, W] (e.g. ``transformer(..., pick=class_token)``) projected (``linear``: no
-        bias; ``linear_bias``; ``none``: as it is) and L2-normalised: [B, D]."""
-        if projection != "none":
+        bias; ``linear_bias``; ``mlp``: ``Linear(ReLU(Linear(x; projection.0)); projection.1)``,
+        both with bias; ``none``: as it is) and L2-normalised: [B, D]."""
+        if projection == "mlp":
+            hidden = self.op("Relu", self.linear(pooled, f"{prefix}.projection.0"))
+            pooled = self.linear(hidden, f"{prefix}.projection.1")
+        elif projection != "none":
             pooled = self.linear(pooled, f"{prefix}.projection", bias=projection == "linear_bias")
         return self.l2_normalize(pooled)
 

@@ -35,8 +35,8 @@ class TensorSpec:
 def stack_tensors(prefix: str, g: Geometry, dimensions: int | None = None, head: Head | None = None) -> dict[str, TensorSpec]:
     """The tensors of ``prefix.blocks.*`` and ``prefix.ln_final`` (see docs/checkpoint.md),
     plus ``prefix.projection.weight`` [dimensions, width] when ``dimensions`` is given, and
-    what ``head`` adds or drops (version 2: ``ln_pre``, the projection's bias or none, the
-    attention pooling head; not the class token, which the tower declares)."""
+    what ``head`` adds or drops (version 2: ``ln_pre``, the projection's bias, none, or the two
+    layers of ``mlp``, the attention pooling head; not the class token, which the tower declares)."""
     w, m = g.width, g.mlp_width
     ones, zeros = TensorSpec((w,), mean=1.0), TensorSpec((w,))
     out: dict[str, TensorSpec] = {}
@@ -64,7 +64,13 @@ def stack_tensors(prefix: str, g: Geometry, dimensions: int | None = None, head:
             f"{p}.mlp.fc1.weight": TensorSpec((m, w)), f"{p}.mlp.fc1.bias": TensorSpec((m,)),
             f"{p}.mlp.fc2.weight": TensorSpec((w, m)), f"{p}.mlp.fc2.bias": zeros,
         })  # fmt: skip
-    if dimensions is not None and head.projection != "none":
+    if dimensions is not None and head.projection == "mlp":  # Linear, ReLU, Linear (CLAP's projection layer)
+        d = dimensions
+        out.update({
+            f"{prefix}.projection.0.weight": TensorSpec((d, w)), f"{prefix}.projection.0.bias": TensorSpec((d,)),
+            f"{prefix}.projection.1.weight": TensorSpec((d, d)), f"{prefix}.projection.1.bias": TensorSpec((d,)),
+        })  # fmt: skip
+    elif dimensions is not None and head.projection != "none":
         out[f"{prefix}.projection.weight"] = TensorSpec((dimensions, w))
         if head.projection == "linear_bias":
             out[f"{prefix}.projection.bias"] = TensorSpec((dimensions,))
