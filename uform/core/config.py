@@ -31,6 +31,7 @@ V2_TOWER_FIELDS = frozenset({
     "activation", "layer_norm_eps", "class_token", "ln_pre", "pooling", "projection",
     "tokenizer", "vocab_size", "context", "mask", "pad_to_context", "pad_id",
     "resize", "interpolation", "resize_rounding", "alpha", "crop_rounding", "from", "patch_remainder", "max_patches",
+    "front",
 })  # fmt: skip
 
 # Bounds that keep a hostile config from asking for absurd allocations.

@@ -64,16 +64,25 @@ def stack_tensors(prefix: str, g: Geometry, dimensions: int | None = None, head:
             f"{p}.mlp.fc1.weight": TensorSpec((m, w)), f"{p}.mlp.fc1.bias": TensorSpec((m,)),
             f"{p}.mlp.fc2.weight": TensorSpec((w, m)), f"{p}.mlp.fc2.bias": zeros,
         })  # fmt: skip
-    if dimensions is not None and head.projection == "mlp":  # Linear, ReLU, Linear (CLAP's projection layer)
-        d = dimensions
-        out.update({
-            f"{prefix}.projection.0.weight": TensorSpec((d, w)), f"{prefix}.projection.0.bias": TensorSpec((d,)),
+    if dimensions is not None:
+        out.update(projection_tensors(prefix, w, dimensions, head.projection))
+    return out
+
+
+def projection_tensors(prefix: str, width: int, dimensions: int, projection: str) -> dict[str, TensorSpec]:
+    """The tensors of a tower's projection (docs/checkpoint.md) from its ``width`` pooled row to
+    ``dimensions``: ``linear`` ``prefix.projection.weight`` [dimensions, width], ``linear_bias``
+    that and ``.bias`` [dimensions], ``mlp`` ``prefix.projection.0`` [dimensions, width] and ``.1``
+    [dimensions, dimensions] each with a bias (Linear, ReLU, Linear), ``none`` nothing."""
+    d = dimensions
+    if projection == "mlp":
+        return {
+            f"{prefix}.projection.0.weight": TensorSpec((d, width)), f"{prefix}.projection.0.bias": TensorSpec((d,)),
             f"{prefix}.projection.1.weight": TensorSpec((d, d)), f"{prefix}.projection.1.bias": TensorSpec((d,)),
-        })  # fmt: skip
-    elif dimensions is not None and head.projection != "none":
-        out[f"{prefix}.projection.weight"] = TensorSpec((dimensions, w))
-        if head.projection == "linear_bias":
-            out[f"{prefix}.projection.bias"] = TensorSpec((dimensions,))
+        }  # fmt: skip
+    out = {f"{prefix}.projection.weight": TensorSpec((d, width))} if projection != "none" else {}
+    if projection == "linear_bias":
+        out[f"{prefix}.projection.bias"] = TensorSpec((d,))
     return out
 
 
