@@ -16,6 +16,7 @@ from urllib.parse import quote
 from .files import DATABASE, NEW_DATABASE, cannot_write
 from .identity import IndexFormatError
 
+NO_SHM = {sqlite3.SQLITE_IOERR, sqlite3.SQLITE_FULL, sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_READONLY}  # the -shm file not made: not damage, no lock
 DAMAGE = ("no such table", "no such column", "could not decode", "malformed", "not a database")  # OperationalErrors that are damage
 
 P = ParamSpec("P")
@@ -25,6 +26,43 @@ R = TypeVar("R")
 def is_damage(exc: sqlite3.Error) -> bool:
     """Whether SQLite's error means a damaged database (not a disk, a lock or a permission)."""
     return not isinstance(exc, sqlite3.OperationalError) or any(d in str(exc).lower() for d in DAMAGE)
+
+
+def reader(db: Path) -> sqlite3.Connection:
+    """A connection to the database ``db`` that reads, and writes nothing, read once (``sqlite3.Error``
+    where it cannot be). A WAL database's reader shares SQLite's ``-shm`` file (made by the first
+    connection, with ``-wal``), so:
+
+    - where this process may write the folder and the database: read-write with ``query_only``, so
+      that the last connection to close removes the ``-shm`` and ``-wal`` files as a writer's does
+      (a read-only one cannot: it left them, and in a database of mode 444 left them of mode 444,
+      which every later writer failed on, ``attempt to write a readonly database``);
+    - where it may not, and another left a ``-shm``: read-only, through it;
+    - where it may not, and there is none: ``immutable``, which makes no file; and so where the
+      ``-shm`` cannot be made (a full disk) while the ``-wal`` holds nothing (no connection is
+      open, the database file holds every commit): a writer needs that ``-shm`` too."""
+    wal, shm = (db.with_name(db.name + suffix) for suffix in ("-wal", "-shm"))
+    writable = os.access(db.parent, os.W_OK) and os.access(db, os.W_OK)
+    mode = "rw" if writable else "ro" if shm.exists() else "ro&immutable=1"
+    try:
+        return _read_once(db, mode)
+    except sqlite3.OperationalError as exc:
+        if mode.endswith("immutable=1") or exc.sqlite_errorcode & 0xFF not in NO_SHM or (wal.exists() and wal.stat().st_size):
+            raise
+    return _read_once(db, "ro&immutable=1")
+
+
+def _read_once(db: Path, mode: str) -> sqlite3.Connection:
+    uri = f"file:{quote(os.fsencode(db))}?mode={mode}"  # a name with ?, #, % or bytes that are not UTF-8 read as itself
+    conn = sqlite3.connect(uri, uri=True, timeout=30, isolation_level=None, check_same_thread=False)
+    try:
+        if mode == "rw":
+            conn.execute("PRAGMA query_only = ON")
+        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+    except BaseException:
+        conn.close()
+        raise
+    return conn
 
 
 def guarded(method: Callable[P, R]) -> Callable[P, R]:
@@ -75,24 +113,14 @@ class Database:
                     conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
                 conn.execute("PRAGMA journal_mode=WAL")
                 conn.execute("PRAGMA synchronous=NORMAL")
-            else:
-                conn = self._reader(db)
-            conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
-            return conn
+                conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+                return conn
+            return reader(db)
         except sqlite3.DatabaseError as exc:
             if is_damage(exc):
                 raise self.unreadable(exc) from None
             # a file it may not open or write, a disk that is full
             raise OSError(f"{self.folder}: cannot open the index{' for writing' if write else ''} ({exc}); it is left as it was") from None
-
-    @staticmethod
-    def _reader(db: Path) -> sqlite3.Connection:
-        """A read-only connection; in a folder it may not write (WAL needs its -shm file), the
-        database as it is on disk (``immutable``)."""
-        uri = f"file:{quote(os.fsencode(db))}?mode=ro"  # a name with ?, #, % or bytes that are not UTF-8 read as itself
-        if not os.access(db.parent, os.W_OK) and not (db.parent / (db.name + "-shm")).exists():
-            uri += "&immutable=1"
-        return sqlite3.connect(uri, uri=True, timeout=30, isolation_level=None, check_same_thread=False)
 
     @property
     def _db(self) -> sqlite3.Connection:

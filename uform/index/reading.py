@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from .database import Database, guarded
+from .database import Database, guarded, reader
 from .files import DATABASE, Rows
 from .records import Failed, Known, Stored
 from .schema import scopes
@@ -47,7 +47,7 @@ class Reader(Database):
     def _current_generation(self) -> int | None:
         """The generation committed now, seen outside this connection's snapshot (None: unreadable)."""
         try:
-            conn = self._reader(self.folder / DATABASE)
+            conn = reader(self.folder / DATABASE)
             try:
                 row = conn.execute("SELECT value FROM meta WHERE key = 'generation'").fetchone()
             finally:
