@@ -13,6 +13,7 @@ time uses it, and the package installs without it likewise.
 from __future__ import annotations
 
 import platform
+import shutil
 import sys
 from pathlib import Path
 
@@ -23,6 +24,7 @@ ROOT = Path(__file__).parent
 NATIVE = ROOT / "native" / "uform_ops"
 sys.path.insert(0, str(ROOT / "native"))
 
+from ops_build import cache_key, compile_parallel, compiler_identity, lookup, store  # noqa: E402
 from ort_headers import HeadersUnavailable, find  # noqa: E402
 
 ERROR_SUFFIX = ".build-error.txt"
@@ -38,14 +40,36 @@ class BuildOps(build_ext):
         failure = target.parent / (ext.name.rpartition(".")[2] + ERROR_SUFFIX)
         try:
             if ext.name == ops.name:
-                ext.include_dirs.append(str(find()))
-            super().build_extension(ext)
+                self.build_ops(ext, target)
+            else:
+                super().build_extension(ext)
         except (HeadersUnavailable, OSError, Exception) as exc:  # noqa: BLE001 - the package installs without it
             failure.parent.mkdir(parents=True, exist_ok=True)
             failure.write_text(f"{type(exc).__name__}: {exc}\n")
             print(f"uform: {ext.name} was not built ({exc}); {CONSEQUENCE[ext.name]}", file=sys.stderr)
             return
         failure.unlink(missing_ok=True)
+
+    def build_ops(self, ext: Extension, target: Path) -> None:
+        """The op library from the build cache when the same sources, headers, arguments and
+        compiler built it before (native/ops_build.py), else compiled on every CPU and cached."""
+        include = find()
+        ext.include_dirs.append(str(include))
+        compiler = compiler_identity(getattr(self.compiler, "compiler_so", None) or [self.compiler.compiler_type])
+        key = cache_key([*ext.sources, *ext.depends], include, ext.extra_compile_args, compiler)
+        cached = lookup(key)
+        if cached is not None:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(cached, target)
+            print(f"uform: {ext.name} taken from the build cache ({cached.parent}), built from the same sources", file=sys.stderr)
+            return
+        ext.extra_objects = [*ext.extra_objects, *compile_parallel(self, ext)]
+        ext.sources = []  # compiled above; setuptools links the objects
+        super().build_extension(ext)
+        try:
+            store(key, target)
+        except OSError as exc:  # a cache that cannot be written costs the next install a build, nothing else
+            print(f"uform: {ext.name} not kept in the build cache ({exc})", file=sys.stderr)
 
     def copy_extensions_to_source(self) -> None:
         # an optional extension's missing library is not copied (setuptools), so the rest installs
