@@ -1,0 +1,8 @@
+"""A Swin transformer over a one-channel "image" (CLAP's HTSAT audio stack, a log-mel
+spectrogram laid out as a square): its config fields and tensors (tower), and its ONNX graph
+from the image to the pooled row (stack). A helper of the modality plugins, not a plugin."""
+
+from .stack import swin_graph
+from .tower import SWIN_FIELDS, SwinTower, read, tensors
+
+__all__ = ["SWIN_FIELDS", "SwinTower", "read", "swin_graph", "tensors"]
