@@ -27,6 +27,9 @@ native = pytest.mark.skipif(pngs.native() is None, reason="the op library is not
 FITS = {
     "v1": {}, "square": {"resize": "square"}, "square-bilinear": {"resize": "square", "interpolation": "bilinear"},
     "crop-bilinear-floor": {"interpolation": "bilinear", "rounding": "floor"},
+    # NaFlex: the whole picture to its grid of at most 12 patches of 4 (or 8 of 8), no crop
+    "naflex": {"resize": "naflex", "interpolation": "bilinear", "patch": 4, "max_patches": 12},
+    "naflex-bicubic": {"resize": "naflex", "patch": 8, "max_patches": 8},
 }  # fmt: skip
 
 

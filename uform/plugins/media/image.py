@@ -13,8 +13,8 @@ turned or converted (alpha, 16 bits, palette, grayscale, CMYK) is turned and con
 of rows at a time (``STRIP_PIXELS``), each strip going straight into the fit
 (:func:`fit_strips`), which is ``frames.fit`` bit for bit. A tower's ``alpha: drop`` (open_clip's
 order) fits an alpha picture premultiplied, a strip at a time, and a palette or 1-bit one whole.
-A NaFlex tower's picture is fitted whole to its grid: decoded whole (no PNG strips), and turned
-and converted a strip at a time into one RGB copy (:func:`rgb_strips`).
+A NaFlex tower's picture goes the same ways to its grid (``RowFit`` makes the grid's whole
+resize, no crop, as it makes the square's).
 """
 
 from __future__ import annotations
@@ -118,21 +118,6 @@ def fit_strips(width: int, height: int, part: Callable[[tuple[int, int, int, int
     return fit.result()
 
 
-def rgb_strips(width: int, height: int, part: Callable[[tuple[int, int, int, int]], Image.Image | np.ndarray]) -> Image.Image:
-    """The ``width × height`` picture ``part(box)`` gives as 8-bit RGB, asked for strips of whole
-    rows (``STRIP_PIXELS`` or so) and written into one RGB picture: a picture fitted whole (a
-    NaFlex grid) costs one RGB copy beside the decoded one, not its conversion's wider
-    intermediates over the whole picture (a 6000 × 4000 RGBA PNG composited whole: 722 MB)."""
-    from PIL import Image
-
-    out = Image.new("RGB", (width, height))
-    step = max(1, STRIP_PIXELS // width)
-    for y in range(0, height, step):
-        strip = part((0, y, width, min(height, y + step)))
-        out.paste(strip if isinstance(strip, Image.Image) else frames.from_array(strip), (0, y))
-    return out
-
-
 def draft_scale(width: int, height: int, size: int) -> int:
     """The JPEG scale-down: the largest ``s`` of 8, 4, 2 with ``shorter ≥ margin × s × size``, else 1.
 
@@ -153,11 +138,6 @@ def _drafted_side(width: int, height: int, size: int) -> int:
     from .naflex import grid_for
 
     return min(grid_for(height, width, size.patch, size.max_patches)) * size.patch
-
-
-def _whole(size: int) -> bool:
-    """A NaFlex tower's picture is converted whole, then fitted (its grid is not ``S x S``)."""
-    return isinstance(size, frames.Fit) and size.resize == "naflex"
 
 
 def open_image(source: Source, size: int) -> tuple[Image.Image, int, bool]:
@@ -242,7 +222,7 @@ def _png_rows(source: Source, stream: BinaryIO, size: int) -> tuple[np.ndarray, 
     """A PNG read and fitted a strip of rows at a time (:mod:`uform.plugins.media.png`), or
     None where it is decoded whole instead (no op library, interlaced, turned by its EXIF)."""
     try:
-        if png.native() is None or _whole(size):  # Pillow reads it, walking its chunks as uform's walk would
+        if png.native() is None:  # Pillow reads it, walking its chunks as uform's walk would
             png.count_chunks(stream)
             return None
         found = png.layout(stream)
@@ -269,7 +249,7 @@ def _png_rows(source: Source, stream: BinaryIO, size: int) -> tuple[np.ndarray, 
 
 
 def decode(source: Source, size: int) -> tuple[np.ndarray, int, int, bool]:
-    """``uint8 [S, S, 3]`` of one file, with the pixels decoded, bytes read and scale-down flag."""
+    """``uint8 [S, S, 3]`` of one file (a NaFlex tower's ``[gh·P, gw·P, 3]``), with the pixels decoded, bytes read and scale-down flag."""
     stream = _open(source)
     try:
         if _sniffed(source, stream) == "PNG":
@@ -290,8 +270,6 @@ def decode(source: Source, size: int) -> tuple[np.ndarray, int, int, bool]:
             fitted = unpremultiplied_rgb(fit_strips(*upright_size(image, method), part, size, 4))
         elif method is None and image.mode == "RGB" and "transparency" not in image.info:
             fitted = frames.fit(image, size)  # nothing to convert: resized as decoded
-        elif _whole(size):  # turned and converted a strip at a time into one RGB copy, then fitted to its grid
-            fitted = frames.fit(rgb_strips(*upright_size(image, method), lambda box: to_rgb(upright_box(image, method, box), alpha)), size)
         else:  # turned and converted a strip at a time, never whole (see fit_strips)
             fitted = fit_strips(*upright_size(image, method), lambda box: to_rgb(upright_box(image, method, box), alpha), size)
     except Exception as exc:  # noqa: BLE001

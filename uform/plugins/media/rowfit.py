@@ -10,7 +10,8 @@ same float64 operations in the same order, the box taken as float32 as Pillow ta
 its fixed-point sum, ``clip8((2²¹ + Σ kᵢ·pᵢ) >> 22)``, made in float64, where every partial
 sum is an integer below 2⁵³ and so exact. Only the output rows the crop keeps are made, each
 from its window of rows (``2 × support × scale + 1`` rows), so what is held is a strip, the
-rows the pending output rows still read, and the ``S × S`` result.
+rows the pending output rows still read, and the ``S × S`` result (a NaFlex tower's: its grid's,
+the whole picture resized, nothing cropped).
 ``tests/test_image_streaming.py`` checks it against Pillow's whole resize, bit for bit.
 """
 
@@ -109,7 +110,8 @@ class RowFit:
     given in order (:meth:`feed`, rows outside them are not needed); :meth:`result` answers
     the ``uint8 [S, S, 3]`` ``frames.fit`` answers for the whole picture, bit for bit
     (version 2's square resize, bilinear filter and rounding down too, and the region rule
-    past ``FULL_RESIZE_AREA``)."""
+    past ``FULL_RESIZE_AREA``); for a NaFlex tower the ``uint8 [gh·P, gw·P, 3]`` of the
+    picture's grid (:func:`uform.plugins.media.naflex.fit_image`: a whole resize, no crop)."""
 
     def __init__(self, width: int, height: int, size: int, channels: int = 3) -> None:
         from PIL import Image
@@ -118,10 +120,17 @@ class RowFit:
         s = self.size = int(size)
         self.kind = "bilinear" if how.interpolation == "bilinear" else "bicubic"
         self.resample = Image.Resampling.BILINEAR if self.kind == "bilinear" else Image.Resampling.BICUBIC
-        tw, th = (s, s) if how.resize == "square" else frames.resized_size(width, height, s, how.rounding)
+        if how.resize == "naflex":  # the whole picture resized to its grid, nothing cropped
+            from .naflex import grid_for
+
+            gh, gw = grid_for(height, width, how.patch, how.max_patches)
+            tw, th = gw * how.patch, gh * how.patch
+        else:
+            tw, th = (s, s) if how.resize == "square" else frames.resized_size(width, height, s, how.rounding)
+        self.shape = (th, tw) if how.resize == "naflex" else (s, s)  # the result's rows and columns
         # across: (out columns, x0, x1); down: (input rows, y0, y1, output rows, the picture's row of input row 0);
         # keep: the output rows the crop keeps; left: the first column it keeps
-        if how.resize != "square" and tw * th > frames.FULL_RESIZE_AREA * s * s:  # frames.fit_region's two calls
+        if how.resize not in ("square", "naflex") and tw * th > frames.FULL_RESIZE_AREA * s * s:  # frames.fit_region's two calls
             x0, x1, y0, y1, r0, r1 = frames.region(width, height, s, (tw, th), how.crop)
             across = (s, x0, x1)
             down = (r1 - r0, y0 - r0, y1 - r0, s, r0)
@@ -130,8 +139,8 @@ class RowFit:
             across = (tw, 0.0, float(width))
             down = (height, 0.0, float(height), th, 0)
             self.down_first = tw != width and th != height and vertical_first(width, height, (tw, th))
-            top, self.left = frames.crop_offset(th - s, how.crop), frames.crop_offset(tw - s, how.crop)
-            keep = (top, top + s)
+            top, self.left = frames.crop_offset(th - self.shape[0], how.crop), frames.crop_offset(tw - self.shape[1], how.crop)
+            keep = (top, top + self.shape[0])
         self.across = None if _identity(width, *across) else across
         rows, lo, hi, out, origin = down
         self.down: Down | None = None
@@ -141,7 +150,7 @@ class RowFit:
             self.down = Down(rows, lo, hi, out, self.kind, *keep)
             self.rows = (origin + self.down.rows[0], origin + self.down.rows[1])
         self.origin = origin
-        self.out = np.empty((s, s, channels), np.uint8)  # 4: premultiplied RGBa, resized as Pillow resizes RGBA
+        self.out = np.empty((*self.shape, channels), np.uint8)  # 4: premultiplied RGBa, resized as Pillow resizes RGBA
         self.made = 0
 
     def feed(self, y: int, rows: np.ndarray) -> None:
@@ -154,9 +163,9 @@ class RowFit:
             self._put(self.down.feed(y - self.origin, self._across(rows)))
 
     def result(self) -> np.ndarray:
-        """The fitted ``uint8 [S, S, 3]``; ValueError if rows are missing."""
-        if self.made != self.size:
-            raise ValueError(f"the fit made {self.made} of {self.size} rows: rows {self.rows[0]}:{self.rows[1]} were not all given")
+        """The fitted ``uint8 [S, S, 3]`` (a NaFlex grid's ``[gh·P, gw·P, 3]``); ValueError if rows are missing."""
+        if self.made != self.shape[0]:
+            raise ValueError(f"the fit made {self.made} of {self.shape[0]} rows: rows {self.rows[0]}:{self.rows[1]} were not all given")
         return self.out
 
     def _across(self, rows: np.ndarray) -> np.ndarray:
@@ -173,9 +182,9 @@ class RowFit:
         return np.asarray(picture.resize((out, n), self.resample, box=(x0, 0, x1, n)))
 
     def _put(self, rows: np.ndarray) -> None:
-        n = min(len(rows), self.size - self.made)
+        n = min(len(rows), self.shape[0] - self.made)
         if n > 0:
-            self.out[self.made : self.made + n] = rows[:n, self.left : self.left + self.size]
+            self.out[self.made : self.made + n] = rows[:n, self.left : self.left + self.shape[1]]
             self.made += n
 
 

@@ -1,0 +1,94 @@
+"""SigLIP 2 NaFlex pictures from files (docs/models-naflex.md, "Memory" and "Pictures"): a large
+PNG is read a strip of rows at a time and fitted to its grid as it comes, bit for bit the whole
+fit; odd pictures (1x1, 1x5000 strips, an EXIF turn, 16 bits, CMYK, a palette with a
+transparent entry) each give a grid and the pixels of the whole decode converted."""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from uform.plugins.media import frames, naflex
+from uform.plugins.media import image as pictures
+from uform.plugins.media import png as pngs
+from uform.plugins.media.files import Source
+
+FIT = frames.Fit(256, "naflex", "bilinear", patch=16, max_patches=256)  # the base model's geometry
+
+native = pytest.mark.skipif(pngs.native() is None, reason="the op library is not built here: PNGs are decoded whole")
+
+_MEASURE = """
+import sys
+from uform.plugins.media import frames
+from uform.plugins.media import image as pictures
+from uform.plugins.media.files import Source
+def status(key):  # this process's own (getrusage's ru_maxrss would hold the forking parent's RSS)
+    return next(int(line.split()[1]) * 1024 for line in open("/proc/self/status") if line.startswith(key + ":"))
+fit = frames.Fit(256, "naflex", "bilinear", patch=16, max_patches=256)
+pictures.decode(Source(0, None, data=open(sys.argv[2], "rb").read()), fit)  # warm: lazy imports
+data = open(sys.argv[1], "rb").read()
+try:
+    open("/proc/self/clear_refs", "w").write("5")  # the high-water mark starts again from here
+except OSError:
+    pass
+base = status("VmRSS")
+fitted = pictures.decode(Source(0, None, data=data), fit)[0]
+print(fitted.shape[0], fitted.shape[1], status("VmHWM") - base)
+"""
+
+
+def _png(pixels: np.ndarray, **options: object) -> bytes:
+    out = io.BytesIO()
+    Image.fromarray(pixels).save(out, "PNG", compress_level=1, **options)
+    return out.getvalue()
+
+
+def _whole(data: bytes) -> np.ndarray:
+    """Pillow's whole decode, turned, converted and fitted in one piece."""
+    decoded = pictures.open_image(Source(0, None, data=data), FIT)[0]
+    return frames.fit(pictures.to_rgb(pictures.orient(decoded)), FIT)
+
+
+def _decode(data: bytes) -> np.ndarray:
+    return pictures.decode(Source(0, None, data=data), FIT)[0]
+
+
+@native
+def test_a_large_png_is_fitted_to_its_grid_a_strip_at_a_time(tmp_path: Path) -> None:
+    """A 3000x2000 RGB PNG: Pillow's whole decode holds 24 MB (4 bytes a pixel); read a strip
+    at a time the decode's peak RSS grows by a few MB, and the grid's pixels are the whole fit's."""
+    width, height = 3000, 2000
+    rows, columns, grew = growth(tmp_path, width, height)
+    data = (tmp_path / "big.png").read_bytes()
+    assert np.array_equal(_decode(data), _whole(data))
+    assert (rows, columns) == tuple(16 * g for g in naflex.grid_for(height, width, 16, 256)) == (208, 304)
+    assert grew < width * height, f"peak RSS grew {grew / 1e6:.1f} MB decoding a {width}x{height} PNG (decoded whole: 24 MB)"
+
+
+def growth(folder: Path, width: int, height: int) -> tuple[int, int, int]:
+    """The grid's rows and columns in pixels and the peak RSS growth, in bytes, of one NaFlex
+    ``decode`` of a smooth ``width × height`` RGB PNG, in a fresh process."""
+    rng = np.random.default_rng(11)
+    pixels = np.asarray(Image.fromarray(rng.integers(0, 256, (max(2, height // 16), max(2, width // 16), 3), dtype=np.uint8)).resize((width, height)))
+    big, small = folder / "big.png", folder / "small.png"
+    big.write_bytes(_png(pixels))
+    small.write_bytes(_png(pixels[:30, :40]))
+    run = subprocess.run([sys.executable, "-c", _MEASURE, str(big), str(small)], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    rows, columns, grew = (int(v) for v in run.stdout.split()[-3:])
+    return rows, columns, grew
+
+
+if __name__ == "__main__":  # python tests/test_naflex_pictures.py 6000 4000: the docs' figure
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        w, h = int(sys.argv[1]), int(sys.argv[2])
+        rows, columns, grew = growth(Path(folder), w, h)
+        print(f"{w}x{h} RGB PNG to {columns}x{rows}: peak RSS +{grew / 1e6:.1f} MB")
