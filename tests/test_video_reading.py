@@ -74,6 +74,30 @@ def test_an_edit_list_that_cuts_into_a_keyframe_group_is_sampled_from_the_frames
     assert picks == sampled(grouped, seeking=False)[0] == [9, 15, 21, 27]  # shown 2, 8, 14, 20 of 23 (targets 2.875, 8.625, …)
 
 
+def test_an_edit_list_that_cuts_into_a_keyframe_group_decodes_each_frame_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    # FFmpeg's MP4 seek in such a file lands a group early, every time: the old pick decoded the
+    # group before each sought one again: 28 frames for 4 samples where reading through decodes
+    # 22. The packets before the keyframe aimed at are now passed over undecoded: 13 frames, each
+    # once, the same pixels.
+    grouped = trimmed(clip(frames=30, gop=5), 7)
+    decoded: list[int] = []
+    frames_from = clips_module._frames_from
+
+    def counted(container: Any, stream: Any, seek_to: int | None) -> Iterator[Any]:
+        for frame in frames_from(container, stream, seek_to):
+            decoded.append(level_index(frame.to_ndarray(format="rgb24")))
+            yield frame
+
+    monkeypatch.setattr(clips_module, "_frames_from", counted)
+    picks, frames, counters = sampled(grouped)
+    assert counters.seeks == 3 and counters.decoded == len(decoded)
+    assert decoded == [7, 8, 9, 10, 15, 16, 20, 21, 22, 25, 26, 27, 28]  # each once: the frame after a sample ends it
+    monkeypatch.setattr(clips_module, "_frames_from", frames_from)
+    through, frames_through, read = sampled(grouped, seeking=False)
+    assert picks == through == [9, 15, 21, 27] and counters.decoded < read.decoded == 22
+    np.testing.assert_array_equal(frames, frames_through)
+
+
 
 
 def test_b_frames_are_sampled_by_presentation_time() -> None:
@@ -300,7 +324,45 @@ def test_bt2020_and_smpte240m_tags_are_followed(colourspace: int, kr: float, kb:
     assert np.abs(frames[0, 0, 0] - exact).max() <= 0.5
     assert np.abs(exact - exact_rgb((y, u, v), 5, 1)).max() > 2  # not BT.601's
 
+def moving_clip(frames: int, size: tuple[int, int], gop: int) -> bytes:
+    """An H.264 MP4 (30 fps, B-frames: x264's superfast preset) of a gradient that moves from frame to frame."""
+    width, height = size
+    y, x = np.mgrid[0:height, 0:width]
+    buffer = io.BytesIO()
+    with av.open(buffer, "w", format="mp4") as container:
+        stream = container.add_stream("libx264", rate=30)
+        stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
+        stream.codec_context.gop_size, stream.codec_context.options = gop, {"preset": "superfast"}
+        for i in range(frames):
+            frame = av.VideoFrame.from_ndarray(np.stack([(x + 3 * i) % 256, (y + 2 * i) % 256, np.full_like(x, 7 * i % 256)], -1).astype(np.uint8), format="rgb24")
+            frame.pts = i
+            for packet in stream.encode(frame):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+    return buffer.getvalue()
+
+
+def edit_list_costs(rounds: int = 5) -> None:
+    """What sampling costs in a 100 s 640x360 clip (a keyframe every 30 frames) cut at frame 7, F = 8, S = 224."""
+    import time
+
+    data = trimmed(moving_clip(3000, (640, 360), 30), 7)
+    for seeking in (True, False):
+        best = float("inf")
+        for _ in range(rounds):
+            start = time.perf_counter()
+            _, counters = clips_module.sample(sources.Source(0, None, data=data), 8, 224, seeking)
+            best = min(best, time.perf_counter() - start)
+        print(f"{'seeking' if seeking else 'reading through'}: {counters.decoded} frames decoded, {counters.seeks} seeks, best of {rounds} {best * 1000:.0f} ms")
+
+
 if __name__ == "__main__":
+    import sys
+
+    if sys.argv[1:] == ["--edit-list"]:
+        edit_list_costs()
+        sys.exit()
     print("pix_fmt       " + "  ".join(f"{str(t):10s}" for t in TAGS) + "  (largest |RGB - exact|, levels; tags: colourspace, range)")
     for pix_fmt in ("yuv444p", "yuv420p", "yuv420p10le"):
         print(f"{pix_fmt:12s}  " + "  ".join(f"{e:<10.1f}" for e in colour_errors(pix_fmt)))

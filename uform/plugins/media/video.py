@@ -174,10 +174,26 @@ def check_complete(container: Any, stream: Any, ends: Mapping[Any, int], source:
 
 
 def _frames_from(container: Any, stream: Any, seek_to: int | None) -> Iterator[Any]:
+    """The stream's frames from the start, or from the keyframe at ``seek_to``.
+
+    A seek may land on an earlier keyframe than the one aimed at: FFmpeg's MP4 seek in a file
+    whose edit list starts inside a keyframe group lands a group early, every time. The packets
+    before the aimed-at keyframe are then passed over undecoded (the seek flushed the decoder),
+    so no frame is decoded again; one that lands later is :func:`pick`'s to find."""
     if seek_to is not None:
         container.seek(seek_to, stream=stream, backward=True, any_frame=False)
-    for packet in container.demux(stream):
+    packets = container.demux(stream)
+    for packet in packets if seek_to is None else _from_keyframe(packets, seek_to):
         yield from packet.decode()
+
+
+def _from_keyframe(packets: Iterator[Any], pts: int) -> Iterator[Any]:
+    """``packets`` from the first keyframe at or after ``pts`` (and the end, which flushes the decoder)."""
+    for packet in packets:
+        if packet.size == 0 or (packet.is_keyframe and packet.pts is not None and packet.pts >= pts):
+            yield packet
+            break
+    yield from packets
 
 
 def pick(container: Any, stream: Any, p: Plan, count: int, seeking: bool, keep: Callable[[int, Any], None]) -> Counters:
