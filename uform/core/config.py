@@ -22,13 +22,14 @@ WRITTEN_VERSION = 1  # what make_config writes unless told: a file using no vers
 METADATA_KEY = "uform"
 LAYER_NORM_EPS = 1e-5
 ACTIVATIONS = ("gelu", "gelu_tanh", "quick_gelu")
-POOLINGS = ("class", "last_token", "final_position", "attention")
+POOLINGS = ("class", "first_token", "last_token", "final_position", "attention")
+NORMS = ("pre", "post")  # where a block's LayerNorms sit: before each sublayer, or after each residual add
 PROJECTIONS = ("linear", "linear_bias", "mlp", "none")
 # Fields a version-1 file may not carry: each has a default meaning what version 1 means.
 V2_FIELDS = frozenset({"source", "labels"})
 V1_FIELDS = frozenset({"format", "format_version", "dimensions", "context", "towers", "choice_temperatures"})
 V2_TOWER_FIELDS = frozenset({
-    "activation", "layer_norm_eps", "class_token", "ln_pre", "pooling", "projection",
+    "activation", "layer_norm_eps", "norm", "class_token", "ln_pre", "pooling", "projection", "pooler",
     "tokenizer", "vocab_size", "context", "mask", "pad_to_context", "pad_id",
     "resize", "interpolation", "resize_rounding", "alpha", "crop_rounding", "from", "patch_remainder", "max_patches",
     "front",
@@ -122,7 +123,10 @@ def optional_integer(cfg: Mapping[str, Any], key: str, where: str, lo: int, hi: 
 @dataclass(frozen=True)
 class Geometry:
     """A transformer stack: residual width, blocks, attention heads, MLP hidden width, the MLP's
-    activation and the layer norms' epsilon (version 2; the defaults are version 1's)."""
+    activation, the layer norms' epsilon and where they sit (``norm``: ``pre``, each block's
+    sublayers read a LayerNorm of the stream and ``ln_final`` ends the stack; ``post``, BERT's
+    and RoBERTa's, each residual add is followed by a LayerNorm and nothing ends the stack; a
+    tower that takes the field says so) (version 2; the defaults are version 1's)."""
 
     width: int
     depth: int
@@ -130,6 +134,7 @@ class Geometry:
     mlp_width: int
     activation: str = "gelu"
     layer_norm_eps: float = LAYER_NORM_EPS
+    norm: str = "pre"
 
     @property
     def head_dim(self) -> int:
@@ -145,6 +150,7 @@ class Geometry:
             mlp_width=integer(cfg, "mlp_width", where, 1, 8 * MAX_WIDTH),
             activation=choice(cfg, "activation", where, ACTIVATIONS, "gelu"),
             layer_norm_eps=number(cfg, "layer_norm_eps", where, 1e-12, 1e-2) if "layer_norm_eps" in cfg else LAYER_NORM_EPS,
+            norm=choice(cfg, "norm", where, NORMS, "pre"),
         )
         if width % geometry.heads:
             raise CheckpointError(f"config field {where}.heads: {geometry.heads} does not divide width {width}")

@@ -166,10 +166,18 @@ class GraphBuilder:
         return context  # type: ignore[no-any-return]
 
     def block(self, x: str, prefix: str, g: Geometry, bt: str, mask: str | None) -> str:
-        """Pre-norm block: ``x + attn(ln1(x))`` then ``x + fc2(gelu(fc1(ln2(x))))``."""
+        """Pre-norm block: ``x + attn(ln1(x))`` then ``x + fc2(gelu(fc1(ln2(x))))``; post-norm
+        (``g.norm`` ``post``): ``ln1(x + attn(x))`` then ``ln2(x + fc2(gelu(fc1(x))))``."""
         eps = g.layer_norm_eps
+        if g.norm == "post":
+            x = self.layer_norm(self.residual(x, self.attention(x, f"{prefix}.attn", g, bt, mask)), f"{prefix}.ln1", eps)
+            return self.layer_norm(self.residual(x, self.mlp(x, f"{prefix}.mlp", g)), f"{prefix}.ln2", eps)
         x = self.residual(x, self.attention(self.layer_norm(x, f"{prefix}.ln1", eps), f"{prefix}.attn", g, bt, mask))
         return self.residual(x, self.mlp(self.layer_norm(x, f"{prefix}.ln2", eps), f"{prefix}.mlp", g))
+
+    def end_of_stack(self, h: str, prefix: str, g: Geometry) -> str:
+        """``prefix.ln_final`` of the stack's output ``h``; a post-norm stack's ends in its last block."""
+        return self.layer_norm(h, f"{prefix}.ln_final", g.layer_norm_eps) if g.norm == "pre" else h
 
     def transformer(self, x: str, prefix: str, g: Geometry, mask: str | None = None, pick: Callable[[str], str] | None = None) -> str:
         """Run ``prefix.blocks.*`` then ``prefix.ln_final`` over ``x`` [B, T, W]; answer [B, T, W].
@@ -182,9 +190,8 @@ class GraphBuilder:
         for i in range(g.depth - (pick is not None)):
             h = self.block(h, f"{prefix}.blocks.{i}", g, bt, mask)
         if pick is not None:
-            return self.layer_norm(self.picked_block(h, f"{prefix}.blocks.{g.depth - 1}", g, shape, pick, mask), f"{prefix}.ln_final", g.layer_norm_eps)
-        h = self.layer_norm(h, f"{prefix}.ln_final", g.layer_norm_eps)
-        return self.op("Reshape", h, shape)  # type: ignore[no-any-return]
+            return self.end_of_stack(self.picked_block(h, f"{prefix}.blocks.{g.depth - 1}", g, shape, pick, mask), prefix, g)
+        return self.op("Reshape", self.end_of_stack(h, prefix, g), shape)  # type: ignore[no-any-return]
 
     def picked_block(self, h: str, prefix: str, g: Geometry, shape: str, pick: Callable[[str], str], mask: str | None) -> str:
         """Block ``prefix`` for one token of each row: ``h`` [B*T, W] → [B, W].
@@ -196,9 +203,13 @@ class GraphBuilder:
         quarters of a block's products."""
         bt = self.op("Slice", shape, self.ints([0]), self.ints([2]))
         eps = g.layer_norm_eps
-        context = self.attention_context(self.layer_norm(h, f"{prefix}.ln1", eps), f"{prefix}.attn", g, bt, mask)
+        post = g.norm == "post"
+        context = self.attention_context(h if post else self.layer_norm(h, f"{prefix}.ln1", eps), f"{prefix}.attn", g, bt, mask)
         mine = pick(self.op("Reshape", h, shape))
         mine = self.residual(mine, self.linear(pick(self.op("Reshape", context, shape)), f"{prefix}.attn.out"))
+        if post:
+            mine = self.layer_norm(mine, f"{prefix}.ln1", eps)
+            return self.layer_norm(self.residual(mine, self.mlp(mine, f"{prefix}.mlp", g)), f"{prefix}.ln2", eps)
         return self.residual(mine, self.mlp(self.layer_norm(mine, f"{prefix}.ln2", eps), f"{prefix}.mlp", g))
 
     def class_token(self, x: str) -> str:

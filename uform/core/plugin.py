@@ -33,7 +33,7 @@ class TensorSpec:
 
 
 def stack_tensors(prefix: str, g: Geometry, dimensions: int | None = None, head: Head | None = None) -> dict[str, TensorSpec]:
-    """The tensors of ``prefix.blocks.*`` and ``prefix.ln_final`` (see docs/checkpoint.md),
+    """The tensors of ``prefix.blocks.*`` and ``prefix.ln_final`` (pre-norm only; see docs/checkpoint.md),
     plus ``prefix.projection.weight`` [dimensions, width] when ``dimensions`` is given, and
     what ``head`` adds or drops (version 2: ``ln_pre``, the projection's bias, none, or the two
     layers of ``mlp``, the attention pooling head; not the class token, which the tower declares)."""
@@ -50,7 +50,8 @@ def stack_tensors(prefix: str, g: Geometry, dimensions: int | None = None, head:
             f"{p}.mlp.fc1.weight": TensorSpec((m, w)), f"{p}.mlp.fc1.bias": TensorSpec((m,)),
             f"{p}.mlp.fc2.weight": TensorSpec((w, m)), f"{p}.mlp.fc2.bias": zeros,
         })  # fmt: skip
-    out[f"{prefix}.ln_final.weight"], out[f"{prefix}.ln_final.bias"] = ones, zeros
+    if g.norm == "pre":  # a post-norm stack ends in its last block's ln2
+        out[f"{prefix}.ln_final.weight"], out[f"{prefix}.ln_final.bias"] = ones, zeros
     head = head or Head()
     if head.ln_pre:
         out[f"{prefix}.ln_pre.weight"], out[f"{prefix}.ln_pre.bias"] = ones, zeros

@@ -77,10 +77,11 @@ class TextTower:
     pad_id: int = 0
     tokenizer: tokens.HeldTokenizer | None = field(default=None, compare=False)
     end_token: int | str = "last"  # "last", "max" or a token id: where a row ends (tokens.ended)
+    pooler: str = "none"  # "tanh": the pooled row through tanh(Linear(x; text.pooler)) before the projection (BERT's pooler)
 
 
 FIELDS = GEOMETRY_FIELDS | HEAD_FIELDS | {
-    "token_width", "tokenizer", "clean", "vocab_size", "context", "end_token", "mask", "pad_to_context", "pad_id",
+    "token_width", "tokenizer", "clean", "vocab_size", "context", "end_token", "mask", "pad_to_context", "pad_id", "norm", "pooler",
 }  # fmt: skip
 
 
@@ -89,7 +90,7 @@ def read(cfg: Mapping[str, Any], model: ModelConfig) -> TextTower:
     only_fields(cfg, where, FIELDS, "a text tower")
     g = Geometry.read(cfg, where)
     token_width = integer(cfg, "token_width", where, 0, 16384) if "token_width" in cfg or model.version < 2 else 0
-    head = Head.read(cfg, where, ("class", "last_token", "final_position"), g.width, model.dimensions)
+    head = Head.read(cfg, where, ("class", "first_token", "last_token", "final_position"), g.width, model.dimensions)
     kind = choice(cfg, "tokenizer", where, ("bytes", "tokenizer.json"), "bytes")
     clean = choice(cfg, "clean", where, ("none", "lower", "whitespace"), "none")
     vocab = optional_integer(cfg, "vocab_size", where, 1, 1 << 24, BYTES)
@@ -112,7 +113,10 @@ def read(cfg: Mapping[str, Any], model: ModelConfig) -> TextTower:
         pad_id=optional_integer(cfg, "pad_id", where, 0, vocab - 1, 0),
         tokenizer=tokens.read(model.extras, context, vocab, where, clean) if kind == "tokenizer.json" else None,
         end_token=end,
+        pooler=choice(cfg, "pooler", where, ("none", "tanh"), "none"),
     )  # fmt: skip
+    if head.pooling == "first_token" and head.class_token:
+        raise CheckpointError(f"config field {where}.pooling: 'first_token' is the first of a text's own tokens, for a tower without a class token (class_token false); with one, 'class'")
     if head.pooling == "final_position" and not t.pad_to_context:
         raise CheckpointError(f"config field {where}.pooling: 'final_position' needs pad_to_context true")
     return t
@@ -125,6 +129,8 @@ def tensors(t: TextTower, model: ModelConfig) -> dict[str, TensorSpec]:
         out["text.cls"] = TensorSpec((w,))
     out["text.pos.weight"] = TensorSpec((t.context + t.head.first, w))
     out.update(stack_tensors("text", t.geometry, model.dimensions, t.head))
+    if t.pooler == "tanh":
+        out["text.pooler.weight"], out["text.pooler.bias"] = TensorSpec((w, w)), TensorSpec((w,))
     if t.token_width:
         out["text.token_head.weight"] = TensorSpec((t.token_width, w))
     return out
@@ -153,14 +159,19 @@ def graph(t: TextTower, model: ModelConfig, b: GraphBuilder) -> None:
         pick = b.token_at(b.op("Max", b.op("Add", lengths, b.const(np.int64(first - 1))), b.const(np.int64(0))))
     elif t.head.pooling == "final_position":
         pick = b.last_position
-    else:
+    else:  # the class token, or without one the first token (the tokenizer's <s> or [CLS])
         pick = b.class_token
+
+    def pooled_by(x: str) -> str:
+        """The pooled row through the tower's pooler (``tanh(Linear(x; text.pooler))``), if it has one."""
+        return b.op("Tanh", b.linear(x, "text.pooler")) if t.pooler == "tanh" else x
+
     if not t.token_width:  # only the pooled token is read: the last block runs for it alone
-        pooled = b.transformer(x, "text", t.geometry, mask, pick=pick)
+        pooled = pooled_by(b.transformer(x, "text", t.geometry, mask, pick=pick))
         b.output(b.projected_embedding(pooled, "text", t.head.projection), "embeddings", None, ["batch", model.dimensions])
     else:
         hidden = b.transformer(x, "text", t.geometry, mask)
-        b.output(b.projected_embedding(pick(hidden), "text", t.head.projection), "embeddings", None, ["batch", model.dimensions])
+        b.output(b.projected_embedding(pooled_by(pick(hidden)), "text", t.head.projection), "embeddings", None, ["batch", model.dimensions])
         rows = b.op("Slice", hidden, b.ints([first]), b.ints([1 << 62]), b.ints([1]))
         rows = b.op("Reshape", rows, b.ints([-1, t.geometry.width]))
         vectors = b.l2_normalize(b.linear(rows, "text.token_head", bias=False))
