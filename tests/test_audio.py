@@ -21,6 +21,7 @@ from uform.core import checkpoint
 from uform.core.host import get_host
 from uform.model import runtime_of
 from uform.plugins import audio
+from uform.plugins.melfront import power
 from uform.plugins.media import audio as recordings
 from uform.plugins.media import files as sources
 
@@ -119,10 +120,10 @@ def test_front_end_constants_match_the_reference(tower: audio.AudioTower) -> Non
     # the DFT folded on the window's symmetry gives torch.stft's power spectrum
     x = np.random.default_rng(1).standard_normal(N).astype(np.float64)
     frames = np.lib.stride_tricks.sliding_window_view(x, 400)[::160]
-    j, cos, sin = audio.dft_halves(tower)
-    power = ((frames[:, j] + frames[:, 400 - j]) @ cos) ** 2 + ((frames[:, j] - frames[:, 400 - j]) @ sin) ** 2
+    j, cos, sin = power.dft_halves(400)
+    spectrum = ((frames[:, j] + frames[:, 400 - j]) @ cos) ** 2 + ((frames[:, j] - frames[:, 400 - j]) @ sin) ** 2
     stft = torch.stft(torch.from_numpy(x), 400, 160, window=torch.hann_window(400, periodic=True, dtype=torch.float64), center=False, return_complex=True)
-    np.testing.assert_allclose(power, (stft.abs() ** 2).numpy().T, rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(spectrum, (stft.abs() ** 2).numpy().T, rtol=1e-9, atol=1e-9)
     assert tower.frames == 98 and tower.tokens == 14
 
 

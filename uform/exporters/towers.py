@@ -81,6 +81,13 @@ def _preprocessing(name: str, tower: dict[str, Any], context: int) -> str:
         if tower.get("alpha") == "drop":
             return f"decode, EXIF orientation, {fit} in the picture's own mode (Pillow), then 8-bit RGB (alpha dropped, the colour under it kept); uint8 [S, S, 3]"
         return f"decode, EXIF orientation, 8-bit RGB (alpha over white), {fit}; uint8 [S, S, 3]"
+    if name == "audio" and tower.get("front") == "clap":
+        fill = {"repeatpad": "repeated floor(N / length) times, then zero-padded", "repeat": "repeated until full", "pad": "zero-padded"}
+        return (
+            f"decode, mean of channels, resample to sample_rate, first `samples` samples; a shorter recording "
+            f"{fill.get(tower.get('padding', 'repeatpad'), 'zero-padded')} (padding {tower.get('padding', 'repeatpad')!r}, as "
+            "transformers' ClapFeatureExtractor; a longer one is its crop at offset 0); float32 [N] (docs/checkpoint-clap.md)"
+        )
     return PREPROCESSING.get(name, f"see {DOC}")
 
 

@@ -32,6 +32,9 @@ from uform.core.stats import EncodeStats
 from .media.audio import Recording, buffers, decode, resample
 from .media.window import SAMPLE_RANGE, check_finite
 from .media.files import sources
+from .melfront import clap, power
+from .melfront.clap import ClapTower
+from .melfront.power import MAX_FRAME_VALUES
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -40,7 +43,6 @@ LOG_FLOOR = 1e-6
 MAX_ROWS = 16  # items per batch: small enough that decoding batch k + 1 overlaps computing k
 SAMPLE_BUDGET = 1 << 21  # items x window samples per batch (8 MiB of float32)
 MAX_RATE = 1_000_000
-MAX_FRAME_VALUES = 1 << 26  # frames x n_fft a config may ask for
 
 
 @dataclass
@@ -89,10 +91,13 @@ class AudioTower:
 FIELDS = GEOMETRY_FIELDS | {"sample_rate", "samples", "n_fft", "hop", "n_mels", "patch_frames"}
 
 
-def read(cfg: Mapping[str, Any], model: ModelConfig) -> AudioTower:
+def read(cfg: Mapping[str, Any], model: ModelConfig) -> AudioTower | ClapTower:
     """Check ``towers.audio``; the bounds keep the graph's constants (DFT 2 × [n_fft/2, bins],
-    frame indices 2 × [frames, n_fft/2]) within a few hundred MiB whatever the file says."""
+    frame indices 2 × [frames, n_fft/2]) within a few hundred MiB whatever the file says.
+    With ``front: "clap"`` it is CLAP's tower (:mod:`uform.plugins.melfront.clap`)."""
     w = "towers.audio"
+    if "front" in cfg:
+        return clap.read(cfg, w)
     refuse_fields(cfg, w, STACK_ONLY, "the audio tower takes activation and layer_norm_eps of version 2's fields, no other")
     only_fields(cfg, w, FIELDS, "an audio tower")
     n_fft = integer(cfg, "n_fft", w, 2, 4096)
@@ -107,7 +112,9 @@ def read(cfg: Mapping[str, Any], model: ModelConfig) -> AudioTower:
     return t
 
 
-def tensors(t: AudioTower, model: ModelConfig) -> dict[str, TensorSpec]:
+def tensors(t: AudioTower | ClapTower, model: ModelConfig) -> dict[str, TensorSpec]:
+    if isinstance(t, ClapTower):
+        return clap.tensors(t, model.dimensions)
     w = t.geometry.width
     out = {
         "audio.patch.weight": TensorSpec((w, t.n_mels * t.patch_frames)),
@@ -130,34 +137,13 @@ def mel_filters(t: AudioTower) -> np.ndarray:
     return np.maximum(0.0, np.minimum(up, down))
 
 
-def dft_halves(t: AudioTower) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The windowed real DFT folded on the frame's symmetry: ``(j, C, S)`` with
-    ``j = 1 … ⌊n_fft/2⌋`` and ``C``, ``S`` float64 [len(j), bins] such that for a frame ``x``
-
-        Re = (x[j] + x[n_fft − j]) @ C,   Im = (x[j] − x[n_fft − j]) @ S
-
-    (the periodic Hann window is symmetric, ``w[n] = w[n_fft − n]``, and ``w[0] = 0``; at
-    ``j = n_fft/2`` the pair is one sample counted twice, so that row of ``C`` is halved).
-    Two products of half the size of the plain ``[n_fft, 2 bins]`` DFT matrix.
-    """
-    j = np.arange(1, t.n_fft // 2 + 1)
-    window = 0.5 - 0.5 * np.cos(2 * np.pi * j / t.n_fft)
-    angle = 2 * np.pi * ((j[:, None] * np.arange(t.bins)[None, :]) % t.n_fft) / t.n_fft
-    once = np.where(2 * j == t.n_fft, 0.5, 1.0)
-    return j, np.cos(angle) * (window * once)[:, None], np.sin(angle) * window[:, None]
-
-
-def graph(t: AudioTower, model: ModelConfig, b: GraphBuilder) -> None:
+def graph(t: AudioTower | ClapTower, model: ModelConfig, b: GraphBuilder) -> None:
+    if isinstance(t, ClapTower):
+        return clap.graph(t, model.dimensions, b)
     samples = b.input("samples", TensorProto.FLOAT, ["batch", t.samples])
-    used = t.tokens * t.patch_frames  # trailing frames are dropped, so never computed
-    j, cos, sin = dft_halves(t)
-    starts = np.arange(used)[:, None] * t.hop
-    head = b.op("Gather", samples, b.const(starts + j, "frame_head", np.int64), axis=1)  # x[j], [B, used, n_fft/2]
-    tail = b.op("Gather", samples, b.const(starts + t.n_fft - j, "frame_tail", np.int64), axis=1)  # x[n_fft − j]
-    real = b.op("MatMul", b.op("Add", head, tail), b.const(cos, "dft_cos", np.float32))  # [B, used, bins]
-    imag = b.op("MatMul", b.op("Sub", head, tail), b.const(sin, "dft_sin", np.float32))
-    power = b.op("Add", b.op("Mul", real, real), b.op("Mul", imag, imag))
-    mel = b.op("MatMul", power, b.const(mel_filters(t), "mel", np.float32))  # [B, used, n_mels]
+    starts = np.arange(t.tokens * t.patch_frames)[:, None] * t.hop  # trailing frames are dropped, so never computed
+    spectrum = power.power(b, samples, t.n_fft, lambda offsets: starts + offsets)  # [B, used, bins]
+    mel = b.op("MatMul", spectrum, b.const(mel_filters(t), "mel", np.float32))  # [B, used, n_mels]
     logmel = b.op("Log", b.op("Add", mel, b.const(np.float32(LOG_FLOOR), "floor")))
     if b.float_type != TensorProto.FLOAT:
         logmel = b.op("Cast", logmel, to=b.float_type)
@@ -173,9 +159,12 @@ def graph(t: AudioTower, model: ModelConfig, b: GraphBuilder) -> None:
 
 
 def _run(call: Call, count: int, prepare: Callable[[int], Recording], arena: Arena, stats: AudioEncodeStats | None, options: EncodeOptions) -> Encoded:
-    """Encode ``count`` items, each window made by ``prepare(index)`` in the executor's threads."""
-    t: AudioTower = call.parsed
+    """Encode ``count`` items, each window made by ``prepare(index)`` in the executor's threads
+    (a short recording's filled as CLAP's tower says)."""
+    t: AudioTower | ClapTower = call.parsed
     tally = AudioEncodeStats()
+    if isinstance(t, ClapTower):
+        prepare = clap.filled(prepare, t.front.padding)
 
     def count_items(recordings: list[Recording]) -> None:
         tally.audio_seconds += math.fsum(r.seconds for r in recordings)
@@ -198,7 +187,7 @@ def audio_encode(
     """Decode recordings (paths, bytes, binary file objects) to windows and embed them."""
     check_stats(stats, AudioEncodeStats)
     items = sources(files, "recordings (paths, bytes or binary file objects)")
-    t: AudioTower = call.parsed
+    t: AudioTower | ClapTower = call.parsed
     return _run(call, len(items), lambda i: decode(items[i], t.sample_rate, t.samples), arena, stats, options)
 
 
@@ -217,7 +206,7 @@ def audio_encode_samples(
     if isinstance(sample_rate, bool) or not isinstance(sample_rate, (int, np.integer)) or not 1 <= sample_rate <= MAX_RATE:
         raise ValueError(f"sample_rate must be an integer in [1, {MAX_RATE}] Hz, got {sample_rate!r}")
     rows = buffers(samples)
-    t: AudioTower = call.parsed
+    t: AudioTower | ClapTower = call.parsed
     check_finite(rows, int(sample_rate), t.sample_rate, t.samples)  # before any batch: it was found after the items before it were encoded
     return _run(call, len(rows), lambda i: resample(i, rows[i], int(sample_rate), t.sample_rate, t.samples), arena, stats, options)
 

@@ -192,4 +192,5 @@ def _decode(source: Source, target: Any, rate: int, samples: int) -> Recording:
             )  # fmt: skip
     if not np.isfinite(window_samples).all():
         raise InputError(index, NONFINITE, path)
-    return Recording(window_samples, window.seconds, window.produced < samples, not ended or window.produced > samples, skipped)
+    truncated = not ended or window.produced > samples
+    return Recording(window_samples, window.seconds, window.produced < samples, truncated, min(window.produced, samples), skipped)

@@ -151,12 +151,14 @@ class Window:
 
 @dataclass(frozen=True)
 class Recording:
-    """One prepared item: its window and what reading it took."""
+    """One prepared item: its window and what reading it took. ``kept``: the window's samples
+    that are the recording's (the rest, when it is shorter, are zeros)."""
 
     samples: np.ndarray
     seconds: float
     padded: bool
     truncated: bool
+    kept: int
     skipped_packets: int = 0
 
 
@@ -171,7 +173,7 @@ def resample(index: int, x: np.ndarray, source_rate: int, rate: int, samples: in
     made = window.finish()
     if not np.isfinite(made).all():
         raise InputError(index, NONFINITE)
-    return Recording(made, window.seconds, window.produced < samples, start < len(x) or window.produced > samples)
+    return Recording(made, window.seconds, window.produced < samples, start < len(x) or window.produced > samples, min(window.produced, samples))
 
 
 def buffers(samples: Any) -> list[np.ndarray]:
