@@ -160,6 +160,11 @@ def weights_stub() -> Any:
         ({"patch_size": 3}, "towers.audio.patch_size: 3 does not divide image_size 256"),
         ({"image_size": 200, "window_size": 5}, "towers.audio.patch_size: the 50 patches a side do not halve 3 times"),
         ({"depths": []}, "towers.audio.depths: expected a list of 1 to 8 integers"),
+        (
+            {"image_size": 4096, "patch_size": 1, "window_size": 1, "depths": [4], "heads": [1], "embed_dim": 1},
+            "towers.audio.image_size: 4096 (patch_size 1, window_size 1, depths [4], heads [1]) would make 33554437 values of "
+            "window orders, masks and position biases, over 16777216",
+        ),
     ],
 )
 def test_a_config_the_stack_cannot_run_is_refused_naming_the_field(change: dict[str, Any], message: str) -> None:
@@ -167,3 +172,16 @@ def test_a_config_the_stack_cannot_run_is_refused_naming_the_field(change: dict[
     assert swin.read(fields, "towers.audio").width == 768
     with pytest.raises(CheckpointError, match=re.escape(message)):
         swin.read(fields | change, "towers.audio")
+
+
+def test_a_stages_window_constants_are_made_once_for_its_blocks() -> None:
+    """The HTSAT stack's graph holds one window order a stage and shift (7: stages 0-2 unshifted
+    and shifted, stage 3 one window, never shifted), not one a block (12), and one shift mask a
+    shifted stage (3); a config whose constants would pass the bound is refused before (above)."""
+    fields = {"image_size": 256, "channels": 1, "patch_size": 4, "embed_dim": 96, "depths": [2, 2, 6, 2], "heads": [4, 8, 16, 32], "window_size": 8, "mlp_ratio": 4.0}
+    t = swin.read(fields, "towers.audio")
+    b = GraphBuilder("audio")
+    b.output(swin.swin_graph(b, b.input("image", TensorProto.FLOAT, ["batch", 1, 256, 256]), t, "audio"), "pooled", None, ["batch", 768])
+    names = [c.name.rsplit("_", 1)[0] for c in b.build().graph.initializer]
+    assert (names.count("swin_windows"), names.count("swin_tokens"), names.count("swin_mask"), names.count("swin_relative")) == (7, 7, 3, 1)
+    assert t.graph_values == 1123456

@@ -3,7 +3,8 @@
 Tokens stay 2-D ``[B · tokens, width]`` between blocks, so every linear layer is one ``Gemm``
 over the checkpoint's ``[out, in]`` matrix (as in :mod:`uform.core.graph`). A block's windows
 are one ``Gather`` of its tokens by a constant index (the cyclic shift, the zero padding to
-whole windows and the partition into windows in one permutation), and one ``Gather`` puts the
+whole windows and the partition into windows in one permutation; one constant a stage and
+shift, shared by its blocks), and one ``Gather`` puts the
 attention's context back in token order before the output projection, which is per token and
 so may run after it: the projection then feeds the residual add directly (a residual site a
 backend may fold). The attentions are plain ONNX (no attention site: their scores carry the
@@ -65,36 +66,62 @@ def relative_index(window: int) -> np.ndarray:
     return index
 
 
-def _attention(b: GraphBuilder, x: str, p: str, t: SwinTower, stage: int, shift: int) -> str:
+class Windows:
+    """The graph's constants of each stage's windows, made once and shared by its blocks: the
+    token orders (:func:`window_order`) and the shift mask by ``(resolution, shift)``, the
+    relative position index of the window."""
+
+    def __init__(self, b: GraphBuilder, window: int) -> None:
+        self.b, self.window = b, window
+        self.orders: dict[tuple[int, int], tuple[str, str, int]] = {}
+        self.masks: dict[tuple[int, int], tuple[str, int]] = {}
+        self.relative = b.const(relative_index(window).reshape(-1), "swin_relative")
+
+    def order(self, resolution: int, shift: int) -> tuple[str, str, int]:
+        """``(gather, back, places)``: the two index constants and the places of window order."""
+        if (resolution, shift) not in self.orders:
+            gather, back = window_order(resolution, self.window, shift)
+            self.orders[resolution, shift] = (self.b.const(gather, "swin_windows"), self.b.const(back, "swin_tokens"), len(gather))
+        return self.orders[resolution, shift]
+
+    def mask(self, resolution: int, shift: int) -> tuple[str, int]:
+        """The shift mask as ``[windows, 1, w², w²]``, and its count of windows."""
+        if (resolution, shift) not in self.masks:
+            mask = shift_mask(resolution, self.window, shift)
+            self.masks[resolution, shift] = (self.b.const(mask[:, None], "swin_mask"), len(mask))
+        return self.masks[resolution, shift]
+
+
+def _attention(b: GraphBuilder, x: str, p: str, t: SwinTower, stage: int, shift: int, shared: Windows) -> str:
     """Windowed attention over ``x`` [B · L, C] (after ``ln1``): the context in token order, projected: [B · L, C]."""
     c, heads, w, res = t.dim(stage), t.heads[stage], t.window_size, t.resolution(stage)
     hd, n = c // heads, w * w
-    gather, back = window_order(res, w, shift)
+    gather, back, places = shared.order(res, shift)
     tokens = b.op("Reshape", x, b.ints([-1, res * res, c]))
-    if len(gather) > res * res or gather.max() == res * res:  # padding: a zero row after the tokens
+    if places > res * res:  # padding: a zero row after the tokens
         tokens = b.op("Pad", tokens, b.ints([0, 0, 0, 0, 1, 0]))
-    windows = b.op("Reshape", b.op("Gather", tokens, b.const(gather, "swin_windows"), axis=1), b.ints([-1, c]))
+    windows = b.op("Reshape", b.op("Gather", tokens, gather, axis=1), b.ints([-1, c]))
     qkv = b.op("Reshape", b.linear(windows, f"{p}.qkv"), b.ints([-1, n, 3, heads, hd]))
     q, k, v = (b.op("Squeeze", part, b.ints([0])) for part in b.op("Split", b.op("Transpose", qkv, perm=[2, 0, 3, 1, 4]), axis=0, num_outputs=3, outputs=3))
     scores = b.op("Div", b.op("MatMul", q, b.op("Transpose", k, perm=[0, 1, 3, 2])), b.scalar(float(np.sqrt(hd))))  # [B·nW, H, n, n]
-    bias = b.op("Gather", b.weight(f"{p}.bias_table"), b.const(relative_index(w).reshape(-1), "swin_relative"))  # [n·n, H]
+    bias = b.op("Gather", b.weight(f"{p}.bias_table"), shared.relative)  # [n·n, H]
     bias = b.op("Transpose", b.op("Reshape", bias, b.ints([n, n, heads])), perm=[2, 0, 1])  # [H, n, n]
     if shift:
-        mask = shift_mask(res, w, shift)  # [nW, n, n]
-        added = b.op("Add", b.op("Unsqueeze", bias, b.ints([0])), b.const(mask[:, None], "swin_mask"))  # [nW, H, n, n]
-        scores = b.op("Reshape", b.op("Add", b.op("Reshape", scores, b.ints([-1, len(mask), heads, n, n])), added), b.ints([-1, heads, n, n]))
+        mask, count = shared.mask(res, shift)  # [nW, 1, n, n]
+        added = b.op("Add", b.op("Unsqueeze", bias, b.ints([0])), mask)  # [nW, H, n, n]
+        scores = b.op("Reshape", b.op("Add", b.op("Reshape", scores, b.ints([-1, count, heads, n, n])), added), b.ints([-1, heads, n, n]))
     else:
         scores = b.op("Add", scores, bias)
     context = b.op("MatMul", b.op("Softmax", scores, axis=-1), v)  # [B·nW, H, n, hd]
-    context = b.op("Reshape", b.op("Transpose", context, perm=[0, 2, 1, 3]), b.ints([-1, len(gather), c]))
-    context = b.op("Reshape", b.op("Gather", context, b.const(back, "swin_tokens"), axis=1), b.ints([-1, c]))
+    context = b.op("Reshape", b.op("Transpose", context, perm=[0, 2, 1, 3]), b.ints([-1, places, c]))
+    context = b.op("Reshape", b.op("Gather", context, back, axis=1), b.ints([-1, c]))
     return b.linear(context, f"{p}.out")
 
 
-def _block(b: GraphBuilder, h: str, p: str, t: SwinTower, stage: int, shift: int) -> str:
+def _block(b: GraphBuilder, h: str, p: str, t: SwinTower, stage: int, shift: int, shared: Windows) -> str:
     """``h + attn(ln1(h))``, then ``h + fc2(act(fc1(ln2(h))))``: [B · L, C]."""
     eps = t.layer_norm_eps
-    h = b.residual(h, _attention(b, b.layer_norm(h, f"{p}.ln1", eps), f"{p}.attn", t, stage, shift))
+    h = b.residual(h, _attention(b, b.layer_norm(h, f"{p}.ln1", eps), f"{p}.attn", t, stage, shift, shared))
     hidden = b.activate(b.linear(b.layer_norm(h, f"{p}.ln2", eps), f"{p}.mlp.fc1"), t.activation)
     return b.residual(h, b.linear(hidden, f"{p}.mlp.fc2"))
 
@@ -118,9 +145,10 @@ def swin_graph(b: GraphBuilder, image: str, t: SwinTower, prefix: str) -> str:
     h = b.linear(patches, f"{prefix}.patch")
     if t.patch_norm:
         h = b.layer_norm(h, f"{prefix}.patch_norm", MERGE_EPS)
+    shared = Windows(b, t.window_size)
     for s in range(t.stages):
         for i in range(t.depths[s]):
-            h = _block(b, h, f"{prefix}.stages.{s}.blocks.{i}", t, s, t.shift(s, i))
+            h = _block(b, h, f"{prefix}.stages.{s}.blocks.{i}", t, s, t.shift(s, i), shared)
         if s < t.stages - 1:
             h = _merge(b, h, f"{prefix}.stages.{s}.merge", t, s)
     h = b.layer_norm(h, f"{prefix}.ln_final", MERGE_EPS)

@@ -28,7 +28,10 @@ SWIN_FIELDS = frozenset({
 MAX_STAGES = 8
 MAX_IMAGE = 4096
 MAX_WINDOW = 64
-MAX_MASK_VALUES = 1 << 24  # a shifted stage's mask, padded tokens² × window², as a float32 graph constant (64 MiB)
+# the window orders, shift masks and position biases of a stack's graph, in values (index
+# constants are int64: at most 128 MiB); laion/clap-htsat-unfused's stack takes 1.1 million, an
+# HTSAT-base (width 128, depths 2, 2, 12, 2) 1.5 million
+MAX_GRAPH_VALUES = 1 << 24
 
 
 @dataclass(frozen=True)
@@ -78,6 +81,21 @@ class SwinTower:
         """The pooled row's width: the last stage's."""
         return self.dim(self.stages - 1)
 
+    @property
+    def graph_values(self) -> int:
+        """Values the graph's window constants and biases take: the relative position index
+        (``w⁴``), each stage's token orders (padded² + tokens, one a shift) and shift mask
+        (padded² · w²), and each block's position bias (``heads · w⁴``, gathered from its table)."""
+        w = self.window_size
+        total = w**4
+        for s in range(self.stages):
+            res = self.resolution(s)
+            padded = -(-res // w) * w
+            for shift in {self.shift(s, i) for i in range(self.depths[s])}:
+                total += padded * padded + res * res + (padded * padded * w * w if shift else 0)
+            total += self.depths[s] * self.heads[s] * w**4
+        return total
+
 
 def _integers(cfg: Mapping[str, Any], key: str, where: str, lo: int, hi: int) -> tuple[int, ...]:
     value = cfg.get(key)
@@ -91,7 +109,7 @@ def _integers(cfg: Mapping[str, Any], key: str, where: str, lo: int, hi: int) ->
 
 def read(cfg: Mapping[str, Any], where: str) -> SwinTower:
     """The Swin fields of the tower config ``cfg`` (its path ``where``), refused by name where
-    the stack cannot run: the bounds keep the graph's constants within tens of MiB."""
+    the stack cannot run, or where its graph's constants would pass :data:`MAX_GRAPH_VALUES`."""
     size = integer(cfg, "image_size", where, 1, MAX_IMAGE)
     t = SwinTower(
         size, integer(cfg, "channels", where, 1, 16), integer(cfg, "patch_size", where, 1, size),
@@ -119,9 +137,11 @@ def read(cfg: Mapping[str, Any], where: str) -> SwinTower:
                 f"config field {where}.window_size: {t.window_size} is more than the {t.resolution(s)} tokens a side of stage {s} "
                 f"(a window must fit in every stage)"
             )
-        padded = -(-t.resolution(s) // t.window_size) * t.window_size
-        if padded * padded * t.window_size**2 > MAX_MASK_VALUES:
-            raise CheckpointError(f"config field {where}.image_size: stage {s}'s attention mask would be over {MAX_MASK_VALUES} values")
+    if t.graph_values > MAX_GRAPH_VALUES:
+        raise CheckpointError(
+            f"config field {where}.image_size: {size} (patch_size {t.patch_size}, window_size {t.window_size}, depths {list(t.depths)}, "
+            f"heads {list(t.heads)}) would make {t.graph_values} values of window orders, masks and position biases, over {MAX_GRAPH_VALUES}"
+        )
     return t
 
 
