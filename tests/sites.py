@@ -1,8 +1,11 @@
 """Installing a plugin distribution as pip leaves it, into a folder on ``sys.path`` (tests import
-this as ``from sites import install, site``; ``site`` is a fixture)."""
+this as ``from sites import install, site``; ``site`` is a fixture), and what the host logs."""
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -41,3 +44,22 @@ def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
         for name in [m for m in sys.modules if m.startswith(PREFIXES)]:
             del sys.modules[name]
         reset_host()
+
+
+@contextlib.contextmanager
+def logged(match: str = "") -> Iterator[list[str]]:
+    """The warnings the logger ``uform.plugins`` gives inside (the host's one report of a skipped
+    plugin), as ``pytest.warns`` takes a warning: one at least must match ``match``."""
+    seen: list[str] = []
+
+    class Catch(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            seen.append(record.getMessage())
+
+    log, catch = logging.getLogger("uform.plugins"), Catch(logging.WARNING)
+    log.addHandler(catch)
+    try:
+        yield seen
+    finally:
+        log.removeHandler(catch)
+    assert any(re.search(match, m) for m in seen), f"no warning matching {match!r} logged: {seen}"

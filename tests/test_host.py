@@ -45,13 +45,16 @@ def test_discover_again_takes_a_plugin_installed_since(site: Path) -> None:
     assert not [r for r in host.records if r.status == "failed"]
 
 
-def test_blocking_an_unknown_name_warns_once(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_blocking_an_unknown_name_warns_once(caplog: pytest.LogCaptureFixture) -> None:
     host = Host(blocked=["nosuch"])
-    with pytest.warns(RuntimeWarning, match="names 'nosuch'"):
+    with caplog.at_level(logging.WARNING, logger="uform.plugins"):
         host.discover()
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
+        assert [m for m in caplog.messages if "names 'nosuch'" in m] == [
+            "UFORM_BLOCK_PLUGINS names 'nosuch', which no installed uform plugin is called; `uform plugins` lists their names"
+        ]
+        caplog.clear()
         host.discover()
+    assert caplog.messages == []
 
 
 BACKEND = "import uform\nfrom uform.core.plugin import Backend\n@uform.hookimpl\n"
@@ -371,7 +374,8 @@ def test_a_skipped_plugins_warning_says_how_to_go_without_it(site: Path, caplog:
     """The warning every uform command printed for a plugin that fails to import named the plugin
     and the culprit but not what to do; it ends with how to be rid of it (and of the warning)."""
     install(site, "uform-broken", "weird = uform_broken", {"uform_broken/__init__.py": "import nosuch_dependency_xyz\n"})
-    with caplog.at_level(logging.WARNING, logger="uform.plugins"), pytest.warns(RuntimeWarning) as caught:
+    with caplog.at_level(logging.WARNING, logger="uform.plugins"), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         Host().discover()
     message = (
         "uform plugin 'weird' from uform-broken 0.1 is unusable and was skipped: import failed: ModuleNotFoundError: "
@@ -379,7 +383,21 @@ def test_a_skipped_plugins_warning_says_how_to_go_without_it(site: Path, caplog:
         "UFORM_BLOCK_PLUGINS=weird)"
     )
     assert caplog.messages == [message]
-    assert [str(w.message) for w in caught] == [message]
+    assert [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)] == []  # told once, in the log
+
+
+def test_a_skipped_plugin_is_one_line_on_stderr(site: Path) -> None:
+    """Each skipped plugin was told three times on stderr: the log's line, then a RuntimeWarning's
+    two ('.../uform/core/host.py:328: RuntimeWarning: uform plugin ...' and its source line,
+    '  host.discover()'), for one cause. `uform plugins` and any load now print the log's line alone."""
+    install(site, "uform-broken", "weird = uform_broken", {"uform_broken/__init__.py": "raise ImportError('no GPU driver')\n"})
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), *sys.path])}
+    env.pop("PYTHONWARNINGS", None)
+    message = ("uform plugin 'weird' from uform-broken 0.1 is unusable and was skipped: import failed: ImportError: no GPU driver "
+               "(to go without it and this warning, uninstall uform-broken or set UFORM_BLOCK_PLUGINS=weird)\n")  # fmt: skip
+    for command in (["-m", "uform.cli", "plugins"], ["-c", "from uform.core.host import get_host; get_host()"]):
+        done = subprocess.run([sys.executable, *command], capture_output=True, text=True, env=env, timeout=120)
+        assert (done.returncode, done.stderr) == (0, message), done.stderr
 
 
 SNIFF = textwrap.dedent(

@@ -19,7 +19,7 @@ from uform.cli import main
 from uform.core import checkpoint, hookspecs, plugin
 from uform.core.host import Host, get_host, reset_host
 
-from sites import install, site  # noqa: F401 - site is a fixture
+from sites import install, logged, site  # noqa: F401 - site is a fixture
 
 DOCS = Path(__file__).parent.parent / "docs" / "plugins.md"
 
@@ -72,7 +72,7 @@ def test_third_party_modality_is_found_and_used(site: Path, tmp_path: Path, caps
 
 def test_broken_plugin_is_reported_and_skipped(site: Path, capsys: pytest.CaptureFixture[str], tiny_text: Path) -> None:
     install(site, "uform-broken", "broken = uform_broken", {"uform_broken/__init__.py": "raise ImportError('libsmell.so not found')"})
-    with pytest.warns(RuntimeWarning, match="uform plugin 'broken' from uform-broken 0.1 is unusable.*libsmell.so not found"):
+    with logged("uform plugin 'broken' from uform-broken 0.1 is unusable.*libsmell.so not found"):
         host = get_host()
     assert {"text", "cpu"} <= set(host.modalities) | set(host.backends)
     assert uform.Model.load_ram(tiny_text).text_encode(["ok"], uform.Arena()).embeddings.shape == (1, 32)
@@ -84,7 +84,7 @@ def test_broken_plugin_is_reported_and_skipped(site: Path, capsys: pytest.Captur
 def test_hook_yielding_junk_is_reported(site: Path) -> None:
     source = "import uform\n@uform.hookimpl\ndef uform_backends():\n    yield 'not a backend'\n"
     install(site, "uform-broken", "junk = uform_broken", {"uform_broken/__init__.py": source})
-    with pytest.warns(RuntimeWarning, match="yielded str, not Backend"):
+    with logged("yielded str, not Backend"):
         host = get_host()
     assert next(r for r in host.records if r.name == "junk").status == "failed"
     assert "cpu" in host.backends
@@ -175,7 +175,7 @@ def test_blocked_plugins_are_not_loaded(site: Path, tiny_text: Path, monkeypatch
 
 def test_blocking_an_unknown_name_warns(site: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("UFORM_BLOCK_PLUGINS", "rivl")
-    with pytest.warns(RuntimeWarning, match="UFORM_BLOCK_PLUGINS names 'rivl', which no installed uform plugin is called"):
+    with logged("UFORM_BLOCK_PLUGINS names 'rivl', which no installed uform plugin is called"):
         get_host()
 
 
@@ -208,7 +208,7 @@ def test_host_blocks_by_argument() -> None:
 )
 def test_a_plugin_not_matching_the_hookspecs_fails_naming_why(site: Path, source: str, reason: str) -> None:
     install(site, "uform-broken", "odd = uform_broken", {"uform_broken/__init__.py": source})
-    with pytest.warns(RuntimeWarning, match="uform plugin 'odd' from uform-broken 0.1 is unusable"):
+    with logged("uform plugin 'odd' from uform-broken 0.1 is unusable"):
         host = get_host()
     record = next(r for r in host.records if r.name == "odd")
     assert (record.status, record.error) == ("failed", reason)
@@ -307,7 +307,7 @@ def test_a_malformed_record_fails_its_plugin_not_uform(site: Path, hook: str, re
     """Before, a Modality without a Tower was a traceback of every load and of `uform plugins`, a
     Backend of placement 'gpu' was listed as available and never used, duplicates went unnoticed."""
     install(site, "uform-broken", "odd = uform_broken", {"uform_broken/__init__.py": BACKEND + hook})
-    with pytest.warns(RuntimeWarning, match="uform plugin 'odd' from uform-broken 0.1 is unusable"):
+    with logged("uform plugin 'odd' from uform-broken 0.1 is unusable"):
         host = get_host()
     record = next(r for r in host.records if r.name == "odd")
     assert (record.status, record.error) == ("failed", reason)
@@ -318,7 +318,7 @@ def test_a_malformed_record_fails_its_plugin_not_uform(site: Path, hook: str, re
 
 def test_a_plugin_exiting_at_import_is_skipped(site: Path, tiny_text: Path) -> None:
     install(site, "uform-broken", "quits = uform_broken", {"uform_broken/__init__.py": "import sys\nsys.exit('no licence file')\n"})
-    with pytest.warns(RuntimeWarning, match="'quits' from uform-broken 0.1 is unusable and was skipped: import failed: SystemExit: no licence file"):
+    with logged("'quits' from uform-broken 0.1 is unusable and was skipped: import failed: SystemExit: no licence file"):
         get_host()
     assert uform.Model.load_ram(tiny_text).text_encode(["ok"], uform.Arena()).embeddings.shape == (1, 32)
 
@@ -368,7 +368,7 @@ def test_two_plugins_of_one_name_and_one_claim_say_blocking_blocks_both(site: Pa
 def test_one_module_declared_twice_is_one_plugin(site: Path) -> None:
     source = BACKEND + "def uform_backends():\n    yield Backend('twin', 'ram', lambda: 'never here', lambda r: None)\n"
     install(site, "uform-broken", "one = uform_broken\nanother = uform_broken", {"uform_broken/__init__.py": source})
-    with pytest.warns(RuntimeWarning, match="'one' from uform-broken 0.1 is unusable"):
+    with logged("'one' from uform-broken 0.1 is unusable"):
         host = get_host()
     records = {r.name: r for r in host.records}
     assert records["one"].error == (
@@ -380,7 +380,7 @@ def test_one_module_declared_twice_is_one_plugin(site: Path) -> None:
 
 def test_plugins_table_prints_an_error_on_one_line(site: Path, capsys: pytest.CaptureFixture[str]) -> None:
     install(site, "uform-broken", "odd = uform_broken", {"uform_broken/__init__.py": "raise ImportError('line one\\nline two \\x1b[31m')\n"})
-    with pytest.warns(RuntimeWarning):
+    with logged():
         assert main(["plugins"]) == 0
     line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("odd"))
     assert line.endswith("failed  import failed: ImportError: line one\\nline two \\x1b[31m")

@@ -4,8 +4,9 @@ Built-in plugins are found exactly like third-party ones. Every hook is called t
 pluggy's plugin manager, one plugin at a time, so that what a plugin yields is attributed
 to it and a failure stays its own. A plugin that fails to import, implements a hook uform
 does not have, names a hook argument the spec lacks, leaves a hook function unmarked, or
-whose hook raises or yields the wrong records is reported (a warning, and ``uform plugins``
-lists it as failed with the reason) and the others keep working.
+whose hook raises or yields the wrong records is reported (a warning of the logger
+``uform.plugins``, once, and ``uform plugins`` lists it as failed with the reason) and the
+others keep working.
 
 Two plugins claiming one modality, tower, verb or backend name are a recorded
 :class:`Conflict`: neither claim is used, ``uform plugins`` shows both plugins, and only a
@@ -26,7 +27,6 @@ import importlib.metadata as metadata
 import logging
 import os
 import threading
-import warnings
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -108,9 +108,7 @@ class Host:
                 log.warning(conflict.message())
         unknown = sorted(self.blocked - seen)
         if unknown and not again:
-            msg = f"{BLOCK_ENV} names {', '.join(map(repr, unknown))}, which no installed uform plugin is called; `uform plugins` lists their names"
-            log.warning(msg)
-            warnings.warn(msg, RuntimeWarning, stacklevel=2)
+            log.warning(f"{BLOCK_ENV} names {', '.join(map(repr, unknown))}, which no installed uform plugin is called; `uform plugins` lists their names")
 
     def add(self, plugin: Any, name: str, distribution: str = "<local>", version: str = "") -> None:
         """Register one plugin object or module and collect what its hooks yield."""
@@ -181,8 +179,7 @@ class Host:
             f"uform plugin {name!r} from {distribution} {version} is unusable and was skipped: {error} "
             f"(to go without it and this warning, {remove}set {BLOCK_ENV}={name})"
         )
-        log.warning(msg)
-        warnings.warn(msg, RuntimeWarning, stacklevel=3)
+        log.warning(msg)  # once, in the log alone: a RuntimeWarning beside it was two more lines on stderr for one cause
         self._record(PluginRecord(name, distribution, version, "", "failed", (), error))
 
     # -- lookups -------------------------------------------------------------------------
