@@ -113,7 +113,7 @@ def tensors(t: VideoTower, model: ModelConfig) -> dict[str, TensorSpec]:
 def graph(t: VideoTower, model: ModelConfig, b: GraphBuilder) -> None:
     if t.from_image:  # the image tower's embeddings of the F frames, averaged and renormalised
         rows = b.input("frame_embeddings", TensorProto.FLOAT, ["batch", t.frames, model.dimensions])
-        b.output(b.l2_normalize(b.op("ReduceMean", rows, b.ints([1]), keepdims=0)), "embeddings", None, ["batch", model.dimensions])
+        b.output(b.l2_normalize(_frame_mean(b, rows, t.frames)), "embeddings", None, ["batch", model.dimensions])
         return
     s, f, w, n = t.pixels.image_size, t.frames, t.geometry.width, t.pixels.grid**2
     clips = frames.pixels_input(b, "frames", ["batch", f, s, s, 3])
@@ -125,6 +125,21 @@ def graph(t: VideoTower, model: ModelConfig, b: GraphBuilder) -> None:
     x = b.stack_input(b.prepend_class_token(x, "video"), "video", t.geometry, t.head)
     pooled = b.transformer(x, "video", t.geometry, pick=b.class_token)
     b.output(b.projected_embedding(pooled, "video", t.head.projection), "embeddings", None, ["batch", model.dimensions])
+
+
+def _frame_mean(b: GraphBuilder, rows: str, count: int) -> str:
+    """``[B, F, D]`` → ``[B, D]``: ``(((e_0 + e_1) + e_2) + … + e_{F−1}) / F``, frame after frame,
+    element by element, so a clip's mean is the same bits whatever the batch. (ONNX Runtime's
+    ``ReduceMean`` over axis 1 sums otherwise for ``B > 1`` than for ``B = 1``: up to 1.2e-7
+    apart, so a clip's row changed with the clips beside it.)"""
+
+    def frame(i: int) -> str:
+        return b.op("Slice", rows, b.ints([i]), b.ints([i + 1]), b.ints([1]))  # type: ignore[no-any-return]
+
+    total = frame(0)
+    for i in range(1, count):
+        total = b.op("Add", total, frame(i))
+    return b.op("Div", b.op("Squeeze", total, b.ints([1])), b.const(np.float32(count), "frames"))  # type: ignore[no-any-return]
 
 
 class FramesThroughImage:
