@@ -491,3 +491,20 @@ def test_a_plugin_asking_for_the_host_while_it_loads_fails_instead_of_hanging(si
         "a plugin asked for uform's plugin host (get_host(), or a model loaded) while the host was loading it: "
         "a plugin's import and hooks run before the host is ready; ask in a verb, a tower's function or a backend's open"
     )
+
+
+@pytest.mark.parametrize("hook", ["uform_backends", "uform_modalities"])
+def test_a_hook_that_yields_forever_is_refused_not_a_hang(site: Path, hook: str) -> None:
+    """A generator hook that never ends hung `uform plugins` and every load (and grew a list for
+    as long as it ran: here a record a millisecond, so the old code meets the child's timeout
+    before it fills memory). Now a hook yielding more than MAX_RECORDS (1,000) is refused: its
+    plugin skipped, the hook named, the others working."""
+    record = "Backend('loop', 'ram', lambda: 'never here', lambda r: None)" if hook == "uform_backends" else "None"
+    source = BACKEND + f"def {hook}():\n    import time\n    while True:\n        time.sleep(0.001)\n        yield {record}\n"
+    install(site, "uform-broken", "loop = uform_broken", {"uform_broken/__init__.py": source})
+    code = "from uform.core.host import get_host\nh = get_host()\nprint([r.error for r in h.records if r.name == 'loop'][0])\nprint(sorted(h.backends))"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), *sys.path])}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
+    error = f"{hook} yielded more than 1000 records (a generator that does not end?); a hook yields its few records and returns"
+    assert done.stdout.splitlines()[0] == error and "'cpu'" in done.stdout.splitlines()[1], done.stderr
+    assert f"uform plugin 'loop' from uform-broken 0.1 is unusable and was skipped: {error}" in done.stderr

@@ -4,7 +4,7 @@ Built-in plugins are found exactly like third-party ones. Every hook is called t
 pluggy's plugin manager, one plugin at a time, so that what a plugin yields is attributed
 to it and a failure stays its own. A plugin that fails to import, implements a hook uform
 does not have, names a hook argument the spec lacks, leaves a hook function unmarked, or
-whose hook raises or yields the wrong records is reported (a warning of the logger
+whose hook raises, yields the wrong records or more than :data:`MAX_RECORDS` is reported (a warning of the logger
 ``uform.plugins``, once, and ``uform plugins`` lists it as failed with the reason) and the
 others keep working.
 
@@ -24,6 +24,7 @@ importable from here too).
 from __future__ import annotations
 
 import importlib.metadata as metadata
+import itertools
 import logging
 import os
 import threading
@@ -39,9 +40,10 @@ from .errors import PluginConflictError, PluginError, UformError, UnsupportedErr
 from .plugin import Backend, LoadRequest, Modality, Placement
 from .wellformed import Refused, check_records, check_registered, check_unregistered, held, shown, wrong_described, wrong_specs
 
-__all__ = ["BLOCK_ENV", "Claimant", "Conflict", "Host", "PluginRecord", "blocked_from_env", "get_host", "reset_host"]
+__all__ = ["BLOCK_ENV", "MAX_RECORDS", "Claimant", "Conflict", "Host", "PluginRecord", "blocked_from_env", "get_host", "reset_host"]
 
 log = logging.getLogger("uform.plugins")
+MAX_RECORDS = 1000  # a hook yielding more is refused: what it yields is read whole, before anything else runs
 
 
 def blocked_from_env(environ: Mapping[str, str] | None = None) -> frozenset[str]:
@@ -150,12 +152,15 @@ class Host:
         others = [p for p in self.manager.get_plugins() if p is not plugin]
         caller = self.manager.subset_hook_caller(hook, remove_plugins=others)
         try:
-            items = []
+            items: list[Any] = []
             with to_stderr():  # what it prints (calling it, iterating what it yields) stays off stdout
                 for result in caller():
                     if result is not None and not isinstance(result, Iterable):
                         raise Refused(f"{hook} returned {type(result).__name__}, not an iterable of records")
-                    items += list(result or ())
+                    items += itertools.islice(result or (), MAX_RECORDS + 1 - len(items))  # a generator that never ends, ended
+                    if len(items) > MAX_RECORDS:
+                        raise Refused(f"{hook} yielded more than {MAX_RECORDS} records (a generator that does not end?); a hook yields "
+                                      "its few records and returns")  # fmt: skip
             return items
         except Refused:
             raise
