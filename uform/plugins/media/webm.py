@@ -11,7 +11,9 @@ those a ``SeekHead`` points to, as FFmpeg finds them wherever they lie. FFmpeg r
 element before the first ``Cluster`` as it opens the file: more than ``MAX_HEAD_ELEMENTS`` of
 them is :class:`Unwalked` (140,000 two-byte Void elements, then a 100 MB
 attachment nothing points to, cost +386 MB of peak RSS unseen); attachments after the first
-cluster that no ``SeekHead`` points to FFmpeg never reads (+6 MB for 100 MB of them).
+cluster that no ``SeekHead`` points to FFmpeg never reads (+6 MB for 100 MB of them). An
+element of unknown size other than a ``Cluster`` is walked into, as FFmpeg reads it (an ``Info``
+so made hid what came after it: a 100 MB attachment behind it cost +383 MB of peak RSS).
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ MAX_SEEK_HEADS = 16  # SeekHead elements read (FFmpeg follows one that points to
 _SEGMENT, _TRACKS, _ATTACHMENTS, _CLUSTER = 0x18538067, 0x1654AE6B, 0x1941A469, 0x1F43B675
 _SEEK_HEAD, _SEEK, _SEEK_ID, _SEEK_POSITION = 0x114D9B74, 0x4DBB, 0x53AB, 0x53AC
 _TRACK_ENTRY, _VIDEO, _WIDTH, _HEIGHT = 0xAE, 0xE0, 0xB0, 0xBA
+# the Segment's children (SeekHead, Info, Tracks, Cues, Chapters, Tags, Attachments, Cluster): one ends any of them of unknown size
+_LEVEL1 = frozenset({_SEEK_HEAD, 0x1549A966, _TRACKS, 0x1C53BB6B, 0x1043A770, 0x1254C367, _ATTACHMENTS, _CLUSTER})
 
 
 class Unwalked(Exception):
@@ -64,6 +68,17 @@ def _children(data: bytes) -> list[tuple[int, bytes]]:
     return out
 
 
+def _larger(best: tuple[int, int] | None, other: tuple[int, int] | None) -> tuple[int, int] | None:
+    return other if best is None or (other is not None and other[0] * other[1] > best[0] * best[1]) else best
+
+
+def _video(data: bytes) -> tuple[int, int]:
+    """A ``Video`` element's body: its ``PixelWidth`` and ``PixelHeight`` (0 where missing)."""
+    fields = dict(_children(data))
+    w, h = (int.from_bytes(fields.get(k, b""), "big") for k in (_WIDTH, _HEIGHT))
+    return w, h
+
+
 def _tracks(data: bytes) -> tuple[int, int] | None:
     best = None
     for ident, entry in _children(data):
@@ -71,16 +86,14 @@ def _tracks(data: bytes) -> tuple[int, int] | None:
             continue
         for sub, video in _children(entry):
             if sub == _VIDEO:
-                fields = dict(_children(video))
-                w, h = (int.from_bytes(fields.get(k, b""), "big") for k in (_WIDTH, _HEIGHT))
-                if best is None or w * h > best[0] * best[1]:
-                    best = (w, h)
+                best = _larger(best, _video(video))
     return best
 
 
-def _headers(f: BinaryIO, start: int, stop: int, budget: list[int]) -> Iterator[tuple[int, int | None, int]]:
+def _headers(f: BinaryIO, start: int, stop: int, budget: list[int], enter: bool = False) -> Iterator[tuple[int, int | None, int]]:
     """The headers of the elements from ``start`` to ``stop`` in ``f``, read and seeked over
-    (ID, size or None, where the body starts), each one taken from ``budget[0]``."""
+    (ID, size or None, where the body starts), each one taken from ``budget[0]``. One of unknown
+    size ends the walk, or, with ``enter``, is walked into: its children are the next headers."""
     at = start
     while at < stop and budget[0] > 0:
         budget[0] -= 1
@@ -90,9 +103,9 @@ def _headers(f: BinaryIO, start: int, stop: int, budget: list[int]) -> Iterator[
             return
         ident, size, body = _element(head, 0)
         yield ident, size, at + body
-        if size is None:
+        if size is None and not enter:
             return
-        at += body + size
+        at += body + (size or 0)
 
 
 def _read(f: BinaryIO, at: int, size: int) -> bytes:
@@ -105,21 +118,40 @@ def _tracks_walked(f: BinaryIO, start: int, size: int, budget: list[int]) -> tup
     its entries walked, only their ``Video`` elements read."""
     best = None
     for ident, entry, at in _headers(f, start, start + size, budget):
-        if ident != _TRACK_ENTRY or entry is None:
-            continue
-        for sub, video, inside in _headers(f, at, at + entry, budget):
-            if sub == _VIDEO and video is not None and video <= MAX_TRACKS_BYTES:
-                fields = dict(_children(_read(f, inside, video)))
-                w, h = (int.from_bytes(fields.get(k, b""), "big") for k in (_WIDTH, _HEIGHT))
-                if best is None or w * h > best[0] * best[1]:
-                    best = (w, h)
+        if ident == _TRACK_ENTRY and entry is not None:
+            best = _larger(best, _entry(f, at, entry, budget))
     return best
 
 
-def _pointed(seek_head: bytes) -> list[tuple[int, int]]:
-    """A SeekHead's entries: (element ID, position in the segment's body)."""
+def _entry(f: BinaryIO, start: int, size: int, budget: list[int]) -> tuple[int, int] | None:
+    """A ``TrackEntry``'s (its body at ``start``) largest frame: its children walked, its ``Video`` elements read."""
+    best = None
+    for ident, video, inside in _headers(f, start, start + size, budget):
+        if ident == _VIDEO and video is not None and video <= MAX_TRACKS_BYTES:
+            best = _larger(best, _video(_read(f, inside, video)))
+    return best
+
+
+def _opened_tracks(f: BinaryIO, ident: int, size: int | None, body: int, sizes: list[list[int]], budget: list[int]) -> tuple[int, int] | None:
+    """The frame an element met inside a ``Tracks`` of unknown size declares: a ``TrackEntry`` or a
+    ``Video`` read, or, for a ``Video`` of unknown size (``sizes`` gets a ``[width, height]`` for
+    each), the ``PixelWidth`` or ``PixelHeight`` that follow it."""
+    if ident == _TRACK_ENTRY and size is not None:
+        return _entry(f, body, size, budget)
+    if ident == _VIDEO and size is None:
+        sizes.append([0, 0])
+    elif ident == _VIDEO and size is not None and size <= MAX_TRACKS_BYTES:
+        return _video(_read(f, body, size))
+    elif ident in (_WIDTH, _HEIGHT) and sizes and size is not None and size <= 8:
+        sizes[-1][ident == _HEIGHT] = int.from_bytes(_read(f, body, size), "big")
+        return sizes[-1][0], sizes[-1][1]
+    return None
+
+
+def _pointed(seek_head: bytes, one: bool = False) -> list[tuple[int, int]]:
+    """A SeekHead's entries (``one``: one Seek's body): (element ID, position in the segment's body)."""
     out = []
-    for ident, seek in _children(seek_head):
+    for ident, seek in [(_SEEK, seek_head)] if one else _children(seek_head):
         if ident == _SEEK:
             fields = dict(_children(seek))
             out.append((int.from_bytes(fields.get(_SEEK_ID, b""), "big"), int.from_bytes(fields.get(_SEEK_POSITION, b""), "big")))
@@ -135,13 +167,19 @@ def declared_frame(f: BinaryIO) -> tuple[int, int] | None:
 def declared(f: BinaryIO) -> tuple[tuple[int, int] | None, int]:
     """The WebM ``f``'s (seekable) largest declared frame, as :func:`declared_frame`, and the bytes
     of its ``Attachments``, which FFmpeg reads whole: the elements of its ``Segment`` are walked,
-    clusters seeked over, up to ``MAX_ELEMENTS`` or one of unknown size, and the Attachments its
-    ``SeekHead`` elements point to (FFmpeg's way to them wherever they lie) counted too.
-    :class:`Unwalked` past ``MAX_HEAD_ELEMENTS`` elements before the first Cluster."""
+    clusters seeked over, up to ``MAX_ELEMENTS`` or a Cluster of unknown size, and the Attachments
+    its ``SeekHead`` elements point to (FFmpeg's way to them wherever they lie) counted too.
+    Another element of unknown size (a ``Tracks``, ``Info``, ``SeekHead``…, and inside a
+    ``Tracks`` a ``TrackEntry`` or ``Video``) is walked into, as FFmpeg reads it: it ends where an
+    element of the Segment's own begins. :class:`Unwalked` past ``MAX_HEAD_ELEMENTS`` elements
+    before the first Cluster."""
     found: dict[int, int] = {}  # the Attachments found: where their bodies start, their sizes
     heads: list[tuple[int, int | None]] = []  # SeekHeads to read: where their bodies start, their sizes
+    seeks: list[tuple[int, int]] = []  # the Seek entries of SeekHeads of unknown size: (element ID, position)
     frame, segment, end = None, 0, f.seek(0, 2)
     head, after = 0, 0  # elements walked before the first Cluster (-1 once it is reached); where the next one starts
+    opened = 0  # the Segment's child of unknown size walked into (0: none), whose children come next
+    sizes: list[list[int]] = []  # [width, height] of each Video of unknown size in a Tracks walked into
 
     def attachments(body: int, size: int | None) -> None:
         found[body] = end - body if size is None else size  # one of unknown size is read to the end
@@ -151,17 +189,24 @@ def declared(f: BinaryIO) -> tuple[tuple[int, int] | None, int]:
             if ident == _SEGMENT:
                 segment = body
         budget = [MAX_ELEMENTS if segment else 0]
-        for ident, size, body in _headers(f, segment, end, budget):
+        for ident, size, body in _headers(f, segment, end, budget, enter=True):
             head = -1 if head < 0 or ident == _CLUSTER else head + 1
             after = body + (size or 0)
+            opened = (ident if size is None else 0) if ident in _LEVEL1 else opened
             if ident == _ATTACHMENTS:
                 attachments(body, size)
-            elif size is None:
+                if size is None:
+                    break  # counted to the end
+            elif ident == _CLUSTER and size is None:
                 break
-            elif ident == _SEEK_HEAD:
+            elif ident == _SEEK_HEAD and size is not None:
                 heads.append((body, size))
-            elif ident == _TRACKS and frame is None:
+            elif ident == _SEEK and opened == _SEEK_HEAD and size is not None and size <= MAX_TRACKS_BYTES:
+                seeks += _pointed(_read(f, body, size), one=True)
+            elif ident == _TRACKS and size is not None and frame is None:
                 frame = _tracks(_read(f, body, size)) if size <= MAX_TRACKS_BYTES else _tracks_walked(f, body, size, budget)
+            elif opened == _TRACKS:  # its TrackEntry, Video, PixelWidth, PixelHeight, which may be of unknown size too
+                frame = _larger(frame, _opened_tracks(f, ident, size, body, sizes, budget))
             if head >= MAX_HEAD_ELEMENTS:
                 break
         if head >= MAX_HEAD_ELEMENTS and any(ident != _CLUSTER for ident, _, _ in _headers(f, after, end, [1])):
@@ -170,13 +215,15 @@ def declared(f: BinaryIO) -> tuple[tuple[int, int] | None, int]:
     except ValueError:
         pass  # a cut or broken element: FFmpeg judges the file
     walked: set[int] = set()
-    while heads and len(walked) < MAX_SEEK_HEADS:  # FFmpeg's way to level-1 elements wherever they lie
-        at, size = heads.pop()
-        if at in walked or size is None or size > MAX_TRACKS_BYTES:
-            continue
-        walked.add(at)
+    while seeks or (heads and len(walked) < MAX_SEEK_HEADS):  # FFmpeg's way to level-1 elements wherever they lie
         try:
-            for pointed, position in _pointed(_read(f, at, size)):
+            if not seeks:
+                at, size = heads.pop()
+                if at in walked or size is None or size > MAX_TRACKS_BYTES:
+                    continue
+                walked.add(at)
+                seeks = _pointed(_read(f, at, size))
+            for pointed, position in seeks:
                 for ident, size, body in _headers(f, segment + position, end, [1] if pointed in (_ATTACHMENTS, _SEEK_HEAD) else [0]):
                     if ident == _ATTACHMENTS and body not in found:
                         attachments(body, size)
@@ -184,5 +231,6 @@ def declared(f: BinaryIO) -> tuple[tuple[int, int] | None, int]:
                         heads.append((body, size))  # a SeekHead pointing to another
         except ValueError:
             pass
+        seeks = []
     f.seek(0)
     return frame, sum(found.values())
