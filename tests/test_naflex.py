@@ -193,6 +193,62 @@ def test_a_frame_of_another_size_takes_the_clips_first_grid(converted: Path) -> 
     assert np.array_equal(fitted, np.asarray(rgb.resize((352, 176), Image.Resampling.BILINEAR)))
 
 
+def _switching_webm(sizes: list[tuple[int, int]]) -> bytes:
+    """A VP8 WebM of one video stream whose frame size changes: 4 frames of each ``(width,
+    height)`` in turn, each size from its own encoder (a keyframe at each switch, as WebRTC
+    recordings hold), 8 frames a second."""
+    from fractions import Fraction
+
+    import av
+
+    out, rate = io.BytesIO(), Fraction(1, 8)
+    with av.open(out, "w", format="webm") as container:
+        stream = container.add_stream("libvpx", rate=8)
+        stream.width, stream.height, stream.pix_fmt = sizes[0][0], sizes[0][1], "yuv420p"
+        for k, (w, h) in enumerate(sizes):
+            encoder = av.CodecContext.create("libvpx", "w")
+            encoder.width, encoder.height, encoder.pix_fmt, encoder.time_base, encoder.framerate = w, h, "yuv420p", rate, 8
+            for i in range(5):
+                frame = av.VideoFrame.from_ndarray(picture(w, h, 10 * k + i), format="rgb24").reformat(format="yuv420p") if i < 4 else None
+                if frame is not None:
+                    frame.pts, frame.time_base = 4 * k + i, rate
+                for packet in encoder.encode(frame):
+                    packet.stream, packet.time_base = stream, rate
+                    container.mux(packet)
+    return out.getvalue()
+
+
+def test_a_real_clip_whose_frame_size_changes(converted: Path) -> None:
+    """A WebM that switches from 64x32 to 32x64 after 4 frames. NaFlex: every frame at the first
+    sampled frame's grid (11x22; the 1:2 frames resized to 352x176, squashed), so the clip is the
+    renormalised mean of image_encode_pixels of those 8 pictures, and not that of each frame at
+    its own grid (the 1:2 ones would be 22x11). A fixed-size tower fits each frame as it comes,
+    each by its own size: sample() gives frames.fit of every decoded frame."""
+    from PIL import Image
+
+    from uform.plugins.media import frames
+    from uform.plugins.media.files import sources
+    from uform.plugins.media.video import sample
+
+    data = _switching_webm([(64, 32), (32, 64)])
+    decoded = _decoded(data)
+    assert [f.shape[:2] for f in decoded] == [(32, 64)] * 4 + [(64, 32)] * 4
+    first = [f if f.shape[:2] == (32, 64) else np.asarray(Image.fromarray(f).resize((352, 176), Image.Resampling.BILINEAR)) for f in decoded]
+
+    def mean(pixels: list[np.ndarray]) -> np.ndarray:
+        rows = np.asarray(m.image_encode_pixels(pixels, Arena()).embeddings, np.float64).mean(0)
+        out: np.ndarray = rows / np.linalg.norm(rows)
+        return out
+
+    with uform.Model.load_ram(converted, quantization=Scalar.F32) as m:
+        got = np.asarray(m.video_encode([data], Arena()).embeddings, np.float64)[0]
+        np.testing.assert_allclose(got, mean(first), atol=1e-6, rtol=0)
+        assert float(got @ mean(decoded)) < 0.9999  # each frame at its own grid: another embedding
+    for size in (224, frames.Fit(224, "square", "bilinear")):
+        clip = sample(sources([data], "bytes")[0], 8, size)[0]
+        assert np.array_equal(clip, np.stack([frames.fit(frames.from_array(f), size) for f in decoded]))
+
+
 def test_a_clips_row_does_not_depend_on_the_clips_beside_it(converted: Path) -> None:
     """Three clips of three grids in one call, in two orders, equal each clip alone bit for bit
     (the frames' mean was ONNX Runtime's ReduceMean, which sums otherwise for a batch of
