@@ -171,7 +171,12 @@ def front_graph(b: GraphBuilder, samples: str, f: ClapFront) -> str:
 
 def filled(prepare: Callable[[int], Recording], padding: str) -> Callable[[int], Recording]:
     """``prepare`` (an item's index to its recording) with the window filled by ``padding``."""
-    return lambda i: (lambda r: dataclasses.replace(r, samples=fill(r.samples, r.kept, padding)))(prepare(i))
+
+    def prepared(i: int) -> Recording:
+        r = prepare(i)
+        return dataclasses.replace(r, samples=fill(r.samples, r.kept, padding))
+
+    return prepared
 
 
 def fill(window: np.ndarray, kept: int, padding: str) -> np.ndarray:
