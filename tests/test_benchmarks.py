@@ -26,6 +26,7 @@ RUNS = {  # script → (smallest arguments, keys its result file must have)
     "media": (["--preset", "tiny", "--seconds", "0.02", "--images", "4", "--clips", "1"], {"images_640x480", "video_gop30", "video_gop250"}),
     "index": (["--files", "12", "--sizes", "500", "--queries", "4", "--rounds", "1"], {"folder", "search", "peers"}),
     "index_earlier": (["--items", "2000"], {"items", "earlier uform", "with the path index"}),
+    "stdout_switch": (["--rows", "200", "--switches", "5"], {"rows_on_stdout", "rows_on_stderr"}),
     "models": (["--tiny", "--models", "clip-b16", "--images", "2", "--seconds", "0.02"], {"parity", "speed", "conversion"}),
     "long_runs": (["--calls", "4", "--loads", "2", "--requests", "1000", "--runs", "2", "--quantizations", "e4m3"], {"verbs", "loads", "serve", "index"}),
 }

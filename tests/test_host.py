@@ -309,6 +309,19 @@ def test_what_a_plugin_prints_goes_to_stderr_not_into_uforms_output(site: Path, 
     assert err.splitlines() == ["chatty: probe", "chatty: accepts"]
 
 
+def test_a_write_to_descriptor_1_is_not_switched_as_the_docs_say(site: Path) -> None:
+    """docs/plugins.md: the switch is Python's sys.stdout alone; a plugin's os.write(1, ...) lands
+    in uform's output (switching the descriptor would send other threads' output to stderr:
+    benchmarks/stdout_switch.py). What a plugin prints goes to stderr, its raw write to stdout."""
+    source = "import os\nprint('printed')\nos.write(1, b'raw\\n')\n" + CHATTY
+    install(site, "uform-chatty", "chatty = uform_chatty", {"uform_chatty/__init__.py": source})
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), *sys.path])}
+    done = subprocess.run([sys.executable, "-m", "uform.cli", "plugins", "--json"], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0 and done.stdout.startswith("raw\n[") and "printed" not in done.stdout, done.stdout[:200]
+    assert [r["status"] for r in json.loads(done.stdout[len("raw\n") :]) if r["name"] == "chatty"] == ["ok"]
+    assert done.stderr.splitlines()[:2] == ["printed", "chatty: imported"], done.stderr
+
+
 @pytest.mark.parametrize(
     ("requires", "error"),
     [
