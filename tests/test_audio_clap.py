@@ -194,3 +194,16 @@ def test_export_writes_the_tower_and_says_how_its_window_is_filled(clap: tuple[A
     with uform.Model.load_ram(path, quantization=uform.Scalar.F32) as m:
         ours = np.asarray(m.audio_encode_samples(items, R, uform.Arena()).embeddings)
     np.testing.assert_allclose(exported, ours, atol=1e-5)
+
+
+def test_the_dft_computes_only_the_bins_the_mel_bank_uses() -> None:
+    from onnx import TensorProto, numpy_helper
+
+    from uform.core.graph import GraphBuilder
+    from uform.plugins.melfront import clap as audio_clap
+
+    t = audio_clap.read(_tower(), "towers.audio")
+    b = GraphBuilder("front")
+    audio_clap.front_graph(b, b.input("samples", TensorProto.FLOAT, ["batch", N]), t.front)
+    shapes = {c.name.rsplit("_", 1)[0]: numpy_helper.to_array(c).shape for c in b.constants}
+    assert shapes["dft_cos"] == shapes["dft_sin"] == (512, 297) and shapes["mel"] == (297, 64)  # bins 2 … 298 of 513: 50 … 14000 Hz

@@ -33,11 +33,14 @@ def dft_halves(n_fft: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return j, np.cos(angle) * (window * once)[:, None], np.sin(angle) * window[:, None]
 
 
-def power(b: GraphBuilder, samples: str, n_fft: int, place: Callable[[np.ndarray], np.ndarray]) -> str:
-    """``|rfft(frame · w)|²`` of every frame of ``samples`` [B, N]: float32 [B, frames, bins].
+def power(b: GraphBuilder, samples: str, n_fft: int, place: Callable[[np.ndarray], np.ndarray], bins: np.ndarray | None = None) -> str:
+    """``|rfft(frame · w)|²`` of every frame of ``samples`` [B, N]: float32 [B, frames, bins],
+    or of the ``bins`` given alone (indices: a mel bank's filters are zero beyond its edges).
     ``place(offsets)`` answers the window indices of each frame's samples ``offsets`` (int64
     [frames, len(offsets)])."""
     j, cos, sin = dft_halves(n_fft)
+    if bins is not None:
+        cos, sin = cos[:, bins], sin[:, bins]
     head = b.op("Gather", samples, b.const(place(j), "frame_head", np.int64), axis=1)  # x[j], [B, frames, n_fft/2]
     tail = b.op("Gather", samples, b.const(place(n_fft - j), "frame_tail", np.int64), axis=1)  # x[n_fft − j]
     real = b.op("MatMul", b.op("Add", head, tail), b.const(cos, "dft_cos", np.float32))  # [B, frames, bins]
