@@ -169,9 +169,8 @@ def test_the_display_matrix_turns_and_mirrors_the_picture_as_ffmpeg_shows_it(cas
     assert np.array_equal(views[best], views[case]) and errors[case] < 6, errors
 
 
-def test_a_sample_aspect_ratio_is_not_applied() -> None:
-    # 64x48 stored at a sample aspect ratio of 2:1 is shown 128x48 (8:3); the tower gets the
-    # stored frame fitted, as checkpoint.md says ("at the frame's own size"), not the shown one
+def sar_clip() -> bytes:
+    """Three 64x48 H.264 frames of :func:`pattern` stored at a sample aspect ratio of 2:1 (shown 128x48, 8:3)."""
     from fractions import Fraction
 
     picture = pattern(48, 64)
@@ -187,12 +186,30 @@ def test_a_sample_aspect_ratio_is_not_applied() -> None:
                 container.mux(packet)
         for packet in stream.encode():
             container.mux(packet)
-    data = buffer.getvalue()
+    return buffer.getvalue()
+
+
+def test_a_sample_aspect_ratio_is_not_applied() -> None:
+    # 64x48 stored at a sample aspect ratio of 2:1 is shown 128x48 (8:3); the tower gets the
+    # stored frame fitted, as checkpoint.md says ("at the frame's own size"), not the shown one
+    from fractions import Fraction
+
+    data = sar_clip()
     with av.open(io.BytesIO(data)) as container:
         assert container.streams.video[0].display_aspect_ratio == Fraction(8, 3)
         stored = next(container.decode(video=0)).to_ndarray(format="rgb24")
     _, frames, _ = sampled(data, count=1)
     np.testing.assert_array_equal(frames[0], frames_module.fit(frames_module.from_array(stored), S))
+
+
+def test_transformers_video_loading_does_not_apply_it_either(tmp_path: Any) -> None:
+    # the peer's rule: transformers' load_video (its default PyAV backend, as its video
+    # processors read clips) gives the stored 64x48 frames of the 2:1 clip, not 128x48
+    video_utils = pytest.importorskip("transformers.video_utils")
+    path = tmp_path / "sar.mp4"
+    path.write_bytes(sar_clip())
+    video, metadata = video_utils.load_video(str(path), backend="pyav", num_frames=2)
+    assert video.shape == (2, 48, 64, 3) and (metadata.width, metadata.height) == (64, 48)
 
 def grey_clip(codec: str, fmt: str, level: int, colour_range: int | None = None, size: tuple[int, int] = (32, 32), bits: int = 8) -> bytes:
     """Three flat grey (4:0:0) frames at ``level`` (8-bit scale) stored in ``bits``; ``colour_range``
