@@ -9,11 +9,14 @@ import io
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 from PIL import Image
+from pngfiles import interlaced, png
 
+import uform
 from uform.plugins.media import frames, naflex
 from uform.plugins.media import image as pictures
 from uform.plugins.media import png as pngs
@@ -69,6 +72,85 @@ def test_a_large_png_is_fitted_to_its_grid_a_strip_at_a_time(tmp_path: Path) -> 
     assert np.array_equal(_decode(data), _whole(data))
     assert (rows, columns) == tuple(16 * g for g in naflex.grid_for(height, width, 16, 256)) == (208, 304)
     assert grew < width * height, f"peak RSS grew {grew / 1e6:.1f} MB decoding a {width}x{height} PNG (decoded whole: 24 MB)"
+
+
+def _odd(name: str) -> tuple[bytes, Image.Image]:
+    """An odd picture's file, and the picture transformers is given for it (the file's pixels
+    made upright; for 16-bit grey, each sample's high byte, the rule uform keeps)."""
+    from PIL import ImageOps
+
+    from naflex_models import picture
+
+    def saved(image: Image.Image, kind: str, **options: object) -> bytes:
+        out = io.BytesIO()
+        image.save(out, kind, **options)
+        return out.getvalue()
+
+    p = Image.fromarray(picture(300, 200, 4))
+    turn = Image.Exif()
+    turn[0x0112] = 6  # turned 90 degrees clockwise to show
+    files = {
+        "1x1": lambda: saved(Image.fromarray(picture(1, 1, 1)), "PNG"),
+        "1x5000": lambda: saved(Image.fromarray(picture(1, 5000, 2)), "PNG"),
+        "5000x1": lambda: saved(Image.fromarray(picture(5000, 1, 3)), "PNG"),
+        "2x1-jpeg": lambda: saved(Image.fromarray(picture(2, 1, 3)), "JPEG"),
+        "exif-turned-jpeg": lambda: saved(p, "JPEG", exif=turn.tobytes(), quality=95),
+        "exif-turned-png": lambda: saved(p, "PNG", exif=turn.tobytes()),
+        "16-bit-grey-png": lambda: saved(Image.fromarray(np.asarray(p.convert("L")).astype(np.uint16) * 257), "PNG"),
+        "16-bit-rgb-png": lambda: png(np.asarray(p).astype(np.uint16) * 257, 2, 16),
+        "cmyk-jpeg": lambda: saved(p.convert("CMYK"), "JPEG", quality=95),
+        "palette-transparent-png": lambda: saved(p.convert("P", palette=Image.Palette.ADAPTIVE), "PNG", transparency=0),
+        "interlaced-png": lambda: interlaced(np.asarray(p), 2, 8),  # Adam7, decoded whole
+    }
+    data = files[name]()
+    with Image.open(io.BytesIO(data)) as opened:
+        shown = ImageOps.exif_transpose(opened)
+        if shown.mode == "I;16":
+            shown = Image.fromarray((np.asarray(shown) >> 8).astype(np.uint8))
+        shown.load()
+    return data, shown
+
+
+ODD = ["1x1", "1x5000", "5000x1", "2x1-jpeg", "exif-turned-jpeg", "exif-turned-png", "16-bit-grey-png", "16-bit-rgb-png", "cmyk-jpeg", "palette-transparent-png", "interlaced-png"]
+
+
+@pytest.fixture(scope="module")
+def siglip2(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Path]:
+    pytest.importorskip("transformers")
+    pytest.importorskip("sentencepiece")
+    pytest.importorskip("torch")
+    from transformers import Siglip2Model
+
+    from naflex_models import make_siglip2
+    from uform.convert import convert
+
+    source = make_siglip2(tmp_path_factory.mktemp("siglip2") / "tiny-siglip2")
+    out = tmp_path_factory.mktemp("out") / "naflex.safetensors"
+    convert(source, out, dtype="f32")
+    return Siglip2Model.from_pretrained(source).eval(), out
+
+
+@pytest.mark.parametrize("name", ODD)
+def test_an_odd_picture_takes_transformers_grid_and_embedding(name: str, siglip2: tuple[Any, Path]) -> None:
+    """Each odd picture: its grid is transformers' spatial_shapes for the upright picture, its
+    fitted pixels the whole decode's, converted (bit for bit), and its embedding transformers'
+    get_image_features of the upright picture (do_convert_rgb) to 0.99999."""
+    import torch
+    from transformers.models.siglip2.image_processing_pil_siglip2 import Siglip2ImageProcessorPil
+
+    model, converted = siglip2
+    data, shown = _odd(name)
+    fitted = _decode(data)
+    assert np.array_equal(fitted, _whole(data))
+    processor = Siglip2ImageProcessorPil(max_num_patches=256, patch_size=16, do_convert_rgb=True)
+    inputs = processor(images=[shown], return_tensors="pt")
+    assert naflex.grid_of(fitted, 16) == tuple(int(v) for v in inputs["spatial_shapes"][0])
+    with torch.no_grad():
+        out = model.get_image_features(**inputs)
+    want = getattr(out, "pooler_output", out)[0].numpy().astype(np.float64)
+    with uform.Model.load_ram(converted, quantization=uform.Scalar.F32) as m:
+        got = np.asarray(m.image_encode([data], uform.Arena()).embeddings, np.float64)[0]
+    assert float(got @ want / np.linalg.norm(want)) > 0.99999
 
 
 def growth(folder: Path, width: int, height: int) -> tuple[int, int, int]:

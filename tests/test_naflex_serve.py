@@ -89,7 +89,7 @@ def test_one_request_of_mixed_grids_through_the_openai_client(converted: Path, m
     with subprocess_server(["--model", str(converted), "--quantization", "f32", "--max-items", "64"]) as server:
         client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused")
         parts = [_part(f, kind) for f, (_, _, kind) in zip(files, PICTURES)] + [_part(c, "MP4") for c in clips]
-        answer = client.embeddings.create(model="naflex", input=["a photo", *parts[:3], *parts[6:], *parts[3:6]])  # type: ignore[list-item]
+        answer = client.embeddings.create(model="naflex", input=["a photo", *parts[:3], *parts[6:], *parts[3:6]])
         rows = np.array([d.embedding for d in answer.data], np.float32)
     assert [d.index for d in answer.data] == list(range(10))
     np.testing.assert_allclose(rows[1:4], want_images[:3], atol=0, rtol=0)
