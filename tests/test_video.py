@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
+import av
 import numpy as np
 import pytest
 from media import OneWay, audio_only, clip, encode_image, level_index, no_frames, pattern, webm_of_packets
@@ -135,7 +136,14 @@ def test_stats_and_batches(model: uform.Model, monkeypatch: pytest.MonkeyPatch) 
     assert stats.seconds_media == pytest.approx(1.0 + 0.2 + 2 / 30, abs=0.01)
     assert 0 < stats.frames_decoded < 38 and stats.seeks >= 1
     assert stats.bytes_read == sum(len(c) for c in clips)
-    assert stats.seconds_decode > 0 and stats.seconds_compute > 0
+    assert stats.seconds_decode > 0 and stats.seconds_compute > 0 and stats.skipped_packets == 0
+    broken = bytearray(clips[0])  # its last packet in the file zeroed: skipped, counted, the same embedding
+    with av.open(io.BytesIO(clips[0])) as container:
+        pos, size = max((p.pos, p.size) for p in container.demux(video=0) if p.size)
+    broken[pos : pos + size] = bytes(size)
+    stats = uform.VideoEncodeStats()
+    np.testing.assert_allclose(np.array(model.video_encode([bytes(broken)], uform.Arena(), stats=stats).embeddings), whole[:1], atol=1e-6)
+    assert stats.skipped_packets == 1
 
 
 def cut(data: bytes) -> bytes:

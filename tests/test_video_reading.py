@@ -14,6 +14,7 @@ import pytest
 from media import clip, level_index, pattern
 from PIL import Image
 
+from uform.core.errors import InputError
 from uform.plugins.media import files as sources
 from uform.plugins.media import frames as frames_module
 from uform.plugins.media import video as clips_module
@@ -55,11 +56,11 @@ def test_an_edit_list_that_cuts_into_a_keyframe_group_is_sampled_from_the_frames
     reads = []
     frames_from = clips_module._frames_from
 
-    def counted(container: Any, stream: Any, seek_to: int | None) -> Iterator[Any]:
+    def counted(container: Any, stream: Any, seek_to: int | None, c: clips_module.Counters) -> Iterator[Any]:
         reads.append(seek_to)
         if len(reads) > 20:
             raise AssertionError(f"sought without end: {reads[:8]} …")
-        return frames_from(container, stream, seek_to)
+        return frames_from(container, stream, seek_to, c)
 
     monkeypatch.setattr(clips_module, "_frames_from", counted)
     picks, frames, counters = sampled(data)
@@ -83,8 +84,8 @@ def test_an_edit_list_that_cuts_into_a_keyframe_group_decodes_each_frame_once(mo
     decoded: list[int] = []
     frames_from = clips_module._frames_from
 
-    def counted(container: Any, stream: Any, seek_to: int | None) -> Iterator[Any]:
-        for frame in frames_from(container, stream, seek_to):
+    def counted(container: Any, stream: Any, seek_to: int | None, c: clips_module.Counters) -> Iterator[Any]:
+        for frame in frames_from(container, stream, seek_to, c):
             decoded.append(level_index(frame.to_ndarray(format="rgb24")))
             yield frame
 
@@ -98,6 +99,36 @@ def test_an_edit_list_that_cuts_into_a_keyframe_group_decodes_each_frame_once(mo
     np.testing.assert_array_equal(frames, frames_through)
 
 
+
+
+def zeroed(data: bytes, count: int | None = None) -> bytes:
+    """``data`` with the bytes of its last ``count`` video packets in file order (every one: None) zeroed."""
+    with av.open(io.BytesIO(data)) as container:
+        packets = sorted((p.pos, p.size) for p in container.demux(video=0) if p.size)
+    out = bytearray(data)
+    for pos, size in packets[-count if count else 0 :]:
+        out[pos : pos + size] = bytes(size)
+    return bytes(out)
+
+
+def test_a_packet_that_fails_to_decode_is_skipped_as_players_skip_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    # an H.264 MP4 whose last packet (frame 29) is broken: FFmpeg's decoder refuses it (PyAV's decode
+    # raises InvalidDataError), and uform refused the whole clip, 'cannot decode the video: Invalid
+    # data found when processing input', though the sampled frames 3, 11, 18, 26 decode. FFmpeg's
+    # own tools and players skip such a packet, its frame not shown: so does uform now, counting it
+    intact = clip(frames=30, gop=10)
+    broken = zeroed(intact, 1)
+    with av.open(io.BytesIO(broken)) as container, pytest.raises(av.InvalidDataError):
+        list(container.decode(video=0))
+    for seeking in (True, False):
+        picks, frames, counters = sampled(broken, seeking)
+        assert picks == [3, 11, 18, 26] and counters.skipped == 1
+        np.testing.assert_array_equal(frames, sampled(intact, seeking)[1])
+    with pytest.raises(InputError, match=r"^item 0: the video stream has no decodable frames \(30 packets failed to decode\)$"):
+        sampled(zeroed(intact))
+    monkeypatch.setattr(clips_module, "MAX_FAILED_PACKETS", 2)  # 3 broken in a row: a corrupt clip, in FFmpeg's words
+    with pytest.raises(InputError, match=r"^item 0: cannot decode the video: Invalid data found when processing input$"):
+        sampled(zeroed(intact, 3), seeking=False)
 
 
 def test_b_frames_are_sampled_by_presentation_time() -> None:

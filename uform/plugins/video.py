@@ -46,7 +46,8 @@ class VideoEncodeStats(EncodeStats):
 
     ``frames`` counts frames handed to the tower (``items × F``), ``frames_decoded`` the
     frames the decoders produced (sampled or passed over), ``seconds_media`` the clips'
-    summed duration, ``seeks`` the seeks done, ``bytes_read`` the files' sizes.
+    summed duration, ``seeks`` the seeks done, ``bytes_read`` the files' sizes,
+    ``skipped_packets`` the packets that failed to decode and were left out (their frames not shown).
     ``seconds_decode`` is the wall time spent preparing batches; the part of it not hidden
     behind ``seconds_compute`` is ``seconds_preprocess``.
     """
@@ -57,6 +58,7 @@ class VideoEncodeStats(EncodeStats):
     seeks: int = 0
     bytes_read: int = 0
     seconds_decode: float = 0.0
+    skipped_packets: int = 0
 
 
 @dataclass(frozen=True)
@@ -180,6 +182,7 @@ def video_encode(
         tally.seconds_media += sum(c.seconds for _, c in prepared)
         tally.seeks += sum(c.seeks for _, c in prepared)
         tally.bytes_read += sum(c.bytes_read for _, c in prepared)
+        tally.skipped_packets += sum(c.skipped for _, c in prepared)
 
     count, size = tower.frames, tower.pixels.fit
     stack: Callable[[list[tuple[np.ndarray, Counters]]], dict[str, np.ndarray]]

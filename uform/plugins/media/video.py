@@ -26,6 +26,7 @@ from .files import CUT_WHILE_OPENED, Source, falls_short
 MAX_FRAME_PIXELS = 40_000_000  # width × height of a frame (8K UHD is 33.2 M)
 MAX_SECONDS = 6 * 3600  # span of a clip's presentation times
 MAX_PACKETS = 2_000_000  # video packets the demux-only pass reads
+MAX_FAILED_PACKETS = 64  # packets in a row that fail to decode (each skipped, as FFmpeg's own tools do) before a clip is refused
 MAX_ATTACHED_BYTES = 16 << 20  # a WebM's (Matroska's) attachments, read whole by FFmpeg as it opens the file
 CONTAINERS = {"mp4": "mp4", "webm": "matroska"}
 _MP4_BOXES = mp4.MP4_FIRST
@@ -56,6 +57,7 @@ class Plan:
 class Counters:
     decoded: int = 0
     seeks: int = 0
+    skipped: int = 0  # packets that failed to decode: their frames are not shown
     seconds: float = 0.0
     bytes_read: int = 0
 
@@ -65,7 +67,7 @@ class _SeekMissed(Exception):
 
 
 class _NoFrames(Exception):
-    """The decoder produced no frame at all."""
+    """The decoder produced no frame at all (``args[0]``: packets that failed to decode)."""
 
 
 def sniff(head: bytes) -> str | None:
@@ -173,18 +175,32 @@ def check_complete(container: Any, stream: Any, ends: Mapping[Any, int], source:
         raise source.fail(f"is truncated or corrupt: its container declares {declared:.2f} s, its packets end at {max(ended, 0):.2f} s")
 
 
-def _frames_from(container: Any, stream: Any, seek_to: int | None) -> Iterator[Any]:
+def _frames_from(container: Any, stream: Any, seek_to: int | None, c: Counters) -> Iterator[Any]:
     """The stream's frames from the start, or from the keyframe at ``seek_to``.
+
+    A packet that fails to decode (a broken one: a damaged last packet, a bad sector) is skipped
+    and counted in ``c.skipped``, as FFmpeg's own tools and players skip it: its frame is not
+    shown, the frames after it are. Over ``MAX_FAILED_PACKETS`` in a row, FFmpeg's error is raised.
 
     A seek may land on an earlier keyframe than the one aimed at: FFmpeg's MP4 seek in a file
     whose edit list starts inside a keyframe group lands a group early, every time. The packets
     before the aimed-at keyframe are then passed over undecoded (the seek flushed the decoder),
     so no frame is decoded again; one that lands later is :func:`pick`'s to find."""
+    import av
+
     if seek_to is not None:
         container.seek(seek_to, stream=stream, backward=True, any_frame=False)
-    packets = container.demux(stream)
+    packets, in_row = container.demux(stream), 0
     for packet in packets if seek_to is None else _from_keyframe(packets, seek_to):
-        yield from packet.decode()
+        try:
+            frames = packet.decode()
+        except av.FFmpegError:
+            c.skipped, in_row = c.skipped + 1, in_row + 1
+            if in_row > MAX_FAILED_PACKETS:
+                raise
+            continue
+        in_row = 0
+        yield from frames
 
 
 def _from_keyframe(packets: Iterator[Any], pts: int) -> Iterator[Any]:
@@ -211,7 +227,7 @@ def pick(container: Any, stream: Any, p: Plan, count: int, seeking: bool, keep: 
     sought = {first} if seek_to is not None else set()  # each group is sought once: reading on always ends
     while True:
         jump, c.seeks = seek_to is not None, c.seeks + int(seek_to is not None)
-        frames, seek_to = _frames_from(container, stream, seek_to), None
+        frames, seek_to = _frames_from(container, stream, seek_to, c), None
         for frame in frames:
             c.decoded += 1
             pts = frame.pts if frame.pts is not None else (prev.pts + 1 if prev is not None else p.start)
@@ -234,7 +250,7 @@ def pick(container: Any, stream: Any, p: Plan, count: int, seeking: bool, keep: 
         if seek_to is None:
             break
     if prev is None:
-        raise _NoFrames
+        raise _NoFrames(c.skipped)
     while j < count:
         keep(j, prev)
         j += 1
@@ -317,8 +333,8 @@ def sample(source: Source, count: int, size: int, seeking: bool = True) -> tuple
                     last[0] = None
     except InputError:
         raise
-    except _NoFrames:
-        raise source.fail("the video stream has no decodable frames") from None
+    except _NoFrames as none:
+        raise source.fail("the video stream has no decodable frames" + (f" ({none.args[0]} packets failed to decode)" if none.args[0] else "")) from None
     except av.error.EOFError:  # FFmpeg met the end of the file while reading its container
         raise source.fail(CUT_WHILE_OPENED) from None
     except av.FFmpegError as exc:  # its own words, without the errno and PyAV's '<none>' file name
