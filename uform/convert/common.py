@@ -284,11 +284,11 @@ def scalar(t: Taker, name: str, why: str) -> float:
     return value
 
 
-def logit_scale(t: Taker) -> float:
-    """The labels' scale: exp of the source's ``logit_scale`` tensor (a uform config holds at most 1e6)."""
-    value = scalar(t, "logit_scale", "the model's logit scale")
+def logit_scale(t: Taker, name: str = "logit_scale") -> float:
+    """The labels' scale: exp of the source's ``name`` tensor (a uform config holds at most 1e6)."""
+    value = scalar(t, name, "the model's logit scale")
     if value > math.log(MAX_LABEL_SCALE):
-        raise ConvertError(f"{t._files()}: tensor 'logit_scale' holds {value:g}, whose exp (the labels' scale) is past {MAX_LABEL_SCALE:g}")
+        raise ConvertError(f"{t._files()}: tensor {name!r} holds {value:g}, whose exp (the labels' scale) is past {MAX_LABEL_SCALE:g}")
     return math.exp(value)
 
 

@@ -1,0 +1,214 @@
+"""``uform convert`` of a transformers ``ClapModel`` (random weights, the real layout at a small
+width: tests/clap_text_models.py) against ``get_text_features`` with its tokenizer and
+``get_audio_features`` with its ``ClapFeatureExtractor``: texts, recordings as files (WAV, FLAC,
+MP3 at 16, 44.1 and 48 kHz; 3, 10 and 25 s) and as buffers, at F32, BF16 and E4M3."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import uform
+from uform.convert import ConvertError, convert
+from uform import Arena, Scalar
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+pytest.importorskip("tokenizers")
+av = pytest.importorskip("av")
+
+from clap_text_models import TEXTS, make_clap  # noqa: E402
+from media_audio import write  # noqa: E402
+
+from uform.plugins.media.audio import decode  # noqa: E402
+from uform.plugins.media.files import sources  # noqa: E402
+
+RATE, SECONDS = 48000, 10  # the feature extractor's sampling_rate and max_length_s
+# (codec, rate, seconds): every format at every rate, a recording shorter than, as long as, and longer than the window
+FILES = [("pcm_s16le", 48000, 3), ("flac", 44100, 10), ("libmp3lame", 16000, 25), ("pcm_s16le", 16000, 25), ("flac", 48000, 25), ("libmp3lame", 44100, 3)]
+SUFFIX = {"pcm_s16le": ".wav", "flac": ".flac", "libmp3lame": ".mp3"}
+
+
+@pytest.fixture(scope="module")
+def clap(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    directory = make_clap(tmp_path_factory.mktemp("clap"))
+    out = directory.parent / "clap.safetensors"
+    conversion = convert(directory, out, dtype="f32")
+    return {
+        "directory": directory, "file": out, "conversion": conversion,
+        "model": transformers.ClapModel.from_pretrained(str(directory)).eval(),
+        "tokenizer": transformers.AutoTokenizer.from_pretrained(str(directory)),
+        "extractor": transformers.ClapFeatureExtractor.from_pretrained(str(directory)),
+    }  # fmt: skip
+
+
+def _cos(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return np.sum(np.asarray(a, np.float64) * b, axis=1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+
+
+def _signal(seconds: float, rate: int, seed: int) -> np.ndarray:
+    """Mono [1, n]: a few tones below 8 kHz (every rate here holds them) and some noise, -1…1."""
+    rng = np.random.default_rng(seed)
+    t = np.arange(round(seconds * rate)) / rate
+    tones = sum(np.sin(2 * np.pi * f * t + rng.uniform(0, 6)) * a for f, a in zip(rng.uniform(80, 7000, 4), (0.3, 0.2, 0.1, 0.05)))
+    return (tones + rng.standard_normal(t.size) * 0.02).astype(np.float32)[None] * 0.8
+
+
+def _audio_reference(clap: dict[str, Any], recordings: list[np.ndarray]) -> np.ndarray:
+    """get_audio_features of 48 kHz recordings, a longer one cropped at its start (rand_trunc's random crop pinned to 0)."""
+    window = RATE * SECONDS
+    features = clap["extractor"]([r[:window] for r in recordings], sampling_rate=RATE, return_tensors="pt")
+    with torch.no_grad():
+        return clap["model"].get_audio_features(**features).pooler_output.numpy()  # type: ignore[no-any-return]
+
+
+def test_the_conversion_says_what_it_wrote(clap: dict[str, Any]) -> None:
+    c = clap["conversion"]
+    assert (c.family, c.architecture) == ("clap", "ClapModel")
+    with uform.Model.load_ram(clap["file"]) as model:
+        assert model.source is not None and model.source["family"] == "clap"
+
+
+def test_texts_equal_get_text_features(clap: dict[str, Any]) -> None:
+    encoded = clap["tokenizer"](TEXTS, padding=True, truncation=True, return_tensors="pt")
+    with torch.no_grad():
+        want = clap["model"].get_text_features(**encoded).pooler_output.numpy()
+    with uform.Model.load_ram(clap["file"], quantization=Scalar.F32) as model:
+        got = model.text_encode(TEXTS, Arena()).embeddings
+    assert _cos(got, want).min() >= 0.99999
+    assert ((got @ want.T).argmax(axis=1) == np.arange(len(TEXTS))).all()
+
+
+def test_buffers_equal_get_audio_features(clap: dict[str, Any]) -> None:
+    """3, 10 and 25 s at 48 kHz: repeatpad, exact, and the first 10 s (uform's deterministic crop)."""
+    recordings = [_signal(s, RATE, seed)[0] for seed, s in enumerate((3, 10, 25, 0.5))]
+    want = _audio_reference(clap, recordings)
+    with uform.Model.load_ram(clap["file"], quantization=Scalar.F32) as model:
+        got = model.audio_encode_samples(recordings, RATE, Arena()).embeddings
+    assert _cos(got, want).min() >= 0.99999
+    assert ((got @ want.T).argmax(axis=1) == np.arange(len(recordings))).all()
+
+
+def test_a_long_recording_is_its_first_window_where_transformers_crops_at_random(clap: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    long = _signal(25, RATE, 7)[0]
+    monkeypatch.setattr(np.random, "randint", lambda low, high=None, *a, **k: 0)  # rand_trunc's crop, pinned at the start
+    features = clap["extractor"]([long], sampling_rate=RATE, return_tensors="pt")
+    with torch.no_grad():
+        want = clap["model"].get_audio_features(**features).pooler_output.numpy()
+    with uform.Model.load_ram(clap["file"], quantization=Scalar.F32) as model:
+        got = model.audio_encode_samples([long], RATE, Arena()).embeddings
+    assert _cos(got, want).min() >= 0.99999
+
+
+def test_files_equal_get_audio_features_of_their_decoded_samples(clap: dict[str, Any], tmp_path: Path) -> None:
+    """Each file decoded and resampled to 48 kHz as uform decodes it (libswresample; media-audio.md),
+    then through transformers: the front end, the stack and the projection are the same math."""
+    paths = [write(tmp_path / f"clip{i}{SUFFIX[codec]}", _signal(s, rate, 10 + i), rate, codec) for i, (codec, rate, s) in enumerate(FILES)]
+    decoded = [decode(source, RATE, RATE * SECONDS) for source in sources(paths, "recordings")]
+    want = _audio_reference(clap, [r.samples[: r.kept] for r in decoded])
+    with uform.Model.load_ram(clap["file"], quantization=Scalar.F32) as model:
+        got = model.audio_encode(paths, Arena()).embeddings
+    assert _cos(got, want).min() >= 0.99999
+    assert ((got @ want.T).argmax(axis=1) == np.arange(len(paths))).all()
+
+
+@pytest.mark.parametrize("quantization,bound,mean", [(Scalar.BF16, 0.9999, 0.9999), (Scalar.E4M3, 0.98, 0.995)])
+def test_bf16_and_e4m3_stay_within_the_bounds_of_uforms_towers(clap: dict[str, Any], quantization: Scalar, bound: float, mean: float) -> None:
+    recordings = [_signal(s, RATE, 20 + s)[0] for s in (3, 10)]
+    with uform.Model.load_ram(clap["file"], quantization=Scalar.F32) as model:
+        texts, audio = model.text_encode(TEXTS, Arena()).embeddings, model.audio_encode_samples(recordings, RATE, Arena()).embeddings
+    with uform.Model.load_ram(clap["file"], quantization=quantization) as model:
+        for got, want in ((model.text_encode(TEXTS, Arena()).embeddings, texts), (model.audio_encode_samples(recordings, RATE, Arena()).embeddings, audio)):
+            cos = _cos(got, want)
+            assert cos.min() >= bound and cos.mean() >= mean
+
+
+def test_the_server_embeds_recordings_and_texts_as_the_model_does(clap: dict[str, Any], tmp_path: Path) -> None:
+    import base64
+
+    import httpx
+
+    from serving import thread_server
+    from uform.serve import ServeConfig
+
+    wav = write(tmp_path / "rain.wav", _signal(4, 44100, 30), 44100, "pcm_s16le")
+    with uform.Model.load_ram(clap["file"]) as model:
+        want = np.concatenate([model.audio_encode([wav], Arena()).embeddings, model.text_encode(["rain on a roof"], Arena()).embeddings])
+        parts = [{"type": "input_audio", "input_audio": {"data": base64.b64encode(wav.read_bytes()).decode(), "format": "wav"}}, {"type": "text", "text": "rain on a roof"}]
+        with thread_server(model, ServeConfig(model_id="clap")) as (url, _):
+            answer = httpx.post(url + "/v1/embeddings", json={"input": parts}, timeout=60)
+    assert answer.status_code == 200, answer.text
+    np.testing.assert_array_equal(np.array([d["embedding"] for d in answer.json()["data"]], np.float32), want)
+
+
+def test_an_index_of_recordings_finds_them_by_text(clap: dict[str, Any], tmp_path: Path) -> None:
+    from uform.index import Index
+
+    folder = tmp_path / "sounds"
+    folder.mkdir()
+    paths = [write(folder / f"s{i}.flac", _signal(3 + i, 48000, 40 + i), 48000, "flac") for i in range(3)]
+    with Index(tmp_path / "sounds.index", checkpoint=str(clap["file"])) as index:
+        index.update([folder])
+        hits = index.search("rain on a roof", k=3, modalities=["audio"])
+    with uform.Model.load_ram(clap["file"]) as model:
+        rows = model.audio_encode(paths, Arena()).embeddings
+        query = model.text_encode(["rain on a roof"], Arena()).embeddings[0]
+    order = [paths[i].name for i in np.argsort(-(rows @ query))]
+    assert [Path(h.path).name for h in hits] == order
+
+
+def test_export_writes_towers_that_run_as_the_model_does(clap: dict[str, Any], tmp_path: Path) -> None:
+    import onnxruntime as ort
+    import tokenizers
+
+    from uform.cli import main
+
+    out = tmp_path / "exported"
+    assert main(["export", str(clap["file"]), str(out), "-q"]) == 0
+    text = "the sound of rain on a tin roof"
+    ids = tokenizers.Tokenizer.from_file(str(out / "text.tokenizer.json")).encode(text).ids
+    recording = _signal(10, RATE, 50)[0]  # exactly the window: nothing to fill
+    with uform.Model.load_ram(clap["file"], quantization=Scalar.F32) as model:
+        want_text = model.text_encode([text], Arena()).embeddings
+        want_audio = model.audio_encode_samples([recording], RATE, Arena()).embeddings
+    got_text = ort.InferenceSession(str(out / "text.onnx")).run(None, {"bytes": np.array([ids], np.int64), "lengths": np.array([len(ids)], np.int64)})[0]
+    got_audio = ort.InferenceSession(str(out / "audio.onnx")).run(None, {"samples": recording[None]})[0]
+    assert _cos(got_text, want_text).min() >= 0.99999 and _cos(got_audio, want_audio).min() >= 0.99999
+
+
+def test_label_probabilities_of_a_recording_equal_logits_per_audio(clap: dict[str, Any]) -> None:
+    labels = ["rain on a roof", "a dog barks", "a car passes"]
+    recordings = [_signal(s, RATE, 60 + s)[0] for s in (3, 10)]
+    inputs = clap["tokenizer"](labels, padding=True, return_tensors="pt")
+    features = clap["extractor"](recordings, sampling_rate=RATE, return_tensors="pt")
+    with torch.no_grad():
+        want = clap["model"](**inputs, **features).logits_per_audio.softmax(-1).numpy()
+    with uform.Model.load_ram(clap["file"], quantization=Scalar.F32) as model:
+        got = model.label_probabilities(model.audio_encode_samples(recordings, RATE, Arena()).embeddings, labels)
+    np.testing.assert_allclose(got, want, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "file,edit,message",
+    [
+        ("config.json", lambda c: c["audio_config"].update(enable_fusion=True), r"audio_config: enable_fusion True: the fused CLAP checkpoints"),
+        ("config.json", lambda c: c.update(projection_hidden_act="gelu"), r"config\.json: projection_hidden_act 'gelu' is not supported; supported: 'relu'"),
+        ("preprocessor_config.json", lambda c: c.update(truncation="fusion"), r"preprocessor_config\.json: truncation 'fusion' is not supported"),
+    ],
+)
+def test_what_uform_cannot_run_is_refused_by_name_and_nothing_is_written(clap: dict[str, Any], tmp_path: Path, file: str, edit: Any, message: str) -> None:
+    import json
+    import shutil
+
+    source = tmp_path / "source"
+    shutil.copytree(clap["directory"], source, ignore=shutil.ignore_patterns("model.safetensors"))
+    (source / "model.safetensors").symlink_to(clap["directory"] / "model.safetensors")
+    cfg = json.loads((source / file).read_text())
+    edit(cfg)
+    (source / file).write_text(json.dumps(cfg))
+    with pytest.raises(ConvertError, match=message):
+        convert(source, tmp_path / "out.safetensors")
+    assert not (tmp_path / "out.safetensors").exists()
