@@ -153,6 +153,43 @@ def test_an_odd_picture_takes_transformers_grid_and_embedding(name: str, siglip2
     assert float(got @ want / np.linalg.norm(want)) > 0.99999
 
 
+_PIXELS = """
+import sys
+import numpy as np
+import uform
+def status(key):
+    return next(int(line.split()[1]) * 1024 for line in open("/proc/self/status") if line.startswith(key + ":"))
+model = uform.Model.load_ram(sys.argv[1], quantization=uform.Scalar.F32)
+big = np.random.default_rng(5).integers(0, 256, (int(sys.argv[3]), int(sys.argv[2]), 3), dtype=np.uint8)
+model.image_encode_pixels([big[:30, :40]], uform.Arena())  # warm
+try:
+    open("/proc/self/clear_refs", "w").write("5")
+except OSError:
+    pass
+base = status("VmRSS")
+model.image_encode_pixels([big], uform.Arena())
+print(status("VmHWM") - base)
+"""
+
+
+def test_a_large_pixel_buffer_is_fitted_a_strip_at_a_time(siglip2: tuple[Any, Path]) -> None:
+    """image_encode_pixels of a 2600x1800 buffer: copied whole into a Pillow picture it grew the
+    peak RSS by 4 bytes a pixel and more (a 6000x4000 one +100.7 MB); fitted a strip at a time
+    (image.STREAM_PIXELS and up), under 1 byte a pixel, and the embedding is that of the fitted
+    grid given as pixels, bit for bit."""
+    width, height = 2600, 1800  # 4.7 M pixels: past image.STREAM_PIXELS (4.2 M)
+    converted = siglip2[1]
+    big = np.random.default_rng(5).integers(0, 256, (height, width, 3), dtype=np.uint8)
+    with uform.Model.load_ram(converted, quantization=uform.Scalar.F32) as m:
+        got = np.asarray(m.image_encode_pixels([big], uform.Arena()).embeddings)
+        want = np.asarray(m.image_encode_pixels([frames.fit(frames.from_array(big), FIT)], uform.Arena()).embeddings)
+    np.testing.assert_array_equal(got, want)
+    run = subprocess.run([sys.executable, "-c", _PIXELS, str(converted), str(width), str(height)], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    grew = int(run.stdout.split()[-1])
+    assert grew < width * height, f"peak RSS grew {grew / 1e6:.1f} MB fitting a {width}x{height} buffer"
+
+
 def growth(folder: Path, width: int, height: int) -> tuple[int, int, int]:
     """The grid's rows and columns in pixels and the peak RSS growth, in bytes, of one NaFlex
     ``decode`` of a smooth ``width × height`` RGB PNG, in a fresh process."""
@@ -167,10 +204,18 @@ def growth(folder: Path, width: int, height: int) -> tuple[int, int, int]:
     return rows, columns, grew
 
 
-if __name__ == "__main__":  # python tests/test_naflex_pictures.py 6000 4000: the docs' figure
+if __name__ == "__main__":
+    # python tests/test_naflex_pictures.py 6000 4000: a NaFlex decode of a PNG that large;
+    # python tests/test_naflex_pictures.py pixels MODEL 6000 4000: image_encode_pixels of a buffer
+    # that large through MODEL (a path, or "default"): the docs' figures
     import tempfile
 
-    with tempfile.TemporaryDirectory() as folder:
-        w, h = int(sys.argv[1]), int(sys.argv[2])
-        rows, columns, grew = growth(Path(folder), w, h)
-        print(f"{w}x{h} RGB PNG to {columns}x{rows}: peak RSS +{grew / 1e6:.1f} MB")
+    if sys.argv[1] == "pixels":
+        path = str(uform.default_checkpoint()) if sys.argv[2] == "default" else sys.argv[2]
+        run = subprocess.run([sys.executable, "-c", _PIXELS, path, sys.argv[3], sys.argv[4]], capture_output=True, text=True, check=True)
+        print(f"image_encode_pixels of a {sys.argv[3]}x{sys.argv[4]} buffer: peak RSS +{int(run.stdout.split()[-1]) / 1e6:.1f} MB")
+    else:
+        with tempfile.TemporaryDirectory() as folder:
+            w, h = int(sys.argv[1]), int(sys.argv[2])
+            rows, columns, grew = growth(Path(folder), w, h)
+            print(f"{w}x{h} RGB PNG to {columns}x{rows}: peak RSS +{grew / 1e6:.1f} MB")

@@ -35,6 +35,9 @@ if TYPE_CHECKING:
     from typing_extensions import Unpack
 
 MAX_ROWS = 32  # images per batch
+# a pixel buffer this large is fitted a strip of rows at a time (media.image.fit_strips), not
+# copied whole into a Pillow picture (4 bytes a pixel) first; below it the copy is cheaper
+STREAM_PIXELS = 1 << 22
 
 
 @dataclass
@@ -206,7 +209,13 @@ def image_encode_pixels(
     arrays = [_within_limit(i, as_pixels(i, p)) for i, p in enumerate(pixels)]
 
     def prepare(i: int, size: int) -> Prepared:
-        return frames.fit(frames.from_array(arrays[i]), size), arrays[i].shape[0] * arrays[i].shape[1], 0, 0
+        array = arrays[i]
+        height, width = array.shape[:2]
+        if height * width >= STREAM_PIXELS:  # frames.fit bit for bit, holding a strip at a time
+            fitted = pictures.fit_strips(width, height, lambda box: array[box[1] : box[3]], size)
+        else:
+            fitted = frames.fit(frames.from_array(array), size)
+        return fitted, height * width, 0, 0
 
     return _run(call, len(arrays), prepare, arena, stats, options)
 
