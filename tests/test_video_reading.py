@@ -11,7 +11,7 @@ from typing import Any
 import av
 import numpy as np
 import pytest
-from media import clip, level_index, pattern
+from media import clip, encode_image, frame_level, level_index, pattern
 from PIL import Image
 
 from uform.core.errors import InputError
@@ -129,6 +129,54 @@ def test_a_packet_that_fails_to_decode_is_skipped_as_players_skip_it(monkeypatch
     monkeypatch.setattr(clips_module, "MAX_FAILED_PACKETS", 2)  # 3 broken in a row: a corrupt clip, in FFmpeg's words
     with pytest.raises(InputError, match=r"^item 0: cannot decode the video: Invalid data found when processing input$"):
         sampled(zeroed(intact, 3), seeking=False)
+
+
+def two_streams(fmt: str, default: int | None) -> bytes:
+    """Two 12-frame video streams, 64x48 at levels 0, 1, … and 32x32 at 39, 38, …, the ``default``-th
+    of them marked default (an MP4's one enabled track, Matroska's FlagDefault; None: the muxer's choice)."""
+    buffer = io.BytesIO()
+    with av.open(buffer, "w", format=fmt) as container:
+        streams = []
+        for width, height in ((64, 48), (32, 32)):
+            stream = container.add_stream("libx264" if fmt == "mp4" else "libvpx-vp9", rate=30)
+            stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
+            streams.append(stream)
+            if default is not None:
+                stream.disposition = av.stream.Disposition.default if len(streams) - 1 == default else av.stream.Disposition(0)
+        for i in range(12):
+            for k, stream in enumerate(streams):
+                frame = av.VideoFrame.from_ndarray(np.full((stream.height, stream.width, 3), frame_level(39 - i if k else i), np.uint8), format="rgb24")
+                frame.pts = i
+                for packet in stream.encode(frame):
+                    container.mux(packet)
+        for stream in streams:
+            for packet in stream.encode():
+                container.mux(packet)
+    return buffer.getvalue()
+
+
+def test_of_two_video_streams_the_one_marked_default_is_sampled() -> None:
+    # uform took the first video stream, whichever a player shows; FFmpeg's best stream (its
+    # av_find_best_stream, which ffmpeg, torchcodec (transformers' video processors) and decord
+    # take, as players do) is the one marked default: an MP4's enabled track, a Matroska track
+    # flagged default. transformers' load_video with PyAV takes the first (decode(video=0)).
+    for fmt in ("mp4", "webm"):
+        for default, picks in ((None, [1, 4, 7, 10]), (0, [1, 4, 7, 10]), (1, [38, 35, 32, 29])):
+            data = two_streams(fmt, default)
+            with av.open(io.BytesIO(data)) as container:
+                assert container.streams.best("video").index == (default or 0)
+            assert sampled(data)[0] == sampled(data, seeking=False)[0] == picks, (fmt, default)
+    cover = clip(frames=12)  # an MP4 with an iTunes cover (moov/udta/meta/ilst/covr): FFmpeg's attached picture, never the clip
+    at = cover.index(b"moov") - 4
+    covr = box(b"covr", box(b"data", struct.pack(">II", 14, 0) + encode_image(pattern(32, 32), "PNG")))
+    covered = cover[:at] + box(b"moov", cover[at + 8 :] + box(b"udta", box(b"meta", bytes(4) + box(b"hdlr", bytes(8) + b"mdirappl" + bytes(9)) + box(b"ilst", covr))))
+    with av.open(io.BytesIO(covered)) as container:
+        assert [s.disposition & av.stream.Disposition.attached_pic for s in container.streams.video] == [0, av.stream.Disposition.attached_pic]
+    assert sampled(covered)[0] == [1, 4, 7, 10]
+
+
+def box(kind: bytes, body: bytes) -> bytes:
+    return struct.pack(">I", 8 + len(body)) + kind + body
 
 
 def test_b_frames_are_sampled_by_presentation_time() -> None:

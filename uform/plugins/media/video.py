@@ -79,13 +79,18 @@ def sniff(head: bytes) -> str | None:
 
 
 def video_stream(container: Any, source: Source) -> Any:
+    """The clip's video stream: FFmpeg's best (``av_find_best_stream``: one marked default, an MP4's
+    enabled track or a Matroska track flagged default, before others), as players, ffmpeg and
+    torchcodec take it; a cover picture never (then the first default one, or the first)."""
     streams = [s for s in container.streams.video if not s.disposition & 0x400]  # AV_DISPOSITION_ATTACHED_PIC
     if not container.streams:
         raise source.fail("cannot decode the video: no stream could be read (a truncated or damaged file?)")
     if not streams:
         others = ", ".join(sorted({s.type for s in container.streams}))
         raise source.fail(f"the file has no video stream (streams: {others})")
-    stream = streams[0]
+    best = container.streams.best("video")
+    stream = next((s for s in streams if best is not None and s.index == best.index), None)
+    stream = stream or next((s for s in streams if s.disposition & 1), streams[0])  # AV_DISPOSITION_DEFAULT
     if stream.codec_context is None:  # FFmpeg demuxes it but has no decoder for its codec
         raise source.fail("the video stream is in a codec this FFmpeg cannot decode")
     frame_size(source, stream.codec_context.width, stream.codec_context.height)
