@@ -159,7 +159,7 @@ def front_graph(b: GraphBuilder, samples: str, f: ClapFront) -> str:
     used = np.flatnonzero(bank.any(axis=1))  # the bins between f_min and f_max: 297 of 513 for laion's 50 … 14000 Hz
     spectrum = power.power(b, samples, f.n_fft, lambda offsets: frame_indices(f, offsets), used)  # [B, frames, used]
     mel = b.op("MatMul", spectrum, b.const(bank[used], "mel", np.float32))  # [B, frames, n_mels]
-    db = b.op("Mul", b.op("Log", b.op("Max", mel, b.const(np.float32(MEL_FLOOR), "floor"))), b.const(np.float32(10 / np.log(10)), "db"))
+    db = b.op("Mul", power.ln(b, b.op("Max", mel, b.const(np.float32(MEL_FLOOR), "floor"))), b.const(np.float32(10 / np.log(10)), "db"))
     scale, shift = b.weight("audio.mel_norm.scale"), b.weight("audio.mel_norm.shift")
     if b.float_type != TensorProto.FLOAT:  # the front end runs in float32 whatever the stack's type
         scale, shift = b.op("Cast", scale, to=TensorProto.FLOAT), b.op("Cast", shift, to=TensorProto.FLOAT)
