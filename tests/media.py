@@ -240,3 +240,15 @@ def webm_of_packets(count: int) -> bytes:
             packet.stream, packet.pts, packet.dts, packet.time_base = stream, i, i, Fraction(1, 1000)
             out.mux(packet)
     return out_bytes.getvalue()
+
+
+def with_cover(data: bytes) -> bytes:
+    """The MP4 ``data`` (its moov box last) with an iTunes cover, moov/udta/meta/ilst/covr (a PNG):
+    album art, which FFmpeg reads as a video stream of one attached picture."""
+
+    def box(kind: bytes, body: bytes) -> bytes:
+        return struct.pack(">I", 8 + len(body)) + kind + body
+
+    at = data.index(b"moov") - 4
+    covr = box(b"covr", box(b"data", struct.pack(">II", 14, 0) + encode_image(pattern(32, 32), "PNG")))
+    return data[:at] + box(b"moov", data[at + 8 :] + box(b"udta", box(b"meta", bytes(4) + box(b"hdlr", bytes(8) + b"mdirappl" + bytes(9)) + box(b"ilst", covr))))

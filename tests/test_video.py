@@ -8,7 +8,7 @@ from pathlib import Path
 import av
 import numpy as np
 import pytest
-from media import OneWay, audio_only, clip, encode_image, level_index, no_frames, pattern, webm_of_packets
+from media import OneWay, audio_only, clip, encode_image, level_index, no_frames, pattern, webm_of_packets, with_cover
 from PIL import Image
 
 import uform
@@ -179,6 +179,7 @@ def _bad_inputs(tmp_path: Path) -> dict[str, tuple[object, str]]:
         "image": (encode_image(pattern(20, 20), "PNG"), "not an MP4 or WebM file"),
         "audio-only mp4": (audio_only("mp4"), "no video stream"),
         "audio-only webm": (audio_only("webm"), "no video stream"),
+        "audio with a cover m4a": (with_cover(audio_only("mp4")), r"item 9: the file has no video stream \(streams: audio, cover picture\)$"),
         "no frames": (no_frames("webm"), "no frames"),
         "no frames mp4": (no_frames("mp4", "libx264"), "no video stream"),
     }
@@ -187,7 +188,7 @@ def _bad_inputs(tmp_path: Path) -> dict[str, tuple[object, str]]:
 @pytest.mark.parametrize(
     "case",
     ["empty bytes", "empty file", "missing", "directory", "random bytes", "random after an mp4 box", "truncated mp4",
-     "truncated fragmented mp4", "unknown codec", "truncated mp4, index first", "truncated webm", "truncated webm with sound", "image", "audio-only mp4", "audio-only webm",
+     "truncated fragmented mp4", "unknown codec", "truncated mp4, index first", "truncated webm", "truncated webm with sound", "image", "audio-only mp4", "audio-only webm", "audio with a cover m4a",
      "no frames", "no frames mp4"],
 )  # fmt: skip
 def test_bad_files_name_item_path_and_reason_and_write_nothing(model: uform.Model, tmp_path: Path, case: str) -> None:

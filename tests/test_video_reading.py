@@ -11,7 +11,7 @@ from typing import Any
 import av
 import numpy as np
 import pytest
-from media import clip, encode_image, frame_level, level_index, pattern
+from media import clip, frame_level, level_index, pattern, with_cover
 from PIL import Image
 
 from uform.core.errors import InputError
@@ -166,17 +166,10 @@ def test_of_two_video_streams_the_one_marked_default_is_sampled() -> None:
             with av.open(io.BytesIO(data)) as container:
                 assert container.streams.best("video").index == (default or 0)
             assert sampled(data)[0] == sampled(data, seeking=False)[0] == picks, (fmt, default)
-    cover = clip(frames=12)  # an MP4 with an iTunes cover (moov/udta/meta/ilst/covr): FFmpeg's attached picture, never the clip
-    at = cover.index(b"moov") - 4
-    covr = box(b"covr", box(b"data", struct.pack(">II", 14, 0) + encode_image(pattern(32, 32), "PNG")))
-    covered = cover[:at] + box(b"moov", cover[at + 8 :] + box(b"udta", box(b"meta", bytes(4) + box(b"hdlr", bytes(8) + b"mdirappl" + bytes(9)) + box(b"ilst", covr))))
+    covered = with_cover(clip(frames=12))  # an MP4 with album art: FFmpeg's attached picture, never the clip
     with av.open(io.BytesIO(covered)) as container:
         assert [s.disposition & av.stream.Disposition.attached_pic for s in container.streams.video] == [0, av.stream.Disposition.attached_pic]
     assert sampled(covered)[0] == [1, 4, 7, 10]
-
-
-def box(kind: bytes, body: bytes) -> bytes:
-    return struct.pack(">I", 8 + len(body)) + kind + body
 
 
 def test_b_frames_are_sampled_by_presentation_time() -> None:

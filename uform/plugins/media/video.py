@@ -86,7 +86,7 @@ def video_stream(container: Any, source: Source) -> Any:
     if not container.streams:
         raise source.fail("cannot decode the video: no stream could be read (a truncated or damaged file?)")
     if not streams:
-        others = ", ".join(sorted({s.type for s in container.streams}))
+        others = ", ".join(sorted({"cover picture" if s.type == "video" else s.type for s in container.streams}))  # an M4A's album art
         raise source.fail(f"the file has no video stream (streams: {others})")
     best = container.streams.best("video")
     stream = next((s for s in streams if best is not None and s.index == best.index), None)
