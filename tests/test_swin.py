@@ -185,3 +185,14 @@ def test_a_stages_window_constants_are_made_once_for_its_blocks() -> None:
     names = [c.name.rsplit("_", 1)[0] for c in b.build().graph.initializer]
     assert (names.count("swin_windows"), names.count("swin_tokens"), names.count("swin_mask"), names.count("swin_relative")) == (7, 7, 3, 1)
     assert t.graph_values == 1123456
+
+
+def test_an_images_row_does_not_depend_on_the_images_beside_it(tmp_path: Path) -> None:
+    """uform serve joins requests into one call: each row must be the bits of its image alone."""
+    _, folder = encoder(tmp_path, HTSAT)
+    fields, tensors, _ = converted(folder, HTSAT)
+    image = np.random.default_rng(2).standard_normal((3, 1, 256, 256)).astype(np.float32)
+    together = run_uform(fields, tensors, image)
+    for i in range(3):
+        alone = run_uform(fields, tensors, image[i : i + 1])[0]
+        assert np.array_equal(alone, together[i]), (i, np.abs(alone - together[i]).max())

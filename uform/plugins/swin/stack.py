@@ -14,6 +14,7 @@ relative position bias and the shift mask, which a backend's fused attention doe
 from __future__ import annotations
 
 import numpy as np
+from onnx import TensorProto
 
 from uform.core.graph import GraphBuilder
 
@@ -153,4 +154,18 @@ def swin_graph(b: GraphBuilder, image: str, t: SwinTower, prefix: str) -> str:
             h = _merge(b, h, f"{prefix}.stages.{s}.merge", t, s)
     h = b.layer_norm(h, f"{prefix}.ln_final", MERGE_EPS)
     last = t.resolution(t.stages - 1)
-    return b.op("ReduceMean", b.op("Reshape", h, b.ints([-1, last * last, t.width])), b.ints([1]), keepdims=0)  # type: ignore[no-any-return]
+    return token_mean(b, b.op("Reshape", h, b.ints([-1, last * last, t.width])), last * last, t.width)
+
+
+def token_mean(b: GraphBuilder, tokens: str, count: int, width: int) -> str:
+    """The mean of ``tokens`` [B, count, width] over its tokens: [B, width], the same bits for an
+    item in any batch. A row of ones times each item's tokens (one product a batch item), then
+    divided by ``count``: ONNX Runtime's ReduceMean over axis 1 sums in another order for B > 1
+    than for one item, and its transpose optimiser turns a reduction over a transposed last axis
+    back into that one."""
+    ones = b.const(np.ones((1, count)), "ones", np.float32)
+    if b.float_type != TensorProto.FLOAT:
+        ones = b.op("Cast", ones, to=b.float_type)
+    total = b.op("Reshape", b.op("MatMul", ones, tokens), b.ints([-1, width]))
+    return b.op("Div", total, b.scalar(float(count)))  # type: ignore[no-any-return]
+
