@@ -204,13 +204,51 @@ def growth(folder: Path, width: int, height: int) -> tuple[int, int, int]:
     return rows, columns, grew
 
 
+def jpeg_parity(folder: Path) -> list[tuple[int, int, float, float]]:
+    """``(width, height, file, pixels)``: the cosine to transformers' ``get_image_features`` of a
+    noisy photo's whole decode (a JPEG at quality 90) of ``image_encode`` of the file (a large
+    JPEG decoded at a reduced scale) and of ``image_encode_pixels`` of the same decoded pixels,
+    on a random ``Siglip2Model`` (docs/models-naflex.md, "Memory")."""
+    import torch
+    from transformers import Siglip2Model
+    from transformers.models.siglip2.image_processing_pil_siglip2 import Siglip2ImageProcessorPil
+
+    from naflex_models import make_siglip2, picture
+    from uform.convert import convert
+
+    source = make_siglip2(folder / "tiny-siglip2")
+    convert(source, folder / "naflex.safetensors", dtype="f32")
+    reference = Siglip2Model.from_pretrained(source).eval()
+    processor = Siglip2ImageProcessorPil(max_num_patches=256, patch_size=16)
+    rng, out = np.random.default_rng(1), []
+    with uform.Model.load_ram(folder / "naflex.safetensors", quantization=uform.Scalar.F32) as m:
+        for w, h in [(4000, 3000), (6000, 4000), (1200, 900)]:
+            noisy = np.clip(picture(w, h, 7).astype(np.int16) + rng.integers(-20, 21, (h, w, 3)), 0, 255).astype(np.uint8)
+            buffer = io.BytesIO()
+            Image.fromarray(noisy).save(buffer, "JPEG", quality=90)
+            with Image.open(io.BytesIO(buffer.getvalue())) as opened:
+                whole = opened.convert("RGB")
+            with torch.no_grad():
+                features = reference.get_image_features(**processor(images=[whole], return_tensors="pt"))
+            want = getattr(features, "pooler_output", features)[0].numpy().astype(np.float64)
+            want /= np.linalg.norm(want)
+            got = np.asarray(m.image_encode([buffer.getvalue()], uform.Arena()).embeddings, np.float64)[0]
+            pixels = np.asarray(m.image_encode_pixels([np.asarray(whole)], uform.Arena()).embeddings, np.float64)[0]
+            out.append((w, h, float(got @ want), float(pixels @ want)))
+    return out
+
+
 if __name__ == "__main__":
     # python tests/test_naflex_pictures.py 6000 4000: a NaFlex decode of a PNG that large;
     # python tests/test_naflex_pictures.py pixels MODEL 6000 4000: image_encode_pixels of a buffer
-    # that large through MODEL (a path, or "default"): the docs' figures
+    # that large through MODEL (a path, or "default"); ... jpeg: JPEGs' parity: the docs' figures
     import tempfile
 
-    if sys.argv[1] == "pixels":
+    if sys.argv[1] == "jpeg":  # python tests/test_naflex_pictures.py jpeg
+        with tempfile.TemporaryDirectory() as folder:
+            for w, h, file, pixels in jpeg_parity(Path(folder)):
+                print(f"{w}x{h} JPEG: image_encode {file:.7f}, image_encode_pixels of its decode {pixels:.7f}")
+    elif sys.argv[1] == "pixels":
         path = str(uform.default_checkpoint()) if sys.argv[2] == "default" else sys.argv[2]
         run = subprocess.run([sys.executable, "-c", _PIXELS, path, sys.argv[3], sys.argv[4]], capture_output=True, text=True, check=True)
         print(f"image_encode_pixels of a {sys.argv[3]}x{sys.argv[4]} buffer: peak RSS +{int(run.stdout.split()[-1]) / 1e6:.1f} MB")
