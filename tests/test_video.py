@@ -158,6 +158,21 @@ def test_a_cut_file_that_declares_no_duration_encodes_what_it_holds(model: uform
     assert np.isfinite(np.array(model.video_encode([cut(live)], uform.Arena()).embeddings)).all()
 
 
+def test_a_fragmented_mp4_cut_in_its_closing_index_is_the_clip_it_holds(model: uform.Model) -> None:
+    # a fragmented MP4 (a browser's or OBS's recording) ends with an mfra box, an index of its
+    # fragments FFmpeg does without; cut inside it (a recorder stopped while writing it), every
+    # fragment is whole, yet it was refused 'is truncated: it ends 104 bytes into its mfra box of
+    # 105, before its fragments are whole'. Now it gives the whole clip's frames; cut in a fragment, refused as before
+    fragmented = clip(frames=40, gop=5, options={"movflags": "frag_keyframe+empty_moov"})
+    tail = fragmented.rindex(b"mfra") - 4
+    assert int.from_bytes(fragmented[tail : tail + 4], "big") == len(fragmented) - tail
+    whole = np.array(model.video_encode([fragmented], uform.Arena()).embeddings)
+    for cut_at in (len(fragmented) - 1, tail + 8):
+        np.testing.assert_array_equal(np.array(model.video_encode([fragmented[:cut_at]], uform.Arena()).embeddings), whole)
+    with pytest.raises(uform.InputError, match=r"it ends 8 bytes into its mdat box of \d+, before its fragments are whole$"):
+        model.video_encode([fragmented[: fragmented.rindex(b"mdat") + 4]], uform.Arena())
+
+
 def _bad_inputs(tmp_path: Path) -> dict[str, tuple[object, str]]:
     good = clip(frames=10)
     fragmented = clip(frames=40, gop=5, options={"movflags": "frag_keyframe+empty_moov"})  # as browsers and streams record

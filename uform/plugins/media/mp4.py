@@ -82,12 +82,13 @@ def described(f: BinaryIO) -> tuple[int, tuple[int, int] | None, int, str]:
     fragments = tags = 0
     whole: set[bytes] = set()  # the kinds of the whole top-level boxes met
     cut = ""  # the top-level box the file ends inside
+    cut_kind = b""  # its kind
 
     def u32(data: bytes, at: int) -> int:
         return int.from_bytes(data[at : at + 4], "big") if len(data) >= at + 4 else 0
 
     def walk(start: int, stop: int, depth: int, track: _Track | None, in_tags: bool = False) -> None:
-        nonlocal fragments, tags, cut
+        nonlocal fragments, tags, cut, cut_kind
         pos = start
         while pos + 8 <= stop:
             f.seek(pos)
@@ -106,7 +107,7 @@ def described(f: BinaryIO) -> tuple[int, tuple[int, int] | None, int, str]:
                 return
             inside, after = pos + skip, min(pos + size, stop)
             if depth == 0 and pos + size > stop and not cut and kind.isalnum():
-                cut = f"it ends {stop - pos} bytes into its {kind.decode()} box of {size}"
+                cut, cut_kind = f"it ends {stop - pos} bytes into its {kind.decode()} box of {size}", kind
             elif depth == 0:
                 whole.add(kind)
             if kind in (b"udta", b"meta") and not in_tags:
@@ -147,8 +148,8 @@ def described(f: BinaryIO) -> tuple[int, tuple[int, int] | None, int, str]:
 
     walk(0, end, 0, None)
     frames = [t.frame for t in tracks if t.video]
-    if b"moof" in whole or "moof" in cut:
-        cut = f"{cut}, before its fragments are whole" if cut else ""
+    if b"moof" in whole or cut_kind == b"moof":  # fragmented: cut in a fragment, not in what follows them (mfra, an index FFmpeg needs not)
+        cut = f"{cut}, before its fragments are whole" if cut_kind in (b"moof", b"mdat") else ""
     elif b"moov" in whole:
         cut = ""  # the index is whole: a cut in the samples is judged by where they end
     elif "moov" in cut:
