@@ -144,7 +144,7 @@ def graph(t: AudioTower | ClapTower, model: ModelConfig, b: GraphBuilder) -> Non
     starts = np.arange(t.tokens * t.patch_frames)[:, None] * t.hop  # trailing frames are dropped, so never computed
     spectrum = power.power(b, samples, t.n_fft, lambda offsets: starts + offsets)  # [B, used, bins]
     mel = b.op("MatMul", spectrum, b.const(mel_filters(t), "mel", np.float32))  # [B, used, n_mels]
-    logmel = b.op("Log", b.op("Add", mel, b.const(np.float32(LOG_FLOOR), "floor")))
+    logmel = power.ln(b, b.op("Add", mel, b.const(np.float32(LOG_FLOOR), "floor")))
     if b.float_type != TensorProto.FLOAT:
         logmel = b.op("Cast", logmel, to=b.float_type)
     patches = b.op("Reshape", logmel, b.ints([-1, t.tokens, t.patch_frames, t.n_mels]))
