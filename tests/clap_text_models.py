@@ -18,7 +18,7 @@ SPECIALS = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]  # RoBERTa's ids 0 .. 3; 
 TEXTS = [
     *CORPUS,
     "the sound of rain on a tin roof", "a dog barks twice, then a car passes", "<s> looks special </s>",
-    "line one\nline two\n\n\nline five", "trailing newline\n", "\t", "ab" * 700, "x" * 3000, "🎵" * 200,
+    "line one\nline two\n\n\nline five", "a <pad> in the text, and <pad><pad> twice", "trailing newline\n", "\t", "ab" * 700, "x" * 3000, "🎵" * 200,
     " ".join(str(i) for i in range(900)),  # past the context's 512 tokens: cut as truncation=True cuts
 ]
 
@@ -77,7 +77,7 @@ def make_clap(directory: Path, seed: int = 0, text: dict[str, Any] = TEXT_SMALL,
 def clap_text_file(directory: Path, path: Path) -> Path:
     """The text tower of the ClapModel saved in ``directory`` as a version-2 uform file, with the
     tensors and fields docs/checkpoint.md states (independent of ``uform convert``, so these tests
-    pin the format): positions from ``pad_token_id + 1`` with the token type's row added,
+    pin the format): RoBERTa's positions (``non_pad``: the table from ``pad_token_id`` on) with the token type's row added,
     ``ln_pre`` the embeddings' LayerNorm, post-norm blocks, the pooler, the MLP projection."""
     import json
 
@@ -93,7 +93,7 @@ def clap_text_file(directory: Path, path: Path) -> Path:
     context = tc["max_position_embeddings"] - pad - 1
     t = {
         "text.embed.weight": sd[f"{e}.word_embeddings.weight"],
-        "text.pos.weight": sd[f"{e}.position_embeddings.weight"][pad + 1 :] + sd[f"{e}.token_type_embeddings.weight"][0],
+        "text.pos.weight": sd[f"{e}.position_embeddings.weight"][pad:] + sd[f"{e}.token_type_embeddings.weight"][0],
         "text.ln_pre.weight": sd[f"{e}.LayerNorm.weight"], "text.ln_pre.bias": sd[f"{e}.LayerNorm.bias"],
         "text.pooler.weight": sd["text_model.pooler.dense.weight"], "text.pooler.bias": sd["text_model.pooler.dense.bias"],
     }  # fmt: skip
@@ -112,7 +112,7 @@ def clap_text_file(directory: Path, path: Path) -> Path:
     tower = {
         "width": tc["hidden_size"], "depth": tc["num_hidden_layers"], "heads": tc["num_attention_heads"], "mlp_width": tc["intermediate_size"],
         "layer_norm_eps": tc["layer_norm_eps"], "norm": "post", "class_token": False, "ln_pre": True, "pooling": "first_token",
-        "pooler": "tanh", "projection": "mlp", "tokenizer": "tokenizer.json", "vocab_size": tc["vocab_size"], "context": context, "pad_id": pad,
+        "pooler": "tanh", "projection": "mlp", "tokenizer": "tokenizer.json", "vocab_size": tc["vocab_size"], "context": context, "pad_id": pad, "positions": "non_pad",
     }  # fmt: skip
     tokenizer = (directory / "tokenizer.json").read_text(encoding="utf-8")
     config = make_config(tc["projection_dim"], context, {"text": tower}, format_version=2, extras={"tokenizer": tokenizer})

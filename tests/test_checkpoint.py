@@ -170,7 +170,7 @@ CASES = {
     "absurd width": (lambda p: _with_config(p, lambda c: c["towers"]["text"].update(width=10**9)), "towers.text.width.*1000000000"),
     "heads not dividing": (lambda p: _with_config(p, lambda c: c["towers"]["text"].update(heads=3)), "does not divide width"),
     "unknown config field": (lambda p: _with_config(p, lambda c: c.update(dimension=64)), r"config field dimension: not a field of the format \(version 1: choice_temperatures, context, dimensions, format, format_version, towers\)$"),
-    "unknown tower field": (lambda p: _with_config(p, lambda c: c["towers"]["text"].update(widht=64)), r"config field towers.text.widht: not a field of a text tower \(it has activation, class_token, clean, context, depth, end_token, heads, layer_norm_eps, ln_pre, mask, mlp_width, norm, pad_id, pad_to_context, pooler, pooling, projection, token_width, tokenizer, vocab_size, width\)$"),
+    "unknown tower field": (lambda p: _with_config(p, lambda c: c["towers"]["text"].update(widht=64)), r"config field towers.text.widht: not a field of a text tower \(it has activation, class_token, clean, context, depth, end_token, heads, layer_norm_eps, ln_pre, mask, mlp_width, norm, pad_id, pad_to_context, pooler, pooling, positions, projection, token_width, tokenizer, vocab_size, width\)$"),
     "newer format": (lambda p: _with_config(p, lambda c: c.update(format_version=9)), "newer than this uform reads"),
     "geometry vs tensors": (lambda p: _with_config(p, lambda c: c.update(context=64)), "'text.pos.weight': shape \\[33, 64\\].*\\[65, 64\\]"),
 }

@@ -74,6 +74,7 @@ def _tiny_text(**fields: Any) -> dict[str, Any]:
         ({"text": _tiny_text(pooling="first_token")}, r"towers\.text\.pooling: 'first_token' .* \(class_token false\)"),
         ({"text": _tiny_text(pooler="max")}, r"towers\.text\.pooler: expected one of 'none', 'tanh', got 'max'"),
         ({"text": _tiny_text(norm="middle")}, r"towers\.text\.norm: expected one of 'pre', 'post', got 'middle'"),
+        ({"text": _tiny_text(positions="non_pad")}, r"towers\.text\.positions: 'non_pad' needs tokenizer 'tokenizer\.json' and class_token false"),
         ({"image": {"width": 64, "depth": 1, "heads": 2, "mlp_width": 128, "image_size": 32, "patch_size": 16, "norm": "post"}}, r"towers\.image\.norm: not a field of an image tower"),
     ],
 )
@@ -86,7 +87,7 @@ def test_the_new_fields_are_refused_by_name_where_they_do_not_apply(tmp_path: Pa
 
 
 def test_a_version_1_file_may_not_carry_them() -> None:
-    for field, value in (("norm", "post"), ("pooler", "tanh")):
+    for field, value in (("norm", "post"), ("pooler", "tanh"), ("positions", "non_pad")):
         with pytest.raises(CheckpointError, match=rf"config field towers\.text\.{field}: needs format_version 2"):
             make_config(32, 16, {"text": _tiny_text(**{field: value})})
 

@@ -1,9 +1,10 @@
 """Transformers' ``ClapModel`` (LAION's CLAP: laion/clap-htsat-unfused, laion/larger_clap_general,
 laion/larger_clap_music) as a uform file: a RoBERTa text tower and an HTSAT audio tower.
 
-Text (RoBERTa, as ``get_text_features`` runs it): word embeddings plus positions that start at
-``pad_token_id + 1`` (the rows from there, with the one token type's embedding added, are the
-file's ``text.pos.weight``), the embeddings' LayerNorm (``ln_pre``), post-norm blocks (exact
+Text (RoBERTa, as ``get_text_features`` runs it): word embeddings plus positions counted over
+the tokens that are not ``pad_token_id`` from ``pad_token_id + 1`` (``positions: non_pad``; the
+rows from ``pad_token_id`` on, with the one token type's embedding added, are the file's
+``text.pos.weight``), the embeddings' LayerNorm (``ln_pre``), post-norm blocks (exact
 GELU), padding masked, the first token (the tokenizer's ``<s>``) through the pooler (``Linear``,
 ``tanh``) and the projection (``Linear``, ``ReLU``, ``Linear``). Audio: the front end and Swin
 stack of :mod:`.hf_clap_audio`, the same projection. Labels: softmax over
@@ -67,7 +68,7 @@ def text_tower(directory: Path, t: Taker, text_cfg: dict[str, Any], where: str, 
         raise ConvertError(f"{at}: field 'pad_token_id' is {pad!r}, not a token id below max_position_embeddings - 1 ({g.context - 1})")
     types = integer(text_cfg, "type_vocab_size", at, 1)
     context = g.context - pad - 1  # RoBERTa's positions start past the pad token's id
-    tokenizer, pad_id = tokenizer_json(directory, "clap", vocab, notes)
+    tokenizer, _ = tokenizer_json(directory, "clap", vocab, notes)  # uform pads with pad_token_id: padding is masked, whatever its id
     longest = _model_max_length(directory)
     if longest is not None and longest < context:
         context = longest
@@ -76,7 +77,7 @@ def text_tower(directory: Path, t: Taker, text_cfg: dict[str, Any], where: str, 
     t.take("text.embed.weight", f"{e}.word_embeddings.weight", (vocab, w), why + ".vocab_size, hidden_size")
     positions = np.asarray(t.get(f"{e}.position_embeddings.weight", (g.context, w), why + ".max_position_embeddings, hidden_size"), np.float32)
     token_type = np.asarray(t.get(f"{e}.token_type_embeddings.weight", (types, w), why + ".type_vocab_size, hidden_size"), np.float32)
-    t.put("text.pos.weight", positions[pad + 1 : pad + 1 + context] + token_type[0])  # every token is of type 0
+    t.put("text.pos.weight", positions[pad : pad + 1 + context] + token_type[0])  # row 0 the pad token's; every token is of type 0
     norm(t, "text.ln_pre", f"{e}.LayerNorm", w, why)
     for i in range(g.depth):
         s, d = f"{TEXT}.encoder.layer.{i}", f"text.blocks.{i}"
@@ -104,7 +105,8 @@ def text_tower(directory: Path, t: Taker, text_cfg: dict[str, Any], where: str, 
         "vocab_size": vocab,
         "context": context,
         "mask": "padding",
-        "pad_id": pad_id,
+        "pad_id": pad,
+        "positions": "non_pad",
     }
     return fields, tokenizer
 

@@ -32,7 +32,7 @@ V2_TOWER_FIELDS = frozenset({
     "activation", "layer_norm_eps", "norm", "class_token", "ln_pre", "pooling", "projection", "pooler",
     "tokenizer", "vocab_size", "context", "mask", "pad_to_context", "pad_id",
     "resize", "interpolation", "resize_rounding", "alpha", "crop_rounding", "from", "patch_remainder", "max_patches",
-    "front",
+    "front", "positions",
 })  # fmt: skip
 
 # Bounds that keep a hostile config from asking for absurd allocations.

@@ -78,10 +78,11 @@ class TextTower:
     tokenizer: tokens.HeldTokenizer | None = field(default=None, compare=False)
     end_token: int | str = "last"  # "last", "max" or a token id: where a row ends (tokens.ended)
     pooler: str = "none"  # "tanh": the pooled row through tanh(Linear(x; text.pooler)) before the projection (BERT's pooler)
+    positions: str = "index"  # "non_pad": RoBERTa's position ids, each token's count of non-pad_id tokens up to it (pad_id's: 0)
 
 
 FIELDS = GEOMETRY_FIELDS | HEAD_FIELDS | {
-    "token_width", "tokenizer", "clean", "vocab_size", "context", "end_token", "mask", "pad_to_context", "pad_id", "norm", "pooler",
+    "token_width", "tokenizer", "clean", "vocab_size", "context", "end_token", "mask", "pad_to_context", "pad_id", "norm", "pooler", "positions",
 }  # fmt: skip
 
 
@@ -114,7 +115,10 @@ def read(cfg: Mapping[str, Any], model: ModelConfig) -> TextTower:
         tokenizer=tokens.read(model.extras, context, vocab, where, clean) if kind == "tokenizer.json" else None,
         end_token=end,
         pooler=choice(cfg, "pooler", where, ("none", "tanh"), "none"),
+        positions=choice(cfg, "positions", where, ("index", "non_pad"), "index"),
     )  # fmt: skip
+    if t.positions == "non_pad" and (head.class_token or kind != "tokenizer.json"):
+        raise CheckpointError(f"config field {where}.positions: 'non_pad' needs tokenizer 'tokenizer.json' and class_token false")
     if head.pooling == "first_token" and head.class_token:
         raise CheckpointError(f"config field {where}.pooling: 'first_token' is the first of a text's own tokens, for a tower without a class token (class_token false); with one, 'class'")
     if head.pooling == "final_position" and not t.pad_to_context:
@@ -127,7 +131,7 @@ def tensors(t: TextTower, model: ModelConfig) -> dict[str, TensorSpec]:
     out = {"text.embed.weight": TensorSpec((t.vocab_size, w))}
     if t.head.class_token:
         out["text.cls"] = TensorSpec((w,))
-    out["text.pos.weight"] = TensorSpec((t.context + t.head.first, w))
+    out["text.pos.weight"] = TensorSpec((t.context + t.head.first + (t.positions == "non_pad"), w))
     out.update(stack_tensors("text", t.geometry, model.dimensions, t.head))
     if t.pooler == "tanh":
         out["text.pooler.weight"], out["text.pooler.bias"] = TensorSpec((w, w)), TensorSpec((w,))
@@ -144,6 +148,10 @@ def graph(t: TextTower, model: ModelConfig, b: GraphBuilder) -> None:
         positions = b.op("Slice", b.weight("text.pos.weight"), b.ints([1]), b.op("Add", length, b.ints([1])))
         x = b.op("Add", b.op("Gather", b.weight("text.embed.weight"), ids), positions)
         x = b.prepend_class_token(x, "text")
+    elif t.positions == "non_pad":  # RoBERTa's: a pad_id token row 0, every other its count of such tokens up to it
+        real = b.op("Cast", b.op("Not", b.op("Equal", ids, b.const(np.int64(t.pad_id)))), to=TensorProto.INT64)
+        rows = b.op("Mul", b.op("CumSum", real, b.const(np.int64(1))), real)
+        x = b.op("Add", b.op("Gather", b.weight("text.embed.weight"), ids), b.op("Gather", b.weight("text.pos.weight"), rows))
     else:
         positions = b.op("Slice", b.weight("text.pos.weight"), b.ints([0]), length)
         x = b.op("Add", b.op("Gather", b.weight("text.embed.weight"), ids), positions)
