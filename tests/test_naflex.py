@@ -193,20 +193,20 @@ def test_a_frame_of_another_size_takes_the_clips_first_grid(converted: Path) -> 
     assert np.array_equal(fitted, np.asarray(rgb.resize((352, 176), Image.Resampling.BILINEAR)))
 
 
-def _switching_webm(sizes: list[tuple[int, int]]) -> bytes:
-    """A VP8 WebM of one video stream whose frame size changes: 4 frames of each ``(width,
-    height)`` in turn, each size from its own encoder (a keyframe at each switch, as WebRTC
-    recordings hold), 8 frames a second."""
+def _switching(sizes: list[tuple[int, int]], kind: str = "webm") -> bytes:
+    """A VP8 WebM (or an H.264 MP4, its new sizes' parameter sets in band) of one video stream
+    whose frame size changes: 4 frames of each ``(width, height)`` in turn, each size from its
+    own encoder (a keyframe at each switch, as WebRTC recordings hold), 8 frames a second."""
     from fractions import Fraction
 
     import av
 
-    out, rate = io.BytesIO(), Fraction(1, 8)
-    with av.open(out, "w", format="webm") as container:
-        stream = container.add_stream("libvpx", rate=8)
+    out, rate, codec = io.BytesIO(), Fraction(1, 8), {"webm": "libvpx", "mp4": "libx264"}[kind]
+    with av.open(out, "w", format=kind) as container:
+        stream = container.add_stream(codec, rate=8)
         stream.width, stream.height, stream.pix_fmt = sizes[0][0], sizes[0][1], "yuv420p"
         for k, (w, h) in enumerate(sizes):
-            encoder = av.CodecContext.create("libvpx", "w")
+            encoder = av.CodecContext.create(codec, "w")
             encoder.width, encoder.height, encoder.pix_fmt, encoder.time_base, encoder.framerate = w, h, "yuv420p", rate, 8
             for i in range(5):
                 frame = av.VideoFrame.from_ndarray(picture(w, h, 10 * k + i), format="rgb24").reformat(format="yuv420p") if i < 4 else None
@@ -218,8 +218,9 @@ def _switching_webm(sizes: list[tuple[int, int]]) -> bytes:
     return out.getvalue()
 
 
-def test_a_real_clip_whose_frame_size_changes(converted: Path) -> None:
-    """A WebM that switches from 64x32 to 32x64 after 4 frames. NaFlex: every frame at the first
+@pytest.mark.parametrize("kind", ["webm", "mp4"])
+def test_a_real_clip_whose_frame_size_changes(converted: Path, kind: str) -> None:
+    """A WebM (an MP4) that switches from 64x32 to 32x64 after 4 frames. NaFlex: every frame at the first
     sampled frame's grid (11x22; the 1:2 frames resized to 352x176, squashed), so the clip is the
     renormalised mean of image_encode_pixels of those 8 pictures, and not that of each frame at
     its own grid (the 1:2 ones would be 22x11). A fixed-size tower fits each frame as it comes,
@@ -230,7 +231,7 @@ def test_a_real_clip_whose_frame_size_changes(converted: Path) -> None:
     from uform.plugins.media.files import sources
     from uform.plugins.media.video import sample
 
-    data = _switching_webm([(64, 32), (32, 64)])
+    data = _switching([(64, 32), (32, 64)], kind)
     decoded = _decoded(data)
     assert [f.shape[:2] for f in decoded] == [(32, 64)] * 4 + [(64, 32)] * 4
     first = [f if f.shape[:2] == (32, 64) else np.asarray(Image.fromarray(f).resize((352, 176), Image.Resampling.BILINEAR)) for f in decoded]
