@@ -212,3 +212,33 @@ def test_what_uform_cannot_run_is_refused_by_name_and_nothing_is_written(clap: d
     with pytest.raises(ConvertError, match=message):
         convert(source, tmp_path / "out.safetensors")
     assert not (tmp_path / "out.safetensors").exists()
+
+
+def _held_ids(path: Path, texts: list[str]) -> list[list[int]]:
+    """The token ids the file's own tokenizer gives (what text_encode feeds), cut at its context."""
+    from uform.core.checkpoint import map_file
+    from uform.core.config import ModelConfig
+    from uform.core.safetensors import header
+    from uform.plugins.media.text import read
+
+    mapped = map_file(path)
+    metadata = header(len(mapped), lambda begin, end: mapped[begin:end])[0]
+    config = ModelConfig.from_metadata(metadata)
+    tower = config.towers["text"]
+    held = read(config.extras, tower["context"], tower["vocab_size"], "towers.text")
+    return [row.tolist() for row in held.encode(texts).ids]
+
+
+@pytest.mark.parametrize("files", ["tokenizer.json", "vocab.json and merges.txt"])
+def test_token_ids_equal_the_roberta_tokenizers(clap: dict[str, Any], tmp_path: Path, files: str) -> None:
+    """The ids of every text, cut at 512 as truncation=True cuts, from a source with tokenizer.json
+    or with the slow tokenizer's files alone (the file then holds transformers' fast tokenizer of them)."""
+    if files == "tokenizer.json":
+        directory, path = clap["directory"], clap["file"]
+    else:
+        directory, path = make_clap(tmp_path / "slow", tokenizer_json=False), tmp_path / "slow.safetensors"
+        assert not (directory / "tokenizer.json").exists()
+        convert(directory, path, dtype="f32")
+    want = transformers.AutoTokenizer.from_pretrained(str(directory))(TEXTS, truncation=True).input_ids
+    assert _held_ids(path, TEXTS) == want
+    assert max(len(ids) for ids in want) == 512
