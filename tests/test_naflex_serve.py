@@ -104,7 +104,7 @@ def test_concurrent_requests_coalesced_into_one_call(model: uform.Model, files: 
     picture_requests = [[0, 1], [2, 3, 0], [4, 5]]  # picture 0 twice, in two requests
     clip_requests = [[0, 2], [1, 0]]
     kinds = [kind for _, _, kind in PICTURES]
-    with thread_server(model, ServeConfig(model_id="naflex", batch_window_ms=1500)) as (url, _):
+    with thread_server(model, ServeConfig(model_id="naflex", batch_window_ms=3000)) as (url, _):
 
         async def every() -> list[httpx.Response]:
             async with httpx.AsyncClient(timeout=120) as client:
