@@ -230,3 +230,12 @@ def test_a_recordings_image_does_not_depend_on_the_batch_at_any_thread_count() -
         alone = np.concatenate([session.run(None, {"samples": x[i : i + 1]})[0] for i in range(4)])
         for count in (2, 3, 4):
             np.testing.assert_array_equal(session.run(None, {"samples": x[:count]})[0], alone[:count])
+
+
+def test_a_recordings_row_does_not_depend_on_the_recordings_beside_it(clap: tuple[Any, Path, Path]) -> None:
+    _, _, path = clap
+    items = signals()
+    for scalar in (uform.Scalar.F32, uform.Scalar.E4M3):
+        with uform.Model.load_ram(path, quantization=scalar, executor=uform.Executor(3)) as m:  # 3 threads: where ORT's Log moved bits
+            alone = np.concatenate([np.asarray(m.audio_encode_samples([x], R, uform.Arena()).embeddings) for x in items])
+            np.testing.assert_array_equal(np.asarray(m.audio_encode_samples(items, R, uform.Arena()).embeddings), alone)
