@@ -1,8 +1,8 @@
-"""``uform.convert``: a CLIP, SigLIP or CLAP checkpoint as one uform file (format version 2).
+"""``uform.convert``: a CLIP, Chinese-CLIP, SigLIP or CLAP checkpoint as one uform file (format version 2).
 
 :func:`convert` reads a source (a local Hugging Face model directory, or a Hub id through
 ``huggingface_hub``, the local cache first), maps it with the family's module (``hf_clip``,
-``hf_siglip``, ``hf_clap``, ``open_clip``), and writes the file whole or not at all (:mod:`uform.core.files`:
+``hf_chinese_clip``, ``hf_siglip``, ``hf_clap``, ``open_clip``), and writes the file whole or not at all (:mod:`uform.core.files`:
 a temporary name beside ``out``, synced, checked whole, then renamed), so ``out`` is either the
 whole new file or untouched.
 Anything refused writes nothing. docs/models.md describes the families and what a converted
@@ -39,6 +39,7 @@ SUPPORTED = (
     "CLIPModel (config.json model_type 'clip')",
     "SiglipModel (model_type 'siglip': SigLIP, and SigLIP 2 at a fixed resolution)",
     "Siglip2Model (model_type 'siglip2': SigLIP 2 NaFlex, each picture at its own grid)",
+    "ChineseCLIPModel (model_type 'chinese_clip': OFA-Sys's Chinese CLIPs, a BERT text tower)",
     "ClapModel (model_type 'clap': LAION's CLAP, text and audio; the unfused checkpoints)",
     "open_clip (open_clip_config.json with open_clip_model.safetensors or open_clip_pytorch_model.bin)",
 )
@@ -162,6 +163,10 @@ def _convert(directory: Path, name: str, frames: int) -> tuple[Converted, Weight
             from . import hf_clip
 
             family, module = "clip", hf_clip.convert
+        elif model_type == "chinese_clip":
+            from . import hf_chinese_clip
+
+            family, module = "chinese_clip", hf_chinese_clip.convert
         elif model_type == "siglip":
             from . import hf_siglip
 

@@ -6,7 +6,9 @@ from them (transformers is needed at convert time then, never at run time). SigL
 ships only a SentencePiece ``spiece.model``, which transformers' tokenizer canonicalises in
 Python (lower case, ASCII punctuation removed, whitespace runs folded) before SentencePiece:
 :mod:`uform.convert.spiece` writes the same as a ``tokenizer.json`` and keeps it only where it
-gives the slow tokenizer's ids on a corpus, else the conversion is refused.
+gives the slow tokenizer's ids on a corpus, else the conversion is refused. A BERT source
+(Chinese-CLIP) with only ``vocab.txt`` gets its WordPiece tokenizer from :mod:`uform.convert.wordpiece`,
+kept the same way.
 """
 
 from __future__ import annotations
@@ -34,8 +36,12 @@ def tokenizer_json(directory: Path, family: str, vocab: int, notes: list[str]) -
     elif (directory / "vocab.json").is_file() and (directory / "merges.txt").is_file():
         text = _from_transformers(directory)
         notes.append("tokenizer.json made by transformers' fast tokenizer from vocab.json and merges.txt")
+    elif (directory / "vocab.txt").is_file():
+        from .wordpiece import wordpiece_tokenizer
+
+        text = wordpiece_tokenizer(directory, notes)
     else:
-        raise ConvertError(f"{directory}: no tokenizer: expected tokenizer.json (or vocab.json and merges.txt, or spiece.model)")
+        raise ConvertError(f"{directory}: no tokenizer: expected tokenizer.json (or vocab.json and merges.txt, spiece.model, or vocab.txt)")
     tokenizer = parse(text, str(path))
     fits(tokenizer, vocab, str(path), "config.json text_config.vocab_size")
     return text, _pad_id(directory, tokenizer, family)

@@ -1,0 +1,153 @@
+"""Transformers' ``ChineseCLIPModel`` (OFA-Sys/chinese-clip-vit-base-patch16, -large-patch14,
+-large-patch14-336px, -huge-patch14) as a uform file: a BERT text tower (RoBERTa-wwm, Chinese)
+and a CLIP ViT image tower.
+
+Text (as ``get_text_features`` runs it): word embeddings plus absolute positions from 0 (the
+first ``context`` rows, with the type-0 token type's row added, are the file's
+``text.pos.weight``: every token is of type 0), the embeddings' LayerNorm (``ln_pre``),
+post-norm blocks (exact GELU), padding masked, the first token's state (``[CLS]``; the text
+model is built without its pooler) projected without bias. The tokenizer is BERT's WordPiece
+(:mod:`.wordpiece`). Image: as :mod:`.hf_clip` (``pre_layrnorm``, the stack, ``post_layernorm`` on
+the class token, projected without bias); the preprocessing is a square resize where
+``preprocessor_config.json`` asks for no crop (the Hub's files), else CLIP's shorter side and
+central crop. Labels: softmax over ``exp(logit_scale)`` x cosine.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .common import CLIP_MEAN, CLIP_STD, Converted, Taker, Text, activation, config, geometry, hf_stack, integer, logit_scale, norm, patch_fields, positive, preprocessing, section, text_geometry, vision
+from .sources import ConvertError, Weights, read_json
+from .tokenizer import tokenizer_json
+
+TEXT_DEFAULTS = Text(width=768, depth=12, heads=12, mlp=3072, vocab=30522, context=512)  # transformers' ChineseCLIPTextConfig
+TEXT = "text_model"
+BUFFERS = ("text_model.embeddings.position_ids", "text_model.embeddings.token_type_ids", "vision_model.embeddings.position_ids")
+POOLER = "text_model.pooler."  # a text pooler some checkpoints carry: ChineseCLIPModel builds none, get_text_features reads none
+
+
+def convert(directory: Path, cfg: dict[str, Any], weights: Weights, source: dict[str, str], frames: int) -> Converted:
+    where = str(directory / "config.json")
+    text_cfg, vision_cfg = section(cfg, "text_config", where), section(cfg, "vision_config", where)
+    dimensions = integer(cfg, "projection_dim", where, 512)
+    t = Taker(weights, ignore=lambda n: n in BUFFERS or n.startswith(POOLER))
+    notes: list[str] = []
+    if any(n.startswith(POOLER) for n in weights.names()):
+        notes.append("text_model.pooler left out: ChineseCLIPModel builds its text model without it (get_text_features projects the [CLS] state)")
+
+    text, tokenizer = text_tower(directory, t, text_cfg, where, notes)
+    t.take("text.projection.weight", "text_projection.weight", (dimensions, text["width"]), "config.json projection_dim, text_config.hidden_size")
+
+    v = vision(vision_cfg, where, 32)
+    why = "config.json vision_config"
+    conv = "vision_model.embeddings.patch_embedding.weight"
+    t.take("image.patch.weight", conv, (v.width, 3, v.patch, v.patch), why + ".hidden_size, patch_size", (v.width, 3 * v.patch * v.patch))
+    t.put("image.patch.bias", np.zeros(v.width, np.float32))
+    t.take("image.cls", "vision_model.embeddings.class_embedding", (v.width,), why + ".hidden_size")
+    t.take("image.pos.weight", "vision_model.embeddings.position_embedding.weight", (1 + v.grid * v.grid, v.width), why + ".image_size, patch_size")
+    norm(t, "image.ln_pre", "vision_model.pre_layrnorm", v.width, why)
+    hf_stack(t, "vision_model", "image", v.width, v.depth, v.mlp, why)
+    norm(t, "image.ln_final", "vision_model.post_layernorm", v.width, why)
+    t.take("image.projection.weight", "visual_projection.weight", (dimensions, v.width), "config.json projection_dim, vision_config.hidden_size")
+    image = geometry(v.width, v.depth, v.heads, v.mlp, where + " vision_config") | {
+        "activation": activation(vision_cfg.get("hidden_act", "quick_gelu"), where + " vision_config"),
+        "layer_norm_eps": positive(vision_cfg, "layer_norm_eps", where + " vision_config", 1e-5),
+        "class_token": True,
+        "ln_pre": True,
+        "pooling": "class",
+        "projection": "linear",
+        "image_size": v.size,
+        "patch_size": v.patch,
+    } | patch_fields(v) | image_preprocessing(directory, v.size, notes)
+
+    scale = logit_scale(t)
+    tensors = t.finish()
+    towers = {"text": text, "image": image, "video": {"from": "image", "frames": frames}}
+    out = config(dimensions, text["context"], towers, source, {"kind": "softmax", "scale": scale, "bias": 0.0})
+    return Converted(out, tensors, tokenizer, notes, list(weights.files))
+
+
+def text_tower(directory: Path, t: Taker, text_cfg: dict[str, Any], where: str, notes: list[str]) -> tuple[dict[str, Any], str]:
+    """The BERT text tower's tensors taken into ``t``, its fields and its tokenizer's JSON text."""
+    at = where + " text_config"
+    g = text_geometry(text_cfg, where, TEXT_DEFAULTS)
+    w = g.width
+    if text_cfg.get("position_embedding_type", "absolute") != "absolute":
+        raise ConvertError(f"{at}: position_embedding_type {text_cfg['position_embedding_type']!r} is not supported; supported: 'absolute'")
+    types = integer(text_cfg, "type_vocab_size", at, 2)
+    tokenizer, pad_id = tokenizer_json(directory, "chinese_clip", g.vocab, notes)
+    context = g.context
+    longest = model_max_length(directory)
+    if longest is not None and longest < context:
+        context = longest
+    why = "config.json text_config"
+    e = f"{TEXT}.embeddings"
+    t.take("text.embed.weight", f"{e}.word_embeddings.weight", (g.vocab, w), why + ".vocab_size, hidden_size")
+    positions = np.asarray(t.get(f"{e}.position_embeddings.weight", (g.context, w), why + ".max_position_embeddings, hidden_size"), np.float32)
+    token_type = np.asarray(t.get(f"{e}.token_type_embeddings.weight", (types, w), why + ".type_vocab_size, hidden_size"), np.float32)
+    t.put("text.pos.weight", positions[:context] + token_type[0])  # every token is of type 0
+    norm(t, "text.ln_pre", f"{e}.LayerNorm", w, why)
+    bert_stack(t, TEXT, "text", w, g.depth, g.mlp, why)
+    fields = geometry(w, g.depth, g.heads, g.mlp, at) | {
+        "token_width": 0,
+        "activation": activation(text_cfg.get("hidden_act", "gelu"), at),
+        "layer_norm_eps": positive(text_cfg, "layer_norm_eps", at, 1e-12),
+        "norm": "post",
+        "class_token": False,
+        "ln_pre": True,
+        "pooling": "first_token",
+        "projection": "linear",
+        "tokenizer": "tokenizer.json",
+        "vocab_size": g.vocab,
+        "context": context,
+        "mask": "padding",
+        "pad_id": pad_id,
+    }
+    return fields, tokenizer
+
+
+def bert_stack(t: Taker, source: str, target: str, width: int, depth: int, mlp: int, why: str) -> None:
+    """BERT's encoder layers ``{source}.encoder.layer.i`` (post-norm: ``attention.output.LayerNorm``
+    after the attention's residual add, ``output.LayerNorm`` after the MLP's) as ``{target}.blocks.i``."""
+    for i in range(depth):
+        s, d = f"{source}.encoder.layer.{i}", f"{target}.blocks.{i}"
+        a = f"{s}.attention"
+        t.stack(f"{d}.attn.qkv.weight", [f"{a}.self.{x}.weight" for x in ("query", "key", "value")], (width, width), why)
+        t.stack(f"{d}.attn.qkv.bias", [f"{a}.self.{x}.bias" for x in ("query", "key", "value")], (width,), why)
+        for src, dst, shape in ((f"{a}.output.dense", "attn.out", (width, width)), (f"{s}.intermediate.dense", "mlp.fc1", (mlp, width)), (f"{s}.output.dense", "mlp.fc2", (width, mlp))):
+            t.take(f"{d}.{dst}.weight", f"{src}.weight", shape, why + ".hidden_size, intermediate_size")
+            t.take(f"{d}.{dst}.bias", f"{src}.bias", (shape[0],), why + ".hidden_size, intermediate_size")
+        norm(t, f"{d}.ln1", f"{a}.output.LayerNorm", width, why)
+        norm(t, f"{d}.ln2", f"{s}.output.LayerNorm", width, why)
+
+
+def image_preprocessing(directory: Path, size: int, notes: list[str]) -> dict[str, Any]:
+    """``ChineseCLIPImageProcessor``'s steps: with ``do_center_crop`` false (the Hub's
+    ``preprocessor_config.json``) the picture is resized to ``size`` x ``size`` whole (a
+    ``size`` of height and width; a ``shortest_edge`` would leave a picture that is not
+    square, which the model refuses), else (and without the file, the processor's defaults)
+    CLIP's shorter side to ``size`` and the central crop. Mean and std default to CLIP's."""
+    path = directory / "preprocessor_config.json"
+    cfg = read_json(path) if path.is_file() else {}
+    if not path.is_file() or cfg.get("do_center_crop", True):
+        return preprocessing(directory, "clip", size, notes)
+    if not (isinstance(cfg.get("size"), dict) and {"height", "width"} <= set(cfg["size"])):
+        raise ConvertError(
+            f"{path}: size {cfg.get('size')!r} without a center crop is not supported: ChineseCLIPImageProcessor then keeps "
+            f"the picture's aspect, which is not the tower's square {size}x{size}; supported: size height and width {size}"
+        )
+    out = preprocessing(directory, "square", size, notes)
+    if cfg.get("do_normalize", True):  # the square families' defaults are 0.5; ChineseCLIP's are CLIP's
+        out |= {"mean": out["mean"] if "image_mean" in cfg else CLIP_MEAN, "std": out["std"] if "image_std" in cfg else CLIP_STD}
+    return out
+
+
+def model_max_length(directory: Path) -> int | None:
+    """``tokenizer_config.json``'s ``model_max_length`` (what ``truncation=True`` cuts at), where it is a sane integer."""
+    path = directory / "tokenizer_config.json"
+    value = read_json(path).get("model_max_length") if path.is_file() else None
+    return value if isinstance(value, int) and not isinstance(value, bool) and 0 < value < 1 << 20 else None
