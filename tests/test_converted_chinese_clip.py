@@ -222,3 +222,29 @@ def test_a_checkpoints_text_pooler_is_left_out_as_get_text_features_leaves_it(cc
     assert any("text_model.pooler left out" in n for n in conversion.notes)
     with uform.Model.load_ram(tmp_path / "out.safetensors") as a, uform.Model.load_ram(cclip["file"]) as b:
         np.testing.assert_array_equal(a.text_encode(TEXTS[:3], Arena()).embeddings, b.text_encode(TEXTS[:3], Arena()).embeddings)
+
+
+def test_a_pytorch_bin_source_with_buffers_and_sub_config_dicts_converts_alike(cclip: dict[str, Any], tmp_path: Path) -> None:
+    """A source as a transformers 4 of 2022 wrote it: ``pytorch_model.bin`` holding the embeddings'
+    ``position_ids`` and ``token_type_ids`` buffers, and a config.json whose sub-configs are
+    ``text_config_dict`` and ``vision_config_dict`` (``ChineseCLIPConfig`` builds from those, the
+    ``*_config`` left at the defaults): the same file's tensors and config."""
+    from safetensors.numpy import load_file
+
+    source = tmp_path / "source"
+    shutil.copytree(cclip["directory"], source, ignore=shutil.ignore_patterns("model.safetensors"))
+    tensors = {k: torch.from_numpy(v.copy()) for k, v in load_file(str(cclip["directory"] / "model.safetensors")).items()}
+    tensors |= {
+        "text_model.embeddings.position_ids": torch.arange(512)[None], "text_model.embeddings.token_type_ids": torch.zeros(1, 512, dtype=torch.long),
+        "vision_model.embeddings.position_ids": torch.arange(197)[None],
+    }  # fmt: skip
+    torch.save(tensors, source / "pytorch_model.bin")
+    cfg = json.loads((source / "config.json").read_text())
+    cfg |= {"text_config_dict": cfg.pop("text_config"), "vision_config_dict": cfg.pop("vision_config"), "text_config": {"hidden_size": 8}}
+    (source / "config.json").write_text(json.dumps(cfg))
+    convert(source, tmp_path / "out.safetensors", dtype="f32")
+    ours, theirs = (safetensors.parse(memoryview(p.read_bytes())) for p in (tmp_path / "out.safetensors", cclip["file"]))
+    assert _stored(tmp_path / "out.safetensors")["towers"] == _stored(cclip["file"])["towers"]
+    assert {n: (e.dtype, e.shape) for n, e in ours.entries.items()} == {n: (e.dtype, e.shape) for n, e in theirs.entries.items()}
+    with uform.Model.load_ram(tmp_path / "out.safetensors") as a, uform.Model.load_ram(cclip["file"]) as b:
+        np.testing.assert_array_equal(a.text_encode(TEXTS[:3], Arena()).embeddings, b.text_encode(TEXTS[:3], Arena()).embeddings)

@@ -32,7 +32,7 @@ POOLER = "text_model.pooler."  # a text pooler some checkpoints carry: ChineseCL
 
 def convert(directory: Path, cfg: dict[str, Any], weights: Weights, source: dict[str, str], frames: int) -> Converted:
     where = str(directory / "config.json")
-    text_cfg, vision_cfg = section(cfg, "text_config", where), section(cfg, "vision_config", where)
+    text_cfg, vision_cfg = sub_config(cfg, "text", where), sub_config(cfg, "vision", where)
     dimensions = integer(cfg, "projection_dim", where, 512)
     t = Taker(weights, ignore=lambda n: n in BUFFERS or n.startswith(POOLER))
     notes: list[str] = []
@@ -144,6 +144,14 @@ def image_preprocessing(directory: Path, size: int, notes: list[str]) -> dict[st
     if cfg.get("do_normalize", True):  # the square families' defaults are 0.5; ChineseCLIP's are CLIP's
         out |= {"mean": out["mean"] if "image_mean" in cfg else CLIP_MEAN, "std": out["std"] if "image_std" in cfg else CLIP_STD}
     return out
+
+
+def sub_config(cfg: dict[str, Any], tower: str, where: str) -> dict[str, Any]:
+    """``{tower}_config``, or where a config of transformers 4's first writers holds
+    ``{tower}_config_dict``, that: ``ChineseCLIPConfig`` builds the sub-config from it alone (its
+    fields over the defaults), whatever ``{tower}_config`` says."""
+    legacy = section(cfg, f"{tower}_config_dict", where)
+    return legacy if cfg.get(f"{tower}_config_dict") is not None else section(cfg, f"{tower}_config", where)
 
 
 def model_max_length(directory: Path) -> int | None:
