@@ -248,3 +248,14 @@ def test_a_pytorch_bin_source_with_buffers_and_sub_config_dicts_converts_alike(c
     assert {n: (e.dtype, e.shape) for n, e in ours.entries.items()} == {n: (e.dtype, e.shape) for n, e in theirs.entries.items()}
     with uform.Model.load_ram(tmp_path / "out.safetensors") as a, uform.Model.load_ram(cclip["file"]) as b:
         np.testing.assert_array_equal(a.text_encode(TEXTS[:3], Arena()).embeddings, b.text_encode(TEXTS[:3], Arena()).embeddings)
+
+
+def test_a_source_with_its_own_tokenizer_json_gives_the_same_ids(cclip: dict[str, Any], tmp_path: Path) -> None:
+    """A source saved by transformers' fast BertTokenizer (a tokenizer.json beside vocab.txt) is taken as it is."""
+    source = _source(cclip, tmp_path)
+    cclip["tokenizer"].save_pretrained(str(source))
+    assert (source / "tokenizer.json").is_file()
+    conversion = convert(source, tmp_path / "out.safetensors", dtype="f32")
+    assert not any("made from vocab.txt" in n for n in conversion.notes)
+    with uform.Model.load_ram(tmp_path / "out.safetensors") as a, uform.Model.load_ram(cclip["file"]) as b:
+        np.testing.assert_array_equal(a.text_encode(MORE_TEXTS, Arena()).embeddings, b.text_encode(MORE_TEXTS, Arena()).embeddings)
