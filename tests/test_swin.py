@@ -133,7 +133,7 @@ def test_window_order_is_transformers_partition_of_the_padded_rolled_grid() -> N
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"enable_fusion": True}, "audio_config: enable_fusion True: the fused CLAP checkpoints"),
+        ({"enable_fusion": "yes"}, "audio_config: field 'enable_fusion' is 'yes', not true or false"),
         ({"patch_stride": [2, 4]}, "audio_config: patch_size [4, 4] with patch_stride [2, 4] is not supported"),
         ({"hidden_size": 512}, "audio_config: hidden_size 512 is not the last stage's width, patch_embeds_hidden_size 96 x 2^3 = 768"),
         ({"num_attention_heads": [4, 8]}, "num_attention_heads [4, 8] does not give one head count to each of the 4 stages"),

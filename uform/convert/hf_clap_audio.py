@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from . import hf_clap_fusion
 from .common import Taker, activation, integer, norm, positive, qkv
 from .sources import ConvertError
 
@@ -44,14 +45,11 @@ def _stages(cfg: Mapping[str, Any], key: str, where: str, default: list[int]) ->
 def audio_tensors(t: Taker, cfg: Mapping[str, Any], where: str, prefix: str = "audio") -> dict[str, Any]:
     """Take the Swin stack of ``audio_model.audio_encoder`` into ``t`` as ``prefix.*`` and
     answer its config fields; ``cfg`` is config.json's ``audio_config`` (``where`` names the
-    file). Refused by name: the fused checkpoints, a patch convolution whose stride is not its
+    file), and a fused CLAP's patch fusion (:mod:`.hf_clap_fusion`). Refused by name: a patch convolution whose stride is not its
     kernel, or one not square, and a ``hidden_size`` that is not the last stage's width."""
     at = where + " audio_config"
-    if cfg.get("enable_fusion", False) is not False:
-        raise ConvertError(
-            f"{at}: enable_fusion {cfg.get('enable_fusion')!r}: the fused CLAP checkpoints (4 mel channels, attentional feature "
-            "fusion of long recordings; laion/clap-htsat-fused) are not supported; the unfused ones (enable_fusion false) are"
-        )
+    if not isinstance(cfg.get("enable_fusion", False), bool):
+        raise ConvertError(f"{at}: field 'enable_fusion' is {cfg.get('enable_fusion')!r}, not true or false")
     if cfg.get("flatten_patch_embeds", True) is not True:
         raise ConvertError(f"{at}: flatten_patch_embeds {cfg.get('flatten_patch_embeds')!r} is not supported (the stack reads flattened patches)")
     size = integer(cfg, "spec_size", at, 256)
@@ -106,7 +104,8 @@ def audio_tensors(t: Taker, cfg: Mapping[str, Any], where: str, prefix: str = "a
             norm(t, f"{prefix}.stages.{s}.merge.norm", f"{SOURCE}.layers.{s}.downsample.norm", 4 * c, why)
             t.take(f"{prefix}.stages.{s}.merge.reduction.weight", f"{SOURCE}.layers.{s}.downsample.reduction.weight", (2 * c, 4 * c), why)
     norm(t, f"{prefix}.ln_final", f"{SOURCE}.norm", width, at + " (hidden_size)")
-    return {
+    fusion = hf_clap_fusion.fusion_tensors(t, cfg, where, p, embed) if hf_clap_fusion.fused(cfg) else {}
+    return fusion | {
         "image_size": size,
         "channels": channels,
         "patch_size": p,

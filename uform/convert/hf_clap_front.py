@@ -4,9 +4,9 @@
 
 ``preprocessor_config.json`` gives the front end: 48 kHz, ``fft_window_size`` 1024, hop 480,
 ``feature_size`` 64 mel bins between ``frequency_min`` and ``frequency_max`` (laion's
-checkpoints: 50 and 14000 Hz), ``max_length_s`` 10 and ``padding``. Only ``truncation:
-"rand_trunc"`` is taken: its Slaney mel bank is the one an unfused model reads (``fusion``
-feeds four mel channels that only a fused model takes, and is refused by name). Where
+checkpoints: 50 and 14000 Hz), ``max_length_s`` 10 and ``padding``. An unfused model takes
+``truncation: "rand_trunc"`` (its Slaney mel bank), a fused one (``enable_fusion``) ``"fusion"``
+(the HTK bank and four mel channels, :mod:`.hf_clap_fusion`); the other is refused by name. Where
 transformers crops a long recording at a random place, uform takes its first
 ``max_length_s`` seconds. ``top_db`` changes nothing in transformers (the extractor never
 passes it on) and is not written. The BatchNorm over mel bins (eval mode, ``eps`` 1e-5, as
@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from . import hf_clap_fusion
 from .common import Taker, integer
 from .sources import ConvertError, read_json
 
@@ -51,7 +52,10 @@ def front(directory: Path, t: Taker, audio_cfg: Mapping[str, Any], where: str, n
     if kind != "ClapFeatureExtractor":
         raise ConvertError(f"{where}: feature_extractor_type {kind!r} is not supported; supported: 'ClapFeatureExtractor'")
     truncation = cfg.get("truncation", "fusion")
-    if truncation != "rand_trunc":
+    fused = hf_clap_fusion.fused(audio_cfg)
+    if fused and truncation != "fusion":
+        raise ConvertError(f"{where}: truncation {truncation!r} is not supported for a fused model ({where_cfg} enable_fusion true); supported: 'fusion'")
+    if not fused and truncation != "rand_trunc":
         raise ConvertError(
             f"{where}: truncation {truncation!r} is not supported; supported: 'rand_trunc' (an unfused CLAP's; 'fusion' feeds "
             "four mel channels that only a fused model, enable_fusion true, takes)"
@@ -77,8 +81,15 @@ def front(directory: Path, t: Taker, audio_cfg: Mapping[str, Any], where: str, n
     scale = weight / np.sqrt(var + BATCH_NORM_EPS)
     t.put("audio.mel_norm.scale", scale.astype(np.float32))
     t.put("audio.mel_norm.shift", (bias - mean * scale).astype(np.float32))
-    return {
+    fields = {
         "front": "clap", "sample_rate": rate, "samples": int(seconds * rate), "n_fft": integer(cfg, "fft_window_size", where, 1024),
         "hop": integer(cfg, "hop_length", where, 480), "n_mels": n_mels, "f_min": _number(cfg, "frequency_min", where, 0.0),
         "f_max": _number(cfg, "frequency_max", where, 14000.0), "padding": padding, "projection": "mlp",
     }  # fmt: skip
+    if fused:
+        fields["max_samples"] = hf_clap_fusion.WINDOWS * fields["samples"]
+        notes.append(
+            f"fused: recordings are read to {hf_clap_fusion.WINDOWS} windows ({hf_clap_fusion.WINDOWS * seconds:g} s), and a longer "
+            "one's crops are the middle of each third (transformers draws them at random)"
+        )
+    return fields

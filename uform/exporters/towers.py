@@ -81,6 +81,12 @@ def _preprocessing(name: str, tower: dict[str, Any], context: int) -> str:
         if tower.get("alpha") == "drop":
             return f"decode, EXIF orientation, {fit} in the picture's own mode (Pillow), then 8-bit RGB (alpha dropped, the colour under it kept); uint8 [S, S, 3]"
         return f"decode, EXIF orientation, 8-bit RGB (alpha over white), {fit}; uint8 [S, S, 3]"
+    if name == "audio" and tower.get("fusion") == "aff":
+        return (
+            "decode, mean of channels, resample to sample_rate, first `max_samples` samples; mels: the four log-mel channels in dB, "
+            "float32 [4, 1 + samples // hop, n_mels], and longer: bool, whether the recording passes `samples` by a hop or more (transformers' "
+            "ClapFeatureExtractor(truncation='fusion'), each crop at the middle of its third; docs/checkpoint-clap.md, 'Fused towers')"
+        )
     if name == "audio" and tower.get("front") == "clap":
         fill = {"repeatpad": "repeated floor(N / length) times, then zero-padded", "repeat": "repeated until full", "pad": "zero-padded"}
         return (

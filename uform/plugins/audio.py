@@ -32,8 +32,9 @@ from uform.core.stats import EncodeStats
 from .media.audio import Recording, buffers, decode, resample
 from .media.window import SAMPLE_RANGE, check_finite
 from .media.files import sources
-from .melfront import clap, power
+from .melfront import clap, fusion, power
 from .melfront.clap import ClapTower
+from .melfront.fusion import FusedTower
 from .melfront.power import MAX_FRAME_VALUES
 
 if TYPE_CHECKING:
@@ -97,7 +98,7 @@ def read(cfg: Mapping[str, Any], model: ModelConfig) -> AudioTower | ClapTower:
     With ``front: "clap"`` it is CLAP's tower (:mod:`uform.plugins.melfront.clap`)."""
     w = "towers.audio"
     if "front" in cfg:
-        return clap.read(cfg, w)
+        return fusion.read(cfg, w) if "fusion" in cfg else clap.read(cfg, w)
     refuse_fields(cfg, w, STACK_ONLY, "the audio tower takes activation and layer_norm_eps of version 2's fields, no other")
     only_fields(cfg, w, FIELDS, "an audio tower")
     n_fft = integer(cfg, "n_fft", w, 2, 4096)
@@ -113,6 +114,8 @@ def read(cfg: Mapping[str, Any], model: ModelConfig) -> AudioTower | ClapTower:
 
 
 def tensors(t: AudioTower | ClapTower, model: ModelConfig) -> dict[str, TensorSpec]:
+    if isinstance(t, FusedTower):
+        return fusion.tensors(t, model.dimensions)
     if isinstance(t, ClapTower):
         return clap.tensors(t, model.dimensions)
     w = t.geometry.width
@@ -138,6 +141,8 @@ def mel_filters(t: AudioTower) -> np.ndarray:
 
 
 def graph(t: AudioTower | ClapTower, model: ModelConfig, b: GraphBuilder) -> None:
+    if isinstance(t, FusedTower):
+        return fusion.graph(t, model.dimensions, b)
     if isinstance(t, ClapTower):
         return clap.graph(t, model.dimensions, b)
     samples = b.input("samples", TensorProto.FLOAT, ["batch", t.samples])
@@ -163,7 +168,7 @@ def _run(call: Call, count: int, prepare: Callable[[int], Recording], arena: Are
     (a short recording's filled as CLAP's tower says)."""
     t: AudioTower | ClapTower = call.parsed
     tally = AudioEncodeStats()
-    if isinstance(t, ClapTower):
+    if isinstance(t, ClapTower) and not isinstance(t, FusedTower):  # a fused one fills its window as it makes its log-mel
         prepare = clap.filled(prepare, t.front.padding)
 
     def count_items(recordings: list[Recording]) -> None:
@@ -172,13 +177,23 @@ def _run(call: Call, count: int, prepare: Callable[[int], Recording], arena: Are
         tally.truncated_items += sum(r.truncated for r in recordings)
         tally.skipped_packets += sum(r.skipped_packets for r in recordings)
 
-    items = ItemBatches(call, prepare, lambda recordings: {"samples": np.stack([r.samples for r in recordings])}, count_items,
-                         inputs=f"samples within [{-SAMPLE_RANGE:g}, {SAMPLE_RANGE:g}], the range the tower documents", ranges={"samples": (-SAMPLE_RANGE, SAMPLE_RANGE)})
+    items: ItemBatches[Any]
+    if isinstance(t, FusedTower):  # the log-mel made on the host: a fused CLAP reads the whole recording
+        items = ItemBatches(call, fusion.prepared(prepare, t.fusion), fusion.feeds, lambda made: count_items([r for r, _, _ in made]),
+                            inputs=fusion.INPUTS, ranges={"mels": fusion.DB_RANGE})
+    else:
+        items = ItemBatches(call, prepare, lambda recordings: {"samples": np.stack([r.samples for r in recordings])}, count_items,
+                            inputs=f"samples within [{-SAMPLE_RANGE:g}, {SAMPLE_RANGE:g}], the range the tower documents", ranges={"samples": (-SAMPLE_RANGE, SAMPLE_RANGE)})
     result = encode(call, count, items.thunks(count, max(1, min(call.rows(MAX_ROWS), call.rows(SAMPLE_BUDGET) // t.samples))), arena, stats=stats, **options)
     if stats is not None:
         tally.seconds_decode = items.seconds
         stats.add(tally)
     return result
+
+
+def _reach(t: AudioTower | ClapTower) -> int:
+    """Samples of a recording read: the window's, or a fused CLAP's ``max_samples``."""
+    return t.fusion.max_samples if isinstance(t, FusedTower) else t.samples
 
 
 def audio_encode(
@@ -188,7 +203,7 @@ def audio_encode(
     check_stats(stats, AudioEncodeStats)
     items = sources(files, "recordings (paths, bytes or binary file objects)")
     t: AudioTower | ClapTower = call.parsed
-    return _run(call, len(items), lambda i: decode(items[i], t.sample_rate, t.samples), arena, stats, options)
+    return _run(call, len(items), lambda i: decode(items[i], t.sample_rate, _reach(t)), arena, stats, options)
 
 
 def audio_encode_samples(
@@ -207,8 +222,8 @@ def audio_encode_samples(
         raise ValueError(f"sample_rate must be an integer in [1, {MAX_RATE}] Hz, got {sample_rate!r}")
     rows = buffers(samples)
     t: AudioTower | ClapTower = call.parsed
-    check_finite(rows, int(sample_rate), t.sample_rate, t.samples)  # before any batch: it was found after the items before it were encoded
-    return _run(call, len(rows), lambda i: resample(i, rows[i], int(sample_rate), t.sample_rate, t.samples), arena, stats, options)
+    check_finite(rows, int(sample_rate), t.sample_rate, _reach(t))  # before any batch: it was found after the items before it were encoded
+    return _run(call, len(rows), lambda i: resample(i, rows[i], int(sample_rate), t.sample_rate, _reach(t)), arena, stats, options)
 
 
 @hookimpl

@@ -160,6 +160,12 @@ def front_graph(b: GraphBuilder, samples: str, f: ClapFront) -> str:
     spectrum = power.power(b, samples, f.n_fft, lambda offsets: frame_indices(f, offsets), used)  # [B, frames, used]
     mel = b.op("MatMul", spectrum, b.const(bank[used], "mel", np.float32))  # [B, frames, n_mels]
     db = b.op("Mul", power.ln(b, b.op("Max", mel, b.const(np.float32(MEL_FLOOR), "floor"))), b.const(np.float32(10 / np.log(10)), "db"))
+    return layout_graph(b, db, f, 1)
+
+
+def layout_graph(b: GraphBuilder, db: str, f: ClapFront, channels: int) -> str:
+    """The log-mel ``db`` float32 [B, (channels,) frames, n_mels] to the image [B, channels,
+    spec_size, spec_size] in the graph's float type: the folded BatchNorm, the stretch, the fold."""
     scale, shift = b.weight("audio.mel_norm.scale"), b.weight("audio.mel_norm.shift")
     if b.float_type != TensorProto.FLOAT:  # the front end runs in float32 whatever the stack's type
         scale, shift = b.op("Cast", scale, to=TensorProto.FLOAT), b.op("Cast", shift, to=TensorProto.FLOAT)
@@ -167,7 +173,7 @@ def front_graph(b: GraphBuilder, samples: str, f: ClapFront) -> str:
     if f.frames != f.rows:
         x = b.op("MatMul", b.const(bicubic(f.frames, f.rows), "stretch", np.float32), x)  # [B, rows, n_mels]
     x = b.op("Reshape", x, b.ints([-1, f.freq_ratio, f.spec_size, f.n_mels]))
-    x = b.op("Reshape", b.op("Transpose", x, perm=[0, 1, 3, 2]), b.ints([-1, 1, f.spec_size, f.spec_size]))
+    x = b.op("Reshape", b.op("Transpose", x, perm=[0, 1, 3, 2]), b.ints([-1, channels, f.spec_size, f.spec_size]))
     return x if b.float_type == TensorProto.FLOAT else b.op("Cast", x, to=b.float_type)  # type: ignore[no-any-return]
 
 

@@ -140,10 +140,19 @@ def swin_graph(b: GraphBuilder, image: str, t: SwinTower, prefix: str) -> str:
     """The stack of ``t`` (tensors under ``prefix``) over ``image`` [B, channels, S, S] in the
     graph's float type: the pooled row [B, t.width], the mean of the last stage's tokens after
     ``prefix.ln_final`` (transformers' ``ClapAudioEncoder`` ``pooler_output``)."""
+    return swin_stack(b, patch_embedding(b, image, t, prefix), t, prefix)
+
+
+def patch_embedding(b: GraphBuilder, image: str, t: SwinTower, prefix: str) -> str:
+    """The patches of ``image`` [B, channels, S, S] through ``prefix.patch``: [B · grid², embed_dim]."""
     c, ps, g = t.channels, t.patch_size, t.grid
     patches = b.op("Reshape", image, b.ints([-1, c, g, ps, g, ps]))
     patches = b.op("Reshape", b.op("Transpose", patches, perm=[0, 2, 4, 1, 3, 5]), b.ints([-1, c * ps * ps]))  # (channel, row, column)
-    h = b.linear(patches, f"{prefix}.patch")
+    return b.linear(patches, f"{prefix}.patch")
+
+
+def swin_stack(b: GraphBuilder, h: str, t: SwinTower, prefix: str) -> str:
+    """The patch embeddings ``h`` [B · grid², embed_dim] through the patch norm, the stages and the pooling: [B, t.width]."""
     if t.patch_norm:
         h = b.layer_norm(h, f"{prefix}.patch_norm", MERGE_EPS)
     shared = Windows(b, t.window_size)
@@ -168,4 +177,3 @@ def token_mean(b: GraphBuilder, tokens: str, count: int, width: int) -> str:
         ones = b.op("Cast", ones, to=b.float_type)
     total = b.op("Reshape", b.op("MatMul", ones, tokens), b.ints([-1, width]))
     return b.op("Div", total, b.scalar(float(count)))  # type: ignore[no-any-return]
-
