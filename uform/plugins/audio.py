@@ -5,7 +5,8 @@ Tensors and math are in docs/checkpoint.md ("Audio tower"); decoding rules in do
 (:mod:`uform.plugins.media.audio`: decode, mix to mono, resample, in the executor's
 threads). The log-mel front end runs inside the ONNX graph: framing is a ``Gather``, the
 windowed DFT (folded on the frame's symmetry, half the products) and the mel filters are
-constant matrices built from the config.
+constant matrices built from the config. A fused CLAP's tower reads a recording past its window
+and makes its log-mel on the host (:mod:`uform.plugins.melfront.fusion`).
 """
 
 from __future__ import annotations
