@@ -259,3 +259,11 @@ def test_a_source_with_its_own_tokenizer_json_gives_the_same_ids(cclip: dict[str
     assert not any("made from vocab.txt" in n for n in conversion.notes)
     with uform.Model.load_ram(tmp_path / "out.safetensors") as a, uform.Model.load_ram(cclip["file"]) as b:
         np.testing.assert_array_equal(a.text_encode(MORE_TEXTS, Arena()).embeddings, b.text_encode(MORE_TEXTS, Arena()).embeddings)
+
+
+def test_uform_convert_help_names_the_families_it_converts(capsys: pytest.CaptureFixture[str]) -> None:
+    from uform.cli import main
+
+    assert main(["convert", "--help"]) == 0
+    said = " ".join(capsys.readouterr().out.split())
+    assert "Convert a CLIP, SigLIP, Chinese-CLIP or CLAP checkpoint into one uform file" in said

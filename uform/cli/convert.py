@@ -1,4 +1,4 @@
-"""``uform convert``: a CLIP or SigLIP checkpoint (a Hugging Face directory or Hub id, or
+"""``uform convert``: a CLIP, SigLIP, Chinese-CLIP or CLAP checkpoint (a Hugging Face directory or Hub id, or
 open_clip's files) as one uform file; ``uform labels``: zero-shot label probabilities."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from .common import Bar, add_model, failed, load, printable, say
 
 def add_parsers(sub: Any) -> None:
     p = sub.add_parser(
-        "convert", help="convert a CLIP or SigLIP checkpoint (a Hugging Face directory or Hub id) into one uform file",
-        description="Convert a CLIP or SigLIP checkpoint into one uform file (docs/models.md). SOURCE is a directory as "
+        "convert", help="convert a CLIP, SigLIP, Chinese-CLIP or CLAP checkpoint (a Hugging Face directory or Hub id) into one uform file",
+        description="Convert a CLIP, SigLIP, Chinese-CLIP or CLAP checkpoint into one uform file (docs/models.md). SOURCE is a directory as "
         "save_pretrained writes it, an open_clip directory, or a Hugging Face Hub id (the local cache first; "
         "HF_HUB_OFFLINE=1 forbids a download). OUT is written atomically; a refused source writes nothing.",
     )  # fmt: skip
