@@ -267,3 +267,17 @@ def test_uform_convert_help_names_the_families_it_converts(capsys: pytest.Captur
     assert main(["convert", "--help"]) == 0
     said = " ".join(capsys.readouterr().out.split())
     assert "Convert a CLIP, SigLIP, Chinese-CLIP or CLAP checkpoint into one uform file" in said
+
+
+def test_label_probabilities_of_a_picture_equal_logits_per_image(cclip: dict[str, Any], tmp_path: Path) -> None:
+    from transformers.models.chinese_clip.image_processing_pil_chinese_clip import ChineseCLIPImageProcessorPil
+
+    labels = ["杰尼龟", "妙蛙种子", "小火龙", "皮卡丘"]
+    paths = _pictures(tmp_path, SHAPES[:2])
+    inputs = cclip["tokenizer"](labels, padding=True, return_tensors="pt")
+    pixels = ChineseCLIPImageProcessorPil.from_pretrained(str(cclip["directory"]))(images=[Image.open(p) for p in paths], return_tensors="pt")["pixel_values"]
+    with torch.no_grad():
+        want = cclip["model"](**inputs, pixel_values=pixels).logits_per_image.softmax(-1).numpy()
+    with uform.Model.load_ram(cclip["file"], quantization=Scalar.F32) as model:
+        got = model.label_probabilities(model.image_encode([str(p) for p in paths], Arena()).embeddings, labels)
+    np.testing.assert_allclose(got, want, atol=1e-5)
