@@ -4,7 +4,8 @@ A random ``ClapModel`` at transformers' default geometry (laion/clap-htsat-unfus
 text, HTSAT-tiny audio; a byte-level BPE tokenizer trained here) converted to a float32 uform file;
 uform's ``text_encode`` and ``audio_encode_samples`` (F32 and BF16 loads) against transformers'
 tokenizer + ``get_text_features`` and ``ClapFeatureExtractor`` + ``get_audio_features`` (float32),
-both on the same threads (``--threads``), best of ``--rounds``, in items a second."""
+both on the same threads (``--threads``), best of ``--rounds``, in items a second. ``--parity``: instead,
+the cosines of uform's F32, BF16 and E4M3 loads to transformers on those texts and recordings."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--small", action="store_true", help="the tests' small geometry (a quick check that it runs)")
+    parser.add_argument("--parity", action="store_true", help="print the cosines to transformers instead of the speed")
     args = parser.parse_args(argv)
 
     import torch
@@ -42,6 +44,9 @@ def main(argv: list[str] | None = None) -> None:
                                                   "audio": {"patch_embeds_hidden_size": 96, "hidden_size": 768, "depths": [2, 2, 6, 2], "num_attention_heads": [4, 8, 16, 32]}}  # fmt: skip
     rng = np.random.default_rng(0)
     texts = [" ".join(rng.choice(cm.TEXTS[:20], 2)) for _ in range(args.texts)]
+    if args.parity:  # each text once, so that "nearest its own" is defined: distinct pairs
+        pairs = [f"{a} {b}" for i, a in enumerate(cm.TEXTS[:20]) for b in cm.TEXTS[i + 1 : 20]]
+        texts = [pairs[i] for i in rng.permutation(len(pairs))[: args.texts]]
     clips = [rng.standard_normal(480000).astype(np.float32) * 0.1 for _ in range(args.clips)]
     with tempfile.TemporaryDirectory() as tmp:
         source = cm.make_clap(Path(tmp) / "clap", text=full.get("text", cm.TEXT_SMALL), audio=full.get("audio", cm.AUDIO_SMALL))
@@ -58,6 +63,8 @@ def main(argv: list[str] | None = None) -> None:
             with torch.no_grad():
                 model.get_audio_features(**extractor(clips, sampling_rate=48000, return_tensors="pt"))
 
+        if args.parity:
+            return parity(out, texts, clips, theirs_text, theirs_audio, model, tokenizer, extractor)
         rows = {"text": [], "audio": []}  # type: dict[str, list[float]]
         for q in (Scalar.F32, Scalar.BF16):
             with uform.Model.load_ram(out, quantization=q) as m:
@@ -73,6 +80,31 @@ def main(argv: list[str] | None = None) -> None:
     for name, what in (("text", f"{args.texts} captions a call"), ("audio", f"{args.clips} recordings of 10 s at 48 kHz a call")):
         f32, bf16, hf = rows[name]
         print(f"| {name} ({what}) | {f32:.1f} ({f32 / hf:.2f}x) | {bf16:.1f} ({bf16 / hf:.2f}x) | {hf:.1f} |", flush=True)
+
+
+def parity(out: Path, texts: list[str], clips: list[np.ndarray], *references: Any) -> None:
+    """Each load's least and mean cosine to transformers float32, and whether every item is nearest its own."""
+    import torch
+
+    import uform
+    from uform import Arena, Scalar
+
+    _, _, model, tokenizer, extractor = references
+    with torch.no_grad():
+        want_text = model.get_text_features(**tokenizer(texts, padding=True, truncation=True, return_tensors="pt")).pooler_output.numpy()
+        want_audio = model.get_audio_features(**extractor(clips, sampling_rate=48000, return_tensors="pt")).pooler_output.numpy()
+    print("| cosine to transformers float32 (least, mean) | texts | recordings |\n|---|---|---|")
+    for q in (Scalar.F32, Scalar.BF16, Scalar.E4M3):
+        with uform.Model.load_ram(out, quantization=q) as m:
+            got = (m.text_encode(texts, Arena()).embeddings, m.audio_encode_samples(clips, 48000, Arena()).embeddings)
+        cells = []
+        for ours, want in zip(got, (want_text, want_audio)):
+            cos = np.sum(ours * want, axis=1)
+            own = bool(((ours @ want.T).argmax(axis=1) == np.arange(len(want))).all())
+            cells.append(f"{cos.min():.7f}, {cos.mean():.7f}{', each nearest its own' if own else ''}")
+        print(f"| uform {q.value.upper()} load | {cells[0]} | {cells[1]} |", flush=True)
+    closest = [float(np.max(w @ w.T - 2 * np.eye(len(w)))) for w in (want_text, want_audio)]
+    print(f"| transformers: the closest two items | {closest[0]:.7f} | {closest[1]:.7f} |")
 
 
 def best(run: Any, rounds: int) -> float:
