@@ -327,6 +327,19 @@ if __name__ == "__main__":  # the memory figures of docs/checkpoint-clap.md (it 
             with uform.Model.load_ram(model_path, quantization=scalar) as m:
                 cosines = np.asarray(m.audio_encode_samples(items, R, uform.Arena()).embeddings, np.float32) @ ref.T
             print(scalar, np.round(np.diag(cosines), 7).tolist(), "each nearest its own:", bool((cosines.argmax(axis=1) == np.arange(len(items))).all()))
+    elif sys.argv[1] == "logmel":  # the host's log-mel of 10 s and 60 s of noise, best of 5
+        from uform.plugins.melfront import clap, fusion
+
+        front = clap.ClapFront(R, N, 1024, 480, 64, 50.0, 14000.0, "repeatpad", 256)
+        bank = fusion.htk_mel(front)
+        x = (0.3 * np.random.default_rng(0).standard_normal(MAX)).astype(np.float32)
+        for n in (N, MAX):
+            took = []
+            for _ in range(5):
+                started = time.perf_counter()
+                fusion.log_mel(x[:n], front, bank)
+                took.append(time.perf_counter() - started)
+            print(f"log-mel of {n / R:g} s: {min(took) * 1000:.0f} ms")
     elif sys.argv[1] == "build":  # build DIR: DIR/fused.safetensors and DIR/unfused.safetensors
         out = Path(sys.argv[2])
         fused_folder(out / "fused")

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
 from onnx import TensorProto
 
 from uform.core.config import choice, integer, only_fields
@@ -107,17 +108,19 @@ def htk_mel(f: ClapFront) -> np.ndarray:
 
 def log_mel(x: np.ndarray, f: ClapFront, bank: np.ndarray) -> np.ndarray:
     """The log-mel of the whole of ``x`` (float32 [n], n ≥ n_fft): float32 [1 + n // hop, n_mels];
-    one float32 copy of ``x`` (reflect-padded), the frames widened to float64 a block at a time."""
+    one float32 copy of ``x`` (reflect-padded), read as overlapping frames in place and widened
+    to float64 a block at a time. Only the bins ``bank`` weighs are squared and summed (the rest
+    would add exact zeros)."""
     half = f.n_fft // 2
-    padded = np.pad(x, half, mode="reflect")
-    count = 1 + (len(padded) - f.n_fft) // f.hop
+    frames = sliding_window_view(np.pad(x, half, mode="reflect"), f.n_fft)[:: f.hop]
+    used = np.flatnonzero(bank.any(axis=1))
+    low, high = (int(used[0]), int(used[-1]) + 1) if len(used) else (0, 0)
     window = 0.5 - 0.5 * np.cos(2 * np.pi * np.arange(f.n_fft) / f.n_fft)
-    out = np.empty((count, f.n_mels), np.float32)
-    for start in range(0, count, BLOCK):
-        rows = np.arange(start, min(start + BLOCK, count))
-        frames = padded[rows[:, None] * f.hop + np.arange(f.n_fft)[None, :]] * window  # float64
-        spectrum = np.abs(np.fft.rfft(frames, axis=1).astype(np.complex64), dtype=np.float64) ** 2
-        out[rows] = 10.0 * np.log10(np.maximum(MEL_FLOOR, spectrum @ bank))
+    out = np.empty((len(frames), f.n_mels), np.float32)
+    for start in range(0, len(frames), BLOCK):
+        spectrum = np.fft.rfft(frames[start : start + BLOCK] * window, axis=1)[:, low:high].astype(np.complex64)
+        power = np.abs(spectrum, dtype=np.float64) ** 2
+        out[start : start + BLOCK] = 10.0 * np.log10(np.maximum(MEL_FLOOR, power @ bank[low:high]))
     return out
 
 
