@@ -133,7 +133,7 @@ def test_the_fusion_matters_and_the_crops_are_the_middle_of_each_third(fused: tu
 def test_a_recordings_row_does_not_depend_on_the_recordings_beside_it(fused: tuple[Any, Path, Path]) -> None:
     _, _, path = fused
     items = signals()
-    for scalar in (uform.Scalar.F32, uform.Scalar.BF16):
+    for scalar in BOUNDS:
         with uform.Model.load_ram(path, quantization=scalar) as m:
             together = np.asarray(m.audio_encode_samples(items, R, uform.Arena()).embeddings, np.float32)
             for i in (0, 4, 6, 1):  # short, long, long, short: each alone
