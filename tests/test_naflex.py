@@ -286,6 +286,8 @@ def test_the_exported_tower_takes_patches_and_positions(converted: Path, tmp_pat
     assert [i.name for i in session.get_inputs()] == ["patches", "positions"]
     described = json.loads((tmp_path / "x" / "image.json").read_text())
     assert "get_image_size_for_max_num_patches" in json.dumps(described)
+    video = json.loads((tmp_path / "x" / "video.json").read_text())["preprocessing"]
+    assert "all at the grid the first sampled frame's size gives" in video, video  # not each frame at its own grid
     m = uform.Model.load_ram(converted, quantization=Scalar.F32)
     for p in PICTURES[3:]:
         fitted = np.asarray(naflex.fit_image(Image.fromarray(p), 16, 256))

@@ -44,8 +44,9 @@ PREPROCESSING = {
 DOC = "docs/checkpoint.md"
 
 
-def _preprocessing(name: str, tower: dict[str, Any], context: int) -> str:
-    """What feeds tower ``name``, in words: version 1's, or a converted model's options."""
+def _preprocessing(name: str, tower: dict[str, Any], context: int, image: dict[str, Any] | None = None) -> str:
+    """What feeds tower ``name``, in words: version 1's, or a converted model's options
+    (``image``: the image tower's, which a video tower made of it follows)."""
     if name == "text" and tower.get("tokenizer") == "tokenizer.json":
         padded = f"to {tower.get('context', context)} tokens" if tower.get("pad_to_context") else "to the longest row"
         clean, end = tower.get("clean", "none"), tower.get("end_token", "last")
@@ -59,9 +60,13 @@ def _preprocessing(name: str, tower: dict[str, Any], context: int) -> str:
             f"right-padded with {tower.get('pad_id', 0)} {padded}; `lengths` holds each row's token count"
         )
     if name == "video" and tower.get("from") == "image":
+        grid = (
+            ", all at the grid the first sampled frame's size gives (a frame of another size resized to it, bilinear, no crop)"
+            if (image or {}).get("resize") == "naflex" else ""
+        )  # fmt: skip
         return (
             "frame_embeddings: the image tower's embeddings of `frames` frames sampled at (i + 0.5) * duration / frames, "
-            "each preprocessed as an image; float32 [F, dimensions]"
+            f"each preprocessed as an image{grid}; float32 [F, dimensions] a clip; averaged frame after frame, then renormalised"
         )
     if name == "image" and tower.get("resize") == "naflex":
         return (
@@ -237,7 +242,7 @@ def _describe(model: onnx.ModelProto, outputs: files.Outputs, out: Path, name: s
         "dimensions": config.dimensions,
         "context": config.context,
         "config": dict(config.towers[name]),
-        "preprocessing": _preprocessing(name, dict(config.towers[name]), config.context),
+        "preprocessing": _preprocessing(name, dict(config.towers[name]), config.context, dict(config.towers.get("image", {}))),
         "spec": f"{DOC}, section of tower {name!r}",
     }
     with outputs.open(out / f"{name}.json") as f:
