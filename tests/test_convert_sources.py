@@ -161,3 +161,47 @@ def test_a_tensor_the_index_leaves_out_names_the_index(clip_dir: Path, tmp_path:
     other = next(s for s in shards if s != holder)
     index.write_text(json.dumps({"weight_map": {**table, left: other}}))
     refused(d, tmp_path, rf"^{re.escape(str(index))}: weight_map gives tensor '{left}' the shard {re.escape(other)}, which does not hold it; {re.escape(holder)} does \(the model's logit scale\)$")
+
+
+def test_a_cached_chinese_clip_with_its_vocab_txt_is_read_without_asking_the_hub(tmp_path: Path) -> None:
+    """A whole cached Chinese-CLIP snapshot (OFA-Sys's repositories hold a WordPiece ``vocab.txt``,
+    no tokenizer.json) was taken for one with the weights alone: ``uform convert`` asked the Hub
+    for the rest again on every conversion (``/api/models/...``, here a local server standing for
+    the Hub), where docs/models.md says a cached snapshot that holds its files is read without
+    asking. Now ``vocab.txt`` counts as a tokenizer: the snapshot converts, nothing asked."""
+    pytest.importorskip("huggingface_hub")
+    import http.server
+    import threading
+
+    from chinese_clip_models import SMALL, make_chinese_clip
+
+    asked: list[str] = []
+
+    class Hub(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - the standard library's name
+            asked.append(self.path)
+            self.send_error(404)
+
+        do_HEAD = do_GET  # noqa: N815
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    repo = tmp_path / "hub" / "models--OFA-Sys--chinese-clip-vit-base-patch16"
+    make_chinese_clip(repo / "snapshots" / ("0" * 40), SMALL)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("0" * 40)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hub)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
+    env |= {"HF_HUB_CACHE": str(tmp_path / "hub"), "HF_ENDPOINT": f"http://127.0.0.1:{server.server_address[1]}", "HF_HUB_DISABLE_TELEMETRY": "1"}
+    out = tmp_path / "cclip.safetensors"
+    run = [sys.executable, "-c", "import sys; from uform.cli import main; sys.exit(main(sys.argv[1:]))", "convert", "OFA-Sys/chinese-clip-vit-base-patch16", str(out)]
+    try:
+        done = subprocess.run(run, env=env, capture_output=True, text=True, timeout=300)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert done.returncode == 0, done.stderr
+    assert asked == []
+    assert header(out)[0]["source"] == {"architecture": "ChineseCLIPModel", "converter": header(out)[0]["source"]["converter"], "family": "chinese_clip", "name": "OFA-Sys/chinese-clip-vit-base-patch16"}
