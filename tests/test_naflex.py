@@ -175,8 +175,9 @@ def test_a_clip_is_the_renormalised_mean_of_its_frames_at_its_own_grid(converted
     assert np.abs(alone - got[1]).max() <= 1e-6
 
 
-def test_a_frame_of_another_size_takes_the_clips_first_grid(converted: Path) -> None:
-    """A stream whose frame size changes: each frame is resized to the first sampled frame's grid."""
+def test_a_frame_of_another_size_takes_the_clips_first_grid(converted: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stream whose frame size changes: each frame is resized to the first sampled frame's
+    grid, once (it was first resized to its own grid, then that thrown away)."""
     import av
     from PIL import Image
 
@@ -188,7 +189,11 @@ def test_a_frame_of_another_size_takes_the_clips_first_grid(converted: Path) -> 
     source = sources([b"x"], "bytes")[0]
     frame = av.VideoFrame.from_ndarray(picture(96, 96, 4), format="rgb24")  # its own grid: 16x16
     assert frame_pixels(frame, fit, source).shape == (256, 256, 3)
+    resizes: list[tuple[int, int]] = []
+    resize_to = naflex.resize_to
+    monkeypatch.setattr(naflex, "resize_to", lambda image, h, w, bicubic=False: resizes.append((h, w)) or resize_to(image, h, w, bicubic))
     fitted = frame_pixels(frame, fit, source, (176, 352, 3))  # the clip's first frame was 2:1 (11x22)
+    assert resizes == [(176, 352)]
     rgb = Image.fromarray(frame.to_ndarray(format="rgb24"))
     assert np.array_equal(fitted, np.asarray(rgb.resize((352, 176), Image.Resampling.BILINEAR)))
 

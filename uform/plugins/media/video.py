@@ -287,10 +287,11 @@ def frame_pixels(frame: Any, size: int, source: Source, shape: tuple[int, ...] |
     rgb = frames.frame_rgb(frame)  # a grey frame given neutral chroma first, so its range tag counts
     rgb = upright.displayed(rgb, upright.display_matrix(frame))  # turned and mirrored as FFmpeg's autorotation
     image = frames.from_array(rgb)
-    fitted = frames.fit(image, size)
-    if shape is not None and fitted.shape != shape and isinstance(size, frames.Fit) and size.resize == "naflex":
-        fitted = np.ascontiguousarray(naflex.resize_to(image, shape[0], shape[1], size.interpolation == "bicubic"))
-    return fitted
+    if shape is not None and isinstance(size, frames.Fit) and size.resize == "naflex":
+        rows, columns = naflex.grid_for(image.height, image.width, size.patch, size.max_patches)
+        if (rows * size.patch, columns * size.patch) != shape[:2]:  # straight to the clip's grid, not first to its own
+            return np.ascontiguousarray(naflex.resize_to(image, shape[0], shape[1], size.interpolation == "bicubic"))
+    return frames.fit(image, size)
 
 
 def sample(source: Source, count: int, size: int, seeking: bool = True) -> tuple[np.ndarray, Counters]:
