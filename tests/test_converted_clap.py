@@ -242,3 +242,36 @@ def test_token_ids_equal_the_roberta_tokenizers(clap: dict[str, Any], tmp_path: 
     want = transformers.AutoTokenizer.from_pretrained(str(directory))(TEXTS, truncation=True).input_ids
     assert _held_ids(path, TEXTS) == want
     assert max(len(ids) for ids in want) == 512
+
+
+def test_the_readmes_clap_commands_run_as_written(clap: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """README's CLAP block (convert laion/clap-htsat-unfused, search recordings by a caption,
+    label one) runs as written, offline, on a Hugging Face cache holding the small CLAP under
+    LAION's Hub id and a folder standing for ~/Recordings (a WAV, a FLAC, an MP3)."""
+    import shlex
+    import shutil
+
+    from uform.cli import main
+
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    block = readme.split("LAION's CLAP (`laion/clap-htsat-unfused`", 1)[1].split("```sh\n", 1)[1].split("```", 1)[0]
+    lines = block.strip().splitlines()
+    assert [shlex.split(line)[:2] for line in lines] == [["uform", "convert"], ["uform", "search"], ["uform", "labels"]]
+    repo = tmp_path / "hub" / "models--laion--clap-htsat-unfused"
+    shutil.copytree(clap["directory"], repo / "snapshots" / ("1" * 40))
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("1" * 40)
+    recordings = tmp_path / "Recordings"
+    recordings.mkdir()
+    write(recordings / "park.wav", _signal(3, 48000, 1), 48000, "pcm_s16le")
+    write(recordings / "rain.flac", _signal(4, 44100, 2), 44100, "flac")
+    write(recordings / "street.mp3", _signal(2, 16000, 3), 16000, "libmp3lame")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.chdir(tmp_path)
+    for line in lines:
+        assert main([a.replace("~", str(tmp_path)) for a in shlex.split(line)[1:]]) == 0, line
+    out = capsys.readouterr().out
+    assert "clap (ClapModel) from laion/clap-htsat-unfused" in out
+    assert sorted(line.split()[-1].rsplit("/", 1)[-1] for line in out.splitlines() if line.strip()[:2] in ("1 ", "2 ", "3 ")) == ["park.wav", "rain.flac", "street.mp3"]
+    assert "park.wav  (softmax)" in out and "birdsong" in out
