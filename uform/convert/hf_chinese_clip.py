@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from .bert import bert_stack, model_max_length
 from .common import CLIP_MEAN, CLIP_STD, Converted, Taker, Text, activation, config, geometry, hf_stack, integer, logit_scale, norm, patch_fields, positive, preprocessing, section, text_geometry, vision
 from .sources import ConvertError, Weights, read_json
 from .tokenizer import tokenizer_json
@@ -110,21 +111,6 @@ def text_tower(directory: Path, t: Taker, text_cfg: dict[str, Any], where: str, 
     return fields, tokenizer
 
 
-def bert_stack(t: Taker, source: str, target: str, width: int, depth: int, mlp: int, why: str) -> None:
-    """BERT's encoder layers ``{source}.encoder.layer.i`` (post-norm: ``attention.output.LayerNorm``
-    after the attention's residual add, ``output.LayerNorm`` after the MLP's) as ``{target}.blocks.i``."""
-    for i in range(depth):
-        s, d = f"{source}.encoder.layer.{i}", f"{target}.blocks.{i}"
-        a = f"{s}.attention"
-        t.stack(f"{d}.attn.qkv.weight", [f"{a}.self.{x}.weight" for x in ("query", "key", "value")], (width, width), why)
-        t.stack(f"{d}.attn.qkv.bias", [f"{a}.self.{x}.bias" for x in ("query", "key", "value")], (width,), why)
-        for src, dst, shape in ((f"{a}.output.dense", "attn.out", (width, width)), (f"{s}.intermediate.dense", "mlp.fc1", (mlp, width)), (f"{s}.output.dense", "mlp.fc2", (width, mlp))):
-            t.take(f"{d}.{dst}.weight", f"{src}.weight", shape, why + ".hidden_size, intermediate_size")
-            t.take(f"{d}.{dst}.bias", f"{src}.bias", (shape[0],), why + ".hidden_size, intermediate_size")
-        norm(t, f"{d}.ln1", f"{a}.output.LayerNorm", width, why)
-        norm(t, f"{d}.ln2", f"{s}.output.LayerNorm", width, why)
-
-
 def image_preprocessing(directory: Path, size: int, notes: list[str]) -> dict[str, Any]:
     """``ChineseCLIPImageProcessor``'s steps: with ``do_center_crop`` false (the Hub's
     ``preprocessor_config.json``) the picture is resized to ``size`` x ``size`` whole (a
@@ -153,9 +139,3 @@ def sub_config(cfg: dict[str, Any], tower: str, where: str) -> dict[str, Any]:
     legacy = section(cfg, f"{tower}_config_dict", where)
     return legacy if cfg.get(f"{tower}_config_dict") is not None else section(cfg, f"{tower}_config", where)
 
-
-def model_max_length(directory: Path) -> int | None:
-    """``tokenizer_config.json``'s ``model_max_length`` (what ``truncation=True`` cuts at), where it is a sane integer."""
-    path = directory / "tokenizer_config.json"
-    value = read_json(path).get("model_max_length") if path.is_file() else None
-    return value if isinstance(value, int) and not isinstance(value, bool) and 0 < value < 1 << 20 else None

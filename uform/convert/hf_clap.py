@@ -18,10 +18,11 @@ from typing import Any
 
 import numpy as np
 
+from .bert import bert_stack, model_max_length
 from .common import Converted, Taker, Text, activation, config, geometry, integer, logit_scale, norm, positive, section, text_geometry
 from .hf_clap_audio import audio_tensors
 from .hf_clap_front import front
-from .sources import ConvertError, Weights, read_json
+from .sources import ConvertError, Weights
 from .tokenizer import tokenizer_json
 
 TEXT_DEFAULTS = Text(width=768, depth=12, heads=12, mlp=3072, vocab=50265, context=514)  # transformers' ClapTextConfig
@@ -69,7 +70,7 @@ def text_tower(directory: Path, t: Taker, text_cfg: dict[str, Any], where: str, 
     types = integer(text_cfg, "type_vocab_size", at, 1)
     context = g.context - pad - 1  # RoBERTa's positions start past the pad token's id
     tokenizer, _ = tokenizer_json(directory, "clap", vocab, notes)  # uform pads with pad_token_id: padding is masked, whatever its id
-    longest = _model_max_length(directory)
+    longest = model_max_length(directory)
     if longest is not None and longest < context:
         context = longest
     why = "config.json text_config"
@@ -79,16 +80,7 @@ def text_tower(directory: Path, t: Taker, text_cfg: dict[str, Any], where: str, 
     token_type = np.asarray(t.get(f"{e}.token_type_embeddings.weight", (types, w), why + ".type_vocab_size, hidden_size"), np.float32)
     t.put("text.pos.weight", positions[pad : pad + 1 + context] + token_type[0])  # row 0 the pad token's; every token is of type 0
     norm(t, "text.ln_pre", f"{e}.LayerNorm", w, why)
-    for i in range(g.depth):
-        s, d = f"{TEXT}.encoder.layer.{i}", f"text.blocks.{i}"
-        a = f"{s}.attention"
-        t.stack(f"{d}.attn.qkv.weight", [f"{a}.self.{x}.weight" for x in ("query", "key", "value")], (w, w), why)
-        t.stack(f"{d}.attn.qkv.bias", [f"{a}.self.{x}.bias" for x in ("query", "key", "value")], (w,), why)
-        for src, dst, shape in ((f"{a}.output.dense", "attn.out", (w, w)), (f"{s}.intermediate.dense", "mlp.fc1", (g.mlp, w)), (f"{s}.output.dense", "mlp.fc2", (w, g.mlp))):
-            t.take(f"{d}.{dst}.weight", f"{src}.weight", shape, why + ".hidden_size, intermediate_size")
-            t.take(f"{d}.{dst}.bias", f"{src}.bias", (shape[0],), why + ".hidden_size, intermediate_size")
-        norm(t, f"{d}.ln1", f"{a}.output.LayerNorm", w, why)
-        norm(t, f"{d}.ln2", f"{s}.output.LayerNorm", w, why)
+    bert_stack(t, TEXT, "text", w, g.depth, g.mlp, why)
     t.take("text.pooler.weight", f"{TEXT}.pooler.dense.weight", (w, w), why + ".hidden_size")
     t.take("text.pooler.bias", f"{TEXT}.pooler.dense.bias", (w,), why + ".hidden_size")
     fields = geometry(w, g.depth, g.heads, g.mlp, at) | {
@@ -110,9 +102,3 @@ def text_tower(directory: Path, t: Taker, text_cfg: dict[str, Any], where: str, 
     }
     return fields, tokenizer
 
-
-def _model_max_length(directory: Path) -> int | None:
-    """``tokenizer_config.json``'s ``model_max_length`` (what ``truncation=True`` cuts at), where it is a sane integer."""
-    path = directory / "tokenizer_config.json"
-    value = read_json(path).get("model_max_length") if path.is_file() else None
-    return value if isinstance(value, int) and not isinstance(value, bool) and 0 < value < 1 << 20 else None
