@@ -5,6 +5,7 @@ MP3 at 16, 44.1 and 48 kHz; 3, 10 and 25 s) and as buffers, at F32, BF16 and E4M
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -275,3 +276,22 @@ def test_the_readmes_clap_commands_run_as_written(clap: dict[str, Any], tmp_path
     assert "clap (ClapModel) from laion/clap-htsat-unfused" in out
     assert sorted(line.split()[-1].rsplit("/", 1)[-1] for line in out.splitlines() if line.strip()[:2] in ("1 ", "2 ", "3 ")) == ["park.wav", "rain.flac", "street.mp3"]
     assert "park.wav  (softmax)" in out and "birdsong" in out
+
+
+def test_frames_for_a_clap_is_refused_by_name(clap: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--frames`` sets the video tower that a converted image tower gives; a CLAP has none, and
+    ``uform convert CLAP OUT --frames 3`` wrote the file as if the flag were absent, saying
+    nothing. Now it is refused, naming the value, the family and what to do; nothing is written,
+    an earlier OUT stays. Left out, the conversion is as before."""
+    from uform.cli import main
+
+    out = tmp_path / "clap.safetensors"
+    out.write_bytes(clap["file"].read_bytes())
+    message = rf"^{re.escape(str(clap['directory']))}: frames 3 \(--frames\) sets what video_encode averages through the image tower, but clap \(ClapModel\) has no image tower, so no video tower; leave it out$"
+    with pytest.raises(ConvertError, match=message):
+        convert(clap["directory"], out, dtype="bf16", frames=3)
+    assert out.read_bytes() == clap["file"].read_bytes() and list(tmp_path.iterdir()) == [out]
+    assert main(["convert", str(clap["directory"]), str(tmp_path / "b.safetensors"), "--frames", "8"]) == 2
+    assert "frames 8 (--frames)" in capsys.readouterr().err and not (tmp_path / "b.safetensors").exists()
+    assert main(["convert", str(clap["directory"]), str(tmp_path / "c.safetensors"), "--dtype", "f32"]) == 0
+    assert (tmp_path / "c.safetensors").read_bytes() == clap["file"].read_bytes()

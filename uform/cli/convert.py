@@ -21,7 +21,7 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("out", help="path of the .safetensors file to write")
     p.add_argument("--dtype", choices=["bf16", "f16", "f32"], default="bf16", help="stored weights (default bf16; f32 keeps a float32 source exact)")
     p.add_argument("--name", default=None, help="the source's name the file records (default: the Hub id or directory name)")
-    p.add_argument("--frames", type=int, default=8, help="frames video_encode averages through the image tower (default 8)")
+    p.add_argument("--frames", type=int, default=None, help="frames video_encode averages through the image tower (default 8; refused for a model without one, CLAP)")
     p.add_argument("--force", action="store_true", help="replace a file at OUT that is not a uform checkpoint (refused without it)")
     p.set_defaults(run=_convert)
 

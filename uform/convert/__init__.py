@@ -72,7 +72,7 @@ def convert(
     *,
     dtype: str = "bf16",
     name: str | None = None,
-    frames: int = 8,
+    frames: int | None = None,
     force: bool = False,
 ) -> Conversion:
     """Convert ``source`` into the uform file ``out``.
@@ -85,7 +85,8 @@ def convert(
     (default, half the size), ``"f16"`` or ``"f32"`` (the float32 path's exact weights).
     ``name``: what the file records as its source (default: the Hub id or directory name); an
     empty one, or one holding a line break or another control character, is refused.
-    ``frames``: the frames ``video_encode`` samples and averages through the image tower.
+    ``frames``: the frames ``video_encode`` samples and averages through the image tower (None: 8);
+    given for a model without an image tower (CLAP), it is refused: there is no video tower to set.
     ``out`` may replace a uform checkpoint; any other file there is refused unless ``force``.
 
     Raises :class:`ConvertError` naming the file, tensor or field (a missing file, an unsupported
@@ -97,7 +98,7 @@ def convert(
     """
     if dtype not in DTYPES:
         raise ValueError(f"dtype {dtype!r} is not one of {', '.join(DTYPES)}")
-    if not isinstance(frames, int) or isinstance(frames, bool) or not 1 <= frames <= 256:
+    if frames is not None and (not isinstance(frames, int) or isinstance(frames, bool) or not 1 <= frames <= 256):
         raise ValueError(f"frames must be an integer in [1, 256], got {frames!r}")
     if name is not None and (not isinstance(name, str) or not name.strip() or not name.isprintable()):
         raise ValueError(f"name must be some printable text (what the file records as its source), got {name!r}")
@@ -112,8 +113,12 @@ def convert(
     record_name = name or found_name
     _refuse_a_source_file(target, directory)
     with files.Outputs() as outs, outs.open(target) as f:  # made now: an unwritable place fails before any work
-        converted, held = _convert(directory, record_name, frames)
+        converted, held = _convert(directory, record_name, 8 if frames is None else frames)
         try:
+            if frames is not None and "video" not in converted.config["towers"]:
+                source_info = converted.config["source"]
+                raise ConvertError(f"{directory}: frames {frames} (--frames) sets what video_encode averages through the image tower, but "
+                                   f"{source_info['family']} ({source_info['architecture']}) has no image tower, so no video tower; leave it out")
             if target.exists() and any(os.path.samefile(target, read) for read in held.files):  # force or not: it would be lost
                 raise ConvertError(f"{target}: is the source's own weights, which this conversion reads; give another OUT")
             _check_loads(directory, converted, DTYPES[dtype])
