@@ -196,6 +196,46 @@ def test_padded_and_truncated_are_judged_on_the_resampled_length(rate: int, n: i
     assert int(np.flatnonzero(recording.samples)[-1]) + 1 == min(16000, (n * 16000 + rate // 2) // rate)
 
 
+def tracks(fmt: str, codec: str, dispositions: tuple[int, ...] | None, seconds: tuple[float, ...] = (1.0, 1.0)) -> bytes:
+    """Audio streams at 16 kHz, mono, each a 440 Hz sine of its own amplitude (0.25, 0.5, 0.125) for its ``seconds``,
+    with ``dispositions`` set (an MP4's enabled track, Matroska's FlagDefault; None: the muxer's choice)."""
+    buffer = io.BytesIO()
+    with av.open(buffer, "w", format=fmt) as out:
+        streams = [out.add_stream(codec, rate=16000, layout="mono") for _ in seconds]
+        for k, stream in enumerate(streams):
+            if dispositions is not None:
+                stream.disposition = av.stream.Disposition(dispositions[k])
+        for k, (stream, length) in enumerate(zip(streams, seconds)):
+            signal = ((0.25, 0.5, 0.125)[k] * np.sin(2 * np.pi * 440 * np.arange(int(16000 * length)) / 16000))[None].astype(np.float32)
+            for start in range(0, signal.shape[1], 1000):
+                frame = av.AudioFrame.from_ndarray(signal[:, start : start + 1000], format="fltp", layout="mono")
+                frame.sample_rate, frame.pts = 16000, start
+                for packet in stream.encode(frame):
+                    out.mux(packet)
+            for packet in stream.encode(None):
+                out.mux(packet)
+    return buffer.getvalue()
+
+
+def test_of_two_audio_streams_the_one_marked_default_is_read() -> None:
+    # uform read the first audio stream, whichever a player plays: a film's commentary first and
+    # its main track marked default gave the commentary. FFmpeg's best stream (av_find_best_stream,
+    # which torchcodec, so transformers' load_audio, takes, as video_encode does) is the one marked
+    # default, and one for the visually or hearing impaired after the others.
+    default, none, impaired = 1, 0, 1 | 256  # AV_DISPOSITION_DEFAULT, AV_DISPOSITION_VISUAL_IMPAIRED
+    comment = 8  # AV_DISPOSITION_COMMENT: FFmpeg's best stream does not weigh it
+    for fmt, codec in (("matroska", "flac"), ("mp4", "aac"), ("webm", "libopus")):
+        cases = [(None, 0.25), ((default, none), 0.25), ((none, default), 0.5), ((comment, default), 0.5)]
+        cases += [((impaired, default), 0.5)] if fmt != "webm" else []  # WebM stores no FlagVisualImpaired: both default, the first
+        for dispositions, amplitude in cases:
+            data = tracks(fmt, codec, dispositions)
+            with av.open(io.BytesIO(data)) as container:
+                best = container.streams.best("audio").index
+            got = window(data, 16000, 16000).samples[4000:12000]
+            assert abs(float(np.sqrt(np.mean(got**2))) * np.sqrt(2) - amplitude) < 0.01, (fmt, dispositions, best)
+            assert best == (amplitude == 0.5), (fmt, dispositions)
+
+
 if __name__ == "__main__":
     print("rate    1/8 Nyq   3/8 Nyq   3/4 Nyq   15/16 Nyq  (largest |error|, sine of amplitude 0.5, into 16 kHz)")
     for rate in RATES if len(sys.argv) < 2 else [int(a) for a in sys.argv[1:]]:

@@ -136,6 +136,22 @@ def _webm_frame(source: Source, f: BinaryIO) -> tuple[int, int] | None:
         raise source.fail(f"cannot read the file ({type(exc).__name__}: {exc})") from None
 
 
+def audio_stream(container: Any, index: int, path: str | None) -> Any:
+    """The recording's audio stream: FFmpeg's best (``av_find_best_stream``: one marked default, an
+    MP4's enabled track or a Matroska track flagged default, before others, and one for the hearing
+    or visually impaired after), as players, torchcodec (transformers' ``load_audio``) and video's
+    ``video_stream`` take it; one FFmpeg has a decoder for (else the first such default one, or the
+    first such)."""
+    if not container.streams.audio:
+        raise InputError(index, "holds no audio stream", path)
+    streams = [s for s in container.streams.audio if s.codec_context is not None]  # None: FFmpeg has no decoder for it
+    if not streams:
+        raise InputError(index, "holds audio in a codec this FFmpeg cannot decode", path)
+    best = container.streams.best("audio")
+    stream = next((s for s in streams if best is not None and s.index == best.index), None)
+    return stream or next((s for s in streams if s.disposition & 1), streams[0])  # AV_DISPOSITION_DEFAULT
+
+
 def _decode(source: Source, target: Any, rate: int, samples: int) -> Recording:
     import av
 
@@ -147,11 +163,7 @@ def _decode(source: Source, target: Any, rate: int, samples: int) -> Recording:
     except Exception as exc:  # noqa: BLE001 - FFmpeg, OS and metadata errors all mean "cannot open"
         raise InputError(index, f"is not a recording uform can decode ({_reason(exc)})", path) from None
     with container:
-        if not container.streams.audio:
-            raise InputError(index, "holds no audio stream", path)
-        stream = container.streams.audio[0]
-        if stream.codec_context is None:  # FFmpeg demuxes it but has no decoder for its codec
-            raise InputError(index, "holds audio in a codec this FFmpeg cannot decode", path)
+        stream = audio_stream(container, index, path)
         window = Window(rate, samples)
         skipped = in_row = 0
         ended = True
