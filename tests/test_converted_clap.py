@@ -295,3 +295,22 @@ def test_frames_for_a_clap_is_refused_by_name(clap: dict[str, Any], tmp_path: Pa
     assert "frames 8 (--frames)" in capsys.readouterr().err and not (tmp_path / "b.safetensors").exists()
     assert main(["convert", str(clap["directory"]), str(tmp_path / "c.safetensors"), "--dtype", "f32"]) == 0
     assert (tmp_path / "c.safetensors").read_bytes() == clap["file"].read_bytes()
+
+
+def test_uform_labels_names_clap_and_takes_labels_differing_in_case(clap: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """``uform labels`` said it needs 'a converted CLIP or SigLIP' (its help line and the error of a
+    model without labels), though a converted CLAP labels recordings. Both now name CLAP and
+    Chinese-CLIP. And as docs/cli.md says, CLAP's RoBERTa tokenizer keeps the case: 'A dog' and
+    'a dog' are two labels to it (CLIP's refusal of the pair does not apply), each printed."""
+    from uform.cli import main
+
+    monkeypatch.setenv("COLUMNS", "400")  # argparse wraps at the terminal's width: one line a command
+    assert main(["--help"]) == 0
+    help_line = next(line for line in capsys.readouterr().out.splitlines() if line.strip().startswith("labels"))
+    assert help_line.rstrip().endswith("(a converted CLIP, SigLIP, Chinese-CLIP or CLAP)"), help_line
+    assert main(["labels", str(tmp_path), "--labels", "a,b"]) == 2
+    assert "zero-shot labels need a converted CLIP, SigLIP, Chinese-CLIP or CLAP (uform convert, docs/models.md)" in capsys.readouterr().err
+    wav = write(tmp_path / "park.wav", _signal(2, 48000, 5), 48000, "pcm_s16le")
+    assert main(["labels", str(wav), "--labels", "A dog,a dog", "-m", str(clap["file"])]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == f"{wav}  (softmax)" and sorted(line.split(None, 1)[1] for line in out[1:]) == ["A dog", "a dog"]

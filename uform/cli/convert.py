@@ -26,7 +26,7 @@ def add_parsers(sub: Any) -> None:
     p.set_defaults(run=_convert)
 
     p = sub.add_parser(
-        "labels", help="zero-shot labels: the probability of each label text for each image, video or recording (a converted CLIP or SigLIP)",
+        "labels", help="zero-shot labels: the probability of each label text for each image, video or recording (a converted CLIP, SigLIP, Chinese-CLIP or CLAP)",
         description="Zero-shot label probabilities of each PATH's media against label texts, as the model was trained "
         "to give them: CLIP's softmax over the labels (each item's sum to 1), SigLIP's sigmoid of each label on its own. "
         "Needs a model with labels (uform convert); unreadable files are reported on stderr and left out (exit status 1).",
@@ -85,7 +85,7 @@ def _labels(args: argparse.Namespace) -> int:
     args.quantization = args.quantization or "bf16"
     model = load(args)
     if model.labels is None:
-        raise ValueError(f"{args.model or 'the default model'} has no labels: zero-shot labels need a converted CLIP or SigLIP (uform convert, docs/models.md)")
+        raise ValueError(f"{args.model or 'the default model'} has no labels: zero-shot labels need a converted CLIP, SigLIP, Chinese-CLIP or CLAP (uform convert, docs/models.md)")
     spec = zero_shot.spec(model.labels)
     label_rows = np.array(model.text_encode(texts, Arena()).embeddings)  # before the media: a refused label costs no encoding
     first: dict[bytes, str] = {}
