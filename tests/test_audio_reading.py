@@ -15,6 +15,7 @@ import av
 import numpy as np
 import pytest
 
+from uform.core.errors import InputError
 from uform.plugins.media import audio, files
 from uform.plugins.media import window as window_module
 
@@ -234,6 +235,19 @@ def test_of_two_audio_streams_the_one_marked_default_is_read() -> None:
             got = window(data, 16000, 16000).samples[4000:12000]
             assert abs(float(np.sqrt(np.mean(got**2))) * np.sqrt(2) - amplitude) < 0.01, (fmt, dispositions, best)
             assert best == (amplitude == 0.5), (fmt, dispositions)
+
+
+def test_a_stream_shorter_than_the_file_is_judged_by_its_own_length() -> None:
+    # a Matroska track states no duration of its own to FFmpeg but the DURATION tag FFmpeg and
+    # mkvmerge write; the file's (the longest stream's) was taken for the audio's, so a default
+    # track of 1 s beside a 3 s one (or a 3 s video) was refused as cut short.
+    for fmt, codec in (("matroska", "flac"), ("webm", "libopus")):
+        data = tracks(fmt, codec, (1, 0), (1.0, 3.0))
+        read = window(data, 16000, 80000)
+        assert (round(read.seconds, 3), read.padded, read.truncated) == (1.0, True, False), fmt
+        whole = tracks(fmt, codec, (1, 0), (3.0, 3.0))  # cut, it is still refused: the tag is in its head
+        with pytest.raises(InputError, match=r"item 0: is truncated or corrupt: its container declares 3.0\d s of audio, only 1.\d\d s decode"):
+            window(whole[: int(len(whole) * 0.4)], 16000, 80000)
 
 
 if __name__ == "__main__":

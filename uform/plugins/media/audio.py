@@ -11,6 +11,7 @@ against what the container declares (docs/media.md, "Recordings"). The audio plu
 
 from __future__ import annotations
 
+import re
 from contextlib import ExitStack
 from typing import Any, BinaryIO, cast
 
@@ -66,15 +67,26 @@ def _flushes_samples(packet: Any) -> bool:
         return False
 
 
+def _tagged_seconds(stream: Any) -> float | None:
+    """Seconds a Matroska track's ``DURATION`` tag (``HH:MM:SS.nnnnnnnnn``, as FFmpeg and mkvmerge
+    write it) declares; None where it has none or it does not parse."""
+    tag = stream.metadata.get("DURATION", "")
+    match = re.fullmatch(r"(\d{1,9}):([0-5]\d):([0-5]\d(?:\.\d{1,9})?)", tag.strip())
+    return int(match[1]) * 3600 + int(match[2]) * 60 + float(match[3]) if match else None
+
+
 def declared_seconds(container: Any, stream: Any, head: bytes) -> float | None:
-    """How long the container says the audio is: the stream's duration, else the
-    container's, or what a WAV header's ``data`` chunk declares (in ``head``, the file's
-    first bytes) when that is longer."""
+    """How long the container says the audio is: the stream's duration, else its Matroska
+    ``DURATION`` tag, else the container's where the stream is its only one (a longer stream
+    beside it would speak for itself), or what a WAV header's ``data`` chunk declares (in
+    ``head``, the file's first bytes) when that is longer."""
     found = None
     if stream.duration and stream.time_base:
         found = float(stream.duration * stream.time_base)
-    elif container.duration:
-        found = container.duration / 1_000_000
+    elif (tagged := _tagged_seconds(stream)) is not None:
+        found = tagged
+    elif container.duration and all(s.index == stream.index or s.disposition & 0x400 for s in container.streams):
+        found = container.duration / 1_000_000  # the longest stream's: the audio's only when it is alone (a cover aside)
     wav = _wav_seconds(head) if container.format.name == "wav" else None
     return max(found or 0.0, wav or 0.0) or None
 
