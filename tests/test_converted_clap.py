@@ -5,6 +5,7 @@ MP3 at 16, 44.1 and 48 kHz; 3, 10 and 25 s) and as buffers, at F32, BF16 and E4M
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -314,3 +315,27 @@ def test_uform_labels_names_clap_and_takes_labels_differing_in_case(clap: dict[s
     assert main(["labels", str(wav), "--labels", "A dog,a dog", "-m", str(clap["file"])]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0] == f"{wav}  (softmax)" and sorted(line.split(None, 1)[1] for line in out[1:]) == ["A dog", "a dog"]
+
+
+def test_an_m4a_recording_is_read_by_the_commands(clap: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """An M4A (AAC in MP4: a phone's voice memo, a music library's file) was 'unknown file type
+    '.m4a'' to ``uform encode``, ``search``, ``labels`` and ``index``, and passed over in a folder
+    ('files of unknown type'), though ``audio_encode`` reads it and ``uform serve`` takes
+    ``input_audio`` of format ``m4a``. It is now an audio extension: a folder's M4A is encoded,
+    its row ``audio_encode``'s of the file, and found by ``uform search``."""
+    from uform.cli import main
+
+    folder = tmp_path / "memos"
+    folder.mkdir()
+    memo = write(folder / "memo.m4a", _signal(3, 44100, 7), 44100, "aac", "mp4")
+    write(folder / "park.wav", _signal(2, 48000, 8), 48000, "pcm_s16le")
+    assert main(["encode", str(folder), "-o", str(tmp_path / "rows"), "-m", str(clap["file"]), "--quantization", "f32"]) == 0
+    err = capsys.readouterr().err
+    assert "passed over" not in err and "failed" not in err, err
+    rows = np.load(tmp_path / "rows.npy")
+    records = [json.loads(line) for line in (tmp_path / "rows.jsonl").read_text().splitlines()]
+    assert [(r["modality"], Path(r["path"]).name) for r in records] == [("audio", "memo.m4a"), ("audio", "park.wav")]
+    model = uform.Model.load_ram(clap["file"], quantization=Scalar.F32)
+    np.testing.assert_array_equal(rows[0], model.audio_encode([memo], Arena()).embeddings[0])
+    assert main(["search", "a dog barking", str(memo), "-m", str(clap["file"])]) == 0
+    assert capsys.readouterr().out.split()[-1] == str(memo)

@@ -19,7 +19,7 @@ Modality = Literal["text", "image", "video", "audio"]
 EXTENSIONS: dict[Modality, tuple[str, ...]] = {
     "image": (".jpg", ".jpeg", ".png", ".webp"),
     "video": (".mp4", ".m4v", ".mov", ".webm", ".mkv"),
-    "audio": (".wav", ".flac", ".mp3", ".opus", ".ogg", ".oga"),
+    "audio": (".wav", ".flac", ".mp3", ".opus", ".ogg", ".oga", ".m4a"),
 }
 MODALITY_OF: dict[str, Modality] = {ext: m for m, exts in EXTENSIONS.items() for ext in exts}
 PLURAL: dict[Modality, str] = {"text": "texts", "image": "images", "video": "videos", "audio": "recordings"}
