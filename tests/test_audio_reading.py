@@ -250,6 +250,30 @@ def test_a_stream_shorter_than_the_file_is_judged_by_its_own_length() -> None:
             window(whole[: int(len(whole) * 0.4)], 16000, 80000)
 
 
+def test_an_audio_file_attached_to_a_matroska_is_named_not_read() -> None:
+    # a Matroska attachment is a file stored whole (fonts, covers, a soundtrack), not a stream:
+    # no player plays it, torchcodec finds no audio stream either. A video with a FLAC attached
+    # was refused as 'holds no audio stream', which did not say why a file with sound in it has none.
+    buffer = io.BytesIO()
+    with av.open(buffer, "w", format="matroska") as out:
+        out.add_attachment("song.flac", "audio/flac", tracks("flac", "flac", None, (1.0,)))
+        stream = out.add_stream("libvpx-vp9", rate=10)
+        stream.width, stream.height, stream.pix_fmt = 32, 32, "yuv420p"
+        for i in range(5):
+            frame = av.VideoFrame.from_ndarray(np.zeros((32, 32, 3), np.uint8), format="rgb24")
+            frame.pts = i
+            for packet in stream.encode(frame):
+                out.mux(packet)
+        for packet in stream.encode():
+            out.mux(packet)
+    with pytest.raises(InputError) as caught:
+        window(buffer.getvalue(), 16000, 16000)
+    assert str(caught.value) == (
+        "item 0: holds no audio stream (streams: video); the files attached to it (song.flac (audio/flac)) are not read: "
+        'extract one first (ffmpeg -dump_attachment:t "" -i FILE writes each under its own name)'
+    )
+
+
 if __name__ == "__main__":
     print("rate    1/8 Nyq   3/8 Nyq   3/4 Nyq   15/16 Nyq  (largest |error|, sine of amplitude 0.5, into 16 kHz)")
     for rate in RATES if len(sys.argv) < 2 else [int(a) for a in sys.argv[1:]]:

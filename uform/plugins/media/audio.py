@@ -148,6 +148,22 @@ def _webm_frame(source: Source, f: BinaryIO) -> tuple[int, int] | None:
         raise source.fail(f"cannot read the file ({type(exc).__name__}: {exc})") from None
 
 
+def _held(container: Any) -> str:
+    """What a file without an audio stream holds, for its refusal: its streams' kinds, and the
+    files attached to it (a Matroska attachment is a file stored whole, not a stream to decode)."""
+    kinds = sorted({s.type for s in container.streams if s.type != "attachment"})
+    attached = [s.metadata for s in container.streams if s.type == "attachment"]
+    said = f" (streams: {', '.join(kinds) or 'none'})" if container.streams else ""
+    if attached:
+        names = ", ".join(f"{m.get('filename', '?')[:80]} ({m.get('mimetype', '?')[:40]})" for m in attached[:3])
+        more = f" and {len(attached) - 3} more" if len(attached) > 3 else ""
+        said += (
+            f"; the files attached to it ({names}{more}) are not read: extract one first "
+            '(ffmpeg -dump_attachment:t "" -i FILE writes each under its own name)'
+        )
+    return said
+
+
 def audio_stream(container: Any, index: int, path: str | None) -> Any:
     """The recording's audio stream: FFmpeg's best (``av_find_best_stream``: one marked default, an
     MP4's enabled track or a Matroska track flagged default, before others, and one for the hearing
@@ -155,7 +171,7 @@ def audio_stream(container: Any, index: int, path: str | None) -> Any:
     ``video_stream`` take it; one FFmpeg has a decoder for (else the first such default one, or the
     first such)."""
     if not container.streams.audio:
-        raise InputError(index, "holds no audio stream", path)
+        raise InputError(index, f"holds no audio stream{_held(container)}", path)
     streams = [s for s in container.streams.audio if s.codec_context is not None]  # None: FFmpeg has no decoder for it
     if not streams:
         raise InputError(index, "holds audio in a codec this FFmpeg cannot decode", path)
