@@ -274,6 +274,35 @@ def test_an_audio_file_attached_to_a_matroska_is_named_not_read() -> None:
     )
 
 
+def test_an_only_audio_stream_that_never_decodes_is_refused_with_its_count() -> None:
+    # every packet of the file's one audio stream replaced by noise of its size (a damaged copy):
+    # refused, the packets that failed counted as PyAV's own decode counts them; past
+    # MAX_FAILED_PACKETS in a row, by that reason. Nothing hangs; Opus decodes noise as sound.
+    rng = np.random.default_rng(5)
+    for fmt, codec, seconds in (("matroska", "flac", 1.0), ("mp4", "aac", 1.0), ("matroska", "flac", 10.0)):
+        source, noisy = tracks(fmt, codec, None, (seconds,)), io.BytesIO()
+        with av.open(io.BytesIO(source)) as read, av.open(noisy, "w", format=fmt) as out:
+            stream = out.add_stream_from_template(read.streams.audio[0])
+            for packet in read.demux(read.streams.audio[0]):
+                if packet.size:
+                    garbage = av.Packet(rng.bytes(packet.size))
+                    garbage.stream, garbage.time_base, garbage.pts, garbage.dts = stream, packet.time_base, packet.pts, packet.dts
+                    out.mux(garbage)
+        failed = 0
+        with av.open(io.BytesIO(noisy.getvalue())) as read:
+            for packet in read.demux(read.streams.audio[0]):
+                try:
+                    packet.decode()
+                except av.FFmpegError:
+                    failed += 1
+        reason = f"holds no decodable audio ({failed} packets failed to decode)"
+        if failed > audio.MAX_FAILED_PACKETS:
+            reason = f"is corrupt: {audio.MAX_FAILED_PACKETS + 1} packets in a row fail to decode"
+        with pytest.raises(InputError) as caught:
+            window(noisy.getvalue(), 16000, 16000 * 12)
+        assert (caught.value.reason, failed > 10) == (reason, True), (fmt, codec, seconds)
+
+
 if __name__ == "__main__":
     print("rate    1/8 Nyq   3/8 Nyq   3/4 Nyq   15/16 Nyq  (largest |error|, sine of amplitude 0.5, into 16 kHz)")
     for rate in RATES if len(sys.argv) < 2 else [int(a) for a in sys.argv[1:]]:

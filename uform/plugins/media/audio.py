@@ -209,7 +209,8 @@ def _decode(source: Source, target: Any, rate: int, samples: int) -> Recording:
                     if in_row > MAX_FAILED_PACKETS:
                         raise InputError(index, f"is corrupt: {in_row} packets in a row fail to decode", path) from None
                     continue
-                in_row = 0
+                if any(frame.samples for frame in frames):  # a packet that decodes to nothing does not end a run
+                    in_row = 0
                 for frame in frames:
                     window.add(mono(frame), frame.sample_rate)
                 if window.produced > samples:
