@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import struct
 import sys
+from fractions import Fraction
 
 import av
 import numpy as np
@@ -272,6 +273,36 @@ def test_an_audio_file_attached_to_a_matroska_is_named_not_read() -> None:
         "item 0: holds no audio stream (streams: video); the files attached to it (song.flac (audio/flac)) are not read: "
         'extract one first (ffmpeg -dump_attachment:t "" -i FILE writes each under its own name)'
     )
+
+
+def test_an_audio_stream_beside_a_timed_text_track_is_read_as_alone() -> None:
+    # an MP4 with a subtitle (mov_text, 3GPP timed text) track beside its sound: the text's
+    # packets are not demuxed, the window is the same as the file without it, to the bit
+    def mp4(text: bool) -> bytes:
+        buffer = io.BytesIO()
+        with av.open(buffer, "w", format="mp4") as out:
+            stream = out.add_stream("aac", rate=16000, layout="mono")
+            cues = out.add_mux_stream("mov_text") if text else None
+            signal = (0.5 * np.sin(2 * np.pi * 440 * np.arange(32000) / 16000))[None].astype(np.float32)
+            for start in range(0, 32000, 1024):
+                frame = av.AudioFrame.from_ndarray(signal[:, start : start + 1024], format="fltp", layout="mono")
+                frame.sample_rate, frame.pts = 16000, start
+                for packet in stream.encode(frame):
+                    out.mux(packet)
+            for packet in stream.encode(None):
+                out.mux(packet)
+            for k, words in enumerate((b"hello", b"world") if cues is not None else ()):
+                cue = av.Packet(len(words).to_bytes(2, "big") + words)
+                cue.stream, cue.time_base, cue.pts, cue.dts, cue.duration = cues, Fraction(1, 1000), 500 + 1000 * k, 500 + 1000 * k, 800
+                out.mux(cue)
+        return buffer.getvalue()
+
+    with_text, alone = mp4(True), mp4(False)
+    with av.open(io.BytesIO(with_text)) as container:
+        assert [(s.type, s.codec_context.name) for s in container.streams] == [("audio", "aac"), ("subtitle", "mov_text")]
+    got, want = window(with_text, 16000, 48000), window(alone, 16000, 48000)
+    np.testing.assert_array_equal(got.samples, want.samples)
+    assert (got.seconds, got.padded, got.truncated) == (want.seconds, True, False)
 
 
 def test_an_only_audio_stream_that_never_decodes_is_refused_with_its_count() -> None:
