@@ -47,6 +47,25 @@ def test_benchmark_runs(script: str, tmp_path: Path) -> None:
     assert keys <= set(result), sorted(result)
 
 
+TABLES = {  # the benchmarks that print a docs page's table (no result file) → (smallest arguments, rows)
+    "naflex": (["--layers", "1", "--rounds", "1", "--pictures", "1"], 3),
+    "chinese_clip": (["--small", "--rounds", "1", "--texts", "4", "--images", "2"], 2),
+    "geometries": (["--only", "clip-vit-base-patch32"], 1),
+}
+
+
+@pytest.mark.parametrize("script", sorted(TABLES))
+def test_a_table_benchmark_prints_its_rows(script: str) -> None:
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    args, rows = TABLES[script]
+    done = subprocess.run([sys.executable, str(BENCHMARKS / f"{script}.py"), *args], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    lines = [line for line in done.stdout.splitlines() if line.startswith("| ")]
+    assert len(lines) == 1 + rows, done.stdout  # the header, then a row each
+    assert not any("nan" in line.lower() for line in lines), lines
+
+
 def test_the_avx2_goals_are_read_from_the_fair_rows_and_judged(monkeypatch: pytest.MonkeyPatch) -> None:
     """lowp.py's goal table: batch 1 from the runs in turns (not the runs in processes of
     their own), the pinned runs where the machine is above x86-64-v3, the kernel variant x86-64-v3
