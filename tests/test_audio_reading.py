@@ -334,6 +334,33 @@ def test_an_only_audio_stream_that_never_decodes_is_refused_with_its_count() -> 
         assert (caught.value.reason, failed > 10) == (reason, True), (fmt, codec, seconds)
 
 
+def test_a_default_stream_ffmpeg_cannot_decode_gives_way_to_one_it_can() -> None:
+    # the default track in a codec this FFmpeg has no decoder for (its Matroska codec id renamed),
+    # a FLAC track beside it: FFmpeg's best stream is the undecodable one (PyAV asks it without a
+    # decoder); torchcodec, asking with one, passes it over, and so does uform (it refused the file)
+    buffer = io.BytesIO()
+    with av.open(buffer, "w", format="matroska") as out:
+        streams = [out.add_stream("libopus", rate=48000, layout="mono"), out.add_stream("flac", rate=16000, layout="mono")]
+        streams[0].disposition, streams[1].disposition = av.stream.Disposition.default, av.stream.Disposition(0)
+        for stream, amplitude in zip(streams, (0.25, 0.5)):
+            signal = (amplitude * np.sin(2 * np.pi * 440 * np.arange(stream.rate) / stream.rate))[None].astype(np.float32)
+            for start in range(0, stream.rate, 960):
+                frame = av.AudioFrame.from_ndarray(signal[:, start : start + 960], format="fltp", layout="mono")
+                frame.sample_rate, frame.pts = stream.rate, start
+                for packet in stream.encode(frame):
+                    out.mux(packet)
+            for packet in stream.encode(None):
+                out.mux(packet)
+    data = buffer.getvalue()
+    assert data.count(b"A_OPUS") == 1
+    data = data.replace(b"A_OPUS", b"A_XYZS")
+    with av.open(io.BytesIO(data)) as container:
+        assert [(s.codec_context is None, int(s.disposition)) for s in container.streams.audio] == [(True, 1), (False, 0)]
+        assert container.streams.best("audio").index == 0
+    got = window(data, 16000, 16000).samples[4000:12000]
+    assert abs(float(np.sqrt(np.mean(got**2))) * np.sqrt(2) - 0.5) < 0.01
+
+
 if __name__ == "__main__":
     print("rate    1/8 Nyq   3/8 Nyq   3/4 Nyq   15/16 Nyq  (largest |error|, sine of amplitude 0.5, into 16 kHz)")
     for rate in RATES if len(sys.argv) < 2 else [int(a) for a in sys.argv[1:]]:
