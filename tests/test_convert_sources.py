@@ -205,3 +205,38 @@ def test_a_cached_chinese_clip_with_its_vocab_txt_is_read_without_asking_the_hub
     assert done.returncode == 0, done.stderr
     assert asked == []
     assert header(out)[0]["source"] == {"architecture": "ChineseCLIPModel", "converter": header(out)[0]["source"]["converter"], "family": "chinese_clip", "name": "OFA-Sys/chinese-clip-vit-base-patch16"}
+
+
+def test_preprocessing_saved_by_a_transformers_5_processor_converts_alike(tmp_path: Path) -> None:
+    """transformers 5's ``ClapProcessor.save_pretrained`` / ``ChineseCLIPProcessor.save_pretrained``
+    write no preprocessor_config.json: the feature extractor's or image processor's settings go
+    under ``feature_extractor`` / ``image_processor`` in ``processor_config.json``. A fine-tune
+    saved so was refused for CLAP ('no preprocessor_config.json; ... copy the file from the model's
+    repository') and, worse, converted for Chinese-CLIP with CLIP's defaults (a shorter-side resize
+    and crop where the processor resizes the picture whole to a square): other embeddings, said
+    only in a note. Now that section is read: the file is the one preprocessor_config.json gives,
+    and a Hub snapshot holding it counts as whole."""
+    import transformers
+
+    from chinese_clip_models import SMALL, make_chinese_clip
+    from clap_text_models import make_clap
+    from uform.convert import hub
+
+    clap = make_clap(tmp_path / "clap")
+    cclip = make_chinese_clip(tmp_path / "cclip", SMALL)
+    processors = {
+        clap: transformers.ClapProcessor(feature_extractor=transformers.ClapFeatureExtractor.from_pretrained(clap), tokenizer=transformers.AutoTokenizer.from_pretrained(clap)),
+        cclip: transformers.ChineseCLIPProcessor(image_processor=transformers.ChineseCLIPImageProcessor.from_pretrained(cclip), tokenizer=transformers.BertTokenizer.from_pretrained(cclip)),
+    }
+    for source, processor in processors.items():
+        saved = tmp_path / f"{source.name}-t5"
+        saved.mkdir()
+        for name in ("config.json", "model.safetensors"):
+            shutil.copy(source / name, saved / name)
+        processor.save_pretrained(saved)
+        assert not (saved / "preprocessor_config.json").exists() and (saved / "processor_config.json").is_file()
+        before, after = tmp_path / f"{source.name}.safetensors", tmp_path / f"{source.name}-t5.safetensors"
+        convert(source, before, dtype="f32", name="m")
+        done = convert(saved, after, dtype="f32", name="m")
+        assert header(after)[:2] == header(before)[:2] and not any("preprocessor" in note for note in done.notes), done.notes
+        assert hub._complete(saved)

@@ -13,7 +13,7 @@ import numpy as np
 
 from uform.core.config import MAX_LABEL_SCALE
 
-from .sources import ConvertError, Weights, read_json
+from .sources import ConvertError, Weights, preprocessor_config
 from .write import Ref, Tensor
 
 ACTIVATIONS = {"gelu": "gelu", "quick_gelu": "quick_gelu", "gelu_pytorch_tanh": "gelu_tanh", "gelu_new": "gelu_tanh"}
@@ -226,15 +226,14 @@ def preprocessing(directory: Path, family: str, image_size: int, notes: list[str
     """The image tower's preprocessing fields from ``preprocessor_config.json`` (CLIP: the
     shorter side to ``size.shortest_edge`` and a central crop; SigLIP: a square resize), or
     the family's defaults, said in ``notes``, where the file is absent."""
-    path = directory / "preprocessor_config.json"
+    found = preprocessor_config(directory, "image_processor")
     square = family != "clip"
     defaults: dict[str, Any] = {"mean": CLIP_MEAN, "std": CLIP_STD} if not square else {"mean": [0.5] * 3, "std": [0.5] * 3}
-    if not path.is_file():
+    if found is None:
         notes.append(f"no preprocessor_config.json: the {family} defaults (size {image_size}, bicubic, mean {defaults['mean']}, std {defaults['std']})")
         fit = {"resize": "square"} if square else {"resize": "shorter_side_crop", "resize_rounding": "floor"}
         return fit | {"interpolation": "bicubic", **defaults}
-    cfg = read_json(path)
-    where = str(path)
+    cfg, where = found
     resample = cfg.get("resample", 3)
     if resample not in RESAMPLE:
         raise ConvertError(f"{where}: resample {resample!r} is not supported; supported: 2 (bilinear), 3 (bicubic)")

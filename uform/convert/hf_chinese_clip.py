@@ -22,7 +22,7 @@ import numpy as np
 
 from .bert import bert_stack, model_max_length
 from .common import CLIP_MEAN, CLIP_STD, Converted, Taker, Text, activation, config, geometry, hf_stack, integer, logit_scale, norm, patch_fields, positive, preprocessing, section, text_geometry, vision
-from .sources import ConvertError, Weights, read_json
+from .sources import ConvertError, Weights, preprocessor_config
 from .tokenizer import tokenizer_json
 
 TEXT_DEFAULTS = Text(width=768, depth=12, heads=12, mlp=3072, vocab=30522, context=512)  # transformers' ChineseCLIPTextConfig
@@ -117,13 +117,13 @@ def image_preprocessing(directory: Path, size: int, notes: list[str]) -> dict[st
     ``size`` of height and width; a ``shortest_edge`` would leave a picture that is not
     square, which the model refuses), else (and without the file, the processor's defaults)
     CLIP's shorter side to ``size`` and the central crop. Mean and std default to CLIP's."""
-    path = directory / "preprocessor_config.json"
-    cfg = read_json(path) if path.is_file() else {}
-    if not path.is_file() or cfg.get("do_center_crop", True):
+    found = preprocessor_config(directory, "image_processor")
+    if found is None or found[0].get("do_center_crop", True):
         return preprocessing(directory, "clip", size, notes)
+    cfg, where = found
     if not (isinstance(cfg.get("size"), dict) and {"height", "width"} <= set(cfg["size"])):
         raise ConvertError(
-            f"{path}: size {cfg.get('size')!r} without a center crop is not supported: ChineseCLIPImageProcessor then keeps "
+            f"{where}: size {cfg.get('size')!r} without a center crop is not supported: ChineseCLIPImageProcessor then keeps "
             f"the picture's aspect, which is not the tower's square {size}x{size}; supported: size height and width {size}"
         )
     out = preprocessing(directory, "square", size, notes)

@@ -23,7 +23,7 @@ import numpy as np
 
 from . import hf_clap_fusion
 from .common import Taker, integer
-from .sources import ConvertError, read_json
+from .sources import ConvertError, preprocessor_config
 
 SOURCE = "audio_model.audio_encoder.batch_norm"
 BATCH_NORM_EPS = 1e-5  # torch's BatchNorm2d default; ClapAudioEncoder passes none
@@ -41,13 +41,14 @@ def front(directory: Path, t: Taker, audio_cfg: Mapping[str, Any], where: str, n
     """The front end's fields of the audio tower, the folded BatchNorm put into ``t``;
     ``audio_cfg`` is config.json's ``audio_config`` (``where`` names config.json)."""
     where_cfg = where + " audio_config"
-    path = directory / "preprocessor_config.json"
-    if not path.is_file():
+    found = preprocessor_config(directory, "feature_extractor")
+    if found is None:
         raise ConvertError(
-            f"{directory}: no preprocessor_config.json; CLAP's feature extractor settings (frequency_min, truncation) differ "
-            "between checkpoints and its defaults do not fit an unfused model: copy the file from the model's repository"
+            f"{directory}: no preprocessor_config.json (nor a processor_config.json with a feature_extractor); CLAP's feature extractor "
+            "settings (frequency_min, truncation) differ between checkpoints and its defaults do not fit an unfused model: copy the file "
+            "from the model's repository, or save the model's ClapProcessor (or ClapFeatureExtractor) into this folder"
         )
-    cfg, where = read_json(path), str(path)  # errors name this file from here on
+    cfg, where = found  # errors name this file from here on
     kind = cfg.get("feature_extractor_type", "ClapFeatureExtractor")
     if kind != "ClapFeatureExtractor":
         raise ConvertError(f"{where}: feature_extractor_type {kind!r} is not supported; supported: 'ClapFeatureExtractor'")

@@ -19,7 +19,7 @@ import numpy as np
 
 from . import hf_siglip
 from .common import RESAMPLE, Converted, Taker, Vision, integer, triple
-from .sources import ConvertError, Weights, read_json
+from .sources import ConvertError, Weights, preprocessor_config
 
 MAX_PATCHES = 256  # transformers' Siglip2ImageProcessor default max_num_patches
 
@@ -46,12 +46,12 @@ def grid_embeddings(directory: Path, t: Taker, v: Vision, vision_cfg: dict[str, 
 
 def _preprocessing(directory: Path, patch: int, notes: list[str]) -> dict[str, Any]:
     """``preprocessor_config.json``'s resample, mean, std and ``max_num_patches`` (Siglip2ImageProcessor's defaults where absent)."""
-    path = directory / "preprocessor_config.json"
+    found = preprocessor_config(directory, "image_processor")
     defaults = {"interpolation": "bilinear", "mean": [0.5] * 3, "std": [0.5] * 3, "max_patches": MAX_PATCHES}
-    if not path.is_file():
+    if found is None:
         notes.append(f"no preprocessor_config.json: Siglip2ImageProcessor's defaults (max_num_patches {MAX_PATCHES}, bilinear, mean and std 0.5)")
         return defaults
-    cfg, where = read_json(path), str(path)
+    cfg, where = found
     resample = cfg.get("resample", 2)
     if resample not in RESAMPLE:
         raise ConvertError(f"{where}: resample {resample!r} is not supported; supported: 2 (bilinear), 3 (bicubic)")

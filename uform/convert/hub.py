@@ -72,13 +72,15 @@ def _complete(directory: Path) -> bool:
     """Whether a cached snapshot holds the rest of what a conversion reads, not the weights
     alone (``CLIPModel.from_pretrained`` caches only config.json and the weights): open_clip's
     config, or config.json with a tokenizer (``tokenizer.json``, SentencePiece's ``spiece.model``,
-    WordPiece's ``vocab.txt`` or BPE's ``vocab.json`` and ``merges.txt``) and ``preprocessor_config.json``."""
+    WordPiece's ``vocab.txt`` or BPE's ``vocab.json`` and ``merges.txt``) and ``preprocessor_config.json``
+    (or transformers 5's ``processor_config.json``, which holds it)."""
     if (directory / "open_clip_config.json").is_file():
         return True
     tokenizer = any((directory / n).is_file() for n in ("tokenizer.json", "spiece.model", "vocab.txt")) or all(
         (directory / n).is_file() for n in ("vocab.json", "merges.txt")
     )
-    return tokenizer and all((directory / n).is_file() for n in ("config.json", "preprocessor_config.json"))
+    preprocessing = any((directory / n).is_file() for n in ("preprocessor_config.json", "processor_config.json"))
+    return tokenizer and preprocessing and (directory / "config.json").is_file()
 
 
 def _has_weights(directory: Path) -> bool:

@@ -27,7 +27,7 @@ from .errors import ConvertError
 from .hub import HUB_BIN_PATTERNS, HUB_PATTERNS, resolve
 from .mapped import AHEAD, Mapped
 
-__all__ = ["AHEAD", "HUB_BIN_PATTERNS", "HUB_PATTERNS", "ConvertError", "Mapped", "Weights", "read_json", "resolve", "weights"]
+__all__ = ["AHEAD", "HUB_BIN_PATTERNS", "HUB_PATTERNS", "ConvertError", "Mapped", "Weights", "preprocessor_config", "read_json", "resolve", "weights"]
 
 
 @dataclass
@@ -103,6 +103,25 @@ def read_json(path: Path) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise ConvertError(f"{path}: expected a JSON object")
     return value
+
+
+def preprocessor_config(directory: Path, section: str) -> tuple[dict[str, Any], str] | None:
+    """The preprocessing settings of ``directory`` and where they were read (what errors name):
+    ``preprocessor_config.json``, or where only ``processor_config.json`` is there (what a
+    processor's ``save_pretrained`` writes in transformers 5: each part's settings under its
+    name), its ``section`` (``image_processor``, ``feature_extractor``). None where neither holds them."""
+    path = directory / "preprocessor_config.json"
+    if path.is_file():
+        return read_json(path), str(path)
+    combined = directory / "processor_config.json"
+    if not combined.is_file():
+        return None
+    value = read_json(combined).get(section)
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise ConvertError(f"{combined}: {section} is {value!r}, not a JSON object of the processor's settings")
+    return value, f"{combined} {section}"
 
 
 def weights(directory: Path, prefix: str = "") -> Weights:
