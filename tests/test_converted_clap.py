@@ -339,3 +339,22 @@ def test_an_m4a_recording_is_read_by_the_commands(clap: dict[str, Any], tmp_path
     np.testing.assert_array_equal(rows[0], model.audio_encode([memo], Arena()).embeddings[0])
     assert main(["search", "a dog barking", str(memo), "-m", str(clap["file"])]) == 0
     assert capsys.readouterr().out.split()[-1] == str(memo)
+
+
+def test_a_fusion_truncation_on_an_unfused_clap_says_what_to_set(clap: dict[str, Any], tmp_path: Path) -> None:
+    """An unfused CLAP saved beside ``ClapFeatureExtractor()`` (whose default truncation is
+    'fusion', four mel channels that transformers' own get_audio_features of this model fails on)
+    was refused with the reason alone. The refusal now says what to set, and the source converts
+    once it is set: to the file the test's rand_trunc source gives."""
+    import shutil
+
+    source = tmp_path / "unfused"
+    shutil.copytree(clap["directory"], source)
+    transformers.ClapFeatureExtractor().save_pretrained(source)  # the default: truncation 'fusion'
+    settings = source / "preprocessor_config.json"
+    with pytest.raises(ConvertError, match=r"ClapFeatureExtractor\(\) saves 'fusion' by default: set truncation to 'rand_trunc' in the file, as laion/clap-htsat-unfused's is$"):
+        convert(source, tmp_path / "a.safetensors", dtype="f32", name=clap["directory"].name)
+    assert not (tmp_path / "a.safetensors").exists()
+    settings.write_text(settings.read_text().replace('"truncation": "fusion"', '"truncation": "rand_trunc"'))
+    convert(source, tmp_path / "a.safetensors", dtype="f32", name=clap["directory"].name)
+    assert (tmp_path / "a.safetensors").read_bytes() == clap["file"].read_bytes()

@@ -59,7 +59,9 @@ def front(directory: Path, t: Taker, audio_cfg: Mapping[str, Any], where: str, n
     if not fused and truncation != "rand_trunc":
         raise ConvertError(
             f"{where}: truncation {truncation!r} is not supported; supported: 'rand_trunc' (an unfused CLAP's; 'fusion' feeds "
-            "four mel channels that only a fused model, enable_fusion true, takes)"
+            "four mel channels that only a fused model, enable_fusion true, takes: transformers' get_audio_features of this model "
+            "fails on them too). ClapFeatureExtractor() saves 'fusion' by default: set truncation to 'rand_trunc' in the file, "
+            "as laion/clap-htsat-unfused's is"
         )
     padding = cfg.get("padding", "repeatpad")
     if padding not in PADDINGS:
