@@ -47,10 +47,10 @@ def test_benchmark_runs(script: str, tmp_path: Path) -> None:
     assert keys <= set(result), sorted(result)
 
 
-TABLES = {  # the benchmarks that print a docs page's table (no result file) → (smallest arguments, rows)
+TABLES = {  # the benchmarks that print a docs page's table (no result file) → (smallest arguments, rows); geometries.py's
+    # rows are tests/test_converted_geometry.py's conversions, clap.py is tests/test_clap_speed.py's
     "naflex": (["--layers", "1", "--rounds", "1", "--pictures", "1"], 3),
     "chinese_clip": (["--small", "--rounds", "1", "--texts", "4", "--images", "2"], 2),
-    "geometries": (["--only", "clip-vit-base-patch32"], 1),
 }
 
 

@@ -182,6 +182,7 @@ def test_from_pretrained_of_a_hub_id_the_cache_lacks_says_why(tmp_path: Path, mo
 
     monkeypatch.setattr(socket.socket, "connect", refuse)
     monkeypatch.setattr(socket, "create_connection", refuse)
+    monkeypatch.setattr(time, "sleep", lambda seconds: None)  # huggingface_hub's retries back off 23 s in all
     kw: dict[str, object] = {"cache_dir": str(tmp_path / "cache")}
     if how == "local_files_only":
         kw["local_files_only"] = True
