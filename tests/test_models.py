@@ -439,7 +439,7 @@ def test_the_readme_converts_a_clip_from_the_cache_and_searches_a_folder(clip: t
     from PIL import Image
 
     readme = (Path(__file__).parents[1] / "README.md").read_text()
-    block = readme.split("## Real models: CLIP and SigLIP", 1)[1].split("```sh\n", 1)[1].split("```", 1)[0]
+    block = readme.split("## Real models: CLIP, SigLIP, Chinese-CLIP and CLAP", 1)[1].split("```sh\n", 1)[1].split("```", 1)[0]
     lines = [line.removeprefix("pip install -e '.[convert]' && ") for line in block.strip().splitlines()]
     assert [shlex.split(line)[:2] for line in lines] == [["uform", "convert"], ["uform", "search"], ["uform", "labels"]]
     repo = tmp_path / "hub" / "models--openai--clip-vit-base-patch32"
