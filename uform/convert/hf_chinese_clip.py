@@ -21,7 +21,8 @@ from typing import Any
 import numpy as np
 
 from .bert import bert_stack, model_max_length
-from .common import CLIP_MEAN, CLIP_STD, Converted, Taker, Text, activation, config, geometry, hf_stack, integer, logit_scale, norm, patch_fields, positive, preprocessing, section, text_geometry, vision
+from .common import CLIP_MEAN, CLIP_STD, Converted, Taker, Text, activation, config, geometry, integer, logit_scale, norm, positive, preprocessing, section, text_geometry
+from .hf_clip import image_tower
 from .sources import ConvertError, Weights, preprocessor_config
 from .tokenizer import tokenizer_json
 
@@ -43,27 +44,8 @@ def convert(directory: Path, cfg: dict[str, Any], weights: Weights, source: dict
     text, tokenizer = text_tower(directory, t, text_cfg, where, notes)
     t.take("text.projection.weight", "text_projection.weight", (dimensions, text["width"]), "config.json projection_dim, text_config.hidden_size")
 
-    v = vision(vision_cfg, where, 32)
-    why = "config.json vision_config"
-    conv = "vision_model.embeddings.patch_embedding.weight"
-    t.take("image.patch.weight", conv, (v.width, 3, v.patch, v.patch), why + ".hidden_size, patch_size", (v.width, 3 * v.patch * v.patch))
-    t.put("image.patch.bias", np.zeros(v.width, np.float32))
-    t.take("image.cls", "vision_model.embeddings.class_embedding", (v.width,), why + ".hidden_size")
-    t.take("image.pos.weight", "vision_model.embeddings.position_embedding.weight", (1 + v.grid * v.grid, v.width), why + ".image_size, patch_size")
-    norm(t, "image.ln_pre", "vision_model.pre_layrnorm", v.width, why)
-    hf_stack(t, "vision_model", "image", v.width, v.depth, v.mlp, why)
-    norm(t, "image.ln_final", "vision_model.post_layernorm", v.width, why)
-    t.take("image.projection.weight", "visual_projection.weight", (dimensions, v.width), "config.json projection_dim, vision_config.hidden_size")
-    image = geometry(v.width, v.depth, v.heads, v.mlp, where + " vision_config") | {
-        "activation": activation(vision_cfg.get("hidden_act", "quick_gelu"), where + " vision_config"),
-        "layer_norm_eps": positive(vision_cfg, "layer_norm_eps", where + " vision_config", 1e-5),
-        "class_token": True,
-        "ln_pre": True,
-        "pooling": "class",
-        "projection": "linear",
-        "image_size": v.size,
-        "patch_size": v.patch,
-    } | patch_fields(v) | image_preprocessing(directory, v.size, notes)
+    image, size = image_tower(t, vision_cfg, where, dimensions)
+    image |= image_preprocessing(directory, size, notes)
 
     scale = logit_scale(t)
     tensors = t.finish()

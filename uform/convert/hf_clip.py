@@ -55,30 +55,8 @@ def convert(directory: Path, cfg: dict[str, Any], weights: Weights, source: dict
         "end_token": _end_token(text_cfg, vocab, where + " text_config"),
     }
 
-    # image
-    v = vision(vision_cfg, where, 32)
-    vw, vd, vh, vm, size, patch = v.width, v.depth, v.heads, v.mlp, v.size, v.patch
-    grid = v.grid
-    why = "config.json vision_config"
-    conv = "vision_model.embeddings.patch_embedding.weight"
-    t.take("image.patch.weight", conv, (vw, 3, patch, patch), why + ".hidden_size, patch_size", (vw, 3 * patch * patch))
-    t.put("image.patch.bias", np.zeros(vw, np.float32))
-    t.take("image.cls", "vision_model.embeddings.class_embedding", (vw,), why + ".hidden_size")
-    t.take("image.pos.weight", "vision_model.embeddings.position_embedding.weight", (1 + grid * grid, vw), why + ".image_size, patch_size")
-    norm(t, "image.ln_pre", "vision_model.pre_layrnorm", vw, why)
-    hf_stack(t, "vision_model", "image", vw, vd, vm, why)
-    norm(t, "image.ln_final", "vision_model.post_layernorm", vw, why)
-    t.take("image.projection.weight", "visual_projection.weight", (dimensions, vw), "config.json projection_dim, vision_config.hidden_size")
-    image = geometry(vw, vd, vh, vm, where + " vision_config") | {
-        "activation": activation(vision_cfg.get("hidden_act", "quick_gelu"), where + " vision_config"),
-        "layer_norm_eps": positive(vision_cfg, "layer_norm_eps", where + " vision_config", 1e-5),
-        "class_token": True,
-        "ln_pre": True,
-        "pooling": "class",
-        "projection": "linear",
-        "image_size": size,
-        "patch_size": patch,
-    } | patch_fields(v) | preprocessing(directory, "clip", size, notes)
+    image, size = image_tower(t, vision_cfg, where, dimensions)
+    image |= preprocessing(directory, "clip", size, notes)
 
     scale = logit_scale(t)
     tensors = t.finish()
@@ -86,6 +64,34 @@ def convert(directory: Path, cfg: dict[str, Any], weights: Weights, source: dict
     out = config(dimensions, context, towers, source, {"kind": "softmax", "scale": scale, "bias": 0.0})
     return Converted(out, tensors, tokenizer, notes, list(weights.files))
 
+
+
+
+def image_tower(t: Taker, vision_cfg: dict[str, Any], where: str, dimensions: int) -> tuple[dict[str, Any], int]:
+    """transformers' CLIP vision tower (``vision_model``, ``visual_projection``) taken into ``t``: its
+    fields but the preprocessing, and its image size (CLIP's and Chinese-CLIP's alike)."""
+    v = vision(vision_cfg, where, 32)
+    why = "config.json vision_config"
+    conv = "vision_model.embeddings.patch_embedding.weight"
+    t.take("image.patch.weight", conv, (v.width, 3, v.patch, v.patch), why + ".hidden_size, patch_size", (v.width, 3 * v.patch * v.patch))
+    t.put("image.patch.bias", np.zeros(v.width, np.float32))
+    t.take("image.cls", "vision_model.embeddings.class_embedding", (v.width,), why + ".hidden_size")
+    t.take("image.pos.weight", "vision_model.embeddings.position_embedding.weight", (1 + v.grid * v.grid, v.width), why + ".image_size, patch_size")
+    norm(t, "image.ln_pre", "vision_model.pre_layrnorm", v.width, why)
+    hf_stack(t, "vision_model", "image", v.width, v.depth, v.mlp, why)
+    norm(t, "image.ln_final", "vision_model.post_layernorm", v.width, why)
+    t.take("image.projection.weight", "visual_projection.weight", (dimensions, v.width), "config.json projection_dim, vision_config.hidden_size")
+    fields = geometry(v.width, v.depth, v.heads, v.mlp, where + " vision_config") | {
+        "activation": activation(vision_cfg.get("hidden_act", "quick_gelu"), where + " vision_config"),
+        "layer_norm_eps": positive(vision_cfg, "layer_norm_eps", where + " vision_config", 1e-5),
+        "class_token": True,
+        "ln_pre": True,
+        "pooling": "class",
+        "projection": "linear",
+        "image_size": v.size,
+        "patch_size": v.patch,
+    } | patch_fields(v)
+    return fields, v.size
 
 
 def _end_token(text_cfg: dict[str, Any], vocab: int, where: str) -> int | str:
