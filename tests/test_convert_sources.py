@@ -5,12 +5,14 @@ model.safetensors gives."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +26,36 @@ import hf_models  # noqa: E402
 from uform.cli import main  # noqa: E402
 from uform.convert import convert  # noqa: E402
 from convert_folders import copy, header, refused, safetensors_file, sharded, snapshot  # noqa: E402
+
+
+@contextlib.contextmanager
+def empty_hub(cache: Path) -> Iterator[tuple[dict[str, str], list[str]]]:
+    """A local server standing for the Hub that answers 404 to everything, and the environment
+    that points huggingface_hub at it and at the cache ``cache``; yields (env, paths asked)."""
+    import http.server
+    import threading
+
+    asked: list[str] = []
+
+    class Hub(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - the standard library's name
+            asked.append(self.path)
+            self.send_error(404)
+
+        do_HEAD = do_GET  # noqa: N815
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hub)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
+    env |= {"HF_HUB_CACHE": str(cache), "HF_ENDPOINT": f"http://127.0.0.1:{server.server_address[1]}", "HF_HUB_DISABLE_TELEMETRY": "1"}
+    try:
+        yield env, asked
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 @pytest.mark.parametrize("zipped", [True, False], ids=["zip", "legacy"])
@@ -104,23 +136,6 @@ def test_a_cache_with_the_weights_alone_asks_the_hub_for_the_rest(clip_dir: Path
     lacks (a local server stands for the Hub here and answers 404, so the conversion then names
     the missing tokenizer); a snapshot holding them is read without asking."""
     pytest.importorskip("huggingface_hub")
-    import http.server
-    import threading
-
-    asked: list[str] = []
-
-    class Hub(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - the standard library's name
-            asked.append(self.path)
-            self.send_error(404)
-
-        do_HEAD = do_GET  # noqa: N815
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hub)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
     repo = tmp_path / "hub" / "models--openai--clip-vit-base-patch32"
     snapshot = repo / "snapshots" / ("0" * 40)
     snapshot.mkdir(parents=True)
@@ -128,10 +143,8 @@ def test_a_cache_with_the_weights_alone_asks_the_hub_for_the_rest(clip_dir: Path
         shutil.copy(clip_dir / name, snapshot / name)
     (repo / "refs").mkdir()
     (repo / "refs" / "main").write_text("0" * 40)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
-    env |= {"HF_HUB_CACHE": str(tmp_path / "hub"), "HF_ENDPOINT": f"http://127.0.0.1:{server.server_address[1]}", "HF_HUB_DISABLE_TELEMETRY": "1"}
     run = [sys.executable, "-c", "import sys; from uform.cli import main; sys.exit(main(sys.argv[1:]))", "convert", "openai/clip-vit-base-patch32"]
-    try:
+    with empty_hub(tmp_path / "hub") as (env, asked):
         partial = subprocess.run(run + [str(tmp_path / "a.safetensors")], env=env, capture_output=True, text=True, timeout=300)
         assert partial.returncode != 0 and "no tokenizer" in partial.stderr, partial.stderr
         assert any("openai/clip-vit-base-patch32" in path for path in asked), asked
@@ -142,9 +155,6 @@ def test_a_cache_with_the_weights_alone_asks_the_hub_for_the_rest(clip_dir: Path
         whole = subprocess.run(run + [str(tmp_path / "b.safetensors")], env=env, capture_output=True, text=True, timeout=300)
         assert whole.returncode == 0, whole.stderr
         assert asked == []
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def test_a_tensor_the_index_leaves_out_names_the_index(clip_dir: Path, tmp_path: Path) -> None:
@@ -170,38 +180,16 @@ def test_a_cached_chinese_clip_with_its_vocab_txt_is_read_without_asking_the_hub
     the Hub), where docs/models.md says a cached snapshot that holds its files is read without
     asking. Now ``vocab.txt`` counts as a tokenizer: the snapshot converts, nothing asked."""
     pytest.importorskip("huggingface_hub")
-    import http.server
-    import threading
-
     from chinese_clip_models import SMALL, make_chinese_clip
-
-    asked: list[str] = []
-
-    class Hub(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - the standard library's name
-            asked.append(self.path)
-            self.send_error(404)
-
-        do_HEAD = do_GET  # noqa: N815
-
-        def log_message(self, *args: Any) -> None:
-            pass
 
     repo = tmp_path / "hub" / "models--OFA-Sys--chinese-clip-vit-base-patch16"
     make_chinese_clip(repo / "snapshots" / ("0" * 40), SMALL)
     (repo / "refs").mkdir()
     (repo / "refs" / "main").write_text("0" * 40)
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hub)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
-    env |= {"HF_HUB_CACHE": str(tmp_path / "hub"), "HF_ENDPOINT": f"http://127.0.0.1:{server.server_address[1]}", "HF_HUB_DISABLE_TELEMETRY": "1"}
     out = tmp_path / "cclip.safetensors"
     run = [sys.executable, "-c", "import sys; from uform.cli import main; sys.exit(main(sys.argv[1:]))", "convert", "OFA-Sys/chinese-clip-vit-base-patch16", str(out)]
-    try:
+    with empty_hub(tmp_path / "hub") as (env, asked):
         done = subprocess.run(run, env=env, capture_output=True, text=True, timeout=300)
-    finally:
-        server.shutdown()
-        server.server_close()
     assert done.returncode == 0, done.stderr
     assert asked == []
     assert header(out)[0]["source"] == {"architecture": "ChineseCLIPModel", "converter": header(out)[0]["source"]["converter"], "family": "chinese_clip", "name": "OFA-Sys/chinese-clip-vit-base-patch16"}
