@@ -55,7 +55,8 @@ class BuildOps(build_ext):
         compiler built it before (native/ops_build.py), else compiled on every CPU and cached."""
         include = find()
         ext.include_dirs.append(str(include))
-        compiler = compiler_identity(getattr(self.compiler, "compiler_so", None) or [self.compiler.compiler_type])
+        argv = getattr(self.compiler, "compiler_so", None) or [self.compiler.compiler_type]
+        compiler = compiler_identity([*argv, *(getattr(self.compiler, "linker_so", None) or [])])  # LDFLAGS are in the key too
         key = cache_key([*ext.sources, *ext.depends], include, ext.extra_compile_args, compiler)
         cached = lookup(key)
         if cached is not None:

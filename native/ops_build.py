@@ -5,7 +5,7 @@ A second ``pip install -e '.[extra]'`` of the same checkout (the README's way of
 extra) builds the package again from nothing; with the cache it copies the library instead of
 compiling it again. The key is a hash of every source and header of the library (the
 ``depends`` of the extension), ONNX Runtime's C API header, the compile arguments, the
-compiler's path and ``--version``, and the Python extension suffix: a change to any of them is
+compiler's and linker's command lines (CFLAGS, LDFLAGS) and ``--version``, and the Python extension suffix: a change to any of them is
 a miss, never a stale library. The cache lives beside the headers' cache
 (``$XDG_CACHE_HOME/uform-build/``, see ort_headers.py) and keeps the newest few builds.
 """
