@@ -26,13 +26,18 @@ def tracked(*paths: str) -> list[str]:
     return [p for p in out.decode().split("\0") if p]
 
 
-@pytest.mark.skipif(not (ROOT / ".git").exists() or shutil.which("git") is None, reason="needs the git checkout's sources")
-@pytest.mark.skipif(sys.platform != "linux", reason="the failing compiler is /bin/false")
-def test_editable_install_without_a_compiler_falls_back(tmp_path: Path) -> None:
-    source = tmp_path / "src"
+def sources_copy(source: Path) -> Path:
+    """The package's tracked sources copied into ``source``, as a fresh clone holds them."""
     for name in tracked("setup.py", "pyproject.toml", "MANIFEST.in", "README.md", "uform_command.py", "native", "uform"):
         (source / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(ROOT / name, source / name)
+    return source
+
+
+@pytest.mark.skipif(not (ROOT / ".git").exists() or shutil.which("git") is None, reason="needs the git checkout's sources")
+@pytest.mark.skipif(sys.platform != "linux", reason="the failing compiler is /bin/false")
+def test_editable_install_without_a_compiler_falls_back(tmp_path: Path) -> None:
+    source = sources_copy(tmp_path / "src")
     # a library an earlier build left in the tree is not this install's: it must go
     stale = source / "uform" / ("_ops" + str(sysconfig.get_config_var("EXT_SUFFIX")))
     stale.write_bytes(b"not a library")
@@ -74,10 +79,7 @@ while [ $# -gt 0 ]; do [ "$1" = "-o" ] && { echo "built by the fake compiler" > 
 @pytest.mark.skipif(not (ROOT / ".git").exists() or shutil.which("git") is None, reason="needs the git checkout's sources")
 @pytest.mark.skipif(sys.platform != "linux", reason="the fake compiler is a shell script")
 def test_a_second_install_of_the_same_sources_takes_the_library_from_the_build_cache(tmp_path: Path) -> None:
-    source = tmp_path / "src"
-    for name in tracked("setup.py", "pyproject.toml", "MANIFEST.in", "README.md", "uform_command.py", "native", "uform"):
-        (source / name).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(ROOT / name, source / name)
+    source = sources_copy(tmp_path / "src")
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], check=True)
     compiler = tmp_path / "fake-c++"
@@ -110,3 +112,5 @@ def test_a_second_install_of_the_same_sources_takes_the_library_from_the_build_c
     assert library.read_text() == "built by the fake compiler\n"
     (source / "native" / "uform_ops" / "ops.cpp").write_text((source / "native" / "uform_ops" / "ops.cpp").read_text() + "\n// changed\n")
     assert len(install()) == len(sources)  # one byte of one source changed: all compiled again
+    env["LDFLAGS"] = "-Wl,--as-needed"
+    assert len(install()) == len(sources)  # another linker command line: a library of other bytes, built again
